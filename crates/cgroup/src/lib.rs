@@ -1,0 +1,1 @@
+//! pjw-cgroup (being written).

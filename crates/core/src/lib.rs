@@ -1,0 +1,25 @@
+//! pjw-core: the pure policy core of pjw.
+//!
+//! Nothing here does I/O or reads a clock. It holds the data model (CPU sets, the machine's
+//! topology, job ids, sizes) and the decisions made on it (which CPUs a job gets, who waits).
+//! Adapters in other crates feed it facts and carry out what it decides.
+//!
+//! ```
+//! use pjw_core::{synthetic, CpuSet};
+//! let topo = synthetic::parse("package:2 core:4 pu:2").unwrap();
+//! assert_eq!(topo.online(), CpuSet::parse_list("0-15").unwrap());
+//! ```
+
+pub mod alloc;
+pub mod cpuset;
+pub mod error;
+pub mod jobid;
+pub mod size;
+pub mod synthetic;
+pub mod topology;
+
+pub use cpuset::{CpuSet, MAX_CPUS};
+pub use error::CoreError;
+pub use jobid::JobId;
+pub use size::{format_size, parse_size};
+pub use topology::{DomainNode, DomainTree, Level, NumaNode, Pu, Topology};

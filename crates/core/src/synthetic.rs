@@ -1,0 +1,179 @@
+//! Synthetic topologies from a short description, in the spirit of hwloc's synthetic syntax.
+//!
+//! `"package:2 numa:2 l3:2 core:4 pu:2"` is a machine of 2 packages, each with 2 NUMA nodes,
+//! each with 2 L3 domains of 4 cores with 2 hardware threads: 64 PUs. Counts are per parent.
+//! Level names: `package`/`socket`, `numa`/`node`/`numanode`, `l3`, `l2`, `core`, `pu`/`thread`
+//! (case-insensitive; hwloc's `L3Cache` style is accepted). Omitted levels are absent, except
+//! `core` and `pu`, which default to 1, and `package`, which defaults to 1. PUs are numbered in
+//! depth-first order, as hwloc does. An optional `mem:SIZE` item gives every NUMA node memory.
+//!
+//! ```
+//! let t = pjw_core::synthetic::parse("package:2 core:2 pu:2").unwrap();
+//! assert_eq!(t.pus.len(), 8);
+//! ```
+
+use crate::size::parse_size;
+use crate::topology::{Level, NumaNode, Pu, Topology};
+use crate::{CoreError, CpuSet, MAX_CPUS};
+
+/// Parse a synthetic description into a topology whose every PU is online and allowed.
+pub fn parse(text: &str) -> Result<Topology, CoreError> {
+    let bad = |reason: String| CoreError::BadSynthetic {
+        text: text.to_string(),
+        reason,
+    };
+    let mut counts: Vec<(Level, u32)> = Vec::new();
+    let mut memory: Option<u64> = None;
+    for item in text.split_whitespace() {
+        let (name, count) = item
+            .split_once(':')
+            .ok_or_else(|| bad(format!("item {item:?} is not NAME:COUNT")))?;
+        let lname = name.to_ascii_lowercase();
+        if lname == "mem" || lname == "memory" {
+            memory =
+                Some(parse_size(count).map_err(|_| bad(format!("bad memory size {count:?}")))?);
+            continue;
+        }
+        let level = match lname.as_str() {
+            "package" | "socket" => Level::Package,
+            "numa" | "node" | "numanode" => Level::Numa,
+            "l3" | "l3cache" => Level::L3,
+            "l2" | "l2cache" => Level::L2,
+            "core" => Level::Core,
+            "pu" | "thread" => Level::Pu,
+            _ => return Err(bad(format!("unknown level {name:?}"))),
+        };
+        let count: u32 = count.parse().ok().filter(|c| *c >= 1).ok_or_else(|| {
+            bad(format!(
+                "count {count:?} of {name} is not a positive integer"
+            ))
+        })?;
+        if let Some((prev, _)) = counts.last() {
+            if *prev >= level {
+                return Err(bad(format!(
+                    "level {} must come before {}",
+                    level.name(),
+                    prev.name()
+                )));
+            }
+        }
+        counts.push((level, count));
+    }
+    if counts.is_empty() {
+        return Err(bad("no levels".into()));
+    }
+    for must in [Level::Package, Level::Core, Level::Pu] {
+        if !counts.iter().any(|(l, _)| *l == must) {
+            let pos = counts
+                .iter()
+                .position(|(l, _)| *l > must)
+                .unwrap_or(counts.len());
+            counts.insert(pos, (must, 1));
+        }
+    }
+    let total: u64 = counts.iter().map(|(_, c)| *c as u64).product();
+    if total as usize > MAX_CPUS {
+        return Err(bad(format!(
+            "{total} pus is more than pjw handles ({MAX_CPUS})"
+        )));
+    }
+    // Number of PUs under one domain of each level.
+    let mut span = vec![1u64; counts.len()];
+    for i in (0..counts.len()).rev() {
+        span[i] = if i + 1 < counts.len() {
+            span[i + 1] * counts[i + 1].1 as u64
+        } else {
+            1
+        };
+    }
+    let dom = |level: Level, i: u64| -> Option<u32> {
+        counts
+            .iter()
+            .position(|(l, _)| *l == level)
+            .map(|k| (i / span[k]) as u32)
+    };
+    let has_numa = counts.iter().any(|(l, _)| *l == Level::Numa);
+    let mut pus = Vec::with_capacity(total as usize);
+    for i in 0..total {
+        pus.push(Pu {
+            os: i as u32,
+            core: dom(Level::Core, i).unwrap_or(0),
+            l2: dom(Level::L2, i),
+            l3: dom(Level::L3, i),
+            numa: Some(if has_numa {
+                dom(Level::Numa, i).unwrap_or(0)
+            } else {
+                0
+            }),
+            package: dom(Level::Package, i).unwrap_or(0),
+            online: true,
+        });
+    }
+    let nodes = pus.iter().filter_map(|p| p.numa).max().unwrap_or(0) + 1;
+    let numa_nodes = (0..nodes)
+        .map(|n| NumaNode {
+            os: n,
+            cpus: pus
+                .iter()
+                .filter(|p| p.numa == Some(n))
+                .map(|p| p.os)
+                .collect(),
+            memory,
+            memory_only: false,
+        })
+        .collect();
+    let allowed = CpuSet::first_n(total as usize)?;
+    let topo = Topology {
+        source: format!("synthetic:{}", text.trim()),
+        pus,
+        numa_nodes,
+        allowed,
+    };
+    topo.validate()?;
+    Ok(topo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_multiply_and_domains_are_depth_first() {
+        let t = parse("package:2 numa:2 l3:2 core:4 pu:2").unwrap();
+        assert_eq!(t.pus.len(), 64);
+        assert_eq!(t.numa_nodes.len(), 4);
+        assert_eq!(t.domains(Level::L3).len(), 8);
+        assert_eq!(t.domains(Level::Core).len(), 32);
+        // PUs 0 and 1 are SMT siblings; 0-7 share an L3; 0-15 a NUMA node; 0-31 a package.
+        assert_eq!(t.pus[1].core, t.pus[0].core);
+        assert_ne!(t.pus[2].core, t.pus[0].core);
+        assert_eq!(t.domains(Level::L3)[0].1.to_string(), "0-7");
+        assert_eq!(t.numa_nodes[1].cpus.to_string(), "16-31");
+        assert_eq!(t.domains(Level::Package)[1].1.to_string(), "32-63");
+    }
+
+    #[test]
+    fn defaults_and_aliases() {
+        let t = parse("Socket:2 L3Cache:1 thread:2 mem:1G").unwrap();
+        assert_eq!(t.pus.len(), 4);
+        assert_eq!(t.domains(Level::Core).len(), 2);
+        assert_eq!(t.numa_nodes.len(), 1);
+        assert_eq!(t.numa_nodes[0].memory, Some(1 << 30));
+    }
+
+    #[test]
+    fn rejects_bad_descriptions() {
+        for bad in [
+            "",
+            "core",
+            "core:0",
+            "core:x",
+            "pu:2 core:2",
+            "banana:2",
+            "core:2 core:2",
+            "core:64 pu:64",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! pjw-daemon (being written).

@@ -1,0 +1,1 @@
+//! pjw-kernelfs (being written).

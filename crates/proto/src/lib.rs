@@ -1,0 +1,1 @@
+//! pjw-proto (being written).

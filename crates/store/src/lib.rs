@@ -1,0 +1,1 @@
+//! pjw-store (being written).

@@ -1,0 +1,1 @@
+//! pjw-testkit (being written).

@@ -1,0 +1,1 @@
+//! pjw-topology (being written).
