@@ -5,32 +5,162 @@
 //!   `allowed` = CPUs the process may use, read from `<proc_root>/self/status` (`Cpus_allowed_list`).
 //! - [`load_xml`] / [`parse_xml`]: hwloc XML v2.
 //! - [`render`]: the text `pjw topology` prints.
-use pjw_core::Topology;
-use std::path::Path;
+//!
+//! pjw reads the few sysfs files it needs itself instead of linking libhwloc: the binary stays a
+//! static, C-free executable, and every root is injectable so tests run on fake trees. hwloc XML is
+//! read only as a data format (the topology corpus, the simulator), never through hwloc.
+//!
+//! Domain ids in the result are unique within their level across the whole machine: the kernel's
+//! `core_id` and hwloc's Core `os_index` repeat per package, so ids are assigned by distinct CPU
+//! sets, numbered in the order of their lowest CPU.
+//!
+//! ```
+//! let topo = pjw_topology::parse_xml(
+//!     r#"<topology version="2.0">
+//!          <object type="Machine" os_index="0" cpuset="0x3" complete_cpuset="0x3" allowed_cpuset="0x3">
+//!            <object type="NUMANode" os_index="0" cpuset="0x3" local_memory="1073741824"/>
+//!            <object type="Package" os_index="0" cpuset="0x3">
+//!              <object type="Core" os_index="0" cpuset="0x3">
+//!                <object type="PU" os_index="0" cpuset="0x1"/>
+//!                <object type="PU" os_index="1" cpuset="0x2"/>
+//!              </object>
+//!            </object>
+//!          </object>
+//!        </topology>"#,
+//!     "tiny.xml",
+//! )
+//! .unwrap();
+//! assert_eq!(topo.pus.len(), 2);
+//! assert_eq!(topo.smt_width(), 2);
+//! print!("{}", pjw_topology::render(&topo));
+//! ```
+use pjw_core::{CoreError, Topology};
+use std::path::{Path, PathBuf};
+
+mod render;
+mod sysfs;
+mod xml;
+
+pub use sysfs::{parse_meminfo_total, parse_status_allowed};
+pub use xml::parse_hwloc_mask;
 
 /// One error enum for the crate; I/O errors carry the path.
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
-    #[error("placeholder")]
-    Placeholder,
+    /// A file or directory that could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A kernel file whose contents do not parse.
+    #[error("{path}: unexpected contents {text:?}: {reason}")]
+    Parse {
+        path: PathBuf,
+        text: String,
+        reason: String,
+    },
+    /// No CPU found where the kernel lists them.
+    #[error("no cpus found under {path}")]
+    NoCpus { path: PathBuf },
+    /// An hwloc XML document that cannot be used.
+    #[error("{file}: invalid hwloc xml: {reason}")]
+    Xml { file: String, reason: String },
+    /// The topology read breaks an invariant of [`Topology::validate`].
+    #[error("{origin}: {source}")]
+    Invalid {
+        /// "sysfs" or the file name.
+        origin: String,
+        #[source]
+        source: CoreError,
+    },
 }
 
 /// Discover the running machine (normally `discover(Path::new("/sys"), Path::new("/proc"))`).
-pub fn discover(_sys_root: &Path, _proc_root: &Path) -> Result<Topology, TopologyError> {
-    todo!()
+pub fn discover(sys_root: &Path, proc_root: &Path) -> Result<Topology, TopologyError> {
+    sysfs::discover(sys_root, proc_root)
 }
 
 /// Load an hwloc v2 XML file.
-pub fn load_xml(_path: &Path) -> Result<Topology, TopologyError> {
-    todo!()
+pub fn load_xml(path: &Path) -> Result<Topology, TopologyError> {
+    let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string());
+    parse_xml(&text, &name)
 }
 
 /// Parse hwloc v2 XML text; `source` names it in the result.
-pub fn parse_xml(_text: &str, _source: &str) -> Result<Topology, TopologyError> {
-    todo!()
+pub fn parse_xml(text: &str, source: &str) -> Result<Topology, TopologyError> {
+    xml::parse(text, source)
 }
 
 /// Human-readable description for `pjw topology`.
-pub fn render(_topo: &Topology) -> String {
-    todo!()
+pub fn render(topo: &Topology) -> String {
+    render::render(topo)
+}
+
+/// Number the distinct keys in `items` (cpu, key) by the lowest cpu carrying each key: the key of
+/// the lowest cpu gets 0, and so on. Returns the id of each item, in order.
+pub(crate) fn number_by_first_cpu<K: Ord + Clone>(items: &[(u32, K)]) -> Vec<u32> {
+    use std::collections::BTreeMap;
+    let mut first: BTreeMap<K, u32> = BTreeMap::new();
+    for (cpu, key) in items {
+        let e = first.entry(key.clone()).or_insert(*cpu);
+        if *cpu < *e {
+            *e = *cpu;
+        }
+    }
+    let mut order: Vec<(u32, K)> = first.into_iter().map(|(k, c)| (c, k)).collect();
+    order.sort();
+    let ids: BTreeMap<K, u32> = order
+        .into_iter()
+        .enumerate()
+        .map(|(i, (_, k))| (k, i as u32))
+        .collect();
+    items.iter().map(|(_, k)| ids[k]).collect()
+}
+
+/// Run [`Topology::validate`], naming where the topology came from on failure.
+pub(crate) fn validated(topo: Topology) -> Result<Topology, TopologyError> {
+    match topo.validate() {
+        Ok(()) => Ok(topo),
+        Err(source) => Err(TopologyError::Invalid {
+            origin: topo.source.clone(),
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_numbered_by_lowest_cpu() {
+        let items = vec![(0, "b"), (1, "a"), (2, "b"), (3, "c"), (4, "a")];
+        assert_eq!(number_by_first_cpu(&items), vec![0, 1, 0, 2, 1]);
+        // A key whose lowest cpu comes later gets a higher id even if seen first.
+        let items = vec![(5, "x"), (0, "y"), (1, "x")];
+        assert_eq!(number_by_first_cpu(&items), vec![1, 0, 1]);
+    }
+
+    #[test]
+    fn error_messages_are_lower_case_without_period() {
+        let e = TopologyError::Xml {
+            file: "a.xml".into(),
+            reason: "no root object".into(),
+        };
+        assert_eq!(e.to_string(), "a.xml: invalid hwloc xml: no root object");
+        let e = TopologyError::Io {
+            path: "/x/y".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert!(e.to_string().starts_with("cannot read /x/y: "));
+    }
 }
