@@ -1,1 +1,73 @@
-fn main() {}
+//! `pjw`: the command line of the process jail warden.
+//!
+//! Parsing what the user typed ([`cli`]) is kept apart from acting on it (the `cmd_*`
+//! modules); `main` maps errors to exit codes: 0 success, 1 failure, 2 usage; `pjw run` exits
+//! with its command's status, or 125 when pjw itself failed, 126 when the command cannot be
+//! executed, 127 when it is not found (the conventions of `env`, `nice` and container runners).
+
+mod cli;
+mod cmd_kill;
+mod cmd_run;
+mod cmd_status;
+mod cmd_topology;
+
+use clap::Parser;
+
+fn main() {
+    let args = cli::Cli::parse();
+    let code = match args.command {
+        cli::Command::Daemon(d) => cmd_daemon(d),
+        cli::Command::Run(r) => cmd_run::run(r),
+        cli::Command::Status(s) => report(cmd_status::run(s)),
+        cli::Command::Kill(k) => report(cmd_kill::run(k)),
+        cli::Command::Topology(t) => report(cmd_topology::run(t)),
+    };
+    std::process::exit(code);
+}
+
+fn report(r: anyhow::Result<()>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("pjw: {e:#}");
+            1
+        }
+    }
+}
+
+fn cmd_daemon(d: cli::DaemonArgs) -> i32 {
+    let ov = pjw_daemon::Overrides { socket: d.socket, state_dir: d.state_dir, cgroup_parent: d.cgroup_parent };
+    let cfg = match pjw_daemon::Config::load(d.config.as_deref(), &ov) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("pjw: {e}");
+            return 1;
+        }
+    };
+    if d.check_config {
+        println!("config {}: ok", cfg.origin);
+        return 0;
+    }
+    init_logging(&cfg);
+    match pjw_daemon::run(cfg) {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!(error = %e, "pjw daemon failed");
+            eprintln!("pjw: {e}");
+            1
+        }
+    }
+}
+
+/// tracing to stderr, RFC 3339 timestamps with the local offset, structured fields.
+fn init_logging(cfg: &pjw_daemon::Config) {
+    use tracing_subscriber::fmt::time::ChronoLocal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PJW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cfg.log_level));
+    let timer = ChronoLocal::new("%Y-%m-%dT%H:%M:%S%.6f%:z".to_string());
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_timer(timer).with_writer(std::io::stderr);
+    match cfg.log_format {
+        pjw_daemon::config::LogFormat::Json => b.json().init(),
+        pjw_daemon::config::LogFormat::Text => b.with_ansi(false).init(),
+    }
+}

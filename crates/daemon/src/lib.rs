@@ -1,1 +1,170 @@
-//! pjw-daemon (being written).
+//! pjw-daemon: the node daemon behind `pjw daemon`.
+//!
+//! Wiring only: load and validate the config, discover the topology, detect cgroups, open the
+//! store, recover, then run the engine and the socket server on a single-threaded tokio
+//! runtime. See docs/architecture.md for how the parts fit.
+
+pub mod config;
+pub mod engine;
+pub mod os;
+pub mod server;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use futures_util::StreamExt;
+use pjw_cgroup::Driver;
+use pjw_core::alloc::Allocator;
+use pjw_store::Store;
+use tokio::sync::mpsc;
+use tracing::{error, info, warn};
+
+pub use config::{Config, ConfigError, Overrides};
+
+/// Why the daemon could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("topology: {0}")]
+    Topology(#[from] pjw_topology::TopologyError),
+    #[error("cgroups: {0}")]
+    Cgroup(#[from] pjw_cgroup::CgroupError),
+    #[error(transparent)]
+    Store(#[from] pjw_store::StoreError),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Other(String),
+}
+
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> DaemonError + '_ {
+    move |source| DaemonError::Io { path: path.display().to_string(), source }
+}
+
+/// Run the daemon in the foreground until SIGTERM or SIGINT.
+pub fn run(cfg: Config) -> Result<(), DaemonError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| DaemonError::Other(format!("cannot start the runtime: {e}")))?;
+    rt.block_on(run_async(cfg))
+}
+
+/// Hold an exclusive lock on the state directory, so two daemons never share it.
+fn lock_state_dir(dir: &Path) -> Result<std::fs::File, DaemonError> {
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let path = dir.join("pjw.lock");
+    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io_err(&path))?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(|_| {
+        DaemonError::Other(format!("another pjw daemon holds {} (state directory in use)", path.display()))
+    })?;
+    Ok(f)
+}
+
+fn bind_socket(path: &Path, mode: u32) -> Result<tokio::net::UnixListener, DaemonError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(DaemonError::Other(format!("another pjw daemon is listening on {}", path.display())));
+        }
+        std::fs::remove_file(path).map_err(io_err(path))?;
+    }
+    let l = tokio::net::UnixListener::bind(path).map_err(io_err(path))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io_err(path))?;
+    Ok(l)
+}
+
+async fn run_async(cfg: Config) -> Result<(), DaemonError> {
+    let _lock = lock_state_dir(&cfg.state_dir)?;
+    let topo = pjw_topology::discover(&cfg.sys_root, &cfg.proc_root)?;
+    let pool = match cfg.cpus {
+        Some(c) => {
+            let bad = c.difference(&topo.allowed);
+            if !bad.is_empty() {
+                return Err(DaemonError::Other(format!(
+                    "config {}: cpus: {} are not cpus this daemon may use (allowed: {})",
+                    cfg.origin, bad, topo.allowed
+                )));
+            }
+            c
+        }
+        None => topo.allowed,
+    };
+    let driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
+    driver.prepare_parent()?;
+    let store = Store::open(&cfg.state_dir)?;
+    let alloc = Allocator::new(&topo);
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    // One inotify instance for every job's cgroup.events.
+    let (watches, stream) = match inotify::Inotify::init() {
+        Ok(ino) => {
+            let w = ino.watches();
+            match ino.into_event_stream(vec![0u8; 4096]) {
+                Ok(s) => (Some(w), Some(s)),
+                Err(e) => {
+                    warn!(error = %e, "inotify unavailable; falling back to re-checks");
+                    (None, None)
+                }
+            }
+        }
+        Err(e) => {
+            warn!(error = %e, "inotify unavailable; falling back to re-checks");
+            (None, None)
+        }
+    };
+    if let Some(mut s) = stream {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(ev) = s.next().await {
+                match ev {
+                    Ok(ev) => {
+                        if tx.send(engine::Event::CgroupChanged { wd: ev.wd }).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        error!(error = %e, "inotify read failed");
+                        break;
+                    }
+                }
+            }
+        });
+    }
+    let mut eng = engine::Engine::new(cfg.clone(), driver, store, alloc, pool, watches, tx.clone());
+    eng.recover().map_err(DaemonError::Other)?;
+    let listener = bind_socket(&cfg.socket, cfg.socket_mode)?;
+    info!(
+        socket = %cfg.socket.display(),
+        state = %eng.state_path().display(),
+        config = %cfg.origin,
+        cpus = %pool,
+        topology = %format!("{} pus", topo.online().len()),
+        "pjw daemon ready"
+    );
+    tokio::spawn(server::serve(listener, tx.clone()));
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| DaemonError::Other(format!("cannot handle SIGTERM: {e}")))?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| DaemonError::Other(format!("cannot handle SIGINT: {e}")))?;
+    loop {
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Some(ev) => eng.handle(ev),
+                None => break,
+            },
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    info!("pjw daemon stopping; running jobs keep running and are recovered at the next start");
+    eng.shutdown();
+    let _ = std::fs::remove_file(&cfg.socket);
+    // Let answers to queued clients go out.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    Ok(())
+}

@@ -1,1 +1,364 @@
-//! pjw-proto (being written).
+//! pjw-proto: the messages between `pjw daemon` and its clients, and how they travel.
+//!
+//! Transport: a Unix stream socket. Each message is a frame: a 4-byte big-endian length, then
+//! that many bytes of JSON. Frames are at most [`MAX_FRAME`] bytes; a longer announced length is
+//! refused before anything is read. Every request is wrapped in [`RequestFrame`] with the
+//! protocol [`VERSION`]; the daemon answers a frame it cannot decode with
+//! [`Response::Error`] and closes the connection.
+//!
+//! A `run` conversation: the client sends [`Request::Run`]; the daemon answers
+//! [`Response::Queued`] zero or more times (once when the job has to wait), then
+//! [`Response::Started`] after it has moved the client's own process (identified by
+//! `SO_PEERCRED`, never by a pid the client claims) into the job's cgroups. The client then execs
+//! the command; its exit closes the connection.
+//!
+//! ```
+//! use pjw_proto::{Request, RequestFrame, VERSION};
+//! let f = RequestFrame { v: VERSION, req: Request::Status };
+//! let text = serde_json::to_string(&f).unwrap();
+//! assert_eq!(text, r#"{"v":1,"req":{"type":"status"}}"#);
+//! ```
+
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pjw_core::CpuSet;
+use serde::{Deserialize, Serialize};
+
+/// Protocol version spoken by this build.
+pub const VERSION: u32 = 1;
+/// Largest frame accepted in either direction (1 MiB).
+pub const MAX_FRAME: usize = 1 << 20;
+/// Longest argv accepted in a run request (count of arguments).
+pub const MAX_ARGS: usize = 4096;
+/// Where clients look for the daemon unless `PJW_SOCKET` says otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/pjw/pjw.sock";
+
+/// A request with its protocol version.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestFrame {
+    /// Protocol version ([`VERSION`]).
+    pub v: u32,
+    /// The request.
+    pub req: Request,
+}
+
+/// What a client can ask.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Liveness and version check.
+    Ping,
+    /// Run the calling process as a job (it is moved into the job's cgroups).
+    Run(RunRequest),
+    /// The node's jobs and CPUs.
+    Status,
+    /// Kill a job (every process in it) or withdraw it from the queue. Owner or root only.
+    Kill { job: String },
+}
+
+/// A job request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    /// Number of CPUs wanted (≥ 1).
+    pub cpus: u32,
+    /// Memory limit in bytes.
+    #[serde(default)]
+    pub mem: Option<u64>,
+    /// Job id to use (a workload manager's), else the daemon makes one.
+    #[serde(default)]
+    pub job_id: Option<String>,
+    /// A name for people (defaults to the command's file name).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The command the client will exec, for the record.
+    #[serde(default)]
+    pub argv: Vec<String>,
+}
+
+/// What the daemon answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Response {
+    /// Answer to [`Request::Ping`].
+    Pong { version: u32, daemon_pid: u32 },
+    /// The job waits; sent once when it is queued.
+    Queued { job: String, position: u32, reason: String },
+    /// The caller is now inside the job's cgroups; exec the command.
+    Started { job: String, cpus: CpuSet, mems: CpuSet },
+    /// Answer to [`Request::Status`].
+    Status(StatusReport),
+    /// The request was carried out.
+    Done { message: String },
+    /// The request was refused.
+    Error { code: ErrorCode, message: String },
+}
+
+/// Why a request was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The frame could not be decoded, or the version is not spoken.
+    BadRequest,
+    /// The request is well-formed but cannot be met (0 CPUs, more than the node has, …).
+    Invalid,
+    /// The job id is in use by a live job.
+    Conflict,
+    /// The caller may not do this.
+    Denied,
+    /// No such job.
+    NotFound,
+    /// The daemon failed (cgroup or store error).
+    Internal,
+    /// The daemon is stopping; try again.
+    ShuttingDown,
+}
+
+/// The state of a job as `pjw status` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Holds its CPUs and runs.
+    Running,
+    /// Waits for CPUs.
+    Queued,
+    /// Its main process exited; leftovers are being killed and the cgroups removed.
+    Ending,
+}
+
+impl JobState {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Queued => "queued",
+            JobState::Ending => "ending",
+        }
+    }
+}
+
+/// One job in a [`StatusReport`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobInfo {
+    pub id: String,
+    pub name: String,
+    pub user: String,
+    pub uid: u32,
+    /// CPUs held (empty while queued).
+    pub cpus: CpuSet,
+    /// NUMA nodes whose memory the job may use (empty while queued).
+    pub mems: CpuSet,
+    /// CPUs asked for.
+    pub ncpus: u32,
+    /// Memory limit in bytes.
+    pub mem: Option<u64>,
+    pub procs: u32,
+    pub threads: u32,
+    pub state: JobState,
+    /// Seconds since the job started (or was queued).
+    pub age_secs: u64,
+    /// The job's main process.
+    pub pid: Option<u32>,
+}
+
+/// The node as `pjw status` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// Host name.
+    pub node: String,
+    /// CPUs pjw may hand out.
+    pub total_cpus: u32,
+    /// The CPUs pjw may hand out, as a list.
+    pub cpus: CpuSet,
+    /// Of those, the free ones.
+    pub free_cpus: CpuSet,
+    /// Running (and ending) jobs first, then the queue in order.
+    pub jobs: Vec<JobInfo>,
+    /// cgroup mode and parent, for people.
+    pub cgroup: String,
+    /// Daemon version.
+    pub version: String,
+}
+
+/// Errors of the transport and client.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    #[error("cannot connect to the pjw daemon at {path}: {source} (is `pjw daemon` running? PJW_SOCKET selects another socket)")]
+    Connect { path: PathBuf, source: io::Error },
+    #[error("connection to the pjw daemon failed: {0}")]
+    Io(#[from] io::Error),
+    #[error("the pjw daemon closed the connection")]
+    Closed,
+    #[error("frame of {0} bytes is larger than the limit of {MAX_FRAME}")]
+    TooLarge(usize),
+    #[error("malformed message: {0}")]
+    Decode(String),
+}
+
+/// Write one frame.
+pub fn write_frame<W: Write>(w: &mut W, payload: &[u8]) -> Result<(), ProtoError> {
+    if payload.len() > MAX_FRAME {
+        return Err(ProtoError::TooLarge(payload.len()));
+    }
+    let len = (payload.len() as u32).to_be_bytes();
+    w.write_all(&len)?;
+    w.write_all(payload)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Read one frame; `Ok(None)` on a clean end of stream before a frame starts.
+pub fn read_frame<R: Read>(r: &mut R) -> Result<Option<Vec<u8>>, ProtoError> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut len[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(ProtoError::Closed),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let n = u32::from_be_bytes(len) as usize;
+    if n > MAX_FRAME {
+        return Err(ProtoError::TooLarge(n));
+    }
+    let mut buf = vec![0u8; n];
+    r.read_exact(&mut buf).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            ProtoError::Closed
+        } else {
+            e.into()
+        }
+    })?;
+    Ok(Some(buf))
+}
+
+/// Decode a request frame's payload.
+pub fn decode_request(payload: &[u8]) -> Result<Request, ProtoError> {
+    let f: RequestFrame = serde_json::from_slice(payload).map_err(|e| ProtoError::Decode(e.to_string()))?;
+    if f.v != VERSION {
+        return Err(ProtoError::Decode(format!("protocol version {} is not supported (this daemon speaks {VERSION})", f.v)));
+    }
+    Ok(f.req)
+}
+
+/// Encode a request into a frame payload.
+pub fn encode_request(req: &Request) -> Vec<u8> {
+    // Serialising these plain types cannot fail.
+    serde_json::to_vec(&RequestFrame { v: VERSION, req: req.clone() }).unwrap_or_default()
+}
+
+/// Encode a response into a frame payload.
+pub fn encode_response(resp: &Response) -> Vec<u8> {
+    serde_json::to_vec(resp).unwrap_or_default()
+}
+
+/// Decode a response payload.
+pub fn decode_response(payload: &[u8]) -> Result<Response, ProtoError> {
+    serde_json::from_slice(payload).map_err(|e| ProtoError::Decode(e.to_string()))
+}
+
+/// The socket path clients use: `PJW_SOCKET` if set, else [`DEFAULT_SOCKET`].
+pub fn socket_path() -> PathBuf {
+    std::env::var_os("PJW_SOCKET").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
+}
+
+/// A blocking client connection (the CLI is single-threaded on purpose: the daemon moves the
+/// whole client process into a job's cgroups).
+#[derive(Debug)]
+pub struct Client {
+    stream: UnixStream,
+}
+
+impl Client {
+    /// Connect to the daemon at `path`.
+    pub fn connect(path: &Path) -> Result<Client, ProtoError> {
+        let stream = UnixStream::connect(path).map_err(|source| ProtoError::Connect { path: path.to_path_buf(), source })?;
+        Ok(Client { stream })
+    }
+
+    /// Limit how long a read may wait (None = forever).
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> Result<(), ProtoError> {
+        self.stream.set_read_timeout(t)?;
+        Ok(())
+    }
+
+    /// Send a request.
+    pub fn send(&mut self, req: &Request) -> Result<(), ProtoError> {
+        write_frame(&mut self.stream, &encode_request(req))
+    }
+
+    /// Wait for the next response.
+    pub fn recv(&mut self) -> Result<Response, ProtoError> {
+        match read_frame(&mut self.stream)? {
+            Some(p) => decode_response(&p),
+            None => Err(ProtoError::Closed),
+        }
+    }
+
+    /// Send a request and wait for one response.
+    pub fn call(&mut self, req: &Request) -> Result<Response, ProtoError> {
+        self.send(req)?;
+        self.recv()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_limits_hold() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, b"{}").unwrap();
+        assert_eq!(&buf[..4], &[0, 0, 0, 2]);
+        let mut r = &buf[..];
+        assert_eq!(read_frame(&mut r).unwrap().unwrap(), b"{}");
+        assert!(read_frame(&mut r).unwrap().is_none());
+        // An announced length over the limit is refused before reading the body.
+        let huge = ((MAX_FRAME + 1) as u32).to_be_bytes();
+        assert!(matches!(read_frame(&mut &huge[..]), Err(ProtoError::TooLarge(_))));
+        // A truncated frame is an error, not a hang or a panic.
+        let trunc = [0u8, 0, 0, 9, b'{'];
+        assert!(matches!(read_frame(&mut &trunc[..]), Err(ProtoError::Closed)));
+    }
+
+    #[test]
+    fn requests_decode_strictly() {
+        let run = Request::Run(RunRequest { cpus: 2, mem: Some(1 << 30), job_id: Some("42".into()), name: None, argv: vec!["sleep".into(), "1".into()] });
+        assert_eq!(decode_request(&encode_request(&run)).unwrap(), run);
+        let bad = [
+            &br#"{"v":1,"req":{"type":"launch_missiles"}}"#[..],
+            br#"{"v":2,"req":{"type":"status"}}"#,
+            br#"{"v":1,"req":{"type":"run","cpus":-1}}"#,
+            br#"{"v":1,"req":{"type":"status"},"extra":1}"#,
+            b"not json",
+            b"",
+        ];
+        for b in bad {
+            assert!(decode_request(b).is_err(), "{:?} accepted", String::from_utf8_lossy(b));
+        }
+    }
+
+    #[test]
+    fn status_json_has_the_documented_shape() {
+        let s = Response::Status(StatusReport {
+            node: "n1".into(),
+            total_cpus: 2,
+            cpus: CpuSet::parse_list("0-1").unwrap(),
+            free_cpus: CpuSet::parse_list("1").unwrap(),
+            jobs: vec![],
+            cgroup: "hybrid".into(),
+            version: "0.1.0".into(),
+        });
+        let v: serde_json::Value = serde_json::from_slice(&encode_response(&s)).unwrap();
+        assert_eq!(v["free_cpus"], "1");
+        assert_eq!(v["total_cpus"], 2);
+    }
+}

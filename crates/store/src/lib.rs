@@ -1,1 +1,420 @@
-//! pjw-store (being written).
+//! pjw-store: the daemon's durable state, in an embedded SQLite database (WAL mode).
+//!
+//! The daemon writes a job here *before* it creates the job's cgroups, and marks it ended only
+//! after they are gone, so after a crash the store plus the cgroup trees tell exactly which CPUs
+//! are held. Times are passed in by the caller (milliseconds since the Unix epoch); the store
+//! reads no clock.
+//!
+//! # Schema (version 1)
+//! ```sql
+//! CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);   -- 'next_job_number'
+//! CREATE TABLE jobs (
+//!     seq          INTEGER PRIMARY KEY AUTOINCREMENT,  -- internal, never reused
+//!     job_id       TEXT NOT NULL,      -- user/WLM id; unique among live jobs
+//!     name         TEXT NOT NULL,
+//!     uid          INTEGER NOT NULL,
+//!     gid          INTEGER NOT NULL,
+//!     user         TEXT NOT NULL,
+//!     ncpus        INTEGER NOT NULL,   -- CPUs asked for
+//!     cpus         TEXT NOT NULL,      -- kernel list format, e.g. "0-3,8"
+//!     mems         TEXT NOT NULL,
+//!     mem_limit    INTEGER,            -- bytes
+//!     pid          INTEGER,            -- main process
+//!     pid_start    INTEGER,            -- its start time (clock ticks after boot), guards pid reuse
+//!     cgroup       TEXT NOT NULL,      -- leaf name below the parent in every hierarchy
+//!     argv         TEXT NOT NULL,      -- JSON array
+//!     state        TEXT NOT NULL,      -- 'starting' | 'running' | 'ended'
+//!     submitted_ms INTEGER NOT NULL,
+//!     started_ms   INTEGER,
+//!     ended_ms     INTEGER,
+//!     end_reason   TEXT                -- 'exited' | 'ended while daemon was down' | 'start failed: …'
+//! );
+//! CREATE UNIQUE INDEX jobs_live_id ON jobs(job_id) WHERE state <> 'ended';
+//! ```
+//! Migrations are numbered and tracked with `PRAGMA user_version`; [`Store::open`] applies the
+//! missing ones in one transaction each.
+
+use std::path::{Path, PathBuf};
+
+use pjw_core::CpuSet;
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// Current schema version.
+pub const SCHEMA_VERSION: i64 = 1;
+
+const MIGRATIONS: &[&str] = &[
+    // 1: jobs and meta.
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+     CREATE TABLE jobs (
+         seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+         job_id       TEXT NOT NULL,
+         name         TEXT NOT NULL,
+         uid          INTEGER NOT NULL,
+         gid          INTEGER NOT NULL,
+         user         TEXT NOT NULL,
+         ncpus        INTEGER NOT NULL,
+         cpus         TEXT NOT NULL,
+         mems         TEXT NOT NULL,
+         mem_limit    INTEGER,
+         pid          INTEGER,
+         pid_start    INTEGER,
+         cgroup       TEXT NOT NULL,
+         argv         TEXT NOT NULL,
+         state        TEXT NOT NULL,
+         submitted_ms INTEGER NOT NULL,
+         started_ms   INTEGER,
+         ended_ms     INTEGER,
+         end_reason   TEXT
+     );
+     CREATE UNIQUE INDEX jobs_live_id ON jobs(job_id) WHERE state <> 'ended';",
+];
+
+/// Errors of the store; each names the database file.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot create state directory {path}: {source}")]
+    CreateDir { path: PathBuf, source: std::io::Error },
+    #[error("state database {path}: {source}")]
+    Sqlite { path: PathBuf, source: rusqlite::Error },
+    #[error("state database {path}: schema version {found} is newer than this pjw understands ({SCHEMA_VERSION})")]
+    TooNew { path: PathBuf, found: i64 },
+    #[error("state database {path}: bad value in job {seq}: {reason}")]
+    BadRow { path: PathBuf, seq: i64, reason: String },
+}
+
+/// Where a job is in its life, as stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredState {
+    /// Recorded; cgroups being created and the process moved.
+    Starting,
+    /// The process is in its cgroups.
+    Running,
+    /// Over; CPUs free.
+    Ended,
+}
+
+impl StoredState {
+    fn as_str(self) -> &'static str {
+        match self {
+            StoredState::Starting => "starting",
+            StoredState::Running => "running",
+            StoredState::Ended => "ended",
+        }
+    }
+    fn parse(s: &str) -> Option<StoredState> {
+        match s {
+            "starting" => Some(StoredState::Starting),
+            "running" => Some(StoredState::Running),
+            "ended" => Some(StoredState::Ended),
+            _ => None,
+        }
+    }
+}
+
+/// One job row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRecord {
+    pub seq: i64,
+    pub job_id: String,
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub user: String,
+    pub ncpus: u32,
+    pub cpus: CpuSet,
+    pub mems: CpuSet,
+    pub mem_limit: Option<u64>,
+    pub pid: Option<u32>,
+    pub pid_start: Option<u64>,
+    pub cgroup: String,
+    pub argv: Vec<String>,
+    pub state: StoredState,
+    pub submitted_ms: i64,
+    pub started_ms: Option<i64>,
+    pub ended_ms: Option<i64>,
+    pub end_reason: Option<String>,
+}
+
+/// The open database.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Open (creating if needed) `<dir>/pjw.db` and bring its schema up to date.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { path: dir.to_path_buf(), source })?;
+        Self::open_file(&dir.join("pjw.db"))
+    }
+
+    /// Open a database file directly.
+    pub fn open_file(path: &Path) -> Result<Store, StoreError> {
+        let path = path.to_path_buf();
+        let err = |source| StoreError::Sqlite { path: path.clone(), source };
+        let conn = Connection::open(&path).map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(err)?;
+        let mut store = Store { conn, path };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        move |source| StoreError::Sqlite { path: self.path.clone(), source }
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Sqlite { path: path.clone(), source };
+        let v: i64 = self.conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
+        if v > SCHEMA_VERSION {
+            return Err(StoreError::TooNew { path: self.path.clone(), found: v });
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(v as usize) {
+            let tx = self.conn.transaction().map_err(err)?;
+            tx.execute_batch(sql).map_err(err)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(err)?;
+            tx.commit().map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// The schema version of the open database.
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        self.conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(self.err())
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Take the next generated job number (persisted, so ids are not reused after a restart).
+    pub fn next_job_number(&mut self) -> Result<u64, StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Sqlite { path: path.clone(), source };
+        let tx = self.conn.transaction().map_err(err)?;
+        let cur: Option<String> = tx
+            .query_row("SELECT value FROM meta WHERE key = 'next_job_number'", [], |r| r.get(0))
+            .optional()
+            .map_err(err)?;
+        let n: u64 = cur.and_then(|s| s.parse().ok()).unwrap_or(1);
+        tx.execute(
+            "INSERT INTO meta(key, value) VALUES('next_job_number', ?1)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![(n + 1).to_string()],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(n)
+    }
+
+    /// Record a new job in state `starting`; returns its `seq`. Fails if a live job has the id.
+    pub fn insert_job(&self, j: &JobRecord) -> Result<i64, StoreError> {
+        let argv = serde_json::to_string(&j.argv).unwrap_or_else(|_| "[]".into());
+        self.conn
+            .execute(
+                "INSERT INTO jobs (job_id, name, uid, gid, user, ncpus, cpus, mems, mem_limit, pid, pid_start,
+                                   cgroup, argv, state, submitted_ms, started_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                params![
+                    j.job_id,
+                    j.name,
+                    j.uid,
+                    j.gid,
+                    j.user,
+                    j.ncpus,
+                    j.cpus.to_string(),
+                    j.mems.to_string(),
+                    j.mem_limit.map(|m| m as i64),
+                    j.pid,
+                    j.pid_start.map(|p| p as i64),
+                    j.cgroup,
+                    argv,
+                    StoredState::Starting.as_str(),
+                    j.submitted_ms,
+                    j.started_ms,
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Mark a job running.
+    pub fn set_running(&self, seq: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute("UPDATE jobs SET state = 'running' WHERE seq = ?1", params![seq])
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Mark a job ended.
+    pub fn set_ended(&self, seq: i64, ended_ms: i64, reason: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE jobs SET state = 'ended', ended_ms = ?2, end_reason = ?3 WHERE seq = ?1",
+                params![seq, ended_ms, reason],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Jobs not ended, oldest first.
+    pub fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        self.query_jobs("WHERE state <> 'ended' ORDER BY seq", [])
+    }
+
+    /// A job by seq.
+    pub fn job(&self, seq: i64) -> Result<Option<JobRecord>, StoreError> {
+        Ok(self.query_jobs("WHERE seq = ?1", [seq])?.into_iter().next())
+    }
+
+    /// The most recent job with this id (live or ended).
+    pub fn latest_by_id(&self, job_id: &str) -> Result<Option<JobRecord>, StoreError> {
+        Ok(self.query_jobs("WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1", [job_id])?.into_iter().next())
+    }
+
+    fn query_jobs<P: rusqlite::Params>(&self, tail: &str, p: P) -> Result<Vec<JobRecord>, StoreError> {
+        let sql = format!(
+            "SELECT seq, job_id, name, uid, gid, user, ncpus, cpus, mems, mem_limit, pid, pid_start, cgroup, argv,
+                    state, submitted_ms, started_ms, ended_ms, end_reason FROM jobs {tail}"
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
+        type Row = (i64, String, String, u32, u32, String, u32, String, String, Option<i64>, Option<u32>, Option<i64>, String, String, String, i64, Option<i64>, Option<i64>, Option<String>);
+        let rows = stmt
+            .query_map(p, |r| {
+                Ok::<Row, rusqlite::Error>((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                    r.get(8)?,
+                    r.get(9)?,
+                    r.get(10)?,
+                    r.get(11)?,
+                    r.get(12)?,
+                    r.get(13)?,
+                    r.get(14)?,
+                    r.get(15)?,
+                    r.get(16)?,
+                    r.get(17)?,
+                    r.get(18)?,
+                ))
+            })
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        for row in rows {
+            let r = row.map_err(self.err())?;
+            let bad = |reason: String| StoreError::BadRow { path: self.path.clone(), seq: r.0, reason };
+            out.push(JobRecord {
+                seq: r.0,
+                job_id: r.1.clone(),
+                name: r.2.clone(),
+                uid: r.3,
+                gid: r.4,
+                user: r.5.clone(),
+                ncpus: r.6,
+                cpus: CpuSet::parse_list(&r.7).map_err(|e| bad(e.to_string()))?,
+                mems: CpuSet::parse_list(&r.8).map_err(|e| bad(e.to_string()))?,
+                mem_limit: r.9.map(|m| m as u64),
+                pid: r.10,
+                pid_start: r.11.map(|p| p as u64),
+                cgroup: r.12.clone(),
+                argv: serde_json::from_str(&r.13).map_err(|e| bad(format!("argv: {e}")))?,
+                state: StoredState::parse(&r.14).ok_or_else(|| bad(format!("unknown state {:?}", r.14)))?,
+                submitted_ms: r.15,
+                started_ms: r.16,
+                ended_ms: r.17,
+                end_reason: r.18.clone(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: &str) -> JobRecord {
+        JobRecord {
+            seq: 0,
+            job_id: id.into(),
+            name: "spin".into(),
+            uid: 1000,
+            gid: 1000,
+            user: "alice".into(),
+            ncpus: 2,
+            cpus: CpuSet::parse_list("0-1").unwrap(),
+            mems: CpuSet::parse_list("0").unwrap(),
+            mem_limit: Some(1 << 30),
+            pid: Some(4242),
+            pid_start: Some(123456),
+            cgroup: format!("job-{id}"),
+            argv: vec!["spin".into(), "a \"quoted\"\nline\\".into(), "\u{1}".into()],
+            state: StoredState::Starting,
+            submitted_ms: 1000,
+            started_ms: Some(1500),
+            ended_ms: None,
+            end_reason: None,
+        }
+    }
+
+    #[test]
+    fn jobs_live_and_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+        let seq = s.insert_job(&job("7")).unwrap();
+        // A live id cannot be taken twice.
+        assert!(s.insert_job(&job("7")).is_err());
+        s.set_running(seq).unwrap();
+        let live = s.live_jobs().unwrap();
+        assert_eq!(live.len(), 1);
+        let mut want = job("7");
+        want.seq = seq;
+        want.state = StoredState::Running;
+        assert_eq!(live[0], want);
+        s.set_ended(seq, 9000, "exited").unwrap();
+        assert!(s.live_jobs().unwrap().is_empty());
+        // Once ended, the id may be used again.
+        let seq2 = s.insert_job(&job("7")).unwrap();
+        assert_ne!(seq, seq2);
+        let ended = s.job(seq).unwrap().unwrap();
+        assert_eq!(ended.end_reason.as_deref(), Some("exited"));
+        assert_eq!(ended.ended_ms, Some(9000));
+    }
+
+    #[test]
+    fn state_survives_reopen_and_numbers_are_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = Store::open(dir.path()).unwrap();
+            assert_eq!(s.next_job_number().unwrap(), 1);
+            assert_eq!(s.next_job_number().unwrap(), 2);
+            s.insert_job(&job("a")).unwrap();
+        }
+        let mut s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.next_job_number().unwrap(), 3);
+        assert_eq!(s.live_jobs().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn refuses_a_newer_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pjw.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.pragma_update(None, "user_version", 99).unwrap();
+        }
+        let e = Store::open_file(&path).unwrap_err();
+        assert!(e.to_string().contains("newer"), "{e}");
+    }
+}

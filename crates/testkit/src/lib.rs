@@ -1,1 +1,191 @@
-//! pjw-testkit (being written).
+//! pjw-testkit: run a private `pjw daemon` for a test and leave nothing behind.
+//!
+//! [`TestDaemon::start`] runs the daemon with its socket and state in a temporary directory and
+//! its cgroup parent at `self/pjw-test-<pid>-<n>`, i.e. below the test process's own cgroup in
+//! every hierarchy. Dropping it (also when the test fails) stops the daemon, kills every process
+//! left in the test's cgroups — all of them started by the test — and removes the cgroups.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use pjw_cgroup::{Driver, ParentSpec};
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Whether root tests can run here (root, and a cgroup filesystem).
+pub fn can_run_root_tests() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && Path::new("/proc/self/cgroup").exists() && Path::new("/sys/fs/cgroup").exists()
+}
+
+/// Skip the calling test (return early) when root tests cannot run, saying why.
+#[macro_export]
+macro_rules! require_root {
+    () => {
+        if !$crate::can_run_root_tests() {
+            eprintln!("skipped: needs root and a cgroup filesystem");
+            return;
+        }
+    };
+}
+
+/// A private daemon for one test.
+#[derive(Debug)]
+pub struct TestDaemon {
+    bin: PathBuf,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    /// The `self/...` parent given to the daemon.
+    pub parent: String,
+    extra_config: String,
+}
+
+impl TestDaemon {
+    /// Start a daemon with the `pjw` binary at `bin` and extra TOML config lines.
+    pub fn start(bin: &Path, extra_config: &str) -> TestDaemon {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let parent = format!("self/pjw-test-{}-{n}", std::process::id());
+        let dir = tempfile::Builder::new().prefix("pjw-test").tempdir().expect("temp dir");
+        let mut d = TestDaemon { bin: bin.to_path_buf(), child: None, dir, parent, extra_config: extra_config.to_string() };
+        d.spawn();
+        d
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("pjw.sock")
+    }
+
+    /// The temporary directory (for test files).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    fn spawn(&mut self) {
+        let cfg = self.dir.path().join("pjw.toml");
+        std::fs::write(&cfg, format!("[log]\nlevel = \"debug\"\n{}\n", self.extra_config)).expect("write config");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("daemon.log"))
+            .expect("log file");
+        let child = Command::new(&self.bin)
+            .arg("daemon")
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--state-dir")
+            .arg(self.dir.path().join("state"))
+            .arg("--cgroup-parent")
+            .arg(&self.parent)
+            .env("PJW_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start pjw daemon");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if std::os::unix::net::UnixStream::connect(self.socket()).is_ok() {
+                return;
+            }
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    panic!("pjw daemon exited during start ({st}):\n{}", self.log());
+                }
+            }
+            assert!(Instant::now() < deadline, "pjw daemon did not come up:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The daemon's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// `kill -9` the daemon (a crash).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Stop the daemon with SIGTERM and wait for it.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child process, whose pid we hold and have not reaped.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
+
+    /// Start the daemon again with the same socket, state and cgroup parent.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// A `pjw` command talking to this daemon.
+    pub fn pjw(&self) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.env("PJW_SOCKET", self.socket());
+        c
+    }
+
+    /// `pjw status --json`, parsed.
+    pub fn status(&self) -> serde_json::Value {
+        let out = self.pjw().args(["status", "--json"]).output().expect("pjw status");
+        assert!(out.status.success(), "pjw status failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("status json")
+    }
+
+    /// The cgroup driver for this daemon's parent (to inspect job cgroups).
+    pub fn driver(&self) -> Driver {
+        let sub = self.parent.strip_prefix("self/").map(String::from);
+        Driver::detect(Path::new("/proc"), &ParentSpec::SelfRelative(sub)).expect("detect cgroups")
+    }
+
+    /// Wait until `f` holds, up to `limit` (a correctness bound, not a timing assertion).
+    pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        f()
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        self.kill9();
+        // Everything left below the test's parent was started by this test: kill it and
+        // remove the cgroups.
+        let sub = self.parent.strip_prefix("self/").map(String::from);
+        if let Ok(d) = Driver::detect(Path::new("/proc"), &ParentSpec::SelfRelative(sub)) {
+            for job in d.list_jobs().unwrap_or_default() {
+                let _ = d.kill(&job);
+                let end = Instant::now() + Duration::from_secs(10);
+                while d.is_populated(&job).unwrap_or(false) && Instant::now() < end {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = d.remove_job(&job);
+            }
+            let _ = d.remove_parent_if_empty();
+        }
+    }
+}

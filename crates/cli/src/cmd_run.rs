@@ -1,0 +1,117 @@
+//! `pjw run`: ask the daemon for CPUs, wait if needed, then exec the command inside the job.
+//!
+//! This process stays single-threaded until it execs: the daemon moves the whole process
+//! (found by `SO_PEERCRED`) into the job's cgroups, so the command starts confined from its
+//! first instruction and no helper process remains.
+
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
+
+use pjw_proto::{Client, ErrorCode, ProtoError, Request, Response, RunRequest};
+
+use crate::cli::RunArgs;
+
+/// Exit code when pjw itself fails.
+const EXIT_PJW: i32 = 125;
+
+/// How long a queued client keeps trying to reach a daemon that went away (restart).
+fn reconnect_window() -> Duration {
+    std::env::var("PJW_RECONNECT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(60))
+}
+
+fn fail(msg: impl std::fmt::Display) -> i32 {
+    eprintln!("pjw: {msg}");
+    EXIT_PJW
+}
+
+pub fn run(a: RunArgs) -> i32 {
+    let mem = match a.mem.as_deref().map(pjw_core::parse_size).transpose() {
+        Ok(m) => m,
+        Err(e) => return fail(format!("--mem: {e}")),
+    };
+    if a.cpus == 0 {
+        return fail("--cpus must be at least 1");
+    }
+    if let Some(id) = &a.job_id {
+        if let Err(e) = pjw_core::JobId::new(id) {
+            return fail(e);
+        }
+    }
+    let argv: Vec<String> = a.command.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    let mut req = RunRequest { cpus: a.cpus, mem, job_id: a.job_id.clone(), name: a.name.clone(), argv };
+    let path = pjw_proto::socket_path();
+
+    let mut said_queued = false;
+    let mut lost_since: Option<Instant> = None;
+    let started = loop {
+        let mut client = match Client::connect(&path) {
+            Ok(c) => c,
+            Err(e) => match lost_since {
+                Some(t) if t.elapsed() < reconnect_window() => {
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
+                Some(_) => return fail(format!("the pjw daemon did not come back within {} s: {e}", reconnect_window().as_secs())),
+                None => return fail(e),
+            },
+        };
+        if lost_since.take().is_some() && !a.quiet {
+            eprintln!("pjw: reconnected to the daemon");
+        }
+        if let Err(e) = client.send(&Request::Run(req.clone())) {
+            lost_since = Some(Instant::now());
+            if !a.quiet {
+                eprintln!("pjw: lost the daemon ({e}); reconnecting");
+            }
+            continue;
+        }
+        let outcome = loop {
+            match client.recv() {
+                Ok(Response::Queued { job, position, reason }) => {
+                    // Keep our seat's id across a daemon restart.
+                    req.job_id = Some(job.clone());
+                    if !said_queued && !a.quiet {
+                        eprintln!("pjw: job {job} queued (position {position}): {reason}");
+                        said_queued = true;
+                    }
+                }
+                Ok(Response::Started { job, cpus, mems }) => break Ok((job, cpus, mems)),
+                Ok(Response::Error { code: ErrorCode::ShuttingDown, .. }) | Err(ProtoError::Closed) | Err(ProtoError::Io(_)) => {
+                    break Err(None);
+                }
+                Ok(Response::Error { message, .. }) => break Err(Some(message)),
+                Ok(other) => break Err(Some(format!("unexpected answer from the daemon: {other:?}"))),
+                Err(e) => break Err(Some(e.to_string())),
+            }
+        };
+        match outcome {
+            Ok(s) => break s,
+            Err(Some(msg)) => return fail(msg),
+            Err(None) => {
+                if lost_since.is_none() {
+                    lost_since = Some(Instant::now());
+                    if !a.quiet {
+                        eprintln!("pjw: lost the daemon; reconnecting for up to {} s", reconnect_window().as_secs());
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    let (job, cpus, _mems) = started;
+    let mut cmd = std::process::Command::new(&a.command[0]);
+    cmd.args(&a.command[1..]).env("PJW_JOB_ID", &job).env("PJW_CPUS", cpus.to_string());
+    let e = cmd.exec();
+    let prog = a.command[0].to_string_lossy();
+    if e.kind() == std::io::ErrorKind::NotFound {
+        eprintln!("pjw: {prog}: command not found");
+        127
+    } else {
+        eprintln!("pjw: {prog}: {e}");
+        126
+    }
+}

@@ -1,0 +1,284 @@
+//! Daemon configuration: a raw TOML shape, validated into [`Config`] before anything starts.
+//!
+//! Every key is optional; docs/config.md is the reference. Errors name the file, the key and
+//! the reason. Command-line overrides are applied to the raw form and validated the same way.
+
+use std::path::{Path, PathBuf};
+
+use pjw_cgroup::ParentSpec;
+use pjw_core::CpuSet;
+use serde::Deserialize;
+
+/// Default config file.
+pub const DEFAULT_CONFIG: &str = "/etc/pjw/pjw.toml";
+/// Default state directory.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/pjw";
+
+/// The file as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub socket: Option<PathBuf>,
+    pub socket_mode: Option<String>,
+    pub state_dir: Option<PathBuf>,
+    pub cpus: Option<String>,
+    #[serde(default)]
+    pub cgroup: RawCgroup,
+    #[serde(default)]
+    pub job: RawJob,
+    #[serde(default)]
+    pub paths: RawPaths,
+    #[serde(default)]
+    pub log: RawLog,
+}
+
+/// `[cgroup]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCgroup {
+    pub parent: Option<String>,
+}
+
+/// `[job]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJob {
+    pub kill_leftovers: Option<bool>,
+    pub pids_max: Option<u64>,
+    pub max_name_len: Option<usize>,
+}
+
+/// `[paths]`: roots of the kernel filesystems (for tests and containers).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPaths {
+    pub proc: Option<PathBuf>,
+    pub sys: Option<PathBuf>,
+}
+
+/// `[log]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    pub level: Option<String>,
+    pub format: Option<String>,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where the file came from ("built-in defaults" when there was none).
+    pub origin: String,
+    pub socket: PathBuf,
+    pub socket_mode: u32,
+    pub state_dir: PathBuf,
+    /// CPUs pjw may hand out; `None` = every CPU the daemon may use.
+    pub cpus: Option<CpuSet>,
+    pub cgroup_parent: ParentSpec,
+    pub kill_leftovers: bool,
+    pub pids_max: Option<u64>,
+    pub proc_root: PathBuf,
+    pub sys_root: PathBuf,
+    pub log_level: String,
+    pub log_format: LogFormat,
+}
+
+/// A configuration error, naming file, key and reason.
+#[derive(Debug, thiserror::Error)]
+#[error("config {file}: {key}: {reason}")]
+pub struct ConfigError {
+    pub file: String,
+    pub key: String,
+    pub reason: String,
+}
+
+/// Overrides from the command line (applied before validation).
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub socket: Option<PathBuf>,
+    pub state_dir: Option<PathBuf>,
+    pub cgroup_parent: Option<String>,
+}
+
+impl Config {
+    /// Load `path` (or the default file if it exists, when `path` is None) and apply overrides.
+    pub fn load(path: Option<&Path>, ov: &Overrides) -> Result<Config, ConfigError> {
+        let (origin, text) = match path {
+            Some(p) => {
+                let t = std::fs::read_to_string(p).map_err(|e| ConfigError {
+                    file: p.display().to_string(),
+                    key: "(file)".into(),
+                    reason: format!("cannot read: {e}"),
+                })?;
+                (p.display().to_string(), t)
+            }
+            None => match std::fs::read_to_string(DEFAULT_CONFIG) {
+                Ok(t) => (DEFAULT_CONFIG.to_string(), t),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => ("built-in defaults".to_string(), String::new()),
+                Err(e) => {
+                    return Err(ConfigError { file: DEFAULT_CONFIG.into(), key: "(file)".into(), reason: format!("cannot read: {e}") })
+                }
+            },
+        };
+        Self::parse(&origin, &text, ov)
+    }
+
+    /// Parse and validate config text.
+    pub fn parse(origin: &str, text: &str, ov: &Overrides) -> Result<Config, ConfigError> {
+        let err = |key: &str, reason: String| ConfigError { file: origin.to_string(), key: key.to_string(), reason };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let key = e.span().map(|s| key_at(text, s.start)).unwrap_or_else(|| "(syntax)".into());
+            err(&key, e.message().to_string())
+        })?;
+        let socket = ov.socket.clone().or(raw.socket).unwrap_or_else(|| PathBuf::from(pjw_proto::DEFAULT_SOCKET));
+        if socket.as_os_str().is_empty() || socket.as_os_str().len() > 100 {
+            return Err(err("socket", "must be a path of 1-100 bytes (Unix socket limit)".into()));
+        }
+        let socket_mode = match raw.socket_mode {
+            None => 0o666,
+            Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|v| *v <= 0o777)
+                .ok_or_else(|| err("socket_mode", format!("{m:?} is not an octal mode such as \"0660\"")))?,
+        };
+        let state_dir = ov.state_dir.clone().or(raw.state_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+        let cpus = match raw.cpus {
+            None => None,
+            Some(c) => {
+                let s = CpuSet::parse_list(&c).map_err(|e| err("cpus", e.to_string()))?;
+                if s.is_empty() {
+                    return Err(err("cpus", "must name at least one cpu".into()));
+                }
+                Some(s)
+            }
+        };
+        let (parent_key, parent_text) = match &ov.cgroup_parent {
+            Some(p) => ("--cgroup-parent", p.clone()),
+            None => ("cgroup.parent", raw.cgroup.parent.unwrap_or_else(|| "/pjw".into())),
+        };
+        let cgroup_parent = ParentSpec::parse(&parent_text).map_err(|e| err(parent_key, e.to_string()))?;
+        let pids_max = match raw.job.pids_max {
+            None | Some(0) => None,
+            Some(n) => Some(n),
+        };
+        let _ = raw.job.max_name_len;
+        let log_level = raw.log.level.unwrap_or_else(|| "info".into());
+        if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
+            return Err(err("log.level", format!("{log_level:?} is not one of error, warn, info, debug, trace")));
+        }
+        let log_format = match raw.log.format.as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(o) => return Err(err("log.format", format!("{o:?} is not \"text\" or \"json\""))),
+        };
+        Ok(Config {
+            origin: origin.to_string(),
+            socket,
+            socket_mode,
+            state_dir,
+            cpus,
+            cgroup_parent,
+            kill_leftovers: raw.job.kill_leftovers.unwrap_or(true),
+            pids_max,
+            proc_root: raw.paths.proc.unwrap_or_else(|| PathBuf::from("/proc")),
+            sys_root: raw.paths.sys.unwrap_or_else(|| PathBuf::from("/sys")),
+            log_level,
+            log_format,
+        })
+    }
+}
+
+/// Name the key whose value sits at byte `offset`: `section.key (line N)`.
+fn key_at(text: &str, offset: usize) -> String {
+    let offset = offset.min(text.len());
+    let line_no = text[..offset].matches('\n').count() + 1;
+    let mut section = String::new();
+    let mut key = String::new();
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if i + 1 > line_no {
+            break;
+        }
+        if l.starts_with('[') {
+            section = l.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+        }
+        if i + 1 == line_no {
+            if let Some((k, _)) = l.split_once('=') {
+                key = k.trim().to_string();
+            }
+        }
+    }
+    match (section.is_empty(), key.is_empty()) {
+        (_, true) => format!("line {line_no}"),
+        (true, false) => format!("{key} (line {line_no})"),
+        (false, false) => format!("{section}.{key} (line {line_no})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_config_gives_defaults() {
+        let c = Config::parse("t.toml", "", &Overrides::default()).unwrap();
+        assert_eq!(c.socket, PathBuf::from("/run/pjw/pjw.sock"));
+        assert_eq!(c.state_dir, PathBuf::from("/var/lib/pjw"));
+        assert_eq!(c.cgroup_parent, ParentSpec::Absolute("/pjw".into()));
+        assert!(c.kill_leftovers);
+        assert_eq!(c.pids_max, None);
+        assert_eq!(c.socket_mode, 0o666);
+    }
+
+    #[test]
+    fn full_config_and_overrides() {
+        let text = r#"
+            socket = "/tmp/x.sock"
+            socket_mode = "0660"
+            cpus = "0-3"
+            [cgroup]
+            parent = "self/pjw"
+            [job]
+            kill_leftovers = false
+            pids_max = 4096
+            [log]
+            level = "debug"
+            format = "json"
+        "#;
+        let ov = Overrides { state_dir: Some("/tmp/st".into()), ..Default::default() };
+        let c = Config::parse("t.toml", text, &ov).unwrap();
+        assert_eq!(c.socket_mode, 0o660);
+        assert_eq!(c.cpus.unwrap().to_string(), "0-3");
+        assert_eq!(c.cgroup_parent, ParentSpec::SelfRelative(Some("pjw".into())));
+        assert!(!c.kill_leftovers);
+        assert_eq!(c.pids_max, Some(4096));
+        assert_eq!(c.state_dir, PathBuf::from("/tmp/st"));
+        assert_eq!(c.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn errors_name_file_key_and_reason() {
+        let cases = [
+            ("bogus = 1", "unknown field"),
+            ("[job]\nkill_leftovers = \"yes\"", "job.kill_leftovers (line 2): invalid type"),
+            ("cpus = \"3-1\"", "cpus"),
+            ("cpus = \"\"", "cpus: must name"),
+            ("socket_mode = \"999\"", "socket_mode"),
+            ("[cgroup]\nparent = \"relative\"", "cgroup.parent"),
+            ("[log]\nlevel = \"loud\"", "log.level"),
+            ("[log]\nformat = \"xml\"", "log.format"),
+        ];
+        for (text, want) in cases {
+            let e = Config::parse("/etc/pjw/pjw.toml", text, &Overrides::default()).unwrap_err().to_string();
+            assert!(e.starts_with("config /etc/pjw/pjw.toml: "), "{e}");
+            assert!(e.contains(want), "{text:?} gave {e:?}");
+        }
+    }
+}
