@@ -10,8 +10,53 @@
 //! - The parent ([`ParentSpec`]) is `/pjw` (a path inside each hierarchy) or `self[/SUB]`: below
 //!   the cgroup the calling process runs in, in each hierarchy (read from /proc/self/cgroup).
 //! - Job cgroups are leaves named by the caller (e.g. `job-42`) directly below the parent.
+//!
+//! Hierarchies used per mode:
+//!
+//! | mode    | limits (cpuset, memory, pids, cpu)        | tracking, freeze, kill, events |
+//! |---------|-------------------------------------------|--------------------------------|
+//! | Unified | the cgroup2 tree (+io when present)       | the cgroup2 tree               |
+//! | Hybrid  | v1 cpuset, memory, pids, cpu, cpuacct     | the cgroup2 tree               |
+//! | Legacy  | v1 cpuset, memory, pids, cpu, cpuacct     | v1 cpuset; v1 freezer          |
+//!
+//! A missing v1 controller is skipped with a warning, except cpuset, which is required. All paths
+//! come from mountinfo (the mount point plus the cgroup path below the mount's root), so tests
+//! point the driver at fake trees: see [`fake_tree`] and [`Backend::FakeTree`].
+//!
+//! ```
+//! use pjw_cgroup::{fake_tree::FakeSpec, Backend, Driver, Mode, ParentSpec};
+//! let dir = std::env::temp_dir().join(format!("pjw-cgroup-doc-{}", std::process::id()));
+//! let machine = FakeSpec::new(Mode::Hybrid).build(&dir).unwrap();
+//! let parent = ParentSpec::parse("/pjw").unwrap();
+//! let driver = Driver::detect_with(&machine.proc_root, &parent, Backend::FakeTree).unwrap();
+//! assert_eq!(driver.mode(), Mode::Hybrid);
+//! driver.prepare_parent().unwrap();
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! ```
+
+mod cpuset;
+mod detect;
+mod error;
+pub mod fake_tree;
+mod freezer;
+mod fs;
+mod memory;
+mod parent;
+mod pids;
+mod unified;
+
+pub use error::CgroupError;
+pub use fs::Backend;
 pub use pjw_core::CpuSet;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use detect::Hierarchy;
+use fs::{is_busy, Fs};
 
 /// How the machine's cgroups are laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +67,23 @@ pub enum Mode {
     Hybrid,
     /// v1 only.
     Legacy,
+}
+
+impl Mode {
+    /// Lower-case name: `unified`, `hybrid`, `legacy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Unified => "unified",
+            Mode::Hybrid => "hybrid",
+            Mode::Legacy => "legacy",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Where job cgroups go.
@@ -35,8 +97,21 @@ pub enum ParentSpec {
 
 impl ParentSpec {
     /// Parse `/pjw`, `self`, `self/SUB`. Errors on anything else (relative paths, `..`).
-    pub fn parse(_text: &str) -> Result<ParentSpec, CgroupError> {
-        todo!()
+    ///
+    /// Components may hold ASCII letters, digits and `-_.@+:=`; empty, `.` and `..` components
+    /// are refused, and so is `/` alone (the root cgroup cannot hold jobs directly).
+    pub fn parse(text: &str) -> Result<ParentSpec, CgroupError> {
+        parent::parse(text)
+    }
+}
+
+impl fmt::Display for ParentSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParentSpec::Absolute(p) => f.write_str(p),
+            ParentSpec::SelfRelative(None) => f.write_str("self"),
+            ParentSpec::SelfRelative(Some(s)) => write!(f, "self/{s}"),
+        }
     }
 }
 
@@ -51,83 +126,419 @@ pub struct JobLimits {
     pub pids_max: Option<u64>,
 }
 
-/// One error enum for the crate; I/O errors carry the path (and the value for writes).
-#[derive(Debug, thiserror::Error)]
-pub enum CgroupError {
-    #[error("placeholder")]
-    Placeholder,
+/// The hierarchies of one mode (static dispatch over the modes).
+#[derive(Debug)]
+enum Layout {
+    /// The cgroup2 tree does everything.
+    Unified { v2: Hierarchy },
+    /// v1 for limits (cpuset first), cgroup2 for tracking, freeze, kill and events.
+    Hybrid { v1: Vec<Hierarchy>, v2: Hierarchy },
+    /// v1 only (cpuset first; the freezer when mounted).
+    Legacy { v1: Vec<Hierarchy> },
 }
 
 /// The driver: one type over all modes (static dispatch inside).
 #[derive(Debug)]
-pub struct Driver {}
+pub struct Driver {
+    layout: Layout,
+    fs: Fs,
+}
+
+/// How long [`Driver::kill`] keeps signalling when there is no freezer.
+const KILL_ROUNDS: usize = 20;
 
 impl Driver {
     /// Detect the layout from `<proc_root>/self/mountinfo` and `<proc_root>/self/cgroup` and
     /// resolve `parent` in every hierarchy used. Does not create anything.
-    pub fn detect(_proc_root: &Path, _parent: &ParentSpec) -> Result<Driver, CgroupError> {
-        todo!()
+    pub fn detect(proc_root: &Path, parent: &ParentSpec) -> Result<Driver, CgroupError> {
+        Self::detect_with(proc_root, parent, Backend::Kernel)
     }
+
+    /// [`Driver::detect`] on a chosen backend ([`Backend::FakeTree`] for tests on fake trees).
+    pub fn detect_with(
+        proc_root: &Path,
+        parent: &ParentSpec,
+        backend: Backend,
+    ) -> Result<Driver, CgroupError> {
+        let fs = Fs { backend };
+        let d = detect::detect(proc_root, parent, &fs)?;
+        let layout = match (d.mode, d.v2) {
+            (Mode::Unified, Some(v2)) => Layout::Unified { v2 },
+            (Mode::Hybrid, Some(v2)) => Layout::Hybrid { v1: d.v1, v2 },
+            _ => Layout::Legacy { v1: d.v1 },
+        };
+        let driver = Driver { layout, fs };
+        tracing::debug!(layout = %driver.describe(), "cgroup layout detected");
+        Ok(driver)
+    }
+
     /// The detected mode.
     pub fn mode(&self) -> Mode {
-        todo!()
+        match self.layout {
+            Layout::Unified { .. } => Mode::Unified,
+            Layout::Hybrid { .. } => Mode::Hybrid,
+            Layout::Legacy { .. } => Mode::Legacy,
+        }
     }
-    /// Human-readable description of hierarchies and parent paths (for logs and `pjw status`).
+
+    /// Human-readable description of hierarchies and parent paths (for logs and `pjw status`),
+    /// e.g. `hybrid: cpuset=/sys/fs/cgroup/cpuset/pjw memory=… unified=/sys/fs/cgroup/unified/pjw`.
     pub fn describe(&self) -> String {
-        todo!()
+        let mut s = format!("{}:", self.mode());
+        for h in self.hierarchies() {
+            s.push_str(&format!(" {}={}", h.key(), h.parent().display()));
+            if h.v2 && !h.controllers.is_empty() {
+                s.push_str(&format!(" (controllers {})", h.controllers.join(",")));
+            }
+        }
+        s
     }
+
+    /// The parent directory in every hierarchy used, keyed like [`Driver::describe`]
+    /// (`cpuset`, `memory`, `cpu,cpuacct`, `unified`, …).
+    pub fn parent_dirs(&self) -> Vec<(String, PathBuf)> {
+        self.hierarchies().map(|h| (h.key(), h.parent())).collect()
+    }
+
+    /// The job's directory in every hierarchy used, keyed like [`Driver::parent_dirs`].
+    pub fn job_dirs(&self, name: &str) -> Vec<(String, PathBuf)> {
+        self.hierarchies().map(|h| (h.key(), h.job(name))).collect()
+    }
+
     /// Create the parent in every hierarchy (idempotent). v1 cpuset: copy cpus/mems from the
     /// level above. v2: enable the controllers pjw needs in subtree_control down to the parent.
+    ///
+    /// With `self`, v2 controllers are enabled from the process's own cgroup down; a cgroup that
+    /// has processes of its own cannot do that ([`CgroupError::SubtreeBusy`]).
     pub fn prepare_parent(&self) -> Result<(), CgroupError> {
-        todo!()
+        for h in self.hierarchies() {
+            if !self.fs.exists(&h.base) {
+                return Err(CgroupError::ParentMissing {
+                    path: h.base.clone(),
+                });
+            }
+            let enable = h.v2 && !h.controllers.is_empty();
+            if enable {
+                unified::enable_controllers(&self.fs, &h.base, &h.controllers)?;
+            }
+            let mut cur = h.base.clone();
+            for comp in &h.parent_rel {
+                let next = cur.join(comp);
+                self.fs.mkdir(&next, h.kind())?;
+                if !h.v2 && h.has("cpuset") {
+                    cpuset::inherit_v1(&self.fs, &cur, &next)?;
+                }
+                if enable {
+                    unified::enable_controllers(&self.fs, &next, &h.controllers)?;
+                }
+                cur = next;
+            }
+        }
+        Ok(())
     }
+
     /// Create job cgroup `name` below the parent in every hierarchy and apply `limits`.
     /// Idempotent on an existing job cgroup (re-applies limits).
-    pub fn create_job(&self, _name: &str, _limits: &JobLimits) -> Result<(), CgroupError> {
-        todo!()
+    ///
+    /// On failure the directories this call created are removed again.
+    pub fn create_job(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        let mut created = Vec::new();
+        let res = self.create_job_inner(name, limits, &mut created);
+        if res.is_err() {
+            for dir in created.iter().rev() {
+                if let Err(e) = self.fs.rmdir(dir) {
+                    tracing::warn!(path = %dir.display(), error = %e, "rollback: cannot remove job cgroup");
+                }
+            }
+        }
+        res
     }
+
+    fn create_job_inner(
+        &self,
+        name: &str,
+        limits: &JobLimits,
+        created: &mut Vec<PathBuf>,
+    ) -> Result<(), CgroupError> {
+        for h in self.hierarchies() {
+            let parent = h.parent();
+            if !self.fs.exists(&parent) {
+                return Err(CgroupError::ParentMissing { path: parent });
+            }
+            let dir = h.job(name);
+            if self.fs.mkdir(&dir, h.kind())? {
+                created.push(dir.clone());
+            }
+            if h.has("cpuset") {
+                cpuset::apply(&self.fs, &dir, &limits.cpus, &limits.mems)?;
+            }
+            if h.has("memory") {
+                memory::apply(&self.fs, &dir, h.v2, limits.memory_max)?;
+            }
+            if h.has("pids") {
+                pids::apply(&self.fs, &dir, limits.pids_max)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Move process `pid` (all its threads) into job `name` in every hierarchy.
-    pub fn add_process(&self, _name: &str, _pid: u32) -> Result<(), CgroupError> {
-        todo!()
+    ///
+    /// Every hierarchy is tried (cgroup2 first, v1 cpuset last); if any fails, the error lists
+    /// each failure.
+    pub fn add_process(&self, name: &str, pid: u32) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        let mut order: Vec<&Hierarchy> = self.hierarchies().collect();
+        // cgroup2 first (tracking), v1 cpuset last.
+        order.sort_by_key(|h| (!h.v2, !h.v2 && h.has("cpuset")));
+        let failures: Vec<CgroupError> = order
+            .into_iter()
+            .filter_map(|h| {
+                self.fs
+                    .write(&h.job(name).join("cgroup.procs"), &pid.to_string())
+                    .err()
+            })
+            .collect();
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(CgroupError::AddProcess {
+                pid,
+                job: name.to_string(),
+                failures,
+            })
+        }
     }
+
     /// Kill every process of the job (cgroup.kill where available; else freeze + SIGKILL each).
-    pub fn kill(&self, _name: &str) -> Result<(), CgroupError> {
-        todo!()
+    pub fn kill(&self, name: &str) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        if let Some(v2) = self.v2() {
+            if unified::kill(&self.fs, &v2.job(name))? {
+                return Ok(());
+            }
+        }
+        // No cgroup.kill: freeze so nothing forks, SIGKILL each process, thaw so they die.
+        let frozen = match self.freeze(name, true) {
+            Ok(()) => true,
+            Err(CgroupError::Unsupported { .. }) => false,
+            Err(e) => {
+                tracing::warn!(job = name, error = %e, "cannot freeze before killing, killing anyway");
+                false
+            }
+        };
+        let dirs: Vec<PathBuf> = self.job_dirs(name).into_iter().map(|(_, d)| d).collect();
+        let rounds = if frozen { 1 } else { KILL_ROUNDS };
+        let mut result = Ok(());
+        for _ in 0..rounds {
+            let pids = self.procs(name)?;
+            if pids.is_empty() {
+                break;
+            }
+            for pid in pids {
+                if let Err(e) = self.fs.kill_pid(pid, &dirs) {
+                    result = Err(e);
+                }
+            }
+            if !frozen {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if frozen {
+            self.freeze(name, false)?;
+        }
+        result
     }
+
     /// Freeze / thaw the job (cgroup.freeze, or the v1 freezer).
-    pub fn freeze(&self, _name: &str, _frozen: bool) -> Result<(), CgroupError> {
-        todo!()
+    ///
+    /// cgroup.freeze returns at once (watch `frozen` in cgroup.events, or [`Driver::is_frozen`]);
+    /// the v1 freezer is polled briefly until FROZEN.
+    pub fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        match &self.layout {
+            Layout::Unified { v2 } | Layout::Hybrid { v2, .. } => {
+                unified::freeze(&self.fs, &v2.job(name), frozen)
+            }
+            Layout::Legacy { .. } => match self.v1_with("freezer") {
+                Some(h) => freezer::set(&self.fs, &h.job(name), frozen),
+                None => Err(CgroupError::Unsupported {
+                    what: "freezing",
+                    mode: "legacy",
+                    reason: "the v1 freezer is not mounted",
+                }),
+            },
+        }
     }
+
+    /// Whether the job is (completely) frozen.
+    pub fn is_frozen(&self, name: &str) -> Result<bool, CgroupError> {
+        parent::validate_job_name(name)?;
+        match (self.v2(), self.v1_with("freezer")) {
+            (Some(v2), _) => Ok(unified::events(&self.fs, &v2.job(name))?.frozen == Some(true)),
+            (None, Some(h)) => Ok(freezer::state(&self.fs, &h.job(name))? == "FROZEN"),
+            (None, None) => Ok(false),
+        }
+    }
+
     /// Whether any process is left in the job (cgroup.events `populated`, or cgroup.procs).
-    pub fn is_populated(&self, _name: &str) -> Result<bool, CgroupError> {
-        todo!()
+    pub fn is_populated(&self, name: &str) -> Result<bool, CgroupError> {
+        parent::validate_job_name(name)?;
+        match self.v2() {
+            Some(v2) => Ok(unified::events(&self.fs, &v2.job(name))?.populated),
+            None => Ok(!self.procs(name)?.is_empty()),
+        }
     }
+
     /// The `cgroup.events` file of the job, when the mode has one (for inotify).
-    pub fn events_path(&self, _name: &str) -> Option<PathBuf> {
-        todo!()
+    pub fn events_path(&self, name: &str) -> Option<PathBuf> {
+        self.v2().map(|v2| v2.job(name).join("cgroup.events"))
     }
+
     /// Process ids in the job.
-    pub fn procs(&self, _name: &str) -> Result<Vec<u32>, CgroupError> {
-        todo!()
+    pub fn procs(&self, name: &str) -> Result<Vec<u32>, CgroupError> {
+        parent::validate_job_name(name)?;
+        let path = self.tracking().job(name).join("cgroup.procs");
+        let text = self.fs.read(&path)?;
+        parse_pids(&text).ok_or(CgroupError::BadContent { path, text })
     }
+
     /// Number of threads in the job.
-    pub fn thread_count(&self, _name: &str) -> Result<usize, CgroupError> {
-        todo!()
+    pub fn thread_count(&self, name: &str) -> Result<usize, CgroupError> {
+        parent::validate_job_name(name)?;
+        let t = self.tracking();
+        let file = if t.v2 { "cgroup.threads" } else { "tasks" };
+        let text = self.fs.read(&t.job(name).join(file))?;
+        Ok(text.lines().filter(|l| !l.trim().is_empty()).count())
     }
+
     /// The CPUs the job's cpuset holds (`cpuset.cpus`), for recovery after a restart.
-    pub fn job_cpus(&self, _name: &str) -> Result<CpuSet, CgroupError> {
-        todo!()
+    pub fn job_cpus(&self, name: &str) -> Result<CpuSet, CgroupError> {
+        parent::validate_job_name(name)?;
+        cpuset::read(&self.fs, &self.cpuset_hierarchy().job(name), "cpuset.cpus")
     }
+
     /// Names of job cgroups below the parent (union over hierarchies).
     pub fn list_jobs(&self) -> Result<Vec<String>, CgroupError> {
-        todo!()
+        let mut all = BTreeSet::new();
+        for h in self.hierarchies() {
+            all.extend(self.fs.child_dirs(&h.parent())?);
+        }
+        Ok(all.into_iter().collect())
     }
+
     /// Remove the job's cgroup in every hierarchy; missing ones are fine, populated ones fail.
-    pub fn remove_job(&self, _name: &str) -> Result<(), CgroupError> {
-        todo!()
+    ///
+    /// Every hierarchy is tried; the first error is returned.
+    pub fn remove_job(&self, name: &str) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        let mut first_err = None;
+        for h in self.hierarchies() {
+            let dir = h.job(name);
+            match self.fs.rmdir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    let err = if is_busy(&e) {
+                        CgroupError::Populated { path: dir }
+                    } else {
+                        CgroupError::RemoveDir {
+                            path: dir,
+                            source: e,
+                        }
+                    };
+                    first_err.get_or_insert(err);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
+
     /// Remove the parent in every hierarchy if it holds no job (used by tests and the demo).
+    ///
+    /// Removes the parent's components deepest first and stops at the first one that is not
+    /// empty (that is not an error). The base is never removed: the mount point for an
+    /// absolute parent, the process's own cgroup for `self/SUB`.
     pub fn remove_parent_if_empty(&self) -> Result<(), CgroupError> {
-        todo!()
+        for h in self.hierarchies() {
+            for depth in (1..=h.parent_rel.len()).rev() {
+                let mut dir = h.base.clone();
+                dir.extend(&h.parent_rel[..depth]);
+                match self.fs.rmdir(&dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) if is_busy(&e) => break,
+                    Err(e) => {
+                        return Err(CgroupError::RemoveDir {
+                            path: dir,
+                            source: e,
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every hierarchy used: cgroup2 first (when used), then v1 with cpuset first.
+    fn hierarchies(&self) -> impl Iterator<Item = &Hierarchy> {
+        let (v2, v1): (Option<&Hierarchy>, &[Hierarchy]) = match &self.layout {
+            Layout::Unified { v2 } => (Some(v2), &[]),
+            Layout::Hybrid { v1, v2 } => (Some(v2), v1),
+            Layout::Legacy { v1 } => (None, v1),
+        };
+        v2.into_iter().chain(v1.iter())
+    }
+
+    fn v2(&self) -> Option<&Hierarchy> {
+        match &self.layout {
+            Layout::Unified { v2 } | Layout::Hybrid { v2, .. } => Some(v2),
+            Layout::Legacy { .. } => None,
+        }
+    }
+
+    fn v1_with(&self, controller: &str) -> Option<&Hierarchy> {
+        match &self.layout {
+            Layout::Unified { .. } => None,
+            Layout::Hybrid { v1, .. } | Layout::Legacy { v1 } => {
+                v1.iter().find(|h| h.has(controller))
+            }
+        }
+    }
+
+    /// Where cpuset lives: the cgroup2 tree in Unified mode, else the v1 cpuset hierarchy
+    /// (required by detection).
+    fn cpuset_hierarchy(&self) -> &Hierarchy {
+        match &self.layout {
+            Layout::Unified { v2 } => v2,
+            Layout::Hybrid { v1, .. } | Layout::Legacy { v1 } => &v1[0],
+        }
+    }
+
+    /// Where processes are counted: cgroup2 when present, else v1 cpuset.
+    fn tracking(&self) -> &Hierarchy {
+        self.v2().unwrap_or_else(|| self.cpuset_hierarchy())
+    }
+}
+
+/// Pids from `cgroup.procs` text, one per line; `None` on a line that is not a pid.
+pub fn parse_pids(text: &str) -> Option<Vec<u32>> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| l.parse().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pids_parse() {
+        assert_eq!(parse_pids("1\n22\n"), Some(vec![1, 22]));
+        assert_eq!(parse_pids(""), Some(vec![]));
+        assert_eq!(parse_pids("1\nx\n"), None);
     }
 }

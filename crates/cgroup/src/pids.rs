@@ -1,0 +1,14 @@
+//! The pids controller: `pids.max` (same file in v1 and v2).
+
+use std::path::Path;
+
+use crate::fs::Fs;
+use crate::CgroupError;
+
+/// Set the task limit, when there is one.
+pub(crate) fn apply(fs: &Fs, dir: &Path, max: Option<u64>) -> Result<(), CgroupError> {
+    match max {
+        Some(max) => fs.write(&dir.join("pids.max"), &max.to_string()),
+        None => Ok(()),
+    }
+}

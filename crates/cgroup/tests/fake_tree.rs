@@ -1,0 +1,420 @@
+//! Fake-tree tests: the driver on temp-dir imitations of unified, hybrid and legacy machines.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use pjw_cgroup::fake_tree::{FakeMachine, FakeSpec};
+use pjw_cgroup::{Backend, CgroupError, CpuSet, Driver, JobLimits, Mode, ParentSpec};
+
+const ALL_MODES: [Mode; 3] = [Mode::Unified, Mode::Hybrid, Mode::Legacy];
+
+fn limits(cpus: &str) -> JobLimits {
+    JobLimits {
+        cpus: CpuSet::parse_list(cpus).unwrap(),
+        mems: CpuSet::parse_list("0").unwrap(),
+        memory_max: Some(64 << 20),
+        pids_max: Some(100),
+    }
+}
+
+fn machine(spec: FakeSpec) -> (tempfile::TempDir, FakeMachine) {
+    let dir = tempfile::tempdir().unwrap();
+    let m = spec.build(dir.path()).unwrap();
+    (dir, m)
+}
+
+fn driver(m: &FakeMachine, parent: &str) -> Result<Driver, CgroupError> {
+    Driver::detect_with(
+        &m.proc_root,
+        &ParentSpec::parse(parent).unwrap(),
+        Backend::FakeTree,
+    )
+}
+
+fn read(p: &Path) -> String {
+    fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .to_string()
+}
+
+fn dir_of(list: &[(String, PathBuf)], key: &str) -> PathBuf {
+    list.iter()
+        .find(|(k, _)| k == key)
+        .unwrap_or_else(|| panic!("no hierarchy {key} in {list:?}"))
+        .1
+        .clone()
+}
+
+#[test]
+fn job_lifecycle_in_every_mode() {
+    for mode in ALL_MODES {
+        let (_tmp, m) = machine(FakeSpec::new(mode));
+        let d = driver(&m, "/pjw/jobs").unwrap();
+        assert_eq!(d.mode(), mode);
+        assert!(
+            d.describe().starts_with(&format!("{mode}: ")),
+            "{}",
+            d.describe()
+        );
+
+        d.prepare_parent().unwrap();
+        d.prepare_parent().unwrap(); // idempotent
+        let parents = d.parent_dirs();
+        for (_, p) in &parents {
+            assert!(p.is_dir(), "{mode}: {} missing", p.display());
+        }
+        let keys: Vec<&str> = parents.iter().map(|(k, _)| k.as_str()).collect();
+        match mode {
+            Mode::Unified => {
+                assert_eq!(keys, ["unified"]);
+                let root = m.mount_point("unified").unwrap();
+                for dir in [root.to_path_buf(), root.join("pjw"), root.join("pjw/jobs")] {
+                    assert_eq!(
+                        read(&dir.join("cgroup.subtree_control")),
+                        "cpu cpuset io memory pids",
+                        "{mode}: {}",
+                        dir.display()
+                    );
+                }
+            }
+            Mode::Hybrid => {
+                assert_eq!(
+                    keys,
+                    ["unified", "cpuset", "memory", "pids", "cpu", "cpuacct"]
+                );
+                // No controller in the hybrid cgroup2 tree: nothing enabled.
+                let root = m.mount_point("unified").unwrap();
+                assert_eq!(read(&root.join("cgroup.subtree_control")), "");
+            }
+            Mode::Legacy => {
+                assert_eq!(
+                    keys,
+                    ["cpuset", "memory", "pids", "cpu", "cpuacct", "freezer"]
+                );
+            }
+        }
+        if mode != Mode::Unified {
+            // v1 cpuset levels inherit the root's cpus and mems.
+            let cs = m.mount_point("cpuset").unwrap();
+            for dir in [cs.join("pjw"), cs.join("pjw/jobs")] {
+                assert_eq!(read(&dir.join("cpuset.cpus")), "0-3");
+                assert_eq!(read(&dir.join("cpuset.mems")), "0");
+            }
+        }
+
+        d.create_job("job-1", &limits("1-2")).unwrap();
+        d.create_job("job-1", &limits("1-2")).unwrap(); // idempotent
+        assert_eq!(d.job_cpus("job-1").unwrap().to_string(), "1-2", "{mode}");
+        assert_eq!(d.list_jobs().unwrap(), ["job-1"]);
+        let jobs = d.job_dirs("job-1");
+        if mode == Mode::Unified {
+            let j = dir_of(&jobs, "unified");
+            assert_eq!(read(&j.join("memory.max")), (64u64 << 20).to_string());
+            assert_eq!(read(&j.join("pids.max")), "100");
+            assert_eq!(read(&j.join("cpuset.mems")), "0");
+        } else {
+            let mem = dir_of(&jobs, "memory");
+            assert_eq!(
+                read(&mem.join("memory.limit_in_bytes")),
+                (64u64 << 20).to_string()
+            );
+            assert_eq!(read(&dir_of(&jobs, "pids").join("pids.max")), "100");
+            assert!(dir_of(&jobs, "cpuacct").is_dir());
+        }
+
+        assert!(!d.is_populated("job-1").unwrap());
+        d.add_process("job-1", 4242).unwrap();
+        for (key, dir) in &jobs {
+            assert_eq!(read(&dir.join("cgroup.procs")), "4242", "{mode} {key}");
+        }
+        assert_eq!(d.procs("job-1").unwrap(), [4242]);
+        assert_eq!(d.thread_count("job-1").unwrap(), 1);
+        assert!(d.is_populated("job-1").unwrap());
+        assert_eq!(
+            d.events_path("job-1"),
+            (mode != Mode::Legacy).then(|| dir_of(&jobs, "unified").join("cgroup.events"))
+        );
+
+        d.freeze("job-1", true).unwrap();
+        assert!(d.is_frozen("job-1").unwrap(), "{mode}");
+        d.freeze("job-1", false).unwrap();
+        assert!(!d.is_frozen("job-1").unwrap(), "{mode}");
+
+        // Populated jobs cannot be removed.
+        assert!(matches!(
+            d.remove_job("job-1"),
+            Err(CgroupError::Populated { .. })
+        ));
+        d.kill("job-1").unwrap();
+        assert!(!d.is_populated("job-1").unwrap(), "{mode}");
+        assert!(d.procs("job-1").unwrap().is_empty());
+        if mode == Mode::Legacy {
+            // Freeze, SIGKILL (faked), thaw.
+            assert_eq!(
+                read(&dir_of(&jobs, "freezer").join("freezer.state")),
+                "THAWED"
+            );
+        }
+
+        d.remove_job("job-1").unwrap();
+        d.remove_job("job-1").unwrap(); // missing is fine
+        assert!(d.list_jobs().unwrap().is_empty());
+        d.remove_parent_if_empty().unwrap();
+        for (key, mp) in [("cpuset", "cpuset"), ("unified", "unified")] {
+            if let Some(mp) = m.mount_point(mp) {
+                assert!(!mp.join("pjw").exists(), "{mode}: {key} parent left");
+                assert!(mp.is_dir());
+            }
+        }
+    }
+}
+
+#[test]
+fn parent_not_empty_is_left_alone() {
+    for mode in ALL_MODES {
+        let (_tmp, m) = machine(FakeSpec::new(mode));
+        let d = driver(&m, "/pjw").unwrap();
+        d.prepare_parent().unwrap();
+        d.create_job("a", &limits("0")).unwrap();
+        d.remove_parent_if_empty().unwrap();
+        for (_, p) in d.parent_dirs() {
+            assert!(p.join("a").is_dir());
+        }
+        d.remove_job("a").unwrap();
+        d.remove_parent_if_empty().unwrap();
+        for (_, p) in d.parent_dirs() {
+            assert!(!p.exists());
+        }
+    }
+}
+
+#[test]
+fn self_parent_resolves_per_hierarchy() {
+    // Like this project's build machine: our memory cgroup belongs to someone else's agent.
+    let spec = FakeSpec::new(Mode::Hybrid).own("memory", "/process_api/abc");
+    let (_tmp, m) = machine(spec);
+    let d = driver(&m, "self/pjw-x/jobs").unwrap();
+    let parents = d.parent_dirs();
+    assert_eq!(
+        dir_of(&parents, "memory"),
+        m.mount_point("memory")
+            .unwrap()
+            .join("process_api/abc/pjw-x/jobs")
+    );
+    assert_eq!(
+        dir_of(&parents, "cpuset"),
+        m.mount_point("cpuset").unwrap().join("pjw-x/jobs")
+    );
+    assert_eq!(
+        dir_of(&parents, "unified"),
+        m.mount_point("unified").unwrap().join("pjw-x/jobs")
+    );
+    d.prepare_parent().unwrap();
+    d.create_job("j", &limits("3")).unwrap();
+    d.remove_job("j").unwrap();
+    d.remove_parent_if_empty().unwrap();
+    let mem = m.mount_point("memory").unwrap();
+    assert!(!mem.join("process_api/abc/pjw-x").exists());
+    assert!(mem.join("process_api/abc").is_dir(), "own cgroup must stay");
+}
+
+#[test]
+fn mount_root_is_accounted_for() {
+    // A container-style mount showing only /docker/c1 of the cpuset hierarchy.
+    let spec = FakeSpec::new(Mode::Legacy)
+        .mount_root("cpuset", "/docker/c1")
+        .own("cpuset", "/docker/c1/inner");
+    let (_tmp, m) = machine(spec);
+    let cs = m.mount_point("cpuset").unwrap().to_path_buf();
+
+    let d = driver(&m, "self/sub").unwrap();
+    assert_eq!(dir_of(&d.parent_dirs(), "cpuset"), cs.join("inner/sub"));
+    let d = driver(&m, "/docker/c1/pjw").unwrap();
+    assert_eq!(dir_of(&d.parent_dirs(), "cpuset"), cs.join("pjw"));
+    assert_eq!(
+        dir_of(&d.parent_dirs(), "memory"),
+        m.mount_point("memory").unwrap().join("docker/c1/pjw")
+    );
+    let spec = FakeSpec::new(Mode::Legacy).mount_root("cpuset", "/docker/c1");
+    let (_tmp2, m2) = machine(spec);
+    let e = driver(&m2, "/pjw").unwrap_err();
+    assert!(matches!(e, CgroupError::OutsideMount { .. }), "{e}");
+    assert!(e.to_string().contains("mount root /docker/c1"), "{e}");
+}
+
+#[test]
+fn unified_self_with_processes_gives_a_clear_error() {
+    let spec = FakeSpec::new(Mode::Unified).own("unified", "/user.slice/pjwd.service");
+    let (_tmp, m) = machine(spec);
+    let d = driver(&m, "self/jobs").unwrap();
+    let e = d.prepare_parent().unwrap_err();
+    let own = m
+        .mount_point("unified")
+        .unwrap()
+        .join("user.slice/pjwd.service");
+    assert!(
+        matches!(e, CgroupError::SubtreeBusy { ref path, .. } if *path == own),
+        "{e}"
+    );
+    assert!(e.to_string().contains("no-internal-process"), "{e}");
+
+    // Without processes of its own (the daemon moved itself into a leaf) it works.
+    let mut spec = FakeSpec::new(Mode::Unified).own("unified", "/user.slice/pjwd.service");
+    spec.own_pid = None;
+    let (_tmp2, m2) = machine(spec);
+    let d = driver(&m2, "self/jobs").unwrap();
+    d.prepare_parent().unwrap();
+    d.create_job("j", &limits("0-1")).unwrap();
+    assert_eq!(d.job_cpus("j").unwrap().to_string(), "0-1");
+}
+
+#[test]
+fn detection() {
+    // cpu and cpuacct co-mounted: one hierarchy, keyed by both.
+    let mut spec = FakeSpec::new(Mode::Hybrid);
+    spec.v1_mounts = vec!["cpu,cpuacct".into(), "cpuset".into(), "memory".into()];
+    let (_tmp, m) = machine(spec);
+    let d = driver(&m, "/pjw").unwrap();
+    let keys: Vec<String> = d.parent_dirs().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["unified", "cpuset", "memory", "cpu,cpuacct"]);
+    assert!(d.describe().contains("cpu,cpuacct="), "{}", d.describe());
+
+    // Legacy without cpuset: refused.
+    let mut spec = FakeSpec::new(Mode::Legacy);
+    spec.v1_mounts = vec!["memory".into(), "name=systemd".into()];
+    let (_tmp, m) = machine(spec);
+    let e = driver(&m, "/pjw").unwrap_err();
+    assert!(matches!(e, CgroupError::MissingController { .. }), "{e}");
+    assert!(e.to_string().contains("cpuset"));
+
+    // Only a named v1 hierarchy plus a controller-less cgroup2: nothing usable.
+    let mut spec = FakeSpec::new(Mode::Hybrid);
+    spec.v1_mounts = vec!["name=systemd".into()];
+    let (_tmp, m) = machine(spec);
+    let e = driver(&m, "/pjw").unwrap_err();
+    assert!(matches!(e, CgroupError::NoCgroupFs { .. }), "{e}");
+
+    // Unified, self in a cgroup that was not given cpuset: refused, naming the cgroup.
+    let spec = FakeSpec::new(Mode::Unified).own("unified", "/user.slice/x");
+    let (_tmp, m) = machine(spec);
+    let own = m.mount_point("unified").unwrap().join("user.slice/x");
+    fs::write(own.join("cgroup.controllers"), "memory pids\n").unwrap();
+    let e = driver(&m, "self").unwrap_err();
+    assert!(e.to_string().contains(&own.display().to_string()), "{e}");
+
+    // Unified without cpuset: refused.
+    let mut spec = FakeSpec::new(Mode::Unified);
+    spec.v2_controllers = "memory pids".into();
+    let (_tmp, m) = machine(spec);
+    assert!(matches!(
+        driver(&m, "/pjw"),
+        Err(CgroupError::MissingController { .. })
+    ));
+
+    // Legacy without freezer: freeze unsupported, kill still works by signalling.
+    let mut spec = FakeSpec::new(Mode::Legacy);
+    spec.v1_mounts = vec!["cpuset".into(), "memory".into()];
+    let (_tmp, m) = machine(spec);
+    let d = driver(&m, "/pjw").unwrap();
+    d.prepare_parent().unwrap();
+    d.create_job("j", &limits("0")).unwrap();
+    d.add_process("j", 77).unwrap();
+    assert!(matches!(
+        d.freeze("j", true),
+        Err(CgroupError::Unsupported { .. })
+    ));
+    d.kill("j").unwrap();
+    assert!(!d.is_populated("j").unwrap());
+}
+
+#[test]
+fn create_job_rolls_back_what_it_created() {
+    let (_tmp, m) = machine(FakeSpec::new(Mode::Hybrid));
+    let d = driver(&m, "/pjw").unwrap();
+    d.prepare_parent().unwrap();
+    // A plain file where the pids job cgroup should go makes mkdir fail there.
+    let pids_job = dir_of(&d.job_dirs("j"), "pids");
+    fs::write(&pids_job, "").unwrap();
+    let e = d.create_job("j", &limits("0")).unwrap_err();
+    assert!(matches!(e, CgroupError::CreateDir { .. }), "{e}");
+    for (key, dir) in d.job_dirs("j") {
+        if key == "pids" {
+            assert!(dir.is_file());
+        } else {
+            assert!(!dir.exists(), "{key}: {} left behind", dir.display());
+        }
+    }
+    fs::remove_file(&pids_job).unwrap();
+    d.create_job("j", &limits("0")).unwrap();
+}
+
+#[test]
+fn create_job_keeps_existing_job_on_failure() {
+    let (_tmp, m) = machine(FakeSpec::new(Mode::Legacy));
+    let d = driver(&m, "/pjw").unwrap();
+    d.prepare_parent().unwrap();
+    d.create_job("j", &limits("0")).unwrap();
+    let mem = dir_of(&d.job_dirs("j"), "memory");
+    fs::remove_file(mem.join("memory.limit_in_bytes")).unwrap();
+    let e = d.create_job("j", &limits("1")).unwrap_err();
+    assert!(
+        matches!(e, CgroupError::Write { ref value, .. } if *value == (64u64 << 20).to_string()),
+        "{e}"
+    );
+    assert!(e.to_string().contains("memory.limit_in_bytes"), "{e}");
+    for (_, dir) in d.job_dirs("j") {
+        assert!(dir.is_dir());
+    }
+}
+
+#[test]
+fn add_process_reports_each_failure() {
+    let (_tmp, m) = machine(FakeSpec::new(Mode::Hybrid));
+    let d = driver(&m, "/pjw").unwrap();
+    d.prepare_parent().unwrap();
+    d.create_job("j", &limits("0")).unwrap();
+    let mem = dir_of(&d.job_dirs("j"), "memory");
+    fs::remove_file(mem.join("cgroup.procs")).unwrap();
+    let e = d.add_process("j", 5).unwrap_err();
+    match &e {
+        CgroupError::AddProcess { pid, failures, .. } => {
+            assert_eq!(*pid, 5);
+            assert_eq!(failures.len(), 1);
+        }
+        other => panic!("{other}"),
+    }
+    assert!(
+        e.to_string()
+            .contains(&mem.join("cgroup.procs").display().to_string()),
+        "{e}"
+    );
+    // The others did move it.
+    assert_eq!(
+        read(&dir_of(&d.job_dirs("j"), "cpuset").join("cgroup.procs")),
+        "5"
+    );
+}
+
+#[test]
+fn bad_names_are_refused() {
+    let (_tmp, m) = machine(FakeSpec::new(Mode::Hybrid));
+    let d = driver(&m, "/pjw").unwrap();
+    for bad in ["", ".", "..", "a/b"] {
+        assert!(matches!(
+            d.create_job(bad, &limits("0")),
+            Err(CgroupError::BadJobName { .. })
+        ));
+        assert!(d.remove_job(bad).is_err());
+        assert!(d.kill(bad).is_err());
+    }
+}
+
+#[test]
+fn create_before_prepare_names_the_parent() {
+    let (_tmp, m) = machine(FakeSpec::new(Mode::Unified));
+    let d = driver(&m, "/pjw").unwrap();
+    let e = d.create_job("j", &limits("0")).unwrap_err();
+    assert!(matches!(e, CgroupError::ParentMissing { .. }), "{e}");
+    assert!(e.to_string().contains("pjw"), "{e}");
+}

@@ -1,0 +1,180 @@
+//! Root tests on the machine's real cgroupfs.
+//!
+//! Everything is created below this test process's own cgroup in each hierarchy
+//! (`self/pjw-cgtest-<pid>`), only the `sleep` child this test starts is moved, frozen or
+//! killed, and a guard removes what was created even when an assertion fails. Nothing is
+//! mounted or reconfigured. Skipped (passes with a message) when not root or without
+//! /sys/fs/cgroup.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use pjw_cgroup::{CpuSet, Driver, JobLimits, Mode, ParentSpec};
+
+const JOB: &str = "job";
+
+/// Kills our own child and removes our cgroups, also on panic.
+struct Guard {
+    driver: Driver,
+    child: Option<Child>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.driver.remove_job(JOB).is_err() && Instant::now() < deadline {
+            let _ = self.driver.kill(JOB);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.driver.remove_parent_if_empty();
+    }
+}
+
+fn is_root() -> bool {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    pjw_kernelfs::proc_status::parse(&text).is_ok_and(|s| s.uid[1] == 0)
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn dir(list: &[(String, PathBuf)], key: &str) -> Option<PathBuf> {
+    list.iter().find(|(k, _)| k == key).map(|(_, p)| p.clone())
+}
+
+fn procs_of(dir: &Path) -> Vec<u32> {
+    let text = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+    pjw_cgroup::parse_pids(&text).unwrap()
+}
+
+#[test]
+fn job_lifecycle_on_the_real_cgroupfs() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    if !Path::new("/sys/fs/cgroup").is_dir() {
+        eprintln!("skipped: no /sys/fs/cgroup");
+        return;
+    }
+    let parent = ParentSpec::parse(&format!("self/pjw-cgtest-{}", std::process::id())).unwrap();
+    let driver = Driver::detect(Path::new("/proc"), &parent).unwrap();
+    eprintln!("{}", driver.describe());
+    let looks_hybrid =
+        Path::new("/sys/fs/cgroup/cpuset").is_dir() && Path::new("/sys/fs/cgroup/unified").is_dir();
+    if looks_hybrid {
+        assert_eq!(driver.mode(), Mode::Hybrid);
+    }
+    let mut g = Guard {
+        driver,
+        child: None,
+    };
+    let d = &g.driver;
+    let parents = d.parent_dirs();
+    if let Err(e) = d.prepare_parent() {
+        if d.mode() == Mode::Unified {
+            eprintln!("skipped: cannot prepare below our own cgroup in unified mode: {e}");
+            return;
+        }
+        panic!("prepare_parent: {e}");
+    }
+    for (k, p) in &parents {
+        assert!(p.is_dir(), "{k}: {}", p.display());
+    }
+    let mems = match dir(&parents, "cpuset") {
+        Some(p) => std::fs::read_to_string(p.join("cpuset.mems")).unwrap(),
+        None => "0".into(),
+    };
+    let limits = JobLimits {
+        cpus: CpuSet::parse_list("0").unwrap(),
+        mems: CpuSet::parse_list(&mems).unwrap(),
+        memory_max: Some(64 << 20),
+        pids_max: Some(100),
+    };
+    d.create_job(JOB, &limits).unwrap();
+    assert_eq!(d.list_jobs().unwrap(), [JOB]);
+    assert_eq!(d.job_cpus(JOB).unwrap().to_string(), "0");
+    let jobs = d.job_dirs(JOB);
+    if let Some(mem) = dir(&jobs, "memory") {
+        let f = if d.mode() == Mode::Unified {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        let v = std::fs::read_to_string(mem.join(f)).unwrap();
+        assert_eq!(v.trim(), (64u64 << 20).to_string());
+    }
+
+    if let Some(p) = dir(&jobs, "pids").or_else(|| dir(&jobs, "unified")) {
+        if p.join("pids.max").exists() {
+            assert_eq!(
+                std::fs::read_to_string(p.join("pids.max")).unwrap().trim(),
+                "100"
+            );
+        }
+    }
+
+    let child = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = child.id();
+    g.child = Some(child);
+    let d = &g.driver;
+    d.add_process(JOB, pid).unwrap();
+
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let status = pjw_kernelfs::proc_status::parse(&status).unwrap();
+    assert_eq!(status.cpus_allowed_list.to_string(), "0");
+    for key in ["memory", "unified", "cpuset"] {
+        if let Some(j) = dir(&jobs, key) {
+            assert!(
+                procs_of(&j).contains(&pid),
+                "pid {pid} not in {}",
+                j.display()
+            );
+        }
+    }
+    assert!(d.procs(JOB).unwrap().contains(&pid));
+    assert!(d.is_populated(JOB).unwrap());
+    assert!(d.thread_count(JOB).unwrap() >= 1);
+
+    if let Some(events) = d.events_path(JOB) {
+        d.freeze(JOB, true).unwrap();
+        wait_until("frozen", || {
+            let ev = pjw_kernelfs::cgroup_events::parse(&std::fs::read_to_string(&events).unwrap())
+                .unwrap();
+            ev.frozen == Some(true)
+        });
+        assert!(d.is_frozen(JOB).unwrap());
+        d.freeze(JOB, false).unwrap();
+        wait_until("thawed", || !d.is_frozen(JOB).unwrap());
+    } else {
+        d.freeze(JOB, true).unwrap();
+        assert!(d.is_frozen(JOB).unwrap());
+        d.freeze(JOB, false).unwrap();
+    }
+
+    d.kill(JOB).unwrap();
+    let mut child = g.child.take().unwrap();
+    let st = child.wait().unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "child ended with {st:?}");
+    let d = &g.driver;
+    wait_until("job unpopulated", || !d.is_populated(JOB).unwrap());
+
+    d.remove_job(JOB).unwrap();
+    assert!(d.list_jobs().unwrap().is_empty());
+    d.remove_parent_if_empty().unwrap();
+    for (k, p) in d.job_dirs(JOB).into_iter().chain(d.parent_dirs()) {
+        assert!(!p.exists(), "{k}: {} left behind", p.display());
+    }
+    drop(g);
+}

@@ -1,0 +1,104 @@
+//! `/proc/PID/status`: `Key:\tvalue` lines (see proc(5)).
+
+use std::collections::BTreeMap;
+
+use pjw_core::CpuSet;
+
+use crate::error::{bad_line, bad_value, ParseError};
+
+const FORMAT: &str = "/proc/PID/status";
+
+/// The fields pjw uses, plus every line by key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcStatus {
+    pub name: String,
+    /// Real, effective, saved set, filesystem.
+    pub uid: [u32; 4],
+    pub gid: [u32; 4],
+    pub threads: u64,
+    pub cpus_allowed_list: CpuSet,
+    /// `Mems_allowed_list` (absent without NUMA support in the kernel).
+    pub mems_allowed_list: Option<CpuSet>,
+    /// Every line, key → value (trimmed).
+    pub fields: BTreeMap<String, String>,
+}
+
+fn ids(key: &'static str, v: &str) -> Result<[u32; 4], ParseError> {
+    let parts: Vec<&str> = v.split_whitespace().collect();
+    if parts.len() != 4 {
+        return Err(bad_value(FORMAT, key, v));
+    }
+    let mut out = [0; 4];
+    for (o, p) in out.iter_mut().zip(parts) {
+        *o = p.parse().map_err(|_| bad_value(FORMAT, key, v))?;
+    }
+    Ok(out)
+}
+
+/// Parse the file.
+pub fn parse(text: &str) -> Result<ProcStatus, ParseError> {
+    let mut fields = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (k, v) = line
+            .split_once(':')
+            .ok_or_else(|| bad_line(FORMAT, i, line))?;
+        fields.insert(k.to_string(), v.trim().to_string());
+    }
+    let get = |k: &'static str| {
+        fields
+            .get(k)
+            .map(String::as_str)
+            .ok_or(ParseError::MissingField {
+                format: FORMAT,
+                field: k,
+            })
+    };
+    let list =
+        |k: &'static str, v: &str| CpuSet::parse_list(v).map_err(|_| bad_value(FORMAT, k, v));
+    let threads = get("Threads")?;
+    Ok(ProcStatus {
+        name: get("Name").unwrap_or("").to_string(),
+        uid: ids("Uid", get("Uid")?)?,
+        gid: ids("Gid", get("Gid")?)?,
+        threads: threads
+            .parse()
+            .map_err(|_| bad_value(FORMAT, "Threads", threads))?,
+        cpus_allowed_list: list("Cpus_allowed_list", get("Cpus_allowed_list")?)?,
+        mems_allowed_list: match fields.get("Mems_allowed_list") {
+            Some(v) => Some(list("Mems_allowed_list", v)?),
+            None => None,
+        },
+        fields,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUS: &str = "Name:\tsleep\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nPid:\t4242\nPPid:\t4200\nUid:\t1000\t1000\t1000\t1000\nGid:\t100\t100\t100\t100\nThreads:\t1\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\nMems_allowed_list:\t0\nvoluntary_ctxt_switches:\t2\n";
+
+    #[test]
+    fn parses_status() {
+        let s = parse(STATUS).unwrap();
+        assert_eq!(s.name, "sleep");
+        assert_eq!(s.uid, [1000; 4]);
+        assert_eq!(s.gid, [100; 4]);
+        assert_eq!(s.threads, 1);
+        assert_eq!(s.cpus_allowed_list.to_string(), "0-1");
+        assert_eq!(s.mems_allowed_list.unwrap().to_string(), "0");
+        assert_eq!(s.fields["State"], "S (sleeping)");
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(parse("Name:\tx\n").is_err());
+        let e = parse(&STATUS.replace("0-1", "0-x")).unwrap_err();
+        assert!(e.to_string().contains("0-x"), "{e}");
+        assert!(parse(&STATUS.replace("Uid:\t1000\t1000\t1000\t1000", "Uid:\t1")).is_err());
+        assert!(parse("no colon here\n").is_err());
+    }
+}
