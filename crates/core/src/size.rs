@@ -50,7 +50,7 @@ pub fn format_size(bytes: u64) -> String {
     for (u, m) in UNITS {
         if bytes >= m {
             let v = bytes as f64 / m as f64;
-            return if bytes % m == 0 {
+            return if bytes.is_multiple_of(m) {
                 format!("{}{u}", bytes / m)
             } else {
                 format!("{v:.1}{u}")

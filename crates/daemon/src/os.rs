@@ -14,13 +14,13 @@ pub fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
 /// (pid, start time) names a process across pid reuse.
 pub fn start_time(proc_root: &Path, pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
-    pjw_kernelfs::proc::parse_stat(&text).ok().map(|s| s.starttime)
+    pjw_kernelfs::proc_stat::parse(&text).ok().map(|s| s.starttime)
 }
 
 /// Real uid of `pid` (from /proc/PID/status).
 pub fn process_uid(proc_root: &Path, pid: u32) -> Option<u32> {
     let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")).ok()?;
-    pjw_kernelfs::proc::parse_status(&text).ok().map(|s| s.uid)
+    pjw_kernelfs::proc_status::parse(&text).ok().map(|s| s.uid[0])
 }
 
 /// Whether the process (pid, start time) still exists.
