@@ -41,8 +41,18 @@ pub fn run(a: RunArgs) -> i32 {
             return fail(e);
         }
     }
-    let argv: Vec<String> = a.command.iter().map(|s| s.to_string_lossy().into_owned()).collect();
-    let mut req = RunRequest { cpus: a.cpus, mem, job_id: a.job_id.clone(), name: a.name.clone(), argv };
+    let argv: Vec<String> = a
+        .command
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
+    let mut req = RunRequest {
+        cpus: a.cpus,
+        mem,
+        job_id: a.job_id.clone(),
+        name: a.name.clone(),
+        argv,
+    };
     let path = pjw_proto::socket_path();
 
     let mut said_queued = false;
@@ -55,7 +65,12 @@ pub fn run(a: RunArgs) -> i32 {
                     std::thread::sleep(Duration::from_millis(200));
                     continue;
                 }
-                Some(_) => return fail(format!("the pjw daemon did not come back within {} s: {e}", reconnect_window().as_secs())),
+                Some(_) => {
+                    return fail(format!(
+                        "the pjw daemon did not come back within {} s: {e}",
+                        reconnect_window().as_secs()
+                    ))
+                }
                 None => return fail(e),
             },
         };
@@ -71,7 +86,11 @@ pub fn run(a: RunArgs) -> i32 {
         }
         let outcome = loop {
             match client.recv() {
-                Ok(Response::Queued { job, position, reason }) => {
+                Ok(Response::Queued {
+                    job,
+                    position,
+                    reason,
+                }) => {
                     // Keep our seat's id across a daemon restart.
                     req.job_id = Some(job.clone());
                     if !said_queued && !a.quiet {
@@ -80,11 +99,20 @@ pub fn run(a: RunArgs) -> i32 {
                     }
                 }
                 Ok(Response::Started { job, cpus, mems }) => break Ok((job, cpus, mems)),
-                Ok(Response::Error { code: ErrorCode::ShuttingDown, .. }) | Err(ProtoError::Closed) | Err(ProtoError::Io(_)) => {
+                Ok(Response::Error {
+                    code: ErrorCode::ShuttingDown,
+                    ..
+                })
+                | Err(ProtoError::Closed)
+                | Err(ProtoError::Io(_)) => {
                     break Err(None);
                 }
                 Ok(Response::Error { message, .. }) => break Err(Some(message)),
-                Ok(other) => break Err(Some(format!("unexpected answer from the daemon: {other:?}"))),
+                Ok(other) => {
+                    break Err(Some(format!(
+                        "unexpected answer from the daemon: {other:?}"
+                    )))
+                }
                 Err(e) => break Err(Some(e.to_string())),
             }
         };
@@ -95,7 +123,10 @@ pub fn run(a: RunArgs) -> i32 {
                 if lost_since.is_none() {
                     lost_since = Some(Instant::now());
                     if !a.quiet {
-                        eprintln!("pjw: lost the daemon; reconnecting for up to {} s", reconnect_window().as_secs());
+                        eprintln!(
+                            "pjw: lost the daemon; reconnecting for up to {} s",
+                            reconnect_window().as_secs()
+                        );
                     }
                 }
                 std::thread::sleep(Duration::from_millis(100));
@@ -104,7 +135,9 @@ pub fn run(a: RunArgs) -> i32 {
     };
     let (job, cpus, _mems) = started;
     let mut cmd = std::process::Command::new(&a.command[0]);
-    cmd.args(&a.command[1..]).env("PJW_JOB_ID", &job).env("PJW_CPUS", cpus.to_string());
+    cmd.args(&a.command[1..])
+        .env("PJW_JOB_ID", &job)
+        .env("PJW_CPUS", cpus.to_string());
     let e = cmd.exec();
     let prog = a.command[0].to_string_lossy();
     if e.kind() == std::io::ErrorKind::NotFound {

@@ -42,13 +42,21 @@ fn age(secs: u64) -> String {
 /// The text view: job table, node map, totals.
 pub fn render(s: &StatusReport) -> String {
     let mut out = String::new();
-    let mut rows = vec![["", "JOB", "USER", "NAME", "CPUS", "MEMS", "MEM", "PROCS", "THREADS", "STATE", "AGE"].map(String::from).to_vec()];
+    let mut rows = vec![[
+        "", "JOB", "USER", "NAME", "CPUS", "MEMS", "MEM", "PROCS", "THREADS", "STATE", "AGE",
+    ]
+    .map(String::from)
+    .to_vec()];
     let mut map: Vec<char> = Vec::new();
     let cpus: Vec<u32> = s.cpus.iter().collect();
     map.resize(cpus.len(), '.');
     let mut running = 0;
     for (i, j) in s.jobs.iter().enumerate() {
-        let m = if j.state == JobState::Queued { ' ' } else { mark(running) };
+        let m = if j.state == JobState::Queued {
+            ' '
+        } else {
+            mark(running)
+        };
         if j.state != JobState::Queued {
             for c in j.cpus.iter() {
                 if let Some(pos) = cpus.iter().position(|x| *x == c) {
@@ -63,7 +71,11 @@ pub fn render(s: &StatusReport) -> String {
             j.id.clone(),
             j.user.clone(),
             j.name.clone(),
-            if j.state == JobState::Queued { format!("({})", j.ncpus) } else { j.cpus.to_string() },
+            if j.state == JobState::Queued {
+                format!("({})", j.ncpus)
+            } else {
+                j.cpus.to_string()
+            },
             j.mems.to_string(),
             j.mem.map(format_size).unwrap_or_else(|| "-".into()),
             j.procs.to_string(),
@@ -72,17 +84,27 @@ pub fn render(s: &StatusReport) -> String {
             age(j.age_secs),
         ]);
     }
-    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
     if s.jobs.is_empty() {
         out.push_str("no jobs\n");
     } else {
         for r in &rows {
-            let line: Vec<String> = r.iter().zip(&widths).map(|(v, w)| format!("{v:<w$}")).collect();
+            let line: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .map(|(v, w)| format!("{v:<w$}"))
+                .collect();
             out.push_str(line.join(" ").trim_end());
             out.push('\n');
         }
     }
-    let queued = s.jobs.iter().filter(|j| j.state == JobState::Queued).count();
+    let queued = s
+        .jobs
+        .iter()
+        .filter(|j| j.state == JobState::Queued)
+        .count();
     let map: String = map.into_iter().collect();
     out.push_str(&format!("node {} [{}]\n", s.node, map));
     out.push_str(&format!(

@@ -12,7 +12,8 @@ pub fn run(a: TopologyArgs) -> anyhow::Result<()> {
     } else if let Some(s) = &a.synthetic {
         pjw_core::synthetic::parse(s)?
     } else {
-        pjw_topology::discover(Path::new("/sys"), Path::new("/proc")).context("cannot read this machine's topology")?
+        pjw_topology::discover(Path::new("/sys"), Path::new("/proc"))
+            .context("cannot read this machine's topology")?
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&topo)?);

@@ -36,7 +36,11 @@ fn report(r: anyhow::Result<()>) -> i32 {
 }
 
 fn cmd_daemon(d: cli::DaemonArgs) -> i32 {
-    let ov = pjw_daemon::Overrides { socket: d.socket, state_dir: d.state_dir, cgroup_parent: d.cgroup_parent };
+    let ov = pjw_daemon::Overrides {
+        socket: d.socket,
+        state_dir: d.state_dir,
+        cgroup_parent: d.cgroup_parent,
+    };
     let cfg = match pjw_daemon::Config::load(d.config.as_deref(), &ov) {
         Ok(c) => c,
         Err(e) => {
@@ -65,7 +69,10 @@ fn init_logging(cfg: &pjw_daemon::Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PJW_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cfg.log_level));
     let timer = ChronoLocal::new("%Y-%m-%dT%H:%M:%S%.6f%:z".to_string());
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_timer(timer).with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_timer(timer)
+        .with_writer(std::io::stderr);
     match cfg.log_format {
         pjw_daemon::config::LogFormat::Json => b.json().init(),
         pjw_daemon::config::LogFormat::Text => b.with_ansi(false).init(),

@@ -13,6 +13,47 @@ use std::time::{Duration, Instant};
 use pjw_cgroup::{Driver, ParentSpec};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
+static SWEEP: std::sync::Once = std::sync::Once::new();
+
+/// Kill the processes of a test parent below our own cgroup and remove its cgroups.
+fn clean_parent(sub: &str) {
+    let Ok(d) = Driver::detect(
+        Path::new("/proc"),
+        &ParentSpec::SelfRelative(Some(sub.to_string())),
+    ) else {
+        return;
+    };
+    for job in d.list_jobs().unwrap_or_default() {
+        let _ = d.kill(&job);
+        let end = Instant::now() + Duration::from_secs(10);
+        while d.is_populated(&job).unwrap_or(false) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = d.remove_job(&job);
+    }
+    let _ = d.remove_parent_if_empty();
+}
+
+/// Remove what an earlier test run left when it was killed before its cleanup ran: parents
+/// named `pjw-test-<pid>-<n>` or `pjw-demo-<pid>` whose process is gone. Everything in them
+/// was started by those runs.
+pub fn sweep_stale() {
+    let Ok(d) = Driver::detect(Path::new("/proc"), &ParentSpec::SelfRelative(None)) else {
+        return;
+    };
+    for name in d.list_jobs().unwrap_or_default() {
+        let pid = name
+            .strip_prefix("pjw-test-")
+            .and_then(|r| r.split('-').next())
+            .or_else(|| name.strip_prefix("pjw-demo-"));
+        let Some(pid) = pid.and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            clean_parent(&name);
+        }
+    }
+}
 
 /// Whether root tests can run here (root, and a cgroup filesystem).
 pub fn can_run_root_tests() -> bool {
@@ -46,10 +87,20 @@ pub struct TestDaemon {
 impl TestDaemon {
     /// Start a daemon with the `pjw` binary at `bin` and extra TOML config lines.
     pub fn start(bin: &Path, extra_config: &str) -> TestDaemon {
+        SWEEP.call_once(sweep_stale);
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let parent = format!("self/pjw-test-{}-{n}", std::process::id());
-        let dir = tempfile::Builder::new().prefix("pjw-test").tempdir().expect("temp dir");
-        let mut d = TestDaemon { bin: bin.to_path_buf(), child: None, dir, parent, extra_config: extra_config.to_string() };
+        let dir = tempfile::Builder::new()
+            .prefix("pjw-test")
+            .tempdir()
+            .expect("temp dir");
+        let mut d = TestDaemon {
+            bin: bin.to_path_buf(),
+            child: None,
+            dir,
+            parent,
+            extra_config: extra_config.to_string(),
+        };
         d.spawn();
         d
     }
@@ -71,7 +122,11 @@ impl TestDaemon {
 
     fn spawn(&mut self) {
         let cfg = self.dir.path().join("pjw.toml");
-        std::fs::write(&cfg, format!("[log]\nlevel = \"debug\"\n{}\n", self.extra_config)).expect("write config");
+        std::fs::write(
+            &cfg,
+            format!("{}\n[log]\nlevel = \"debug\"\n", self.extra_config),
+        )
+        .expect("write config");
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -104,7 +159,11 @@ impl TestDaemon {
                     panic!("pjw daemon exited during start ({st}):\n{}", self.log());
                 }
             }
-            assert!(Instant::now() < deadline, "pjw daemon did not come up:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "pjw daemon did not come up:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -146,8 +205,16 @@ impl TestDaemon {
 
     /// `pjw status --json`, parsed.
     pub fn status(&self) -> serde_json::Value {
-        let out = self.pjw().args(["status", "--json"]).output().expect("pjw status");
-        assert!(out.status.success(), "pjw status failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = self
+            .pjw()
+            .args(["status", "--json"])
+            .output()
+            .expect("pjw status");
+        assert!(
+            out.status.success(),
+            "pjw status failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).expect("status json")
     }
 
@@ -175,17 +242,8 @@ impl Drop for TestDaemon {
         self.kill9();
         // Everything left below the test's parent was started by this test: kill it and
         // remove the cgroups.
-        let sub = self.parent.strip_prefix("self/").map(String::from);
-        if let Ok(d) = Driver::detect(Path::new("/proc"), &ParentSpec::SelfRelative(sub)) {
-            for job in d.list_jobs().unwrap_or_default() {
-                let _ = d.kill(&job);
-                let end = Instant::now() + Duration::from_secs(10);
-                while d.is_populated(&job).unwrap_or(false) && Instant::now() < end {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                let _ = d.remove_job(&job);
-            }
-            let _ = d.remove_parent_if_empty();
+        if let Some(sub) = self.parent.strip_prefix("self/") {
+            clean_parent(sub);
         }
     }
 }

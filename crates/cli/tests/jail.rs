@@ -1,0 +1,624 @@
+//! Root integration tests: a real daemon, real cgroups (below this test's own cgroup), real jobs.
+//!
+//! Each test starts its own daemon through `pjw_testkit::TestDaemon`, whose drop kills whatever
+//! the test left and removes the cgroups even when an assertion fails. Waits have generous
+//! bounds: they check that something happens, never how fast.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use pjw_core::CpuSet;
+use pjw_testkit::{require_root, TestDaemon};
+
+const PJW: &str = env!("CARGO_BIN_EXE_pjw");
+/// Two CPUs for jobs, whatever the machine (the VM tier has 16).
+const TWO_CPUS: &str = "cpus = \"0-1\"";
+
+fn pjw_bin() -> &'static Path {
+    Path::new(PJW)
+}
+
+fn wl() -> PathBuf {
+    // pjw-wl is built into the same target directory by `make test`.
+    let p = Path::new(PJW).with_file_name("pjw-wl");
+    assert!(
+        p.exists(),
+        "pjw-wl not built at {} (run `cargo build -p pjw-workloads`)",
+        p.display()
+    );
+    p
+}
+
+/// Start `pjw run ARGS -- sh -c SCRIPT` in the background.
+fn spawn_job(d: &TestDaemon, args: &[&str], script: &str) -> Child {
+    d.pjw()
+        .arg("run")
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pjw run")
+}
+
+fn wait_file(p: &Path) -> String {
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(20), || p.exists()),
+        "{} never appeared",
+        p.display()
+    );
+    // Written with a single shell redirection; wait until it is complete.
+    let mut text = String::new();
+    TestDaemon::wait_for(Duration::from_secs(5), || {
+        text = std::fs::read_to_string(p).unwrap_or_default();
+        text.ends_with('\n')
+    });
+    text
+}
+
+/// `Cpus_allowed_list` of a task, from /proc.
+fn allowed(path: &Path) -> CpuSet {
+    let s = std::fs::read_to_string(path).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| CpuSet::parse_list(v.trim()).unwrap())
+        .unwrap_or_default()
+}
+
+fn touch(p: &Path) {
+    std::fs::write(p, "").unwrap();
+}
+
+fn jobs(status: &serde_json::Value) -> Vec<serde_json::Value> {
+    status["jobs"].as_array().cloned().unwrap_or_default()
+}
+
+fn job_cpus(status: &serde_json::Value, id: &str) -> Option<CpuSet> {
+    jobs(status)
+        .iter()
+        .find(|j| j["id"] == id)
+        .map(|j| CpuSet::parse_list(j["cpus"].as_str().unwrap()).unwrap())
+}
+
+/// A job script that records its CPUs and waits for a go file.
+fn hold(dir: &Path, tag: &str) -> String {
+    format!(
+        "grep Cpus_allowed_list /proc/self/status > {d}/{tag}.cpus; while [ ! -e {d}/{tag}.go ]; do sleep 0.02; done",
+        d = dir.display()
+    )
+}
+
+fn finish(mut c: Child) -> (i32, String) {
+    let out = c.wait_with_output_timeout();
+    out
+}
+
+trait WaitTimeout {
+    fn wait_with_output_timeout(&mut self) -> (i32, String);
+}
+
+impl WaitTimeout for Child {
+    fn wait_with_output_timeout(&mut self) -> (i32, String) {
+        let mut status = None;
+        TestDaemon::wait_for(Duration::from_secs(60), || {
+            status = self.try_wait().ok().flatten();
+            status.is_some()
+        });
+        let st = match status {
+            Some(s) => s,
+            None => {
+                let _ = self.kill();
+                self.wait().expect("wait")
+            }
+        };
+        let mut err = String::new();
+        if let Some(mut e) = self.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut err);
+        }
+        (st.code().unwrap_or(-1), err)
+    }
+}
+
+#[test]
+fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--cpus", "1", "--job-id", "a"], &hold(&dir, "a"));
+    let b = spawn_job(&d, &["--cpus", "1", "--job-id", "b"], &hold(&dir, "b"));
+    let ca = allowed(&dir.join("a.cpus"));
+    let _ = wait_file(&dir.join("a.cpus"));
+    let _ = wait_file(&dir.join("b.cpus"));
+    let ca = if ca.is_empty() {
+        allowed(&dir.join("a.cpus"))
+    } else {
+        ca
+    };
+    let cb = allowed(&dir.join("b.cpus"));
+    assert_eq!(ca.len(), 1, "job a allowed {ca}");
+    assert_eq!(cb.len(), 1, "job b allowed {cb}");
+    assert!(!ca.intersects(&cb), "a {ca} and b {cb} overlap");
+
+    let c = spawn_job(
+        &d,
+        &["--cpus", "2", "--job-id", "c"],
+        &format!(
+            "grep Cpus_allowed_list /proc/self/status > {}/c.cpus",
+            dir.display()
+        ),
+    );
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(10), || jobs(&d.status())
+            .iter()
+            .any(|j| j["id"] == "c" && j["state"] == "queued")),
+        "job c not queued: {}",
+        d.status()
+    );
+    touch(&dir.join("a.go"));
+    let (code, _) = finish(a);
+    assert_eq!(code, 0);
+    // One CPU is free now, but c needs two: it keeps waiting.
+    assert!(TestDaemon::wait_for(Duration::from_secs(10), || d.status()
+        ["free_cpus"]
+        .as_str()
+        .map(|s| CpuSet::parse_list(s).unwrap().len())
+        == Some(1)));
+    assert!(!dir.join("c.cpus").exists(), "c started with one cpu free");
+    assert_eq!(
+        jobs(&d.status()).iter().find(|j| j["id"] == "c").unwrap()["state"],
+        "queued"
+    );
+    touch(&dir.join("b.go"));
+    assert_eq!(finish(b).0, 0);
+    let (code, err) = finish(c);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("queued"),
+        "c did not say it was queued: {err:?}"
+    );
+    assert_eq!(
+        err.matches("queued").count(),
+        1,
+        "said queued more than once: {err:?}"
+    );
+    assert_eq!(allowed(&dir.join("c.cpus")), ca.union(&cb));
+    assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
+        &d.status()
+    )
+    .is_empty()));
+}
+
+#[test]
+fn daemonized_children_and_threads_stay_jailed_and_die_with_the_job() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let dir = d.dir().to_path_buf();
+    let pidfile = dir.join("escapee.pid");
+    // The job double-forks a setsid daemon running 16 threads, starts 8 threads itself, and
+    // ends when the go file appears.
+    let script = format!(
+        "( setsid {wl} threads 16 600 {pid} </dev/null >/dev/null 2>&1 & ) ; {wl} threads 8 600 </dev/null >/dev/null 2>&1 & while [ ! -e {d}/go ]; do sleep 0.02; done",
+        wl = wl().display(),
+        pid = pidfile.display(),
+        d = dir.display()
+    );
+    let job = spawn_job(&d, &["--cpus", "1", "--job-id", "esc"], &script);
+    let escapee: i32 = wait_file(&pidfile).trim().parse().unwrap();
+    let drv = d.driver();
+    let cpus = drv.job_cpus("job-esc").unwrap();
+    assert_eq!(cpus.len(), 1);
+    // Every thread of every process of the job is confined to the job's CPU.
+    assert!(TestDaemon::wait_for(Duration::from_secs(10), || drv
+        .thread_count("job-esc")
+        .unwrap_or(0)
+        >= 24 + 3));
+    let procs = drv.procs("job-esc").unwrap();
+    assert!(
+        procs.contains(&(escapee as u32)),
+        "setsid daemon {escapee} is not in the job cgroup"
+    );
+    let mut threads = 0;
+    for p in &procs {
+        for t in std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let a = allowed(&t.path().join("status"));
+            if a.is_empty() {
+                continue; // exited meanwhile
+            }
+            assert_eq!(
+                a,
+                cpus,
+                "task {} of pid {p} is allowed {a}, job has {cpus}",
+                t.path().display()
+            );
+            threads += 1;
+        }
+    }
+    assert!(threads >= 24, "only {threads} threads seen");
+    let st = d.status();
+    let me = jobs(&st).into_iter().find(|j| j["id"] == "esc").unwrap();
+    assert!(me["procs"].as_u64().unwrap() >= 3, "{me}");
+    assert!(me["threads"].as_u64().unwrap() >= 24, "{me}");
+
+    touch(&dir.join("go"));
+    let (code, err) = finish(job);
+    assert_eq!(code, 0, "{err}");
+    // The setsid daemon does not survive the job, and the job's cgroups go away.
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(10), || !Path::new(&format!(
+            "/proc/{escapee}"
+        ))
+        .exists()
+            || std::fs::read_to_string(format!("/proc/{escapee}/stat"))
+                .map(|s| s.contains(") Z "))
+                .unwrap_or(true)),
+        "setsid daemon {escapee} survived the job"
+    );
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(10), || drv
+            .list_jobs()
+            .unwrap()
+            .is_empty()),
+        "job cgroup left behind"
+    );
+    assert!(jobs(&d.status()).is_empty());
+}
+
+#[test]
+fn kill_9_of_the_daemon_loses_nothing_and_gives_no_cpu_twice() {
+    require_root!();
+    let mut d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--cpus", "1", "--job-id", "a"], &hold(&dir, "a"));
+    let b = spawn_job(&d, &["--cpus", "1", "--job-id", "b"], &hold(&dir, "b"));
+    wait_file(&dir.join("a.cpus"));
+    wait_file(&dir.join("b.cpus"));
+    let before = d.status();
+    let (ca, cb) = (
+        job_cpus(&before, "a").unwrap(),
+        job_cpus(&before, "b").unwrap(),
+    );
+
+    d.kill9();
+    // The jobs keep running, confined, while there is no daemon.
+    assert!(d.driver().is_populated("job-a").unwrap());
+    d.restart();
+    let after = d.status();
+    assert_eq!(job_cpus(&after, "a"), Some(ca), "{after}");
+    assert_eq!(job_cpus(&after, "b"), Some(cb), "{after}");
+    assert_eq!(after["free_cpus"], "");
+
+    // A new job must not get their CPUs: it waits.
+    let c = spawn_job(
+        &d,
+        &["--cpus", "1", "--job-id", "c"],
+        &format!(
+            "grep Cpus_allowed_list /proc/self/status > {}/c.cpus",
+            dir.display()
+        ),
+    );
+    assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
+        &d.status()
+    )
+    .iter()
+    .any(|j| j["id"] == "c" && j["state"] == "queued")));
+    assert!(!dir.join("c.cpus").exists());
+    // When a ends, its CPU goes to c (the recovered job is watched by pidfd again).
+    touch(&dir.join("a.go"));
+    let (code, cerr) = finish(c);
+    assert_eq!(code, 0, "{cerr}");
+    assert_eq!(allowed(&dir.join("c.cpus")), ca);
+    touch(&dir.join("b.go"));
+    assert_eq!(finish(a).0, 0);
+    assert_eq!(finish(b).0, 0);
+    assert!(TestDaemon::wait_for(Duration::from_secs(10), || {
+        let s = d.status();
+        jobs(&s).is_empty()
+            && CpuSet::parse_list(s["free_cpus"].as_str().unwrap())
+                .unwrap()
+                .len()
+                == 2
+    }));
+    assert!(
+        d.driver().list_jobs().unwrap().is_empty(),
+        "cgroups left: {:?}",
+        d.driver().list_jobs()
+    );
+}
+
+#[test]
+fn jobs_that_end_while_the_daemon_is_down_are_cleaned_up_at_restart() {
+    require_root!();
+    let mut d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--cpus", "2", "--job-id", "gone"], &hold(&dir, "a"));
+    wait_file(&dir.join("a.cpus"));
+    d.kill9();
+    touch(&dir.join("a.go"));
+    assert_eq!(finish(a).0, 0);
+    d.restart();
+    let s = d.status();
+    assert!(jobs(&s).is_empty(), "{s}");
+    assert_eq!(
+        CpuSet::parse_list(s["free_cpus"].as_str().unwrap())
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(d.driver().list_jobs().unwrap().is_empty());
+}
+
+#[test]
+fn a_client_queued_when_the_daemon_dies_is_served_after_the_restart() {
+    require_root!();
+    let mut d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--cpus", "2", "--job-id", "big"], &hold(&dir, "a"));
+    wait_file(&dir.join("a.cpus"));
+    let q = spawn_job(&d, &["--cpus", "1", "--job-id", "waiter"], "echo served");
+    assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
+        &d.status()
+    )
+    .iter()
+    .any(|j| j["id"] == "waiter")));
+    d.kill9();
+    d.restart();
+    touch(&dir.join("a.go"));
+    assert_eq!(finish(a).0, 0);
+    let (code, err) = q.wait_with_output_timeout_stdout();
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("served"), "{err}");
+}
+
+trait WaitStdout {
+    fn wait_with_output_timeout_stdout(self) -> (i32, String);
+}
+
+impl WaitStdout for Child {
+    fn wait_with_output_timeout_stdout(mut self) -> (i32, String) {
+        let mut out = self.stdout.take();
+        let (code, err) = self.wait_with_output_timeout();
+        let mut s = String::new();
+        if let Some(o) = out.as_mut() {
+            use std::io::Read;
+            let _ = o.read_to_string(&mut s);
+        }
+        (code, format!("{s}{err}"))
+    }
+}
+
+#[test]
+fn exit_status_memory_limit_and_environment_reach_the_command() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let st = d
+        .pjw()
+        .args(["run", "--", "sh", "-c", "exit 7"])
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(7));
+    let out = d
+        .pjw()
+        .args(["run", "--", "/nonexistent/cmd"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("command not found"));
+    // The memory limit is set on the job's own memory cgroup.
+    let script = r#"p=$(grep -E '^[0-9]+:(memory|):' /proc/self/cgroup | head -1 | cut -d: -f3-)
+        for f in /sys/fs/cgroup/memory$p/memory.limit_in_bytes /sys/fs/cgroup$p/memory.max; do [ -r $f ] && cat $f && break; done
+        echo "$PJW_JOB_ID $PJW_CPUS""#;
+    let out = d
+        .pjw()
+        .args([
+            "run", "--mem", "64M", "--job-id", "memjob", "--", "sh", "-c", script,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("67108864"), "{text}");
+    let env = lines.next().unwrap_or_default();
+    assert!(env.starts_with("memjob "), "{env}");
+}
+
+#[test]
+fn bad_input_gets_one_line_errors_and_the_daemon_survives() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", "--cpus", "0", "--", "true"], "at least 1"),
+        (
+            &["run", "--cpus", "99", "--", "true"],
+            "more than this node has",
+        ),
+        (&["run", "--mem", "12Q", "--", "true"], "invalid size"),
+        (&["run", "--job-id", "a/b", "--", "true"], "invalid job id"),
+        (&["kill", "nosuchjob"], "no job nosuchjob"),
+    ];
+    for (args, want) in cases {
+        let out = d.pjw().args(*args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err:?}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: not one line: {err:?}"
+        );
+    }
+    // Raw garbage on the socket: malformed, oversized, unknown, truncated, silent.
+    use std::io::{Read, Write};
+    let frames: Vec<Vec<u8>> = vec![
+        [&9u32.to_be_bytes()[..], b"not json!"].concat(),
+        (u32::MAX).to_be_bytes().to_vec(),
+        [
+            &40u32.to_be_bytes()[..],
+            br#"{"v":1,"req":{"type":"format_disk"}}"#,
+        ]
+        .concat(),
+        [
+            &30u32.to_be_bytes()[..],
+            br#"{"v":9,"req":{"type":"status"}}"#,
+        ]
+        .concat(),
+        [&100u32.to_be_bytes()[..], b"{}"].concat(),
+    ];
+    for f in frames {
+        let mut s = std::os::unix::net::UnixStream::connect(d.socket()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let _ = s.write_all(&f);
+        if f.len() == 102 {
+            // Truncated frame: close our side; the daemon must not hang on it.
+            let _ = s.shutdown(std::net::Shutdown::Write);
+        }
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+    }
+    // A silent client does not block others.
+    let _silent = std::os::unix::net::UnixStream::connect(d.socket()).unwrap();
+    let st = d.status();
+    assert_eq!(st["total_cpus"], 2);
+    let ok = d.pjw().args(["run", "--", "true"]).status().unwrap();
+    assert!(ok.success());
+}
+
+#[test]
+fn a_user_cannot_kill_another_users_job() {
+    require_root!();
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: setpriv missing");
+        return;
+    }
+    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let dir = d.dir().to_path_buf();
+    // Let the unprivileged user reach the socket.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let a = spawn_job(&d, &["--cpus", "1", "--job-id", "roots"], &hold(&dir, "a"));
+    wait_file(&dir.join("a.cpus"));
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", PJW])
+            .args(args)
+            .env("PJW_SOCKET", d.socket())
+            .output()
+            .unwrap()
+    };
+    let out = as_nobody(&["kill", "roots"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("belongs to root"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        jobs(&d.status()).iter().any(|j| j["id"] == "roots"),
+        "job was killed"
+    );
+    // nobody can run a job of its own and see it by its user.
+    let out = as_nobody(&["run", "--job-id", "nob", "--", "id", "-u"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "65534");
+    // root may kill anyone's job; the job's processes die.
+    let st = d.pjw().args(["kill", "roots"]).status().unwrap();
+    assert!(st.success());
+    let (code, _) = finish(a);
+    assert_ne!(code, 0, "killed job exited 0");
+    assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
+        &d.status()
+    )
+    .is_empty()));
+}
+
+#[test]
+fn a_queued_client_that_gives_up_leaves_the_queue() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--cpus", "2", "--job-id", "big"], &hold(&dir, "a"));
+    wait_file(&dir.join("a.cpus"));
+    let mut q = spawn_job(&d, &["--cpus", "1", "--job-id", "impatient"], "true");
+    assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
+        &d.status()
+    )
+    .iter()
+    .any(|j| j["id"] == "impatient")));
+    q.kill().unwrap();
+    q.wait().unwrap();
+    assert!(TestDaemon::wait_for(Duration::from_secs(10), || !jobs(
+        &d.status()
+    )
+    .iter()
+    .any(|j| j["id"] == "impatient")));
+    // The same id can be used again at once.
+    touch(&dir.join("a.go"));
+    assert_eq!(finish(a).0, 0);
+    assert!(d
+        .pjw()
+        .args(["run", "--job-id", "impatient", "--", "true"])
+        .status()
+        .unwrap()
+        .success());
+}
+
+#[test]
+fn status_text_shows_the_table_and_node_map() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(
+        &d,
+        &["--cpus", "1", "--job-id", "shown", "--name", "demo"],
+        &hold(&dir, "a"),
+    );
+    wait_file(&dir.join("a.cpus"));
+    let out = d.pjw().arg("status").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().next().unwrap().contains("JOB"), "{text}");
+    assert!(
+        text.contains("shown") && text.contains("demo") && text.contains("running"),
+        "{text}"
+    );
+    let map = text.lines().find(|l| l.starts_with("node ")).unwrap();
+    let inside = &map[map.find('[').unwrap() + 1..map.rfind(']').unwrap()];
+    assert_eq!(inside.len(), 2, "{map}");
+    assert_eq!(inside.matches('A').count(), 1, "{map}");
+    assert_eq!(inside.matches('.').count(), 1, "{map}");
+    assert!(text.contains("1 free, 1 allocated"), "{text}");
+    touch(&dir.join("a.go"));
+    finish(a);
+}
+
+#[test]
+fn duplicate_live_job_ids_are_refused() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--cpus", "1", "--job-id", "same"], &hold(&dir, "a"));
+    wait_file(&dir.join("a.cpus"));
+    let out = d
+        .pjw()
+        .args(["run", "--job-id", "same", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already in use"));
+    touch(&dir.join("a.go"));
+    finish(a);
+}
