@@ -28,7 +28,9 @@ fn usage() -> ! {
 }
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize) -> T {
-    args.get(i).and_then(|s| s.parse().ok()).unwrap_or_else(|| usage())
+    args.get(i)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| usage())
 }
 
 fn main() {

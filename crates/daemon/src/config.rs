@@ -121,9 +121,15 @@ impl Config {
             }
             None => match std::fs::read_to_string(DEFAULT_CONFIG) {
                 Ok(t) => (DEFAULT_CONFIG.to_string(), t),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => ("built-in defaults".to_string(), String::new()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    ("built-in defaults".to_string(), String::new())
+                }
                 Err(e) => {
-                    return Err(ConfigError { file: DEFAULT_CONFIG.into(), key: "(file)".into(), reason: format!("cannot read: {e}") })
+                    return Err(ConfigError {
+                        file: DEFAULT_CONFIG.into(),
+                        key: "(file)".into(),
+                        reason: format!("cannot read: {e}"),
+                    })
                 }
             },
         };
@@ -132,23 +138,46 @@ impl Config {
 
     /// Parse and validate config text.
     pub fn parse(origin: &str, text: &str, ov: &Overrides) -> Result<Config, ConfigError> {
-        let err = |key: &str, reason: String| ConfigError { file: origin.to_string(), key: key.to_string(), reason };
+        let err = |key: &str, reason: String| ConfigError {
+            file: origin.to_string(),
+            key: key.to_string(),
+            reason,
+        };
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
-            let key = e.span().map(|s| key_at(text, s.start)).unwrap_or_else(|| "(syntax)".into());
+            let key = e
+                .span()
+                .map(|s| key_at(text, s.start))
+                .unwrap_or_else(|| "(syntax)".into());
             err(&key, e.message().to_string())
         })?;
-        let socket = ov.socket.clone().or(raw.socket).unwrap_or_else(|| PathBuf::from(pjw_proto::DEFAULT_SOCKET));
+        let socket = ov
+            .socket
+            .clone()
+            .or(raw.socket)
+            .unwrap_or_else(|| PathBuf::from(pjw_proto::DEFAULT_SOCKET));
         if socket.as_os_str().is_empty() || socket.as_os_str().len() > 100 {
-            return Err(err("socket", "must be a path of 1-100 bytes (Unix socket limit)".into()));
+            return Err(err(
+                "socket",
+                "must be a path of 1-100 bytes (Unix socket limit)".into(),
+            ));
         }
         let socket_mode = match raw.socket_mode {
             None => 0o666,
             Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
                 .ok()
                 .filter(|v| *v <= 0o777)
-                .ok_or_else(|| err("socket_mode", format!("{m:?} is not an octal mode such as \"0660\"")))?,
+                .ok_or_else(|| {
+                    err(
+                        "socket_mode",
+                        format!("{m:?} is not an octal mode such as \"0660\""),
+                    )
+                })?,
         };
-        let state_dir = ov.state_dir.clone().or(raw.state_dir).unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+        let state_dir = ov
+            .state_dir
+            .clone()
+            .or(raw.state_dir)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
         let cpus = match raw.cpus {
             None => None,
             Some(c) => {
@@ -161,9 +190,13 @@ impl Config {
         };
         let (parent_key, parent_text) = match &ov.cgroup_parent {
             Some(p) => ("--cgroup-parent", p.clone()),
-            None => ("cgroup.parent", raw.cgroup.parent.unwrap_or_else(|| "/pjw".into())),
+            None => (
+                "cgroup.parent",
+                raw.cgroup.parent.unwrap_or_else(|| "/pjw".into()),
+            ),
         };
-        let cgroup_parent = ParentSpec::parse(&parent_text).map_err(|e| err(parent_key, e.to_string()))?;
+        let cgroup_parent =
+            ParentSpec::parse(&parent_text).map_err(|e| err(parent_key, e.to_string()))?;
         let pids_max = match raw.job.pids_max {
             None | Some(0) => None,
             Some(n) => Some(n),
@@ -171,12 +204,20 @@ impl Config {
         let _ = raw.job.max_name_len;
         let log_level = raw.log.level.unwrap_or_else(|| "info".into());
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
-            return Err(err("log.level", format!("{log_level:?} is not one of error, warn, info, debug, trace")));
+            return Err(err(
+                "log.level",
+                format!("{log_level:?} is not one of error, warn, info, debug, trace"),
+            ));
         }
         let log_format = match raw.log.format.as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
-            Some(o) => return Err(err("log.format", format!("{o:?} is not \"text\" or \"json\""))),
+            Some(o) => {
+                return Err(err(
+                    "log.format",
+                    format!("{o:?} is not \"text\" or \"json\""),
+                ))
+            }
         };
         Ok(Config {
             origin: origin.to_string(),
@@ -252,11 +293,17 @@ mod tests {
             level = "debug"
             format = "json"
         "#;
-        let ov = Overrides { state_dir: Some("/tmp/st".into()), ..Default::default() };
+        let ov = Overrides {
+            state_dir: Some("/tmp/st".into()),
+            ..Default::default()
+        };
         let c = Config::parse("t.toml", text, &ov).unwrap();
         assert_eq!(c.socket_mode, 0o660);
         assert_eq!(c.cpus.unwrap().to_string(), "0-3");
-        assert_eq!(c.cgroup_parent, ParentSpec::SelfRelative(Some("pjw".into())));
+        assert_eq!(
+            c.cgroup_parent,
+            ParentSpec::SelfRelative(Some("pjw".into()))
+        );
         assert!(!c.kill_leftovers);
         assert_eq!(c.pids_max, Some(4096));
         assert_eq!(c.state_dir, PathBuf::from("/tmp/st"));
@@ -267,7 +314,10 @@ mod tests {
     fn errors_name_file_key_and_reason() {
         let cases = [
             ("bogus = 1", "unknown field"),
-            ("[job]\nkill_leftovers = \"yes\"", "job.kill_leftovers (line 2): invalid type"),
+            (
+                "[job]\nkill_leftovers = \"yes\"",
+                "job.kill_leftovers (line 2): invalid type",
+            ),
             ("cpus = \"3-1\"", "cpus"),
             ("cpus = \"\"", "cpus: must name"),
             ("socket_mode = \"999\"", "socket_mode"),
@@ -276,7 +326,9 @@ mod tests {
             ("[log]\nformat = \"xml\"", "log.format"),
         ];
         for (text, want) in cases {
-            let e = Config::parse("/etc/pjw/pjw.toml", text, &Overrides::default()).unwrap_err().to_string();
+            let e = Config::parse("/etc/pjw/pjw.toml", text, &Overrides::default())
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with("config /etc/pjw/pjw.toml: "), "{e}");
             assert!(e.contains(want), "{text:?} gave {e:?}");
         }

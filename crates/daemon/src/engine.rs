@@ -39,11 +39,20 @@ pub struct Cred {
 #[derive(Debug)]
 pub enum Event {
     /// A `run` request. Answers go to `reply` (Queued, then Started or Error).
-    Submit { conn: u64, cred: Cred, req: RunRequest, reply: mpsc::UnboundedSender<Response> },
+    Submit {
+        conn: u64,
+        cred: Cred,
+        req: RunRequest,
+        reply: mpsc::UnboundedSender<Response>,
+    },
     /// A `status` request.
     Status { reply: oneshot::Sender<Response> },
     /// A `kill` request.
-    Kill { cred: Cred, job: String, reply: oneshot::Sender<Response> },
+    Kill {
+        cred: Cred,
+        job: String,
+        reply: oneshot::Sender<Response>,
+    },
     /// A connection closed; if it was waiting in the queue, it leaves the queue.
     ClientGone { conn: u64 },
     /// The main process of job `seq` exited (its pidfd became readable).
@@ -103,16 +112,25 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("jobs", &self.jobs.len()).field("queued", &self.queue.len()).finish()
+        f.debug_struct("Engine")
+            .field("jobs", &self.jobs.len())
+            .field("queued", &self.queue.len())
+            .finish()
     }
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 fn err(code: ErrorCode, message: impl Into<String>) -> Response {
-    Response::Error { code, message: message.into() }
+    Response::Error {
+        code,
+        message: message.into(),
+    }
 }
 
 /// Name of a job's cgroup below the parent.
@@ -150,7 +168,9 @@ impl Engine {
 
     /// CPUs held by jobs.
     fn used(&self) -> CpuSet {
-        self.jobs.values().fold(CpuSet::new(), |acc, j| acc.union(&j.cpus))
+        self.jobs
+            .values()
+            .fold(CpuSet::new(), |acc, j| acc.union(&j.cpus))
     }
 
     fn free(&self) -> CpuSet {
@@ -160,7 +180,12 @@ impl Engine {
     /// Handle one event.
     pub fn handle(&mut self, ev: Event) {
         match ev {
-            Event::Submit { conn, cred, req, reply } => self.submit(conn, cred, req, reply),
+            Event::Submit {
+                conn,
+                cred,
+                req,
+                reply,
+            } => self.submit(conn, cred, req, reply),
             Event::Status { reply } => {
                 let _ = reply.send(Response::Status(self.status()));
             }
@@ -188,15 +213,32 @@ impl Engine {
 
     // ---- submission and start ------------------------------------------------------------
 
-    fn submit(&mut self, conn: u64, cred: Cred, req: RunRequest, reply: mpsc::UnboundedSender<Response>) {
+    fn submit(
+        &mut self,
+        conn: u64,
+        cred: Cred,
+        req: RunRequest,
+        reply: mpsc::UnboundedSender<Response>,
+    ) {
         // A client whose process is already a live job's main process reconnected after a
         // daemon crash between being moved and being told: tell it again.
-        if let Some(j) = self.jobs.values().find(|j| j.pid == Some(cred.pid) && j.uid == cred.uid && !j.ending) {
+        if let Some(j) = self
+            .jobs
+            .values()
+            .find(|j| j.pid == Some(cred.pid) && j.uid == cred.uid && !j.ending)
+        {
             info!(job = %j.id, pid = cred.pid, "client reconnected; job already running");
-            let _ = reply.send(Response::Started { job: j.id.to_string(), cpus: j.cpus, mems: j.mems });
+            let _ = reply.send(Response::Started {
+                job: j.id.to_string(),
+                cpus: j.cpus,
+                mems: j.mems,
+            });
             return;
         }
-        let total = self.pool.intersection(&self.alloc.topology().online()).len();
+        let total = self
+            .pool
+            .intersection(&self.alloc.topology().online())
+            .len();
         if req.cpus == 0 {
             let _ = reply.send(err(ErrorCode::Invalid, "--cpus must be at least 1"));
             return;
@@ -204,7 +246,10 @@ impl Engine {
         if req.cpus as usize > total {
             let _ = reply.send(err(
                 ErrorCode::Invalid,
-                format!("--cpus {} is more than this node has for jobs ({total} cpus: {})", req.cpus, self.pool),
+                format!(
+                    "--cpus {} is more than this node has for jobs ({total} cpus: {})",
+                    req.cpus, self.pool
+                ),
             ));
             return;
         }
@@ -233,11 +278,22 @@ impl Engine {
             },
         };
         if self.id_in_use(&id) {
-            let _ = reply.send(err(ErrorCode::Conflict, format!("job id {id} is already in use by a live job")));
+            let _ = reply.send(err(
+                ErrorCode::Conflict,
+                format!("job id {id} is already in use by a live job"),
+            ));
             return;
         }
         let user = os::user_name(cred.uid);
-        let w = Waiting { conn, cred, id, req, reply, since: Instant::now(), user };
+        let w = Waiting {
+            conn,
+            cred,
+            id,
+            req,
+            reply,
+            since: Instant::now(),
+            user,
+        };
         if self.queue.is_empty() {
             if let Some(cpus) = self.alloc.allocate(&self.free(), w.req.cpus as usize) {
                 self.start(w, cpus);
@@ -245,9 +301,18 @@ impl Engine {
             }
         }
         let position = self.queue.len() as u32 + 1;
-        let reason = format!("waiting for {} cpus ({} of {} free)", w.req.cpus, self.free().len(), self.pool.len());
+        let reason = format!(
+            "waiting for {} cpus ({} of {} free)",
+            w.req.cpus,
+            self.free().len(),
+            self.pool.len()
+        );
         info!(job = %w.id, user = %w.user, cpus = w.req.cpus, position, "job queued");
-        let _ = w.reply.send(Response::Queued { job: w.id.to_string(), position, reason });
+        let _ = w.reply.send(Response::Queued {
+            job: w.id.to_string(),
+            position,
+            reason,
+        });
         self.queue.push_back(w);
     }
 
@@ -271,7 +336,9 @@ impl Engine {
             let Some(cpus) = self.alloc.allocate(&self.free(), head.req.cpus as usize) else {
                 break;
             };
-            let Some(w) = self.queue.pop_front() else { break };
+            let Some(w) = self.queue.pop_front() else {
+                break;
+            };
             if w.reply.is_closed() {
                 continue;
             }
@@ -284,18 +351,25 @@ impl Engine {
         // The process must still be the caller's.
         if os::process_uid(&self.cfg.proc_root, pid) != Some(w.cred.uid) {
             warn!(job = %w.id, pid, "client process vanished before start");
-            let _ = w.reply.send(err(ErrorCode::Invalid, "client process is gone"));
+            let _ = w
+                .reply
+                .send(err(ErrorCode::Invalid, "client process is gone"));
             return;
         }
         let mems = self.alloc.topology().mems_for(&cpus);
         let cgroup = cgroup_name(&w.id);
-        let name = w.req.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| {
-            w.req
-                .argv
-                .first()
-                .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
-                .unwrap_or_else(|| "job".into())
-        });
+        let name = w
+            .req
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| {
+                w.req
+                    .argv
+                    .first()
+                    .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+                    .unwrap_or_else(|| "job".into())
+            });
         let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
         let rec = JobRecord {
             seq: 0,
@@ -323,17 +397,32 @@ impl Engine {
             Ok(s) => s,
             Err(e) => {
                 error!(job = %w.id, error = %e, "cannot record job");
-                let _ = w.reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
+                let _ = w
+                    .reply
+                    .send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
                 return;
             }
         };
-        let limits = JobLimits { cpus, mems, memory_max: w.req.mem, pids_max: self.cfg.pids_max };
-        let placed = self.driver.create_job(&cgroup, &limits).and_then(|_| self.driver.add_process(&cgroup, pid));
+        let limits = JobLimits {
+            cpus,
+            mems,
+            memory_max: w.req.mem,
+            pids_max: self.cfg.pids_max,
+        };
+        let placed = self
+            .driver
+            .create_job(&cgroup, &limits)
+            .and_then(|_| self.driver.add_process(&cgroup, pid));
         if let Err(e) = placed {
             error!(job = %w.id, error = %e, "cannot place job in its cgroups");
             let _ = self.driver.remove_job(&cgroup);
-            let _ = self.store.set_ended(seq, now_ms(), &format!("start failed: {e}"));
-            let _ = w.reply.send(err(ErrorCode::Internal, format!("cannot set up the job's cgroups: {e}")));
+            let _ = self
+                .store
+                .set_ended(seq, now_ms(), &format!("start failed: {e}"));
+            let _ = w.reply.send(err(
+                ErrorCode::Internal,
+                format!("cannot set up the job's cgroups: {e}"),
+            ));
             return;
         }
         if let Err(e) = self.store.set_running(seq) {
@@ -356,7 +445,11 @@ impl Engine {
             watch: None,
         };
         info!(job = %job.id, user = %job.user, cpus = %cpus, mems = %mems, pid, waited_ms = w.since.elapsed().as_millis() as u64, "job started");
-        let _ = w.reply.send(Response::Started { job: job.id.to_string(), cpus, mems });
+        let _ = w.reply.send(Response::Started {
+            job: job.id.to_string(),
+            cpus,
+            mems,
+        });
         self.track(job, true);
     }
 
@@ -370,7 +463,9 @@ impl Engine {
                         self.by_watch.insert(wd.clone(), seq);
                         job.watch = Some(wd);
                     }
-                    Err(e) => warn!(job = %job.id, path = %path.display(), error = %e, "cannot watch cgroup.events"),
+                    Err(e) => {
+                        warn!(job = %job.id, path = %path.display(), error = %e, "cannot watch cgroup.events")
+                    }
                 }
             }
         }
@@ -394,35 +489,55 @@ impl Engine {
     fn kill(&mut self, cred: Cred, job: &str) -> Response {
         if let Some(pos) = self.queue.iter().position(|w| w.id.as_str() == job) {
             if cred.uid != 0 && cred.uid != self.queue[pos].cred.uid {
-                return err(ErrorCode::Denied, format!("job {job} belongs to {}", self.queue[pos].user));
+                return err(
+                    ErrorCode::Denied,
+                    format!("job {job} belongs to {}", self.queue[pos].user),
+                );
             }
             if let Some(w) = self.queue.remove(pos) {
                 info!(job = %w.id, user = %w.user, by = cred.uid, "queued job withdrawn");
-                let _ = w.reply.send(err(ErrorCode::Invalid, format!("job {job} was killed while queued")));
+                let _ = w.reply.send(err(
+                    ErrorCode::Invalid,
+                    format!("job {job} was killed while queued"),
+                ));
             }
             self.dispatch();
-            return Response::Done { message: format!("job {job} withdrawn from the queue") };
+            return Response::Done {
+                message: format!("job {job} withdrawn from the queue"),
+            };
         }
-        let Some(seq) = self.jobs.values().find(|j| j.id.as_str() == job).map(|j| j.seq) else {
+        let Some(seq) = self
+            .jobs
+            .values()
+            .find(|j| j.id.as_str() == job)
+            .map(|j| j.seq)
+        else {
             return err(ErrorCode::NotFound, format!("no job {job} on this node"));
         };
         let j = &self.jobs[&seq];
         if cred.uid != 0 && cred.uid != j.uid {
-            return err(ErrorCode::Denied, format!("job {job} belongs to {}", j.user));
+            return err(
+                ErrorCode::Denied,
+                format!("job {job} belongs to {}", j.user),
+            );
         }
         info!(job = %j.id, user = %j.user, by = cred.uid, "killing job");
         if let Err(e) = self.driver.kill(&j.cgroup) {
             return err(ErrorCode::Internal, format!("cannot kill job {job}: {e}"));
         }
         self.check_empty(seq);
-        Response::Done { message: format!("job {job} killed") }
+        Response::Done {
+            message: format!("job {job} killed"),
+        }
     }
 
     // ---- ending --------------------------------------------------------------------------
 
     fn main_exited(&mut self, seq: i64) {
         let kill = self.cfg.kill_leftovers;
-        let Some(job) = self.jobs.get_mut(&seq) else { return };
+        let Some(job) = self.jobs.get_mut(&seq) else {
+            return;
+        };
         if !job.ending {
             job.ending = true;
             debug!(job = %job.id, "main process exited");
@@ -437,13 +552,19 @@ impl Engine {
 
     /// End the job if its cgroup is empty; where no event will tell us, look again shortly.
     fn check_empty(&mut self, seq: i64) {
-        let Some(job) = self.jobs.get(&seq) else { return };
+        let Some(job) = self.jobs.get(&seq) else {
+            return;
+        };
         let populated = self.driver.is_populated(&job.cgroup).unwrap_or(false);
         if !populated {
             self.finish(seq, "exited");
         } else if job.watch.is_none() {
             let tx = self.tx.clone();
-            let delay = if job.ending { Duration::from_millis(20) } else { Duration::from_secs(1) };
+            let delay = if job.ending {
+                Duration::from_millis(20)
+            } else {
+                Duration::from_secs(1)
+            };
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
                 let _ = tx.send(Event::Recheck { seq });
@@ -452,7 +573,9 @@ impl Engine {
     }
 
     fn finish(&mut self, seq: i64, reason: &str) {
-        let Some(job) = self.jobs.remove(&seq) else { return };
+        let Some(job) = self.jobs.remove(&seq) else {
+            return;
+        };
         if let Some(wd) = job.watch {
             self.by_watch.remove(&wd);
             if let Some(w) = self.watches.as_mut() {
@@ -483,7 +606,11 @@ impl Engine {
             let populated = self.driver.is_populated(&rec.cgroup).unwrap_or(false);
             if !populated {
                 let _ = self.driver.remove_job(&rec.cgroup);
-                let reason = if rec.state == StoredState::Starting { "start interrupted" } else { "ended while daemon was down" };
+                let reason = if rec.state == StoredState::Starting {
+                    "start interrupted"
+                } else {
+                    "ended while daemon was down"
+                };
                 let _ = self.store.set_ended(rec.seq, now_ms(), reason);
                 info!(job = %rec.job_id, reason, "recovered job had ended");
                 continue;
@@ -500,10 +627,16 @@ impl Engine {
             if rec.state == StoredState::Starting {
                 let _ = self.store.set_running(rec.seq);
             }
-            let Ok(id) = JobId::new(&rec.job_id) else { continue };
-            let main_alive = rec.pid.is_some_and(|p| os::process_alive(&self.cfg.proc_root, p, rec.pid_start));
+            let Ok(id) = JobId::new(&rec.job_id) else {
+                continue;
+            };
+            let main_alive = rec
+                .pid
+                .is_some_and(|p| os::process_alive(&self.cfg.proc_root, p, rec.pid_start));
             let started = Instant::now()
-                .checked_sub(Duration::from_millis((now_ms() - rec.started_ms.unwrap_or(rec.submitted_ms)).max(0) as u64))
+                .checked_sub(Duration::from_millis(
+                    (now_ms() - rec.started_ms.unwrap_or(rec.submitted_ms)).max(0) as u64,
+                ))
                 .unwrap_or_else(Instant::now);
             let job = Job {
                 seq: rec.seq,
@@ -594,8 +727,16 @@ impl Engine {
     pub fn status(&self) -> StatusReport {
         let mut jobs = Vec::new();
         for j in self.jobs.values() {
-            let procs = self.driver.procs(&j.cgroup).map(|p| p.len() as u32).unwrap_or(0);
-            let threads = self.driver.thread_count(&j.cgroup).map(|t| t as u32).unwrap_or(0);
+            let procs = self
+                .driver
+                .procs(&j.cgroup)
+                .map(|p| p.len() as u32)
+                .unwrap_or(0);
+            let threads = self
+                .driver
+                .thread_count(&j.cgroup)
+                .map(|t| t as u32)
+                .unwrap_or(0);
             jobs.push(JobInfo {
                 id: j.id.to_string(),
                 name: j.name.clone(),
@@ -607,7 +748,11 @@ impl Engine {
                 mem: j.mem,
                 procs,
                 threads,
-                state: if j.ending { JobState::Ending } else { JobState::Running },
+                state: if j.ending {
+                    JobState::Ending
+                } else {
+                    JobState::Running
+                },
                 age_secs: j.started.elapsed().as_secs(),
                 pid: j.pid,
             });
@@ -616,7 +761,11 @@ impl Engine {
             jobs.push(JobInfo {
                 id: w.id.to_string(),
                 name: w.req.name.clone().unwrap_or_else(|| {
-                    w.req.argv.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default()
+                    w.req
+                        .argv
+                        .first()
+                        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+                        .unwrap_or_default()
                 }),
                 user: w.user.clone(),
                 uid: w.cred.uid,
@@ -646,7 +795,9 @@ impl Engine {
     /// the restart).
     pub fn shutdown(&mut self) {
         for w in self.queue.drain(..) {
-            let _ = w.reply.send(err(ErrorCode::ShuttingDown, "the pjw daemon is stopping"));
+            let _ = w
+                .reply
+                .send(err(ErrorCode::ShuttingDown, "the pjw daemon is stopping"));
         }
     }
 
@@ -661,12 +812,15 @@ fn spawn_pidfd_watch(fd: OwnedFd, seq: i64, tx: mpsc::UnboundedSender<Event>) {
     tokio::spawn(async move {
         // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it is a valid open descriptor
         // that nobody else can close or replace while the AsyncFd owns it.
-        let registered = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
+        let registered =
+            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
         match registered {
             Ok(afd) => {
                 let _ = afd.readable().await;
             }
-            Err(e) => warn!(seq, error = %e, "cannot register pidfd; treating main process as exited"),
+            Err(e) => {
+                warn!(seq, error = %e, "cannot register pidfd; treating main process as exited")
+            }
         }
         let _ = tx.send(Event::MainExited { seq });
     });

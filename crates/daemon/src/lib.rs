@@ -33,13 +33,19 @@ pub enum DaemonError {
     #[error(transparent)]
     Store(#[from] pjw_store::StoreError),
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Other(String),
 }
 
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> DaemonError + '_ {
-    move |source| DaemonError::Io { path: path.display().to_string(), source }
+    move |source| DaemonError::Io {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 /// Run the daemon in the foreground until SIGTERM or SIGINT.
@@ -55,9 +61,17 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
 fn lock_state_dir(dir: &Path) -> Result<std::fs::File, DaemonError> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     let path = dir.join("pjw.lock");
-    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io_err(&path))?;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(&path))?;
     rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(|_| {
-        DaemonError::Other(format!("another pjw daemon holds {} (state directory in use)", path.display()))
+        DaemonError::Other(format!(
+            "another pjw daemon holds {} (state directory in use)",
+            path.display()
+        ))
     })?;
     Ok(f)
 }
@@ -68,7 +82,10 @@ fn bind_socket(path: &Path, mode: u32) -> Result<tokio::net::UnixListener, Daemo
     }
     if path.exists() {
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(DaemonError::Other(format!("another pjw daemon is listening on {}", path.display())));
+            return Err(DaemonError::Other(format!(
+                "another pjw daemon is listening on {}",
+                path.display()
+            )));
         }
         std::fs::remove_file(path).map_err(io_err(path))?;
     }

@@ -7,20 +7,25 @@ use std::path::Path;
 pub fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
     let pid = rustix::process::Pid::from_raw(pid as i32)
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "pid 0"))?;
-    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK).map_err(std::io::Error::from)
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK)
+        .map_err(std::io::Error::from)
 }
 
 /// Start time of `pid` in clock ticks since boot (field 22 of /proc/PID/stat), the pair
 /// (pid, start time) names a process across pid reuse.
 pub fn start_time(proc_root: &Path, pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
-    pjw_kernelfs::proc_stat::parse(&text).ok().map(|s| s.starttime)
+    pjw_kernelfs::proc_stat::parse(&text)
+        .ok()
+        .map(|s| s.starttime)
 }
 
 /// Real uid of `pid` (from /proc/PID/status).
 pub fn process_uid(proc_root: &Path, pid: u32) -> Option<u32> {
     let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")).ok()?;
-    pjw_kernelfs::proc_status::parse(&text).ok().map(|s| s.uid[0])
+    pjw_kernelfs::proc_status::parse(&text)
+        .ok()
+        .map(|s| s.uid[0])
 }
 
 /// Whether the process (pid, start time) still exists.

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use pjw_proto::{decode_request, encode_response, ErrorCode, Request, Response, MAX_FRAME, VERSION};
+use pjw_proto::{
+    decode_request, encode_response, ErrorCode, Request, Response, MAX_FRAME, VERSION,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
@@ -49,7 +51,10 @@ async fn read_frame(stream: &mut UnixStream) -> std::io::Result<Option<Vec<u8>>>
     }
     let n = u32::from_be_bytes(len) as usize;
     if n > MAX_FRAME {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("frame of {n} bytes is over the limit")));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("frame of {n} bytes is over the limit"),
+        ));
     }
     let mut buf = vec![0u8; n];
     stream.read_exact(&mut buf).await?;
@@ -58,12 +63,18 @@ async fn read_frame(stream: &mut UnixStream) -> std::io::Result<Option<Vec<u8>>>
 
 async fn write(stream: &mut UnixStream, resp: &Response) -> std::io::Result<()> {
     let payload = encode_response(resp);
-    stream.write_all(&(payload.len() as u32).to_be_bytes()).await?;
+    stream
+        .write_all(&(payload.len() as u32).to_be_bytes())
+        .await?;
     stream.write_all(&payload).await?;
     stream.flush().await
 }
 
-async fn handle(mut stream: UnixStream, conn: u64, tx: mpsc::UnboundedSender<Event>) -> std::io::Result<()> {
+async fn handle(
+    mut stream: UnixStream,
+    conn: u64,
+    tx: mpsc::UnboundedSender<Event>,
+) -> std::io::Result<()> {
     let cred = stream.peer_cred()?;
     let cred = Cred {
         pid: cred.pid().unwrap_or(0).max(0) as u32,
@@ -72,13 +83,27 @@ async fn handle(mut stream: UnixStream, conn: u64, tx: mpsc::UnboundedSender<Eve
     };
     let payload = match tokio::time::timeout(FIRST_REQUEST_TIMEOUT, read_frame(&mut stream)).await {
         Err(_) => {
-            let _ = write(&mut stream, &Response::Error { code: ErrorCode::BadRequest, message: "no request within 10 s".into() }).await;
+            let _ = write(
+                &mut stream,
+                &Response::Error {
+                    code: ErrorCode::BadRequest,
+                    message: "no request within 10 s".into(),
+                },
+            )
+            .await;
             return Ok(());
         }
         Ok(Ok(None)) => return Ok(()),
         Ok(Ok(Some(p))) => p,
         Ok(Err(e)) => {
-            let _ = write(&mut stream, &Response::Error { code: ErrorCode::BadRequest, message: format!("bad frame: {e}") }).await;
+            let _ = write(
+                &mut stream,
+                &Response::Error {
+                    code: ErrorCode::BadRequest,
+                    message: format!("bad frame: {e}"),
+                },
+            )
+            .await;
             return Ok(());
         }
     };
@@ -88,11 +113,27 @@ async fn handle(mut stream: UnixStream, conn: u64, tx: mpsc::UnboundedSender<Eve
             debug!(conn, uid = cred.uid, error = %e, "bad request");
             let msg = format!("bad request: {e}");
             let msg: String = msg.chars().take(300).collect();
-            return write(&mut stream, &Response::Error { code: ErrorCode::BadRequest, message: msg }).await;
+            return write(
+                &mut stream,
+                &Response::Error {
+                    code: ErrorCode::BadRequest,
+                    message: msg,
+                },
+            )
+            .await;
         }
     };
     match req {
-        Request::Ping => write(&mut stream, &Response::Pong { version: VERSION, daemon_pid: std::process::id() }).await,
+        Request::Ping => {
+            write(
+                &mut stream,
+                &Response::Pong {
+                    version: VERSION,
+                    daemon_pid: std::process::id(),
+                },
+            )
+            .await
+        }
         Request::Status => {
             let (rtx, rrx) = oneshot::channel();
             if tx.send(Event::Status { reply: rtx }).is_err() {
@@ -103,7 +144,14 @@ async fn handle(mut stream: UnixStream, conn: u64, tx: mpsc::UnboundedSender<Eve
         }
         Request::Kill { job } => {
             let (rtx, rrx) = oneshot::channel();
-            if tx.send(Event::Kill { cred, job, reply: rtx }).is_err() {
+            if tx
+                .send(Event::Kill {
+                    cred,
+                    job,
+                    reply: rtx,
+                })
+                .is_err()
+            {
                 return write(&mut stream, &shutting_down()).await;
             }
             let resp = rrx.await.unwrap_or_else(|_| shutting_down());
@@ -111,10 +159,25 @@ async fn handle(mut stream: UnixStream, conn: u64, tx: mpsc::UnboundedSender<Eve
         }
         Request::Run(run) => {
             if cred.pid == 0 {
-                return write(&mut stream, &Response::Error { code: ErrorCode::Denied, message: "cannot identify the calling process".into() }).await;
+                return write(
+                    &mut stream,
+                    &Response::Error {
+                        code: ErrorCode::Denied,
+                        message: "cannot identify the calling process".into(),
+                    },
+                )
+                .await;
             }
             let (rtx, mut rrx) = mpsc::unbounded_channel();
-            if tx.send(Event::Submit { conn, cred, req: run, reply: rtx }).is_err() {
+            if tx
+                .send(Event::Submit {
+                    conn,
+                    cred,
+                    req: run,
+                    reply: rtx,
+                })
+                .is_err()
+            {
                 return write(&mut stream, &shutting_down()).await;
             }
             let mut scratch = [0u8; 256];
@@ -150,5 +213,8 @@ async fn handle(mut stream: UnixStream, conn: u64, tx: mpsc::UnboundedSender<Eve
 }
 
 fn shutting_down() -> Response {
-    Response::Error { code: ErrorCode::ShuttingDown, message: "the pjw daemon is stopping".into() }
+    Response::Error {
+        code: ErrorCode::ShuttingDown,
+        message: "the pjw daemon is stopping".into(),
+    }
 }

@@ -87,9 +87,17 @@ pub enum Response {
     /// Answer to [`Request::Ping`].
     Pong { version: u32, daemon_pid: u32 },
     /// The job waits; sent once when it is queued.
-    Queued { job: String, position: u32, reason: String },
+    Queued {
+        job: String,
+        position: u32,
+        reason: String,
+    },
     /// The caller is now inside the job's cgroups; exec the command.
-    Started { job: String, cpus: CpuSet, mems: CpuSet },
+    Started {
+        job: String,
+        cpus: CpuSet,
+        mems: CpuSet,
+    },
     /// Answer to [`Request::Status`].
     Status(StatusReport),
     /// The request was carried out.
@@ -241,9 +249,13 @@ pub fn read_frame<R: Read>(r: &mut R) -> Result<Option<Vec<u8>>, ProtoError> {
 
 /// Decode a request frame's payload.
 pub fn decode_request(payload: &[u8]) -> Result<Request, ProtoError> {
-    let f: RequestFrame = serde_json::from_slice(payload).map_err(|e| ProtoError::Decode(e.to_string()))?;
+    let f: RequestFrame =
+        serde_json::from_slice(payload).map_err(|e| ProtoError::Decode(e.to_string()))?;
     if f.v != VERSION {
-        return Err(ProtoError::Decode(format!("protocol version {} is not supported (this daemon speaks {VERSION})", f.v)));
+        return Err(ProtoError::Decode(format!(
+            "protocol version {} is not supported (this daemon speaks {VERSION})",
+            f.v
+        )));
     }
     Ok(f.req)
 }
@@ -251,7 +263,11 @@ pub fn decode_request(payload: &[u8]) -> Result<Request, ProtoError> {
 /// Encode a request into a frame payload.
 pub fn encode_request(req: &Request) -> Vec<u8> {
     // Serialising these plain types cannot fail.
-    serde_json::to_vec(&RequestFrame { v: VERSION, req: req.clone() }).unwrap_or_default()
+    serde_json::to_vec(&RequestFrame {
+        v: VERSION,
+        req: req.clone(),
+    })
+    .unwrap_or_default()
 }
 
 /// Encode a response into a frame payload.
@@ -266,7 +282,9 @@ pub fn decode_response(payload: &[u8]) -> Result<Response, ProtoError> {
 
 /// The socket path clients use: `PJW_SOCKET` if set, else [`DEFAULT_SOCKET`].
 pub fn socket_path() -> PathBuf {
-    std::env::var_os("PJW_SOCKET").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
+    std::env::var_os("PJW_SOCKET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
 }
 
 /// A blocking client connection (the CLI is single-threaded on purpose: the daemon moves the
@@ -279,7 +297,10 @@ pub struct Client {
 impl Client {
     /// Connect to the daemon at `path`.
     pub fn connect(path: &Path) -> Result<Client, ProtoError> {
-        let stream = UnixStream::connect(path).map_err(|source| ProtoError::Connect { path: path.to_path_buf(), source })?;
+        let stream = UnixStream::connect(path).map_err(|source| ProtoError::Connect {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Ok(Client { stream })
     }
 
@@ -323,15 +344,27 @@ mod tests {
         assert!(read_frame(&mut r).unwrap().is_none());
         // An announced length over the limit is refused before reading the body.
         let huge = ((MAX_FRAME + 1) as u32).to_be_bytes();
-        assert!(matches!(read_frame(&mut &huge[..]), Err(ProtoError::TooLarge(_))));
+        assert!(matches!(
+            read_frame(&mut &huge[..]),
+            Err(ProtoError::TooLarge(_))
+        ));
         // A truncated frame is an error, not a hang or a panic.
         let trunc = [0u8, 0, 0, 9, b'{'];
-        assert!(matches!(read_frame(&mut &trunc[..]), Err(ProtoError::Closed)));
+        assert!(matches!(
+            read_frame(&mut &trunc[..]),
+            Err(ProtoError::Closed)
+        ));
     }
 
     #[test]
     fn requests_decode_strictly() {
-        let run = Request::Run(RunRequest { cpus: 2, mem: Some(1 << 30), job_id: Some("42".into()), name: None, argv: vec!["sleep".into(), "1".into()] });
+        let run = Request::Run(RunRequest {
+            cpus: 2,
+            mem: Some(1 << 30),
+            job_id: Some("42".into()),
+            name: None,
+            argv: vec!["sleep".into(), "1".into()],
+        });
         assert_eq!(decode_request(&encode_request(&run)).unwrap(), run);
         let bad = [
             &br#"{"v":1,"req":{"type":"launch_missiles"}}"#[..],
@@ -342,7 +375,11 @@ mod tests {
             b"",
         ];
         for b in bad {
-            assert!(decode_request(b).is_err(), "{:?} accepted", String::from_utf8_lossy(b));
+            assert!(
+                decode_request(b).is_err(),
+                "{:?} accepted",
+                String::from_utf8_lossy(b)
+            );
         }
     }
 

@@ -73,13 +73,23 @@ const MIGRATIONS: &[&str] = &[
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("cannot create state directory {path}: {source}")]
-    CreateDir { path: PathBuf, source: std::io::Error },
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("state database {path}: {source}")]
-    Sqlite { path: PathBuf, source: rusqlite::Error },
+    Sqlite {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
     #[error("state database {path}: schema version {found} is newer than this pjw understands ({SCHEMA_VERSION})")]
     TooNew { path: PathBuf, found: i64 },
     #[error("state database {path}: bad value in job {seq}: {reason}")]
-    BadRow { path: PathBuf, seq: i64, reason: String },
+    BadRow {
+        path: PathBuf,
+        seq: i64,
+        reason: String,
+    },
 }
 
 /// Where a job is in its life, as stored.
@@ -145,38 +155,60 @@ pub struct Store {
 impl Store {
     /// Open (creating if needed) `<dir>/pjw.db` and bring its schema up to date.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { path: dir.to_path_buf(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         Self::open_file(&dir.join("pjw.db"))
     }
 
     /// Open a database file directly.
     pub fn open_file(path: &Path) -> Result<Store, StoreError> {
         let path = path.to_path_buf();
-        let err = |source| StoreError::Sqlite { path: path.clone(), source };
+        let err = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
         let conn = Connection::open(&path).map_err(err)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(err)?;
         let mut store = Store { conn, path };
         store.migrate()?;
         Ok(store)
     }
 
     fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-        move |source| StoreError::Sqlite { path: self.path.clone(), source }
+        move |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
         let path = self.path.clone();
-        let err = |source| StoreError::Sqlite { path: path.clone(), source };
-        let v: i64 = self.conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
+        let err = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let v: i64 = self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(err)?;
         if v > SCHEMA_VERSION {
-            return Err(StoreError::TooNew { path: self.path.clone(), found: v });
+            return Err(StoreError::TooNew {
+                path: self.path.clone(),
+                found: v,
+            });
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(v as usize) {
             let tx = self.conn.transaction().map_err(err)?;
             tx.execute_batch(sql).map_err(err)?;
-            tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(err)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)
+                .map_err(err)?;
             tx.commit().map_err(err)?;
         }
         Ok(())
@@ -184,7 +216,9 @@ impl Store {
 
     /// The schema version of the open database.
     pub fn schema_version(&self) -> Result<i64, StoreError> {
-        self.conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(self.err())
+        self.conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(self.err())
     }
 
     /// The database file.
@@ -195,10 +229,17 @@ impl Store {
     /// Take the next generated job number (persisted, so ids are not reused after a restart).
     pub fn next_job_number(&mut self) -> Result<u64, StoreError> {
         let path = self.path.clone();
-        let err = |source| StoreError::Sqlite { path: path.clone(), source };
+        let err = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
         let tx = self.conn.transaction().map_err(err)?;
         let cur: Option<String> = tx
-            .query_row("SELECT value FROM meta WHERE key = 'next_job_number'", [], |r| r.get(0))
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'next_job_number'",
+                [],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(err)?;
         let n: u64 = cur.and_then(|s| s.parse().ok()).unwrap_or(1);
@@ -246,7 +287,10 @@ impl Store {
     /// Mark a job running.
     pub fn set_running(&self, seq: i64) -> Result<(), StoreError> {
         self.conn
-            .execute("UPDATE jobs SET state = 'running' WHERE seq = ?1", params![seq])
+            .execute(
+                "UPDATE jobs SET state = 'running' WHERE seq = ?1",
+                params![seq],
+            )
             .map_err(self.err())?;
         Ok(())
     }
@@ -274,16 +318,43 @@ impl Store {
 
     /// The most recent job with this id (live or ended).
     pub fn latest_by_id(&self, job_id: &str) -> Result<Option<JobRecord>, StoreError> {
-        Ok(self.query_jobs("WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1", [job_id])?.into_iter().next())
+        Ok(self
+            .query_jobs("WHERE job_id = ?1 ORDER BY seq DESC LIMIT 1", [job_id])?
+            .into_iter()
+            .next())
     }
 
-    fn query_jobs<P: rusqlite::Params>(&self, tail: &str, p: P) -> Result<Vec<JobRecord>, StoreError> {
+    fn query_jobs<P: rusqlite::Params>(
+        &self,
+        tail: &str,
+        p: P,
+    ) -> Result<Vec<JobRecord>, StoreError> {
         let sql = format!(
             "SELECT seq, job_id, name, uid, gid, user, ncpus, cpus, mems, mem_limit, pid, pid_start, cgroup, argv,
                     state, submitted_ms, started_ms, ended_ms, end_reason FROM jobs {tail}"
         );
         let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
-        type Row = (i64, String, String, u32, u32, String, u32, String, String, Option<i64>, Option<u32>, Option<i64>, String, String, String, i64, Option<i64>, Option<i64>, Option<String>);
+        type Row = (
+            i64,
+            String,
+            String,
+            u32,
+            u32,
+            String,
+            u32,
+            String,
+            String,
+            Option<i64>,
+            Option<u32>,
+            Option<i64>,
+            String,
+            String,
+            String,
+            i64,
+            Option<i64>,
+            Option<i64>,
+            Option<String>,
+        );
         let rows = stmt
             .query_map(p, |r| {
                 Ok::<Row, rusqlite::Error>((
@@ -312,7 +383,11 @@ impl Store {
         let mut out = Vec::new();
         for row in rows {
             let r = row.map_err(self.err())?;
-            let bad = |reason: String| StoreError::BadRow { path: self.path.clone(), seq: r.0, reason };
+            let bad = |reason: String| StoreError::BadRow {
+                path: self.path.clone(),
+                seq: r.0,
+                reason,
+            };
             out.push(JobRecord {
                 seq: r.0,
                 job_id: r.1.clone(),
@@ -328,7 +403,8 @@ impl Store {
                 pid_start: r.11.map(|p| p as u64),
                 cgroup: r.12.clone(),
                 argv: serde_json::from_str(&r.13).map_err(|e| bad(format!("argv: {e}")))?,
-                state: StoredState::parse(&r.14).ok_or_else(|| bad(format!("unknown state {:?}", r.14)))?,
+                state: StoredState::parse(&r.14)
+                    .ok_or_else(|| bad(format!("unknown state {:?}", r.14)))?,
                 submitted_ms: r.15,
                 started_ms: r.16,
                 ended_ms: r.17,
