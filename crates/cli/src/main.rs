@@ -14,6 +14,10 @@ mod cmd_topology;
 use clap::Parser;
 
 fn main() {
+    // Die quietly on a closed pipe (`pjw status | head`), as command-line tools do, instead of
+    // panicking in println!. `pjw run` restores the default for its command anyway.
+    // SAFETY: setting a signal disposition to SIG_DFL at start-up, before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let args = cli::Cli::parse();
     let code = match args.command {
         cli::Command::Daemon(d) => cmd_daemon(d),

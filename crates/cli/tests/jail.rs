@@ -90,35 +90,39 @@ fn hold(dir: &Path, tag: &str) -> String {
     )
 }
 
-fn finish(mut c: Child) -> (i32, String) {
-    let out = c.wait_with_output_timeout();
-    out
+/// What a finished job printed.
+struct Ended {
+    code: i32,
+    stdout: String,
+    stderr: String,
 }
 
-trait WaitTimeout {
-    fn wait_with_output_timeout(&mut self) -> (i32, String);
-}
-
-impl WaitTimeout for Child {
-    fn wait_with_output_timeout(&mut self) -> (i32, String) {
-        let mut status = None;
-        TestDaemon::wait_for(Duration::from_secs(60), || {
-            status = self.try_wait().ok().flatten();
-            status.is_some()
-        });
-        let st = match status {
-            Some(s) => s,
-            None => {
-                let _ = self.kill();
-                self.wait().expect("wait")
-            }
-        };
-        let mut err = String::new();
-        if let Some(mut e) = self.stderr.take() {
-            use std::io::Read;
-            let _ = e.read_to_string(&mut err);
+/// Wait for a `pjw run` client (bounded: a hung job fails the test instead of hanging it).
+fn finish(mut c: Child) -> Ended {
+    use std::io::Read;
+    let mut status = None;
+    TestDaemon::wait_for(Duration::from_secs(60), || {
+        status = c.try_wait().ok().flatten();
+        status.is_some()
+    });
+    let st = match status {
+        Some(s) => s,
+        None => {
+            let _ = c.kill();
+            c.wait().expect("wait")
         }
-        (st.code().unwrap_or(-1), err)
+    };
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    if let Some(mut o) = c.stdout.take() {
+        let _ = o.read_to_string(&mut stdout);
+    }
+    if let Some(mut e) = c.stderr.take() {
+        let _ = e.read_to_string(&mut stderr);
+    }
+    Ended {
+        code: st.code().unwrap_or(-1),
+        stdout,
+        stderr,
     }
 }
 
@@ -158,8 +162,7 @@ fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
         d.status()
     );
     touch(&dir.join("a.go"));
-    let (code, _) = finish(a);
-    assert_eq!(code, 0);
+    assert_eq!(finish(a).code, 0);
     // One CPU is free now, but c needs two: it keeps waiting.
     assert!(TestDaemon::wait_for(Duration::from_secs(10), || d.status()
         ["free_cpus"]
@@ -172,8 +175,10 @@ fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
         "queued"
     );
     touch(&dir.join("b.go"));
-    assert_eq!(finish(b).0, 0);
-    let (code, err) = finish(c);
+    assert_eq!(finish(b).code, 0);
+    let Ended {
+        code, stderr: err, ..
+    } = finish(c);
     assert_eq!(code, 0, "{err}");
     assert!(
         err.contains("queued"),
@@ -247,7 +252,9 @@ fn daemonized_children_and_threads_stay_jailed_and_die_with_the_job() {
     assert!(me["threads"].as_u64().unwrap() >= 24, "{me}");
 
     touch(&dir.join("go"));
-    let (code, err) = finish(job);
+    let Ended {
+        code, stderr: err, ..
+    } = finish(job);
     assert_eq!(code, 0, "{err}");
     // The setsid daemon does not survive the job, and the job's cgroups go away.
     assert!(
@@ -311,12 +318,14 @@ fn kill_9_of_the_daemon_loses_nothing_and_gives_no_cpu_twice() {
     assert!(!dir.join("c.cpus").exists());
     // When a ends, its CPU goes to c (the recovered job is watched by pidfd again).
     touch(&dir.join("a.go"));
-    let (code, cerr) = finish(c);
+    let Ended {
+        code, stderr: cerr, ..
+    } = finish(c);
     assert_eq!(code, 0, "{cerr}");
     assert_eq!(allowed(&dir.join("c.cpus")), ca);
     touch(&dir.join("b.go"));
-    assert_eq!(finish(a).0, 0);
-    assert_eq!(finish(b).0, 0);
+    assert_eq!(finish(a).code, 0);
+    assert_eq!(finish(b).code, 0);
     assert!(TestDaemon::wait_for(Duration::from_secs(10), || {
         let s = d.status();
         jobs(&s).is_empty()
@@ -341,7 +350,7 @@ fn jobs_that_end_while_the_daemon_is_down_are_cleaned_up_at_restart() {
     wait_file(&dir.join("a.cpus"));
     d.kill9();
     touch(&dir.join("a.go"));
-    assert_eq!(finish(a).0, 0);
+    assert_eq!(finish(a).code, 0);
     d.restart();
     let s = d.status();
     assert!(jobs(&s).is_empty(), "{s}");
@@ -370,27 +379,10 @@ fn a_client_queued_when_the_daemon_dies_is_served_after_the_restart() {
     d.kill9();
     d.restart();
     touch(&dir.join("a.go"));
-    assert_eq!(finish(a).0, 0);
-    let (code, err) = q.wait_with_output_timeout_stdout();
-    assert_eq!(code, 0, "{err}");
-    assert!(err.contains("served"), "{err}");
-}
-
-trait WaitStdout {
-    fn wait_with_output_timeout_stdout(self) -> (i32, String);
-}
-
-impl WaitStdout for Child {
-    fn wait_with_output_timeout_stdout(mut self) -> (i32, String) {
-        let mut out = self.stdout.take();
-        let (code, err) = self.wait_with_output_timeout();
-        let mut s = String::new();
-        if let Some(o) = out.as_mut() {
-            use std::io::Read;
-            let _ = o.read_to_string(&mut s);
-        }
-        (code, format!("{s}{err}"))
-    }
+    assert_eq!(finish(a).code, 0);
+    let q = finish(q);
+    assert_eq!(q.code, 0, "{}", q.stderr);
+    assert!(q.stdout.contains("served"), "{}", q.stdout);
 }
 
 #[test]
@@ -538,12 +530,20 @@ fn a_user_cannot_kill_another_users_job() {
     // root may kill anyone's job; the job's processes die.
     let st = d.pjw().args(["kill", "roots"]).status().unwrap();
     assert!(st.success());
-    let (code, _) = finish(a);
-    assert_ne!(code, 0, "killed job exited 0");
+    assert_ne!(finish(a).code, 0, "killed job exited 0");
     assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
         &d.status()
     )
     .is_empty()));
+    // The store says how each job ended.
+    let store = pjw_store::Store::open_file(&dir.join("state/pjw.db")).unwrap();
+    let rec = store.latest_by_id("roots").unwrap().unwrap();
+    assert_eq!(rec.end_reason.as_deref(), Some("killed by root"));
+    let rec = store.latest_by_id("nob").unwrap().unwrap();
+    assert_eq!(
+        (rec.uid, rec.end_reason.as_deref()),
+        (65534, Some("exited"))
+    );
 }
 
 #[test]
@@ -568,7 +568,7 @@ fn a_queued_client_that_gives_up_leaves_the_queue() {
     .any(|j| j["id"] == "impatient")));
     // The same id can be used again at once.
     touch(&dir.join("a.go"));
-    assert_eq!(finish(a).0, 0);
+    assert_eq!(finish(a).code, 0);
     assert!(d
         .pjw()
         .args(["run", "--job-id", "impatient", "--", "true"])

@@ -45,7 +45,6 @@ pub struct RawCgroup {
 pub struct RawJob {
     pub kill_leftovers: Option<bool>,
     pub pids_max: Option<u64>,
-    pub max_name_len: Option<usize>,
 }
 
 /// `[paths]`: roots of the kernel filesystems (for tests and containers).
@@ -201,7 +200,6 @@ impl Config {
             None | Some(0) => None,
             Some(n) => Some(n),
         };
-        let _ = raw.job.max_name_len;
         let log_level = raw.log.level.unwrap_or_else(|| "info".into());
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
             return Err(err(

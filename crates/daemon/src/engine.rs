@@ -79,6 +79,8 @@ struct Job {
     cgroup: String,
     started: Instant,
     ending: bool,
+    /// Who killed it with `pjw kill`, for the record.
+    killed_by: Option<String>,
     watch: Option<WatchDescriptor>,
 }
 
@@ -442,6 +444,7 @@ impl Engine {
             cgroup,
             started: Instant::now(),
             ending: false,
+            killed_by: None,
             watch: None,
         };
         info!(job = %job.id, user = %job.user, cpus = %cpus, mems = %mems, pid, waited_ms = w.since.elapsed().as_millis() as u64, "job started");
@@ -514,14 +517,18 @@ impl Engine {
         else {
             return err(ErrorCode::NotFound, format!("no job {job} on this node"));
         };
-        let j = &self.jobs[&seq];
+        let by = os::user_name(cred.uid);
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return err(ErrorCode::NotFound, format!("no job {job} on this node"));
+        };
         if cred.uid != 0 && cred.uid != j.uid {
             return err(
                 ErrorCode::Denied,
                 format!("job {job} belongs to {}", j.user),
             );
         }
-        info!(job = %j.id, user = %j.user, by = cred.uid, "killing job");
+        info!(job = %j.id, user = %j.user, by = %by, "killing job");
+        j.killed_by = Some(by);
         if let Err(e) = self.driver.kill(&j.cgroup) {
             return err(ErrorCode::Internal, format!("cannot kill job {job}: {e}"));
         }
@@ -557,7 +564,11 @@ impl Engine {
         };
         let populated = self.driver.is_populated(&job.cgroup).unwrap_or(false);
         if !populated {
-            self.finish(seq, "exited");
+            let reason = match &job.killed_by {
+                Some(by) => format!("killed by {by}"),
+                None => "exited".to_string(),
+            };
+            self.finish(seq, &reason);
         } else if job.watch.is_none() {
             let tx = self.tx.clone();
             let delay = if job.ending {
@@ -652,6 +663,7 @@ impl Engine {
                 cgroup: rec.cgroup,
                 started,
                 ending: false,
+                killed_by: None,
                 watch: None,
             };
             info!(job = %job.id, user = %job.user, cpus = %job.cpus, main_alive, "recovered running job");
@@ -714,6 +726,7 @@ impl Engine {
                 cgroup: name,
                 started: Instant::now(),
                 ending: false,
+                killed_by: None,
                 watch: None,
             };
             self.track(job, false);
@@ -792,12 +805,18 @@ impl Engine {
     }
 
     /// Tell every queued client the daemon is stopping (they reconnect and are served after
-    /// the restart).
+    /// the restart). Running jobs keep running; with none left, the parent cgroups are removed
+    /// so a stopped daemon leaves no empty cgroups behind.
     pub fn shutdown(&mut self) {
         for w in self.queue.drain(..) {
             let _ = w
                 .reply
                 .send(err(ErrorCode::ShuttingDown, "the pjw daemon is stopping"));
+        }
+        if self.jobs.is_empty() {
+            if let Err(e) = self.driver.remove_parent_if_empty() {
+                warn!(error = %e, "cannot remove the parent cgroups");
+            }
         }
     }
 

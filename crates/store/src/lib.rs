@@ -27,7 +27,8 @@
 //!     submitted_ms INTEGER NOT NULL,
 //!     started_ms   INTEGER,
 //!     ended_ms     INTEGER,
-//!     end_reason   TEXT                -- 'exited' | 'ended while daemon was down' | 'start failed: …'
+//!     end_reason   TEXT                -- 'exited' | 'killed by USER' | 'ended while daemon was down' |
+//!                                      -- 'start interrupted' | 'start failed: …'
 //! );
 //! CREATE UNIQUE INDEX jobs_live_id ON jobs(job_id) WHERE state <> 'ended';
 //! ```

@@ -7,7 +7,7 @@
 //! - [`render`]: the text `pjw topology` prints.
 //!
 //! pjw reads the few sysfs files it needs itself instead of linking libhwloc: the binary stays a
-//! static, C-free executable, and every root is injectable so tests run on fake trees. hwloc XML is
+//! static executable without libhwloc, and every root is injectable so tests run on fake trees. hwloc XML is
 //! read only as a data format (the topology corpus, the simulator), never through hwloc.
 //!
 //! Domain ids in the result are unique within their level across the whole machine: the kernel's

@@ -1,0 +1,50 @@
+# pjw — the process jail warden. `make demo` and `make test` do all the set-up on a fresh
+# Debian 12 machine (run as root: pjw manages cgroups).
+CARGO ?= cargo
+PREFIX ?= /usr/local
+DESTDIR ?=
+
+.PHONY: all deps build release demo test test-unit test-root bench-alloc lint install uninstall clean
+
+all: release
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	$(CARGO) build --workspace --bins
+
+release: deps
+	$(CARGO) build --release --workspace --bins
+
+# Build, start a private daemon, run the demonstration, stop the daemon, leave nothing behind.
+demo: release
+	scripts/demo.sh
+
+# Everything: unit, property and fake-tree tests, and root tests on the real cgroupfs (each
+# below the test's own cgroup, removed even when a test fails).
+test: build
+	scripts/test-summary.sh --workspace
+
+test-unit: build
+	$(CARGO) test --workspace --lib
+
+bench-alloc: deps
+	$(CARGO) bench -p pjw-core --bench alloc
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+install: release
+	install -D -m 0755 target/release/pjw $(DESTDIR)$(PREFIX)/bin/pjw
+	install -D -m 0644 packaging/pjw.service $(DESTDIR)/etc/systemd/system/pjw.service
+	@if [ ! -e $(DESTDIR)/etc/pjw/pjw.toml ]; then install -D -m 0644 packaging/pjw.toml $(DESTDIR)/etc/pjw/pjw.toml; \
+	 else echo "keeping existing $(DESTDIR)/etc/pjw/pjw.toml"; fi
+	@echo "installed; with systemd: systemctl daemon-reload && systemctl enable --now pjw"
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/pjw $(DESTDIR)/etc/systemd/system/pjw.service
+
+clean:
+	$(CARGO) clean

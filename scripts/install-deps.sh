@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install what building and testing pjw needs and a fresh Debian 12 machine may lack.
+# Idempotent and quiet when everything is there.
+set -euo pipefail
+
+need=()
+command -v cc >/dev/null || need+=(build-essential)
+command -v setpriv >/dev/null || need+=(util-linux)
+command -v pkill >/dev/null || need+=(procps)
+command -v taskset >/dev/null || need+=(util-linux)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-deps: missing ${need[*]}; run as root or install them" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${need[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+  for c in "$HOME/.cargo/bin/cargo" /root/.cargo/bin/cargo; do
+    if [ -x "$c" ]; then
+      echo "install-deps: cargo is at $c but not on PATH; add $(dirname "$c") to PATH" >&2
+      exit 1
+    fi
+  done
+  echo "install-deps: cargo (Rust 1.80 or newer) is required; install it with rustup" >&2
+  exit 1
+fi
