@@ -30,7 +30,7 @@ test-unit: build
 	$(CARGO) test --workspace --lib
 
 bench-alloc: deps
-	$(CARGO) bench -p pjw-core --bench alloc
+	$(CARGO) bench -p pjw-topology --bench alloc
 
 lint:
 	$(CARGO) fmt --all -- --check

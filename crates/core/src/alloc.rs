@@ -48,7 +48,7 @@
 //! worst case) and needs no heap allocation when a [`Scratch`] is reused
 //! ([`Allocator::allocate_with`]); [`Allocator::allocate`] allocates one fresh scratch. The
 //! result depends only on the topology, the free set and `n`. On the 384-PU corpus machine a
-//! decision takes 2–5 µs (`cargo bench -p pjw-core --bench alloc`).
+//! decision takes 2–5 µs (`cargo bench -p pjw-topology --bench alloc`).
 //!
 //! Limitations: the whole-core preference never trades away containment (a job that fits in one
 //! L3 only as half cores stays there rather than spreading over two L3s for whole cores), and

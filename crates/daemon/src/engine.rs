@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use inotify::{WatchDescriptor, WatchMask, Watches};
 use pjw_cgroup::{Driver, JobLimits};
-use pjw_core::alloc::Allocator;
+use pjw_core::alloc::{Allocator, Scratch};
 use pjw_core::{CpuSet, JobId};
 use pjw_proto::{ErrorCode, JobInfo, JobState, Response, RunRequest, StatusReport};
 use pjw_store::{JobRecord, Store, StoredState};
@@ -102,6 +102,8 @@ pub struct Engine {
     driver: Driver,
     store: Store,
     alloc: Allocator,
+    /// Reused working memory of the allocator: no heap allocation per decision.
+    scratch: Scratch,
     /// CPUs pjw may hand out.
     pool: CpuSet,
     jobs: BTreeMap<i64, Job>,
@@ -158,6 +160,7 @@ impl Engine {
             driver,
             store,
             alloc,
+            scratch: Scratch::new(),
             pool,
             jobs: BTreeMap::new(),
             queue: VecDeque::new(),
@@ -177,6 +180,12 @@ impl Engine {
 
     fn free(&self) -> CpuSet {
         self.pool.difference(&self.used())
+    }
+
+    /// CPUs for a job of `n`, from the free ones, if they are there.
+    fn allocate(&mut self, n: usize) -> Option<CpuSet> {
+        let free = self.free();
+        self.alloc.allocate_with(&mut self.scratch, &free, n)
     }
 
     /// Handle one event.
@@ -297,7 +306,7 @@ impl Engine {
             user,
         };
         if self.queue.is_empty() {
-            if let Some(cpus) = self.alloc.allocate(&self.free(), w.req.cpus as usize) {
+            if let Some(cpus) = self.allocate(w.req.cpus as usize) {
                 self.start(w, cpus);
                 return;
             }
@@ -335,7 +344,7 @@ impl Engine {
     /// Start queued jobs in FIFO order while the head fits.
     fn dispatch(&mut self) {
         while let Some(head) = self.queue.front() {
-            let Some(cpus) = self.alloc.allocate(&self.free(), head.req.cpus as usize) else {
+            let Some(cpus) = self.allocate(head.req.cpus as usize) else {
                 break;
             };
             let Some(w) = self.queue.pop_front() else {

@@ -1,13 +1,25 @@
 //! One allocation decision on the corpus machine 192em64t-24n8c2t (24 NUMA nodes of 8 cores with
-//! 2 threads, 384 PUs), on an empty machine and on a half-full, fragmented one.
+//! 2 threads, 384 PUs), loaded from its hwloc XML, on an empty machine, on a half-full fragmented
+//! one, and with one thread of every core in use.
 //!
-//! `cargo bench -p pjw-core --bench alloc -- --quick`
+//! `cargo bench -p pjw-topology --bench alloc -- --quick` (or `make bench-alloc`)
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
 use pjw_core::alloc::{Allocator, Scratch};
-use pjw_core::{synthetic, CpuSet};
+use pjw_core::{synthetic, CpuSet, Level, Topology};
 
-const BIG: &str = "package:24 numa:1 l3:1 core:8 pu:2";
+/// The corpus machine, or its synthetic equivalent when shared/ is not beside the checkout.
+fn machine() -> Topology {
+    let xml = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/topologies/192em64t-24n8c2t.xml");
+    match pjw_topology::load_xml(&xml) {
+        Ok(t) => t,
+        Err(e) => {
+            println!("corpus not available ({e}); using the synthetic equivalent");
+            synthetic::parse("package:24 numa:1 l3:1 core:8 pu:2").unwrap()
+        }
+    }
+}
 
 /// A half-full machine after churn: 2000 steps of allocating jobs of mixed sizes while under half
 /// full and releasing random ones while over, driven by a fixed pseudo-random sequence so every
@@ -40,12 +52,17 @@ fn fragmented(alloc: &Allocator) -> CpuSet {
 }
 
 fn bench(c: &mut Criterion) {
-    let topo = synthetic::parse(BIG).unwrap();
+    let topo = machine();
+    println!("machine: {} ({} pus)", topo.source, topo.online().len());
     let alloc = Allocator::new(&topo);
     let empty = topo.online();
     let frag = fragmented(&alloc);
     // Worst case for whole cores: one thread of every core in use.
-    let halves: CpuSet = (0..384).filter(|c| c % 2 == 1).collect();
+    let halves: CpuSet = topo
+        .domains(Level::Core)
+        .iter()
+        .filter_map(|(_, cpus)| cpus.iter().nth(1))
+        .collect();
     println!(
         "fragmented state: {} of {} cpus free: {frag}",
         frag.len(),
