@@ -33,10 +33,27 @@ fn report(r: anyhow::Result<()>) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("pjw: {e:#}");
+            eprintln!("pjw: {}", one_line(&e));
             1
         }
     }
+}
+
+/// The error and its causes on one line, leaving out a cause whose text the message already
+/// holds (error types that print their source would otherwise repeat it).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out.replace('\n', " ")
 }
 
 fn cmd_daemon(d: cli::DaemonArgs) -> i32 {
