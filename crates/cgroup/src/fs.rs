@@ -246,7 +246,10 @@ pub(crate) mod fake {
                         }
                         "pids" => put(&dir.join("pids.max"), "max\n")?,
                         "freezer" => put(&dir.join("freezer.state"), "THAWED\n")?,
-                        "cpu" => put(&dir.join("cpu.shares"), "1024\n")?,
+                        "cpu" => {
+                            put(&dir.join("cpu.shares"), "1024\n")?;
+                            put(&dir.join("cpu.idle"), "0\n")?;
+                        }
                         "cpuacct" => put(&dir.join("cpuacct.usage"), "0\n")?,
                         _ => {}
                     }
@@ -270,7 +273,11 @@ pub(crate) mod fake {
                         }
                         "memory" => put(&dir.join("memory.max"), "max\n")?,
                         "pids" => put(&dir.join("pids.max"), "max\n")?,
-                        "cpu" => put(&dir.join("cpu.max"), "max 100000\n")?,
+                        "cpu" => {
+                            put(&dir.join("cpu.max"), "max 100000\n")?;
+                            put(&dir.join("cpu.weight"), "100\n")?;
+                            put(&dir.join("cpu.idle"), "0\n")?;
+                        }
                         _ => {}
                     }
                 }

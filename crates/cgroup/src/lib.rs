@@ -34,6 +34,7 @@
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 
+mod cpu;
 mod cpuset;
 mod detect;
 mod error;
@@ -281,6 +282,34 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// Move the job to other CPUs and memory nodes (a backfiller promoted, a job resumed).
+    pub fn set_cpus(&self, name: &str, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        for h in self.hierarchies().filter(|h| h.has("cpuset")) {
+            cpuset::apply(&self.fs, &h.job(name), cpus, mems)?;
+        }
+        Ok(())
+    }
+
+    /// Put the job in the idle scheduling class (backfill) or take it out (primary). Fails with
+    /// [`CgroupError::MissingController`] when no hierarchy has the cpu controller.
+    pub fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        let mut done = false;
+        for h in self.hierarchies().filter(|h| h.has("cpu")) {
+            cpu::set_idle(&self.fs, &h.job(name), h.v2, idle)?;
+            done = true;
+        }
+        if done {
+            Ok(())
+        } else {
+            Err(CgroupError::MissingController {
+                controller: "cpu".into(),
+                where_: None,
+            })
+        }
     }
 
     /// Move process `pid` (all its threads) into job `name` in every hierarchy.

@@ -123,6 +123,30 @@ fn job_lifecycle_in_every_mode() {
             assert!(dir_of(&jobs, "cpuacct").is_dir());
         }
 
+        // Backfill: the idle class, and back; promotion moves the cpuset.
+        let cpu_dir = if mode == Mode::Unified {
+            dir_of(&jobs, "unified")
+        } else {
+            dir_of(&jobs, "cpu")
+        };
+        d.set_idle("job-1", true).unwrap();
+        assert_eq!(read(&cpu_dir.join("cpu.idle")), "1", "{mode}");
+        d.set_idle("job-1", false).unwrap();
+        assert_eq!(read(&cpu_dir.join("cpu.idle")), "0", "{mode}");
+        d.set_cpus(
+            "job-1",
+            &CpuSet::parse_list("3").unwrap(),
+            &CpuSet::parse_list("0").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(d.job_cpus("job-1").unwrap().to_string(), "3", "{mode}");
+        d.set_cpus(
+            "job-1",
+            &CpuSet::parse_list("1-2").unwrap(),
+            &CpuSet::parse_list("0").unwrap(),
+        )
+        .unwrap();
+
         assert!(!d.is_populated("job-1").unwrap());
         d.add_process("job-1", 4242).unwrap();
         for (key, dir) in &jobs {

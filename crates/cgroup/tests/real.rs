@@ -147,6 +147,22 @@ fn job_lifecycle_on_the_real_cgroupfs() {
     assert!(d.is_populated(JOB).unwrap());
     assert!(d.thread_count(JOB).unwrap() >= 1);
 
+    // The idle class for backfill, on whichever hierarchy has the cpu controller.
+    d.set_idle(JOB, true).unwrap();
+    let cpu_dir = d
+        .job_dirs(JOB)
+        .into_iter()
+        .find(|(k, _)| k.split(',').any(|c| c == "cpu") || k == "unified");
+    if let Some((_, dir)) = cpu_dir.filter(|(_, dir)| dir.join("cpu.idle").exists()) {
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cpu.idle"))
+                .unwrap()
+                .trim(),
+            "1"
+        );
+    }
+    d.set_idle(JOB, false).unwrap();
+
     if let Some(events) = d.events_path(JOB) {
         d.freeze(JOB, true).unwrap();
         wait_until("frozen", || {
