@@ -14,6 +14,8 @@ pub mod alloc;
 pub mod cpuset;
 pub mod error;
 pub mod jobid;
+pub mod sched;
+pub mod sim;
 pub mod size;
 pub mod synthetic;
 pub mod topology;
