@@ -149,16 +149,23 @@ fn job_lifecycle_on_the_real_cgroupfs() {
 
     // The idle class for backfill, on whichever hierarchy has the cpu controller.
     d.set_idle(JOB, true).unwrap();
-    let cpu_dir = d
+    let idle_files: Vec<_> = d
         .job_dirs(JOB)
         .into_iter()
-        .find(|(k, _)| k.split(',').any(|c| c == "cpu") || k == "unified");
-    if let Some((_, dir)) = cpu_dir.filter(|(_, dir)| dir.join("cpu.idle").exists()) {
+        .map(|(_, dir)| dir.join("cpu.idle"))
+        .filter(|f| f.exists())
+        .collect();
+    assert!(
+        !idle_files.is_empty(),
+        "no cpu.idle in {:?}",
+        d.job_dirs(JOB)
+    );
+    for f in &idle_files {
         assert_eq!(
-            std::fs::read_to_string(dir.join("cpu.idle"))
-                .unwrap()
-                .trim(),
-            "1"
+            std::fs::read_to_string(f).unwrap().trim(),
+            "1",
+            "{}",
+            f.display()
         );
     }
     d.set_idle(JOB, false).unwrap();
