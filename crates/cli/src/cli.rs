@@ -22,8 +22,16 @@ pub enum Command {
     Status(StatusArgs),
     /// Kill a job (all its processes) or withdraw it from the queue.
     Kill(KillArgs),
+    /// Freeze a running job; its CPUs go to other jobs until it is resumed.
+    Suspend(KillArgs),
+    /// Let a suspended job run again as soon as it has CPUs.
+    Resume(KillArgs),
+    /// Change a job's priority (1-16).
+    Priority(PriorityArgs),
     /// Show the machine's topology (or one from an hwloc XML file or a synthetic description).
     Topology(TopologyArgs),
+    /// Replay a job trace on a topology and compare placement policies.
+    Sim(SimArgs),
 }
 
 #[derive(Debug, Args)]
@@ -59,6 +67,18 @@ pub struct RunArgs {
     /// Job name [default: the command's name].
     #[arg(short = 'n', long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Priority 1-16 [default: the node's, normally 10]; higher runs first and may preempt.
+    #[arg(short = 'p', long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=16))]
+    pub priority: Option<u8>,
+    /// Take the whole node.
+    #[arg(long, conflicts_with = "backfill_only")]
+    pub exclusive: bool,
+    /// Run only as a backfiller: in the idle class, on CPUs other jobs hold.
+    #[arg(long, conflicts_with = "primary_only")]
+    pub backfill_only: bool,
+    /// Run only on exclusive CPUs (never as a backfiller).
+    #[arg(long)]
+    pub primary_only: bool,
     /// Do not say on stderr that the job is queued.
     #[arg(short = 'q', long)]
     pub quiet: bool,
@@ -92,4 +112,44 @@ pub struct KillArgs {
     /// The job id.
     #[arg(value_name = "JOB")]
     pub job: String,
+}
+
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// An hwloc XML topology (repeatable; one table each).
+    #[arg(long, value_name = "FILE")]
+    pub xml: Vec<PathBuf>,
+    /// A synthetic machine, e.g. "package:2 numa:2 l3:2 core:4 pu:2" (repeatable).
+    #[arg(long, value_name = "S")]
+    pub synthetic: Vec<String>,
+    /// A topology corpus directory: run its 24-, 96- and 384-PU machines.
+    #[arg(long, value_name = "DIR")]
+    pub corpus: Option<PathBuf>,
+    /// Synthetic trace as synthetic:SEED:NJOBS [default: synthetic:1:2000].
+    #[arg(long, value_name = "SPEC", conflicts_with = "swf")]
+    pub trace: Option<String>,
+    /// A Standard Workload Format trace (sizes clamped to each machine).
+    #[arg(long, value_name = "FILE")]
+    pub swf: Option<PathBuf>,
+    /// Policy to run (repeatable): pjw, kubelet, slurm-cyclic, slurm-block, range, pbs
+    /// [default: all].
+    #[arg(long = "policy", value_name = "NAME")]
+    pub policies: Vec<String>,
+    /// Offered load (share of the machine's CPU time the trace asks for) [default: 0.9 for a
+    /// synthetic trace; an SWF trace is rescaled only when given].
+    #[arg(long, value_name = "F")]
+    pub load: Option<f64>,
+    /// Machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PriorityArgs {
+    /// The job id.
+    #[arg(value_name = "JOB")]
+    pub job: String,
+    /// The new priority, 1-16.
+    #[arg(value_name = "N", value_parser = clap::value_parser!(u8).range(1..=16))]
+    pub priority: u8,
 }

@@ -7,7 +7,7 @@
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
-use pjw_proto::{Client, ErrorCode, ProtoError, Request, Response, RunRequest};
+use pjw_proto::{Client, ErrorCode, Placement, ProtoError, Request, Response, RunRequest};
 
 use crate::cli::RunArgs;
 
@@ -46,12 +46,22 @@ pub fn run(a: RunArgs) -> i32 {
         .iter()
         .map(|s| s.to_string_lossy().into_owned())
         .collect();
+    let placement = if a.backfill_only {
+        Placement::BackfillOnly
+    } else if a.primary_only {
+        Placement::PrimaryOnly
+    } else {
+        Placement::Any
+    };
     let mut req = RunRequest {
         cpus: a.cpus,
         mem,
         job_id: a.job_id.clone(),
         name: a.name.clone(),
         argv,
+        priority: a.priority,
+        placement,
+        exclusive: a.exclusive,
     };
     let path = pjw_proto::socket_path();
 
@@ -98,7 +108,9 @@ pub fn run(a: RunArgs) -> i32 {
                         said_queued = true;
                     }
                 }
-                Ok(Response::Started { job, cpus, mems }) => break Ok((job, cpus, mems)),
+                Ok(Response::Started {
+                    job, cpus, mems, ..
+                }) => break Ok((job, cpus, mems)),
                 Ok(Response::Error {
                     code: ErrorCode::ShuttingDown,
                     ..

@@ -39,44 +39,57 @@ fn age(secs: u64) -> String {
     }
 }
 
-/// The text view: job table, node map, totals.
+/// The text view: job table, node map, totals. Primaries mark their CPUs in the node map with
+/// their letter; a backfiller is shown in lower case where no primary holds the CPU.
 pub fn render(s: &StatusReport) -> String {
     let mut out = String::new();
-    let mut rows = vec![[
-        "", "JOB", "USER", "NAME", "CPUS", "MEMS", "MEM", "PROCS", "THREADS", "STATE", "AGE",
-    ]
-    .map(String::from)
-    .to_vec()];
-    let mut map: Vec<char> = Vec::new();
+    let header = [
+        "", "JOB", "USER", "NAME", "PRI", "CPUS", "MEMS", "MEM", "PROCS", "THREADS", "STATE", "AGE",
+    ];
+    let mut rows = vec![header.map(String::from).to_vec()];
     let cpus: Vec<u32> = s.cpus.iter().collect();
-    map.resize(cpus.len(), '.');
-    let mut running = 0;
-    for (i, j) in s.jobs.iter().enumerate() {
-        let m = if j.state == JobState::Queued {
-            ' '
-        } else {
-            mark(running)
-        };
-        if j.state != JobState::Queued {
+    let mut map: Vec<char> = vec!['.'; cpus.len()];
+    let mut marked = 0;
+    let mut reasons = Vec::new();
+    for j in &s.jobs {
+        let holds = matches!(
+            j.state,
+            JobState::Running | JobState::Backfill | JobState::Ending
+        );
+        let m = if holds { mark(marked) } else { ' ' };
+        if holds {
+            marked += 1;
             for c in j.cpus.iter() {
                 if let Some(pos) = cpus.iter().position(|x| *x == c) {
-                    map[pos] = m;
+                    if j.state == JobState::Backfill {
+                        if map[pos] == '.' {
+                            map[pos] = m.to_ascii_lowercase();
+                        }
+                    } else {
+                        map[pos] = m;
+                    }
                 }
             }
-            running += 1;
         }
-        let _ = i;
+        if let Some(r) = &j.reason {
+            reasons.push(format!("{}: {r}", j.id));
+        }
         rows.push(vec![
             m.to_string(),
             j.id.clone(),
             j.user.clone(),
             j.name.clone(),
-            if j.state == JobState::Queued {
+            j.priority.to_string(),
+            if j.cpus.is_empty() {
                 format!("({})", j.ncpus)
             } else {
                 j.cpus.to_string()
             },
-            j.mems.to_string(),
+            if j.mems.is_empty() {
+                "-".into()
+            } else {
+                j.mems.to_string()
+            },
             j.mem.map(format_size).unwrap_or_else(|| "-".into()),
             j.procs.to_string(),
             j.threads.to_string(),
@@ -99,21 +112,35 @@ pub fn render(s: &StatusReport) -> String {
             out.push_str(line.join(" ").trim_end());
             out.push('\n');
         }
+        for r in reasons {
+            out.push_str(&format!("  {r}\n"));
+        }
     }
-    let queued = s
-        .jobs
-        .iter()
-        .filter(|j| j.state == JobState::Queued)
-        .count();
+    let count = |st: JobState| s.jobs.iter().filter(|j| j.state == st).count();
     let map: String = map.into_iter().collect();
     out.push_str(&format!("node {} [{}]\n", s.node, map));
+    let slots: usize = s
+        .jobs
+        .iter()
+        .filter(|j| {
+            matches!(
+                j.state,
+                JobState::Running | JobState::Backfill | JobState::Ending
+            )
+        })
+        .map(|j| j.cpus.len())
+        .sum();
     out.push_str(&format!(
-        "cpus {}: {} free, {} allocated; {} running, {} queued\n",
+        "cpus {}: {} free, {} allocated; vcpus {} of {} in use; {} running, {} backfill, {} frozen, {} queued\n",
         s.cpus,
         s.free_cpus.len(),
         s.total_cpus as usize - s.free_cpus.len(),
-        s.jobs.len() - queued,
-        queued
+        slots,
+        s.vcpus,
+        count(JobState::Running) + count(JobState::Ending),
+        count(JobState::Backfill),
+        count(JobState::Frozen),
+        count(JobState::Queued),
     ));
     out
 }

@@ -6,8 +6,9 @@
 //! executed, 127 when it is not found (the conventions of `env`, `nice` and container runners).
 
 mod cli;
-mod cmd_kill;
+mod cmd_control;
 mod cmd_run;
+mod cmd_sim;
 mod cmd_status;
 mod cmd_topology;
 
@@ -23,8 +24,15 @@ fn main() {
         cli::Command::Daemon(d) => cmd_daemon(d),
         cli::Command::Run(r) => cmd_run::run(r),
         cli::Command::Status(s) => report(cmd_status::run(s)),
-        cli::Command::Kill(k) => report(cmd_kill::run(k)),
+        cli::Command::Kill(k) => report(cmd_control::run(pjw_proto::Request::Kill { job: k.job })),
+        cli::Command::Suspend(k) => report(cmd_control::run(pjw_proto::Request::Suspend { job: k.job })),
+        cli::Command::Resume(k) => report(cmd_control::run(pjw_proto::Request::Resume { job: k.job })),
+        cli::Command::Priority(p) => report(cmd_control::run(pjw_proto::Request::Priority {
+            job: p.job,
+            priority: p.priority,
+        })),
         cli::Command::Topology(t) => report(cmd_topology::run(t)),
+        cli::Command::Sim(s) => report(cmd_sim::run(s)),
     };
     std::process::exit(code);
 }

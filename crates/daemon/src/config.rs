@@ -22,6 +22,12 @@ pub struct RawConfig {
     pub socket_mode: Option<String>,
     pub state_dir: Option<PathBuf>,
     pub cpus: Option<String>,
+    pub vcpus: Option<usize>,
+    pub backfill: Option<bool>,
+    pub hard_preemption: Option<bool>,
+    pub queue_ttl: Option<u64>,
+    pub default_priority: Option<u8>,
+    pub max_priority: Option<u8>,
     #[serde(default)]
     pub cgroup: RawCgroup,
     #[serde(default)]
@@ -80,6 +86,15 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// CPUs pjw may hand out; `None` = every CPU the daemon may use.
     pub cpus: Option<CpuSet>,
+    /// Job-CPUs run at once (primaries + backfillers); `None` = the pool's size. At most 4× the
+    /// pool (checked at start, when the pool is known).
+    pub vcpus: Option<usize>,
+    pub backfill: bool,
+    pub hard_preemption: bool,
+    /// Seconds a job may wait in the queue; `None` = forever.
+    pub queue_ttl: Option<u64>,
+    pub default_priority: u8,
+    pub max_priority: u8,
     pub cgroup_parent: ParentSpec,
     pub kill_leftovers: bool,
     pub pids_max: Option<u64>,
@@ -196,6 +211,29 @@ impl Config {
         };
         let cgroup_parent =
             ParentSpec::parse(&parent_text).map_err(|e| err(parent_key, e.to_string()))?;
+        if raw.vcpus == Some(0) {
+            return Err(err("vcpus", "must be at least 1".into()));
+        }
+        let max_priority = raw.max_priority.unwrap_or(16);
+        if !(1..=16).contains(&max_priority) {
+            return Err(err(
+                "max_priority",
+                format!("{max_priority} is not in 1-16"),
+            ));
+        }
+        let default_priority = raw.default_priority.unwrap_or(10.min(max_priority));
+        if !(1..=16).contains(&default_priority) {
+            return Err(err(
+                "default_priority",
+                format!("{default_priority} is not in 1-16"),
+            ));
+        }
+        if default_priority > max_priority {
+            return Err(err(
+                "default_priority",
+                format!("{default_priority} is above max_priority {max_priority}"),
+            ));
+        }
         let pids_max = match raw.job.pids_max {
             None | Some(0) => None,
             Some(n) => Some(n),
@@ -223,6 +261,12 @@ impl Config {
             socket_mode,
             state_dir,
             cpus,
+            vcpus: raw.vcpus,
+            backfill: raw.backfill.unwrap_or(true),
+            hard_preemption: raw.hard_preemption.unwrap_or(true),
+            queue_ttl: raw.queue_ttl.filter(|t| *t > 0),
+            default_priority,
+            max_priority,
             cgroup_parent,
             kill_leftovers: raw.job.kill_leftovers.unwrap_or(true),
             pids_max,
@@ -274,6 +318,11 @@ mod tests {
         assert!(c.kill_leftovers);
         assert_eq!(c.pids_max, None);
         assert_eq!(c.socket_mode, 0o666);
+        assert_eq!(
+            (c.vcpus, c.backfill, c.hard_preemption, c.queue_ttl),
+            (None, true, true, None)
+        );
+        assert_eq!((c.default_priority, c.max_priority), (10, 16));
     }
 
     #[test]
@@ -322,6 +371,12 @@ mod tests {
             ("[cgroup]\nparent = \"relative\"", "cgroup.parent"),
             ("[log]\nlevel = \"loud\"", "log.level"),
             ("[log]\nformat = \"xml\"", "log.format"),
+            ("vcpus = 0", "vcpus: must be at least 1"),
+            ("max_priority = 17", "max_priority"),
+            (
+                "default_priority = 12\nmax_priority = 8",
+                "above max_priority",
+            ),
         ];
         for (text, want) in cases {
             let e = Config::parse("/etc/pjw/pjw.toml", text, &Overrides::default())

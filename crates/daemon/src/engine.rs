@@ -1,15 +1,20 @@
 //! The engine: the one owner of the daemon's state.
 //!
-//! Connections, pidfd watchers and the inotify reader never touch state; they send [`Event`]s
-//! down one channel and the engine handles them in order. That keeps every decision (who gets
-//! which CPUs) serial and makes crash recovery a matter of rebuilding this one struct.
+//! Connections, pidfd watchers, timers and the inotify reader never touch state; they send
+//! [`Event`]s down one channel and the engine handles them in order. That keeps every decision
+//! (who gets which CPUs) serial and makes crash recovery a matter of rebuilding this one struct.
 //!
-//! A job's life: `Submit` → (queued) → started: stored as `starting`, cgroups created, the
-//! client's process moved in, stored as `running`, a pidfd watcher armed, an inotify watch put on
-//! its `cgroup.events` → `MainExited` (the pidfd fired): leftovers killed → `populated 0` seen
-//! on `cgroup.events` → cgroups removed, stored as `ended`, CPUs free, the queue dispatched.
+//! Who runs where is decided by the pure node-queue policy ([`pjw_core::sched::plan`]): after
+//! every change the engine hands it a snapshot of the jobs and carries out the actions it
+//! returns — start a job as a primary or a backfiller, promote, preempt, resume, expire.
+//!
+//! A job's life: `Submit` → recorded as `queued` → started: recorded as `starting`, cgroups
+//! created (idle class for a backfiller), the client's process moved in, recorded as `running`,
+//! a pidfd watcher armed, an inotify watch put on its `cgroup.events` → `MainExited` (the pidfd
+//! fired): leftovers killed → `populated 0` seen on `cgroup.events` → cgroups removed, recorded
+//! as `ended`, the queue re-planned.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -17,8 +22,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use inotify::{WatchDescriptor, WatchMask, Watches};
 use pjw_cgroup::{Driver, JobLimits};
 use pjw_core::alloc::{Allocator, Scratch};
+use pjw_core::sched::{self, Action, JobView, Phase, QueuePolicy, Request};
 use pjw_core::{CpuSet, JobId};
-use pjw_proto::{ErrorCode, JobInfo, JobState, Response, RunRequest, StatusReport};
+use pjw_proto::{ErrorCode, JobInfo, JobState, Placement, Response, RunRequest, StatusReport};
 use pjw_store::{JobRecord, Store, StoredState};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot};
@@ -35,6 +41,15 @@ pub struct Cred {
     pub gid: u32,
 }
 
+/// A request about one job (kill, suspend, resume, priority).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Control {
+    Kill,
+    Suspend,
+    Resume,
+    Priority(u8),
+}
+
 /// Everything the engine reacts to.
 #[derive(Debug)]
 pub enum Event {
@@ -47,10 +62,11 @@ pub enum Event {
     },
     /// A `status` request.
     Status { reply: oneshot::Sender<Response> },
-    /// A `kill` request.
-    Kill {
+    /// A request about one job.
+    Control {
         cred: Cred,
         job: String,
+        what: Control,
         reply: oneshot::Sender<Response>,
     },
     /// A connection closed; if it was waiting in the queue, it leaves the queue.
@@ -61,9 +77,18 @@ pub enum Event {
     CgroupChanged { wd: WatchDescriptor },
     /// Re-check whether job `seq` is empty (only where no `cgroup.events` exists: pure v1).
     Recheck { seq: i64 },
+    /// A timer: look at the queue again (TTL expiry, clients that never reconnected).
+    Tick { generation: u64 },
 }
 
-/// A job holding CPUs.
+/// The client waiting for a queued job.
+#[derive(Debug)]
+struct Waiter {
+    conn: u64,
+    reply: mpsc::UnboundedSender<Response>,
+}
+
+/// A job, from queued to ended.
 #[derive(Debug)]
 struct Job {
     seq: i64,
@@ -71,30 +96,89 @@ struct Job {
     name: String,
     uid: u32,
     user: String,
-    ncpus: u32,
+    req: Request,
+    mem: Option<u64>,
+    phase: Phase,
+    /// CPUs it runs on (primary: exclusive; backfill: shared); empty while queued or frozen.
     cpus: CpuSet,
     mems: CpuSet,
-    mem: Option<u64>,
+    /// The main process (the client that became the command); None for adopted cgroups.
     pid: Option<u32>,
+    pid_start: Option<u64>,
     cgroup: String,
-    started: Instant,
+    /// Whether its cgroups exist (it has started).
+    started: Option<Instant>,
+    queued_at: Instant,
     ending: bool,
-    /// Who killed it with `pjw kill`, for the record.
     killed_by: Option<String>,
+    /// Why it is frozen or backfilling, for `pjw status`.
+    reason: Option<String>,
     watch: Option<WatchDescriptor>,
+    /// The waiting client while queued; None for a queued job recovered after a restart whose
+    /// client has not reconnected yet (it is not planned until it does).
+    waiter: Option<Waiter>,
+    /// Until when a recovered queued job waits for its client to reconnect.
+    reconnect_by: Option<Instant>,
 }
 
-/// A request waiting for CPUs.
-#[derive(Debug)]
-struct Waiting {
-    conn: u64,
-    cred: Cred,
-    id: JobId,
-    req: RunRequest,
-    reply: mpsc::UnboundedSender<Response>,
-    since: Instant,
-    user: String,
+impl Job {
+    fn view(&self) -> JobView {
+        JobView {
+            key: self.seq,
+            req: self.req,
+            phase: self.phase,
+            cpus: self.cpus,
+        }
+    }
+
+    fn state(&self) -> JobState {
+        if self.ending {
+            return JobState::Ending;
+        }
+        match self.phase {
+            Phase::Queued => JobState::Queued,
+            Phase::Primary => JobState::Running,
+            Phase::Backfill => JobState::Backfill,
+            Phase::Preempted | Phase::Suspended => JobState::Frozen,
+        }
+    }
 }
+
+fn role_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Queued | Phase::Primary => "primary",
+        Phase::Backfill => "backfill",
+        Phase::Preempted => "preempted",
+        Phase::Suspended => "suspended",
+    }
+}
+
+fn placement_name(p: Placement) -> &'static str {
+    match p {
+        Placement::Any => "any",
+        Placement::PrimaryOnly => "primary_only",
+        Placement::BackfillOnly => "backfill_only",
+    }
+}
+
+fn placement_from(s: &str) -> Placement {
+    match s {
+        "primary_only" => Placement::PrimaryOnly,
+        "backfill_only" => Placement::BackfillOnly,
+        _ => Placement::Any,
+    }
+}
+
+fn sched_placement(p: Placement) -> sched::Placement {
+    match p {
+        Placement::Any => sched::Placement::Any,
+        Placement::PrimaryOnly => sched::Placement::PrimaryOnly,
+        Placement::BackfillOnly => sched::Placement::BackfillOnly,
+    }
+}
+
+/// How long a queued job recovered after a restart waits for its client to come back.
+const RECONNECT_GRACE: Duration = Duration::from_secs(120);
 
 /// The daemon's state.
 pub struct Engine {
@@ -106,19 +190,20 @@ pub struct Engine {
     scratch: Scratch,
     /// CPUs pjw may hand out.
     pool: CpuSet,
+    policy: QueuePolicy,
     jobs: BTreeMap<i64, Job>,
-    queue: VecDeque<Waiting>,
     watches: Option<Watches>,
     by_watch: HashMap<WatchDescriptor, i64>,
     tx: mpsc::UnboundedSender<Event>,
     node: String,
+    /// The timer that counts (older ones are ignored).
+    tick_generation: u64,
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("jobs", &self.jobs.len())
-            .field("queued", &self.queue.len())
             .finish()
     }
 }
@@ -144,17 +229,26 @@ pub fn cgroup_name(id: &JobId) -> String {
 
 impl Engine {
     /// Build the engine. `watches` is the inotify handle whose events the caller turns into
-    /// [`Event::CgroupChanged`]; None where there are no `cgroup.events` files.
+    /// [`Event::CgroupChanged`]; None where there are no `cgroup.events` files. `vcpus` must
+    /// already be checked against the pool.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         cfg: Config,
         driver: Driver,
         store: Store,
         alloc: Allocator,
         pool: CpuSet,
+        vcpus: usize,
         watches: Option<Watches>,
         tx: mpsc::UnboundedSender<Event>,
     ) -> Engine {
         let node = os::hostname(&cfg.proc_root);
+        let policy = QueuePolicy {
+            vcpus,
+            backfill: cfg.backfill,
+            hard_preemption: cfg.hard_preemption,
+            queue_ttl_ms: cfg.queue_ttl.map(|s| s as i64 * 1000),
+        };
         Engine {
             cfg,
             driver,
@@ -162,30 +256,24 @@ impl Engine {
             alloc,
             scratch: Scratch::new(),
             pool,
+            policy,
             jobs: BTreeMap::new(),
-            queue: VecDeque::new(),
             watches,
             by_watch: HashMap::new(),
             tx,
             node,
+            tick_generation: 0,
         }
     }
 
-    /// CPUs held by jobs.
-    fn used(&self) -> CpuSet {
-        self.jobs
-            .values()
-            .fold(CpuSet::new(), |acc, j| acc.union(&j.cpus))
-    }
-
+    /// CPUs held by primaries.
     fn free(&self) -> CpuSet {
-        self.pool.difference(&self.used())
-    }
-
-    /// CPUs for a job of `n`, from the free ones, if they are there.
-    fn allocate(&mut self, n: usize) -> Option<CpuSet> {
-        let free = self.free();
-        self.alloc.allocate_with(&mut self.scratch, &free, n)
+        let held = self
+            .jobs
+            .values()
+            .filter(|j| j.phase == Phase::Primary)
+            .fold(CpuSet::new(), |acc, j| acc.union(&j.cpus));
+        self.pool.difference(&held)
     }
 
     /// Handle one event.
@@ -200,16 +288,27 @@ impl Engine {
             Event::Status { reply } => {
                 let _ = reply.send(Response::Status(self.status()));
             }
-            Event::Kill { cred, job, reply } => {
-                let _ = reply.send(self.kill(cred, &job));
+            Event::Control {
+                cred,
+                job,
+                what,
+                reply,
+            } => {
+                let r = self.control(cred, &job, what);
+                let _ = reply.send(r);
             }
             Event::ClientGone { conn } => {
-                if let Some(pos) = self.queue.iter().position(|w| w.conn == conn) {
-                    let w = self.queue.remove(pos);
-                    if let Some(w) = w {
-                        info!(job = %w.id, user = %w.user, "queued client left; job withdrawn");
+                let gone = self
+                    .jobs
+                    .values()
+                    .find(|j| j.waiter.as_ref().is_some_and(|w| w.conn == conn))
+                    .map(|j| j.seq);
+                if let Some(seq) = gone {
+                    if let Some(j) = self.jobs.remove(&seq) {
+                        info!(job = %j.id, user = %j.user, "queued client left; job withdrawn");
+                        let _ = self.store.set_ended(seq, now_ms(), "client left the queue");
                     }
-                    self.dispatch();
+                    self.replan();
                 }
             }
             Event::MainExited { seq } => self.main_exited(seq),
@@ -219,10 +318,16 @@ impl Engine {
                 }
             }
             Event::Recheck { seq } => self.check_empty(seq),
+            Event::Tick { generation } => {
+                if generation == self.tick_generation {
+                    self.drop_unclaimed();
+                    self.replan();
+                }
+            }
         }
     }
 
-    // ---- submission and start ------------------------------------------------------------
+    // ---- submission ----------------------------------------------------------------------
 
     fn submit(
         &mut self,
@@ -233,43 +338,37 @@ impl Engine {
     ) {
         // A client whose process is already a live job's main process reconnected after a
         // daemon crash between being moved and being told: tell it again.
-        if let Some(j) = self
-            .jobs
-            .values()
-            .find(|j| j.pid == Some(cred.pid) && j.uid == cred.uid && !j.ending)
-        {
+        if let Some(j) = self.jobs.values().find(|j| {
+            j.started.is_some() && j.pid == Some(cred.pid) && j.uid == cred.uid && !j.ending
+        }) {
             info!(job = %j.id, pid = cred.pid, "client reconnected; job already running");
             let _ = reply.send(Response::Started {
                 job: j.id.to_string(),
                 cpus: j.cpus,
                 mems: j.mems,
+                backfill: j.phase == Phase::Backfill,
             });
             return;
         }
-        let total = self
-            .pool
-            .intersection(&self.alloc.topology().online())
-            .len();
-        if req.cpus == 0 {
-            let _ = reply.send(err(ErrorCode::Invalid, "--cpus must be at least 1"));
+        // A queued client reconnecting after a restart takes its place back.
+        let pid_start = os::start_time(&self.cfg.proc_root, cred.pid);
+        if let Some(j) = self.jobs.values_mut().find(|j| {
+            j.started.is_none()
+                && j.waiter.is_none()
+                && j.pid == Some(cred.pid)
+                && j.pid_start == pid_start
+                && j.uid == cred.uid
+        }) {
+            info!(job = %j.id, pid = cred.pid, "queued client reconnected; place kept");
+            j.waiter = Some(Waiter { conn, reply });
+            j.reconnect_by = None;
+            let seq = j.seq;
+            self.replan();
+            self.tell_queued(seq);
             return;
         }
-        if req.cpus as usize > total {
-            let _ = reply.send(err(
-                ErrorCode::Invalid,
-                format!(
-                    "--cpus {} is more than this node has for jobs ({total} cpus: {})",
-                    req.cpus, self.pool
-                ),
-            ));
-            return;
-        }
-        if req.mem == Some(0) {
-            let _ = reply.send(err(ErrorCode::Invalid, "--mem must be more than 0"));
-            return;
-        }
-        if req.argv.len() > pjw_proto::MAX_ARGS {
-            let _ = reply.send(err(ErrorCode::Invalid, "too many arguments"));
+        if let Err(resp) = self.validate(&cred, &req) {
+            let _ = reply.send(resp);
             return;
         }
         let id = match &req.job_id {
@@ -288,7 +387,7 @@ impl Engine {
                 }
             },
         };
-        if self.id_in_use(&id) {
+        if self.jobs.values().any(|j| j.id == id) {
             let _ = reply.send(err(
                 ErrorCode::Conflict,
                 format!("job id {id} is already in use by a live job"),
@@ -296,178 +395,505 @@ impl Engine {
             return;
         }
         let user = os::user_name(cred.uid);
-        let w = Waiting {
-            conn,
-            cred,
-            id,
-            req,
-            reply,
-            since: Instant::now(),
-            user,
+        let name = req
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| {
+                req.argv
+                    .first()
+                    .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+                    .unwrap_or_else(|| "job".into())
+            });
+        let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+        let submitted_ms = now_ms();
+        let priority = req.priority.unwrap_or(self.cfg.default_priority);
+        let sreq = Request {
+            ncpus: req.cpus as usize,
+            priority,
+            placement: sched_placement(req.placement),
+            exclusive: req.exclusive,
+            submitted_ms,
         };
-        if self.queue.is_empty() {
-            if let Some(cpus) = self.allocate(w.req.cpus as usize) {
-                self.start(w, cpus);
+        let cgroup = cgroup_name(&id);
+        let rec = JobRecord {
+            seq: 0,
+            job_id: id.to_string(),
+            name: name.clone(),
+            uid: cred.uid,
+            gid: cred.gid,
+            user: user.clone(),
+            ncpus: req.cpus,
+            cpus: CpuSet::new(),
+            mems: CpuSet::new(),
+            mem_limit: req.mem,
+            pid: Some(cred.pid),
+            pid_start,
+            cgroup: cgroup.clone(),
+            argv: req.argv.clone(),
+            state: StoredState::Queued,
+            submitted_ms,
+            started_ms: None,
+            ended_ms: None,
+            end_reason: None,
+            priority,
+            placement: placement_name(req.placement).into(),
+            exclusive: req.exclusive,
+            role: "primary".into(),
+        };
+        let seq = match self.store.insert_job(&rec) {
+            Ok(s) => s,
+            Err(e) => {
+                error!(job = %id, error = %e, "cannot record job");
+                let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
                 return;
             }
+        };
+        let job = Job {
+            seq,
+            id,
+            name,
+            uid: cred.uid,
+            user,
+            req: sreq,
+            mem: req.mem,
+            phase: Phase::Queued,
+            cpus: CpuSet::new(),
+            mems: CpuSet::new(),
+            pid: Some(cred.pid),
+            pid_start,
+            cgroup,
+            started: None,
+            queued_at: Instant::now(),
+            ending: false,
+            killed_by: None,
+            reason: None,
+            watch: None,
+            waiter: Some(Waiter { conn, reply }),
+            reconnect_by: None,
+        };
+        self.jobs.insert(seq, job);
+        self.replan();
+        self.tell_queued(seq);
+    }
+
+    fn validate(&self, cred: &Cred, req: &RunRequest) -> Result<(), Response> {
+        let total = self.pool.len();
+        if req.cpus == 0 {
+            return Err(err(ErrorCode::Invalid, "--cpus must be at least 1"));
         }
-        let position = self.queue.len() as u32 + 1;
-        let reason = format!(
-            "waiting for {} cpus ({} of {} free)",
-            w.req.cpus,
-            self.free().len(),
-            self.pool.len()
-        );
-        info!(job = %w.id, user = %w.user, cpus = w.req.cpus, position, "job queued");
+        if req.cpus as usize > total {
+            return Err(err(
+                ErrorCode::Invalid,
+                format!(
+                    "--cpus {} is more than this node has for jobs ({total} cpus: {})",
+                    req.cpus, self.pool
+                ),
+            ));
+        }
+        if req.mem == Some(0) {
+            return Err(err(ErrorCode::Invalid, "--mem must be more than 0"));
+        }
+        if req.argv.len() > pjw_proto::MAX_ARGS {
+            return Err(err(ErrorCode::Invalid, "too many arguments"));
+        }
+        if let Some(p) = req.priority {
+            self.check_priority(cred, p)?;
+        }
+        if req.placement == Placement::BackfillOnly && !self.cfg.backfill {
+            return Err(err(
+                ErrorCode::Invalid,
+                "backfill is disabled on this node (backfill = false)",
+            ));
+        }
+        if req.placement == Placement::BackfillOnly && req.exclusive {
+            return Err(err(
+                ErrorCode::Invalid,
+                "--exclusive and --backfill-only exclude each other",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_priority(&self, cred: &Cred, p: u8) -> Result<(), Response> {
+        if !(sched::MIN_PRIORITY..=sched::MAX_PRIORITY).contains(&p) {
+            return Err(err(
+                ErrorCode::Invalid,
+                format!("priority {p} is not in 1-16"),
+            ));
+        }
+        if cred.uid != 0 && p > self.cfg.max_priority {
+            return Err(err(
+                ErrorCode::Denied,
+                format!(
+                    "priority {p} is above this node's maximum for users ({})",
+                    self.cfg.max_priority
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Say once that a job waits, with its place and why.
+    fn tell_queued(&self, seq: i64) {
+        let Some(j) = self.jobs.get(&seq) else { return };
+        if j.phase != Phase::Queued {
+            return;
+        }
+        let Some(w) = &j.waiter else { return };
+        let position = self
+            .queue_order()
+            .iter()
+            .position(|s| *s == seq)
+            .map(|p| p as u32 + 1)
+            .unwrap_or(0);
+        let reason = self.wait_reason(j);
+        info!(job = %j.id, user = %j.user, cpus = j.req.ncpus, position, "job queued");
         let _ = w.reply.send(Response::Queued {
-            job: w.id.to_string(),
+            job: j.id.to_string(),
             position,
             reason,
         });
-        self.queue.push_back(w);
     }
 
-    fn id_in_use(&self, id: &JobId) -> bool {
-        self.jobs.values().any(|j| &j.id == id) || self.queue.iter().any(|w| &w.id == id)
+    /// Queued jobs in the order they will be served.
+    fn queue_order(&self) -> Vec<i64> {
+        let mut q: Vec<&Job> = self
+            .jobs
+            .values()
+            .filter(|j| j.phase == Phase::Queued)
+            .collect();
+        q.sort_by_key(|j| (std::cmp::Reverse(j.req.priority), j.req.submitted_ms, j.seq));
+        q.into_iter().map(|j| j.seq).collect()
+    }
+
+    fn wait_reason(&self, j: &Job) -> String {
+        if j.waiter.is_none() && j.started.is_none() {
+            return "waiting for its client to reconnect".into();
+        }
+        let order = self.queue_order();
+        match order.first() {
+            Some(first) if *first != j.seq => {
+                let head = &self.jobs[first];
+                format!("behind job {} in the queue", head.id)
+            }
+            _ if j.req.exclusive => "waiting for the whole node".into(),
+            _ => {
+                let running: usize = self
+                    .jobs
+                    .values()
+                    .filter(|x| matches!(x.phase, Phase::Primary | Phase::Backfill))
+                    .map(|x| x.cpus.len())
+                    .sum();
+                if running + j.req.ncpus > self.policy.vcpus && self.free().len() >= j.req.ncpus {
+                    format!(
+                        "waiting for job slots ({running} of {} vcpus in use)",
+                        self.policy.vcpus
+                    )
+                } else {
+                    format!(
+                        "waiting for {} cpus ({} of {} free)",
+                        j.req.ncpus,
+                        self.free().len(),
+                        self.pool.len()
+                    )
+                }
+            }
+        }
     }
 
     fn generate_id(&mut self) -> Result<JobId, String> {
         loop {
             let n = self.store.next_job_number().map_err(|e| e.to_string())?;
             let id = JobId::new(&n.to_string()).map_err(|e| e.to_string())?;
-            if !self.id_in_use(&id) {
+            if !self.jobs.values().any(|j| j.id == id) {
                 return Ok(id);
             }
         }
     }
 
-    /// Start queued jobs in FIFO order while the head fits.
-    fn dispatch(&mut self) {
-        while let Some(head) = self.queue.front() {
-            let Some(cpus) = self.allocate(head.req.cpus as usize) else {
+    // ---- planning ------------------------------------------------------------------------
+
+    /// Ask the policy what changes now and carry it out, until nothing does.
+    fn replan(&mut self) {
+        // A failed start removes the job; plan again so the next one gets its chance.
+        for _ in 0..64 {
+            let views: Vec<JobView> = self
+                .jobs
+                .values()
+                .filter(|j| !j.ending && !(j.phase == Phase::Queued && j.waiter.is_none()))
+                .map(Job::view)
+                .collect();
+            let actions = sched::plan(
+                &self.policy,
+                &self.alloc,
+                &mut self.scratch,
+                &self.pool,
+                &views,
+                now_ms(),
+            );
+            if actions.is_empty() {
                 break;
-            };
-            let Some(w) = self.queue.pop_front() else {
-                break;
-            };
-            if w.reply.is_closed() {
-                continue;
             }
-            self.start(w, cpus);
+            let mut failed = false;
+            for a in actions {
+                if !self.apply(a) {
+                    failed = true;
+                }
+            }
+            if !failed {
+                break;
+            }
+        }
+        self.arm_timer();
+    }
+
+    /// Carry out one action; false when it could not be done (the job is gone).
+    fn apply(&mut self, a: Action) -> bool {
+        match a {
+            Action::StartPrimary { key, cpus } => self.start(key, cpus, false),
+            Action::StartBackfill { key, cpus } => self.start(key, cpus, true),
+            Action::Promote { key, cpus } => self.move_job(key, cpus, Phase::Primary, None),
+            Action::Resume { key, cpus } => self.move_job(key, cpus, Phase::Primary, None),
+            Action::Preempt {
+                key,
+                by,
+                to_backfill,
+            } => {
+                let by_id = self
+                    .jobs
+                    .get(&by)
+                    .map(|j| j.id.to_string())
+                    .unwrap_or_default();
+                let reason = Some(format!("preempted by job {by_id}"));
+                if to_backfill {
+                    let cpus = self.jobs.get(&key).map(|j| j.cpus).unwrap_or_default();
+                    self.move_job(key, cpus, Phase::Backfill, reason)
+                } else {
+                    self.freeze_job(key, Phase::Preempted, reason)
+                }
+            }
+            Action::Expire { key } => {
+                if let Some(j) = self.jobs.remove(&key) {
+                    let waited = j.queued_at.elapsed().as_secs();
+                    info!(job = %j.id, user = %j.user, waited_s = waited, "job expired in the queue");
+                    let _ = self.store.set_ended(key, now_ms(), "expired in queue");
+                    if let Some(w) = j.waiter {
+                        let _ = w.reply.send(err(
+                            ErrorCode::Invalid,
+                            format!(
+                                "job {} expired after waiting {waited} s in the queue (queue_ttl)",
+                                j.id
+                            ),
+                        ));
+                    }
+                }
+                true
+            }
         }
     }
 
-    fn start(&mut self, w: Waiting, cpus: CpuSet) {
-        let pid = w.cred.pid;
+    /// Wake up when the next queued job would expire or a recovered client's grace ends.
+    fn arm_timer(&mut self) {
+        let now = now_ms();
+        let mut next: Option<Duration> = None;
+        let mut consider = |d: Duration| next = Some(next.map_or(d, |n: Duration| n.min(d)));
+        if let Some(ttl) = self.policy.queue_ttl_ms {
+            for j in self.jobs.values().filter(|j| j.phase == Phase::Queued) {
+                let left = (j.req.submitted_ms + ttl - now).max(0) as u64 + 1;
+                consider(Duration::from_millis(left));
+            }
+        }
+        for j in self.jobs.values() {
+            if let Some(by) = j.reconnect_by {
+                consider(by.saturating_duration_since(Instant::now()) + Duration::from_millis(1));
+            }
+        }
+        if let Some(d) = next {
+            self.tick_generation += 1;
+            let generation = self.tick_generation;
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(d).await;
+                let _ = tx.send(Event::Tick { generation });
+            });
+        }
+    }
+
+    /// Recovered queued jobs whose client did not come back in time are dropped.
+    fn drop_unclaimed(&mut self) {
+        let now = Instant::now();
+        let gone: Vec<i64> = self
+            .jobs
+            .values()
+            .filter(|j| j.reconnect_by.is_some_and(|b| b <= now))
+            .map(|j| j.seq)
+            .collect();
+        for seq in gone {
+            if let Some(j) = self.jobs.remove(&seq) {
+                info!(job = %j.id, "queued client did not reconnect; job withdrawn");
+                let _ = self.store.set_ended(seq, now_ms(), "client left the queue");
+            }
+        }
+    }
+
+    // ---- starting and moving jobs --------------------------------------------------------
+
+    fn start(&mut self, seq: i64, cpus: CpuSet, backfill: bool) -> bool {
+        let Some(j) = self.jobs.get(&seq) else {
+            return false;
+        };
+        let Some(pid) = j.pid else { return false };
+        let Some(waiter) = self.jobs.get_mut(&seq).and_then(|j| j.waiter.take()) else {
+            return false;
+        };
+        let j = &self.jobs[&seq];
         // The process must still be the caller's.
-        if os::process_uid(&self.cfg.proc_root, pid) != Some(w.cred.uid) {
-            warn!(job = %w.id, pid, "client process vanished before start");
-            let _ = w
-                .reply
-                .send(err(ErrorCode::Invalid, "client process is gone"));
-            return;
+        if waiter.reply.is_closed() || os::process_uid(&self.cfg.proc_root, pid) != Some(j.uid) {
+            warn!(job = %j.id, pid, "client process vanished before start");
+            let _ = self.store.set_ended(seq, now_ms(), "client left the queue");
+            self.jobs.remove(&seq);
+            return false;
         }
         let mems = self.alloc.topology().mems_for(&cpus);
-        let cgroup = cgroup_name(&w.id);
-        let name = w
-            .req
-            .name
-            .clone()
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| {
-                w.req
-                    .argv
-                    .first()
-                    .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
-                    .unwrap_or_else(|| "job".into())
-            });
-        let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
-        let rec = JobRecord {
-            seq: 0,
-            job_id: w.id.to_string(),
-            name: name.clone(),
-            uid: w.cred.uid,
-            gid: w.cred.gid,
-            user: w.user.clone(),
-            ncpus: w.req.cpus,
-            cpus,
-            mems,
-            mem_limit: w.req.mem,
-            pid: Some(pid),
-            pid_start: os::start_time(&self.cfg.proc_root, pid),
-            cgroup: cgroup.clone(),
-            argv: w.req.argv.clone(),
-            state: StoredState::Starting,
-            submitted_ms: now_ms() - w.since.elapsed().as_millis() as i64,
-            started_ms: Some(now_ms()),
-            ended_ms: None,
-            end_reason: None,
+        let phase = if backfill {
+            Phase::Backfill
+        } else {
+            Phase::Primary
         };
         // Durable first: after a crash from here on, recovery finds the job.
-        let seq = match self.store.insert_job(&rec) {
-            Ok(s) => s,
-            Err(e) => {
-                error!(job = %w.id, error = %e, "cannot record job");
-                let _ = w
-                    .reply
-                    .send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
-                return;
-            }
-        };
+        if let Err(e) = self
+            .store
+            .set_starting(seq, &cpus, &mems, role_name(phase), now_ms())
+        {
+            error!(job = %j.id, error = %e, "cannot record job start");
+            let _ = waiter
+                .reply
+                .send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
+            self.jobs.remove(&seq);
+            return false;
+        }
         let limits = JobLimits {
             cpus,
             mems,
-            memory_max: w.req.mem,
+            memory_max: j.mem,
             pids_max: self.cfg.pids_max,
         };
+        let cgroup = j.cgroup.clone();
         let placed = self
             .driver
             .create_job(&cgroup, &limits)
+            .and_then(|_| {
+                if backfill {
+                    self.driver.set_idle(&cgroup, true)
+                } else {
+                    Ok(())
+                }
+            })
             .and_then(|_| self.driver.add_process(&cgroup, pid));
         if let Err(e) = placed {
-            error!(job = %w.id, error = %e, "cannot place job in its cgroups");
+            error!(job = %j.id, error = %e, "cannot place job in its cgroups");
             let _ = self.driver.remove_job(&cgroup);
             let _ = self
                 .store
                 .set_ended(seq, now_ms(), &format!("start failed: {e}"));
-            let _ = w.reply.send(err(
+            let _ = waiter.reply.send(err(
                 ErrorCode::Internal,
                 format!("cannot set up the job's cgroups: {e}"),
             ));
-            return;
+            self.jobs.remove(&seq);
+            return false;
         }
         if let Err(e) = self.store.set_running(seq) {
-            warn!(job = %w.id, error = %e, "cannot mark job running in the store");
+            warn!(job = %j.id, error = %e, "cannot mark job running in the store");
         }
-        let job = Job {
-            seq,
-            id: w.id.clone(),
-            name,
-            uid: w.cred.uid,
-            user: w.user.clone(),
-            ncpus: w.req.cpus,
-            cpus,
-            mems,
-            mem: w.req.mem,
-            pid: Some(pid),
-            cgroup,
-            started: Instant::now(),
-            ending: false,
-            killed_by: None,
-            watch: None,
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return false;
         };
-        info!(job = %job.id, user = %job.user, cpus = %cpus, mems = %mems, pid, waited_ms = w.since.elapsed().as_millis() as u64, "job started");
-        let _ = w.reply.send(Response::Started {
-            job: job.id.to_string(),
+        j.phase = phase;
+        j.cpus = cpus;
+        j.mems = mems;
+        j.started = Some(Instant::now());
+        j.reason = backfill.then(|| "backfill on cpus other jobs hold".to_string());
+        info!(
+            job = %j.id, user = %j.user, cpus = %cpus, mems = %mems, pid, role = role_name(phase),
+            priority = j.req.priority, waited_ms = j.queued_at.elapsed().as_millis() as u64,
+            "job started"
+        );
+        let _ = waiter.reply.send(Response::Started {
+            job: j.id.to_string(),
             cpus,
             mems,
+            backfill,
         });
-        self.track(job, true);
+        self.track(seq, true);
+        true
+    }
+
+    /// A running or frozen job moves to `cpus` in role `phase` (promotion, resume, demotion to
+    /// backfill).
+    fn move_job(&mut self, seq: i64, cpus: CpuSet, phase: Phase, reason: Option<String>) -> bool {
+        let Some(j) = self.jobs.get(&seq) else {
+            return false;
+        };
+        let mems = self.alloc.topology().mems_for(&cpus);
+        let was = j.phase;
+        let cg = j.cgroup.clone();
+        let res = (|| {
+            // Order matters for the neighbours: a job leaving the idle class goes to its own CPUs
+            // first; a job entering it is made idle before it shares CPUs.
+            if phase == Phase::Backfill {
+                self.driver.set_idle(&cg, true)?;
+                self.driver.set_cpus(&cg, &cpus, &mems)?;
+            } else {
+                self.driver.set_cpus(&cg, &cpus, &mems)?;
+                self.driver.set_idle(&cg, false)?;
+            }
+            if matches!(was, Phase::Preempted | Phase::Suspended) {
+                self.driver.freeze(&cg, false)?;
+            }
+            Ok::<(), pjw_cgroup::CgroupError>(())
+        })();
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return false;
+        };
+        if let Err(e) = res {
+            warn!(job = %j.id, error = %e, "cannot move job");
+            return true;
+        }
+        j.phase = phase;
+        j.cpus = cpus;
+        j.mems = mems;
+        j.reason = reason.or_else(|| {
+            (phase == Phase::Backfill).then(|| "backfill on cpus other jobs hold".into())
+        });
+        let _ = self.store.set_role(seq, role_name(phase), &cpus, &mems);
+        info!(job = %j.id, user = %j.user, cpus = %cpus, from = role_name(was), to = role_name(phase), "job moved");
+        true
+    }
+
+    /// Freeze a running job; it gives up its CPUs.
+    fn freeze_job(&mut self, seq: i64, phase: Phase, reason: Option<String>) -> bool {
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return false;
+        };
+        if let Err(e) = self.driver.freeze(&j.cgroup, true) {
+            warn!(job = %j.id, error = %e, "cannot freeze job");
+            return true;
+        }
+        j.phase = phase;
+        j.cpus = CpuSet::new();
+        j.reason = reason;
+        let _ = self.store.set_role(seq, role_name(phase), &j.cpus, &j.mems);
+        info!(job = %j.id, user = %j.user, role = role_name(phase), reason = j.reason.as_deref().unwrap_or(""), "job frozen");
+        true
     }
 
     /// Watch a job: its main process (pidfd) and its cgroup (inotify on cgroup.events).
-    fn track(&mut self, mut job: Job, main_alive: bool) {
-        let seq = job.seq;
+    fn track(&mut self, seq: i64, main_alive: bool) {
+        let Some(job) = self.jobs.get_mut(&seq) else {
+            return;
+        };
         if let Some(watches) = self.watches.as_mut() {
             if let Some(path) = self.driver.events_path(&job.cgroup) {
                 match watches.add(&path, WatchMask::MODIFY) {
@@ -481,9 +907,7 @@ impl Engine {
                 }
             }
         }
-        let pid = job.pid;
-        self.jobs.insert(seq, job);
-        match (main_alive, pid) {
+        match (main_alive, job.pid) {
             (true, Some(pid)) => match os::pidfd_open(pid) {
                 Ok(fd) => spawn_pidfd_watch(fd, seq, self.tx.clone()),
                 Err(e) => {
@@ -497,27 +921,9 @@ impl Engine {
         }
     }
 
-    /// Kill a running job or withdraw a queued one; only its owner or root may.
-    fn kill(&mut self, cred: Cred, job: &str) -> Response {
-        if let Some(pos) = self.queue.iter().position(|w| w.id.as_str() == job) {
-            if cred.uid != 0 && cred.uid != self.queue[pos].cred.uid {
-                return err(
-                    ErrorCode::Denied,
-                    format!("job {job} belongs to {}", self.queue[pos].user),
-                );
-            }
-            if let Some(w) = self.queue.remove(pos) {
-                info!(job = %w.id, user = %w.user, by = cred.uid, "queued job withdrawn");
-                let _ = w.reply.send(err(
-                    ErrorCode::Invalid,
-                    format!("job {job} was killed while queued"),
-                ));
-            }
-            self.dispatch();
-            return Response::Done {
-                message: format!("job {job} withdrawn from the queue"),
-            };
-        }
+    // ---- control -------------------------------------------------------------------------
+
+    fn control(&mut self, cred: Cred, job: &str, what: Control) -> Response {
         let Some(seq) = self
             .jobs
             .values()
@@ -526,15 +932,112 @@ impl Engine {
         else {
             return err(ErrorCode::NotFound, format!("no job {job} on this node"));
         };
-        let by = os::user_name(cred.uid);
-        let Some(j) = self.jobs.get_mut(&seq) else {
-            return err(ErrorCode::NotFound, format!("no job {job} on this node"));
-        };
+        let j = &self.jobs[&seq];
         if cred.uid != 0 && cred.uid != j.uid {
             return err(
                 ErrorCode::Denied,
                 format!("job {job} belongs to {}", j.user),
             );
+        }
+        let by = os::user_name(cred.uid);
+        match what {
+            Control::Kill => self.kill(seq, by),
+            Control::Suspend => {
+                if j.ending {
+                    return err(ErrorCode::Invalid, format!("job {job} is ending"));
+                }
+                match j.phase {
+                    Phase::Queued => err(
+                        ErrorCode::Invalid,
+                        format!("job {job} is queued; kill it to withdraw it"),
+                    ),
+                    Phase::Suspended => err(
+                        ErrorCode::Invalid,
+                        format!("job {job} is already suspended"),
+                    ),
+                    Phase::Preempted => {
+                        // Frozen already; it now stays frozen until resumed.
+                        if let Some(j) = self.jobs.get_mut(&seq) {
+                            j.phase = Phase::Suspended;
+                            j.reason = Some(format!("suspended by {by}"));
+                            let _ = self.store.set_role(seq, "suspended", &j.cpus, &j.mems);
+                        }
+                        Response::Done {
+                            message: format!("job {job} suspended"),
+                        }
+                    }
+                    Phase::Primary | Phase::Backfill => {
+                        self.freeze_job(seq, Phase::Suspended, Some(format!("suspended by {by}")));
+                        self.replan();
+                        Response::Done {
+                            message: format!("job {job} suspended; its cpus went to others"),
+                        }
+                    }
+                }
+            }
+            Control::Resume => {
+                if j.phase != Phase::Suspended {
+                    return err(ErrorCode::Invalid, format!("job {job} is not suspended"));
+                }
+                if let Some(j) = self.jobs.get_mut(&seq) {
+                    // It competes for CPUs like a preempted job and is thawed when it has them.
+                    j.phase = Phase::Preempted;
+                    j.reason = Some("resumed; waiting for cpus".into());
+                }
+                self.replan();
+                let resumed = self
+                    .jobs
+                    .get(&seq)
+                    .is_some_and(|j| j.phase != Phase::Preempted);
+                Response::Done {
+                    message: if resumed {
+                        format!("job {job} resumed")
+                    } else {
+                        format!("job {job} will resume when cpus are free")
+                    },
+                }
+            }
+            Control::Priority(p) => {
+                if let Err(r) = self.check_priority(&cred, p) {
+                    return r;
+                }
+                if let Some(j) = self.jobs.get_mut(&seq) {
+                    info!(job = %j.id, from = j.req.priority, to = p, by = %by, "priority changed");
+                    j.req.priority = p;
+                }
+                let _ = self.store.set_priority(seq, p);
+                self.replan();
+                Response::Done {
+                    message: format!("job {job} now has priority {p}"),
+                }
+            }
+        }
+    }
+
+    /// Kill a running job or withdraw a queued one.
+    fn kill(&mut self, seq: i64, by: String) -> Response {
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return err(ErrorCode::NotFound, "no such job");
+        };
+        let job = j.id.to_string();
+        if j.started.is_none() {
+            let j = self.jobs.remove(&seq);
+            if let Some(j) = j {
+                info!(job = %j.id, user = %j.user, by = %by, "queued job withdrawn");
+                let _ = self
+                    .store
+                    .set_ended(seq, now_ms(), &format!("killed by {by}"));
+                if let Some(w) = j.waiter {
+                    let _ = w.reply.send(err(
+                        ErrorCode::Invalid,
+                        format!("job {job} was killed while queued"),
+                    ));
+                }
+            }
+            self.replan();
+            return Response::Done {
+                message: format!("job {job} withdrawn from the queue"),
+            };
         }
         info!(job = %j.id, user = %j.user, by = %by, "killing job");
         j.killed_by = Some(by);
@@ -571,6 +1074,9 @@ impl Engine {
         let Some(job) = self.jobs.get(&seq) else {
             return;
         };
+        if job.started.is_none() {
+            return;
+        }
         let populated = self.driver.is_populated(&job.cgroup).unwrap_or(false);
         if !populated {
             let reason = match &job.killed_by {
@@ -608,8 +1114,12 @@ impl Engine {
         if let Err(e) = self.store.set_ended(seq, now_ms(), reason) {
             warn!(job = %job.id, error = %e, "cannot mark job ended in the store");
         }
-        info!(job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms = job.started.elapsed().as_millis() as u64, reason, "job ended");
-        self.dispatch();
+        let runtime_ms = job
+            .started
+            .map(|s| s.elapsed().as_millis() as u64)
+            .unwrap_or(0);
+        info!(job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms, reason, "job ended");
+        self.replan();
     }
 
     // ---- recovery ------------------------------------------------------------------------
@@ -617,12 +1127,20 @@ impl Engine {
     /// Rebuild the state after a (re)start from the store and the cgroup trees. Jobs that ended
     /// meanwhile are closed, leftover empty cgroups removed, and populated cgroups the store does
     /// not know are kept (with the CPUs their cpuset holds) until they empty: no CPU is ever
-    /// given to two jobs.
+    /// given to two jobs. Frozen jobs stay frozen; queued jobs keep their place for their
+    /// clients to reconnect.
     pub fn recover(&mut self) -> Result<(), String> {
         let live = self.store.live_jobs().map_err(|e| e.to_string())?;
         let mut known = Vec::new();
         for rec in live {
             known.push(rec.cgroup.clone());
+            let Ok(id) = JobId::new(&rec.job_id) else {
+                continue;
+            };
+            if rec.state == StoredState::Queued {
+                self.recover_queued(rec, id);
+                continue;
+            }
             let populated = self.driver.is_populated(&rec.cgroup).unwrap_or(false);
             if !populated {
                 let _ = self.driver.remove_job(&rec.cgroup);
@@ -635,21 +1153,28 @@ impl Engine {
                 info!(job = %rec.job_id, reason, "recovered job had ended");
                 continue;
             }
-            let cpus = match self.driver.job_cpus(&rec.cgroup) {
-                Ok(c) if !c.is_empty() => {
-                    if c != rec.cpus {
-                        warn!(job = %rec.job_id, stored = %rec.cpus, cgroup = %c, "cpuset differs from the store; the cgroup wins");
+            let phase = match rec.role.as_str() {
+                "backfill" => Phase::Backfill,
+                "preempted" => Phase::Preempted,
+                "suspended" => Phase::Suspended,
+                _ => Phase::Primary,
+            };
+            let cpus = if matches!(phase, Phase::Preempted | Phase::Suspended) {
+                CpuSet::new()
+            } else {
+                match self.driver.job_cpus(&rec.cgroup) {
+                    Ok(c) if !c.is_empty() => {
+                        if c != rec.cpus {
+                            warn!(job = %rec.job_id, stored = %rec.cpus, cgroup = %c, "cpuset differs from the store; the cgroup wins");
+                        }
+                        c
                     }
-                    c
+                    _ => rec.cpus,
                 }
-                _ => rec.cpus,
             };
             if rec.state == StoredState::Starting {
                 let _ = self.store.set_running(rec.seq);
             }
-            let Ok(id) = JobId::new(&rec.job_id) else {
-                continue;
-            };
             let main_alive = rec
                 .pid
                 .is_some_and(|p| os::process_alive(&self.cfg.proc_root, p, rec.pid_start));
@@ -658,25 +1183,11 @@ impl Engine {
                     (now_ms() - rec.started_ms.unwrap_or(rec.submitted_ms)).max(0) as u64,
                 ))
                 .unwrap_or_else(Instant::now);
-            let job = Job {
-                seq: rec.seq,
-                id,
-                name: rec.name,
-                uid: rec.uid,
-                user: rec.user,
-                ncpus: rec.ncpus,
-                cpus,
-                mems: rec.mems,
-                mem: rec.mem_limit,
-                pid: rec.pid,
-                cgroup: rec.cgroup,
-                started,
-                ending: false,
-                killed_by: None,
-                watch: None,
-            };
-            info!(job = %job.id, user = %job.user, cpus = %job.cpus, main_alive, "recovered running job");
-            self.track(job, main_alive);
+            let job = self.job_from_record(&rec, id, phase, cpus, Some(started));
+            info!(job = %job.id, user = %job.user, cpus = %job.cpus, role = role_name(phase), main_alive, "recovered running job");
+            let seq = job.seq;
+            self.jobs.insert(seq, job);
+            self.track(seq, main_alive);
         }
         // Cgroups below the parent that the store does not know.
         for name in self.driver.list_jobs().map_err(|e| e.to_string())? {
@@ -690,123 +1201,182 @@ impl Engine {
                 }
                 continue;
             }
-            let cpus = self.driver.job_cpus(&name).unwrap_or_default();
-            let id_text = name.strip_prefix("job-").unwrap_or(&name);
-            let Ok(id) = JobId::new(id_text) else {
-                warn!(cgroup = %name, "populated cgroup with an unusable name left alone");
-                continue;
-            };
-            let mems = self.alloc.topology().mems_for(&cpus);
-            let rec = JobRecord {
-                seq: 0,
-                job_id: id.to_string(),
-                name: "(adopted)".into(),
-                uid: 0,
-                gid: 0,
-                user: "?".into(),
-                ncpus: cpus.len() as u32,
-                cpus,
-                mems,
-                mem_limit: None,
-                pid: None,
-                pid_start: None,
-                cgroup: name.clone(),
-                argv: vec![],
-                state: StoredState::Starting,
-                submitted_ms: now_ms(),
-                started_ms: Some(now_ms()),
-                ended_ms: None,
-                end_reason: None,
-            };
-            let seq = self.store.insert_job(&rec).map_err(|e| e.to_string())?;
-            let _ = self.store.set_running(seq);
-            warn!(job = %id, cpus = %cpus, "adopted a populated job cgroup the store did not know");
-            let job = Job {
-                seq,
-                id,
-                name: rec.name,
-                uid: 0,
-                user: rec.user,
-                ncpus: rec.ncpus,
-                cpus,
-                mems,
-                mem: None,
-                pid: None,
-                cgroup: name,
-                started: Instant::now(),
-                ending: false,
-                killed_by: None,
-                watch: None,
-            };
-            self.track(job, false);
+            self.adopt(name)?;
         }
+        self.replan();
+        Ok(())
+    }
+
+    fn recover_queued(&mut self, rec: JobRecord, id: JobId) {
+        let alive = rec
+            .pid
+            .is_some_and(|p| os::process_alive(&self.cfg.proc_root, p, rec.pid_start));
+        if !alive {
+            let _ = self
+                .store
+                .set_ended(rec.seq, now_ms(), "client left the queue");
+            return;
+        }
+        let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
+        job.reconnect_by = Some(Instant::now() + RECONNECT_GRACE);
+        info!(job = %job.id, user = %job.user, "recovered queued job; waiting for its client");
+        self.jobs.insert(job.seq, job);
+    }
+
+    fn job_from_record(
+        &self,
+        rec: &JobRecord,
+        id: JobId,
+        phase: Phase,
+        cpus: CpuSet,
+        started: Option<Instant>,
+    ) -> Job {
+        Job {
+            seq: rec.seq,
+            id,
+            name: rec.name.clone(),
+            uid: rec.uid,
+            user: rec.user.clone(),
+            req: Request {
+                ncpus: rec.ncpus as usize,
+                priority: rec.priority,
+                placement: sched_placement(placement_from(&rec.placement)),
+                exclusive: rec.exclusive,
+                submitted_ms: rec.submitted_ms,
+            },
+            mem: rec.mem_limit,
+            phase,
+            cpus,
+            mems: if cpus.is_empty() {
+                rec.mems
+            } else {
+                self.alloc.topology().mems_for(&cpus)
+            },
+            pid: rec.pid,
+            pid_start: rec.pid_start,
+            cgroup: rec.cgroup.clone(),
+            started,
+            queued_at: Instant::now(),
+            ending: false,
+            killed_by: None,
+            reason: match phase {
+                Phase::Preempted => Some("preempted".into()),
+                Phase::Suspended => Some("suspended".into()),
+                _ => None,
+            },
+            watch: None,
+            waiter: None,
+            reconnect_by: None,
+        }
+    }
+
+    /// Keep a populated job cgroup the store did not know, with the CPUs its cpuset holds.
+    fn adopt(&mut self, name: String) -> Result<(), String> {
+        let cpus = self.driver.job_cpus(&name).unwrap_or_default();
+        let id_text = name.strip_prefix("job-").unwrap_or(&name);
+        let Ok(id) = JobId::new(id_text) else {
+            warn!(cgroup = %name, "populated cgroup with an unusable name left alone");
+            return Ok(());
+        };
+        let mems = self.alloc.topology().mems_for(&cpus);
+        let rec = JobRecord {
+            seq: 0,
+            job_id: id.to_string(),
+            name: "(adopted)".into(),
+            uid: 0,
+            gid: 0,
+            user: "?".into(),
+            ncpus: cpus.len() as u32,
+            cpus,
+            mems,
+            mem_limit: None,
+            pid: None,
+            pid_start: None,
+            cgroup: name,
+            argv: vec![],
+            state: StoredState::Running,
+            submitted_ms: now_ms(),
+            started_ms: Some(now_ms()),
+            ended_ms: None,
+            end_reason: None,
+            priority: sched::MAX_PRIORITY,
+            placement: "any".into(),
+            exclusive: false,
+            role: "primary".into(),
+        };
+        let seq = self.store.insert_job(&rec).map_err(|e| e.to_string())?;
+        warn!(job = %id, cpus = %cpus, "adopted a populated job cgroup the store did not know");
+        let rec = JobRecord { seq, ..rec };
+        // Adopted jobs get the top priority: nobody may preempt work pjw knows nothing about.
+        let job = self.job_from_record(&rec, id, Phase::Primary, cpus, Some(Instant::now()));
+        self.jobs.insert(seq, job);
+        self.track(seq, false);
         Ok(())
     }
 
     // ---- status --------------------------------------------------------------------------
 
-    /// The node's state for `pjw status`.
+    /// The node's state for `pjw status`: running jobs, then the queue in order.
     pub fn status(&self) -> StatusReport {
-        let mut jobs = Vec::new();
-        for j in self.jobs.values() {
-            let procs = self
-                .driver
-                .procs(&j.cgroup)
-                .map(|p| p.len() as u32)
-                .unwrap_or(0);
-            let threads = self
-                .driver
-                .thread_count(&j.cgroup)
-                .map(|t| t as u32)
-                .unwrap_or(0);
-            jobs.push(JobInfo {
+        let info = |j: &Job| {
+            let (procs, threads) = if j.started.is_some() {
+                (
+                    self.driver
+                        .procs(&j.cgroup)
+                        .map(|p| p.len() as u32)
+                        .unwrap_or(0),
+                    self.driver
+                        .thread_count(&j.cgroup)
+                        .map(|t| t as u32)
+                        .unwrap_or(0),
+                )
+            } else {
+                (0, 0)
+            };
+            JobInfo {
                 id: j.id.to_string(),
                 name: j.name.clone(),
                 user: j.user.clone(),
                 uid: j.uid,
                 cpus: j.cpus,
-                mems: j.mems,
-                ncpus: j.ncpus,
+                mems: if j.cpus.is_empty() {
+                    CpuSet::new()
+                } else {
+                    j.mems
+                },
+                ncpus: j.req.ncpus as u32,
                 mem: j.mem,
                 procs,
                 threads,
-                state: if j.ending {
-                    JobState::Ending
+                state: j.state(),
+                reason: if j.phase == Phase::Queued {
+                    Some(self.wait_reason(j))
                 } else {
-                    JobState::Running
+                    j.reason.clone()
                 },
-                age_secs: j.started.elapsed().as_secs(),
+                priority: j.req.priority,
+                age_secs: j.started.unwrap_or(j.queued_at).elapsed().as_secs(),
                 pid: j.pid,
-            });
-        }
-        for w in &self.queue {
-            jobs.push(JobInfo {
-                id: w.id.to_string(),
-                name: w.req.name.clone().unwrap_or_else(|| {
-                    w.req
-                        .argv
-                        .first()
-                        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
-                        .unwrap_or_default()
-                }),
-                user: w.user.clone(),
-                uid: w.cred.uid,
-                cpus: CpuSet::new(),
-                mems: CpuSet::new(),
-                ncpus: w.req.cpus,
-                mem: w.req.mem,
-                procs: 0,
-                threads: 0,
-                state: JobState::Queued,
-                age_secs: w.since.elapsed().as_secs(),
-                pid: Some(w.cred.pid),
-            });
-        }
+            }
+        };
+        let mut jobs: Vec<JobInfo> = self
+            .jobs
+            .values()
+            .filter(|j| j.phase != Phase::Queued)
+            .map(info)
+            .collect();
+        jobs.extend(
+            self.queue_order()
+                .iter()
+                .filter_map(|s| self.jobs.get(s))
+                .map(info),
+        );
         StatusReport {
             node: self.node.clone(),
             total_cpus: self.pool.len() as u32,
             cpus: self.pool,
             free_cpus: self.free(),
+            vcpus: self.policy.vcpus as u32,
             jobs,
             cgroup: self.driver.describe(),
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -814,22 +1384,24 @@ impl Engine {
     }
 
     /// Tell every queued client the daemon is stopping (they reconnect and are served after
-    /// the restart). Running jobs keep running; with none left, the parent cgroups are removed
-    /// so a stopped daemon leaves no empty cgroups behind.
+    /// the restart; their place is kept in the store). Running jobs keep running; with none
+    /// left, the parent cgroups are removed so a stopped daemon leaves no empty cgroups behind.
     pub fn shutdown(&mut self) {
-        for w in self.queue.drain(..) {
-            let _ = w
-                .reply
-                .send(err(ErrorCode::ShuttingDown, "the pjw daemon is stopping"));
+        for j in self.jobs.values_mut() {
+            if let Some(w) = j.waiter.take() {
+                let _ = w
+                    .reply
+                    .send(err(ErrorCode::ShuttingDown, "the pjw daemon is stopping"));
+            }
         }
-        if self.jobs.is_empty() {
+        if self.jobs.values().all(|j| j.started.is_none()) {
             if let Err(e) = self.driver.remove_parent_if_empty() {
                 warn!(error = %e, "cannot remove the parent cgroups");
             }
         }
     }
 
-    /// The state directory (for logs).
+    /// The state database (for logs).
     pub fn state_path(&self) -> PathBuf {
         self.store.path().to_path_buf()
     }

@@ -151,7 +151,24 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
             }
         });
     }
-    let mut eng = engine::Engine::new(cfg.clone(), driver, store, alloc, pool, watches, tx.clone());
+    let vcpus = cfg.vcpus.unwrap_or(pool.len());
+    if vcpus > 4 * pool.len() {
+        return Err(DaemonError::Other(format!(
+            "config {}: vcpus: {vcpus} is more than 4 times the {} cpus jobs may use",
+            cfg.origin,
+            pool.len()
+        )));
+    }
+    let mut eng = engine::Engine::new(
+        cfg.clone(),
+        driver,
+        store,
+        alloc,
+        pool,
+        vcpus,
+        watches,
+        tx.clone(),
+    );
     eng.recover().map_err(DaemonError::Other)?;
     let listener = bind_socket(&cfg.socket, cfg.socket_mode)?;
     info!(
@@ -159,6 +176,7 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         state = %eng.state_path().display(),
         config = %cfg.origin,
         cpus = %pool,
+        vcpus,
         topology = %format!("{} pus", topo.online().len()),
         "pjw daemon ready"
     );

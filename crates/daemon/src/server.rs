@@ -14,7 +14,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use crate::engine::{Cred, Event};
+use crate::engine::{Control, Cred, Event};
 
 /// How long a new connection may take to send its request.
 pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -142,20 +142,11 @@ async fn handle(
             let resp = rrx.await.unwrap_or_else(|_| shutting_down());
             write(&mut stream, &resp).await
         }
-        Request::Kill { job } => {
-            let (rtx, rrx) = oneshot::channel();
-            if tx
-                .send(Event::Kill {
-                    cred,
-                    job,
-                    reply: rtx,
-                })
-                .is_err()
-            {
-                return write(&mut stream, &shutting_down()).await;
-            }
-            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
-            write(&mut stream, &resp).await
+        Request::Kill { job } => control(&mut stream, &tx, cred, job, Control::Kill).await,
+        Request::Suspend { job } => control(&mut stream, &tx, cred, job, Control::Suspend).await,
+        Request::Resume { job } => control(&mut stream, &tx, cred, job, Control::Resume).await,
+        Request::Priority { job, priority } => {
+            control(&mut stream, &tx, cred, job, Control::Priority(priority)).await
         }
         Request::Run(run) => {
             if cred.pid == 0 {
@@ -210,6 +201,30 @@ async fn handle(
             Ok(())
         }
     }
+}
+
+/// Pass a request about one job to the engine and write its answer.
+async fn control(
+    stream: &mut UnixStream,
+    tx: &mpsc::UnboundedSender<Event>,
+    cred: Cred,
+    job: String,
+    what: Control,
+) -> std::io::Result<()> {
+    let (rtx, rrx) = oneshot::channel();
+    if tx
+        .send(Event::Control {
+            cred,
+            job,
+            what,
+            reply: rtx,
+        })
+        .is_err()
+    {
+        return write(stream, &shutting_down()).await;
+    }
+    let resp = rrx.await.unwrap_or_else(|_| shutting_down());
+    write(stream, &resp).await
 }
 
 fn shutting_down() -> Response {

@@ -58,6 +58,25 @@ pub enum Request {
     Status,
     /// Kill a job (every process in it) or withdraw it from the queue. Owner or root only.
     Kill { job: String },
+    /// Freeze a running job; its CPUs go to others until it is resumed. Owner or root only.
+    Suspend { job: String },
+    /// Let a suspended job run again (as soon as it has CPUs). Owner or root only.
+    Resume { job: String },
+    /// Change a job's priority (1-16). Owner (up to the configured maximum) or root.
+    Priority { job: String, priority: u8 },
+}
+
+/// Where a job may run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// On exclusive CPUs when free, else as a backfiller when the node allows it.
+    #[default]
+    Any,
+    /// Only on exclusive CPUs.
+    PrimaryOnly,
+    /// Only as a backfiller (idle class, on CPUs other jobs hold).
+    BackfillOnly,
 }
 
 /// A job request.
@@ -78,6 +97,15 @@ pub struct RunRequest {
     /// The command the client will exec, for the record.
     #[serde(default)]
     pub argv: Vec<String>,
+    /// Priority 1-16 (default: the daemon's configured default).
+    #[serde(default)]
+    pub priority: Option<u8>,
+    /// Where the job may run.
+    #[serde(default)]
+    pub placement: Placement,
+    /// Take the whole node.
+    #[serde(default)]
+    pub exclusive: bool,
 }
 
 /// What the daemon answers.
@@ -92,11 +120,14 @@ pub enum Response {
         position: u32,
         reason: String,
     },
-    /// The caller is now inside the job's cgroups; exec the command.
+    /// The caller is now inside the job's cgroups; exec the command. `backfill`: it runs in
+    /// the idle class on CPUs other jobs hold, until it is promoted.
     Started {
         job: String,
         cpus: CpuSet,
         mems: CpuSet,
+        #[serde(default)]
+        backfill: bool,
     },
     /// Answer to [`Request::Status`].
     Status(StatusReport),
@@ -132,6 +163,10 @@ pub enum ErrorCode {
 pub enum JobState {
     /// Holds its CPUs and runs.
     Running,
+    /// Runs in the idle class on CPUs other jobs hold.
+    Backfill,
+    /// Frozen: suspended by its owner, or preempted by a higher-priority job.
+    Frozen,
     /// Waits for CPUs.
     Queued,
     /// Its main process exited; leftovers are being killed and the cgroups removed.
@@ -143,6 +178,8 @@ impl JobState {
     pub fn as_str(self) -> &'static str {
         match self {
             JobState::Running => "running",
+            JobState::Backfill => "backfill",
+            JobState::Frozen => "frozen",
             JobState::Queued => "queued",
             JobState::Ending => "ending",
         }
@@ -167,6 +204,12 @@ pub struct JobInfo {
     pub procs: u32,
     pub threads: u32,
     pub state: JobState,
+    /// Why it is not simply running (queued, frozen, backfill), for people.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Priority 1-16.
+    #[serde(default)]
+    pub priority: u8,
     /// Seconds since the job started (or was queued).
     pub age_secs: u64,
     /// The job's main process.
@@ -184,6 +227,9 @@ pub struct StatusReport {
     pub cpus: CpuSet,
     /// Of those, the free ones.
     pub free_cpus: CpuSet,
+    /// Job-CPUs the node runs at once (primaries plus backfillers).
+    #[serde(default)]
+    pub vcpus: u32,
     /// Running (and ending) jobs first, then the queue in order.
     pub jobs: Vec<JobInfo>,
     /// cgroup mode and parent, for people.
@@ -359,6 +405,9 @@ mod tests {
     #[test]
     fn requests_decode_strictly() {
         let run = Request::Run(RunRequest {
+            priority: Some(12),
+            placement: Placement::BackfillOnly,
+            exclusive: false,
             cpus: 2,
             mem: Some(1 << 30),
             job_id: Some("42".into()),
@@ -390,6 +439,7 @@ mod tests {
             total_cpus: 2,
             cpus: CpuSet::parse_list("0-1").unwrap(),
             free_cpus: CpuSet::parse_list("1").unwrap(),
+            vcpus: 2,
             jobs: vec![],
             cgroup: "hybrid".into(),
             version: "0.1.0".into(),

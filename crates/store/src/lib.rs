@@ -23,7 +23,7 @@
 //!     pid_start    INTEGER,            -- its start time (clock ticks after boot), guards pid reuse
 //!     cgroup       TEXT NOT NULL,      -- leaf name below the parent in every hierarchy
 //!     argv         TEXT NOT NULL,      -- JSON array
-//!     state        TEXT NOT NULL,      -- 'starting' | 'running' | 'ended'
+//!     state        TEXT NOT NULL,      -- 'queued' | 'starting' | 'running' | 'ended'
 //!     submitted_ms INTEGER NOT NULL,
 //!     started_ms   INTEGER,
 //!     ended_ms     INTEGER,
@@ -31,7 +31,14 @@
 //!                                      -- 'start interrupted' | 'start failed: …'
 //! );
 //! CREATE UNIQUE INDEX jobs_live_id ON jobs(job_id) WHERE state <> 'ended';
+//! -- version 2
+//! ALTER TABLE jobs ADD COLUMN priority  INTEGER NOT NULL DEFAULT 10;     -- 1-16
+//! ALTER TABLE jobs ADD COLUMN placement TEXT NOT NULL DEFAULT 'any';     -- any | primary_only | backfill_only
+//! ALTER TABLE jobs ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;      -- takes the whole node
+//! ALTER TABLE jobs ADD COLUMN role      TEXT NOT NULL DEFAULT 'primary'; -- primary | backfill | preempted | suspended
 //! ```
+//! A queued job is recorded with its waiting client's pid and start time, so after a daemon
+//! restart the client that reconnects keeps its place.
 //! Migrations are numbered and tracked with `PRAGMA user_version`; [`Store::open`] applies the
 //! missing ones in one transaction each.
 
@@ -41,7 +48,7 @@ use pjw_core::CpuSet;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -68,6 +75,11 @@ const MIGRATIONS: &[&str] = &[
          end_reason   TEXT
      );
      CREATE UNIQUE INDEX jobs_live_id ON jobs(job_id) WHERE state <> 'ended';",
+    // 2: the node queue: priority, placement, whole-node jobs, and the role of a running job.
+    "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 10;
+     ALTER TABLE jobs ADD COLUMN placement TEXT NOT NULL DEFAULT 'any';
+     ALTER TABLE jobs ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE jobs ADD COLUMN role TEXT NOT NULL DEFAULT 'primary';",
 ];
 
 /// Errors of the store; each names the database file.
@@ -96,6 +108,8 @@ pub enum StoreError {
 /// Where a job is in its life, as stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoredState {
+    /// Waiting in the node queue.
+    Queued,
     /// Recorded; cgroups being created and the process moved.
     Starting,
     /// The process is in its cgroups.
@@ -107,6 +121,7 @@ pub enum StoredState {
 impl StoredState {
     fn as_str(self) -> &'static str {
         match self {
+            StoredState::Queued => "queued",
             StoredState::Starting => "starting",
             StoredState::Running => "running",
             StoredState::Ended => "ended",
@@ -114,6 +129,7 @@ impl StoredState {
     }
     fn parse(s: &str) -> Option<StoredState> {
         match s {
+            "queued" => Some(StoredState::Queued),
             "starting" => Some(StoredState::Starting),
             "running" => Some(StoredState::Running),
             "ended" => Some(StoredState::Ended),
@@ -144,6 +160,12 @@ pub struct JobRecord {
     pub started_ms: Option<i64>,
     pub ended_ms: Option<i64>,
     pub end_reason: Option<String>,
+    pub priority: u8,
+    /// `any`, `primary_only` or `backfill_only`.
+    pub placement: String,
+    pub exclusive: bool,
+    /// `primary`, `backfill`, `preempted` or `suspended` (meaningful while running).
+    pub role: String,
 }
 
 /// The open database.
@@ -254,14 +276,17 @@ impl Store {
         Ok(n)
     }
 
-    /// Record a new job in state `starting`; returns its `seq`. Fails if a live job has the id.
+    /// Record a new job in the state its record says (`queued` or `starting`); returns its
+    /// `seq`. Fails if a live job has the id.
     pub fn insert_job(&self, j: &JobRecord) -> Result<i64, StoreError> {
         let argv = serde_json::to_string(&j.argv).unwrap_or_else(|_| "[]".into());
         self.conn
             .execute(
                 "INSERT INTO jobs (job_id, name, uid, gid, user, ncpus, cpus, mems, mem_limit, pid, pid_start,
-                                   cgroup, argv, state, submitted_ms, started_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                                   cgroup, argv, state, submitted_ms, started_ms, priority, placement,
+                                   exclusive, role)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+                         ?19, ?20)",
                 params![
                     j.job_id,
                     j.name,
@@ -276,13 +301,63 @@ impl Store {
                     j.pid_start.map(|p| p as i64),
                     j.cgroup,
                     argv,
-                    StoredState::Starting.as_str(),
+                    j.state.as_str(),
                     j.submitted_ms,
                     j.started_ms,
+                    j.priority,
+                    j.placement,
+                    j.exclusive,
+                    j.role,
                 ],
             )
             .map_err(self.err())?;
         Ok(self.conn.last_insert_rowid())
+    }
+
+    /// A queued job is about to start on `cpus`: state `starting`.
+    pub fn set_starting(
+        &self,
+        seq: i64,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+        role: &str,
+        started_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE jobs SET state = 'starting', cpus = ?2, mems = ?3, role = ?4, started_ms = ?5 WHERE seq = ?1",
+                params![seq, cpus.to_string(), mems.to_string(), role, started_ms],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// A running job changed role (promoted, preempted, suspended, resumed) or CPUs.
+    pub fn set_role(
+        &self,
+        seq: i64,
+        role: &str,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE jobs SET role = ?2, cpus = ?3, mems = ?4 WHERE seq = ?1",
+                params![seq, role, cpus.to_string(), mems.to_string()],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// A job's priority changed.
+    pub fn set_priority(&self, seq: i64, priority: u8) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE jobs SET priority = ?2 WHERE seq = ?1",
+                params![seq, priority],
+            )
+            .map_err(self.err())?;
+        Ok(())
     }
 
     /// Mark a job running.
@@ -332,7 +407,8 @@ impl Store {
     ) -> Result<Vec<JobRecord>, StoreError> {
         let sql = format!(
             "SELECT seq, job_id, name, uid, gid, user, ncpus, cpus, mems, mem_limit, pid, pid_start, cgroup, argv,
-                    state, submitted_ms, started_ms, ended_ms, end_reason FROM jobs {tail}"
+                    state, submitted_ms, started_ms, ended_ms, end_reason, priority, placement, exclusive, role
+             FROM jobs {tail}"
         );
         let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
         type Row = (
@@ -356,9 +432,10 @@ impl Store {
             Option<i64>,
             Option<String>,
         );
+        type Queue = (u8, String, bool, String);
         let rows = stmt
             .query_map(p, |r| {
-                Ok::<Row, rusqlite::Error>((
+                let row: Row = (
                     r.get(0)?,
                     r.get(1)?,
                     r.get(2)?,
@@ -378,12 +455,14 @@ impl Store {
                     r.get(16)?,
                     r.get(17)?,
                     r.get(18)?,
-                ))
+                );
+                let queue: Queue = (r.get(19)?, r.get(20)?, r.get(21)?, r.get(22)?);
+                Ok::<(Row, Queue), rusqlite::Error>((row, queue))
             })
             .map_err(self.err())?;
         let mut out = Vec::new();
         for row in rows {
-            let r = row.map_err(self.err())?;
+            let (r, q) = row.map_err(self.err())?;
             let bad = |reason: String| StoreError::BadRow {
                 path: self.path.clone(),
                 seq: r.0,
@@ -410,6 +489,10 @@ impl Store {
                 started_ms: r.16,
                 ended_ms: r.17,
                 end_reason: r.18.clone(),
+                priority: q.0,
+                placement: q.1,
+                exclusive: q.2,
+                role: q.3,
             });
         }
         Ok(out)
@@ -441,6 +524,10 @@ mod tests {
             started_ms: Some(1500),
             ended_ms: None,
             end_reason: None,
+            priority: 10,
+            placement: "any".into(),
+            exclusive: false,
+            role: "primary".into(),
         }
     }
 
@@ -481,6 +568,44 @@ mod tests {
         let mut s = Store::open(dir.path()).unwrap();
         assert_eq!(s.next_job_number().unwrap(), 3);
         assert_eq!(s.live_jobs().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn upgrades_a_version_1_database_keeping_its_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pjw.db");
+        {
+            // A database as pjw 0.1 (schema 1) left it, with a running job.
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(MIGRATIONS[0]).unwrap();
+            c.pragma_update(None, "user_version", 1).unwrap();
+            c.execute(
+                "INSERT INTO jobs (job_id, name, uid, gid, user, ncpus, cpus, mems, cgroup, argv, state, submitted_ms)
+                 VALUES ('old', 'sim', 1000, 1000, 'alice', 2, '0-1', '0', 'job-old', '[\"sim\"]', 'running', 5)",
+                [],
+            )
+            .unwrap();
+        }
+        let s = Store::open_file(&path).unwrap();
+        assert_eq!(s.schema_version().unwrap(), 2);
+        let live = s.live_jobs().unwrap();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].job_id, "old");
+        assert_eq!(live[0].cpus.to_string(), "0-1");
+        assert_eq!(
+            (
+                live[0].priority,
+                live[0].placement.as_str(),
+                live[0].exclusive,
+                live[0].role.as_str()
+            ),
+            (10, "any", false, "primary")
+        );
+        s.set_role(live[0].seq, "backfill", &live[0].cpus, &live[0].mems)
+            .unwrap();
+        s.set_priority(live[0].seq, 3).unwrap();
+        let j = s.job(live[0].seq).unwrap().unwrap();
+        assert_eq!((j.role.as_str(), j.priority), ("backfill", 3));
     }
 
     #[test]

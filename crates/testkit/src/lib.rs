@@ -55,6 +55,16 @@ pub fn sweep_stale() {
     }
 }
 
+/// The `pjw` binary to test: `$PJW_BIN` when set (the VM tier runs test executables built on the
+/// host inside a guest, where cargo's build path does not exist), else `built`, which callers pass
+/// as `env!("CARGO_BIN_EXE_pjw")`. `pjw-wl` is expected next to it.
+pub fn pjw_bin(built: &str) -> PathBuf {
+    match std::env::var_os("PJW_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(built),
+    }
+}
+
 /// Whether root tests can run here (root, and a cgroup filesystem).
 pub fn can_run_root_tests() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.

@@ -1,13 +1,11 @@
-//! `pjw kill JOB`
+//! `pjw kill|suspend|resume|priority JOB`: requests about one job.
 
 use pjw_proto::{Client, Request, Response};
 
-use crate::cli::KillArgs;
-
-pub fn run(a: KillArgs) -> anyhow::Result<()> {
+pub fn run(req: Request) -> anyhow::Result<()> {
     let mut c = Client::connect(&pjw_proto::socket_path())?;
     c.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
-    match c.call(&Request::Kill { job: a.job })? {
+    match c.call(&req)? {
         Response::Done { message } => {
             eprintln!("pjw: {message}");
             Ok(())

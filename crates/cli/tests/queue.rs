@@ -1,0 +1,333 @@
+//! Root integration tests of the node queue: priorities and preemption, backfill in the idle
+//! class, suspend/resume, exclusive jobs, queue expiry, and what survives a daemon restart.
+//! Each test runs a private daemon with two CPUs for jobs, below its own cgroup.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use pjw_core::CpuSet;
+use pjw_testkit::{require_root, TestDaemon};
+
+fn pjw_bin() -> PathBuf {
+    pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
+}
+
+fn daemon(extra: &str) -> TestDaemon {
+    TestDaemon::start(&pjw_bin(), &format!("cpus = \"0-1\"\n{extra}"))
+}
+
+fn spawn_job(d: &TestDaemon, args: &[&str], script: &str) -> Child {
+    d.pjw()
+        .arg("run")
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pjw run")
+}
+
+/// A job that says it started, then waits for `<tag>.go`.
+fn hold(dir: &Path, tag: &str) -> String {
+    format!(
+        "touch {d}/{tag}.up; while [ ! -e {d}/{tag}.go ]; do sleep 0.02; done; echo {tag}-done",
+        d = dir.display()
+    )
+}
+
+fn up(dir: &Path, tag: &str) -> bool {
+    TestDaemon::wait_for(Duration::from_secs(20), || {
+        dir.join(format!("{tag}.up")).exists()
+    })
+}
+
+fn go(dir: &Path, tag: &str) {
+    std::fs::write(dir.join(format!("{tag}.go")), "").unwrap();
+}
+
+fn output(c: Child) -> (i32, String, String) {
+    let out = c.wait_with_output().expect("wait");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn job(d: &TestDaemon, id: &str) -> Option<serde_json::Value> {
+    d.status()["jobs"]
+        .as_array()?
+        .iter()
+        .find(|j| j["id"] == id)
+        .cloned()
+}
+
+fn state_of(d: &TestDaemon, id: &str) -> String {
+    job(d, id)
+        .map(|j| j["state"].as_str().unwrap_or("").to_string())
+        .unwrap_or_else(|| "gone".into())
+}
+
+fn wait_state(d: &TestDaemon, id: &str, want: &str) -> bool {
+    TestDaemon::wait_for(Duration::from_secs(20), || state_of(d, id) == want)
+}
+
+/// The value of `cpu.idle` (or the weight fallback) of a job, from its cgroups.
+fn idle(d: &TestDaemon, id: &str) -> Option<String> {
+    d.driver()
+        .job_dirs(&format!("job-{id}"))
+        .into_iter()
+        .map(|(_, dir)| dir.join("cpu.idle"))
+        .find(|f| f.exists())
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .map(|s| s.trim().to_string())
+}
+
+#[test]
+fn a_high_priority_job_preempts_and_the_displaced_job_finishes_later() {
+    require_root!();
+    // No spare slots: the displaced job is frozen, not backfilled.
+    let d = daemon("vcpus = 2");
+    let dir = d.dir().to_path_buf();
+    let low = spawn_job(
+        &d,
+        &["--cpus", "2", "--priority", "5", "--job-id", "low"],
+        &format!(
+            "{}; i=0; while [ $i -lt 20 ]; do i=$((i+1)); sleep 0.01; done; echo low-$i",
+            hold(&dir, "low")
+        ),
+    );
+    assert!(up(&dir, "low"));
+    let high = spawn_job(
+        &d,
+        &["--cpus", "2", "--priority", "16", "--job-id", "high"],
+        &hold(&dir, "high"),
+    );
+    assert!(
+        up(&dir, "high"),
+        "the priority-16 job did not start: {}",
+        d.status()
+    );
+    let l = job(&d, "low").unwrap();
+    assert_eq!(l["state"], "frozen", "{l}");
+    assert!(
+        l["reason"]
+            .as_str()
+            .unwrap()
+            .contains("preempted by job high"),
+        "{l}"
+    );
+    assert!(d.driver().is_frozen("job-low").unwrap());
+    assert_eq!(job(&d, "high").unwrap()["cpus"], "0-1");
+    go(&dir, "low"); // it cannot see this while frozen
+    go(&dir, "high");
+    let (code, out, _) = output(high);
+    assert_eq!((code, out.trim()), (0, "high-done"));
+    // The displaced job gets its CPUs back and finishes with the right output.
+    let (code, out, err) = output(low);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["low-done", "low-20"]
+    );
+}
+
+#[test]
+fn a_job_that_finds_no_free_cpus_backfills_in_the_idle_class_and_is_promoted() {
+    require_root!();
+    let d = daemon("vcpus = 4");
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--job-id", "a"], &hold(&dir, "a"));
+    let b = spawn_job(&d, &["--job-id", "b"], &hold(&dir, "b"));
+    assert!(up(&dir, "a") && up(&dir, "b"));
+    let c = spawn_job(&d, &["--job-id", "c"], &hold(&dir, "c"));
+    assert!(
+        up(&dir, "c"),
+        "c did not start as a backfiller: {}",
+        d.status()
+    );
+    assert_eq!(state_of(&d, "c"), "backfill");
+    assert_eq!(idle(&d, "c").as_deref(), Some("1"));
+    let c_cpus = CpuSet::parse_list(job(&d, "c").unwrap()["cpus"].as_str().unwrap()).unwrap();
+    assert_eq!(c_cpus.len(), 1);
+    // Primary-only jobs do not backfill: this one waits.
+    let p = spawn_job(&d, &["--job-id", "p", "--primary-only"], &hold(&dir, "p"));
+    assert!(wait_state(&d, "p", "queued"));
+    // When a primary ends, the backfiller is promoted (the oldest candidate goes first).
+    go(&dir, "a");
+    assert_eq!(output(a).0, 0);
+    assert!(wait_state(&d, "c", "running"), "{}", d.status());
+    assert_eq!(idle(&d, "c").as_deref(), Some("0"));
+    go(&dir, "b");
+    assert_eq!(output(b).0, 0);
+    assert!(up(&dir, "p"));
+    for t in ["c", "p"] {
+        go(&dir, t);
+    }
+    assert_eq!(output(c).0, 0);
+    assert_eq!(output(p).0, 0);
+}
+
+#[test]
+fn suspend_gives_the_cpus_away_and_resume_waits_for_them() {
+    require_root!();
+    let d = daemon("vcpus = 2");
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
+    assert!(up(&dir, "a"));
+    let b = spawn_job(&d, &["--cpus", "2", "--job-id", "b"], &hold(&dir, "b"));
+    assert!(wait_state(&d, "b", "queued"));
+    assert!(d.pjw().args(["suspend", "a"]).status().unwrap().success());
+    assert!(d.driver().is_frozen("job-a").unwrap());
+    assert!(
+        up(&dir, "b"),
+        "b did not get the suspended job's cpus: {}",
+        d.status()
+    );
+    assert_eq!(state_of(&d, "a"), "frozen");
+    // Resume: a waits for CPUs, thawed only when b is done.
+    assert!(d.pjw().args(["resume", "a"]).status().unwrap().success());
+    assert_eq!(state_of(&d, "a"), "frozen");
+    let out = d.pjw().args(["resume", "b"]).output().unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not suspended")
+    );
+    go(&dir, "a");
+    go(&dir, "b");
+    assert_eq!(output(b).0, 0);
+    let (code, out, _) = output(a);
+    assert_eq!((code, out.trim()), (0, "a-done"));
+}
+
+#[test]
+fn an_exclusive_job_waits_for_an_empty_node_and_takes_all_of_it() {
+    require_root!();
+    let d = daemon("vcpus = 4");
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--job-id", "a"], &hold(&dir, "a"));
+    assert!(up(&dir, "a"));
+    let x = spawn_job(
+        &d,
+        &["--exclusive", "--job-id", "x"],
+        &format!(
+            "grep Cpus_allowed_list /proc/self/status; {}",
+            hold(&dir, "x")
+        ),
+    );
+    assert!(wait_state(&d, "x", "queued"));
+    // Nothing overtakes it, not even as a backfiller.
+    let y = spawn_job(&d, &["--job-id", "y"], &hold(&dir, "y"));
+    assert!(wait_state(&d, "y", "queued"));
+    go(&dir, "a");
+    assert_eq!(output(a).0, 0);
+    assert!(up(&dir, "x"));
+    assert_eq!(job(&d, "x").unwrap()["cpus"], "0-1");
+    assert_eq!(state_of(&d, "y"), "queued");
+    go(&dir, "x");
+    go(&dir, "y");
+    let (code, out, _) = output(x);
+    assert_eq!(code, 0);
+    assert!(out.contains("Cpus_allowed_list:\t0-1"), "{out}");
+    assert_eq!(output(y).0, 0);
+}
+
+#[test]
+fn a_job_waiting_longer_than_the_queue_ttl_fails_clearly() {
+    require_root!();
+    let d = daemon("vcpus = 2\nqueue_ttl = 1");
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
+    assert!(up(&dir, "a"));
+    let late = spawn_job(&d, &["--job-id", "late"], "echo should-not-run");
+    let (code, out, err) = output(late);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("expired after waiting"), "{err}");
+    assert!(!out.contains("should-not-run"));
+    go(&dir, "a");
+    assert_eq!(output(a).0, 0);
+}
+
+#[test]
+fn raising_a_queued_jobs_priority_moves_it_ahead() {
+    require_root!();
+    let d = daemon("vcpus = 2\nhard_preemption = false");
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
+    assert!(up(&dir, "a"));
+    let first = spawn_job(
+        &d,
+        &["--cpus", "2", "--job-id", "first"],
+        &hold(&dir, "first"),
+    );
+    assert!(wait_state(&d, "first", "queued"));
+    let second = spawn_job(
+        &d,
+        &["--cpus", "2", "--job-id", "second"],
+        &hold(&dir, "second"),
+    );
+    assert!(wait_state(&d, "second", "queued"));
+    let reason = job(&d, "second").unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(reason.contains("behind job first"), "{reason}");
+    assert!(d
+        .pjw()
+        .args(["priority", "second", "12"])
+        .status()
+        .unwrap()
+        .success());
+    let out = d.pjw().args(["priority", "second", "17"]).output().unwrap();
+    assert!(!out.status.success());
+    go(&dir, "a");
+    assert_eq!(output(a).0, 0);
+    assert!(up(&dir, "second"));
+    assert_eq!(state_of(&d, "first"), "queued");
+    go(&dir, "second");
+    go(&dir, "first");
+    assert_eq!(output(second).0, 0);
+    assert_eq!(output(first).0, 0);
+}
+
+#[test]
+fn frozen_and_backfill_roles_and_the_queue_survive_a_daemon_crash() {
+    require_root!();
+    let mut d = daemon("vcpus = 3");
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--job-id", "a"], &hold(&dir, "a"));
+    let b = spawn_job(&d, &["--job-id", "b"], &hold(&dir, "b"));
+    assert!(up(&dir, "a") && up(&dir, "b"));
+    let c = spawn_job(&d, &["--job-id", "c"], &hold(&dir, "c"));
+    assert!(up(&dir, "c"));
+    assert_eq!(state_of(&d, "c"), "backfill");
+    let q = spawn_job(&d, &["--job-id", "q"], &hold(&dir, "q"));
+    assert!(wait_state(&d, "q", "queued"));
+    assert!(d.pjw().args(["suspend", "b"]).status().unwrap().success());
+    // b's CPU went to the backfiller c (promoted); q started as a backfiller.
+    assert!(wait_state(&d, "c", "running"));
+    assert!(up(&dir, "q"));
+
+    d.kill9();
+    d.restart();
+    assert_eq!(state_of(&d, "a"), "running");
+    assert_eq!(state_of(&d, "b"), "frozen");
+    assert!(d.driver().is_frozen("job-b").unwrap());
+    assert_eq!(state_of(&d, "c"), "running");
+    assert_eq!(state_of(&d, "q"), "backfill");
+    for t in ["a", "c", "q"] {
+        go(&dir, t);
+    }
+    for ch in [a, c, q] {
+        assert_eq!(output(ch).0, 0);
+    }
+    assert!(d.pjw().args(["resume", "b"]).status().unwrap().success());
+    go(&dir, "b");
+    assert_eq!(output(b).0, 0);
+    assert!(TestDaemon::wait_for(Duration::from_secs(10), || d.status()
+        ["jobs"]
+        .as_array()
+        .unwrap()
+        .is_empty()));
+}
