@@ -6,6 +6,11 @@
 //! - `threads N SECONDS [PIDFILE]` — N threads, half busy and half sleeping, for SECONDS;
 //!   writes its pid to PIDFILE first.
 //! - `spin-forever` — one busy loop until killed (what `burn` starts).
+//! - `touch MIB FILE` — allocates MIB MiB of anonymous memory and writes every page, then
+//!   writes "touched" to FILE and sleeps until killed (where a job's memory lands, NUMA tests).
+//! - `grow MIB STEPS ROUNDS` — grows to MIB MiB of anonymous memory in STEPS steps (0.2 s
+//!   apart), then makes ROUNDS passes writing every page; prints a checksum of what it wrote.
+//! - `check MIB ROUNDS` — the checksum `grow` must print, computed without the memory.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -23,7 +28,7 @@ fn spin(iters: u64) -> u64 {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | spin-forever");
+    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | spin-forever | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE");
     std::process::exit(2);
 }
 
@@ -94,6 +99,64 @@ fn main() {
                 let _ = h.join();
             }
         }
+        Some("touch") => {
+            let mib: usize = arg(&args, 2);
+            let file = args.get(3).unwrap_or_else(|| usage());
+            let mut mem = vec![0u8; mib << 20];
+            for i in (0..mem.len()).step_by(4096) {
+                mem[i] = 1;
+            }
+            black_box(&mut mem);
+            if let Err(e) = std::fs::write(file, "touched\n") {
+                eprintln!("pjw-wl: cannot write {file}: {e}");
+                std::process::exit(1);
+            }
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+                black_box(&mem);
+            }
+        }
+        Some("grow") => {
+            let mib: usize = arg(&args, 2);
+            let steps: usize = arg(&args, 3);
+            let rounds: usize = arg(&args, 4);
+            let total = mib << 20;
+            let mut mem: Vec<u8> = Vec::new();
+            for s in 1..=steps.max(1) {
+                mem.resize(total / steps.max(1) * s, 0);
+                for i in (0..mem.len()).step_by(PAGE) {
+                    mem[i] = 0;
+                }
+                black_box(&mut mem);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            mem.resize(total, 0);
+            let mut sum: u64 = 0;
+            for r in 0..rounds {
+                for (p, i) in (0..mem.len()).step_by(PAGE).enumerate() {
+                    mem[i] = mem[i].wrapping_add((r + p) as u8);
+                    sum = sum.wrapping_add(mem[i] as u64);
+                }
+                black_box(&mut mem);
+            }
+            println!("{sum}");
+        }
+        Some("check") => {
+            let mib: usize = arg(&args, 2);
+            let rounds: usize = arg(&args, 3);
+            let mut sum: u64 = 0;
+            for p in 0..(mib << 20) / PAGE {
+                let mut v: u8 = 0;
+                for r in 0..rounds {
+                    v = v.wrapping_add((r + p) as u8);
+                    sum = sum.wrapping_add(v as u64);
+                }
+            }
+            println!("{sum}");
+        }
         _ => usage(),
     }
 }
+
+/// Bytes between two writes that touch a new page.
+const PAGE: usize = 4096;

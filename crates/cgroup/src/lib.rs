@@ -284,6 +284,53 @@ impl Driver {
         Ok(())
     }
 
+    /// Memory charged to job `name` now (bytes).
+    pub fn memory_usage(&self, name: &str) -> Result<u64, CgroupError> {
+        parent::validate_job_name(name)?;
+        let h = self.memory_hierarchy()?;
+        memory::usage(&self.fs, &h.job(name), h.v2)
+    }
+
+    /// Processes the kernel OOM-killed inside job `name` (at its own limit or the partition's).
+    pub fn oom_kills(&self, name: &str) -> u64 {
+        self.memory_hierarchy()
+            .map(|h| memory::oom_kills(&self.fs, &h.job(name), h.v2))
+            .unwrap_or(0)
+    }
+
+    /// Memory charged to all jobs together (the parent) now (bytes).
+    pub fn partition_usage(&self) -> Result<u64, CgroupError> {
+        let h = self.memory_hierarchy()?;
+        memory::usage(&self.fs, &h.parent(), h.v2)
+    }
+
+    /// Cap the memory of all jobs together: the limit of the parent (the node's job partition).
+    pub fn set_partition_limit(&self, bytes: u64) -> Result<(), CgroupError> {
+        let h = self.memory_hierarchy()?;
+        memory::apply(&self.fs, &h.parent(), h.v2, Some(bytes))
+    }
+
+    /// Memory pressure (PSI) of job `name`, or of all jobs together when `None`, from the
+    /// cgroup2 tree (hybrid and unified modes; `None` in legacy mode).
+    pub fn memory_pressure(&self, name: Option<&str>) -> Option<pjw_kernelfs::psi::Psi> {
+        let v2 = self.hierarchies().find(|h| h.v2)?;
+        let dir = match name {
+            Some(n) => v2.job(n),
+            None => v2.parent(),
+        };
+        let text = self.fs.read(&dir.join("memory.pressure")).ok()?;
+        pjw_kernelfs::psi::parse(&text).ok()
+    }
+
+    fn memory_hierarchy(&self) -> Result<&Hierarchy, CgroupError> {
+        self.hierarchies()
+            .find(|h| h.has("memory"))
+            .ok_or(CgroupError::MissingController {
+                controller: "memory".into(),
+                where_: None,
+            })
+    }
+
     /// Move the job to other CPUs and memory nodes (a backfiller promoted, a job resumed).
     pub fn set_cpus(&self, name: &str, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
         parent::validate_job_name(name)?;

@@ -15,3 +15,36 @@ pub(crate) fn apply(fs: &Fs, dir: &Path, v2: bool, max: Option<u64>) -> Result<(
     };
     fs.write(&dir.join(file), &max.to_string())
 }
+
+/// Memory charged to the cgroup now: `memory.usage_in_bytes` (v1) or `memory.current` (v2).
+pub(crate) fn usage(fs: &Fs, dir: &Path, v2: bool) -> Result<u64, CgroupError> {
+    let path = dir.join(if v2 {
+        "memory.current"
+    } else {
+        "memory.usage_in_bytes"
+    });
+    let text = fs.read(&path)?;
+    text.trim().parse().map_err(|_| CgroupError::BadContent {
+        path,
+        text: text.trim().to_string(),
+    })
+}
+
+/// Processes the kernel OOM-killed in the cgroup: `oom_kill` in `memory.oom_control` (v1) or
+/// `memory.events` (v2). 0 when the kernel does not count them.
+pub(crate) fn oom_kills(fs: &Fs, dir: &Path, v2: bool) -> u64 {
+    let file = if v2 {
+        "memory.events"
+    } else {
+        "memory.oom_control"
+    };
+    fs.read(&dir.join(file))
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("oom_kill ")
+                    .and_then(|v| v.trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}

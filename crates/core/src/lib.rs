@@ -13,6 +13,7 @@
 pub mod alloc;
 pub mod cpuset;
 pub mod error;
+pub mod governor;
 pub mod jobid;
 pub mod sched;
 pub mod sim;

@@ -33,6 +33,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub job: RawJob,
     #[serde(default)]
+    pub memory: RawMemory,
+    #[serde(default)]
     pub paths: RawPaths,
     #[serde(default)]
     pub log: RawLog,
@@ -51,6 +53,22 @@ pub struct RawCgroup {
 pub struct RawJob {
     pub kill_leftovers: Option<bool>,
     pub pids_max: Option<u64>,
+}
+
+/// `[memory]`: the job partition and the governor.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMemory {
+    pub limit: Option<String>,
+    pub reserve: Option<String>,
+    pub governor: Option<bool>,
+    pub high: Option<f64>,
+    pub low: Option<f64>,
+    pub psi_some: Option<f64>,
+    pub psi_full: Option<f64>,
+    pub vm_prediction: Option<f64>,
+    pub swap_slots: Option<usize>,
+    pub interval_ms: Option<u64>,
 }
 
 /// `[paths]`: roots of the kernel filesystems (for tests and containers).
@@ -96,6 +114,14 @@ pub struct Config {
     pub default_priority: u8,
     pub max_priority: u8,
     pub cgroup_parent: ParentSpec,
+    /// The job partition (bytes); `None` = all memory minus `memory_reserve`, found at start.
+    pub memory_limit: Option<u64>,
+    pub memory_reserve: u64,
+    /// Whether the memory governor runs.
+    pub governor: bool,
+    /// The governor's thresholds (its `limit` is filled in at start).
+    pub governor_cfg: pjw_core::governor::GovernorConfig,
+    pub governor_interval_ms: u64,
     pub kill_leftovers: bool,
     pub pids_max: Option<u64>,
     pub proc_root: PathBuf,
@@ -234,6 +260,68 @@ impl Config {
                 format!("{default_priority} is above max_priority {max_priority}"),
             ));
         }
+        let m = &raw.memory;
+        let size = |key: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
+            v.as_deref()
+                .map(|t| pjw_core::parse_size(t).map_err(|e| err(key, e.to_string())))
+                .transpose()
+        };
+        let memory_limit = size("memory.limit", &m.limit)?;
+        if memory_limit == Some(0) {
+            return Err(err("memory.limit", "must be more than 0".into()));
+        }
+        let memory_reserve = size("memory.reserve", &m.reserve)?.unwrap_or(1 << 30);
+        let share = |key: &str, v: Option<f64>, d: f64| -> Result<f64, ConfigError> {
+            let v = v.unwrap_or(d);
+            if !(0.05..=1.0).contains(&v) {
+                return Err(err(key, format!("{v} is not a share between 0.05 and 1")));
+            }
+            Ok(v)
+        };
+        let pct = |key: &str, v: Option<f64>, d: f64| -> Result<f64, ConfigError> {
+            let v = v.unwrap_or(d);
+            if !(0.0..=100.0).contains(&v) {
+                return Err(err(key, format!("{v} is not a percentage")));
+            }
+            Ok(v)
+        };
+        let defaults = pjw_core::governor::GovernorConfig::default();
+        let high = share("memory.high", m.high, defaults.high)?;
+        let low = share("memory.low", m.low, defaults.low)?;
+        if low >= high {
+            return Err(err(
+                "memory.low",
+                format!("{low} must be below memory.high ({high})"),
+            ));
+        }
+        let prediction_secs = m.vm_prediction.unwrap_or(defaults.prediction_secs);
+        if !(0.0..=600.0).contains(&prediction_secs) {
+            return Err(err(
+                "memory.vm_prediction",
+                format!("{prediction_secs} is not 0-600 seconds"),
+            ));
+        }
+        let swap_slots = m.swap_slots.unwrap_or(1);
+        if swap_slots == 0 {
+            return Err(err("memory.swap_slots", "must be at least 1".into()));
+        }
+        let governor_interval_ms = m.interval_ms.unwrap_or(1000);
+        if !(100..=60_000).contains(&governor_interval_ms) {
+            return Err(err(
+                "memory.interval_ms",
+                format!("{governor_interval_ms} is not 100-60000"),
+            ));
+        }
+        let governor_cfg = pjw_core::governor::GovernorConfig {
+            limit: u64::MAX,
+            high,
+            low,
+            psi_some: pct("memory.psi_some", m.psi_some, defaults.psi_some)?,
+            psi_full: pct("memory.psi_full", m.psi_full, defaults.psi_full)?,
+            prediction_secs,
+            swap_slots,
+            thaw_cooldown_ms: (2 * governor_interval_ms) as i64,
+        };
         let pids_max = match raw.job.pids_max {
             None | Some(0) => None,
             Some(n) => Some(n),
@@ -268,6 +356,11 @@ impl Config {
             default_priority,
             max_priority,
             cgroup_parent,
+            memory_limit,
+            memory_reserve,
+            governor: m.governor.unwrap_or(true),
+            governor_cfg,
+            governor_interval_ms,
             kill_leftovers: raw.job.kill_leftovers.unwrap_or(true),
             pids_max,
             proc_root: raw.paths.proc.unwrap_or_else(|| PathBuf::from("/proc")),
@@ -372,6 +465,10 @@ mod tests {
             ("[log]\nlevel = \"loud\"", "log.level"),
             ("[log]\nformat = \"xml\"", "log.format"),
             ("vcpus = 0", "vcpus: must be at least 1"),
+            ("[memory]\nlimit = \"lots\"", "memory.limit"),
+            ("[memory]\nhigh = 1.5", "memory.high"),
+            ("[memory]\nlow = 0.95", "memory.low"),
+            ("[memory]\nswap_slots = 0", "memory.swap_slots"),
             ("max_priority = 17", "max_priority"),
             (
                 "default_priority = 12\nmax_priority = 8",

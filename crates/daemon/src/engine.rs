@@ -22,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use inotify::{WatchDescriptor, WatchMask, Watches};
 use pjw_cgroup::{Driver, JobLimits};
 use pjw_core::alloc::{Allocator, Scratch};
+use pjw_core::governor::{self, GovernorConfig, MemAction, MemJob, MemSnapshot};
 use pjw_core::sched::{self, Action, JobView, Phase, QueuePolicy, Request};
 use pjw_core::{CpuSet, JobId};
 use pjw_proto::{ErrorCode, JobInfo, JobState, Placement, Response, RunRequest, StatusReport};
@@ -79,6 +80,8 @@ pub enum Event {
     Recheck { seq: i64 },
     /// A timer: look at the queue again (TTL expiry, clients that never reconnected).
     Tick { generation: u64 },
+    /// The memory governor's tick: sample memory and PSI, freeze or thaw.
+    Govern,
 }
 
 /// The client waiting for a queued job.
@@ -119,6 +122,15 @@ struct Job {
     waiter: Option<Waiter>,
     /// Until when a recovered queued job waits for its client to reconnect.
     reconnect_by: Option<Instant>,
+    /// Memory as last sampled, its growth (bytes/s) and when.
+    mem_usage: u64,
+    mem_growth: f64,
+    mem_at: Option<Instant>,
+    /// Frozen by the memory governor (it keeps its CPUs), and what it used then.
+    mem_frozen: bool,
+    footprint: u64,
+    /// When the governor last thawed it.
+    thawed_at: Option<Instant>,
 }
 
 impl Job {
@@ -134,6 +146,9 @@ impl Job {
     fn state(&self) -> JobState {
         if self.ending {
             return JobState::Ending;
+        }
+        if self.mem_frozen {
+            return JobState::Frozen;
         }
         match self.phase {
             Phase::Queued => JobState::Queued,
@@ -198,6 +213,11 @@ pub struct Engine {
     node: String,
     /// The timer that counts (older ones are ignored).
     tick_generation: u64,
+    /// The memory governor's settings, with the partition limit; None when it is off.
+    governor: Option<GovernorConfig>,
+    /// The partition limit (bytes), for admission by `--mem`.
+    mem_limit: u64,
+    last_thaw_ms: Option<i64>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -239,6 +259,7 @@ impl Engine {
         alloc: Allocator,
         pool: CpuSet,
         vcpus: usize,
+        mem_limit: u64,
         watches: Option<Watches>,
         tx: mpsc::UnboundedSender<Event>,
     ) -> Engine {
@@ -249,7 +270,14 @@ impl Engine {
             hard_preemption: cfg.hard_preemption,
             queue_ttl_ms: cfg.queue_ttl.map(|s| s as i64 * 1000),
         };
+        let governor = cfg.governor.then_some(GovernorConfig {
+            limit: mem_limit,
+            ..cfg.governor_cfg
+        });
         Engine {
+            governor,
+            mem_limit,
+            last_thaw_ms: None,
             cfg,
             driver,
             store,
@@ -318,6 +346,7 @@ impl Engine {
                 }
             }
             Event::Recheck { seq } => self.check_empty(seq),
+            Event::Govern => self.govern(),
             Event::Tick { generation } => {
                 if generation == self.tick_generation {
                     self.drop_unclaimed();
@@ -471,6 +500,12 @@ impl Engine {
             watch: None,
             waiter: Some(Waiter { conn, reply }),
             reconnect_by: None,
+            mem_usage: 0,
+            mem_growth: 0.0,
+            mem_at: None,
+            mem_frozen: false,
+            footprint: 0,
+            thawed_at: None,
         };
         self.jobs.insert(seq, job);
         self.replan();
@@ -571,6 +606,25 @@ impl Engine {
         if j.waiter.is_none() && j.started.is_none() {
             return "waiting for its client to reconnect".into();
         }
+        if self.jobs.values().any(|x| x.mem_frozen) {
+            return "waiting for memory (the governor has frozen jobs)".into();
+        }
+        if let Some(m) = j.mem {
+            let held: u64 = self
+                .jobs
+                .values()
+                .filter(|x| x.started.is_some())
+                .filter_map(|x| x.mem)
+                .sum();
+            if held + m > self.mem_limit {
+                return format!(
+                    "waiting for memory ({} requested, {} of {} promised)",
+                    pjw_core::format_size(m),
+                    pjw_core::format_size(held),
+                    pjw_core::format_size(self.mem_limit)
+                );
+            }
+        }
         let order = self.queue_order();
         match order.first() {
             Some(first) if *first != j.seq => {
@@ -637,6 +691,11 @@ impl Engine {
             }
             let mut failed = false;
             for a in actions {
+                if let Action::StartPrimary { key, .. } | Action::StartBackfill { key, .. } = a {
+                    if !self.memory_admits(key) {
+                        continue;
+                    }
+                }
                 if !self.apply(a) {
                     failed = true;
                 }
@@ -646,6 +705,24 @@ impl Engine {
             }
         }
         self.arm_timer();
+    }
+
+    /// Whether a queued job may start as far as memory goes: no job is frozen for memory, and
+    /// its `--mem` fits in the partition next to the `--mem` of the jobs that hold memory.
+    fn memory_admits(&self, key: i64) -> bool {
+        if self.jobs.values().any(|j| j.mem_frozen) {
+            return false;
+        }
+        let Some(want) = self.jobs.get(&key).and_then(|j| j.mem) else {
+            return true;
+        };
+        let held: u64 = self
+            .jobs
+            .values()
+            .filter(|j| j.started.is_some())
+            .filter_map(|j| j.mem)
+            .sum();
+        held.saturating_add(want) <= self.mem_limit
     }
 
     /// Carry out one action; false when it could not be done (the job is gone).
@@ -967,6 +1044,9 @@ impl Engine {
                         }
                     }
                     Phase::Primary | Phase::Backfill => {
+                        if let Some(j) = self.jobs.get_mut(&seq) {
+                            j.mem_frozen = false;
+                        }
                         self.freeze_job(seq, Phase::Suspended, Some(format!("suspended by {by}")));
                         self.replan();
                         Response::Done {
@@ -1108,6 +1188,19 @@ impl Engine {
                 let _ = w.remove(wd);
             }
         }
+        let ooms = self.driver.oom_kills(&job.cgroup);
+        let reason = if ooms > 0 {
+            let inside = if job.mem.is_some() {
+                "inside its own memory limit"
+            } else {
+                "at the node's job partition"
+            };
+            warn!(job = %job.id, user = %job.user, oom_kills = ooms, "job had processes killed for memory {inside}");
+            format!("{reason}; {ooms} process(es) OOM-killed {inside}")
+        } else {
+            reason.to_string()
+        };
+        let reason = reason.as_str();
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
@@ -1267,6 +1360,12 @@ impl Engine {
             watch: None,
             waiter: None,
             reconnect_by: None,
+            mem_usage: 0,
+            mem_growth: 0.0,
+            mem_at: None,
+            mem_frozen: false,
+            footprint: 0,
+            thawed_at: None,
         }
     }
 
@@ -1351,6 +1450,8 @@ impl Engine {
                 state: j.state(),
                 reason: if j.phase == Phase::Queued {
                     Some(self.wait_reason(j))
+                } else if j.mem_frozen {
+                    Some("frozen by the memory governor (memory pressure)".into())
                 } else {
                     j.reason.clone()
                 },
@@ -1380,6 +1481,108 @@ impl Engine {
             jobs,
             cgroup: self.driver.describe(),
             version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+
+    // ---- memory governor -----------------------------------------------------------------
+
+    /// Sample memory and PSI, then freeze or thaw what the governor says.
+    fn govern(&mut self) {
+        let Some(cfg) = self.governor else { return };
+        let now = Instant::now();
+        let mut jobs = Vec::new();
+        for j in self.jobs.values_mut() {
+            let runs = matches!(j.phase, Phase::Primary | Phase::Backfill);
+            if j.started.is_none() || j.ending || !runs {
+                continue;
+            }
+            let Ok(usage) = self.driver.memory_usage(&j.cgroup) else {
+                continue;
+            };
+            if let Some(at) = j.mem_at {
+                let dt = now.duration_since(at).as_secs_f64();
+                if dt > 0.0 && !j.mem_frozen {
+                    let rate = (usage as f64 - j.mem_usage as f64) / dt;
+                    j.mem_growth = 0.5 * j.mem_growth + 0.5 * rate;
+                }
+            }
+            j.mem_usage = usage;
+            j.mem_at = Some(now);
+            jobs.push(MemJob {
+                key: j.seq,
+                priority: j.req.priority,
+                submitted_ms: j.req.submitted_ms,
+                usage,
+                growth: if j.mem_frozen { 0.0 } else { j.mem_growth },
+                frozen: j.mem_frozen,
+                footprint: j.footprint,
+            });
+        }
+        let node = std::fs::read_to_string(self.cfg.proc_root.join("pressure/memory"))
+            .ok()
+            .and_then(|t| pjw_kernelfs::psi::parse(&t).ok());
+        let part = self.driver.memory_pressure(None);
+        let some =
+            |p: &Option<pjw_kernelfs::psi::Psi>| p.as_ref().map(|p| p.some.avg10).unwrap_or(0.0);
+        let full = |p: &Option<pjw_kernelfs::psi::Psi>| {
+            p.as_ref()
+                .and_then(|p| p.full)
+                .map(|f| f.avg10)
+                .unwrap_or(0.0)
+        };
+        let cooldown = Duration::from_millis(cfg.thaw_cooldown_ms as u64);
+        let snap = MemSnapshot {
+            now_ms: now_ms(),
+            psi_some: some(&node).max(some(&part)),
+            psi_full: full(&node).max(full(&part)),
+            last_thaw_ms: self.last_thaw_ms,
+            thawing: self
+                .jobs
+                .values()
+                .filter(|j| j.thawed_at.is_some_and(|t| t.elapsed() < cooldown))
+                .count(),
+            jobs,
+        };
+        let mut thawed = false;
+        for a in governor::govern(&cfg, &snap) {
+            match a {
+                MemAction::Freeze { key } => {
+                    let Some(j) = self.jobs.get_mut(&key) else {
+                        continue;
+                    };
+                    match self.driver.freeze(&j.cgroup, true) {
+                        Ok(()) => {
+                            j.mem_frozen = true;
+                            j.footprint = j.mem_usage.max(j.footprint);
+                            info!(
+                                job = %j.id, user = %j.user, usage = j.mem_usage, growth = j.mem_growth as i64,
+                                psi_some = snap.psi_some, "memory pressure: job frozen"
+                            );
+                        }
+                        Err(e) => warn!(job = %j.id, error = %e, "cannot freeze job"),
+                    }
+                }
+                MemAction::Thaw { key } => {
+                    let Some(j) = self.jobs.get_mut(&key) else {
+                        continue;
+                    };
+                    match self.driver.freeze(&j.cgroup, false) {
+                        Ok(()) => {
+                            j.mem_frozen = false;
+                            j.thawed_at = Some(now);
+                            j.mem_growth = 0.0;
+                            self.last_thaw_ms = Some(now_ms());
+                            thawed = true;
+                            info!(job = %j.id, user = %j.user, footprint = j.footprint, "memory is free again: job thawed");
+                        }
+                        Err(e) => warn!(job = %j.id, error = %e, "cannot thaw job"),
+                    }
+                }
+            }
+        }
+        if thawed && !self.jobs.values().any(|j| j.mem_frozen) {
+            // Memory is free again: held-back jobs may start.
+            self.replan();
         }
     }
 

@@ -159,6 +159,33 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
             pool.len()
         )));
     }
+    let mem_limit = match cfg.memory_limit {
+        Some(l) => l,
+        None => {
+            let total = std::fs::read_to_string(cfg.proc_root.join("meminfo"))
+                .ok()
+                .and_then(|t| pjw_topology::parse_meminfo_total(&t))
+                .unwrap_or(u64::MAX);
+            total.saturating_sub(cfg.memory_reserve).max(1 << 28)
+        }
+    };
+    if let Err(e) = driver.set_partition_limit(mem_limit) {
+        warn!(error = %e, limit = mem_limit, "cannot set the memory limit of the job partition");
+    }
+    if cfg.governor {
+        let tx = tx.clone();
+        let every = std::time::Duration::from_millis(cfg.governor_interval_ms);
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                t.tick().await;
+                if tx.send(engine::Event::Govern).is_err() {
+                    break;
+                }
+            }
+        });
+    }
     let mut eng = engine::Engine::new(
         cfg.clone(),
         driver,
@@ -166,6 +193,7 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         alloc,
         pool,
         vcpus,
+        mem_limit,
         watches,
         tx.clone(),
     );
@@ -177,6 +205,7 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         config = %cfg.origin,
         cpus = %pool,
         vcpus,
+        memory_limit = mem_limit,
         topology = %format!("{} pus", topo.online().len()),
         "pjw daemon ready"
     );

@@ -1,0 +1,316 @@
+//! The memory governor: freeze jobs before the node's job partition thrashes or runs out, thaw
+//! them one at a time when it is safe. Pure: the daemon samples memory and PSI, passes a
+//! [`MemSnapshot`], and carries out the [`MemAction`]s.
+//!
+//! Every tick (the daemon's `governor.interval`):
+//! 1. The **demand** of each running job is its memory now plus its growth over the prediction
+//!    horizon (`vm_prediction`), so the governor acts before the cliff, not after it.
+//! 2. **Pressure** is demand above `high` × the partition limit, or memory PSI (`some`/`full`
+//!    avg10, node or partition) above its threshold. Under pressure the governor freezes
+//!    running jobs — lowest priority first, youngest among equals — until the remaining demand
+//!    fits under `high`, but never the last running job: one job always makes progress (in the
+//!    worst case against swap, but alone).
+//! 3. Without pressure, frozen jobs are **thawed** — highest priority first, oldest among equals
+//!    — when the footprint they had when frozen fits under `low` × the limit next to the running
+//!    jobs' demand and memory PSI is low; at most `swap_slots` at a time, each after the
+//!    previous thaw has had `thaw_cooldown` to swap its pages back in.
+//!
+//! The daemon holds new jobs back while any job is frozen for memory.
+
+/// Tunables (validated by the daemon's config).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GovernorConfig {
+    /// Bytes the jobs of the node may use together (the partition).
+    pub limit: u64,
+    /// Freeze when demand passes this share of the limit.
+    pub high: f64,
+    /// Thaw only when demand after the thaw stays under this share.
+    pub low: f64,
+    /// Memory PSI `some` avg10 (percent) that counts as pressure.
+    pub psi_some: f64,
+    /// Memory PSI `full` avg10 (percent) that counts as pressure.
+    pub psi_full: f64,
+    /// Seconds of growth to add to a job's memory (0 = no prediction).
+    pub prediction_secs: f64,
+    /// Thaws at a time.
+    pub swap_slots: usize,
+    /// Milliseconds between two thaws.
+    pub thaw_cooldown_ms: i64,
+}
+
+impl Default for GovernorConfig {
+    fn default() -> Self {
+        GovernorConfig {
+            limit: u64::MAX,
+            high: 0.90,
+            low: 0.75,
+            psi_some: 40.0,
+            psi_full: 10.0,
+            prediction_secs: 3.0,
+            swap_slots: 1,
+            thaw_cooldown_ms: 2000,
+        }
+    }
+}
+
+/// A job as the governor sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemJob {
+    pub key: i64,
+    pub priority: u8,
+    pub submitted_ms: i64,
+    /// Memory charged to it now (bytes).
+    pub usage: u64,
+    /// Its growth (bytes per second, from the last samples; negative when shrinking).
+    pub growth: f64,
+    /// Frozen by the governor.
+    pub frozen: bool,
+    /// Its memory when it was frozen: what it will want back.
+    pub footprint: u64,
+}
+
+/// One tick's facts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemSnapshot {
+    pub now_ms: i64,
+    /// Memory PSI avg10 (percent), the worse of node and partition.
+    pub psi_some: f64,
+    pub psi_full: f64,
+    /// When the governor last thawed a job.
+    pub last_thaw_ms: Option<i64>,
+    /// Jobs thawed within the cooldown (still swapping in).
+    pub thawing: usize,
+    /// Jobs that may be frozen or thawed by the governor (running jobs and its own frozen ones).
+    pub jobs: Vec<MemJob>,
+}
+
+/// What to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemAction {
+    Freeze { key: i64 },
+    Thaw { key: i64 },
+}
+
+fn demand(cfg: &GovernorConfig, j: &MemJob) -> f64 {
+    j.usage as f64 + j.growth.max(0.0) * cfg.prediction_secs
+}
+
+/// Decide this tick's freezes and thaws.
+pub fn govern(cfg: &GovernorConfig, snap: &MemSnapshot) -> Vec<MemAction> {
+    let mut out = Vec::new();
+    let limit = cfg.limit as f64;
+    let mut running: Vec<&MemJob> = snap.jobs.iter().filter(|j| !j.frozen).collect();
+    let mut total: f64 = running.iter().map(|j| demand(cfg, j)).sum();
+    let psi_high = snap.psi_some >= cfg.psi_some || snap.psi_full >= cfg.psi_full;
+
+    if total > cfg.high * limit || psi_high {
+        // Victims: lowest priority, youngest first.
+        running.sort_by(|a, b| {
+            a.priority
+                .cmp(&b.priority)
+                .then(b.submitted_ms.cmp(&a.submitted_ms))
+                .then(b.key.cmp(&a.key))
+        });
+        let mut left = running.len();
+        for v in running {
+            let over = total > cfg.high * limit;
+            // PSI alone (demand fits) frees one job per tick; demand frees until it fits.
+            if left <= 1 || (!over && !psi_high) {
+                break;
+            }
+            out.push(MemAction::Freeze { key: v.key });
+            total -= demand(cfg, v);
+            left -= 1;
+            if !over {
+                break;
+            }
+        }
+        return out;
+    }
+
+    // Thaw, one slot at a time, when it is safe.
+    let cooled = snap
+        .last_thaw_ms
+        .is_none_or(|t| snap.now_ms - t >= cfg.thaw_cooldown_ms);
+    let calm = snap.psi_some < cfg.psi_some / 2.0 && snap.psi_full < cfg.psi_full / 2.0;
+    if !cooled || !calm || snap.thawing >= cfg.swap_slots {
+        return out;
+    }
+    let mut frozen: Vec<&MemJob> = snap.jobs.iter().filter(|j| j.frozen).collect();
+    frozen.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.submitted_ms.cmp(&b.submitted_ms))
+            .then(a.key.cmp(&b.key))
+    });
+    let slots = cfg.swap_slots - snap.thawing;
+    for j in frozen.into_iter().take(slots) {
+        let want = j.footprint.max(j.usage) as f64;
+        // With nothing running, a frozen job is always thawed: it can only make progress.
+        if total + want <= cfg.low * limit || total == 0.0 {
+            out.push(MemAction::Thaw { key: j.key });
+            total += want;
+        } else {
+            break;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn cfg() -> GovernorConfig {
+        GovernorConfig {
+            limit: 1024 * MIB,
+            prediction_secs: 2.0,
+            ..GovernorConfig::default()
+        }
+    }
+
+    fn j(
+        key: i64,
+        priority: u8,
+        at: i64,
+        usage_mib: u64,
+        growth_mib_s: f64,
+        frozen: bool,
+    ) -> MemJob {
+        MemJob {
+            key,
+            priority,
+            submitted_ms: at,
+            usage: usage_mib * MIB,
+            growth: growth_mib_s * MIB as f64,
+            frozen,
+            footprint: if frozen { usage_mib * MIB } else { 0 },
+        }
+    }
+
+    fn snap(jobs: Vec<MemJob>) -> MemSnapshot {
+        MemSnapshot {
+            now_ms: 10_000,
+            psi_some: 0.0,
+            psi_full: 0.0,
+            last_thaw_ms: None,
+            thawing: 0,
+            jobs,
+        }
+    }
+
+    #[test]
+    fn decisions() {
+        use MemAction::*;
+        let cases: Vec<(&str, GovernorConfig, MemSnapshot, Vec<MemAction>)> = vec![
+            (
+                "room to spare: nothing",
+                cfg(),
+                snap(vec![
+                    j(1, 10, 0, 200, 0.0, false),
+                    j(2, 10, 1, 200, 0.0, false),
+                ]),
+                vec![],
+            ),
+            (
+                "predicted growth crosses the line: the youngest is frozen before the cliff",
+                cfg(),
+                snap(vec![
+                    j(1, 10, 0, 300, 100.0, false),
+                    j(2, 10, 1, 300, 100.0, false),
+                ]),
+                vec![Freeze { key: 2 }],
+            ),
+            (
+                "four growing jobs: freeze until the rest fits, lowest priority first",
+                cfg(),
+                snap(vec![
+                    j(1, 10, 0, 250, 100.0, false),
+                    j(2, 12, 1, 250, 100.0, false),
+                    j(3, 10, 2, 250, 100.0, false),
+                    j(4, 10, 3, 250, 100.0, false),
+                ]),
+                vec![Freeze { key: 4 }, Freeze { key: 3 }],
+            ),
+            (
+                "the last running job is never frozen",
+                cfg(),
+                snap(vec![j(1, 10, 0, 1000, 50.0, false)]),
+                vec![],
+            ),
+            (
+                "high PSI with demand that fits: one job per tick",
+                cfg(),
+                MemSnapshot {
+                    psi_some: 60.0,
+                    ..snap(vec![
+                        j(1, 10, 0, 100, 0.0, false),
+                        j(2, 10, 1, 100, 0.0, false),
+                        j(3, 10, 2, 100, 0.0, false),
+                    ])
+                },
+                vec![Freeze { key: 3 }],
+            ),
+            (
+                "room again: the oldest of the highest priority is thawed",
+                cfg(),
+                snap(vec![
+                    j(1, 10, 0, 100, 0.0, false),
+                    j(2, 10, 1, 500, 0.0, true),
+                    j(3, 10, 2, 500, 0.0, true),
+                ]),
+                vec![Thaw { key: 2 }],
+            ),
+            (
+                "not enough room for its footprint: stays frozen",
+                cfg(),
+                snap(vec![
+                    j(1, 10, 0, 400, 0.0, false),
+                    j(2, 10, 1, 500, 0.0, true),
+                ]),
+                vec![],
+            ),
+            (
+                "nothing running: the frozen job is thawed whatever its size",
+                cfg(),
+                snap(vec![j(2, 10, 1, 2000, 0.0, true)]),
+                vec![Thaw { key: 2 }],
+            ),
+            (
+                "within the cooldown of the last thaw: wait",
+                cfg(),
+                MemSnapshot {
+                    last_thaw_ms: Some(9_000),
+                    ..snap(vec![j(2, 10, 1, 100, 0.0, true)])
+                },
+                vec![],
+            ),
+            (
+                "pressure still elevated: wait",
+                cfg(),
+                MemSnapshot {
+                    psi_some: 25.0,
+                    ..snap(vec![j(2, 10, 1, 100, 0.0, true)])
+                },
+                vec![],
+            ),
+            (
+                "two swap slots: two thaws",
+                GovernorConfig {
+                    swap_slots: 2,
+                    ..cfg()
+                },
+                snap(vec![
+                    j(2, 10, 1, 100, 0.0, true),
+                    j(3, 10, 2, 100, 0.0, true),
+                ]),
+                vec![Thaw { key: 2 }, Thaw { key: 3 }],
+            ),
+        ];
+        for (what, c, s, want) in cases {
+            assert_eq!(govern(&c, &s), want, "{what}");
+        }
+    }
+}
