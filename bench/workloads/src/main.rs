@@ -10,6 +10,8 @@
 //!   writes "touched" to FILE and sleeps until killed (where a job's memory lands, NUMA tests).
 //! - `grow MIB STEPS ROUNDS` — grows to MIB MiB of anonymous memory in STEPS steps (0.2 s
 //!   apart), then makes ROUNDS passes writing every page; prints a checksum of what it wrote.
+//! - `duty CYCLES ITERS IDLE_MS` — an I/O-bound job: CYCLES times, ITERS loop iterations then
+//!   IDLE_MS asleep; prints its wall time in seconds.
 //! - `check MIB ROUNDS` — the checksum `grow` must print, computed without the memory.
 
 use std::hint::black_box;
@@ -28,7 +30,7 @@ fn spin(iters: u64) -> u64 {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | spin-forever | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE");
+    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | spin-forever | duty CYCLES ITERS IDLE_MS | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE");
     std::process::exit(2);
 }
 
@@ -140,6 +142,17 @@ fn main() {
                 black_box(&mut mem);
             }
             println!("{sum}");
+        }
+        Some("duty") => {
+            let cycles: u64 = arg(&args, 2);
+            let iters: u64 = arg(&args, 3);
+            let idle: u64 = arg(&args, 4);
+            let t = Instant::now();
+            for _ in 0..cycles {
+                black_box(spin(iters));
+                std::thread::sleep(Duration::from_millis(idle));
+            }
+            println!("{:.4}", t.elapsed().as_secs_f64());
         }
         Some("check") => {
             let mib: usize = arg(&args, 2);

@@ -65,7 +65,8 @@ pub struct MemJob {
     pub growth: f64,
     /// Frozen by the governor.
     pub frozen: bool,
-    /// Its memory when it was frozen: what it will want back.
+    /// What it wanted when it was last frozen (its memory plus predicted growth): what it will
+    /// want back. 0 for a job never frozen.
     pub footprint: u64,
 }
 
@@ -91,8 +92,10 @@ pub enum MemAction {
     Thaw { key: i64 },
 }
 
+/// What a running job will want soon: its memory now — or, just after a thaw, the footprint it
+/// had when frozen, since its swapped-out pages come back — plus its predicted growth.
 fn demand(cfg: &GovernorConfig, j: &MemJob) -> f64 {
-    j.usage as f64 + j.growth.max(0.0) * cfg.prediction_secs
+    j.usage.max(j.footprint) as f64 + j.growth.max(0.0) * cfg.prediction_secs
 }
 
 /// Decide this tick's freezes and thaws.
@@ -294,6 +297,18 @@ mod tests {
                     psi_some: 25.0,
                     ..snap(vec![j(2, 10, 1, 100, 0.0, true)])
                 },
+                vec![],
+            ),
+            (
+                "a just-thawed job counts with its footprint, so the next one waits",
+                cfg(),
+                snap(vec![
+                    MemJob {
+                        footprint: 600 * MIB,
+                        ..j(1, 10, 0, 50, 0.0, false)
+                    },
+                    j(2, 10, 1, 300, 0.0, true),
+                ]),
                 vec![],
             ),
             (

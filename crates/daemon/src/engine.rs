@@ -1490,6 +1490,7 @@ impl Engine {
     fn govern(&mut self) {
         let Some(cfg) = self.governor else { return };
         let now = Instant::now();
+        let cooldown = Duration::from_millis(cfg.thaw_cooldown_ms as u64);
         let mut jobs = Vec::new();
         for j in self.jobs.values_mut() {
             let runs = matches!(j.phase, Phase::Primary | Phase::Backfill);
@@ -1508,6 +1509,13 @@ impl Engine {
             }
             j.mem_usage = usage;
             j.mem_at = Some(now);
+            // Long after a thaw its pages are back: count what it uses, not what it used.
+            if !j.mem_frozen
+                && j.thawed_at
+                    .is_some_and(|t| now.duration_since(t) > 5 * cooldown)
+            {
+                j.footprint = 0;
+            }
             jobs.push(MemJob {
                 key: j.seq,
                 priority: j.req.priority,
@@ -1530,7 +1538,6 @@ impl Engine {
                 .map(|f| f.avg10)
                 .unwrap_or(0.0)
         };
-        let cooldown = Duration::from_millis(cfg.thaw_cooldown_ms as u64);
         let snap = MemSnapshot {
             now_ms: now_ms(),
             psi_some: some(&node).max(some(&part)),
@@ -1553,7 +1560,9 @@ impl Engine {
                     match self.driver.freeze(&j.cgroup, true) {
                         Ok(()) => {
                             j.mem_frozen = true;
-                            j.footprint = j.mem_usage.max(j.footprint);
+                            let predicted =
+                                j.mem_usage as f64 + j.mem_growth.max(0.0) * cfg.prediction_secs;
+                            j.footprint = (predicted as u64).max(j.footprint);
                             info!(
                                 job = %j.id, user = %j.user, usage = j.mem_usage, growth = j.mem_growth as i64,
                                 psi_some = snap.psi_some, "memory pressure: job frozen"
