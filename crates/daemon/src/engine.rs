@@ -610,12 +610,7 @@ impl Engine {
             return "waiting for memory (the governor has frozen jobs)".into();
         }
         if let Some(m) = j.mem {
-            let held: u64 = self
-                .jobs
-                .values()
-                .filter(|x| x.started.is_some())
-                .filter_map(|x| x.mem)
-                .sum();
+            let held = self.mem_promised();
             if held + m > self.mem_limit {
                 return format!(
                     "waiting for memory ({} requested, {} of {} promised)",
@@ -707,6 +702,15 @@ impl Engine {
         self.arm_timer();
     }
 
+    /// Memory promised to started jobs by their `--mem`.
+    fn mem_promised(&self) -> u64 {
+        self.jobs
+            .values()
+            .filter(|j| j.started.is_some())
+            .filter_map(|j| j.mem)
+            .sum()
+    }
+
     /// Whether a queued job may start as far as memory goes: no job is frozen for memory, and
     /// its `--mem` fits in the partition next to the `--mem` of the jobs that hold memory.
     fn memory_admits(&self, key: i64) -> bool {
@@ -716,12 +720,7 @@ impl Engine {
         let Some(want) = self.jobs.get(&key).and_then(|j| j.mem) else {
             return true;
         };
-        let held: u64 = self
-            .jobs
-            .values()
-            .filter(|j| j.started.is_some())
-            .filter_map(|j| j.mem)
-            .sum();
+        let held = self.mem_promised();
         held.saturating_add(want) <= self.mem_limit
     }
 

@@ -236,96 +236,76 @@ pub fn simulate(
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&i| (jobs[i].submit, i));
 
-    let mut free = online;
-    let mut running: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
-    let mut sets: Vec<CpuSet> = vec![CpuSet::new(); jobs.len()];
-    let mut queue: VecDeque<usize> = VecDeque::new();
-    let mut delayed = vec![false; jobs.len()];
+    let mut st = State {
+        jobs,
+        doms: &doms,
+        free: online,
+        queue: VecDeque::new(),
+        running: BinaryHeap::new(),
+        sets: vec![CpuSet::new(); jobs.len()],
+        delayed: vec![false; jobs.len()],
+        placed: 0,
+        span_sum: [0; 3],
+        minimal: 0,
+        minimal_idle: 0,
+        wait_sum: 0,
+    };
     let mut next = 0;
-
-    let (mut placed, mut unplaceable) = (0usize, 0usize);
-    let mut span_sum = [0usize; 3];
-    let (mut minimal, mut minimal_idle) = (0usize, 0usize);
-    let mut wait_sum = 0u64;
+    let mut unplaceable = 0usize;
     let mut stranded = vec![0usize; frag_sizes.len()];
     let mut free_sum = 0usize;
     let mut last_end = 0u64;
 
     loop {
         let t_arr = order.get(next).map(|&i| jobs[i].submit);
-        let t_end = running.peek().map(|r| r.0 .0);
+        let t_end = st.running.peek().map(|r| r.0 .0);
         let t = match (t_arr, t_end) {
             (Some(a), Some(e)) => a.min(e),
             (Some(a), None) => a,
             (None, Some(e)) => e,
             (None, None) => {
                 // Idle machine, and the head is still refused: drop it so the run ends.
-                if queue.pop_front().is_some() {
+                if st.queue.pop_front().is_some() {
                     unplaceable += 1;
-                    schedule_pass(
-                        &mut Pass {
-                            jobs,
-                            doms: &doms,
-                            policy,
-                            free: &mut free,
-                            queue: &mut queue,
-                            running: &mut running,
-                            sets: &mut sets,
-                            delayed: &mut delayed,
-                            placed: &mut placed,
-                            span_sum: &mut span_sum,
-                            minimal: &mut minimal,
-                            minimal_idle: &mut minimal_idle,
-                            wait_sum: &mut wait_sum,
-                        },
-                        last_end,
-                    )?;
+                    st.pass(policy, last_end)?;
                     continue;
                 }
                 break;
             }
         };
-        while let Some(&Reverse((e, i))) = running.peek() {
+        while let Some(&Reverse((e, i))) = st.running.peek() {
             if e != t {
                 break;
             }
-            running.pop();
-            free = free.union(&sets[i]);
+            st.running.pop();
+            st.free = st.free.union(&st.sets[i]);
             last_end = last_end.max(e);
         }
         while let Some(&i) = order.get(next) {
             if jobs[i].submit != t {
                 break;
             }
-            queue.push_back(i);
+            st.queue.push_back(i);
             next += 1;
         }
-        schedule_pass(
-            &mut Pass {
-                jobs,
-                doms: &doms,
-                policy,
-                free: &mut free,
-                queue: &mut queue,
-                running: &mut running,
-                sets: &mut sets,
-                delayed: &mut delayed,
-                placed: &mut placed,
-                span_sum: &mut span_sum,
-                minimal: &mut minimal,
-                minimal_idle: &mut minimal_idle,
-                wait_sum: &mut wait_sum,
-            },
-            t,
-        )?;
-        let f = free.len();
+        st.pass(policy, t)?;
+        let f = st.free.len();
         if f > 0 {
             free_sum += f;
             for (s, &k) in stranded.iter_mut().zip(frag_sizes) {
-                *s += doms.stranded(&free, k.max(1));
+                *s += doms.stranded(&st.free, k.max(1));
             }
         }
     }
+    let State {
+        placed,
+        span_sum,
+        minimal,
+        minimal_idle,
+        wait_sum,
+        delayed,
+        ..
+    } = st;
 
     let per_job = |x: usize| {
         if placed == 0 {
@@ -366,58 +346,59 @@ pub fn simulate(
     })
 }
 
-/// The state one scheduling pass works on.
-struct Pass<'a, 'p> {
+/// The simulation's running state.
+struct State<'a> {
     jobs: &'a [Job],
     doms: &'a Domains,
-    policy: &'a mut (dyn Placement + 'p),
-    free: &'a mut CpuSet,
-    queue: &'a mut VecDeque<usize>,
-    running: &'a mut BinaryHeap<Reverse<(u64, usize)>>,
-    sets: &'a mut Vec<CpuSet>,
-    delayed: &'a mut Vec<bool>,
-    placed: &'a mut usize,
-    span_sum: &'a mut [usize; 3],
-    minimal: &'a mut usize,
-    minimal_idle: &'a mut usize,
-    wait_sum: &'a mut u64,
+    free: CpuSet,
+    queue: VecDeque<usize>,
+    running: BinaryHeap<Reverse<(u64, usize)>>,
+    sets: Vec<CpuSet>,
+    delayed: Vec<bool>,
+    placed: usize,
+    span_sum: [usize; 3],
+    minimal: usize,
+    minimal_idle: usize,
+    wait_sum: u64,
 }
 
-/// Start queued jobs in FIFO order at time `t` until the head does not fit or is refused.
-fn schedule_pass(p: &mut Pass<'_, '_>, t: u64) -> Result<(), SimError> {
-    while let Some(&i) = p.queue.front() {
-        let job = p.jobs[i];
-        let n = job.cpus;
-        if p.free.len() < n {
-            break;
+impl State<'_> {
+    /// Start queued jobs in FIFO order at time `t` until the head does not fit or is refused.
+    fn pass(&mut self, policy: &mut dyn Placement, t: u64) -> Result<(), SimError> {
+        while let Some(&i) = self.queue.front() {
+            let job = self.jobs[i];
+            let n = job.cpus;
+            if self.free.len() < n {
+                break;
+            }
+            let Some(got) = policy.place(&self.free, n) else {
+                self.delayed[i] = true;
+                break;
+            };
+            if got.len() != n || !got.is_subset(&self.free) {
+                return Err(SimError::BadPlacement {
+                    policy: policy.name().to_string(),
+                    n,
+                    got: got.to_string(),
+                    free: self.free.to_string(),
+                });
+            }
+            let (mut is_min, mut is_min_idle) = (true, true);
+            for l in 0..3 {
+                let s = self.doms.spanned(l, &got);
+                self.span_sum[l] += s;
+                is_min &= s == self.doms.fewest(l, &self.free, n);
+                is_min_idle &= s == self.doms.fewest_idle(l, n);
+            }
+            self.minimal += is_min as usize;
+            self.minimal_idle += is_min_idle as usize;
+            self.free = self.free.difference(&got);
+            self.sets[i] = got;
+            self.running.push(Reverse((t + job.run.max(1), i)));
+            self.placed += 1;
+            self.wait_sum += t.saturating_sub(job.submit);
+            self.queue.pop_front();
         }
-        let Some(got) = p.policy.place(p.free, n) else {
-            p.delayed[i] = true;
-            break;
-        };
-        if got.len() != n || !got.is_subset(p.free) {
-            return Err(SimError::BadPlacement {
-                policy: p.policy.name().to_string(),
-                n,
-                got: got.to_string(),
-                free: p.free.to_string(),
-            });
-        }
-        let (mut is_min, mut is_min_idle) = (true, true);
-        for l in 0..3 {
-            let s = p.doms.spanned(l, &got);
-            p.span_sum[l] += s;
-            is_min &= s == p.doms.fewest(l, p.free, n);
-            is_min_idle &= s == p.doms.fewest_idle(l, n);
-        }
-        *p.minimal += is_min as usize;
-        *p.minimal_idle += is_min_idle as usize;
-        *p.free = p.free.difference(&got);
-        p.sets[i] = got;
-        p.running.push(Reverse((t + job.run.max(1), i)));
-        *p.placed += 1;
-        *p.wait_sum += t.saturating_sub(job.submit);
-        p.queue.pop_front();
+        Ok(())
     }
-    Ok(())
 }
