@@ -130,3 +130,44 @@ fn the_governor_lets_jobs_twice_the_partition_finish_without_oom_kills() {
         assert_eq!(rec.end_reason.as_deref(), Some("exited"), "job m{i}");
     }
 }
+
+#[test]
+fn a_job_frozen_for_memory_before_a_crash_is_thawed_by_the_restarted_daemon() {
+    require_root!();
+    let mut d = TestDaemon::start(&pjw_bin(), "cpus = \"0-1\"\n[memory]\ninterval_ms = 200");
+    let dir = d.dir().to_path_buf();
+    let script = format!(
+        "touch {d}/up; while [ ! -e {d}/go ]; do sleep 0.02; done; echo thawed-and-done",
+        d = dir.display()
+    );
+    let job = d
+        .pjw()
+        .args(["run", "--job-id", "cold", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(TestDaemon::wait_for(Duration::from_secs(20), || dir
+        .join("up")
+        .exists()));
+    // The daemon dies while the governor has the job frozen.
+    d.kill9();
+    d.driver().freeze("job-cold", true).unwrap();
+    d.restart();
+    // Memory is plentiful: the restarted governor knows the job is frozen and thaws it.
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(20), || !d
+            .driver()
+            .is_frozen("job-cold")
+            .unwrap_or(true)),
+        "never thawed:\n{}",
+        d.log()
+    );
+    assert!(d.log().contains("memory_frozen=true"), "{}", d.log());
+    std::fs::write(dir.join("go"), "").unwrap();
+    let out = job.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "thawed-and-done"
+    );
+}

@@ -1275,8 +1275,19 @@ impl Engine {
                     (now_ms() - rec.started_ms.unwrap_or(rec.submitted_ms)).max(0) as u64,
                 ))
                 .unwrap_or_else(Instant::now);
-            let job = self.job_from_record(&rec, id, phase, cpus, Some(started));
-            info!(job = %job.id, user = %job.user, cpus = %job.cpus, role = role_name(phase), main_alive, "recovered running job");
+            let mut job = self.job_from_record(&rec, id, phase, cpus, Some(started));
+            // A running job that is frozen was frozen by the memory governor: it stays frozen
+            // until the governor finds room for it, with what it uses now as its footprint.
+            if matches!(phase, Phase::Primary | Phase::Backfill)
+                && self.driver.is_frozen(&rec.cgroup).unwrap_or(false)
+            {
+                job.mem_frozen = true;
+                job.footprint = self.driver.memory_usage(&rec.cgroup).unwrap_or(0);
+            }
+            info!(
+                job = %job.id, user = %job.user, cpus = %job.cpus, role = role_name(phase), main_alive,
+                memory_frozen = job.mem_frozen, "recovered running job"
+            );
             let seq = job.seq;
             self.jobs.insert(seq, job);
             self.track(seq, main_alive);
