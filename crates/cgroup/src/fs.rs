@@ -271,7 +271,10 @@ pub(crate) mod fake {
                             put(&dir.join("cpuset.cpus"), "\n")?;
                             put(&dir.join("cpuset.mems"), "\n")?;
                         }
-                        "memory" => put(&dir.join("memory.max"), "max\n")?,
+                        "memory" => {
+                            put(&dir.join("memory.max"), "max\n")?;
+                            put(&dir.join("memory.high"), "max\n")?;
+                        }
                         "pids" => put(&dir.join("pids.max"), "max\n")?,
                         "cpu" => {
                             put(&dir.join("cpu.max"), "max 100000\n")?;

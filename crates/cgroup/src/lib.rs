@@ -298,6 +298,23 @@ impl Driver {
             .unwrap_or(0)
     }
 
+    /// Throttle job `name` at `high` bytes (`memory.high`: the kernel reclaims instead of letting
+    /// it grow), or lift the throttle with `None`. cgroup v2 only: v1 has no equivalent that
+    /// throttles without risking the OOM killer, so there the governor goes straight to freezing.
+    pub fn set_memory_high(&self, name: &str, high: Option<u64>) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        let h = self.memory_hierarchy()?;
+        if !h.v2 {
+            return Err(CgroupError::Unsupported {
+                what: "memory.high",
+                mode: self.mode().as_str(),
+                reason: "cgroup v1 has no memory.high",
+            });
+        }
+        let value = high.map(|b| b.to_string()).unwrap_or_else(|| "max".into());
+        self.fs.write(&h.job(name).join("memory.high"), &value)
+    }
+
     /// Memory charged to all jobs together (the parent) now (bytes).
     pub fn partition_usage(&self) -> Result<u64, CgroupError> {
         let h = self.memory_hierarchy()?;

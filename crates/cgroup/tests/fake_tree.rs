@@ -147,6 +147,20 @@ fn job_lifecycle_in_every_mode() {
         )
         .unwrap();
 
+        // Throttling: memory.high on v2; v1 says it cannot.
+        if mode == Mode::Unified {
+            d.set_memory_high("job-1", Some(1 << 20)).unwrap();
+            assert_eq!(
+                read(&dir_of(&jobs, "unified").join("memory.high")),
+                "1048576"
+            );
+            d.set_memory_high("job-1", None).unwrap();
+            assert_eq!(read(&dir_of(&jobs, "unified").join("memory.high")), "max");
+        } else {
+            let e = d.set_memory_high("job-1", Some(1 << 20)).unwrap_err();
+            assert!(e.to_string().contains("memory.high"), "{e}");
+        }
+
         assert!(!d.is_populated("job-1").unwrap());
         d.add_process("job-1", 4242).unwrap();
         for (key, dir) in &jobs {

@@ -5,8 +5,11 @@
 //! Every tick (the daemon's `governor.interval`):
 //! 1. The **demand** of each running job is its memory now plus its growth over the prediction
 //!    horizon (`vm_prediction`), so the governor acts before the cliff, not after it.
-//! 2. **Pressure** is demand above `high` × the partition limit, or memory PSI (`some`/`full`
-//!    avg10, node or partition) above its threshold. Under pressure the governor freezes
+//! 2. **Pressure** is demand above `high` × the partition limit, memory PSI (`some`/`full`
+//!    avg10, the worst of node, partition and jobs) above its threshold, the node's available
+//!    memory below `min_available`, or swap-in faster than `swap_in_max` while no job is being
+//!    thawed. Under pressure the governor first **throttles** the fastest-growing job (where the
+//!    kernel can: `memory.high` on cgroup v2), and if that is not enough by the next tick it freezes
 //!    running jobs — lowest priority first, youngest among equals — until the remaining demand
 //!    fits under `high`, but never the last running job: one job always makes progress (in the
 //!    worst case against swap, but alone).
@@ -36,6 +39,12 @@ pub struct GovernorConfig {
     pub swap_slots: usize,
     /// Milliseconds between two thaws.
     pub thaw_cooldown_ms: i64,
+    /// Node memory available (bytes) below which the node is under pressure.
+    pub min_available: u64,
+    /// Swap-in rate (pages per second) above which the node is under pressure.
+    pub swap_in_max: f64,
+    /// Whether jobs can be throttled (`memory.high`, cgroup v2) before they are frozen.
+    pub throttle: bool,
 }
 
 impl Default for GovernorConfig {
@@ -49,6 +58,9 @@ impl Default for GovernorConfig {
             prediction_secs: 3.0,
             swap_slots: 1,
             thaw_cooldown_ms: 2000,
+            min_available: 256 << 20,
+            swap_in_max: 10_000.0,
+            throttle: false,
         }
     }
 }
@@ -65,6 +77,8 @@ pub struct MemJob {
     pub growth: f64,
     /// Frozen by the governor.
     pub frozen: bool,
+    /// Throttled by the governor (`memory.high` set).
+    pub throttled: bool,
     /// What it wanted when it was last frozen (its memory plus predicted growth): what it will
     /// want back. 0 for a job never frozen.
     pub footprint: u64,
@@ -81,6 +95,10 @@ pub struct MemSnapshot {
     pub last_thaw_ms: Option<i64>,
     /// Jobs thawed within the cooldown (still swapping in).
     pub thawing: usize,
+    /// The node's available memory (bytes), if known.
+    pub available: Option<u64>,
+    /// Pages swapped in per second since the last tick.
+    pub swap_in_rate: f64,
     /// Jobs that may be frozen or thawed by the governor (running jobs and its own frozen ones).
     pub jobs: Vec<MemJob>,
 }
@@ -88,8 +106,21 @@ pub struct MemSnapshot {
 /// What to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemAction {
-    Freeze { key: i64 },
-    Thaw { key: i64 },
+    /// Hold the job's memory at `high` bytes (reclaim instead of growth).
+    Throttle {
+        key: i64,
+        high: u64,
+    },
+    /// Lift the throttle.
+    Unthrottle {
+        key: i64,
+    },
+    Freeze {
+        key: i64,
+    },
+    Thaw {
+        key: i64,
+    },
 }
 
 /// What a running job will want soon: its memory now — or, just after a thaw, the footprint it
@@ -104,9 +135,27 @@ pub fn govern(cfg: &GovernorConfig, snap: &MemSnapshot) -> Vec<MemAction> {
     let limit = cfg.limit as f64;
     let mut running: Vec<&MemJob> = snap.jobs.iter().filter(|j| !j.frozen).collect();
     let mut total: f64 = running.iter().map(|j| demand(cfg, j)).sum();
-    let psi_high = snap.psi_some >= cfg.psi_some || snap.psi_full >= cfg.psi_full;
+    let psi_high = snap.psi_some >= cfg.psi_some
+        || snap.psi_full >= cfg.psi_full
+        || snap.available.is_some_and(|a| a < cfg.min_available)
+        || (snap.thawing == 0 && snap.swap_in_rate > cfg.swap_in_max);
 
     if total > cfg.high * limit || psi_high {
+        // First step: throttle the fastest-growing job, once; freezing follows if that did not
+        // relieve the pressure by the next tick.
+        if cfg.throttle && !running.iter().any(|j| j.throttled) {
+            let fastest = running.iter().filter(|j| j.growth > 0.0).max_by(|a, b| {
+                a.growth
+                    .partial_cmp(&b.growth)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            });
+            if let Some(j) = fastest {
+                return vec![MemAction::Throttle {
+                    key: j.key,
+                    high: j.usage,
+                }];
+            }
+        }
         // Victims: lowest priority, youngest first.
         running.sort_by(|a, b| {
             a.priority
@@ -129,6 +178,11 @@ pub fn govern(cfg: &GovernorConfig, snap: &MemSnapshot) -> Vec<MemAction> {
             }
         }
         return out;
+    }
+
+    // No pressure: lift throttles first.
+    for j in snap.jobs.iter().filter(|j| j.throttled && !j.frozen) {
+        out.push(MemAction::Unthrottle { key: j.key });
     }
 
     // Thaw, one slot at a time, when it is safe.
@@ -189,6 +243,7 @@ mod tests {
             usage: usage_mib * MIB,
             growth: growth_mib_s * MIB as f64,
             frozen,
+            throttled: false,
             footprint: if frozen { usage_mib * MIB } else { 0 },
         }
     }
@@ -200,6 +255,8 @@ mod tests {
             psi_full: 0.0,
             last_thaw_ms: None,
             thawing: 0,
+            available: None,
+            swap_in_rate: 0.0,
             jobs,
         }
     }
@@ -310,6 +367,85 @@ mod tests {
                     j(2, 10, 1, 300, 0.0, true),
                 ]),
                 vec![],
+            ),
+            (
+                "low available memory is pressure",
+                cfg(),
+                MemSnapshot {
+                    available: Some(100 * MIB),
+                    ..snap(vec![
+                        j(1, 10, 0, 100, 0.0, false),
+                        j(2, 10, 1, 100, 0.0, false),
+                    ])
+                },
+                vec![Freeze { key: 2 }],
+            ),
+            (
+                "fast swap-in is pressure",
+                cfg(),
+                MemSnapshot {
+                    swap_in_rate: 50_000.0,
+                    ..snap(vec![
+                        j(1, 10, 0, 100, 0.0, false),
+                        j(2, 10, 1, 100, 0.0, false),
+                    ])
+                },
+                vec![Freeze { key: 2 }],
+            ),
+            (
+                "swap-in of a thawing job is expected",
+                cfg(),
+                MemSnapshot {
+                    swap_in_rate: 50_000.0,
+                    thawing: 1,
+                    ..snap(vec![
+                        j(1, 10, 0, 100, 0.0, false),
+                        j(2, 10, 1, 100, 0.0, false),
+                    ])
+                },
+                vec![],
+            ),
+            (
+                "with throttling: the fastest grower is throttled first",
+                GovernorConfig {
+                    throttle: true,
+                    ..cfg()
+                },
+                snap(vec![
+                    j(1, 10, 0, 300, 50.0, false),
+                    j(2, 10, 1, 300, 150.0, false),
+                ]),
+                vec![Throttle {
+                    key: 2,
+                    high: 300 * MIB,
+                }],
+            ),
+            (
+                "a throttle that did not help: freeze",
+                GovernorConfig {
+                    throttle: true,
+                    ..cfg()
+                },
+                snap(vec![
+                    j(1, 10, 0, 300, 150.0, false),
+                    MemJob {
+                        throttled: true,
+                        ..j(2, 10, 1, 400, 100.0, false)
+                    },
+                ]),
+                vec![Freeze { key: 2 }],
+            ),
+            (
+                "pressure gone: throttles are lifted",
+                GovernorConfig {
+                    throttle: true,
+                    ..cfg()
+                },
+                snap(vec![MemJob {
+                    throttled: true,
+                    ..j(2, 10, 1, 300, 0.0, false)
+                }]),
+                vec![Unthrottle { key: 2 }],
             ),
             (
                 "two swap slots: two thaws",

@@ -69,6 +69,9 @@ pub struct RawMemory {
     pub vm_prediction: Option<f64>,
     pub swap_slots: Option<usize>,
     pub interval_ms: Option<u64>,
+    pub throttle: Option<bool>,
+    pub min_available: Option<String>,
+    pub swap_in_max: Option<f64>,
 }
 
 /// `[paths]`: roots of the kernel filesystems (for tests and containers).
@@ -321,6 +324,17 @@ impl Config {
             prediction_secs,
             swap_slots,
             thaw_cooldown_ms: (2 * governor_interval_ms) as i64,
+            min_available: size("memory.min_available", &m.min_available)?
+                .unwrap_or(defaults.min_available),
+            swap_in_max: match m.swap_in_max {
+                Some(v) if v < 0.0 => {
+                    return Err(err("memory.swap_in_max", format!("{v} is negative")))
+                }
+                Some(v) => v,
+                None => defaults.swap_in_max,
+            },
+            // Where the kernel can (cgroup v2); the daemon turns it off on v1 at start.
+            throttle: m.throttle.unwrap_or(true),
         };
         let pids_max = match raw.job.pids_max {
             None | Some(0) => None,

@@ -131,6 +131,8 @@ struct Job {
     footprint: u64,
     /// When the governor last thawed it.
     thawed_at: Option<Instant>,
+    /// Throttled by the governor (`memory.high`).
+    throttled: bool,
 }
 
 impl Job {
@@ -218,6 +220,8 @@ pub struct Engine {
     /// The partition limit (bytes), for admission by `--mem`.
     mem_limit: u64,
     last_thaw_ms: Option<i64>,
+    /// `pswpin` of /proc/vmstat at the last governor tick, and when.
+    last_swap_in: Option<(u64, Instant)>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -278,6 +282,7 @@ impl Engine {
             governor,
             mem_limit,
             last_thaw_ms: None,
+            last_swap_in: None,
             cfg,
             driver,
             store,
@@ -506,6 +511,7 @@ impl Engine {
             mem_frozen: false,
             footprint: 0,
             thawed_at: None,
+            throttled: false,
         };
         self.jobs.insert(seq, job);
         self.replan();
@@ -1376,6 +1382,7 @@ impl Engine {
             mem_frozen: false,
             footprint: 0,
             thawed_at: None,
+            throttled: false,
         }
     }
 
@@ -1533,6 +1540,7 @@ impl Engine {
                 usage,
                 growth: if j.mem_frozen { 0.0 } else { j.mem_growth },
                 frozen: j.mem_frozen,
+                throttled: j.throttled,
                 footprint: j.footprint,
             });
         }
@@ -1540,6 +1548,45 @@ impl Engine {
             .ok()
             .and_then(|t| pjw_kernelfs::psi::parse(&t).ok());
         let part = self.driver.memory_pressure(None);
+        // The worst job, too: one job stalling on memory is pressure even when the node is calm.
+        let worst_job = self
+            .jobs
+            .values()
+            .filter(|j| j.started.is_some() && !j.ending && !j.mem_frozen)
+            .filter_map(|j| self.driver.memory_pressure(Some(&j.cgroup)))
+            .fold(None, |acc: Option<pjw_kernelfs::psi::Psi>, p| match acc {
+                Some(a) if a.some.avg10 >= p.some.avg10 => Some(a),
+                _ => Some(p),
+            });
+        let available = std::fs::read_to_string(self.cfg.proc_root.join("meminfo"))
+            .ok()
+            .and_then(|t| {
+                t.lines().find_map(|l| {
+                    l.strip_prefix("MemAvailable:")
+                        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                })
+            })
+            .map(|kb| kb * 1024);
+        let swap_in = std::fs::read_to_string(self.cfg.proc_root.join("vmstat"))
+            .ok()
+            .and_then(|t| {
+                t.lines().find_map(|l| {
+                    l.strip_prefix("pswpin ")
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                })
+            });
+        let swap_in_rate = match (swap_in, self.last_swap_in) {
+            (Some(now_count), Some((then, at))) => {
+                let dt = now.duration_since(at).as_secs_f64();
+                if dt > 0.0 {
+                    now_count.saturating_sub(then) as f64 / dt
+                } else {
+                    0.0
+                }
+            }
+            _ => 0.0,
+        };
+        self.last_swap_in = swap_in.map(|c| (c, now));
         let some =
             |p: &Option<pjw_kernelfs::psi::Psi>| p.as_ref().map(|p| p.some.avg10).unwrap_or(0.0);
         let full = |p: &Option<pjw_kernelfs::psi::Psi>| {
@@ -1550,8 +1597,10 @@ impl Engine {
         };
         let snap = MemSnapshot {
             now_ms: now_ms(),
-            psi_some: some(&node).max(some(&part)),
-            psi_full: full(&node).max(full(&part)),
+            psi_some: some(&node).max(some(&part)).max(some(&worst_job)),
+            psi_full: full(&node).max(full(&part)).max(full(&worst_job)),
+            available,
+            swap_in_rate,
             last_thaw_ms: self.last_thaw_ms,
             thawing: self
                 .jobs
@@ -1563,6 +1612,27 @@ impl Engine {
         let mut thawed = false;
         for a in governor::govern(&cfg, &snap) {
             match a {
+                MemAction::Throttle { key, high } => {
+                    let Some(j) = self.jobs.get_mut(&key) else {
+                        continue;
+                    };
+                    match self.driver.set_memory_high(&j.cgroup, Some(high)) {
+                        Ok(()) => {
+                            j.throttled = true;
+                            info!(job = %j.id, user = %j.user, high, growth = j.mem_growth as i64, "memory pressure: job throttled");
+                        }
+                        Err(e) => warn!(job = %j.id, error = %e, "cannot throttle job"),
+                    }
+                }
+                MemAction::Unthrottle { key } => {
+                    let Some(j) = self.jobs.get_mut(&key) else {
+                        continue;
+                    };
+                    if self.driver.set_memory_high(&j.cgroup, None).is_ok() {
+                        j.throttled = false;
+                        info!(job = %j.id, "memory pressure gone: throttle lifted");
+                    }
+                }
                 MemAction::Freeze { key } => {
                     let Some(j) = self.jobs.get_mut(&key) else {
                         continue;

@@ -186,6 +186,9 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
             }
         });
     }
+    let mut cfg = cfg;
+    // memory.high exists only in cgroup v2.
+    cfg.governor_cfg.throttle &= driver.mode() == pjw_cgroup::Mode::Unified;
     let mut eng = engine::Engine::new(
         cfg.clone(),
         driver,
