@@ -2,7 +2,7 @@
 //! them one at a time when it is safe. Pure: the daemon samples memory and PSI, passes a
 //! [`MemSnapshot`], and carries out the [`MemAction`]s.
 //!
-//! Every tick (the daemon's `governor.interval`):
+//! Every tick (`[memory] interval_ms` of the daemon's config):
 //! 1. The **demand** of each running job is its memory now plus its growth over the prediction
 //!    horizon (`vm_prediction`), so the governor acts before the cliff, not after it.
 //! 2. **Pressure** is demand above `high` × the partition limit, memory PSI (`some`/`full`

@@ -690,12 +690,29 @@ impl Engine {
             if actions.is_empty() {
                 break;
             }
+            // A start that memory does not admit is dropped, and so are the preemptions planned
+            // to make room for it.
+            let held_back: Vec<i64> = actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::StartPrimary { key, .. } | Action::StartBackfill { key, .. } => {
+                        Some(*key)
+                    }
+                    _ => None,
+                })
+                .filter(|k| !self.memory_admits(*k))
+                .collect();
             let mut failed = false;
             for a in actions {
-                if let Action::StartPrimary { key, .. } | Action::StartBackfill { key, .. } = a {
-                    if !self.memory_admits(key) {
-                        continue;
+                let skip = match a {
+                    Action::StartPrimary { key, .. } | Action::StartBackfill { key, .. } => {
+                        held_back.contains(&key)
                     }
+                    Action::Preempt { by, .. } => held_back.contains(&by),
+                    _ => false,
+                };
+                if skip {
+                    continue;
                 }
                 if !self.apply(a) {
                     failed = true;
@@ -963,6 +980,8 @@ impl Engine {
             warn!(job = %j.id, error = %e, "cannot freeze job");
             return true;
         }
+        // Frozen now for another reason (preempted, suspended): no longer the governor's to thaw.
+        j.mem_frozen = false;
         j.phase = phase;
         j.cpus = CpuSet::new();
         j.reason = reason;

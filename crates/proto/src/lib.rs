@@ -165,7 +165,8 @@ pub enum JobState {
     Running,
     /// Runs in the idle class on CPUs other jobs hold.
     Backfill,
-    /// Frozen: suspended by its owner, or preempted by a higher-priority job.
+    /// Frozen: suspended by its owner, preempted by a higher-priority job, or frozen by the
+    /// memory governor (the reason says which).
     Frozen,
     /// Waits for CPUs.
     Queued,

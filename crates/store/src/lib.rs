@@ -28,7 +28,9 @@
 //!     started_ms   INTEGER,
 //!     ended_ms     INTEGER,
 //!     end_reason   TEXT                -- 'exited' | 'killed by USER' | 'ended while daemon was down' |
-//!                                      -- 'start interrupted' | 'start failed: …'
+//!                                      -- 'start interrupted' | 'start failed: …' |
+//!                                      -- 'expired in queue' | 'client left the queue';
+//!                                      -- '; N process(es) OOM-killed …' is appended after OOM kills
 //! );
 //! CREATE UNIQUE INDEX jobs_live_id ON jobs(job_id) WHERE state <> 'ended';
 //! -- version 2
