@@ -11,17 +11,17 @@ use std::time::Duration;
 use pjw_core::CpuSet;
 use pjw_testkit::{require_root, TestDaemon};
 
-const PJW: &str = env!("CARGO_BIN_EXE_pjw");
 /// Two CPUs for jobs, whatever the machine (the VM tier has 16).
 const TWO_CPUS: &str = "cpus = \"0-1\"";
 
 fn pjw_bin() -> &'static Path {
-    Path::new(PJW)
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw")))
 }
 
 fn wl() -> PathBuf {
     // pjw-wl is built into the same target directory by `make test`.
-    let p = Path::new(PJW).with_file_name("pjw-wl");
+    let p = pjw_bin().with_file_name("pjw-wl");
     assert!(
         p.exists(),
         "pjw-wl not built at {} (run `cargo build -p pjw-workloads`)",
@@ -489,8 +489,15 @@ fn bad_input_gets_one_line_errors_and_the_daemon_survives() {
 #[test]
 fn a_user_cannot_kill_another_users_job() {
     require_root!();
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("skipped: setpriv missing");
+    // util-linux setpriv (busybox's has no --reuid).
+    let usable = Command::new("setpriv")
+        .args(["--reuid=0", "--regid=0", "--clear-groups", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !usable {
+        eprintln!("skipped: util-linux setpriv missing");
         return;
     }
     let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
@@ -502,7 +509,8 @@ fn a_user_cannot_kill_another_users_job() {
     wait_file(&dir.join("a.cpus"));
     let as_nobody = |args: &[&str]| {
         Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", PJW])
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(pjw_bin())
             .args(args)
             .env("PJW_SOCKET", d.socket())
             .output()

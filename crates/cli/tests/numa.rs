@@ -1,0 +1,333 @@
+//! Pure cgroup v2 + NUMA tests (the VM tier: 2 sockets × 4 cores × 2 threads, one NUMA node of
+//! 1 GiB per socket, CPUs 0-7 and 8-15, cgroup2 the only cgroup filesystem).
+//!
+//! Each test skips itself (passes with a message) unless it runs as root on a machine with at
+//! least 2 NUMA nodes, at least 16 CPUs and cgroup2 as the only cgroup filesystem. The tests run
+//! one at a time (they place jobs on whole NUMA nodes), each with its own daemon through
+//! `pjw_testkit::TestDaemon`, which kills what a test left and removes its cgroups.
+//!
+//! The allocator packs (best fit): on an idle machine two 4-CPU jobs both go to node 0 (each
+//! inside one node), which keeps node 1 whole for an 8-CPU job.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use pjw_core::CpuSet;
+use pjw_testkit::TestDaemon;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn pjw_bin() -> PathBuf {
+    pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
+}
+
+fn read(p: impl AsRef<Path>) -> String {
+    std::fs::read_to_string(p.as_ref()).unwrap_or_default()
+}
+
+/// The NUMA nodes' CPUs, from sysfs (node number, CPUs).
+fn nodes() -> Vec<(u32, CpuSet)> {
+    let online =
+        CpuSet::parse_list(read("/sys/devices/system/node/online").trim()).unwrap_or_default();
+    online
+        .iter()
+        .map(|n| {
+            let cpus = read(format!("/sys/devices/system/node/node{n}/cpulist"));
+            (n, CpuSet::parse_list(cpus.trim()).unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Why this machine cannot run these tests, if it cannot.
+fn unsuitable() -> Option<String> {
+    if !pjw_testkit::can_run_root_tests() {
+        return Some("needs root and a cgroup filesystem".into());
+    }
+    let n = nodes();
+    let cpus = CpuSet::parse_list(read("/sys/devices/system/cpu/online").trim())
+        .unwrap_or_default()
+        .len();
+    if n.len() < 2 || cpus < 16 {
+        return Some(format!(
+            "needs >= 2 NUMA nodes and >= 16 CPUs (has {} and {cpus})",
+            n.len()
+        ));
+    }
+    let mounts = read("/proc/self/mountinfo");
+    let fstypes: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split(" - ").nth(1)?.split_whitespace().next())
+        .collect();
+    if fstypes.contains(&"cgroup") || !fstypes.contains(&"cgroup2") {
+        return Some("needs cgroup2 as the only cgroup filesystem".into());
+    }
+    None
+}
+
+macro_rules! require_numa_v2 {
+    () => {
+        if let Some(why) = unsuitable() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+}
+
+/// Start `pjw run ARGS -- sh -c SCRIPT` in the background.
+fn spawn_job(d: &TestDaemon, args: &[&str], script: &str) -> Child {
+    d.pjw()
+        .arg("run")
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pjw run")
+}
+
+/// A job script: record its cgroup, then wait until killed.
+fn hold(dir: &Path, tag: &str) -> String {
+    format!(
+        "cat /proc/self/cgroup > {d}/{tag}.cg.tmp && mv {d}/{tag}.cg.tmp {d}/{tag}.cg; while :; do sleep 1; done",
+        d = dir.display()
+    )
+}
+
+/// The job's cgroup directory, from the `0::/path` line it recorded.
+fn job_cgroup(dir: &Path, tag: &str) -> PathBuf {
+    let f = dir.join(format!("{tag}.cg"));
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(120), || f.exists()),
+        "job {tag} did not start"
+    );
+    let text = read(&f);
+    let rel = text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or_else(|| panic!("no cgroup2 line in {text:?}"));
+    Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/'))
+}
+
+/// (cpuset.cpus.effective, cpuset.mems.effective) of a cgroup.
+fn cpuset_of(cg: &Path) -> (CpuSet, CpuSet) {
+    let f = |n: &str| {
+        CpuSet::parse_list(read(cg.join(n)).trim())
+            .unwrap_or_else(|e| panic!("{}/{n}: {e}", cg.display()))
+    };
+    (f("cpuset.cpus.effective"), f("cpuset.mems.effective"))
+}
+
+/// The node whose CPUs hold all of `cpus`, if one does.
+fn node_of(cpus: &CpuSet) -> Option<u32> {
+    nodes()
+        .into_iter()
+        .find(|(_, nc)| cpus.iter().all(|c| nc.contains(c)))
+        .map(|(n, _)| n)
+}
+
+fn node_cpus(n: u32) -> CpuSet {
+    nodes()
+        .into_iter()
+        .find(|(m, _)| *m == n)
+        .map(|(_, c)| c)
+        .unwrap_or_default()
+}
+
+fn node_set(n: u32) -> CpuSet {
+    CpuSet::parse_list(&n.to_string()).unwrap()
+}
+
+fn stop(d: &TestDaemon, ids: &[&str], children: Vec<Child>) {
+    for id in ids {
+        let _ = d.pjw().args(["kill", id]).status();
+    }
+    for mut c in children {
+        let _ = c.wait();
+    }
+}
+
+#[test]
+fn four_cpu_jobs_stay_in_one_node_and_an_eight_cpu_job_takes_the_other() {
+    require_numa_v2!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = TestDaemon::start(&pjw_bin(), "");
+    let dir = d.dir().to_path_buf();
+    let a = spawn_job(&d, &["--cpus", "4", "--job-id", "a"], &hold(&dir, "a"));
+    let (ca, ma) = cpuset_of(&job_cgroup(&dir, "a"));
+    let b = spawn_job(&d, &["--cpus", "4", "--job-id", "b"], &hold(&dir, "b"));
+    let (cb, mb) = cpuset_of(&job_cgroup(&dir, "b"));
+    eprintln!("placement: a cpus {ca} mems {ma}; b cpus {cb} mems {mb}");
+    for (name, c, m) in [("a", &ca, &ma), ("b", &cb, &mb)] {
+        assert_eq!(c.len(), 4, "job {name}: {c}");
+        let n = node_of(c).unwrap_or_else(|| panic!("job {name} spans NUMA nodes: {c}"));
+        assert_eq!(*m, node_set(n), "job {name}: mems {m} is not its node {n}");
+    }
+    assert!(
+        ca.iter().all(|c| !cb.contains(c)),
+        "jobs share CPUs: {ca} / {cb}"
+    );
+    // Whole cores: with SMT 2, 4 CPUs are 2 whole cores (sibling pairs 2k, 2k+1 here).
+    for c in [&ca, &cb] {
+        for cpu in c.iter() {
+            assert!(c.contains(cpu ^ 1), "{c} splits a core");
+        }
+    }
+    // Packing keeps one node whole: an 8-CPU job starts at once beside the two and takes it.
+    let big = spawn_job(&d, &["--cpus", "8", "--job-id", "big"], &hold(&dir, "big"));
+    let (cbig, mbig) = cpuset_of(&job_cgroup(&dir, "big"));
+    eprintln!("placement: big cpus {cbig} mems {mbig}");
+    let n = node_of(&cbig).unwrap_or_else(|| panic!("8-CPU job spans nodes: {cbig}"));
+    assert_eq!(cbig, node_cpus(n), "8-CPU job does not hold its whole node");
+    assert_eq!(mbig, node_set(n));
+    assert!(
+        cbig.iter().all(|c| !ca.contains(c) && !cb.contains(c)),
+        "8-CPU job overlaps the 4-CPU jobs"
+    );
+    assert_ne!(Some(n), node_of(&ca), "8-CPU job and job a share a node");
+    stop(&d, &["a", "b", "big"], vec![a, b, big]);
+}
+
+#[test]
+fn an_eight_cpu_job_on_an_idle_machine_takes_exactly_one_node() {
+    require_numa_v2!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = TestDaemon::start(&pjw_bin(), "");
+    let dir = d.dir().to_path_buf();
+    let j = spawn_job(&d, &["--cpus", "8", "--job-id", "eight"], &hold(&dir, "e"));
+    let cg = job_cgroup(&dir, "e");
+    let (c, m) = cpuset_of(&cg);
+    eprintln!("placement: 8-CPU job cpus {c} mems {m}");
+    let n = node_of(&c).unwrap_or_else(|| panic!("8-CPU job spans nodes: {c}"));
+    assert_eq!(c, node_cpus(n));
+    assert_eq!(m, node_set(n));
+    // The kernel sees the same: the job's process may only run on those CPUs.
+    let procs = read(cg.join("cgroup.procs"));
+    let pid = procs.lines().next().expect("a process in the job");
+    let status = read(format!("/proc/{pid}/status"));
+    let allowed = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| CpuSet::parse_list(v.trim()).unwrap())
+        .unwrap();
+    assert_eq!(allowed, c);
+    let mems_allowed = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Mems_allowed_list:"))
+        .map(|v| CpuSet::parse_list(v.trim()).unwrap())
+        .unwrap();
+    assert_eq!(mems_allowed, m);
+    // The daemon names the user from the user database (the guest has an /etc/passwd).
+    let st = d.status();
+    let job = &st["jobs"][0];
+    assert_eq!(
+        (job["id"].as_str(), job["user"].as_str()),
+        (Some("eight"), Some("root"))
+    );
+    stop(&d, &["eight"], vec![j]);
+}
+
+/// `anon N0=… N1=…` of memory.numa_stat, in bytes per node.
+fn anon_per_node(cg: &Path) -> Vec<(u32, u64)> {
+    let text = read(cg.join("memory.numa_stat"));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("anon "))
+        .unwrap_or_else(|| panic!("no anon line in memory.numa_stat: {text:?}"));
+    line.split_whitespace()
+        .skip(1)
+        .filter_map(|w| {
+            let (n, v) = w.strip_prefix('N')?.split_once('=')?;
+            Some((n.parse().ok()?, v.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn a_jobs_memory_lands_on_its_node() {
+    require_numa_v2!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = TestDaemon::start(&pjw_bin(), "");
+    let dir = d.dir().to_path_buf();
+    let wl = pjw_bin().with_file_name("pjw-wl");
+    assert!(wl.exists(), "pjw-wl not built at {}", wl.display());
+    // Fill node 0 with an 8-CPU job so that the measured job goes to node 1 (not the node the
+    // test and the daemon run on by default).
+    let filler = spawn_job(&d, &["--cpus", "8", "--job-id", "filler"], &hold(&dir, "f"));
+    let (cf, _) = cpuset_of(&job_cgroup(&dir, "f"));
+    let script = format!(
+        "cat /proc/self/cgroup > {d}/m.cg.tmp && mv {d}/m.cg.tmp {d}/m.cg; exec {wl} touch 64 {d}/m.touched",
+        d = dir.display(),
+        wl = wl.display()
+    );
+    let m = spawn_job(&d, &["--cpus", "2", "--job-id", "mem"], &script);
+    let cg = job_cgroup(&dir, "m");
+    let (c, mems) = cpuset_of(&cg);
+    let n = node_of(&c).unwrap_or_else(|| panic!("job spans nodes: {c}"));
+    assert_ne!(Some(n), node_of(&cf), "job shares the filler's node");
+    assert_eq!(mems, node_set(n));
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(120), || dir.join("m.touched").exists()),
+        "the job did not touch its memory"
+    );
+    let anon = anon_per_node(&cg);
+    let total: u64 = anon.iter().map(|(_, v)| v).sum();
+    let mine = anon
+        .iter()
+        .find(|(node, _)| *node == n)
+        .map_or(0, |(_, v)| *v);
+    eprintln!("placement: memory job cpus {c} mems {mems}; anon per node {anon:?}");
+    assert!(total >= 60 << 20, "only {total} bytes of anon memory");
+    assert!(
+        mine * 10 >= total * 9,
+        "only {mine} of {total} anon bytes on node {n}: {anon:?}"
+    );
+    stop(&d, &["filler", "mem"], vec![filler, m]);
+}
+
+/// `pjw run --mem` sets memory.max on v2, and a job that goes beyond it is OOM-killed.
+#[test]
+fn mem_limit_is_memory_max_on_v2() {
+    require_numa_v2!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = TestDaemon::start(&pjw_bin(), "");
+    let dir = d.dir().to_path_buf();
+    let j = spawn_job(
+        &d,
+        &["--cpus", "1", "--mem", "32M", "--job-id", "lim"],
+        &hold(&dir, "l"),
+    );
+    let cg = job_cgroup(&dir, "l");
+    assert_eq!(
+        read(cg.join("memory.max")).trim(),
+        (32u64 << 20).to_string()
+    );
+    stop(&d, &["lim"], vec![j]);
+    let wl = pjw_bin().with_file_name("pjw-wl");
+    let out = Command::new(pjw_bin())
+        .env("PJW_SOCKET", d.socket())
+        .args([
+            "run", "--cpus", "1", "--mem", "32M", "--job-id", "oom", "--",
+        ])
+        .arg(&wl)
+        .args(["touch", "64"])
+        .arg(dir.join("oom.touched"))
+        .output()
+        .expect("pjw run");
+    assert!(
+        !out.status.success(),
+        "a 64 MiB job under a 32 MiB limit succeeded"
+    );
+    assert!(!dir.join("oom.touched").exists());
+}
+
+/// The VM tier's self-check: with `PJW_VM_INJECT_FAILURE=1` (set by `make test-vm
+/// VM_INJECT_FAILURE=1`) this test fails, and the tier must report the failure.
+#[test]
+fn injected_failure_when_asked() {
+    if std::env::var_os("PJW_VM_INJECT_FAILURE").is_some_and(|v| v == "1") {
+        panic!("injected failure (PJW_VM_INJECT_FAILURE=1)");
+    }
+}
