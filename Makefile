@@ -4,7 +4,7 @@ CARGO ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all deps build release demo test test-unit test-root bench-alloc lint install uninstall clean
+.PHONY: all deps build release demo test test-host test-vm test-vm-build test-vm-selfcheck test-unit test-root bench-alloc lint install uninstall clean
 
 all: release
 
@@ -23,8 +23,28 @@ demo: release
 
 # Everything: unit, property and fake-tree tests, and root tests on the real cgroupfs (each
 # below the test's own cgroup, removed even when a test fails).
-test: build
+test: test-host
+
+test-host: build
 	scripts/test-summary.sh --workspace
+
+# The VM tier: static test executables run in a qemu guest with pure cgroup v2 and two NUMA
+# nodes (vm/vmtest.sh; kernel and initramfs cached in /var/tmp/pjw-vm, one log per run).
+# VM_INJECT_FAILURE=1 makes one guest test fail (the tier must then fail).
+VM_BINS ?= target/vm/share
+VM_TIMEOUT ?= 900
+VM_INJECT_FAILURE ?= 0
+export VM_TIMEOUT
+
+test-vm-build: deps
+	vm/build.sh $(VM_BINS)
+
+test-vm: test-vm-build
+	VM_INJECT_FAILURE=$(VM_INJECT_FAILURE) vm/vmtest.sh $(VM_BINS)
+
+# A deliberately failing guest test must fail the tier.
+test-vm-selfcheck: test-vm-build
+	vm/selfcheck.sh $(VM_BINS)
 
 test-unit: build
 	$(CARGO) test --workspace --lib

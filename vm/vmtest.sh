@@ -1,0 +1,107 @@
+#!/bin/sh
+# The VM test tier: boot a qemu guest with pure cgroup v2 and two NUMA nodes, run pjw's static
+# test executables inside it, print the guest's output and one line "VM: N passed, M failed".
+#
+# usage: vm/vmtest.sh <dir>   <dir> holds the static test executables (one per file), plus
+#                                 pjw and pjw-wl; vm/build.sh fills it.
+# Env: VM_TIMEOUT (s, default 900), VM_WORK (cache, default /var/tmp/pjw-vm),
+#      VM_INJECT_FAILURE=1 (the guest also runs a step that fails; the tier must then fail).
+#
+# The kernel, busybox initramfs and qemu are set up once and cached in VM_WORK; every run gets
+# its own directory VM_WORK/runs/<stamp> with the share, the console log and the summary.
+# A guest that panics, hangs (timeout) or prints no exit marker is a failure.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+bins=${1:?usage: vmtest.sh <dir-with-static-test-executables>}
+W=${VM_WORK:-/var/tmp/pjw-vm}
+mkdir -p "$W"
+
+setup() {
+  need=""
+  command -v qemu-system-x86_64 >/dev/null || need="$need qemu-system-x86"
+  dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need="$need busybox-static"
+  command -v cpio >/dev/null || need="$need cpio"
+  if [ -n "$need" ]; then
+    echo "vmtest: installing$need"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $need >/dev/null 2>&1 || {
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $need >/dev/null
+    }
+  fi
+  if [ ! -f "$W/vmlinux" ] || [ ! -f "$W/modules/9p.ko" ]; then
+    rm -rf "$W/k" "$W/modules" "$W"/*.deb
+    # The kernel linux-image-amd64 currently points to (else the one known to work).
+    pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9].*-amd64\)$/\1/p' | head -1)
+    pkg=${pkg:-linux-image-6.1.0-56-amd64}
+    echo "vmtest: one-time setup in $W: $pkg"
+    (cd "$W" && { apt-get download -q "$pkg" >/dev/null 2>&1 || { apt-get update -qq && apt-get download -q "$pkg" >/dev/null; }; } \
+      && dpkg-deb -x "$pkg"_*.deb k)
+    kv=${pkg#linux-image-}
+    # PVH boot of the uncompressed vmlinux is several times faster than the bzImage under TCG.
+    python3 -c "import lzma,sys;d=open(sys.argv[1],'rb').read();open(sys.argv[2],'wb').write(lzma.LZMADecompressor().decompress(d[d.find(b'\xfd7zXZ\0'):]))" \
+      "$W/k/boot/vmlinuz-$kv" "$W/vmlinux.new"
+    M=$W/k/lib/modules/$kv/kernel
+    mkdir -p "$W/modules.new"
+    cp $M/drivers/virtio/virtio_ring.ko $M/drivers/virtio/virtio.ko $M/drivers/virtio/virtio_pci_*dev.ko \
+       $M/drivers/virtio/virtio_pci.ko $M/fs/netfs/netfs.ko $M/fs/fscache/fscache.ko $M/net/9p/9pnet.ko \
+       $M/net/9p/9pnet_virtio.ko $M/fs/9p/9p.ko "$W/modules.new/"
+    mv "$W/modules.new" "$W/modules"; mv "$W/vmlinux.new" "$W/vmlinux"
+    rm -rf "$W/k" "$W"/*.deb "$W/initrd.gz"
+  fi
+  if [ ! -f "$W/initrd.gz" ] || [ "$W/initrd.gz" -ot "$here/guest-init.sh" ] || [ "$W/initrd.gz" -ot /bin/busybox ]; then
+    rm -rf "$W/root"; mkdir -p "$W/root/bin" "$W/root/lib" "$W/root/etc"
+    cp /bin/busybox "$W/root/bin/"; cp "$W"/modules/*.ko "$W/root/lib/"
+    # A minimal user database, as on any real machine (pjw names users with getpwuid).
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$W/root/etc/passwd"
+    printf 'root:x:0:\nnogroup:x:65534:\n' > "$W/root/etc/group"
+    cp "$here/guest-init.sh" "$W/root/init"; chmod +x "$W/root/init"
+    (cd "$W/root" && find . | cpio -o -H newc 2>/dev/null | gzip -1) > "$W/initrd.gz.new"
+    mv "$W/initrd.gz.new" "$W/initrd.gz"; rm -rf "$W/root"
+  fi
+}
+setup
+
+run=$W/runs/$(date +%Y%m%d-%H%M%S)-$$
+mkdir -p "$run/share/bin"
+cp "$bins"/* "$run/share/bin/"
+cp "$here/guest-run.sh" "$run/share/run.sh"
+echo "${VM_INJECT_FAILURE:-0}" > "$run/share/inject-failure"
+# Some tests read files of the source tree by their build-time path (golden files): the guest
+# mounts the tree read-only at the same path.
+src=$(cd "$here/.." && pwd); echo "$src" > "$run/share/srcdir"
+ls "$W"/runs | sort | head -n -5 | while read -r old; do rm -rf "${W:?}/runs/$old"; done   # keep 5
+
+acc="-accel tcg -cpu max,vendor=GenuineIntel"
+if [ -w /dev/kvm ] && grep -qE 'vmx|svm' /proc/cpuinfo && [ "${VM_KVM:-0}" = 1 ]; then
+  acc="-accel kvm -cpu host,+topoext"     # opt-in: /dev/kvm on some hosts cannot run stock kernels
+fi
+echo "vmtest: booting (log: $run/console.log, timeout ${VM_TIMEOUT:-900} s)"
+start=$(date +%s)
+set +e
+# shellcheck disable=SC2086
+timeout "${VM_TIMEOUT:-900}" qemu-system-x86_64 $acc -m 2G -smp 16,sockets=2,cores=4,threads=2 \
+  -object memory-backend-ram,id=m0,size=1G -object memory-backend-ram,id=m1,size=1G \
+  -numa node,nodeid=0,cpus=0-7,memdev=m0 -numa node,nodeid=1,cpus=8-15,memdev=m1 \
+  -kernel "$W/vmlinux" -initrd "$W/initrd.gz" \
+  -append 'console=ttyS0 quiet panic=-1 oops=panic cgroup_no_v1=all psi=1' \
+  -nographic -nodefaults -no-reboot -serial stdio -monitor none \
+  -virtfs local,path="$run/share",mount_tag=host,security_model=none \
+  -virtfs local,path="$src",mount_tag=src,security_model=none,readonly=on \
+  -device isa-debug-exit,iobase=0xf4,iosize=4 </dev/null 2>"$run/qemu.err" | tr -d '\r' > "$run/console.log"
+qrc=$?
+set -e
+end=$(date +%s)
+grep -v '^@@EXIT_CODE=' "$run/console.log" || true
+code=$(sed -n 's/^@@EXIT_CODE=\([0-9]*\)$/\1/p' "$run/console.log" | tail -1)
+summary=$(grep '^VM: [0-9]* passed, [0-9]* failed' "$run/console.log" | tail -1 || true)
+if [ -z "$code" ]; then
+  [ "$qrc" = 124 ] && why="timed out after ${VM_TIMEOUT:-900} s" || why="no exit marker (panic or crash; qemu status $qrc)"
+  cat "$run/qemu.err" >&2
+  summary="VM: FAILED, $why"
+  code=1
+elif [ -z "$summary" ]; then
+  summary="VM: FAILED, no summary from the guest"
+  [ "$code" != 0 ] || code=1
+fi
+echo "$summary (guest exit $code, $((end - start)) s)" | tee "$run/summary"
+exit "$code"
