@@ -22,8 +22,9 @@ demo: release
 	scripts/demo.sh
 
 # Everything: unit, property and fake-tree tests, and root tests on the real cgroupfs (each
-# below the test's own cgroup, removed even when a test fails).
+# below the test's own cgroup, removed even when a test fails); then the VM tier.
 test: test-host
+	$(MAKE) test-vm test-vm-selfcheck
 
 test-host: build
 	scripts/test-summary.sh --workspace
