@@ -25,8 +25,12 @@ fn main() {
         cli::Command::Run(r) => cmd_run::run(r),
         cli::Command::Status(s) => report(cmd_status::run(s)),
         cli::Command::Kill(k) => report(cmd_control::run(pjw_proto::Request::Kill { job: k.job })),
-        cli::Command::Suspend(k) => report(cmd_control::run(pjw_proto::Request::Suspend { job: k.job })),
-        cli::Command::Resume(k) => report(cmd_control::run(pjw_proto::Request::Resume { job: k.job })),
+        cli::Command::Suspend(k) => {
+            report(cmd_control::run(pjw_proto::Request::Suspend { job: k.job }))
+        }
+        cli::Command::Resume(k) => {
+            report(cmd_control::run(pjw_proto::Request::Resume { job: k.job }))
+        }
         cli::Command::Priority(p) => report(cmd_control::run(pjw_proto::Request::Priority {
             job: p.job,
             priority: p.priority,

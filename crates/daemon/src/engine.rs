@@ -239,6 +239,13 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Why a request is refused, before it becomes a [`Response::Error`].
+type Refusal = (ErrorCode, String);
+
+fn refuse(code: ErrorCode, message: impl Into<String>) -> Refusal {
+    (code, message.into())
+}
+
 fn err(code: ErrorCode, message: impl Into<String>) -> Response {
     Response::Error {
         code,
@@ -401,8 +408,8 @@ impl Engine {
             self.tell_queued(seq);
             return;
         }
-        if let Err(resp) = self.validate(&cred, &req) {
-            let _ = reply.send(resp);
+        if let Err((code, message)) = self.validate(&cred, &req) {
+            let _ = reply.send(err(code, message));
             return;
         }
         let id = match &req.job_id {
@@ -518,13 +525,13 @@ impl Engine {
         self.tell_queued(seq);
     }
 
-    fn validate(&self, cred: &Cred, req: &RunRequest) -> Result<(), Response> {
+    fn validate(&self, cred: &Cred, req: &RunRequest) -> Result<(), Refusal> {
         let total = self.pool.len();
         if req.cpus == 0 {
-            return Err(err(ErrorCode::Invalid, "--cpus must be at least 1"));
+            return Err(refuse(ErrorCode::Invalid, "--cpus must be at least 1"));
         }
         if req.cpus as usize > total {
-            return Err(err(
+            return Err(refuse(
                 ErrorCode::Invalid,
                 format!(
                     "--cpus {} is more than this node has for jobs ({total} cpus: {})",
@@ -533,22 +540,22 @@ impl Engine {
             ));
         }
         if req.mem == Some(0) {
-            return Err(err(ErrorCode::Invalid, "--mem must be more than 0"));
+            return Err(refuse(ErrorCode::Invalid, "--mem must be more than 0"));
         }
         if req.argv.len() > pjw_proto::MAX_ARGS {
-            return Err(err(ErrorCode::Invalid, "too many arguments"));
+            return Err(refuse(ErrorCode::Invalid, "too many arguments"));
         }
         if let Some(p) = req.priority {
             self.check_priority(cred, p)?;
         }
         if req.placement == Placement::BackfillOnly && !self.cfg.backfill {
-            return Err(err(
+            return Err(refuse(
                 ErrorCode::Invalid,
                 "backfill is disabled on this node (backfill = false)",
             ));
         }
         if req.placement == Placement::BackfillOnly && req.exclusive {
-            return Err(err(
+            return Err(refuse(
                 ErrorCode::Invalid,
                 "--exclusive and --backfill-only exclude each other",
             ));
@@ -556,15 +563,15 @@ impl Engine {
         Ok(())
     }
 
-    fn check_priority(&self, cred: &Cred, p: u8) -> Result<(), Response> {
+    fn check_priority(&self, cred: &Cred, p: u8) -> Result<(), Refusal> {
         if !(sched::MIN_PRIORITY..=sched::MAX_PRIORITY).contains(&p) {
-            return Err(err(
+            return Err(refuse(
                 ErrorCode::Invalid,
                 format!("priority {p} is not in 1-16"),
             ));
         }
         if cred.uid != 0 && p > self.cfg.max_priority {
-            return Err(err(
+            return Err(refuse(
                 ErrorCode::Denied,
                 format!(
                     "priority {p} is above this node's maximum for users ({})",
@@ -676,7 +683,8 @@ impl Engine {
             let views: Vec<JobView> = self
                 .jobs
                 .values()
-                .filter(|j| !j.ending && !(j.phase == Phase::Queued && j.waiter.is_none()))
+                // Not a job that is ending, nor a recovered queued job whose client has not come back.
+                .filter(|j| !j.ending && (j.phase != Phase::Queued || j.waiter.is_some()))
                 .map(Job::view)
                 .collect();
             let actions = sched::plan(
@@ -1102,8 +1110,8 @@ impl Engine {
                 }
             }
             Control::Priority(p) => {
-                if let Err(r) = self.check_priority(&cred, p) {
-                    return r;
+                if let Err((code, message)) = self.check_priority(&cred, p) {
+                    return err(code, message);
                 }
                 if let Some(j) = self.jobs.get_mut(&seq) {
                     info!(job = %j.id, from = j.req.priority, to = p, by = %by, "priority changed");

@@ -159,7 +159,8 @@ impl TestDaemon {
             .spawn()
             .expect("start pjw daemon");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // Generous: under an emulated VM or heavy load several daemons start at once.
+        let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             if std::os::unix::net::UnixStream::connect(self.socket()).is_ok() {
                 return;
