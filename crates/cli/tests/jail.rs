@@ -30,19 +30,6 @@ fn wl() -> PathBuf {
     p
 }
 
-/// Start `pjw run ARGS -- sh -c SCRIPT` in the background.
-fn spawn_job(d: &TestDaemon, args: &[&str], script: &str) -> Child {
-    d.pjw()
-        .arg("run")
-        .args(args)
-        .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn pjw run")
-}
-
 fn wait_file(p: &Path) -> String {
     assert!(
         TestDaemon::wait_for(Duration::from_secs(20), || p.exists()),
@@ -131,8 +118,8 @@ fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
     require_root!();
     let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--cpus", "1", "--job-id", "a"], &hold(&dir, "a"));
-    let b = spawn_job(&d, &["--cpus", "1", "--job-id", "b"], &hold(&dir, "b"));
+    let a = d.run_sh(&["--cpus", "1", "--job-id", "a"], &hold(&dir, "a"));
+    let b = d.run_sh(&["--cpus", "1", "--job-id", "b"], &hold(&dir, "b"));
     let ca = allowed(&dir.join("a.cpus"));
     let _ = wait_file(&dir.join("a.cpus"));
     let _ = wait_file(&dir.join("b.cpus"));
@@ -146,8 +133,7 @@ fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
     assert_eq!(cb.len(), 1, "job b allowed {cb}");
     assert!(!ca.intersects(&cb), "a {ca} and b {cb} overlap");
 
-    let c = spawn_job(
-        &d,
+    let c = d.run_sh(
         &["--cpus", "2", "--job-id", "c"],
         &format!(
             "grep Cpus_allowed_list /proc/self/status > {}/c.cpus",
@@ -210,7 +196,7 @@ fn daemonized_children_and_threads_stay_jailed_and_die_with_the_job() {
         pid = pidfile.display(),
         d = dir.display()
     );
-    let job = spawn_job(&d, &["--cpus", "1", "--job-id", "esc"], &script);
+    let job = d.run_sh(&["--cpus", "1", "--job-id", "esc"], &script);
     let escapee: i32 = wait_file(&pidfile).trim().parse().unwrap();
     let drv = d.driver();
     let cpus = drv.job_cpus("job-esc").unwrap();
@@ -282,8 +268,8 @@ fn kill_9_of_the_daemon_loses_nothing_and_gives_no_cpu_twice() {
     require_root!();
     let mut d = TestDaemon::start(pjw_bin(), TWO_CPUS);
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--cpus", "1", "--job-id", "a"], &hold(&dir, "a"));
-    let b = spawn_job(&d, &["--cpus", "1", "--job-id", "b"], &hold(&dir, "b"));
+    let a = d.run_sh(&["--cpus", "1", "--job-id", "a"], &hold(&dir, "a"));
+    let b = d.run_sh(&["--cpus", "1", "--job-id", "b"], &hold(&dir, "b"));
     wait_file(&dir.join("a.cpus"));
     wait_file(&dir.join("b.cpus"));
     let before = d.status();
@@ -302,8 +288,7 @@ fn kill_9_of_the_daemon_loses_nothing_and_gives_no_cpu_twice() {
     assert_eq!(after["free_cpus"], "");
 
     // A new job must not get their CPUs: it waits.
-    let c = spawn_job(
-        &d,
+    let c = d.run_sh(
         &["--cpus", "1", "--job-id", "c"],
         &format!(
             "grep Cpus_allowed_list /proc/self/status > {}/c.cpus",
@@ -346,7 +331,7 @@ fn jobs_that_end_while_the_daemon_is_down_are_cleaned_up_at_restart() {
     require_root!();
     let mut d = TestDaemon::start(pjw_bin(), TWO_CPUS);
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--cpus", "2", "--job-id", "gone"], &hold(&dir, "a"));
+    let a = d.run_sh(&["--cpus", "2", "--job-id", "gone"], &hold(&dir, "a"));
     wait_file(&dir.join("a.cpus"));
     d.kill9();
     touch(&dir.join("a.go"));
@@ -368,9 +353,9 @@ fn a_client_queued_when_the_daemon_dies_is_served_after_the_restart() {
     require_root!();
     let mut d = TestDaemon::start(pjw_bin(), TWO_CPUS);
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--cpus", "2", "--job-id", "big"], &hold(&dir, "a"));
+    let a = d.run_sh(&["--cpus", "2", "--job-id", "big"], &hold(&dir, "a"));
     wait_file(&dir.join("a.cpus"));
-    let q = spawn_job(&d, &["--cpus", "1", "--job-id", "waiter"], "echo served");
+    let q = d.run_sh(&["--cpus", "1", "--job-id", "waiter"], "echo served");
     assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
         &d.status()
     )
@@ -505,7 +490,7 @@ fn a_user_cannot_kill_another_users_job() {
     // Let the unprivileged user reach the socket.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let a = spawn_job(&d, &["--cpus", "1", "--job-id", "roots"], &hold(&dir, "a"));
+    let a = d.run_sh(&["--cpus", "1", "--job-id", "roots"], &hold(&dir, "a"));
     wait_file(&dir.join("a.cpus"));
     let as_nobody = |args: &[&str]| {
         Command::new("setpriv")
@@ -559,9 +544,9 @@ fn a_queued_client_that_gives_up_leaves_the_queue() {
     require_root!();
     let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--cpus", "2", "--job-id", "big"], &hold(&dir, "a"));
+    let a = d.run_sh(&["--cpus", "2", "--job-id", "big"], &hold(&dir, "a"));
     wait_file(&dir.join("a.cpus"));
-    let mut q = spawn_job(&d, &["--cpus", "1", "--job-id", "impatient"], "true");
+    let mut q = d.run_sh(&["--cpus", "1", "--job-id", "impatient"], "true");
     assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
         &d.status()
     )
@@ -590,8 +575,7 @@ fn status_text_shows_the_table_and_node_map() {
     require_root!();
     let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(
-        &d,
+    let a = d.run_sh(
         &["--cpus", "1", "--job-id", "shown", "--name", "demo"],
         &hold(&dir, "a"),
     );
@@ -618,7 +602,7 @@ fn duplicate_live_job_ids_are_refused() {
     require_root!();
     let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--cpus", "1", "--job-id", "same"], &hold(&dir, "a"));
+    let a = d.run_sh(&["--cpus", "1", "--job-id", "same"], &hold(&dir, "a"));
     wait_file(&dir.join("a.cpus"));
     let out = d
         .pjw()

@@ -10,7 +10,7 @@
 //! inside one node), which keeps node 1 whole for an 8-CPU job.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -73,19 +73,6 @@ macro_rules! require_numa_v2 {
             return;
         }
     };
-}
-
-/// Start `pjw run ARGS -- sh -c SCRIPT` in the background.
-fn spawn_job(d: &TestDaemon, args: &[&str], script: &str) -> Child {
-    d.pjw()
-        .arg("run")
-        .args(args)
-        .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn pjw run")
 }
 
 /// A job script: record its cgroup, then wait until killed.
@@ -155,9 +142,9 @@ fn four_cpu_jobs_stay_in_one_node_and_an_eight_cpu_job_takes_the_other() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = TestDaemon::start(&pjw_bin(), "");
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--cpus", "4", "--job-id", "a"], &hold(&dir, "a"));
+    let a = d.run_sh(&["--cpus", "4", "--job-id", "a"], &hold(&dir, "a"));
     let (ca, ma) = cpuset_of(&job_cgroup(&dir, "a"));
-    let b = spawn_job(&d, &["--cpus", "4", "--job-id", "b"], &hold(&dir, "b"));
+    let b = d.run_sh(&["--cpus", "4", "--job-id", "b"], &hold(&dir, "b"));
     let (cb, mb) = cpuset_of(&job_cgroup(&dir, "b"));
     eprintln!("placement: a cpus {ca} mems {ma}; b cpus {cb} mems {mb}");
     for (name, c, m) in [("a", &ca, &ma), ("b", &cb, &mb)] {
@@ -176,7 +163,7 @@ fn four_cpu_jobs_stay_in_one_node_and_an_eight_cpu_job_takes_the_other() {
         }
     }
     // Packing keeps one node whole: an 8-CPU job starts at once beside the two and takes it.
-    let big = spawn_job(&d, &["--cpus", "8", "--job-id", "big"], &hold(&dir, "big"));
+    let big = d.run_sh(&["--cpus", "8", "--job-id", "big"], &hold(&dir, "big"));
     let (cbig, mbig) = cpuset_of(&job_cgroup(&dir, "big"));
     eprintln!("placement: big cpus {cbig} mems {mbig}");
     let n = node_of(&cbig).unwrap_or_else(|| panic!("8-CPU job spans nodes: {cbig}"));
@@ -196,7 +183,7 @@ fn an_eight_cpu_job_on_an_idle_machine_takes_exactly_one_node() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = TestDaemon::start(&pjw_bin(), "");
     let dir = d.dir().to_path_buf();
-    let j = spawn_job(&d, &["--cpus", "8", "--job-id", "eight"], &hold(&dir, "e"));
+    let j = d.run_sh(&["--cpus", "8", "--job-id", "eight"], &hold(&dir, "e"));
     let cg = job_cgroup(&dir, "e");
     let (c, m) = cpuset_of(&cg);
     eprintln!("placement: 8-CPU job cpus {c} mems {m}");
@@ -255,14 +242,14 @@ fn a_jobs_memory_lands_on_its_node() {
     assert!(wl.exists(), "pjw-wl not built at {}", wl.display());
     // Fill node 0 with an 8-CPU job so that the measured job goes to node 1 (not the node the
     // test and the daemon run on by default).
-    let filler = spawn_job(&d, &["--cpus", "8", "--job-id", "filler"], &hold(&dir, "f"));
+    let filler = d.run_sh(&["--cpus", "8", "--job-id", "filler"], &hold(&dir, "f"));
     let (cf, _) = cpuset_of(&job_cgroup(&dir, "f"));
     let script = format!(
         "cat /proc/self/cgroup > {d}/m.cg.tmp && mv {d}/m.cg.tmp {d}/m.cg; exec {wl} touch 64 {d}/m.touched",
         d = dir.display(),
         wl = wl.display()
     );
-    let m = spawn_job(&d, &["--cpus", "2", "--job-id", "mem"], &script);
+    let m = d.run_sh(&["--cpus", "2", "--job-id", "mem"], &script);
     let cg = job_cgroup(&dir, "m");
     let (c, mems) = cpuset_of(&cg);
     let n = node_of(&c).unwrap_or_else(|| panic!("job spans nodes: {c}"));
@@ -294,8 +281,7 @@ fn mem_limit_is_memory_max_on_v2() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = TestDaemon::start(&pjw_bin(), "");
     let dir = d.dir().to_path_buf();
-    let j = spawn_job(
-        &d,
+    let j = d.run_sh(
         &["--cpus", "1", "--mem", "32M", "--job-id", "lim"],
         &hold(&dir, "l"),
     );

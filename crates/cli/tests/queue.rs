@@ -3,7 +3,7 @@
 //! Each test runs a private daemon with two CPUs for jobs, below its own cgroup.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use pjw_core::CpuSet;
@@ -15,18 +15,6 @@ fn pjw_bin() -> PathBuf {
 
 fn daemon(extra: &str) -> TestDaemon {
     TestDaemon::start(&pjw_bin(), &format!("cpus = \"0-1\"\n{extra}"))
-}
-
-fn spawn_job(d: &TestDaemon, args: &[&str], script: &str) -> Child {
-    d.pjw()
-        .arg("run")
-        .args(args)
-        .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn pjw run")
 }
 
 /// A job that says it started, then waits for `<tag>.go`.
@@ -91,8 +79,7 @@ fn a_high_priority_job_preempts_and_the_displaced_job_finishes_later() {
     // No spare slots: the displaced job is frozen, not backfilled.
     let d = daemon("vcpus = 2");
     let dir = d.dir().to_path_buf();
-    let low = spawn_job(
-        &d,
+    let low = d.run_sh(
         &["--cpus", "2", "--priority", "5", "--job-id", "low"],
         &format!(
             "{}; i=0; while [ $i -lt 20 ]; do i=$((i+1)); sleep 0.01; done; echo low-$i",
@@ -100,8 +87,7 @@ fn a_high_priority_job_preempts_and_the_displaced_job_finishes_later() {
         ),
     );
     assert!(up(&dir, "low"));
-    let high = spawn_job(
-        &d,
+    let high = d.run_sh(
         &["--cpus", "2", "--priority", "16", "--job-id", "high"],
         &hold(&dir, "high"),
     );
@@ -139,10 +125,10 @@ fn a_job_that_finds_no_free_cpus_backfills_in_the_idle_class_and_is_promoted() {
     require_root!();
     let d = daemon("vcpus = 4");
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--job-id", "a"], &hold(&dir, "a"));
-    let b = spawn_job(&d, &["--job-id", "b"], &hold(&dir, "b"));
+    let a = d.run_sh(&["--job-id", "a"], &hold(&dir, "a"));
+    let b = d.run_sh(&["--job-id", "b"], &hold(&dir, "b"));
     assert!(up(&dir, "a") && up(&dir, "b"));
-    let c = spawn_job(&d, &["--job-id", "c"], &hold(&dir, "c"));
+    let c = d.run_sh(&["--job-id", "c"], &hold(&dir, "c"));
     assert!(
         up(&dir, "c"),
         "c did not start as a backfiller: {}",
@@ -153,7 +139,7 @@ fn a_job_that_finds_no_free_cpus_backfills_in_the_idle_class_and_is_promoted() {
     let c_cpus = CpuSet::parse_list(job(&d, "c").unwrap()["cpus"].as_str().unwrap()).unwrap();
     assert_eq!(c_cpus.len(), 1);
     // Primary-only jobs do not backfill: this one waits.
-    let p = spawn_job(&d, &["--job-id", "p", "--primary-only"], &hold(&dir, "p"));
+    let p = d.run_sh(&["--job-id", "p", "--primary-only"], &hold(&dir, "p"));
     assert!(wait_state(&d, "p", "queued"));
     // When a primary ends, the backfiller is promoted (the oldest candidate goes first).
     go(&dir, "a");
@@ -175,9 +161,9 @@ fn suspend_gives_the_cpus_away_and_resume_waits_for_them() {
     require_root!();
     let d = daemon("vcpus = 2");
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
+    let a = d.run_sh(&["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
     assert!(up(&dir, "a"));
-    let b = spawn_job(&d, &["--cpus", "2", "--job-id", "b"], &hold(&dir, "b"));
+    let b = d.run_sh(&["--cpus", "2", "--job-id", "b"], &hold(&dir, "b"));
     assert!(wait_state(&d, "b", "queued"));
     assert!(d.pjw().args(["suspend", "a"]).status().unwrap().success());
     assert!(d.driver().is_frozen("job-a").unwrap());
@@ -206,10 +192,9 @@ fn an_exclusive_job_waits_for_an_empty_node_and_takes_all_of_it() {
     require_root!();
     let d = daemon("vcpus = 4");
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--job-id", "a"], &hold(&dir, "a"));
+    let a = d.run_sh(&["--job-id", "a"], &hold(&dir, "a"));
     assert!(up(&dir, "a"));
-    let x = spawn_job(
-        &d,
+    let x = d.run_sh(
         &["--exclusive", "--job-id", "x"],
         &format!(
             "grep Cpus_allowed_list /proc/self/status; {}",
@@ -218,7 +203,7 @@ fn an_exclusive_job_waits_for_an_empty_node_and_takes_all_of_it() {
     );
     assert!(wait_state(&d, "x", "queued"));
     // Nothing overtakes it, not even as a backfiller.
-    let y = spawn_job(&d, &["--job-id", "y"], &hold(&dir, "y"));
+    let y = d.run_sh(&["--job-id", "y"], &hold(&dir, "y"));
     assert!(wait_state(&d, "y", "queued"));
     go(&dir, "a");
     assert_eq!(output(a).0, 0);
@@ -238,9 +223,9 @@ fn a_job_waiting_longer_than_the_queue_ttl_fails_clearly() {
     require_root!();
     let d = daemon("vcpus = 2\nqueue_ttl = 1");
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
+    let a = d.run_sh(&["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
     assert!(up(&dir, "a"));
-    let late = spawn_job(&d, &["--job-id", "late"], "echo should-not-run");
+    let late = d.run_sh(&["--job-id", "late"], "echo should-not-run");
     let (code, out, err) = output(late);
     assert_eq!(code, 125, "{err}");
     assert!(err.contains("expired after waiting"), "{err}");
@@ -254,16 +239,11 @@ fn raising_a_queued_jobs_priority_moves_it_ahead() {
     require_root!();
     let d = daemon("vcpus = 2\nhard_preemption = false");
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
+    let a = d.run_sh(&["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
     assert!(up(&dir, "a"));
-    let first = spawn_job(
-        &d,
-        &["--cpus", "2", "--job-id", "first"],
-        &hold(&dir, "first"),
-    );
+    let first = d.run_sh(&["--cpus", "2", "--job-id", "first"], &hold(&dir, "first"));
     assert!(wait_state(&d, "first", "queued"));
-    let second = spawn_job(
-        &d,
+    let second = d.run_sh(
         &["--cpus", "2", "--job-id", "second"],
         &hold(&dir, "second"),
     );
@@ -296,13 +276,13 @@ fn frozen_and_backfill_roles_and_the_queue_survive_a_daemon_crash() {
     require_root!();
     let mut d = daemon("vcpus = 3");
     let dir = d.dir().to_path_buf();
-    let a = spawn_job(&d, &["--job-id", "a"], &hold(&dir, "a"));
-    let b = spawn_job(&d, &["--job-id", "b"], &hold(&dir, "b"));
+    let a = d.run_sh(&["--job-id", "a"], &hold(&dir, "a"));
+    let b = d.run_sh(&["--job-id", "b"], &hold(&dir, "b"));
     assert!(up(&dir, "a") && up(&dir, "b"));
-    let c = spawn_job(&d, &["--job-id", "c"], &hold(&dir, "c"));
+    let c = d.run_sh(&["--job-id", "c"], &hold(&dir, "c"));
     assert!(up(&dir, "c"));
     assert_eq!(state_of(&d, "c"), "backfill");
-    let q = spawn_job(&d, &["--job-id", "q"], &hold(&dir, "q"));
+    let q = d.run_sh(&["--job-id", "q"], &hold(&dir, "q"));
     assert!(wait_state(&d, "q", "queued"));
     assert!(d.pjw().args(["suspend", "b"]).status().unwrap().success());
     // b's CPU went to the backfiller c (promoted); q started as a backfiller.

@@ -214,6 +214,19 @@ impl TestDaemon {
         c
     }
 
+    /// Start `pjw run ARGS -- sh -c SCRIPT` in the background, its output piped.
+    pub fn run_sh(&self, args: &[&str], script: &str) -> Child {
+        self.pjw()
+            .arg("run")
+            .args(args)
+            .args(["--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn pjw run")
+    }
+
     /// `pjw status --json`, parsed.
     pub fn status(&self) -> serde_json::Value {
         let out = self
