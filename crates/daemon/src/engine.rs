@@ -449,13 +449,6 @@ impl Engine {
         let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
         let submitted_ms = now_ms();
         let priority = req.priority.unwrap_or(self.cfg.default_priority);
-        let sreq = Request {
-            ncpus: req.cpus as usize,
-            priority,
-            placement: sched_placement(req.placement),
-            exclusive: req.exclusive,
-            submitted_ms,
-        };
         let cgroup = cgroup_name(&id);
         let rec = JobRecord {
             seq: 0,
@@ -490,36 +483,9 @@ impl Engine {
                 return;
             }
         };
-        let job = Job {
-            seq,
-            id,
-            name,
-            uid: cred.uid,
-            user,
-            req: sreq,
-            mem: req.mem,
-            phase: Phase::Queued,
-            cpus: CpuSet::new(),
-            mems: CpuSet::new(),
-            pid: Some(cred.pid),
-            pid_start,
-            cgroup,
-            started: None,
-            queued_at: Instant::now(),
-            ending: false,
-            killed_by: None,
-            reason: None,
-            watch: None,
-            waiter: Some(Waiter { conn, reply }),
-            reconnect_by: None,
-            mem_usage: 0,
-            mem_growth: 0.0,
-            mem_at: None,
-            mem_frozen: false,
-            footprint: 0,
-            thawed_at: None,
-            throttled: false,
-        };
+        let rec = JobRecord { seq, ..rec };
+        let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
+        job.waiter = Some(Waiter { conn, reply });
         self.jobs.insert(seq, job);
         self.replan();
         self.tell_queued(seq);
