@@ -13,7 +13,7 @@ use crate::alloc::{Allocator, Scratch};
 use crate::topology::{Level, Topology};
 use crate::CpuSet;
 
-use super::Placement;
+use super::{domain_index, Placement, NO};
 
 /// Names of every policy, in report order.
 pub const ALL: [&str; 6] = [
@@ -53,27 +53,11 @@ struct Layout {
     l3_of: Vec<u32>,
 }
 
-const NO: u32 = u32::MAX;
-
 impl Layout {
     fn new(topo: &Topology) -> Layout {
-        let max = topo
-            .pus
-            .iter()
-            .map(|p| p.os as usize + 1)
-            .max()
-            .unwrap_or(0);
-        let level = |l: Level| {
-            let doms: Vec<CpuSet> = topo.domains(l).into_iter().map(|d| d.1).collect();
-            let mut of = vec![NO; max];
-            for (i, d) in doms.iter().enumerate() {
-                for c in d {
-                    of[c as usize] = i as u32;
-                }
-            }
-            (doms, of)
-        };
-        let (mut cores, _) = level(Level::Core);
+        let level = |l: Level| domain_index(topo, l);
+        let (mut cores, index) = level(Level::Core);
+        let max = index.len();
         // Cores in the order of their lowest CPU (ids already are, but do not rely on it).
         cores.sort_by_key(|c| c.first());
         let mut core_of = vec![NO; max];

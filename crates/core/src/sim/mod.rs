@@ -131,28 +131,35 @@ struct Domains {
     levels: [(Vec<CpuSet>, Vec<u32>); 3],
 }
 
-const NO: u32 = u32::MAX;
+/// Marks a CPU without a domain at a level.
+pub(crate) const NO: u32 = u32::MAX;
+
+/// The domains of `level` (their online CPUs) and, indexed by CPU number, each CPU's domain
+/// index ([`NO`] for none).
+pub(crate) fn domain_index(topo: &Topology, level: Level) -> (Vec<CpuSet>, Vec<u32>) {
+    let max = topo
+        .pus
+        .iter()
+        .map(|p| p.os as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let doms: Vec<CpuSet> = topo.domains(level).into_iter().map(|d| d.1).collect();
+    let mut of = vec![NO; max];
+    for (i, d) in doms.iter().enumerate() {
+        for c in d {
+            of[c as usize] = i as u32;
+        }
+    }
+    (doms, of)
+}
+
 const LEVELS: [Level; 3] = [Level::Numa, Level::L3, Level::Package];
 
 impl Domains {
     fn new(topo: &Topology) -> Domains {
-        let max = topo
-            .pus
-            .iter()
-            .map(|p| p.os as usize + 1)
-            .max()
-            .unwrap_or(0);
-        let levels = LEVELS.map(|l| {
-            let doms = topo.domains(l);
-            let mut of = vec![NO; max];
-            for (i, (_, set)) in doms.iter().enumerate() {
-                for c in set {
-                    of[c as usize] = i as u32;
-                }
-            }
-            (doms.into_iter().map(|d| d.1).collect::<Vec<_>>(), of)
-        });
-        Domains { levels }
+        Domains {
+            levels: LEVELS.map(|l| domain_index(topo, l)),
+        }
     }
 
     fn spanned(&self, level: usize, cpus: &CpuSet) -> usize {
