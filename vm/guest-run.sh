@@ -1,7 +1,7 @@
 # Runs inside the guest (busybox sh), from the share: every test executable in bin/ (not pjw or
 # pjw-wl), then "VM: N passed, M failed". Exits non-zero when a test failed, an executable
 # failed without a result line, or nothing ran.
-export PJW_BIN=/mnt/bin/pjw PATH=/mnt/bin:/bin RUST_BACKTRACE=1
+export PJW_VM_GUEST=1 PJW_BIN=/mnt/bin/pjw PATH=/mnt/bin:/bin RUST_BACKTRACE=1
 echo "cgroup.controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
 echo "cgroup filesystems: $(grep -c cgroup /proc/mounts) ($(awk '$3 ~ /^cgroup/ {print $3}' /proc/mounts | sort -u | tr '\n' ' '))"
 echo "numa nodes: $(cat /sys/devices/system/node/online), cpus: $(cat /sys/devices/system/cpu/online)"

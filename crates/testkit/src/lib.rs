@@ -65,6 +65,13 @@ pub fn pjw_bin(built: &str) -> PathBuf {
     }
 }
 
+/// Whether this test runs inside the VM tier's guest (vm/guest-run.sh sets `PJW_VM_GUEST=1`).
+/// Tests that need host-only services (Slurm, Grid Engine, PostgreSQL) skip there, and only there:
+/// on the host `make test` installs those services, so their absence is a failure.
+pub fn in_vm_guest() -> bool {
+    std::env::var_os("PJW_VM_GUEST").is_some_and(|v| v == "1")
+}
+
 /// Whether root tests can run here (root, and a cgroup filesystem).
 pub fn can_run_root_tests() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
