@@ -322,10 +322,13 @@ mod tests {
         }
     }
 
-    /// (description, events after job 1 starts with pid 100, procs_ever, threads_ever, procs_now, procs_max)
+    /// Description, events after job 1 starts with pid 100, and the expected procs_ever,
+    /// threads_ever, procs_now, procs_max.
+    type Row = (&'static str, Vec<ProcEvent>, u64, u64, u64, u64);
+
     #[test]
     fn counts_table() {
-        let rows: Vec<(&str, Vec<ProcEvent>, u64, u64, u64, u64)> = vec![
+        let rows: Vec<Row> = vec![
             ("first process only", vec![], 1, 1, 1, 1),
             ("one child", vec![fork(100, 101, 101)], 2, 2, 2, 2),
             (
