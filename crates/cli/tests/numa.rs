@@ -6,8 +6,8 @@
 //! one at a time (they place jobs on whole NUMA nodes), each with its own daemon through
 //! `pjw_testkit::TestDaemon`, which kills what a test left and removes its cgroups.
 //!
-//! The allocator packs (best fit): on an idle machine two 4-CPU jobs both go to node 0 (each
-//! inside one node), which keeps node 1 whole for an 8-CPU job.
+//! The allocator spreads while the machine is at least half free: on an idle guest two 4-CPU jobs
+//! get a NUMA node (and L3) each; past half it packs (best fit).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -136,8 +136,16 @@ fn stop(d: &TestDaemon, ids: &[&str], children: Vec<Child>) {
     }
 }
 
+/// The CPUs sharing an L3 cache with `cpu` (sysfs cache index3), if the machine says.
+fn l3_of(cpu: u32) -> Option<CpuSet> {
+    let t = read(format!(
+        "/sys/devices/system/cpu/cpu{cpu}/cache/index3/shared_cpu_list"
+    ));
+    CpuSet::parse_list(t.trim()).ok().filter(|s| !s.is_empty())
+}
+
 #[test]
-fn four_cpu_jobs_stay_in_one_node_and_an_eight_cpu_job_takes_the_other() {
+fn four_cpu_jobs_spread_over_the_nodes_and_an_eight_cpu_job_takes_a_whole_one() {
     require_numa_v2!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = TestDaemon::start(&pjw_bin(), "");
@@ -147,34 +155,41 @@ fn four_cpu_jobs_stay_in_one_node_and_an_eight_cpu_job_takes_the_other() {
     let b = d.run_sh(&["--cpus", "4", "--job-id", "b"], &hold(&dir, "b"));
     let (cb, mb) = cpuset_of(&job_cgroup(&dir, "b"));
     eprintln!("placement: a cpus {ca} mems {ma}; b cpus {cb} mems {mb}");
+    let mut node = Vec::new();
     for (name, c, m) in [("a", &ca, &ma), ("b", &cb, &mb)] {
         assert_eq!(c.len(), 4, "job {name}: {c}");
         let n = node_of(c).unwrap_or_else(|| panic!("job {name} spans NUMA nodes: {c}"));
         assert_eq!(*m, node_set(n), "job {name}: mems {m} is not its node {n}");
+        node.push(n);
     }
-    assert!(
-        ca.iter().all(|c| !cb.contains(c)),
-        "jobs share CPUs: {ca} / {cb}"
-    );
+    // The node is mostly free: each job gets a NUMA node (and its L3) to itself.
+    assert_ne!(node[0], node[1], "both 4-CPU jobs on node {}", node[0]);
+    let (la, lb) = (l3_of(ca.first().unwrap()), l3_of(cb.first().unwrap()));
+    eprintln!("placement: L3 of a {la:?}, of b {lb:?}");
+    if let (Some(la), Some(lb)) = (la, lb) {
+        assert!(ca.is_subset(&la) && cb.is_subset(&lb), "a job spans L3s");
+        assert_ne!(la, lb, "both 4-CPU jobs share an L3");
+    }
     // Whole cores: with SMT 2, 4 CPUs are 2 whole cores (sibling pairs 2k, 2k+1 here).
     for c in [&ca, &cb] {
         for cpu in c.iter() {
             assert!(c.contains(cpu ^ 1), "{c} splits a core");
         }
     }
-    // Packing keeps one node whole: an 8-CPU job starts at once beside the two and takes it.
+    // b ends; an 8-CPU job then takes b's node whole (a keeps its own).
+    stop(&d, &["b"], vec![b]);
     let big = d.run_sh(&["--cpus", "8", "--job-id", "big"], &hold(&dir, "big"));
     let (cbig, mbig) = cpuset_of(&job_cgroup(&dir, "big"));
     eprintln!("placement: big cpus {cbig} mems {mbig}");
     let n = node_of(&cbig).unwrap_or_else(|| panic!("8-CPU job spans nodes: {cbig}"));
     assert_eq!(cbig, node_cpus(n), "8-CPU job does not hold its whole node");
     assert_eq!(mbig, node_set(n));
+    assert_eq!(n, node[1], "8-CPU job not on the node b left");
     assert!(
-        cbig.iter().all(|c| !ca.contains(c) && !cb.contains(c)),
-        "8-CPU job overlaps the 4-CPU jobs"
+        cbig.iter().all(|c| !ca.contains(c)),
+        "8-CPU job overlaps job a"
     );
-    assert_ne!(Some(n), node_of(&ca), "8-CPU job and job a share a node");
-    stop(&d, &["a", "b", "big"], vec![a, b, big]);
+    stop(&d, &["a", "big"], vec![a, big]);
 }
 
 #[test]

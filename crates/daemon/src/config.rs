@@ -24,6 +24,7 @@ pub struct RawConfig {
     pub cpus: Option<String>,
     pub vcpus: Option<usize>,
     pub backfill: Option<bool>,
+    pub spread: Option<bool>,
     pub hard_preemption: Option<bool>,
     pub queue_ttl: Option<u64>,
     pub default_priority: Option<u8>,
@@ -111,6 +112,8 @@ pub struct Config {
     /// pool (checked at start, when the pool is known).
     pub vcpus: Option<usize>,
     pub backfill: bool,
+    /// Spread jobs over empty L3 / NUMA domains while the node is at least half free.
+    pub spread: bool,
     pub hard_preemption: bool,
     /// Seconds a job may wait in the queue; `None` = forever.
     pub queue_ttl: Option<u64>,
@@ -365,6 +368,7 @@ impl Config {
             cpus,
             vcpus: raw.vcpus,
             backfill: raw.backfill.unwrap_or(true),
+            spread: raw.spread.unwrap_or(true),
             hard_preemption: raw.hard_preemption.unwrap_or(true),
             queue_ttl: raw.queue_ttl.filter(|t| *t > 0),
             default_priority,

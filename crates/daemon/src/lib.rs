@@ -114,7 +114,7 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     let driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
     driver.prepare_parent()?;
     let store = Store::open(&cfg.state_dir)?;
-    let alloc = Allocator::new(&topo);
+    let alloc = Allocator::new(&topo).with_spread(cfg.spread);
 
     let (tx, mut rx) = mpsc::unbounded_channel();
     // One inotify instance for every job's cgroup.events.
