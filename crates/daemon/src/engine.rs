@@ -227,6 +227,8 @@ pub struct Engine {
     last_swap_in: Option<(u64, Instant)>,
     /// Which job every jailed process belongs to; exact process and thread counts.
     procs: ProcTracker,
+    /// Partition type for exclusive jobs, when the parent could be made a partition root.
+    partition: Option<pjw_cgroup::Partition>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -309,6 +311,7 @@ impl Engine {
             node,
             tick_generation: 0,
             procs: ProcTracker::new(),
+            partition: None,
         }
     }
 
@@ -858,6 +861,7 @@ impl Engine {
             mems,
             memory_max: j.mem,
             pids_max: self.cfg.pids_max,
+            swap_max: self.cfg.swap_max,
         };
         let cgroup = j.cgroup.clone();
         let placed = self
@@ -868,6 +872,18 @@ impl Engine {
                     self.driver.set_idle(&cgroup, true)
                 } else {
                     Ok(())
+                }
+            })
+            .map(|_| {
+                if !j.req.exclusive {
+                    return;
+                }
+                if let Some(kind) = self.partition {
+                    // Its own scheduling domain: nothing else is balanced onto its CPUs.
+                    match self.driver.set_partition(Some(&cgroup), kind, None) {
+                        Ok(()) => info!(job = %j.id, cpus = %cpus, partition = kind.as_str(), "exclusive job is a cpuset partition"),
+                        Err(e) => warn!(job = %j.id, error = %e, "exclusive job stays a plain cpuset"),
+                    }
                 }
             })
             .and_then(|_| {
@@ -1468,6 +1484,11 @@ impl Engine {
                 Err(e) => debug!(job = %j.id, error = %e, "cannot list job processes"),
             }
         }
+    }
+
+    /// Let exclusive jobs be cpuset partitions of type `kind` (the parent is one already).
+    pub fn enable_partitions(&mut self, kind: pjw_cgroup::Partition) {
+        self.partition = Some(kind);
     }
 
     /// Process and thread counts of a running job.
