@@ -128,7 +128,7 @@ pub struct JobLimits {
 }
 
 /// The hierarchies of one mode (static dispatch over the modes).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Layout {
     /// The cgroup2 tree does everything.
     Unified { v2: Hierarchy },
@@ -139,7 +139,7 @@ enum Layout {
 }
 
 /// The driver: one type over all modes (static dispatch inside).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Driver {
     layout: Layout,
     fs: Fs,
@@ -289,6 +289,35 @@ impl Driver {
         parent::validate_job_name(name)?;
         let h = self.memory_hierarchy()?;
         memory::usage(&self.fs, &h.job(name), h.v2)
+    }
+
+    /// CPU time job `name` has used (microseconds, user + system): `cpu.stat` `usage_usec` in
+    /// the cgroup2 tree (present with or without the cpu controller), else v1
+    /// `cpuacct.usage` (nanoseconds).
+    pub fn cpu_usage_usec(&self, name: &str) -> Result<u64, CgroupError> {
+        parent::validate_job_name(name)?;
+        if let Some(v2) = self.v2() {
+            let path = v2.job(name).join("cpu.stat");
+            let text = self.fs.read(&path)?;
+            return text
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
+                .ok_or(CgroupError::BadContent { path, text });
+        }
+        let h = self
+            .hierarchies()
+            .find(|h| h.has("cpuacct"))
+            .ok_or(CgroupError::MissingController {
+                controller: "cpuacct".into(),
+                where_: None,
+            })?;
+        let path = h.job(name).join("cpuacct.usage");
+        let text = self.fs.read(&path)?;
+        let ns: u64 = text
+            .trim()
+            .parse()
+            .map_err(|_| CgroupError::BadContent { path, text })?;
+        Ok(ns / 1000)
     }
 
     /// Processes the kernel OOM-killed inside job `name` (at its own limit or the partition's).

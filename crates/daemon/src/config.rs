@@ -38,6 +38,40 @@ pub struct RawConfig {
     pub paths: RawPaths,
     #[serde(default)]
     pub log: RawLog,
+    #[serde(default)]
+    pub metrics: RawMetrics,
+    #[serde(default)]
+    pub central: RawCentral,
+}
+
+/// `[metrics]`: the Prometheus/OpenMetrics endpoint.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetrics {
+    pub listen: Option<String>,
+}
+
+/// `[central]`: the cluster-wide PostgreSQL store.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCentral {
+    pub url: Option<String>,
+    pub ship_samples: Option<bool>,
+    pub batch_size: Option<usize>,
+    pub retry_secs: Option<f64>,
+}
+
+/// The validated `[central]` section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CentralConfig {
+    /// `postgres://user@host:port/db` (libpq-style key=value strings work too).
+    pub url: String,
+    /// Ship the series of finished jobs too (summaries are always shipped).
+    pub ship_samples: bool,
+    /// Jobs per transaction.
+    pub batch_size: usize,
+    /// Wait before retrying after PostgreSQL was unreachable.
+    pub retry: std::time::Duration,
 }
 
 /// `[cgroup]`
@@ -131,6 +165,10 @@ pub struct Config {
     pub sys_root: PathBuf,
     pub log_level: String,
     pub log_format: LogFormat,
+    /// Where `/metrics` is served; `None` = off.
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The cluster store; `None` = off.
+    pub central: Option<CentralConfig>,
 }
 
 /// A configuration error, naming file, key and reason.
@@ -357,7 +395,55 @@ impl Config {
                 ))
             }
         };
+        let metrics_listen = match raw.metrics.listen.as_deref() {
+            None | Some("") => None,
+            Some(a) => Some(a.parse::<std::net::SocketAddr>().map_err(|_| {
+                err(
+                    "metrics.listen",
+                    format!("{a:?} is not an address:port like 127.0.0.1:9810"),
+                )
+            })?),
+        };
+        let c = raw.central;
+        let central = match c.url {
+            None => {
+                if c.ship_samples.is_some() || c.batch_size.is_some() || c.retry_secs.is_some() {
+                    return Err(err("central.url", "missing (other [central] keys are set)".into()));
+                }
+                None
+            }
+            Some(url) => {
+                if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                    return Err(err(
+                        "central.url",
+                        "must start with postgres:// or postgresql://".into(),
+                    ));
+                }
+                let batch_size = c.batch_size.unwrap_or(100);
+                if !(1..=10_000).contains(&batch_size) {
+                    return Err(err(
+                        "central.batch_size",
+                        format!("{batch_size} is not 1-10000"),
+                    ));
+                }
+                let retry = c.retry_secs.unwrap_or(60.0);
+                if !(0.05..=86_400.0).contains(&retry) {
+                    return Err(err(
+                        "central.retry_secs",
+                        format!("{retry} is not 0.05-86400"),
+                    ));
+                }
+                Some(CentralConfig {
+                    url,
+                    ship_samples: c.ship_samples.unwrap_or(true),
+                    batch_size,
+                    retry: std::time::Duration::from_secs_f64(retry),
+                })
+            }
+        };
         Ok(Config {
+            metrics_listen,
+            central,
             origin: origin.to_string(),
             socket,
             socket_mode,

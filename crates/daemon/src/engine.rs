@@ -82,6 +82,10 @@ pub enum Event {
     Tick { generation: u64 },
     /// The memory governor's tick: sample memory and PSI, freeze or thaw.
     Govern,
+    /// A metrics scrape: answer with an in-memory snapshot (no I/O).
+    Metrics {
+        reply: oneshot::Sender<crate::metrics::Snapshot>,
+    },
 }
 
 /// The client waiting for a queued job.
@@ -222,6 +226,8 @@ pub struct Engine {
     last_thaw_ms: Option<i64>,
     /// `pswpin` of /proc/vmstat at the last governor tick, and when.
     last_swap_in: Option<(u64, Instant)>,
+    /// Counters and histograms for the metrics endpoint.
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -303,6 +309,35 @@ impl Engine {
             tx,
             node,
             tick_generation: 0,
+            metrics: Default::default(),
+        }
+    }
+
+    /// The counters and histograms this engine feeds (for the metrics endpoint).
+    pub fn metrics(&self) -> std::sync::Arc<crate::metrics::Metrics> {
+        self.metrics.clone()
+    }
+
+    /// What a metrics scrape needs from the engine: in-memory state only, O(jobs).
+    pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
+        crate::metrics::Snapshot {
+            cpus: self.pool.len() as u32,
+            free_cpus: self.free().len() as u32,
+            queue_len: self
+                .jobs
+                .values()
+                .filter(|j| j.phase == Phase::Queued)
+                .count() as u32,
+            jobs: self
+                .jobs
+                .values()
+                .map(|j| crate::metrics::JobSnap {
+                    id: j.id.to_string(),
+                    user: j.user.clone(),
+                    state: j.state(),
+                    cgroup: j.started.map(|_| j.cgroup.clone()),
+                })
+                .collect(),
         }
     }
 
@@ -359,6 +394,9 @@ impl Engine {
             }
             Event::Recheck { seq } => self.check_empty(seq),
             Event::Govern => self.govern(),
+            Event::Metrics { reply } => {
+                let _ = reply.send(self.metrics_snapshot());
+            }
             Event::Tick { generation } => {
                 if generation == self.tick_generation {
                     self.drop_unclaimed();
@@ -893,6 +931,8 @@ impl Engine {
             priority = j.req.priority, waited_ms = j.queued_at.elapsed().as_millis() as u64,
             "job started"
         );
+        self.metrics
+            .launch(j.queued_at.elapsed().as_secs_f64());
         let _ = waiter.reply.send(Response::Started {
             job: j.id.to_string(),
             cpus,
@@ -1611,6 +1651,7 @@ impl Engine {
                     };
                     match self.driver.set_memory_high(&j.cgroup, Some(high)) {
                         Ok(()) => {
+                            self.metrics.governor_action(crate::metrics::GovernorKind::throttle);
                             j.throttled = true;
                             info!(job = %j.id, user = %j.user, high, growth = j.mem_growth as i64, "memory pressure: job throttled");
                         }
@@ -1622,7 +1663,8 @@ impl Engine {
                         continue;
                     };
                     if self.driver.set_memory_high(&j.cgroup, None).is_ok() {
-                        j.throttled = false;
+                        self.metrics.governor_action(crate::metrics::GovernorKind::unthrottle);
+                            j.throttled = false;
                         info!(job = %j.id, "memory pressure gone: throttle lifted");
                     }
                 }
@@ -1632,6 +1674,7 @@ impl Engine {
                     };
                     match self.driver.freeze(&j.cgroup, true) {
                         Ok(()) => {
+                            self.metrics.governor_action(crate::metrics::GovernorKind::freeze);
                             j.mem_frozen = true;
                             let predicted =
                                 j.mem_usage as f64 + j.mem_growth.max(0.0) * cfg.prediction_secs;
@@ -1650,6 +1693,7 @@ impl Engine {
                     };
                     match self.driver.freeze(&j.cgroup, false) {
                         Ok(()) => {
+                            self.metrics.governor_action(crate::metrics::GovernorKind::thaw);
                             j.mem_frozen = false;
                             j.thawed_at = Some(now);
                             j.mem_growth = 0.0;

@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod metrics;
 pub mod os;
 pub mod server;
 
@@ -186,6 +187,14 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
             }
         });
     }
+    // The metrics endpoint reads job cgroups with its own copy of the driver, off the engine.
+    let metrics_driver = std::sync::Arc::new(driver.clone());
+    let metrics_listener = match cfg.metrics_listen {
+        Some(addr) => Some(metrics::bind(addr).await.map_err(|e| {
+            DaemonError::Other(format!("config {}: metrics.listen: cannot listen on {addr}: {e}", cfg.origin))
+        })?),
+        None => None,
+    };
     let mut cfg = cfg;
     // memory.high exists only in cgroup v2.
     cfg.governor_cfg.throttle &= driver.mode() == pjw_cgroup::Mode::Unified;
@@ -213,6 +222,12 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         "pjw daemon ready"
     );
     tokio::spawn(server::serve(listener, tx.clone()));
+    if let Some(l) = metrics_listener {
+        if let Ok(addr) = l.local_addr() {
+            info!(listen = %addr, "metrics served at http://{addr}/metrics");
+        }
+        tokio::spawn(metrics::serve(l, tx.clone(), eng.metrics(), metrics_driver));
+    }
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| DaemonError::Other(format!("cannot handle SIGTERM: {e}")))?;
