@@ -304,13 +304,12 @@ impl Driver {
                 .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
                 .ok_or(CgroupError::BadContent { path, text });
         }
-        let h = self
-            .hierarchies()
-            .find(|h| h.has("cpuacct"))
-            .ok_or(CgroupError::MissingController {
+        let h = self.hierarchies().find(|h| h.has("cpuacct")).ok_or(
+            CgroupError::MissingController {
                 controller: "cpuacct".into(),
                 where_: None,
-            })?;
+            },
+        )?;
         let path = h.job(name).join("cpuacct.usage");
         let text = self.fs.read(&path)?;
         let ns: u64 = text

@@ -32,6 +32,15 @@ pub enum Command {
     Topology(TopologyArgs),
     /// Replay a job trace on a topology and compare placement policies.
     Sim(SimArgs),
+    /// A live view of the node: CPU map, jobs with CPU % and memory, the queue.
+    Top(TopArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Seconds between refreshes.
+    #[arg(short = 'd', long, default_value_t = 1.0, value_name = "SECS")]
+    pub interval: f64,
 }
 
 #[derive(Debug, Args)]

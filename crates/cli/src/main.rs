@@ -10,6 +10,7 @@ mod cmd_control;
 mod cmd_run;
 mod cmd_sim;
 mod cmd_status;
+mod cmd_top;
 mod cmd_topology;
 
 use clap::Parser;
@@ -37,6 +38,7 @@ fn main() {
         })),
         cli::Command::Topology(t) => report(cmd_topology::run(t)),
         cli::Command::Sim(s) => report(cmd_sim::run(s)),
+        cli::Command::Top(t) => report(cmd_top::run(t)),
     };
     std::process::exit(code);
 }

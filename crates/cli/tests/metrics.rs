@@ -130,7 +130,10 @@ fn metrics_page_passes_promtool_and_shows_jobs() {
     // Bad requests get clear answers, and the daemon keeps serving.
     let cases: &[(&[u8], &str)] = &[
         (b"GET /nope HTTP/1.1\r\n\r\n", "HTTP/1.1 404 Not Found"),
-        (b"POST /metrics HTTP/1.1\r\n\r\n", "HTTP/1.1 405 Method Not Allowed"),
+        (
+            b"POST /metrics HTTP/1.1\r\n\r\n",
+            "HTTP/1.1 405 Method Not Allowed",
+        ),
         (b"garbage\r\n\r\n", "HTTP/1.1 400 Bad Request"),
         (b"GET /metrics\r\n", "HTTP/1.1 400 Bad Request"), // closed before the head ends
     ];

@@ -408,7 +408,10 @@ impl Config {
         let central = match c.url {
             None => {
                 if c.ship_samples.is_some() || c.batch_size.is_some() || c.retry_secs.is_some() {
-                    return Err(err("central.url", "missing (other [central] keys are set)".into()));
+                    return Err(err(
+                        "central.url",
+                        "missing (other [central] keys are set)".into(),
+                    ));
                 }
                 None
             }

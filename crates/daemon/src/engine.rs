@@ -931,8 +931,7 @@ impl Engine {
             priority = j.req.priority, waited_ms = j.queued_at.elapsed().as_millis() as u64,
             "job started"
         );
-        self.metrics
-            .launch(j.queued_at.elapsed().as_secs_f64());
+        self.metrics.launch(j.queued_at.elapsed().as_secs_f64());
         let _ = waiter.reply.send(Response::Started {
             job: j.id.to_string(),
             cpus,
@@ -1508,6 +1507,13 @@ impl Engine {
                 priority: j.req.priority,
                 age_secs: j.started.unwrap_or(j.queued_at).elapsed().as_secs(),
                 pid: j.pid,
+                // Two small cgroup reads per started job, like procs and threads above.
+                cpu_usec: j
+                    .started
+                    .and_then(|_| self.driver.cpu_usage_usec(&j.cgroup).ok()),
+                mem_bytes: j
+                    .started
+                    .and_then(|_| self.driver.memory_usage(&j.cgroup).ok()),
             }
         };
         let mut jobs: Vec<JobInfo> = self
@@ -1651,7 +1657,8 @@ impl Engine {
                     };
                     match self.driver.set_memory_high(&j.cgroup, Some(high)) {
                         Ok(()) => {
-                            self.metrics.governor_action(crate::metrics::GovernorKind::throttle);
+                            self.metrics
+                                .governor_action(crate::metrics::GovernorKind::throttle);
                             j.throttled = true;
                             info!(job = %j.id, user = %j.user, high, growth = j.mem_growth as i64, "memory pressure: job throttled");
                         }
@@ -1663,8 +1670,9 @@ impl Engine {
                         continue;
                     };
                     if self.driver.set_memory_high(&j.cgroup, None).is_ok() {
-                        self.metrics.governor_action(crate::metrics::GovernorKind::unthrottle);
-                            j.throttled = false;
+                        self.metrics
+                            .governor_action(crate::metrics::GovernorKind::unthrottle);
+                        j.throttled = false;
                         info!(job = %j.id, "memory pressure gone: throttle lifted");
                     }
                 }
@@ -1674,7 +1682,8 @@ impl Engine {
                     };
                     match self.driver.freeze(&j.cgroup, true) {
                         Ok(()) => {
-                            self.metrics.governor_action(crate::metrics::GovernorKind::freeze);
+                            self.metrics
+                                .governor_action(crate::metrics::GovernorKind::freeze);
                             j.mem_frozen = true;
                             let predicted =
                                 j.mem_usage as f64 + j.mem_growth.max(0.0) * cfg.prediction_secs;
@@ -1693,7 +1702,8 @@ impl Engine {
                     };
                     match self.driver.freeze(&j.cgroup, false) {
                         Ok(()) => {
-                            self.metrics.governor_action(crate::metrics::GovernorKind::thaw);
+                            self.metrics
+                                .governor_action(crate::metrics::GovernorKind::thaw);
                             j.mem_frozen = false;
                             j.thawed_at = Some(now);
                             j.mem_growth = 0.0;

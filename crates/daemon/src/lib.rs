@@ -191,7 +191,10 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     let metrics_driver = std::sync::Arc::new(driver.clone());
     let metrics_listener = match cfg.metrics_listen {
         Some(addr) => Some(metrics::bind(addr).await.map_err(|e| {
-            DaemonError::Other(format!("config {}: metrics.listen: cannot listen on {addr}: {e}", cfg.origin))
+            DaemonError::Other(format!(
+                "config {}: metrics.listen: cannot listen on {addr}: {e}",
+                cfg.origin
+            ))
         })?),
         None => None,
     };

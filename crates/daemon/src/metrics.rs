@@ -108,7 +108,9 @@ impl Metrics {
 
     /// The governor acted.
     pub fn governor_action(&self, kind: GovernorKind) {
-        self.governor_actions.get_or_create(&KindLabel { kind }).inc();
+        self.governor_actions
+            .get_or_create(&KindLabel { kind })
+            .inc();
     }
 
     /// A job started, `secs` after it was submitted.
