@@ -33,6 +33,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::Config;
 use crate::os;
+use crate::procs::{ProcCounts, ProcMsg, ProcTracker, Unknown};
 
 /// Who is asking (from `SO_PEERCRED`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +83,8 @@ pub enum Event {
     Tick { generation: u64 },
     /// The memory governor's tick: sample memory and PSI, freeze or thaw.
     Govern,
+    /// Process events from the kernel's proc connector (see [`crate::procs`]).
+    Proc(ProcMsg),
 }
 
 /// The client waiting for a queued job.
@@ -222,6 +225,8 @@ pub struct Engine {
     last_thaw_ms: Option<i64>,
     /// `pswpin` of /proc/vmstat at the last governor tick, and when.
     last_swap_in: Option<(u64, Instant)>,
+    /// Which job every jailed process belongs to; exact process and thread counts.
+    procs: ProcTracker,
 }
 
 impl std::fmt::Debug for Engine {
@@ -303,6 +308,7 @@ impl Engine {
             tx,
             node,
             tick_generation: 0,
+            procs: ProcTracker::new(),
         }
     }
 
@@ -359,6 +365,7 @@ impl Engine {
             }
             Event::Recheck { seq } => self.check_empty(seq),
             Event::Govern => self.govern(),
+            Event::Proc(msg) => self.proc_events(msg),
             Event::Tick { generation } => {
                 if generation == self.tick_generation {
                     self.drop_unclaimed();
@@ -863,8 +870,13 @@ impl Engine {
                     Ok(())
                 }
             })
-            .and_then(|_| self.driver.add_process(&cgroup, pid));
+            .and_then(|_| {
+                // Known before the process can fork: its children are the job's.
+                self.procs.start_job(seq, pid);
+                self.driver.add_process(&cgroup, pid)
+            });
         if let Err(e) = placed {
+            self.procs.end_job(seq);
             error!(job = %j.id, error = %e, "cannot place job in its cgroups");
             let _ = self.driver.remove_job(&cgroup);
             let _ = self
@@ -1199,6 +1211,7 @@ impl Engine {
             reason.to_string()
         };
         let reason = reason.as_str();
+        let counts = self.procs.end_job(seq).unwrap_or_default();
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
@@ -1209,7 +1222,11 @@ impl Engine {
             .started
             .map(|s| s.elapsed().as_millis() as u64)
             .unwrap_or(0);
-        info!(job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms, reason, "job ended");
+        info!(
+            job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms, reason,
+            processes = counts.procs_ever, threads = counts.threads_ever,
+            max_processes = counts.procs_max, counts_exact = !counts.lossy, "job ended"
+        );
         self.replan();
     }
 
@@ -1305,6 +1322,8 @@ impl Engine {
             }
             self.adopt(name)?;
         }
+        // Process counts start again from what is alive now (a lower bound).
+        self.reseed_procs();
         self.replan();
         Ok(())
     }
@@ -1421,6 +1440,39 @@ impl Engine {
         self.jobs.insert(seq, job);
         self.track(seq, false);
         Ok(())
+    }
+
+    // ---- process events ------------------------------------------------------------------
+
+    fn proc_events(&mut self, msg: ProcMsg) {
+        match msg {
+            ProcMsg::Events(events) => {
+                for ev in &events {
+                    if let Some(Unknown::Exec { pid, tgid }) = self.procs.apply(ev) {
+                        self.on_unknown_exec(pid, tgid);
+                    }
+                }
+            }
+            ProcMsg::Overrun => self.reseed_procs(),
+        }
+    }
+
+    /// A process outside every job called exec. Adoption rules (issue 6) hook in here.
+    fn on_unknown_exec(&mut self, _pid: u32, _tgid: u32) {}
+
+    /// Re-learn every started job's processes from its `cgroup.procs`.
+    fn reseed_procs(&mut self) {
+        for j in self.jobs.values().filter(|j| j.started.is_some()) {
+            match self.driver.procs(&j.cgroup) {
+                Ok(pids) => self.procs.reseed(j.seq, &pids),
+                Err(e) => debug!(job = %j.id, error = %e, "cannot list job processes"),
+            }
+        }
+    }
+
+    /// Process and thread counts of a running job.
+    pub fn proc_counts(&self, seq: i64) -> Option<ProcCounts> {
+        self.procs.counts(seq)
     }
 
     // ---- status --------------------------------------------------------------------------
