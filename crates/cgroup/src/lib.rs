@@ -16,8 +16,8 @@
 //! | mode    | limits (cpuset, memory, pids, cpu)        | tracking, freeze, kill, events |
 //! |---------|-------------------------------------------|--------------------------------|
 //! | Unified | the cgroup2 tree (+io when present)       | the cgroup2 tree               |
-//! | Hybrid  | v1 cpuset, memory, pids, cpu, cpuacct     | the cgroup2 tree               |
-//! | Legacy  | v1 cpuset, memory, pids, cpu, cpuacct     | v1 cpuset; v1 freezer          |
+//! | Hybrid  | v1 cpuset, memory, pids, cpu, cpuacct, blkio | the cgroup2 tree               |
+//! | Legacy  | v1 cpuset, memory, pids, cpu, cpuacct, blkio | v1 cpuset; v1 freezer          |
 //!
 //! A missing v1 controller is skipped with a warning, except cpuset, which is required. All paths
 //! come from mountinfo (the mount point plus the cgroup path below the mount's root), so tests
@@ -44,11 +44,15 @@ mod fs;
 mod memory;
 mod parent;
 mod pids;
+mod stats;
 mod unified;
 
 pub use error::CgroupError;
 pub use fs::Backend;
 pub use pjw_core::CpuSet;
+pub use pjw_kernelfs::cpu_stat::CpuStat;
+pub use pjw_kernelfs::io_stat::IoBytes;
+pub use stats::{memory_breakdown, MemoryBreakdown, Resource};
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -289,34 +293,6 @@ impl Driver {
         parent::validate_job_name(name)?;
         let h = self.memory_hierarchy()?;
         memory::usage(&self.fs, &h.job(name), h.v2)
-    }
-
-    /// CPU time job `name` has used (microseconds, user + system): `cpu.stat` `usage_usec` in
-    /// the cgroup2 tree (present with or without the cpu controller), else v1
-    /// `cpuacct.usage` (nanoseconds).
-    pub fn cpu_usage_usec(&self, name: &str) -> Result<u64, CgroupError> {
-        parent::validate_job_name(name)?;
-        if let Some(v2) = self.v2() {
-            let path = v2.job(name).join("cpu.stat");
-            let text = self.fs.read(&path)?;
-            return text
-                .lines()
-                .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
-                .ok_or(CgroupError::BadContent { path, text });
-        }
-        let h = self.hierarchies().find(|h| h.has("cpuacct")).ok_or(
-            CgroupError::MissingController {
-                controller: "cpuacct".into(),
-                where_: None,
-            },
-        )?;
-        let path = h.job(name).join("cpuacct.usage");
-        let text = self.fs.read(&path)?;
-        let ns: u64 = text
-            .trim()
-            .parse()
-            .map_err(|_| CgroupError::BadContent { path, text })?;
-        Ok(ns / 1000)
     }
 
     /// Processes the kernel OOM-killed inside job `name` (at its own limit or the partition's).

@@ -33,6 +33,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::Config;
 use crate::os;
+use crate::procs::{ProcCounts, ProcMsg, ProcTracker, Unknown};
 
 /// Who is asking (from `SO_PEERCRED`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +83,8 @@ pub enum Event {
     Tick { generation: u64 },
     /// The memory governor's tick: sample memory and PSI, freeze or thaw.
     Govern,
+    /// Process events from the kernel's proc connector (see [`crate::procs`]).
+    Proc(ProcMsg),
     /// A metrics scrape: answer with an in-memory snapshot (no I/O).
     Metrics {
         reply: oneshot::Sender<crate::metrics::Snapshot>,
@@ -226,6 +229,8 @@ pub struct Engine {
     last_thaw_ms: Option<i64>,
     /// `pswpin` of /proc/vmstat at the last governor tick, and when.
     last_swap_in: Option<(u64, Instant)>,
+    /// Which job every jailed process belongs to; exact process and thread counts.
+    procs: ProcTracker,
     /// Counters and histograms for the metrics endpoint.
     metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
@@ -309,6 +314,7 @@ impl Engine {
             tx,
             node,
             tick_generation: 0,
+            procs: ProcTracker::new(),
             metrics: Default::default(),
         }
     }
@@ -394,6 +400,7 @@ impl Engine {
             }
             Event::Recheck { seq } => self.check_empty(seq),
             Event::Govern => self.govern(),
+            Event::Proc(msg) => self.proc_events(msg),
             Event::Metrics { reply } => {
                 let _ = reply.send(self.metrics_snapshot());
             }
@@ -901,8 +908,13 @@ impl Engine {
                     Ok(())
                 }
             })
-            .and_then(|_| self.driver.add_process(&cgroup, pid));
+            .and_then(|_| {
+                // Known before the process can fork: its children are the job's.
+                self.procs.start_job(seq, pid);
+                self.driver.add_process(&cgroup, pid)
+            });
         if let Err(e) = placed {
+            self.procs.end_job(seq);
             error!(job = %j.id, error = %e, "cannot place job in its cgroups");
             let _ = self.driver.remove_job(&cgroup);
             let _ = self
@@ -1238,6 +1250,7 @@ impl Engine {
             reason.to_string()
         };
         let reason = reason.as_str();
+        let counts = self.procs.end_job(seq).unwrap_or_default();
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
@@ -1248,7 +1261,11 @@ impl Engine {
             .started
             .map(|s| s.elapsed().as_millis() as u64)
             .unwrap_or(0);
-        info!(job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms, reason, "job ended");
+        info!(
+            job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms, reason,
+            processes = counts.procs_ever, threads = counts.threads_ever,
+            max_processes = counts.procs_max, counts_exact = !counts.lossy, "job ended"
+        );
         self.replan();
     }
 
@@ -1344,6 +1361,8 @@ impl Engine {
             }
             self.adopt(name)?;
         }
+        // Process counts start again from what is alive now (a lower bound).
+        self.reseed_procs();
         self.replan();
         Ok(())
     }
@@ -1462,6 +1481,39 @@ impl Engine {
         Ok(())
     }
 
+    // ---- process events ------------------------------------------------------------------
+
+    fn proc_events(&mut self, msg: ProcMsg) {
+        match msg {
+            ProcMsg::Events(events) => {
+                for ev in &events {
+                    if let Some(Unknown::Exec { pid, tgid }) = self.procs.apply(ev) {
+                        self.on_unknown_exec(pid, tgid);
+                    }
+                }
+            }
+            ProcMsg::Overrun => self.reseed_procs(),
+        }
+    }
+
+    /// A process outside every job called exec. Adoption rules (issue 6) hook in here.
+    fn on_unknown_exec(&mut self, _pid: u32, _tgid: u32) {}
+
+    /// Re-learn every started job's processes from its `cgroup.procs`.
+    fn reseed_procs(&mut self) {
+        for j in self.jobs.values().filter(|j| j.started.is_some()) {
+            match self.driver.procs(&j.cgroup) {
+                Ok(pids) => self.procs.reseed(j.seq, &pids),
+                Err(e) => debug!(job = %j.id, error = %e, "cannot list job processes"),
+            }
+        }
+    }
+
+    /// Process and thread counts of a running job.
+    pub fn proc_counts(&self, seq: i64) -> Option<ProcCounts> {
+        self.procs.counts(seq)
+    }
+
     // ---- status --------------------------------------------------------------------------
 
     /// The node's state for `pjw status`: running jobs, then the queue in order.
@@ -1510,7 +1562,8 @@ impl Engine {
                 // Two small cgroup reads per started job, like procs and threads above.
                 cpu_usec: j
                     .started
-                    .and_then(|_| self.driver.cpu_usage_usec(&j.cgroup).ok()),
+                    .and_then(|_| self.driver.cpu_time(&j.cgroup).ok())
+                    .map(|c| c.user_usec + c.system_usec),
                 mem_bytes: j
                     .started
                     .and_then(|_| self.driver.memory_usage(&j.cgroup).ok()),

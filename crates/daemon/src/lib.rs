@@ -8,6 +8,7 @@ pub mod config;
 pub mod engine;
 pub mod metrics;
 pub mod os;
+pub mod procs;
 pub mod server;
 
 use std::os::unix::fs::PermissionsExt;
@@ -212,6 +213,11 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         watches,
         tx.clone(),
     );
+    // Exact process counts (and exec events for adoption) from the kernel's proc connector;
+    // opened before recovery so that no event after the re-seed is missed.
+    if let Err(e) = procs::spawn_reader(tx.clone(), engine::Event::Proc) {
+        warn!(error = %e, "process events unavailable; process counts come from samples only");
+    }
     eng.recover().map_err(DaemonError::Other)?;
     let listener = bind_socket(&cfg.socket, cfg.socket_mode)?;
     info!(

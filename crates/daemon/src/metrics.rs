@@ -207,7 +207,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         let (Some(cg), Some(d)) = (&j.cgroup, driver) else {
             continue;
         };
-        if let Ok(us) = d.cpu_usage_usec(cg) {
+        if let Ok(us) = d.cpu_time(cg).map(|c| c.user_usec + c.system_usec) {
             cpu.get_or_create(&labels).inc_by(us as f64 / 1e6);
         }
         if let Ok(b) = d.memory_usage(cg) {
