@@ -7,6 +7,7 @@
 
 mod cli;
 mod cmd_control;
+mod cmd_report;
 mod cmd_run;
 mod cmd_sim;
 mod cmd_status;
@@ -36,6 +37,7 @@ fn main() {
             job: p.job,
             priority: p.priority,
         })),
+        cli::Command::Report(r) => report(cmd_report::run(r)),
         cli::Command::Topology(t) => report(cmd_topology::run(t)),
         cli::Command::Sim(s) => report(cmd_sim::run(s)),
         cli::Command::Top(t) => report(cmd_top::run(t)),

@@ -9,6 +9,8 @@ pub mod engine;
 pub mod metrics;
 pub mod os;
 pub mod procs;
+pub mod profile;
+pub mod report;
 pub mod server;
 
 use std::os::unix::fs::PermissionsExt;
@@ -115,6 +117,9 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     let driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
     driver.prepare_parent()?;
     let store = Store::open(&cfg.state_dir)?;
+    // Only the daemon reads the store; reports go through the socket (docs/decisions.md).
+    std::fs::set_permissions(store.path(), std::fs::Permissions::from_mode(0o600))
+        .map_err(io_err(store.path()))?;
     let alloc = Allocator::new(&topo);
 
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -218,7 +223,37 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     if let Err(e) = procs::spawn_reader(tx.clone(), engine::Event::Proc) {
         warn!(error = %e, "process events unavailable; process counts come from samples only");
     }
+    eng.start_profiles().map_err(DaemonError::Other)?;
     eng.recover().map_err(DaemonError::Other)?;
+    if let Some(c) = &cfg.central {
+        // Its own thread and SQLite connection: shipping never runs on the engine's path.
+        let ship = pjw_central::ShipConfig {
+            url: c.url.clone(),
+            ship_samples: c.ship_samples,
+            batch_size: c.batch_size,
+            retry: c.retry,
+            node: os::hostname(&cfg.proc_root),
+        };
+        match pjw_central::Shipper::spawn(eng.state_path(), ship) {
+            Ok(s) => eng.set_shipper(s),
+            Err(e) => warn!(error = %e, "cannot start the central-store shipper"),
+        }
+    }
+    if cfg.profile.enabled {
+        // The sampler's tick; a tick missed while the engine was busy is skipped, not bunched.
+        let tx = tx.clone();
+        let every = std::time::Duration::from_millis(cfg.profile.interval_ms);
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                t.tick().await;
+                if tx.send(engine::Event::Sample).is_err() {
+                    break;
+                }
+            }
+        });
+    }
     let listener = bind_socket(&cfg.socket, cfg.socket_mode)?;
     info!(
         socket = %cfg.socket.display(),

@@ -146,6 +146,8 @@ pub struct Snapshot {
     pub free_cpus: u32,
     pub queue_len: u32,
     pub jobs: Vec<JobSnap>,
+    /// Failed writes to the local store (the profile writer's count).
+    pub store_write_errors: u64,
 }
 
 /// Render the metrics page: the snapshot, per-job cgroup reads through `driver`, and the
@@ -248,10 +250,14 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         Unit::Seconds,
         metrics.sampler_duration.clone(),
     );
+    let errors = metrics.store_write_errors.clone();
+    // The profile writer counts its failures; the engine's own are counted here.
+    let total: Counter = Counter::default();
+    total.inc_by(errors.get() + snap.store_write_errors);
     reg.register(
         "store_write_errors",
         "Failed writes to the local store",
-        metrics.store_write_errors.clone(),
+        total,
     );
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &reg) {
@@ -543,6 +549,7 @@ mod tests {
                     cgroup: None,
                 },
             ],
+            store_write_errors: 2,
         };
         let page = render(&snap, &m, None);
         for want in [
@@ -555,7 +562,7 @@ mod tests {
             "pjw_governor_actions_total{kind=\"thaw\"} 0",
             "pjw_launch_latency_seconds_count 1",
             "pjw_sampler_duration_seconds_count 0",
-            "pjw_store_write_errors_total 0",
+            "pjw_store_write_errors_total 2",
         ] {
             assert!(page.contains(want), "{want:?} missing from\n{page}");
         }
@@ -563,7 +570,7 @@ mod tests {
         let classic = to_classic(&page);
         for want in [
             "# HELP pjw_store_write_errors_total Failed writes to the local store.",
-            "# TYPE pjw_store_write_errors_total counter\npjw_store_write_errors_total 0",
+            "# TYPE pjw_store_write_errors_total counter\npjw_store_write_errors_total 2",
             "# TYPE pjw_launch_latency_seconds histogram\n",
             "# TYPE pjw_node_cpus gauge\npjw_node_cpus 4",
         ] {

@@ -27,6 +27,9 @@ use std::time::Duration;
 use pjw_core::CpuSet;
 use serde::{Deserialize, Serialize};
 
+pub mod report;
+pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint};
+
 /// Protocol version spoken by this build.
 pub const VERSION: u32 = 1;
 /// Largest frame accepted in either direction (1 MiB).
@@ -64,6 +67,8 @@ pub enum Request {
     Resume { job: String },
     /// Change a job's priority (1-16). Owner (up to the configured maximum) or root.
     Priority { job: String, priority: u8 },
+    /// Job profiles: totals, and optionally series and per-process rows (see [`report`]).
+    Report(ReportQuery),
 }
 
 /// Where a job may run.
@@ -135,6 +140,14 @@ pub enum Response {
     Done { message: String },
     /// The request was refused.
     Error { code: ErrorCode, message: String },
+    /// A report: one job's totals; its series and process frames follow.
+    ReportJob(Box<JobReport>),
+    /// A report: a chunk of the series of the job in the last `ReportJob`.
+    ReportSeries { points: Vec<SeriesPoint> },
+    /// A report: a chunk of the per-process rows of the job in the last `ReportJob`.
+    ReportProcesses { rows: Vec<ProcessRow> },
+    /// A report is complete: `count` jobs.
+    ReportEnd { count: u32 },
 }
 
 /// Why a request was refused.

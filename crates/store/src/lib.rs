@@ -291,6 +291,32 @@ impl Store {
         Ok(store)
     }
 
+    /// Open an existing database for reading only (reports), without migrating it. Fails when
+    /// its schema is not the one this build writes.
+    pub fn open_readonly(path: &Path) -> Result<Store, StoreError> {
+        let path = path.to_path_buf();
+        let err = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let conn = Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(err)?;
+        let store = Store { conn, path };
+        let v = store.schema_version()?;
+        if v != SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: store.path.clone(),
+                found: v,
+            });
+        }
+        Ok(store)
+    }
+
     fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
         move |source| StoreError::Sqlite {
             path: self.path.clone(),

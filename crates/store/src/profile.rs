@@ -458,6 +458,20 @@ impl Store {
         tx.commit().map_err(err)
     }
 
+    /// Fill in the exit status of a finished job (it can arrive just after the job was recorded
+    /// ended) and, for a job recorded `completed`, turn a non-zero status into `failed`.
+    pub fn set_exit_status(&mut self, seq: i64, status: i32) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE job_summary SET exit_status = ?2,
+                     end_class = CASE WHEN end_class = 'completed' AND ?2 <> 0 THEN 'failed' ELSE end_class END
+                 WHERE seq = ?1 AND exit_status IS NULL",
+                params![seq, status],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
     /// The summary of a finished job.
     pub fn summary(&self, seq: i64) -> Result<Option<JobSummary>, StoreError> {
         self.conn
