@@ -205,4 +205,7 @@ pub struct ReportArgs {
     /// At most N jobs, newest first [default: 100].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
+    /// Ask the cluster store (PostgreSQL) for finished jobs of every node.
+    #[arg(long, conflicts_with_all = ["watch", "processes"])]
+    pub central: bool,
 }

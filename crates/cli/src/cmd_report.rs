@@ -31,6 +31,7 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         series: a.series,
         processes: a.processes,
         limit: a.limit,
+        central: a.central,
     };
     let tz = chrono::Local::now().offset().fix();
     loop {

@@ -190,6 +190,10 @@ impl Engine {
             let _ = reply.send(err(ErrorCode::Invalid, msg));
             return;
         }
+        if query.central {
+            crate::central_report::spawn(self.cfg.central.clone(), access, query, reply);
+            return;
+        }
         // Live jobs: totals as of now, from the engine's state.
         let live: Vec<LiveJob> = self
             .jobs

@@ -28,7 +28,7 @@ use pjw_core::CpuSet;
 use serde::{Deserialize, Serialize};
 
 pub mod report;
-pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint};
+pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, SERIES_CHUNK};
 
 /// Protocol version spoken by this build.
 pub const VERSION: u32 = 1;

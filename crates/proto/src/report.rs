@@ -46,6 +46,10 @@ pub struct ReportQuery {
     /// At most this many jobs, newest first (default 100).
     #[serde(default)]
     pub limit: Option<u32>,
+    /// Ask the cluster store (PostgreSQL, `[central]`) for finished jobs of every node,
+    /// instead of this node's store.
+    #[serde(default)]
+    pub central: bool,
 }
 
 /// The states `--state` accepts.
