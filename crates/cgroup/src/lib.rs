@@ -49,10 +49,10 @@ mod unified;
 
 pub use error::CgroupError;
 pub use fs::Backend;
+pub use pjw_core::CpuSet;
 pub use pjw_kernelfs::cpu_stat::CpuStat;
 pub use pjw_kernelfs::io_stat::IoBytes;
 pub use stats::{memory_breakdown, MemoryBreakdown, Resource};
-pub use pjw_core::CpuSet;
 
 use std::collections::BTreeSet;
 use std::fmt;

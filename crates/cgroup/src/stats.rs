@@ -73,7 +73,11 @@ pub fn memory_breakdown(stat: &pjw_kernelfs::memory_stat::MemoryStat, v2: bool) 
 }
 
 impl Driver {
-    fn job_dir_checked(&self, h: &Hierarchy, name: &str) -> Result<std::path::PathBuf, CgroupError> {
+    fn job_dir_checked(
+        &self,
+        h: &Hierarchy,
+        name: &str,
+    ) -> Result<std::path::PathBuf, CgroupError> {
         parent::validate_job_name(name)?;
         Ok(h.job(name))
     }
@@ -85,13 +89,23 @@ impl Driver {
             let text = self.fs.read(&path)?;
             return cpu_stat::parse(&text).map_err(|source| CgroupError::Parse { path, source });
         }
-        let h = self.v1_with("cpuacct").ok_or(CgroupError::MissingController {
-            controller: "cpuacct".into(),
-            where_: None,
-        })?;
+        let h = self
+            .v1_with("cpuacct")
+            .ok_or(CgroupError::MissingController {
+                controller: "cpuacct".into(),
+                where_: None,
+            })?;
         let dir = self.job_dir_checked(h, name)?;
-        let user = read_u64(&self.fs, &dir.join("cpuacct.usage_user"), "cpuacct.usage_user")?;
-        let sys = read_u64(&self.fs, &dir.join("cpuacct.usage_sys"), "cpuacct.usage_sys")?;
+        let user = read_u64(
+            &self.fs,
+            &dir.join("cpuacct.usage_user"),
+            "cpuacct.usage_user",
+        )?;
+        let sys = read_u64(
+            &self.fs,
+            &dir.join("cpuacct.usage_sys"),
+            "cpuacct.usage_sys",
+        )?;
         Ok(CpuStat {
             user_usec: user / 1000,
             system_usec: sys / 1000,
@@ -186,7 +200,11 @@ mod tests {
         let v2 = memory_stat::parse("anon 300\nfile 20\nkernel 5\n").unwrap();
         assert_eq!(
             memory_breakdown(&v2, true),
-            MemoryBreakdown { anon: 300, file: 20, swap: None }
+            MemoryBreakdown {
+                anon: 300,
+                file: 20,
+                swap: None
+            }
         );
         let v1 = memory_stat::parse(
             "cache 1\nrss 2\nswap 0\ntotal_cache 10\ntotal_rss 20\ntotal_swap 30\n",
@@ -194,12 +212,20 @@ mod tests {
         .unwrap();
         assert_eq!(
             memory_breakdown(&v1, false),
-            MemoryBreakdown { anon: 20, file: 10, swap: Some(30) }
+            MemoryBreakdown {
+                anon: 20,
+                file: 10,
+                swap: Some(30)
+            }
         );
         let v1_noswap = memory_stat::parse("cache 1\nrss 2\n").unwrap();
         assert_eq!(
             memory_breakdown(&v1_noswap, false),
-            MemoryBreakdown { anon: 2, file: 1, swap: None }
+            MemoryBreakdown {
+                anon: 2,
+                file: 1,
+                swap: None
+            }
         );
     }
 }

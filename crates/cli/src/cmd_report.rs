@@ -22,7 +22,11 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         job: a.job.clone(),
         user: a.user.clone(),
         name: a.name.clone(),
-        since_ms: a.since.as_deref().map(|s| parse_since(s, now_ms)).transpose()?,
+        since_ms: a
+            .since
+            .as_deref()
+            .map(|s| parse_since(s, now_ms))
+            .transpose()?,
         state: a.state.clone(),
         series: a.series,
         processes: a.processes,
@@ -102,7 +106,13 @@ fn time(ms: Option<i64>, tz: &FixedOffset) -> String {
 fn dur(ms: i64) -> String {
     let s = ms.max(0) / 1000;
     if s >= 86400 {
-        format!("{}d{:02}:{:02}:{:02}", s / 86400, s % 86400 / 3600, s % 3600 / 60, s % 60)
+        format!(
+            "{}d{:02}:{:02}:{:02}",
+            s / 86400,
+            s % 86400 / 3600,
+            s % 3600 / 60,
+            s % 60
+        )
     } else {
         format!("{}:{:02}:{:02}", s / 3600, s % 3600 / 60, s % 60)
     }
@@ -179,14 +189,24 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
     );
     let total = |t: Option<u64>| t.map(|n| format!("{n} total, ")).unwrap_or_default();
     let rows: Vec<(&str, String)> = vec![
-        ("CPUs", format!("{} ({})", j.ncpus, if j.cpus.is_empty() { "-" } else { &j.cpus })),
+        (
+            "CPUs",
+            format!(
+                "{} ({})",
+                j.ncpus,
+                if j.cpus.is_empty() { "-" } else { &j.cpus }
+            ),
+        ),
         ("Submitted", time(Some(j.submitted_ms), tz)),
         ("Started", time(j.started_ms, tz)),
         ("Ended", time(j.ended_ms, tz)),
         ("Waited in queue", dur(j.queued_ms)),
         ("Ran (wall)", dur(j.running_ms)),
         ("  as backfill", dur(j.backfill_ms)),
-        ("  frozen", format!("{} ({} times)", dur(j.frozen_ms), j.freezes)),
+        (
+            "  frozen",
+            format!("{} ({} times)", dur(j.frozen_ms), j.freezes),
+        ),
         (
             "CPU time",
             format!(
@@ -210,8 +230,14 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
             "I/O",
             format!("read {}, written {}", size(j.io_rbytes), size(j.io_wbytes)),
         ),
-        ("Processes", format!("{}{} at most", total(j.procs_total), j.procs_max)),
-        ("Threads", format!("{}{} at most", total(j.threads_total), j.threads_max)),
+        (
+            "Processes",
+            format!("{}{} at most", total(j.procs_total), j.procs_max),
+        ),
+        (
+            "Threads",
+            format!("{}{} at most", total(j.threads_total), j.threads_max),
+        ),
         ("Samples", j.samples.to_string()),
     ];
     let mut rows: Vec<(&str, String)> = rows;
@@ -227,8 +253,26 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
 /// Several jobs, one row each.
 pub fn render_list(jobs: &[JobReport], tz: &FixedOffset) -> String {
     let mut rows = vec![[
-        "JOB", "USER", "NAME", "NODE", "STATE", "END", "EXIT", "SUBMITTED", "CPUS", "WAIT", "WALL",
-        "CPU_S", "EFF", "MEM_PEAK", "SWAP", "READ", "WRITE", "PROCS", "THREADS", "FROZEN",
+        "JOB",
+        "USER",
+        "NAME",
+        "NODE",
+        "STATE",
+        "END",
+        "EXIT",
+        "SUBMITTED",
+        "CPUS",
+        "WAIT",
+        "WALL",
+        "CPU_S",
+        "EFF",
+        "MEM_PEAK",
+        "SWAP",
+        "READ",
+        "WRITE",
+        "PROCS",
+        "THREADS",
+        "FROZEN",
     ]
     .map(String::from)
     .to_vec()];
@@ -272,7 +316,10 @@ pub fn render_series(j: &JobReport, tz: &FixedOffset) -> String {
         let cpu_total = p.cpu_user_usec.zip(p.cpu_system_usec).map(|(u, s)| u + s);
         let cpu = match (prev, cpu_total) {
             (Some((t0, c0)), Some(c)) if p.ts_ms > t0 => {
-                format!("{:.2}", c.saturating_sub(c0) as f64 / 1000.0 / (p.ts_ms - t0) as f64)
+                format!(
+                    "{:.2}",
+                    c.saturating_sub(c0) as f64 / 1000.0 / (p.ts_ms - t0) as f64
+                )
             }
             _ => "-".into(),
         };
@@ -352,7 +399,11 @@ fn csv_field(s: &str) -> String {
 }
 
 fn csv_line(fields: &[String]) -> String {
-    let mut l = fields.iter().map(|f| csv_field(f)).collect::<Vec<_>>().join(",");
+    let mut l = fields
+        .iter()
+        .map(|f| csv_field(f))
+        .collect::<Vec<_>>()
+        .join(",");
     l.push('\n');
     l
 }
@@ -608,7 +659,10 @@ JOB  USER   NAME   NODE  STATE    END        EXIT  SUBMITTED                  CP
             "12,1795323604000,running,2000000,500000,209715200,209715200,,,,,,2,,1.5,,,,,"
         );
         let p = render_csv(&[j], false, true);
-        assert_eq!(p.lines().nth(1).unwrap(), "12,1795323604000,77,pjw-wl,2500000,209715200,1");
+        assert_eq!(
+            p.lines().nth(1).unwrap(),
+            "12,1795323604000,77,pjw-wl,2500000,209715200,1"
+        );
     }
 
     #[test]
@@ -617,10 +671,7 @@ JOB  USER   NAME   NODE  STATE    END        EXIT  SUBMITTED                  CP
         assert_eq!(parse_since("2h", now).unwrap(), now - 7_200_000);
         assert_eq!(parse_since("30m", now).unwrap(), now - 1_800_000);
         assert_eq!(parse_since("7d", now).unwrap(), now - 7 * 86_400_000);
-        assert_eq!(
-            parse_since("2026-11-22T06:00:00+01:00", now).unwrap(),
-            T0
-        );
+        assert_eq!(parse_since("2026-11-22T06:00:00+01:00", now).unwrap(), T0);
         assert!(parse_since("2026-11-22", now).is_ok());
         for bad in ["", "yesterday", "5y", "-3h"] {
             let e = parse_since(bad, now).unwrap_err().to_string();

@@ -101,13 +101,11 @@ pub fn parse_duration_ms(d: &RawDuration) -> Result<u64, String> {
             .ok_or_else(|| format!("{s} seconds is too long")),
         RawDuration::Text(t) => {
             let t = t.trim();
-            let split = t
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(t.len());
+            let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
             let (num, unit) = t.split_at(split);
-            let n: u64 = num
-                .parse()
-                .map_err(|_| format!("{t:?} is not a duration such as \"10s\", \"5m\" or \"30d\""))?;
+            let n: u64 = num.parse().map_err(|_| {
+                format!("{t:?} is not a duration such as \"10s\", \"5m\" or \"30d\"")
+            })?;
             let mult = match unit.trim() {
                 "ms" => 1,
                 "" | "s" => 1000,
@@ -116,7 +114,8 @@ pub fn parse_duration_ms(d: &RawDuration) -> Result<u64, String> {
                 "d" => 86_400_000,
                 u => return Err(format!("{t:?}: unknown unit {u:?} (use ms, s, m, h or d)")),
             };
-            n.checked_mul(mult).ok_or_else(|| format!("{t:?} is too long"))
+            n.checked_mul(mult)
+                .ok_or_else(|| format!("{t:?} is too long"))
         }
     }
 }
@@ -478,7 +477,10 @@ impl Config {
         }
         let admin_group = match p.admin_group.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(g) if g.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) => {
+            Some(g)
+                if g.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
+            {
                 Some(g.to_string())
             }
             Some(g) => {
@@ -623,8 +625,20 @@ mod tests {
                 admin_group: Some("hpcadm".into()),
             }
         );
-        let c = Config::parse("t.toml", "[profile]\nretention = 0\nmax_db_size = \"0\"\ninterval = \"2s\"", &Overrides::default()).unwrap();
-        assert_eq!((c.profile.retention_ms, c.profile.max_db_size, c.profile.interval_ms), (None, None, 2000));
+        let c = Config::parse(
+            "t.toml",
+            "[profile]\nretention = 0\nmax_db_size = \"0\"\ninterval = \"2s\"",
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.profile.retention_ms,
+                c.profile.max_db_size,
+                c.profile.interval_ms
+            ),
+            (None, None, 2000)
+        );
     }
 
     #[test]
@@ -661,9 +675,15 @@ mod tests {
             ("[memory]\nlow = 0.95", "memory.low"),
             ("[memory]\nswap_slots = 0", "memory.swap_slots"),
             ("max_priority = 17", "max_priority"),
-            ("[profile]\ninterval = \"500ms\"", "profile.interval: 500 ms is not between 1s and 1h"),
+            (
+                "[profile]\ninterval = \"500ms\"",
+                "profile.interval: 500 ms is not between 1s and 1h",
+            ),
             ("[profile]\ninterval = \"ten\"", "profile.interval"),
-            ("[profile]\nretention = \"3w\"", "profile.retention: \"3w\": unknown unit"),
+            (
+                "[profile]\nretention = \"3w\"",
+                "profile.retention: \"3w\": unknown unit",
+            ),
             ("[profile]\nmax_db_size = \"10k\"", "profile.max_db_size"),
             ("[profile]\nadmin_group = \"a b\"", "profile.admin_group"),
             ("[profile]\nprocesses = 5000", "profile.processes"),

@@ -175,8 +175,7 @@ impl Engine {
         query: ReportQuery,
         reply: mpsc::UnboundedSender<Response>,
     ) {
-        let access = match report::access(&cred, self.cfg.profile.admin_group.as_deref(), &query)
-        {
+        let access = match report::access(&cred, self.cfg.profile.admin_group.as_deref(), &query) {
             Ok(a) => a,
             Err(msg) => {
                 let _ = reply.send(err(ErrorCode::Denied, msg));
@@ -196,7 +195,10 @@ impl Engine {
                 Access::Uid(u) => j.uid == u,
             })
             .map(|j| {
-                let running_ms = j.started.map(|s| s.elapsed().as_millis() as i64).unwrap_or(0);
+                let running_ms = j
+                    .started
+                    .map(|s| s.elapsed().as_millis() as i64)
+                    .unwrap_or(0);
                 let finals = if j.started.is_some() {
                     profile::read_finals(&self.driver, &j.cgroup)
                 } else {

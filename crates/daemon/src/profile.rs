@@ -229,7 +229,8 @@ pub fn top_processes(
     let mut rows: Vec<ProcessSample> = pids
         .iter()
         .filter_map(|pid| {
-            let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+            let text =
+                std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
             let st = pjw_kernelfs::proc_stat::parse(&text).ok()?;
             Some(ProcessSample {
                 seq,
@@ -428,7 +429,13 @@ mod tests {
             ("client left the queue", false, 0, None, EndClass::Failed),
             ("start failed: EPERM", false, 0, None, EndClass::Failed),
             ("start interrupted", false, 0, None, EndClass::Failed),
-            ("ended while daemon was down", false, 0, None, EndClass::Completed),
+            (
+                "ended while daemon was down",
+                false,
+                0,
+                None,
+                EndClass::Completed,
+            ),
         ];
         for (reason, killed, ooms, status, want) in table {
             assert_eq!(end_class(reason, killed, ooms, status), want, "{reason}");
@@ -478,11 +485,23 @@ mod tests {
         };
         let s = p.summary(7, "n", EndClass::Completed, 1000, &finals, Some(counts));
         assert_eq!(
-            (s.cpu_user_usec, s.mem_peak, s.swap_peak, s.procs_max, s.threads_max),
+            (
+                s.cpu_user_usec,
+                s.mem_peak,
+                s.swap_peak,
+                s.procs_max,
+                s.threads_max
+            ),
             (30, 300, 5, 5, 5)
         );
-        assert_eq!((s.procs_total, s.threads_total, s.samples), (Some(26), Some(27), 2));
+        assert_eq!(
+            (s.procs_total, s.threads_total, s.samples),
+            (Some(26), Some(27), 2)
+        );
         let s = p.summary(7, "n", EndClass::Completed, 1000, &Finals::default(), None);
-        assert_eq!((s.cpu_user_usec, s.mem_peak, s.procs_total), (20, 250, None));
+        assert_eq!(
+            (s.cpu_user_usec, s.mem_peak, s.procs_total),
+            (20, 250, None)
+        );
     }
 }

@@ -195,7 +195,9 @@ pub fn job_report(
         }
         None => {
             // Ended before pjw recorded profiles: what the record tells.
-            let start = rec.started_ms.unwrap_or(rec.ended_ms.unwrap_or(rec.submitted_ms));
+            let start = rec
+                .started_ms
+                .unwrap_or(rec.ended_ms.unwrap_or(rec.submitted_ms));
             r.queued_ms = (start - rec.submitted_ms).max(0);
             r.running_ms = match (rec.started_ms, rec.ended_ms) {
                 (Some(a), Some(b)) => (b - a).max(0),
@@ -222,7 +224,10 @@ pub fn answer(
         Ok(s) => s,
         Err(e) => {
             warn!(error = %e, "report: cannot open the store");
-            return fail(ErrorCode::Internal, format!("cannot read the profile store: {e}"));
+            return fail(
+                ErrorCode::Internal,
+                format!("cannot read the profile store: {e}"),
+            );
         }
     };
     let mut f = JobFilter {
@@ -326,8 +331,16 @@ mod tests {
 
     #[test]
     fn root_sees_all_others_only_their_own() {
-        let root = Cred { pid: 1, uid: 0, gid: 0 };
-        let user = Cred { pid: 1, uid: 4242, gid: 4242 };
+        let root = Cred {
+            pid: 1,
+            uid: 0,
+            gid: 0,
+        };
+        let user = Cred {
+            pid: 1,
+            uid: 4242,
+            gid: 4242,
+        };
         let q = ReportQuery::default();
         assert_eq!(access(&root, None, &q), Ok(Access::All));
         assert_eq!(access(&user, None, &q), Ok(Access::Uid(4242)));
@@ -338,7 +351,10 @@ mod tests {
             ..Default::default()
         };
         let e = access(&user, Some("wheel"), &other).unwrap_err();
-        assert!(e.contains("only your own") && e.contains("group wheel"), "{e}");
+        assert!(
+            e.contains("only your own") && e.contains("group wheel"),
+            "{e}"
+        );
         let own = ReportQuery {
             user: Some("4242".into()),
             ..Default::default()

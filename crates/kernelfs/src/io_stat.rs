@@ -30,7 +30,9 @@ pub fn parse(text: &str) -> Result<IoBytes, ParseError> {
             return Err(bad_line(FORMAT, i, line));
         }
         for kv in w {
-            let (k, v) = kv.split_once('=').ok_or_else(|| bad_line(FORMAT, i, line))?;
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| bad_line(FORMAT, i, line))?;
             let slot = match k {
                 "rbytes" => &mut out.rbytes,
                 "wbytes" => &mut out.wbytes,
@@ -52,7 +54,8 @@ pub fn parse_blkio(text: &str) -> Result<IoBytes, ParseError> {
         match w.as_slice() {
             [] => {}
             ["Total", v] => {
-                v.parse::<u64>().map_err(|_| bad_value(FORMAT, "Total", v))?;
+                v.parse::<u64>()
+                    .map_err(|_| bad_value(FORMAT, "Total", v))?;
             }
             [dev, op, v] if dev.contains(':') => {
                 let n = v.parse::<u64>().map_err(|_| bad_value(FORMAT, op, v))?;
@@ -79,7 +82,13 @@ mod tests {
              253:1 rbytes=10 wbytes=20 rios=1 wios=1 dbytes=0 dios=0\n",
         )
         .unwrap();
-        assert_eq!(s, IoBytes { rbytes: 90122, wbytes: 4116 });
+        assert_eq!(
+            s,
+            IoBytes {
+                rbytes: 90122,
+                wbytes: 4116
+            }
+        );
         assert_eq!(parse("").unwrap(), IoBytes::default());
     }
 
@@ -90,7 +99,13 @@ mod tests {
              8:0 Total 94208\n8:16 Read 8\n8:16 Write 0\nTotal 94216\n",
         )
         .unwrap();
-        assert_eq!(s, IoBytes { rbytes: 90120, wbytes: 4096 });
+        assert_eq!(
+            s,
+            IoBytes {
+                rbytes: 90120,
+                wbytes: 4096
+            }
+        );
         assert_eq!(parse_blkio("Total 0\n").unwrap(), IoBytes::default());
     }
 

@@ -210,7 +210,10 @@ pub const SERIES_CHUNK: usize = 1000;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{decode_request, encode_request, encode_response, decode_response, Request, Response, ErrorCode};
+    use crate::{
+        decode_request, decode_response, encode_request, encode_response, ErrorCode, Request,
+        Response,
+    };
 
     #[test]
     fn efficiency_is_cpu_over_cpus_times_wall() {
@@ -248,21 +251,51 @@ mod tests {
     #[test]
     fn a_stream_assembles_into_jobs() {
         let frames = vec![
-            Response::ReportJob(Box::new(JobReport { id: "1".into(), ..JobReport::default() })),
-            Response::ReportSeries { points: vec![SeriesPoint { ts_ms: 1, ..Default::default() }] },
-            Response::ReportSeries { points: vec![SeriesPoint { ts_ms: 2, ..Default::default() }] },
-            Response::ReportJob(Box::new(JobReport { id: "2".into(), ..JobReport::default() })),
-            Response::ReportProcesses { rows: vec![ProcessRow { pid: 9, ..Default::default() }] },
+            Response::ReportJob(Box::new(JobReport {
+                id: "1".into(),
+                ..JobReport::default()
+            })),
+            Response::ReportSeries {
+                points: vec![SeriesPoint {
+                    ts_ms: 1,
+                    ..Default::default()
+                }],
+            },
+            Response::ReportSeries {
+                points: vec![SeriesPoint {
+                    ts_ms: 2,
+                    ..Default::default()
+                }],
+            },
+            Response::ReportJob(Box::new(JobReport {
+                id: "2".into(),
+                ..JobReport::default()
+            })),
+            Response::ReportProcesses {
+                rows: vec![ProcessRow {
+                    pid: 9,
+                    ..Default::default()
+                }],
+            },
             Response::ReportEnd { count: 2 },
         ];
         let mut it = frames
             .into_iter()
             .map(|f| decode_response(&encode_response(&f)).unwrap());
-        let jobs = collect_report(|| Ok::<_, ()>(it.next().unwrap())).unwrap().unwrap();
+        let jobs = collect_report(|| Ok::<_, ()>(it.next().unwrap()))
+            .unwrap()
+            .unwrap();
         assert_eq!(jobs.len(), 2);
-        assert_eq!(jobs[0].series.iter().map(|p| p.ts_ms).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(
+            jobs[0].series.iter().map(|p| p.ts_ms).collect::<Vec<_>>(),
+            [1, 2]
+        );
         assert_eq!(jobs[1].processes[0].pid, 9);
-        let mut err = vec![Response::Error { code: ErrorCode::Denied, message: "no".into() }].into_iter();
+        let mut err = vec![Response::Error {
+            code: ErrorCode::Denied,
+            message: "no".into(),
+        }]
+        .into_iter();
         assert_eq!(
             collect_report(|| Ok::<_, ()>(err.next().unwrap())).unwrap(),
             Err((ErrorCode::Denied, "no".into()))
