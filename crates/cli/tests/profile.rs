@@ -145,12 +145,14 @@ fn killed_jobs_and_live_jobs_are_reported() {
         "cpus = \"0\"\n[profile]\ninterval = \"1s\"\nprocesses = 3\n",
     );
     let mut child = d.run_sh(&["-j", "k1", "-n", "sleeper"], "sleep 600");
-    assert!(TestDaemon::wait_for(Duration::from_secs(30), || {
-        report_json(&d, &["-J", "k1"])[0]["samples"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 2
-    }));
+    // Until it has started and been sampled twice (the report fails until it is submitted).
+    let sampled = TestDaemon::wait_for(Duration::from_secs(30), || {
+        let out = report(&d, &["-J", "k1", "--format", "json"]);
+        out.status.success()
+            && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .is_ok_and(|j| j[0]["samples"].as_u64().unwrap_or(0) >= 2)
+    });
+    assert!(sampled, "{}", d.log());
     // While it runs: live totals and per-process rows.
     let j = report_json(&d, &["-J", "k1", "--processes"])[0].clone();
     assert_eq!(j["state"], "running", "{j:#}");
@@ -186,20 +188,18 @@ fn killed_jobs_and_live_jobs_are_reported() {
     }
 }
 
-/// `pjw` as another user (`setpriv`, no supplementary groups).
-fn as_user(d: &TestDaemon, uid: u32, args: &[&str]) -> Output {
-    Command::new("setpriv")
-        .args([
-            &format!("--reuid={uid}"),
-            &format!("--regid={uid}"),
-            "--clear-groups",
-        ])
-        .arg(pjw_bin())
+/// `pjw` as another user: real unprivileged uid and gid, no supplementary groups (std drops
+/// them when root sets a uid). No tool needed, so it also runs in the VM guest.
+fn as_user(d: &TestDaemon, uid: u32, gid: u32, args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt;
+    Command::new(pjw_bin())
+        .uid(uid)
+        .gid(gid)
         .args(args)
         .env("PJW_SOCKET", d.socket())
         .stdin(Stdio::null())
         .output()
-        .expect("setpriv")
+        .expect("pjw as another user")
 }
 
 #[test]
@@ -208,9 +208,11 @@ fn a_second_user_cannot_read_the_first_users_report_but_root_can() {
     let d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
     // Let other users reach the socket in the test's private directory.
     std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (first, second) = (65534, 1); // nobody, daemon
+    // nobody, and a uid without a passwd entry (the VM guest has only root and nobody).
+    let (first, second) = (65534, 4242);
     let out = as_user(
         &d,
+        first,
         first,
         &["run", "-j", "secret", "-n", "private", "--", "true"],
     );
@@ -221,7 +223,12 @@ fn a_second_user_cannot_read_the_first_users_report_but_root_can() {
         d.log()
     );
     // The owner reads it.
-    let out = as_user(&d, first, &["report", "-J", "secret", "--format", "json"]);
+    let out = as_user(
+        &d,
+        first,
+        first,
+        &["report", "-J", "secret", "--format", "json"],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -230,7 +237,7 @@ fn a_second_user_cannot_read_the_first_users_report_but_root_can() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j[0]["uid"], first);
     // The second user is refused with one clear line, and sees nothing in a listing.
-    let out = as_user(&d, second, &["report", "-J", "secret"]);
+    let out = as_user(&d, second, second, &["report", "-J", "secret"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(
@@ -238,10 +245,10 @@ fn a_second_user_cannot_read_the_first_users_report_but_root_can() {
         "pjw: job secret belongs to another user; only its owner, root and the admin group may read its report"
     );
     assert!(out.stdout.is_empty());
-    let out = as_user(&d, second, &["report"]);
+    let out = as_user(&d, second, second, &["report"]);
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout), "no jobs\n");
-    let out = as_user(&d, second, &["report", "--user", "nobody"]);
+    let out = as_user(&d, second, second, &["report", "--user", "nobody"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("only your own jobs"));
     // Root reads it.
@@ -263,19 +270,27 @@ fn a_second_user_cannot_read_the_first_users_report_but_root_can() {
 #[test]
 fn the_admin_group_reads_every_report() {
     require_root!();
-    // Group `daemon` (gid 1) is the admin group; user `daemon` (uid 1) is in it.
+    // gid 4243 is the admin group; uid 4242 runs with it as its group.
     let d = TestDaemon::start(
         &pjw_bin(),
-        "cpus = \"0\"\n[profile]\ninterval = \"1s\"\nadmin_group = \"daemon\"\n",
+        "cpus = \"0\"\n[profile]\ninterval = \"1s\"\nadmin_group = \"4243\"\n",
     );
     std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = as_user(&d, 65534, &["run", "-j", "theirs", "--", "true"]);
+    let out = as_user(&d, 65534, 65534, &["run", "-j", "theirs", "--", "true"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = as_user(&d, 1, &["report", "-J", "theirs", "--format", "json"]);
+    // Not in the group: refused.
+    let out = as_user(&d, 4242, 4242, &["report", "-J", "theirs"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = as_user(
+        &d,
+        4242,
+        4243,
+        &["report", "-J", "theirs", "--format", "json"],
+    );
     assert!(
         out.status.success(),
         "{}",

@@ -175,7 +175,8 @@ impl Engine {
         query: ReportQuery,
         reply: mpsc::UnboundedSender<Response>,
     ) {
-        let access = match report::access(&cred, self.cfg.profile.admin_group.as_deref(), &query) {
+        let admin = self.cfg.profile.admin_group.as_deref();
+        let access = match report::access(&cred, admin, &self.cfg.proc_root, &query) {
             Ok(a) => a,
             Err(msg) => {
                 let _ = reply.send(err(ErrorCode::Denied, msg));
