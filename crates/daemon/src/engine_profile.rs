@@ -153,10 +153,11 @@ impl Engine {
         }
         self.late_exits
             .retain(|_, (_, at)| at.elapsed() < LATE_EXIT_WAIT);
-        if self
-            .last_retention
-            .map_or(true, |t| t.elapsed() >= RETENTION_EVERY)
-        {
+        let due = match self.last_retention {
+            Some(t) => t.elapsed() >= RETENTION_EVERY,
+            None => true,
+        };
+        if due {
             self.last_retention = Some(Instant::now());
             writer.send(WriteOp::Retention {
                 now_ms: now,
