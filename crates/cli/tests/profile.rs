@@ -299,3 +299,4 @@ fn the_admin_group_reads_every_report() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j[0]["user"], "nobody");
 }
+

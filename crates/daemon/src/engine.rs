@@ -254,6 +254,8 @@ pub struct Engine {
     late_exits: HashMap<u32, (i64, Instant)>,
     /// When retention last ran.
     last_retention: Option<Instant>,
+    /// The last sampler tick: how long it took and how many jobs it sampled (for metrics).
+    last_sample: Option<(Duration, usize)>,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -354,6 +356,7 @@ impl Engine {
             writer: None,
             late_exits: HashMap::new(),
             last_retention: None,
+            last_sample: None,
         }
     }
 

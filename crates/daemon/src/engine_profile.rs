@@ -166,7 +166,14 @@ impl Engine {
                 keep_unshipped: false,
             });
         }
-        debug!(jobs, took_us = t0.elapsed().as_micros() as u64, "sampled");
+        let took = t0.elapsed();
+        self.last_sample = Some((took, jobs));
+        debug!(jobs, took_us = took.as_micros() as u64, "sampled");
+    }
+
+    /// The last sampler tick's duration and number of jobs sampled (for metrics).
+    pub fn last_sample(&self) -> Option<(Duration, usize)> {
+        self.last_sample
     }
 
     /// Answer a `report` request: access check here, store reads on a blocking thread.
