@@ -300,3 +300,47 @@ fn the_admin_group_reads_every_report() {
     assert_eq!(j[0]["user"], "nobody");
 }
 
+#[test]
+fn a_job_killed_for_memory_inside_its_limit_ends_oom() {
+    require_root!();
+    if std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("SwapTotal:") && !l.ends_with(" 0 kB"))
+    {
+        // With swap the job would swap instead of being killed.
+        eprintln!("skipped: this node has swap");
+        return;
+    }
+    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
+    let wl = wl();
+    let st = d
+        .pjw()
+        .args(["run", "-j", "big", "-m", "64M", "--"])
+        .args([wl.to_str().unwrap(), "grow", "200", "1", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    // `pjw run` became the command: it died of the OOM killer's SIGKILL.
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(9), "not OOM-killed: {st}");
+    let mut j = serde_json::Value::Null;
+    let done = TestDaemon::wait_for(Duration::from_secs(20), || {
+        j = report_json(&d, &["-J", "big"])[0].clone();
+        !j["exit_status"].is_null()
+    });
+    assert!(done, "{j:#}");
+    assert_eq!(j["end"], "oom", "{j:#}");
+    assert_eq!(j["exit_status"], 137, "{j:#}");
+    // The peak is the limit, not what it asked for.
+    let peak = j["mem_peak"].as_u64().unwrap() as f64 / MIB;
+    assert!(peak <= 64.5, "{peak}");
+    assert_eq!(
+        report_json(&d, &["--state", "oom"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}

@@ -171,6 +171,18 @@ impl Engine {
         debug!(jobs, took_us = took.as_micros() as u64, "sampled");
     }
 
+    /// Every started job's latest sample with its id, user and state (for metrics and
+    /// `pjw top`; no file is read).
+    pub fn latest_samples(&self) -> Vec<(String, String, &'static str, Sample)> {
+        self.jobs
+            .values()
+            .filter_map(|j| {
+                let s = j.prof.last.clone()?;
+                Some((j.id.to_string(), j.user.clone(), j.state().as_str(), s))
+            })
+            .collect()
+    }
+
     /// The last sampler tick's duration and number of jobs sampled (for metrics).
     pub fn last_sample(&self) -> Option<(Duration, usize)> {
         self.last_sample
