@@ -258,6 +258,8 @@ pub struct Engine {
     late_exits: HashMap<u32, (i64, Instant)>,
     /// When retention last ran.
     last_retention: Option<Instant>,
+    /// The last sampler tick: how long it took and how many jobs it sampled (for metrics).
+    last_sample: Option<(Duration, usize)>,
     /// Counters and histograms for the metrics endpoint.
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// The central-store shipper (`[central]`), woken when a job's summary is recorded.
@@ -362,6 +364,7 @@ impl Engine {
             writer: None,
             late_exits: HashMap::new(),
             last_retention: None,
+            last_sample: None,
             metrics: Default::default(),
             shipper: None,
         }
@@ -395,6 +398,13 @@ impl Engine {
                     user: j.user.clone(),
                     state: j.state(),
                     cgroup: j.started.map(|_| j.cgroup.clone()),
+                    // The sampler's latest sample; the scrape reads the cgroup without one.
+                    cpu_usec: j
+                        .prof
+                        .last
+                        .as_ref()
+                        .and_then(|s| Some(s.cpu_user_usec? + s.cpu_system_usec.unwrap_or(0))),
+                    mem_bytes: j.prof.last.as_ref().and_then(|s| s.mem_current),
                 })
                 .collect(),
             store_write_errors: self.writer.as_ref().map_or(0, |w| w.errors()),

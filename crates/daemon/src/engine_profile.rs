@@ -155,10 +155,11 @@ impl Engine {
         }
         self.late_exits
             .retain(|_, (_, at)| at.elapsed() < LATE_EXIT_WAIT);
-        if self
-            .last_retention
-            .map_or(true, |t| t.elapsed() >= RETENTION_EVERY)
-        {
+        let due = match self.last_retention {
+            Some(t) => t.elapsed() >= RETENTION_EVERY,
+            None => true,
+        };
+        if due {
             self.last_retention = Some(Instant::now());
             writer.send(WriteOp::Retention {
                 now_ms: now,
@@ -168,8 +169,27 @@ impl Engine {
                 keep_unshipped: self.cfg.central.is_some(),
             });
         }
-        self.metrics.sampler_pass(t0.elapsed().as_secs_f64());
-        debug!(jobs, took_us = t0.elapsed().as_micros() as u64, "sampled");
+        let took = t0.elapsed();
+        self.last_sample = Some((took, jobs));
+        self.metrics.sampler_pass(took.as_secs_f64());
+        debug!(jobs, took_us = took.as_micros() as u64, "sampled");
+    }
+
+    /// Every started job's latest sample with its id, user and state (for metrics and
+    /// `pjw top`; no file is read).
+    pub fn latest_samples(&self) -> Vec<(String, String, &'static str, Sample)> {
+        self.jobs
+            .values()
+            .filter_map(|j| {
+                let s = j.prof.last.clone()?;
+                Some((j.id.to_string(), j.user.clone(), j.state().as_str(), s))
+            })
+            .collect()
+    }
+
+    /// The last sampler tick's duration and number of jobs sampled (for metrics).
+    pub fn last_sample(&self) -> Option<(Duration, usize)> {
+        self.last_sample
     }
 
     /// Answer a `report` request: access check here, store reads on a blocking thread.
@@ -179,7 +199,8 @@ impl Engine {
         query: ReportQuery,
         reply: mpsc::UnboundedSender<Response>,
     ) {
-        let access = match report::access(&cred, self.cfg.profile.admin_group.as_deref(), &query) {
+        let admin = self.cfg.profile.admin_group.as_deref();
+        let access = match report::access(&cred, admin, &self.cfg.proc_root, &query) {
             Ok(a) => a,
             Err(msg) => {
                 let _ = reply.send(err(ErrorCode::Denied, msg));

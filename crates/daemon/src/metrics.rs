@@ -135,8 +135,12 @@ pub struct JobSnap {
     pub id: String,
     pub user: String,
     pub state: JobState,
-    /// Its cgroup name when it has started (the scrape reads CPU and memory there).
+    /// Its cgroup name when it has started (the scrape reads CPU and memory there when the
+    /// sampler has no sample of it yet, or is off).
     pub cgroup: Option<String>,
+    /// From the sampler's latest sample: CPU time (µs) and memory (bytes).
+    pub cpu_usec: Option<u64>,
+    pub mem_bytes: Option<u64>,
 }
 
 /// The engine's answer to a scrape: in-memory state only.
@@ -206,13 +210,18 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
                 state: j.state.as_str().into(),
             })
             .set(1);
-        let (Some(cg), Some(d)) = (&j.cgroup, driver) else {
+        let Some(cg) = &j.cgroup else {
             continue;
         };
-        if let Ok(us) = d.cpu_time(cg).map(|c| c.user_usec + c.system_usec) {
+        let cpu_usec = j.cpu_usec.or_else(|| {
+            let c = driver?.cpu_time(cg).ok()?;
+            Some(c.user_usec + c.system_usec)
+        });
+        let mem_bytes = j.mem_bytes.or_else(|| driver?.memory_usage(cg).ok());
+        if let Some(us) = cpu_usec {
             cpu.get_or_create(&labels).inc_by(us as f64 / 1e6);
         }
-        if let Ok(b) = d.memory_usage(cg) {
+        if let Some(b) = mem_bytes {
             mem.get_or_create(&labels).set(b as i64);
         }
     }
@@ -540,13 +549,17 @@ mod tests {
                     id: "7".into(),
                     user: "alice".into(),
                     state: JobState::Running,
-                    cgroup: None,
+                    cgroup: Some("job-7".into()),
+                    cpu_usec: Some(2_500_000),
+                    mem_bytes: Some(300 << 20),
                 },
                 JobSnap {
                     id: "8".into(),
                     user: "bob".into(),
                     state: JobState::Queued,
                     cgroup: None,
+                    cpu_usec: None,
+                    mem_bytes: None,
                 },
             ],
             store_write_errors: 2,
@@ -558,6 +571,8 @@ mod tests {
             "pjw_jobs{state=\"running\"} 1",
             "pjw_jobs{state=\"frozen\"} 0",
             "pjw_job_state{job=\"7\",user=\"alice\",state=\"running\"} 1",
+            "pjw_job_cpu_seconds_total{job=\"7\",user=\"alice\"} 2.5",
+            "pjw_job_memory_bytes{job=\"7\",user=\"alice\"} 314572800",
             "pjw_governor_actions_total{kind=\"freeze\"} 1",
             "pjw_governor_actions_total{kind=\"thaw\"} 0",
             "pjw_launch_latency_seconds_count 1",

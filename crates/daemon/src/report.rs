@@ -38,30 +38,47 @@ pub struct LiveJob {
     pub summary: JobSummary,
 }
 
-/// Whether `cred` is in the admin group (by name or gid): primary group, or listed member.
-fn in_admin_group(cred: &Cred, group: Option<&str>) -> bool {
+/// Whether `cred` is in the admin group (a name or a gid): its primary group, a supplementary
+/// group of the calling process (`/proc/PID/status`), or a listed member in the group database.
+fn in_admin_group(cred: &Cred, group: Option<&str>, proc_root: &Path) -> bool {
     let Some(group) = group else { return false };
-    let g = match group.parse::<u32>() {
-        Ok(gid) => uzers::get_group_by_gid(gid),
-        Err(_) => uzers::get_group_by_name(group),
+    let gid = match group.parse::<u32>() {
+        Ok(g) => g,
+        Err(_) => match uzers::get_group_by_name(group) {
+            Some(g) => g.gid(),
+            None => return false,
+        },
     };
-    let Some(g) = g else { return false };
-    if g.gid() == cred.gid {
+    if cred.gid == gid {
         return true;
     }
-    let Some(user) = uzers::get_user_by_uid(cred.uid) else {
-        return false;
-    };
-    if user.primary_group_id() == g.gid() {
+    let groups = std::fs::read_to_string(proc_root.join(cred.pid.to_string()).join("status"))
+        .ok()
+        .and_then(|t| pjw_kernelfs::proc_status::parse(&t).ok())
+        .filter(|s| s.uid[0] == cred.uid)
+        .map(|s| s.groups())
+        .unwrap_or_default();
+    if groups.contains(&gid) {
         return true;
     }
     use uzers::os::unix::GroupExt;
-    g.members().iter().any(|m| m == user.name())
+    match (
+        uzers::get_group_by_gid(gid),
+        uzers::get_user_by_uid(cred.uid),
+    ) {
+        (Some(g), Some(u)) => g.members().iter().any(|m| m == u.name()),
+        _ => false,
+    }
 }
 
 /// Decide what the caller may see, or refuse with a one-line reason.
-pub fn access(cred: &Cred, admin_group: Option<&str>, q: &ReportQuery) -> Result<Access, String> {
-    if cred.uid == 0 || in_admin_group(cred, admin_group) {
+pub fn access(
+    cred: &Cred,
+    admin_group: Option<&str>,
+    proc_root: &Path,
+    q: &ReportQuery,
+) -> Result<Access, String> {
+    if cred.uid == 0 || in_admin_group(cred, admin_group, proc_root) {
         return Ok(Access::All);
     }
     if let Some(u) = &q.user {
@@ -342,17 +359,20 @@ mod tests {
             gid: 4242,
         };
         let q = ReportQuery::default();
+        let access =
+            |c: &Cred, g: Option<&str>, q: &ReportQuery| access(c, g, Path::new("/nonexistent"), q);
         assert_eq!(access(&root, None, &q), Ok(Access::All));
         assert_eq!(access(&user, None, &q), Ok(Access::Uid(4242)));
         // The admin group, by gid.
         assert_eq!(access(&user, Some("4242"), &q), Ok(Access::All));
+        assert_eq!(access(&user, Some("4243"), &q), Ok(Access::Uid(4242)));
         let other = ReportQuery {
             user: Some("root".into()),
             ..Default::default()
         };
-        let e = access(&user, Some("wheel"), &other).unwrap_err();
+        let e = access(&user, Some("4243"), &other).unwrap_err();
         assert!(
-            e.contains("only your own") && e.contains("group wheel"),
+            e.contains("only your own") && e.contains("group 4243"),
             "{e}"
         );
         let own = ReportQuery {
