@@ -8,6 +8,11 @@ command -v cc >/dev/null || need+=(build-essential)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v pkill >/dev/null || need+=(procps)
 command -v taskset >/dev/null || need+=(util-linux)
+# promtool checks the metrics page; tmux drives `pjw top` in its test; the central-store test
+# runs a private PostgreSQL server (initdb, pg_ctl from the Debian package).
+[ -x /usr/bin/promtool ] || need+=(prometheus)
+command -v tmux >/dev/null || need+=(tmux)
+ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: missing ${need[*]}; run as root or install them" >&2

@@ -13,6 +13,11 @@
 //! - `duty CYCLES ITERS IDLE_MS` — an I/O-bound job: CYCLES times, ITERS loop iterations then
 //!   IDLE_MS asleep; prints its wall time in seconds.
 //! - `check MIB ROUNDS` — the checksum `grow` must print, computed without the memory.
+//! - `steps MIB STEPS CHILDREN HOLD_MS` — grows to MIB MiB of anonymous memory in STEPS equal
+//!   steps, holding each for HOLD_MS; at each step it starts its share of CHILDREN short-lived
+//!   child processes (`pjw-wl noop`, one at a time); no threads. A job of known shape for
+//!   profile tests: 1 + CHILDREN processes, a peak of MIB MiB, STEPS plateaus.
+//! - `noop` — exits at once.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -30,7 +35,7 @@ fn spin(iters: u64) -> u64 {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | spin-forever | duty CYCLES ITERS IDLE_MS | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE");
+    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | spin-forever | duty CYCLES ITERS IDLE_MS | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop");
     std::process::exit(2);
 }
 
@@ -167,6 +172,35 @@ fn main() {
             }
             println!("{sum}");
         }
+        Some("steps") => {
+            let mib: usize = arg(&args, 2);
+            let steps: usize = arg::<usize>(&args, 3).max(1);
+            let children: usize = arg(&args, 4);
+            let hold: u64 = arg(&args, 5);
+            let me = std::env::current_exe().unwrap_or_else(|_| usage());
+            let mut blocks: Vec<Vec<u8>> = Vec::new();
+            let mut started = 0;
+            for s in 1..=steps {
+                let mut b = vec![0u8; (mib << 20) / steps];
+                for i in (0..b.len()).step_by(PAGE) {
+                    b[i] = 1;
+                }
+                blocks.push(black_box(b));
+                // This step's share of the children, one at a time.
+                let upto = children * s / steps;
+                while started < upto {
+                    match std::process::Command::new(&me).arg("noop").status() {
+                        Ok(st) if st.success() => {}
+                        Ok(st) => eprintln!("pjw-wl: child failed: {st}"),
+                        Err(e) => eprintln!("pjw-wl: cannot start a child: {e}"),
+                    }
+                    started += 1;
+                }
+                std::thread::sleep(Duration::from_millis(hold));
+            }
+            black_box(&blocks);
+        }
+        Some("noop") => {}
         _ => usage(),
     }
 }

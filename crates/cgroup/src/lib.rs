@@ -16,8 +16,8 @@
 //! | mode    | limits (cpuset, memory, pids, cpu)        | tracking, freeze, kill, events |
 //! |---------|-------------------------------------------|--------------------------------|
 //! | Unified | the cgroup2 tree (+io when present)       | the cgroup2 tree               |
-//! | Hybrid  | v1 cpuset, memory, pids, cpu, cpuacct     | the cgroup2 tree               |
-//! | Legacy  | v1 cpuset, memory, pids, cpu, cpuacct     | v1 cpuset; v1 freezer          |
+//! | Hybrid  | v1 cpuset, memory, pids, cpu, cpuacct, blkio | the cgroup2 tree               |
+//! | Legacy  | v1 cpuset, memory, pids, cpu, cpuacct, blkio | v1 cpuset; v1 freezer          |
 //!
 //! A missing v1 controller is skipped with a warning, except cpuset, which is required. All paths
 //! come from mountinfo (the mount point plus the cgroup path below the mount's root), so tests
@@ -44,11 +44,15 @@ mod fs;
 mod memory;
 mod parent;
 mod pids;
+mod stats;
 mod unified;
 
 pub use error::CgroupError;
 pub use fs::Backend;
 pub use pjw_core::CpuSet;
+pub use pjw_kernelfs::cpu_stat::CpuStat;
+pub use pjw_kernelfs::io_stat::IoBytes;
+pub use stats::{memory_breakdown, MemoryBreakdown, Resource};
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -148,7 +152,7 @@ impl Partition {
 }
 
 /// The hierarchies of one mode (static dispatch over the modes).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Layout {
     /// The cgroup2 tree does everything.
     Unified { v2: Hierarchy },
@@ -159,7 +163,7 @@ enum Layout {
 }
 
 /// The driver: one type over all modes (static dispatch inside).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Driver {
     layout: Layout,
     fs: Fs,

@@ -28,10 +28,21 @@ pub enum Command {
     Resume(KillArgs),
     /// Change a job's priority (1-16).
     Priority(PriorityArgs),
+    /// What jobs did: CPU, memory, processes, waits and freezes; series and per-process detail.
+    Report(ReportArgs),
     /// Show the machine's topology (or one from an hwloc XML file or a synthetic description).
     Topology(TopologyArgs),
     /// Replay a job trace on a topology and compare placement policies.
     Sim(SimArgs),
+    /// A live view of the node: CPU map, jobs with CPU % and memory, the queue.
+    Top(TopArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Seconds between refreshes.
+    #[arg(short = 'd', long, default_value_t = 1.0, value_name = "SECS")]
+    pub interval: f64,
 }
 
 #[derive(Debug, Args)]
@@ -152,4 +163,49 @@ pub struct PriorityArgs {
     /// The new priority, 1-16.
     #[arg(value_name = "N", value_parser = clap::value_parser!(u8).range(1..=16))]
     pub priority: u8,
+}
+
+/// Output format of `pjw report`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    Table,
+    Json,
+    Csv,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// One job (all its runs on this node).
+    #[arg(short = 'J', long = "job", value_name = "ID")]
+    pub job: Option<String>,
+    /// Jobs of this user (root and the admin group only, for other users).
+    #[arg(short = 'u', long, value_name = "USER")]
+    pub user: Option<String>,
+    /// Jobs with this name.
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Jobs since: an RFC 3339 time, a date (YYYY-MM-DD) or a duration ago (30m, 2h, 7d).
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// queued, running, completed, killed, oom, expired or failed.
+    #[arg(long, value_name = "STATE")]
+    pub state: Option<String>,
+    /// Show the time series.
+    #[arg(long)]
+    pub series: bool,
+    /// Show the per-process rows (recorded with profile.processes = N).
+    #[arg(long)]
+    pub processes: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
+    pub format: ReportFormat,
+    /// Refresh every SECS seconds until the jobs shown have ended.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub watch: Option<u64>,
+    /// At most N jobs, newest first [default: 100].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
+    /// Ask the cluster store (PostgreSQL) for finished jobs of every node.
+    #[arg(long, conflicts_with_all = ["watch", "processes"])]
+    pub central: bool,
 }

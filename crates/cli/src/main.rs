@@ -7,9 +7,11 @@
 
 mod cli;
 mod cmd_control;
+mod cmd_report;
 mod cmd_run;
 mod cmd_sim;
 mod cmd_status;
+mod cmd_top;
 mod cmd_topology;
 
 use clap::Parser;
@@ -35,8 +37,10 @@ fn main() {
             job: p.job,
             priority: p.priority,
         })),
+        cli::Command::Report(r) => report(cmd_report::run(r)),
         cli::Command::Topology(t) => report(cmd_topology::run(t)),
         cli::Command::Sim(s) => report(cmd_sim::run(s)),
+        cli::Command::Top(t) => report(cmd_top::run(t)),
     };
     std::process::exit(code);
 }

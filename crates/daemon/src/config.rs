@@ -39,6 +39,120 @@ pub struct RawConfig {
     pub paths: RawPaths,
     #[serde(default)]
     pub log: RawLog,
+    #[serde(default)]
+    pub profile: RawProfile,
+    #[serde(default)]
+    pub metrics: RawMetrics,
+    #[serde(default)]
+    pub central: RawCentral,
+}
+
+/// `[metrics]`: the Prometheus/OpenMetrics endpoint.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetrics {
+    pub listen: Option<String>,
+}
+
+/// `[central]`: the cluster-wide PostgreSQL store.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCentral {
+    pub url: Option<String>,
+    pub ship_samples: Option<bool>,
+    pub batch_size: Option<usize>,
+    pub retry_secs: Option<f64>,
+}
+
+/// The validated `[central]` section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CentralConfig {
+    /// `postgres://user@host:port/db`.
+    pub url: String,
+    /// Ship the series of finished jobs too (summaries are always shipped).
+    pub ship_samples: bool,
+    /// Jobs per transaction.
+    pub batch_size: usize,
+    /// Wait before retrying after PostgreSQL was unreachable.
+    pub retry: std::time::Duration,
+}
+
+/// A duration: a number of seconds or text with a unit (`500ms`, `10s`, `5m`, `2h`, `30d`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawDuration {
+    Secs(u64),
+    Text(String),
+}
+
+/// `[profile]`: the job sampler and the profile store.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProfile {
+    pub enabled: Option<bool>,
+    pub interval: Option<RawDuration>,
+    pub processes: Option<usize>,
+    pub retention: Option<RawDuration>,
+    pub max_db_size: Option<String>,
+    pub admin_group: Option<String>,
+}
+
+/// The validated `[profile]` section.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfileConfig {
+    /// Whether running jobs are sampled.
+    pub enabled: bool,
+    /// Milliseconds between samples (1 s to 1 h; default 10 s).
+    pub interval_ms: u64,
+    /// Per-process detail: the top N processes of each job per sample (0: off).
+    pub processes: usize,
+    /// How long ended jobs are kept (ms); None: forever.
+    pub retention_ms: Option<i64>,
+    /// The database's size cap (bytes); None: no cap.
+    pub max_db_size: Option<u64>,
+    /// Members of this group (name or gid) may read every user's reports, like root.
+    pub admin_group: Option<String>,
+}
+
+impl Default for ProfileConfig {
+    fn default() -> Self {
+        ProfileConfig {
+            enabled: true,
+            interval_ms: 10_000,
+            processes: 0,
+            retention_ms: Some(30 * 86_400_000),
+            max_db_size: Some(1 << 30),
+            admin_group: None,
+        }
+    }
+}
+
+/// Parse a duration into milliseconds: seconds as a number, or `N` with a unit `ms`, `s`, `m`,
+/// `h`, `d` (pure).
+pub fn parse_duration_ms(d: &RawDuration) -> Result<u64, String> {
+    match d {
+        RawDuration::Secs(s) => s
+            .checked_mul(1000)
+            .ok_or_else(|| format!("{s} seconds is too long")),
+        RawDuration::Text(t) => {
+            let t = t.trim();
+            let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+            let (num, unit) = t.split_at(split);
+            let n: u64 = num.parse().map_err(|_| {
+                format!("{t:?} is not a duration such as \"10s\", \"5m\" or \"30d\"")
+            })?;
+            let mult = match unit.trim() {
+                "ms" => 1,
+                "" | "s" => 1000,
+                "m" => 60_000,
+                "h" => 3_600_000,
+                "d" => 86_400_000,
+                u => return Err(format!("{t:?}: unknown unit {u:?} (use ms, s, m, h or d)")),
+            };
+            n.checked_mul(mult)
+                .ok_or_else(|| format!("{t:?} is too long"))
+        }
+    }
 }
 
 /// `[cgroup]`
@@ -140,6 +254,11 @@ pub struct Config {
     pub sys_root: PathBuf,
     pub log_level: String,
     pub log_format: LogFormat,
+    pub profile: ProfileConfig,
+    /// Where `/metrics` is served; `None` = off.
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The cluster store; `None` = off.
+    pub central: Option<CentralConfig>,
 }
 
 /// A configuration error, naming file, key and reason.
@@ -383,7 +502,119 @@ impl Config {
                 ))
             }
         };
+        let p = &raw.profile;
+        let pd = ProfileConfig::default();
+        let interval_ms = match &p.interval {
+            None => pd.interval_ms,
+            Some(d) => parse_duration_ms(d).map_err(|e| err("profile.interval", e))?,
+        };
+        if !(1000..=3_600_000).contains(&interval_ms) {
+            return Err(err(
+                "profile.interval",
+                format!("{interval_ms} ms is not between 1s and 1h"),
+            ));
+        }
+        let retention_ms = match &p.retention {
+            None => pd.retention_ms,
+            Some(d) => match parse_duration_ms(d).map_err(|e| err("profile.retention", e))? {
+                0 => None,
+                ms => Some(ms.min(i64::MAX as u64) as i64),
+            },
+        };
+        let max_db_size = match size("profile.max_db_size", &p.max_db_size)? {
+            None => pd.max_db_size,
+            Some(0) => None,
+            Some(b) if b < (1 << 20) => {
+                return Err(err(
+                    "profile.max_db_size",
+                    format!("{b} bytes is below the 1M minimum (0 means no cap)"),
+                ))
+            }
+            Some(b) => Some(b),
+        };
+        let processes = p.processes.unwrap_or(0);
+        if processes > 1000 {
+            return Err(err(
+                "profile.processes",
+                format!("{processes} is more than 1000"),
+            ));
+        }
+        let admin_group = match p.admin_group.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(g)
+                if g.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
+            {
+                Some(g.to_string())
+            }
+            Some(g) => {
+                return Err(err(
+                    "profile.admin_group",
+                    format!("{g:?} is not a group name or gid"),
+                ))
+            }
+        };
+        let profile = ProfileConfig {
+            enabled: p.enabled.unwrap_or(true),
+            interval_ms,
+            processes,
+            retention_ms,
+            max_db_size,
+            admin_group,
+        };
+        let metrics_listen = match raw.metrics.listen.as_deref() {
+            None | Some("") => None,
+            Some(a) => Some(a.parse::<std::net::SocketAddr>().map_err(|_| {
+                err(
+                    "metrics.listen",
+                    format!("{a:?} is not an address:port like 127.0.0.1:9810"),
+                )
+            })?),
+        };
+        let c = raw.central;
+        let central = match c.url {
+            None => {
+                if c.ship_samples.is_some() || c.batch_size.is_some() || c.retry_secs.is_some() {
+                    return Err(err(
+                        "central.url",
+                        "missing (other [central] keys are set)".into(),
+                    ));
+                }
+                None
+            }
+            Some(url) => {
+                if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                    return Err(err(
+                        "central.url",
+                        "must start with postgres:// or postgresql://".into(),
+                    ));
+                }
+                let batch_size = c.batch_size.unwrap_or(100);
+                if !(1..=10_000).contains(&batch_size) {
+                    return Err(err(
+                        "central.batch_size",
+                        format!("{batch_size} is not 1-10000"),
+                    ));
+                }
+                let retry = c.retry_secs.unwrap_or(60.0);
+                if !(0.05..=86_400.0).contains(&retry) {
+                    return Err(err(
+                        "central.retry_secs",
+                        format!("{retry} is not 0.05-86400"),
+                    ));
+                }
+                Some(CentralConfig {
+                    url,
+                    ship_samples: c.ship_samples.unwrap_or(true),
+                    batch_size,
+                    retry: std::time::Duration::from_secs_f64(retry),
+                })
+            }
+        };
         Ok(Config {
+            metrics_listen,
+            central,
+            profile,
             origin: origin.to_string(),
             socket,
             socket_mode,
@@ -494,6 +725,55 @@ mod tests {
     }
 
     #[test]
+    fn profile_section() {
+        let c = Config::parse("t.toml", "", &Overrides::default()).unwrap();
+        assert_eq!(c.profile, ProfileConfig::default());
+        assert_eq!(c.profile.interval_ms, 10_000);
+        assert_eq!(c.profile.retention_ms, Some(30 * 86_400_000));
+        let text = "[profile]\ninterval = 1\nprocesses = 5\nretention = \"12h\"\nmax_db_size = \"64M\"\nadmin_group = \"hpcadm\"\n";
+        let c = Config::parse("t.toml", text, &Overrides::default()).unwrap();
+        assert_eq!(
+            c.profile,
+            ProfileConfig {
+                enabled: true,
+                interval_ms: 1000,
+                processes: 5,
+                retention_ms: Some(12 * 3_600_000),
+                max_db_size: Some(64 << 20),
+                admin_group: Some("hpcadm".into()),
+            }
+        );
+        let c = Config::parse(
+            "t.toml",
+            "[profile]\nretention = 0\nmax_db_size = \"0\"\ninterval = \"2s\"",
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.profile.retention_ms,
+                c.profile.max_db_size,
+                c.profile.interval_ms
+            ),
+            (None, None, 2000)
+        );
+    }
+
+    #[test]
+    fn durations() {
+        let t = |s: &str| parse_duration_ms(&RawDuration::Text(s.into()));
+        assert_eq!(t("500ms"), Ok(500));
+        assert_eq!(t("10s"), Ok(10_000));
+        assert_eq!(t("10"), Ok(10_000));
+        assert_eq!(t("5m"), Ok(300_000));
+        assert_eq!(t("30d"), Ok(30 * 86_400_000));
+        assert!(t("").is_err());
+        assert!(t("s").is_err());
+        assert!(t("1y").is_err());
+        assert_eq!(parse_duration_ms(&RawDuration::Secs(3)), Ok(3000));
+    }
+
+    #[test]
     fn errors_name_file_key_and_reason() {
         let cases = [
             ("bogus = 1", "unknown field"),
@@ -513,6 +793,19 @@ mod tests {
             ("[memory]\nlow = 0.95", "memory.low"),
             ("[memory]\nswap_slots = 0", "memory.swap_slots"),
             ("max_priority = 17", "max_priority"),
+            (
+                "[profile]\ninterval = \"500ms\"",
+                "profile.interval: 500 ms is not between 1s and 1h",
+            ),
+            ("[profile]\ninterval = \"ten\"", "profile.interval"),
+            (
+                "[profile]\nretention = \"3w\"",
+                "profile.retention: \"3w\": unknown unit",
+            ),
+            ("[profile]\nmax_db_size = \"10k\"", "profile.max_db_size"),
+            ("[profile]\nadmin_group = \"a b\"", "profile.admin_group"),
+            ("[profile]\nprocesses = 5000", "profile.processes"),
+            ("[profile]\nbogus = 1", "unknown field"),
             (
                 "default_priority = 12\nmax_priority = 8",
                 "above max_priority",

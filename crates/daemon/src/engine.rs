@@ -34,6 +34,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::Config;
 use crate::os;
 use crate::procs::{ProcCounts, ProcMsg, ProcTracker, Unknown};
+use crate::profile::{self, Finals, JobProf, ProfState, Writer};
 
 /// Who is asking (from `SO_PEERCRED`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +86,19 @@ pub enum Event {
     Govern,
     /// Process events from the kernel's proc connector (see [`crate::procs`]).
     Proc(ProcMsg),
+    /// The sampler's tick (`profile.interval`): sample every started job.
+    Sample,
+    /// A metrics scrape: answer with an in-memory snapshot (no I/O).
+    Metrics {
+        reply: oneshot::Sender<crate::metrics::Snapshot>,
+    },
+    /// A `report` request: the engine checks access and answers with frames on `reply`
+    /// (the store is read on a blocking thread, never in the engine).
+    Report {
+        cred: Cred,
+        query: pjw_proto::ReportQuery,
+        reply: mpsc::UnboundedSender<Response>,
+    },
 }
 
 /// The client waiting for a queued job.
@@ -136,6 +150,8 @@ struct Job {
     thawed_at: Option<Instant>,
     /// Throttled by the governor (`memory.high`).
     throttled: bool,
+    /// Profile totals: time per state, latest sample, maxima, exit status.
+    prof: JobProf,
 }
 
 impl Job {
@@ -145,6 +161,15 @@ impl Job {
             req: self.req,
             phase: self.phase,
             cpus: self.cpus,
+        }
+    }
+
+    fn prof_state(&self) -> ProfState {
+        match self.state() {
+            JobState::Queued => ProfState::Queued,
+            JobState::Backfill => ProfState::Backfill,
+            JobState::Frozen => ProfState::Frozen,
+            JobState::Running | JobState::Ending => ProfState::Running,
         }
     }
 
@@ -229,6 +254,29 @@ pub struct Engine {
     procs: ProcTracker,
     /// Partition type for exclusive jobs, when the parent could be made a partition root.
     partition: Option<pjw_cgroup::Partition>,
+    /// The profile store writer (its own thread and connection); None when profiles are off.
+    writer: Option<Writer>,
+    /// Main processes of ended jobs whose exit status had not arrived yet: pid → (seq, when).
+    late_exits: HashMap<u32, (i64, Instant)>,
+    /// When retention last ran.
+    last_retention: Option<Instant>,
+    /// The last sampler tick: how long it took and how many jobs it sampled (for metrics).
+    last_sample: Option<(Duration, usize)>,
+    /// Counters and histograms for the metrics endpoint.
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// The central-store shipper (`[central]`), woken when a job's summary is recorded.
+    shipper: Option<pjw_central::Shipper>,
+}
+
+/// How a job ended, for [`Engine::record_end`].
+#[derive(Debug, Default)]
+struct End {
+    reason: String,
+    killed: bool,
+    ooms: u64,
+    running_ms: i64,
+    finals: Finals,
+    counts: Option<ProcCounts>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -259,6 +307,10 @@ fn err(code: ErrorCode, message: impl Into<String>) -> Response {
         message: message.into(),
     }
 }
+
+// The sampler, job summaries and `report`: engine methods kept in their own file.
+#[path = "engine_profile.rs"]
+mod engine_profile;
 
 /// Name of a job's cgroup below the parent.
 pub fn cgroup_name(id: &JobId) -> String {
@@ -312,7 +364,69 @@ impl Engine {
             tick_generation: 0,
             procs: ProcTracker::new(),
             partition: None,
+            writer: None,
+            late_exits: HashMap::new(),
+            last_retention: None,
+            last_sample: None,
+            metrics: Default::default(),
+            shipper: None,
         }
+    }
+
+    /// Ship finished jobs to the central store with `s` (woken at every job end).
+    pub fn set_shipper(&mut self, s: pjw_central::Shipper) {
+        self.shipper = Some(s);
+    }
+
+    /// The counters and histograms this engine feeds (for the metrics endpoint).
+    pub fn metrics(&self) -> std::sync::Arc<crate::metrics::Metrics> {
+        self.metrics.clone()
+    }
+
+    /// What a metrics scrape needs from the engine: in-memory state only, O(jobs).
+    pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
+        crate::metrics::Snapshot {
+            cpus: self.pool.len() as u32,
+            free_cpus: self.free().len() as u32,
+            queue_len: self
+                .jobs
+                .values()
+                .filter(|j| j.phase == Phase::Queued)
+                .count() as u32,
+            jobs: self
+                .jobs
+                .values()
+                .map(|j| crate::metrics::JobSnap {
+                    id: j.id.to_string(),
+                    user: j.user.clone(),
+                    state: j.state(),
+                    cgroup: j.started.map(|_| j.cgroup.clone()),
+                    // The sampler's latest sample; the scrape reads the cgroup without one.
+                    cpu_usec: j
+                        .prof
+                        .last
+                        .as_ref()
+                        .and_then(|s| Some(s.cpu_user_usec? + s.cpu_system_usec.unwrap_or(0))),
+                    mem_bytes: j.prof.last.as_ref().and_then(|s| s.mem_current),
+                })
+                .collect(),
+            store_write_errors: self.writer.as_ref().map_or(0, |w| w.errors()),
+        }
+    }
+
+    /// Start the profile writer (a second connection to the store, on its own thread).
+    pub fn start_profiles(&mut self) -> Result<(), String> {
+        if !self.cfg.profile.enabled {
+            return Ok(());
+        }
+        let w = Writer::spawn(self.store.path().to_path_buf()).map_err(|e| e.to_string())?;
+        self.writer = Some(w);
+        Ok(())
+    }
+
+    /// The profile writer's failed writes so far (for metrics).
+    pub fn store_write_errors(&self) -> u64 {
+        self.writer.as_ref().map(Writer::errors).unwrap_or(0)
     }
 
     /// CPUs held by primaries.
@@ -327,6 +441,16 @@ impl Engine {
 
     /// Handle one event.
     pub fn handle(&mut self, ev: Event) {
+        self.handle_event(ev);
+        // Time per state comes from the transitions, which only happen in events.
+        let now = now_ms();
+        for j in self.jobs.values_mut() {
+            let st = j.prof_state();
+            j.prof.observe(st, now);
+        }
+    }
+
+    fn handle_event(&mut self, ev: Event) {
         match ev {
             Event::Submit {
                 conn,
@@ -355,7 +479,7 @@ impl Engine {
                 if let Some(seq) = gone {
                     if let Some(j) = self.jobs.remove(&seq) {
                         info!(job = %j.id, user = %j.user, "queued client left; job withdrawn");
-                        let _ = self.store.set_ended(seq, now_ms(), "client left the queue");
+                        self.record_end(&j, End::reason("client left the queue"));
                     }
                     self.replan();
                 }
@@ -369,6 +493,11 @@ impl Engine {
             Event::Recheck { seq } => self.check_empty(seq),
             Event::Govern => self.govern(),
             Event::Proc(msg) => self.proc_events(msg),
+            Event::Sample => self.sample(),
+            Event::Metrics { reply } => {
+                let _ = reply.send(self.metrics_snapshot());
+            }
+            Event::Report { cred, query, reply } => self.report(cred, query, reply),
             Event::Tick { generation } => {
                 if generation == self.tick_generation {
                     self.drop_unclaimed();
@@ -760,7 +889,7 @@ impl Engine {
                 if let Some(j) = self.jobs.remove(&key) {
                     let waited = j.queued_at.elapsed().as_secs();
                     info!(job = %j.id, user = %j.user, waited_s = waited, "job expired in the queue");
-                    let _ = self.store.set_ended(key, now_ms(), "expired in queue");
+                    self.record_end(&j, End::reason("expired in queue"));
                     if let Some(w) = j.waiter {
                         let _ = w.reply.send(err(
                             ErrorCode::Invalid,
@@ -815,7 +944,7 @@ impl Engine {
         for seq in gone {
             if let Some(j) = self.jobs.remove(&seq) {
                 info!(job = %j.id, "queued client did not reconnect; job withdrawn");
-                let _ = self.store.set_ended(seq, now_ms(), "client left the queue");
+                self.record_end(&j, End::reason("client left the queue"));
             }
         }
     }
@@ -834,8 +963,9 @@ impl Engine {
         // The process must still be the caller's.
         if waiter.reply.is_closed() || os::process_uid(&self.cfg.proc_root, pid) != Some(j.uid) {
             warn!(job = %j.id, pid, "client process vanished before start");
-            let _ = self.store.set_ended(seq, now_ms(), "client left the queue");
-            self.jobs.remove(&seq);
+            if let Some(j) = self.jobs.remove(&seq) {
+                self.record_end(&j, End::reason("client left the queue"));
+            }
             return false;
         }
         let mems = self.alloc.topology().mems_for(&cpus);
@@ -895,14 +1025,13 @@ impl Engine {
             self.procs.end_job(seq);
             error!(job = %j.id, error = %e, "cannot place job in its cgroups");
             let _ = self.driver.remove_job(&cgroup);
-            let _ = self
-                .store
-                .set_ended(seq, now_ms(), &format!("start failed: {e}"));
             let _ = waiter.reply.send(err(
                 ErrorCode::Internal,
                 format!("cannot set up the job's cgroups: {e}"),
             ));
-            self.jobs.remove(&seq);
+            if let Some(j) = self.jobs.remove(&seq) {
+                self.record_end(&j, End::reason(&format!("start failed: {e}")));
+            }
             return false;
         }
         if let Err(e) = self.store.set_running(seq) {
@@ -921,6 +1050,7 @@ impl Engine {
             priority = j.req.priority, waited_ms = j.queued_at.elapsed().as_millis() as u64,
             "job started"
         );
+        self.metrics.launch(j.queued_at.elapsed().as_secs_f64());
         let _ = waiter.reply.send(Response::Started {
             job: j.id.to_string(),
             cpus,
@@ -1130,9 +1260,9 @@ impl Engine {
             let j = self.jobs.remove(&seq);
             if let Some(j) = j {
                 info!(job = %j.id, user = %j.user, by = %by, "queued job withdrawn");
-                let _ = self
-                    .store
-                    .set_ended(seq, now_ms(), &format!("killed by {by}"));
+                let mut end = End::reason(&format!("killed by {by}"));
+                end.killed = true;
+                self.record_end(&j, end);
                 if let Some(w) = j.waiter {
                     let _ = w.reply.send(err(
                         ErrorCode::Invalid,
@@ -1208,7 +1338,7 @@ impl Engine {
         let Some(job) = self.jobs.remove(&seq) else {
             return;
         };
-        if let Some(wd) = job.watch {
+        if let Some(wd) = job.watch.clone() {
             self.by_watch.remove(&wd);
             if let Some(w) = self.watches.as_mut() {
                 let _ = w.remove(wd);
@@ -1228,16 +1358,26 @@ impl Engine {
         };
         let reason = reason.as_str();
         let counts = self.procs.end_job(seq).unwrap_or_default();
+        // The last counters (CPU, the memory high-water mark, I/O) before the cgroups go.
+        let finals = profile::read_finals(&self.driver, &job.cgroup);
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
-        }
-        if let Err(e) = self.store.set_ended(seq, now_ms(), reason) {
-            warn!(job = %job.id, error = %e, "cannot mark job ended in the store");
         }
         let runtime_ms = job
             .started
             .map(|s| s.elapsed().as_millis() as u64)
             .unwrap_or(0);
+        self.record_end(
+            &job,
+            End {
+                reason: reason.to_string(),
+                killed: job.killed_by.is_some(),
+                ooms,
+                running_ms: runtime_ms as i64,
+                finals,
+                counts: Some(counts),
+            },
+        );
         info!(
             job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms, reason,
             processes = counts.procs_ever, threads = counts.threads_ever,
@@ -1273,7 +1413,7 @@ impl Engine {
                 } else {
                     "ended while daemon was down"
                 };
-                let _ = self.store.set_ended(rec.seq, now_ms(), reason);
+                self.record_end_rec(&rec, reason);
                 info!(job = %rec.job_id, reason, "recovered job had ended");
                 continue;
             }
@@ -1349,9 +1489,7 @@ impl Engine {
             .pid
             .is_some_and(|p| os::process_alive(&self.cfg.proc_root, p, rec.pid_start));
         if !alive {
-            let _ = self
-                .store
-                .set_ended(rec.seq, now_ms(), "client left the queue");
+            self.record_end_rec(&rec, "client left the queue");
             return;
         }
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
@@ -1411,6 +1549,12 @@ impl Engine {
             footprint: 0,
             thawed_at: None,
             throttled: false,
+            // Time queued before a restart, from the record.
+            prof: JobProf::with_queued(
+                rec.started_ms
+                    .map(|s| (s - rec.submitted_ms).max(0))
+                    .unwrap_or(0),
+            ),
         }
     }
 
@@ -1464,6 +1608,7 @@ impl Engine {
         match msg {
             ProcMsg::Events(events) => {
                 for ev in &events {
+                    self.note_exit(ev);
                     if let Some(Unknown::Exec { pid, tgid }) = self.procs.apply(ev) {
                         self.on_unknown_exec(pid, tgid);
                     }
@@ -1541,6 +1686,15 @@ impl Engine {
                 priority: j.req.priority,
                 age_secs: j.started.unwrap_or(j.queued_at).elapsed().as_secs(),
                 pid: j.pid,
+                // Two small cgroup reads per started job, like procs and threads above: fresher
+                // than the sampler's last sample, so `pjw top` can refresh every second.
+                cpu_usec: j
+                    .started
+                    .and_then(|_| self.driver.cpu_time(&j.cgroup).ok())
+                    .map(|c| c.user_usec + c.system_usec),
+                mem_bytes: j
+                    .started
+                    .and_then(|_| self.driver.memory_usage(&j.cgroup).ok()),
             }
         };
         let mut jobs: Vec<JobInfo> = self
@@ -1684,6 +1838,8 @@ impl Engine {
                     };
                     match self.driver.set_memory_high(&j.cgroup, Some(high)) {
                         Ok(()) => {
+                            self.metrics
+                                .governor_action(crate::metrics::GovernorKind::throttle);
                             j.throttled = true;
                             info!(job = %j.id, user = %j.user, high, growth = j.mem_growth as i64, "memory pressure: job throttled");
                         }
@@ -1695,6 +1851,8 @@ impl Engine {
                         continue;
                     };
                     if self.driver.set_memory_high(&j.cgroup, None).is_ok() {
+                        self.metrics
+                            .governor_action(crate::metrics::GovernorKind::unthrottle);
                         j.throttled = false;
                         info!(job = %j.id, "memory pressure gone: throttle lifted");
                     }
@@ -1705,6 +1863,8 @@ impl Engine {
                     };
                     match self.driver.freeze(&j.cgroup, true) {
                         Ok(()) => {
+                            self.metrics
+                                .governor_action(crate::metrics::GovernorKind::freeze);
                             j.mem_frozen = true;
                             let predicted =
                                 j.mem_usage as f64 + j.mem_growth.max(0.0) * cfg.prediction_secs;
@@ -1723,6 +1883,8 @@ impl Engine {
                     };
                     match self.driver.freeze(&j.cgroup, false) {
                         Ok(()) => {
+                            self.metrics
+                                .governor_action(crate::metrics::GovernorKind::thaw);
                             j.mem_frozen = false;
                             j.thawed_at = Some(now);
                             j.mem_growth = 0.0;

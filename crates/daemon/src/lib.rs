@@ -4,10 +4,14 @@
 //! store, recover, then run the engine and the socket server on a single-threaded tokio
 //! runtime. See docs/architecture.md for how the parts fit.
 
+pub mod central_report;
 pub mod config;
 pub mod engine;
+pub mod metrics;
 pub mod os;
 pub mod procs;
+pub mod profile;
+pub mod report;
 pub mod server;
 
 use std::os::unix::fs::PermissionsExt;
@@ -117,6 +121,9 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     }
     let store = Store::open(&cfg.state_dir)?;
     let alloc = Allocator::new(&topo).with_spread(cfg.spread);
+    // Only the daemon reads the store; reports go through the socket (docs/decisions.md).
+    std::fs::set_permissions(store.path(), std::fs::Permissions::from_mode(0o600))
+        .map_err(io_err(store.path()))?;
 
     let (tx, mut rx) = mpsc::unbounded_channel();
     // One inotify instance for every job's cgroup.events.
@@ -189,6 +196,17 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
             }
         });
     }
+    // The metrics endpoint reads job cgroups with its own copy of the driver, off the engine.
+    let metrics_driver = std::sync::Arc::new(driver.clone());
+    let metrics_listener = match cfg.metrics_listen {
+        Some(addr) => Some(metrics::bind(addr).await.map_err(|e| {
+            DaemonError::Other(format!(
+                "config {}: metrics.listen: cannot listen on {addr}: {e}",
+                cfg.origin
+            ))
+        })?),
+        None => None,
+    };
     let mut cfg = cfg;
     // memory.high exists only in cgroup v2.
     cfg.governor_cfg.throttle &= driver.mode() == pjw_cgroup::Mode::Unified;
@@ -224,7 +242,37 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     if let Err(e) = procs::spawn_reader(tx.clone(), engine::Event::Proc) {
         warn!(error = %e, "process events unavailable; process counts come from samples only");
     }
+    eng.start_profiles().map_err(DaemonError::Other)?;
     eng.recover().map_err(DaemonError::Other)?;
+    if let Some(c) = &cfg.central {
+        // Its own thread and SQLite connection: shipping never runs on the engine's path.
+        let ship = pjw_central::ShipConfig {
+            url: c.url.clone(),
+            ship_samples: c.ship_samples,
+            batch_size: c.batch_size,
+            retry: c.retry,
+            node: os::hostname(&cfg.proc_root),
+        };
+        match pjw_central::Shipper::spawn(eng.state_path(), ship) {
+            Ok(s) => eng.set_shipper(s),
+            Err(e) => warn!(error = %e, "cannot start the central-store shipper"),
+        }
+    }
+    if cfg.profile.enabled {
+        // The sampler's tick; a tick missed while the engine was busy is skipped, not bunched.
+        let tx = tx.clone();
+        let every = std::time::Duration::from_millis(cfg.profile.interval_ms);
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                t.tick().await;
+                if tx.send(engine::Event::Sample).is_err() {
+                    break;
+                }
+            }
+        });
+    }
     let listener = bind_socket(&cfg.socket, cfg.socket_mode)?;
     info!(
         socket = %cfg.socket.display(),
@@ -237,6 +285,12 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         "pjw daemon ready"
     );
     tokio::spawn(server::serve(listener, tx.clone()));
+    if let Some(l) = metrics_listener {
+        if let Ok(addr) = l.local_addr() {
+            info!(listen = %addr, "metrics served at http://{addr}/metrics");
+        }
+        tokio::spawn(metrics::serve(l, tx.clone(), eng.metrics(), metrics_driver));
+    }
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| DaemonError::Other(format!("cannot handle SIGTERM: {e}")))?;

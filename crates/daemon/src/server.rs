@@ -148,6 +148,28 @@ async fn handle(
         Request::Priority { job, priority } => {
             control(&mut stream, &tx, cred, job, Control::Priority(priority)).await
         }
+        Request::Report(query) => {
+            let (rtx, mut rrx) = mpsc::unbounded_channel();
+            if tx
+                .send(Event::Report {
+                    cred,
+                    query,
+                    reply: rtx,
+                })
+                .is_err()
+            {
+                return write(&mut stream, &shutting_down()).await;
+            }
+            // Frames until the end (or an error); a client that goes away ends it.
+            while let Some(resp) = rrx.recv().await {
+                let last = matches!(resp, Response::ReportEnd { .. } | Response::Error { .. });
+                write(&mut stream, &resp).await?;
+                if last {
+                    break;
+                }
+            }
+            Ok(())
+        }
         Request::Run(run) => {
             if cred.pid == 0 {
                 return write(

@@ -14,7 +14,9 @@
 //! ```
 
 pub mod cgroup_events;
+pub mod cpu_stat;
 pub mod error;
+pub mod io_stat;
 pub mod memory_stat;
 pub mod mountinfo;
 pub mod proc_cgroup;

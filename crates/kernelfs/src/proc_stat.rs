@@ -25,6 +25,8 @@ pub struct ProcStat {
     pub num_threads: u64,
     /// Field 22: start time after boot, in clock ticks.
     pub starttime: u64,
+    /// Field 24: resident set size, in pages.
+    pub rss_pages: u64,
 }
 
 /// Parse the line.
@@ -65,6 +67,7 @@ pub fn parse(text: &str) -> Result<ProcStat, ParseError> {
         stime: num(15, "stime")?,
         num_threads: num(20, "num_threads")?,
         starttime: num(22, "starttime")?,
+        rss_pages: num(24, "rss")?,
     })
 }
 
@@ -85,6 +88,7 @@ mod tests {
         assert_eq!(s.stime, 5);
         assert_eq!(s.num_threads, 1);
         assert_eq!(s.starttime, 987654);
+        assert_eq!(s.rss_pages, 130);
     }
 
     #[test]

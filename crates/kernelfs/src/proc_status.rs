@@ -35,6 +35,20 @@ fn ids(key: &'static str, v: &str) -> Result<[u32; 4], ParseError> {
     Ok(out)
 }
 
+impl ProcStatus {
+    /// Supplementary group ids (`Groups:`; empty when the line is absent or empty).
+    pub fn groups(&self) -> Vec<u32> {
+        self.fields
+            .get("Groups")
+            .map(|v| {
+                v.split_whitespace()
+                    .filter_map(|g| g.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 /// Parse the file.
 pub fn parse(text: &str) -> Result<ProcStatus, ParseError> {
     let mut fields = BTreeMap::new();
@@ -78,6 +92,17 @@ pub fn parse(text: &str) -> Result<ProcStatus, ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn supplementary_groups() {
+        let base =
+            "Name:\tx\nUid:\t1\t1\t1\t1\nGid:\t2\t2\t2\t2\nThreads:\t1\nCpus_allowed_list:\t0\n";
+        let s = parse(&format!("{base}Groups:\t4 24 27 \n")).unwrap();
+        assert_eq!(s.groups(), vec![4, 24, 27]);
+        let s = parse(&format!("{base}Groups:\t\n")).unwrap();
+        assert!(s.groups().is_empty());
+        assert!(parse(base).unwrap().groups().is_empty());
+    }
 
     const STATUS: &str = "Name:\tsleep\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nPid:\t4242\nPPid:\t4200\nUid:\t1000\t1000\t1000\t1000\nGid:\t100\t100\t100\t100\nThreads:\t1\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\nMems_allowed_list:\t0\nvoluntary_ctxt_switches:\t2\n";
 

@@ -27,6 +27,9 @@ use std::time::Duration;
 use pjw_core::CpuSet;
 use serde::{Deserialize, Serialize};
 
+pub mod report;
+pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, SERIES_CHUNK};
+
 /// Protocol version spoken by this build.
 pub const VERSION: u32 = 1;
 /// Largest frame accepted in either direction (1 MiB).
@@ -64,6 +67,8 @@ pub enum Request {
     Resume { job: String },
     /// Change a job's priority (1-16). Owner (up to the configured maximum) or root.
     Priority { job: String, priority: u8 },
+    /// Job profiles: totals, and optionally series and per-process rows (see [`report`]).
+    Report(ReportQuery),
 }
 
 /// Where a job may run.
@@ -135,6 +140,14 @@ pub enum Response {
     Done { message: String },
     /// The request was refused.
     Error { code: ErrorCode, message: String },
+    /// A report: one job's totals; its series and process frames follow.
+    ReportJob(Box<JobReport>),
+    /// A report: a chunk of the series of the job in the last `ReportJob`.
+    ReportSeries { points: Vec<SeriesPoint> },
+    /// A report: a chunk of the per-process rows of the job in the last `ReportJob`.
+    ReportProcesses { rows: Vec<ProcessRow> },
+    /// A report is complete: `count` jobs.
+    ReportEnd { count: u32 },
 }
 
 /// Why a request was refused.
@@ -215,6 +228,13 @@ pub struct JobInfo {
     pub age_secs: u64,
     /// The job's main process.
     pub pid: Option<u32>,
+    /// CPU time the job has used so far (microseconds, user + system); absent while queued,
+    /// or from a daemon that does not report it. `pjw top` turns two readings into CPU %.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_usec: Option<u64>,
+    /// Memory charged to the job now (bytes); absent while queued or from an older daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bytes: Option<u64>,
 }
 
 /// The node as `pjw status` shows it.
@@ -448,5 +468,23 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&encode_response(&s)).unwrap();
         assert_eq!(v["free_cpus"], "1");
         assert_eq!(v["total_cpus"], 2);
+    }
+
+    #[test]
+    fn job_usage_fields_are_optional_both_ways() {
+        // A job entry from a daemon without usage fields still decodes.
+        let old = r#"{"id":"1","name":"x","user":"u","uid":0,"cpus":"0","mems":"0","ncpus":1,
+            "mem":null,"procs":1,"threads":1,"state":"running","age_secs":3,"pid":9}"#;
+        let j: JobInfo = serde_json::from_str(old).unwrap();
+        assert_eq!((j.cpu_usec, j.mem_bytes), (None, None));
+        // With them, they round-trip; without them, they are left out of the JSON.
+        let with = JobInfo {
+            cpu_usec: Some(1_500_000),
+            mem_bytes: Some(4096),
+            ..j.clone()
+        };
+        let text = serde_json::to_string(&with).unwrap();
+        assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), with);
+        assert!(!serde_json::to_string(&j).unwrap().contains("cpu_usec"));
     }
 }

@@ -5,7 +5,7 @@
 //! are held. Times are passed in by the caller (milliseconds since the Unix epoch); the store
 //! reads no clock.
 //!
-//! # Schema (version 1)
+//! # Schema (versions 1 to 3)
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);   -- 'next_job_number'
 //! CREATE TABLE jobs (
@@ -38,11 +38,36 @@
 //! ALTER TABLE jobs ADD COLUMN placement TEXT NOT NULL DEFAULT 'any';     -- any | primary_only | backfill_only
 //! ALTER TABLE jobs ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;      -- takes the whole node
 //! ALTER TABLE jobs ADD COLUMN role      TEXT NOT NULL DEFAULT 'primary'; -- primary | backfill | preempted | suspended
+//! -- version 3: job profiles (module [`profile`]; every column in docs/store-schema.md)
+//! CREATE TABLE samples (seq, ts_ms, state, cpu_user_usec, cpu_system_usec, mem_current, mem_peak,
+//!     mem_anon, mem_file, swap, io_rbytes, io_wbytes, procs, threads,
+//!     psi_cpu_some, psi_cpu_full, psi_mem_some, psi_mem_full, psi_io_some, psi_io_full,
+//!     PRIMARY KEY (seq, ts_ms)) WITHOUT ROWID;          -- one row per job per sampler tick
+//! CREATE TABLE process_samples (seq, ts_ms, pid, comm, cpu_usec, rss, threads,
+//!     PRIMARY KEY (seq, ts_ms, pid)) WITHOUT ROWID;     -- top N processes (profile.processes)
+//! CREATE TABLE job_summary (seq PRIMARY KEY, node, exit_status, end_class, -- completed | killed | oom | expired | failed
+//!     queued_ms, running_ms, backfill_ms, frozen_ms, freezes, cpu_user_usec, cpu_system_usec,
+//!     mem_peak, swap_peak, io_rbytes, io_wbytes, procs_total, threads_total, procs_max, threads_max,
+//!     samples, shipped_at);                             -- shipped_at: NULL until in the central store
+//! CREATE INDEX job_summary_unshipped ON job_summary(seq) WHERE shipped_at IS NULL;
+//! CREATE INDEX jobs_ended ON jobs(ended_ms) WHERE state = 'ended';
+//! CREATE INDEX jobs_uid ON jobs(uid, seq);
 //! ```
+//! Samples are written in batches (one transaction each); a finished job's summary is written in
+//! the same transaction that marks it ended ([`Store::finish_job`]); retention and the size cap
+//! ([`Store::apply_retention`]) only ever remove ended jobs. A second consumer of finished jobs
+//! (the central-store shipper) reads [`Store::unshipped`] and sets `shipped_at` with
+//! [`Store::mark_shipped`]; with `keep_unshipped` retention leaves unshipped jobs alone.
 //! A queued job is recorded with its waiting client's pid and start time, so after a daemon
 //! restart the client that reconnects keeps its place.
 //! Migrations are numbered and tracked with `PRAGMA user_version`; [`Store::open`] applies the
 //! missing ones in one transaction each.
+
+pub mod profile;
+
+pub use profile::{
+    EndClass, JobFilter, JobProfile, JobSummary, ProcessSample, Pruned, Sample, SampleState,
+};
 
 use std::path::{Path, PathBuf};
 
@@ -50,7 +75,7 @@ use pjw_core::CpuSet;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -82,6 +107,66 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE jobs ADD COLUMN placement TEXT NOT NULL DEFAULT 'any';
      ALTER TABLE jobs ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE jobs ADD COLUMN role TEXT NOT NULL DEFAULT 'primary';",
+    // 3: job profiles: samples, per-process detail, the summary of a finished job.
+    "CREATE TABLE samples (
+         seq             INTEGER NOT NULL,
+         ts_ms           INTEGER NOT NULL,
+         state           TEXT,
+         cpu_user_usec   INTEGER,
+         cpu_system_usec INTEGER,
+         mem_current     INTEGER,
+         mem_peak        INTEGER,
+         mem_anon        INTEGER,
+         mem_file        INTEGER,
+         swap            INTEGER,
+         io_rbytes       INTEGER,
+         io_wbytes       INTEGER,
+         procs           INTEGER,
+         threads         INTEGER,
+         psi_cpu_some    REAL,
+         psi_cpu_full    REAL,
+         psi_mem_some    REAL,
+         psi_mem_full    REAL,
+         psi_io_some     REAL,
+         psi_io_full     REAL,
+         PRIMARY KEY (seq, ts_ms)
+     ) WITHOUT ROWID;
+     CREATE TABLE process_samples (
+         seq      INTEGER NOT NULL,
+         ts_ms    INTEGER NOT NULL,
+         pid      INTEGER NOT NULL,
+         comm     TEXT NOT NULL,
+         cpu_usec INTEGER NOT NULL,
+         rss      INTEGER NOT NULL,
+         threads  INTEGER NOT NULL,
+         PRIMARY KEY (seq, ts_ms, pid)
+     ) WITHOUT ROWID;
+     CREATE TABLE job_summary (
+         seq             INTEGER PRIMARY KEY,
+         node            TEXT NOT NULL,
+         exit_status     INTEGER,
+         end_class       TEXT NOT NULL,
+         queued_ms       INTEGER NOT NULL DEFAULT 0,
+         running_ms      INTEGER NOT NULL DEFAULT 0,
+         backfill_ms     INTEGER NOT NULL DEFAULT 0,
+         frozen_ms       INTEGER NOT NULL DEFAULT 0,
+         freezes         INTEGER NOT NULL DEFAULT 0,
+         cpu_user_usec   INTEGER NOT NULL DEFAULT 0,
+         cpu_system_usec INTEGER NOT NULL DEFAULT 0,
+         mem_peak        INTEGER NOT NULL DEFAULT 0,
+         swap_peak       INTEGER NOT NULL DEFAULT 0,
+         io_rbytes       INTEGER NOT NULL DEFAULT 0,
+         io_wbytes       INTEGER NOT NULL DEFAULT 0,
+         procs_total     INTEGER,
+         threads_total   INTEGER,
+         procs_max       INTEGER NOT NULL DEFAULT 0,
+         threads_max     INTEGER NOT NULL DEFAULT 0,
+         samples         INTEGER NOT NULL DEFAULT 0,
+         shipped_at      INTEGER
+     );
+     CREATE INDEX job_summary_unshipped ON job_summary(seq) WHERE shipped_at IS NULL;
+     CREATE INDEX jobs_ended ON jobs(ended_ms) WHERE state = 'ended';
+     CREATE INDEX jobs_uid ON jobs(uid, seq);",
 ];
 
 /// Errors of the store; each names the database file.
@@ -203,6 +288,32 @@ impl Store {
             .map_err(err)?;
         let mut store = Store { conn, path };
         store.migrate()?;
+        Ok(store)
+    }
+
+    /// Open an existing database for reading only (reports), without migrating it. Fails when
+    /// its schema is not the one this build writes.
+    pub fn open_readonly(path: &Path) -> Result<Store, StoreError> {
+        let path = path.to_path_buf();
+        let err = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let conn = Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(err)?;
+        let store = Store { conn, path };
+        let v = store.schema_version()?;
+        if v != SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: store.path.clone(),
+                found: v,
+            });
+        }
         Ok(store)
     }
 
@@ -589,7 +700,7 @@ mod tests {
             .unwrap();
         }
         let s = Store::open_file(&path).unwrap();
-        assert_eq!(s.schema_version().unwrap(), 2);
+        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
         let live = s.live_jobs().unwrap();
         assert_eq!(live.len(), 1);
         assert_eq!(live[0].job_id, "old");

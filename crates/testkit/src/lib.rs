@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use pjw_cgroup::{Driver, ParentSpec};
 
+pub mod pg;
+
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 static SWEEP: std::sync::Once = std::sync::Once::new();
 

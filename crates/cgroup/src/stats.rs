@@ -1,0 +1,231 @@
+//! What a job used, read from its cgroup files: one function per controller file, parsed by
+//! pjw-kernelfs. The sampler calls these once per job per tick, so the cost grows with jobs,
+//! not with their processes.
+//!
+//! | what | cgroup v2 (hybrid: the controller-less tree) | cgroup v1 |
+//! |---|---|---|
+//! | CPU user/system | `cpu.stat` (every cgroup2 directory has it) | `cpuacct.usage_user`, `cpuacct.usage_sys` (ns) |
+//! | memory peak | `memory.peak` | `memory.max_usage_in_bytes` |
+//! | anon/file/swap | `memory.stat` `anon`/`file`, `memory.swap.current` | `memory.stat` `total_rss`/`total_cache`/`total_swap` |
+//! | I/O bytes | `io.stat` (io controller) | `blkio.throttle.io_service_bytes` |
+//! | tasks | `pids.current` | `pids.current` |
+//! | pressure | `cpu.pressure`, `memory.pressure`, `io.pressure` | — |
+
+use std::path::Path;
+
+use pjw_kernelfs::cpu_stat::{self, CpuStat};
+use pjw_kernelfs::io_stat::{self, IoBytes};
+use pjw_kernelfs::psi::{self, Psi};
+
+use crate::detect::Hierarchy;
+use crate::fs::Fs;
+use crate::{parent, CgroupError, Driver};
+
+/// A PSI resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resource {
+    Cpu,
+    Memory,
+    Io,
+}
+
+impl Resource {
+    fn file(self) -> &'static str {
+        match self {
+            Resource::Cpu => "cpu.pressure",
+            Resource::Memory => "memory.pressure",
+            Resource::Io => "io.pressure",
+        }
+    }
+}
+
+/// Memory by kind, bytes. `swap` is None where the kernel does not account swap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryBreakdown {
+    pub anon: u64,
+    pub file: u64,
+    pub swap: Option<u64>,
+}
+
+fn read_u64(fs: &Fs, path: &Path, format: &'static str) -> Result<u64, CgroupError> {
+    let text = fs.read(path)?;
+    cpu_stat::parse_u64(format, &text).map_err(|source| CgroupError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Interpret `memory.stat` (pure): v2 `anon`/`file`, v1 the hierarchical `total_*` keys.
+pub fn memory_breakdown(stat: &pjw_kernelfs::memory_stat::MemoryStat, v2: bool) -> MemoryBreakdown {
+    if v2 {
+        MemoryBreakdown {
+            anon: stat.get("anon").unwrap_or(0),
+            file: stat.get("file").unwrap_or(0),
+            swap: None,
+        }
+    } else {
+        MemoryBreakdown {
+            anon: stat.get("total_rss").or(stat.get("rss")).unwrap_or(0),
+            file: stat.get("total_cache").or(stat.get("cache")).unwrap_or(0),
+            swap: stat.get("total_swap").or(stat.get("swap")),
+        }
+    }
+}
+
+impl Driver {
+    fn job_dir_checked(
+        &self,
+        h: &Hierarchy,
+        name: &str,
+    ) -> Result<std::path::PathBuf, CgroupError> {
+        parent::validate_job_name(name)?;
+        Ok(h.job(name))
+    }
+
+    /// CPU time of job `name`: `cpu.stat` in the cgroup2 tree, else v1 cpuacct.
+    pub fn cpu_time(&self, name: &str) -> Result<CpuStat, CgroupError> {
+        if let Some(v2) = self.v2() {
+            let path = self.job_dir_checked(v2, name)?.join("cpu.stat");
+            let text = self.fs.read(&path)?;
+            return cpu_stat::parse(&text).map_err(|source| CgroupError::Parse { path, source });
+        }
+        let h = self
+            .v1_with("cpuacct")
+            .ok_or(CgroupError::MissingController {
+                controller: "cpuacct".into(),
+                where_: None,
+            })?;
+        let dir = self.job_dir_checked(h, name)?;
+        let user = read_u64(
+            &self.fs,
+            &dir.join("cpuacct.usage_user"),
+            "cpuacct.usage_user",
+        )?;
+        let sys = read_u64(
+            &self.fs,
+            &dir.join("cpuacct.usage_sys"),
+            "cpuacct.usage_sys",
+        )?;
+        Ok(CpuStat {
+            user_usec: user / 1000,
+            system_usec: sys / 1000,
+        })
+    }
+
+    /// The most memory job `name` ever had charged (bytes): the kernel's high-water mark
+    /// (`memory.peak` / `memory.max_usage_in_bytes`), exact between samples too.
+    pub fn memory_peak(&self, name: &str) -> Result<u64, CgroupError> {
+        let h = self.memory_hierarchy()?;
+        let dir = self.job_dir_checked(h, name)?;
+        if h.v2 {
+            read_u64(&self.fs, &dir.join("memory.peak"), "memory.peak")
+        } else {
+            read_u64(
+                &self.fs,
+                &dir.join("memory.max_usage_in_bytes"),
+                "memory.max_usage_in_bytes",
+            )
+        }
+    }
+
+    /// Job `name`'s memory by kind (`memory.stat`, plus `memory.swap.current` in v2).
+    pub fn memory_breakdown(&self, name: &str) -> Result<MemoryBreakdown, CgroupError> {
+        let h = self.memory_hierarchy()?;
+        let dir = self.job_dir_checked(h, name)?;
+        let path = dir.join("memory.stat");
+        let text = self.fs.read(&path)?;
+        let stat = pjw_kernelfs::memory_stat::parse(&text)
+            .map_err(|source| CgroupError::Parse { path, source })?;
+        let mut b = memory_breakdown(&stat, h.v2);
+        if h.v2 {
+            b.swap = read_u64(
+                &self.fs,
+                &dir.join("memory.swap.current"),
+                "memory.swap.current",
+            )
+            .ok();
+        }
+        Ok(b)
+    }
+
+    /// Bytes job `name` read and wrote (`io.stat` or v1 blkio); `Ok(None)` where neither the
+    /// io nor the blkio controller is in use.
+    pub fn io_bytes(&self, name: &str) -> Result<Option<IoBytes>, CgroupError> {
+        if let Some(h) = self.hierarchies().find(|h| h.v2 && h.has("io")) {
+            let path = self.job_dir_checked(h, name)?.join("io.stat");
+            let text = self.fs.read(&path)?;
+            return io_stat::parse(&text)
+                .map(Some)
+                .map_err(|source| CgroupError::Parse { path, source });
+        }
+        let Some(h) = self.v1_with("blkio") else {
+            return Ok(None);
+        };
+        let path = self
+            .job_dir_checked(h, name)?
+            .join("blkio.throttle.io_service_bytes");
+        let text = self.fs.read(&path)?;
+        io_stat::parse_blkio(&text)
+            .map(Some)
+            .map_err(|source| CgroupError::Parse { path, source })
+    }
+
+    /// Tasks (threads) in job `name` now: `pids.current` (O(1), unlike counting
+    /// `cgroup.threads`); `Ok(None)` without the pids controller.
+    pub fn pids_current(&self, name: &str) -> Result<Option<u64>, CgroupError> {
+        let Some(h) = self.hierarchies().find(|h| h.has("pids")) else {
+            return Ok(None);
+        };
+        let path = self.job_dir_checked(h, name)?.join("pids.current");
+        read_u64(&self.fs, &path, "pids.current").map(Some)
+    }
+
+    /// Pressure (PSI) of job `name` for `what`, from the cgroup2 tree; None in legacy mode or
+    /// where the kernel has PSI off.
+    pub fn pressure(&self, name: &str, what: Resource) -> Option<Psi> {
+        let v2 = self.v2()?;
+        let dir = self.job_dir_checked(v2, name).ok()?;
+        let text = self.fs.read(&dir.join(what.file())).ok()?;
+        psi::parse(&text).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pjw_kernelfs::memory_stat;
+
+    #[test]
+    fn breakdown_v1_and_v2() {
+        let v2 = memory_stat::parse("anon 300\nfile 20\nkernel 5\n").unwrap();
+        assert_eq!(
+            memory_breakdown(&v2, true),
+            MemoryBreakdown {
+                anon: 300,
+                file: 20,
+                swap: None
+            }
+        );
+        let v1 = memory_stat::parse(
+            "cache 1\nrss 2\nswap 0\ntotal_cache 10\ntotal_rss 20\ntotal_swap 30\n",
+        )
+        .unwrap();
+        assert_eq!(
+            memory_breakdown(&v1, false),
+            MemoryBreakdown {
+                anon: 20,
+                file: 10,
+                swap: Some(30)
+            }
+        );
+        let v1_noswap = memory_stat::parse("cache 1\nrss 2\n").unwrap();
+        assert_eq!(
+            memory_breakdown(&v1_noswap, false),
+            MemoryBreakdown {
+                anon: 2,
+                file: 1,
+                swap: None
+            }
+        );
+    }
+}

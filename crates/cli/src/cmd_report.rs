@@ -1,0 +1,682 @@
+//! `pjw report`: what jobs did, like MCOpt's jobreport — totals, and with `--series` the time
+//! series, with `--processes` the per-process rows; as a table, JSON or CSV.
+//!
+//! The daemon answers (it knows the caller from `SO_PEERCRED` and shows users only their own
+//! jobs); this module only asks and renders. Rendering is pure (`render_*`), with the time
+//! zone passed in, so it is tested on literal text.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use chrono::{DateTime, FixedOffset, Offset, TimeZone};
+use pjw_core::format_size;
+use pjw_proto::{collect_report, Client, JobReport, ReportQuery, Request};
+
+use crate::cli::{ReportArgs, ReportFormat};
+
+pub fn run(a: ReportArgs) -> anyhow::Result<()> {
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let query = ReportQuery {
+        job: a.job.clone(),
+        user: a.user.clone(),
+        name: a.name.clone(),
+        since_ms: a
+            .since
+            .as_deref()
+            .map(|s| parse_since(s, now_ms))
+            .transpose()?,
+        state: a.state.clone(),
+        series: a.series,
+        processes: a.processes,
+        limit: a.limit,
+        central: a.central,
+    };
+    let tz = chrono::Local::now().offset().fix();
+    loop {
+        let jobs = fetch(&query)?;
+        let text = match a.format {
+            ReportFormat::Table => render_table(&jobs, a.series, a.processes, &tz),
+            ReportFormat::Json => serde_json::to_string_pretty(&jobs)? + "\n",
+            ReportFormat::Csv => render_csv(&jobs, a.series, a.processes),
+        };
+        let Some(secs) = a.watch else {
+            print!("{text}");
+            return Ok(());
+        };
+        // Clear the screen, then the report; stop once every job shown has ended.
+        let mut out = std::io::stdout().lock();
+        write!(out, "\x1b[H\x1b[2J{text}")?;
+        out.flush()?;
+        if !jobs.is_empty() && jobs.iter().all(|j| j.state == "ended") {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs(secs.max(1)));
+    }
+}
+
+fn fetch(q: &ReportQuery) -> anyhow::Result<Vec<JobReport>> {
+    let mut c = Client::connect(&pjw_proto::socket_path())?;
+    c.set_read_timeout(Some(Duration::from_secs(60)))?;
+    c.send(&Request::Report(q.clone()))?;
+    match collect_report(|| c.recv())? {
+        Ok(jobs) => Ok(jobs),
+        Err((_, message)) => bail!("{message}"),
+    }
+}
+
+/// `--since`: an RFC 3339 time (`2026-11-22T05:00:00+01:00`), a date (`2026-11-22`, local
+/// midnight), or a duration ago (`90m`, `2h`, `7d`).
+pub fn parse_since(s: &str, now_ms: i64) -> anyhow::Result<i64> {
+    let s = s.trim();
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(t.timestamp_millis());
+    }
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        let midnight = d.and_hms_opt(0, 0, 0).context("bad date")?;
+        if let Some(t) = chrono::Local.from_local_datetime(&midnight).earliest() {
+            return Ok(t.timestamp_millis());
+        }
+    }
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let mult: i64 = match unit {
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => 0,
+    };
+    match n.parse::<i64>() {
+        Ok(n) if mult > 0 => Ok(now_ms - n * mult),
+        _ => bail!(
+            "--since {s:?}: expected an RFC 3339 time, a date (YYYY-MM-DD) or a duration ago (30m, 2h, 7d)"
+        ),
+    }
+}
+
+fn time(ms: Option<i64>, tz: &FixedOffset) -> String {
+    match ms.and_then(|m| tz.timestamp_millis_opt(m).single()) {
+        Some(t) => t.format("%Y-%m-%dT%H:%M:%S%:z").to_string(),
+        None => "-".into(),
+    }
+}
+
+/// H:MM:SS (with days when long).
+fn dur(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    if s >= 86400 {
+        format!(
+            "{}d{:02}:{:02}:{:02}",
+            s / 86400,
+            s % 86400 / 3600,
+            s % 3600 / 60,
+            s % 60
+        )
+    } else {
+        format!("{}:{:02}:{:02}", s / 3600, s % 3600 / 60, s % 60)
+    }
+}
+
+fn size(b: u64) -> String {
+    if b < 1024 {
+        format!("{b}B")
+    } else {
+        format_size(b)
+    }
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn eff(j: &JobReport) -> String {
+    j.efficiency()
+        .map(|e| format!("{:.1}%", e * 100.0))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn outcome(j: &JobReport) -> String {
+    let mut s = j.state.clone();
+    if let Some(e) = &j.end {
+        s.push_str(", ");
+        s.push_str(e);
+    }
+    if let Some(x) = j.exit_status {
+        s.push_str(&format!(" (exit {x})"));
+    }
+    s
+}
+
+/// Aligned columns, left-aligned text.
+fn columns(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let w: Vec<usize> = (0..n)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r.get(i).map(|c| c.chars().count()).unwrap_or(0))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (i, c) in r.iter().enumerate() {
+            if i + 1 == r.len() {
+                line.push_str(c);
+            } else {
+                let _ = write!(line, "{c:<width$}  ", width = w[i]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// One job, jobreport style.
+pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Job {} ({}) of {} on {}: {}",
+        j.id,
+        j.name,
+        j.user,
+        j.node,
+        outcome(j)
+    );
+    let total = |t: Option<u64>| t.map(|n| format!("{n} total, ")).unwrap_or_default();
+    let rows: Vec<(&str, String)> = vec![
+        (
+            "CPUs",
+            format!(
+                "{} ({})",
+                j.ncpus,
+                if j.cpus.is_empty() { "-" } else { &j.cpus }
+            ),
+        ),
+        ("Submitted", time(Some(j.submitted_ms), tz)),
+        ("Started", time(j.started_ms, tz)),
+        ("Ended", time(j.ended_ms, tz)),
+        ("Waited in queue", dur(j.queued_ms)),
+        ("Ran (wall)", dur(j.running_ms)),
+        ("  as backfill", dur(j.backfill_ms)),
+        (
+            "  frozen",
+            format!("{} ({} times)", dur(j.frozen_ms), j.freezes),
+        ),
+        (
+            "CPU time",
+            format!(
+                "{:.2} s (user {:.2} s, system {:.2} s)",
+                j.cpu_secs(),
+                j.cpu_user_usec as f64 / 1e6,
+                j.cpu_system_usec as f64 / 1e6
+            ),
+        ),
+        ("CPU efficiency", eff(j)),
+        (
+            "Peak memory",
+            format!(
+                "{} (limit {})",
+                size(j.mem_peak),
+                j.mem_limit.map(size).unwrap_or_else(|| "none".into())
+            ),
+        ),
+        ("Peak swap", size(j.swap_peak)),
+        (
+            "I/O",
+            format!("read {}, written {}", size(j.io_rbytes), size(j.io_wbytes)),
+        ),
+        (
+            "Processes",
+            format!("{}{} at most", total(j.procs_total), j.procs_max),
+        ),
+        (
+            "Threads",
+            format!("{}{} at most", total(j.threads_total), j.threads_max),
+        ),
+        ("Samples", j.samples.to_string()),
+    ];
+    let mut rows: Vec<(&str, String)> = rows;
+    if let Some(r) = &j.end_reason {
+        rows.push(("Reason", r.clone()));
+    }
+    for (k, v) in rows {
+        let _ = writeln!(o, "  {k:<16}{v}");
+    }
+    o
+}
+
+/// Several jobs, one row each.
+pub fn render_list(jobs: &[JobReport], tz: &FixedOffset) -> String {
+    let mut rows = vec![[
+        "JOB",
+        "USER",
+        "NAME",
+        "NODE",
+        "STATE",
+        "END",
+        "EXIT",
+        "SUBMITTED",
+        "CPUS",
+        "WAIT",
+        "WALL",
+        "CPU_S",
+        "EFF",
+        "MEM_PEAK",
+        "SWAP",
+        "READ",
+        "WRITE",
+        "PROCS",
+        "THREADS",
+        "FROZEN",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for j in jobs {
+        rows.push(vec![
+            j.id.clone(),
+            j.user.clone(),
+            j.name.clone(),
+            j.node.clone(),
+            j.state.clone(),
+            opt(j.end.clone()),
+            opt(j.exit_status),
+            time(Some(j.submitted_ms), tz),
+            j.ncpus.to_string(),
+            dur(j.queued_ms),
+            dur(j.running_ms),
+            format!("{:.1}", j.cpu_secs()),
+            eff(j),
+            size(j.mem_peak),
+            size(j.swap_peak),
+            size(j.io_rbytes),
+            size(j.io_wbytes),
+            format!("{}/{}", opt(j.procs_total), j.procs_max),
+            format!("{}/{}", opt(j.threads_total), j.threads_max),
+            dur(j.frozen_ms),
+        ]);
+    }
+    columns(&rows)
+}
+
+/// The time series of one job: CPU use between samples (in CPUs), memory, I/O, tasks, PSI.
+pub fn render_series(j: &JobReport, tz: &FixedOffset) -> String {
+    let mut rows = vec![[
+        "TIME", "STATE", "CPU", "MEM", "PEAK", "ANON", "FILE", "SWAP", "READ", "WRITE", "PROCS",
+        "THREADS", "PSI_CPU", "PSI_MEM", "PSI_IO",
+    ]
+    .map(String::from)
+    .to_vec()];
+    let mut prev: Option<(i64, u64)> = None;
+    for p in &j.series {
+        let cpu_total = p.cpu_user_usec.zip(p.cpu_system_usec).map(|(u, s)| u + s);
+        let cpu = match (prev, cpu_total) {
+            (Some((t0, c0)), Some(c)) if p.ts_ms > t0 => {
+                format!(
+                    "{:.2}",
+                    c.saturating_sub(c0) as f64 / 1000.0 / (p.ts_ms - t0) as f64
+                )
+            }
+            _ => "-".into(),
+        };
+        if let Some(c) = cpu_total {
+            prev = Some((p.ts_ms, c));
+        }
+        let psi = |s: Option<f64>| s.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
+        let sz = |v: Option<u64>| v.map(size).unwrap_or_else(|| "-".into());
+        rows.push(vec![
+            time(Some(p.ts_ms), tz),
+            opt(p.state.clone()),
+            cpu,
+            sz(p.mem_current),
+            sz(p.mem_peak),
+            sz(p.mem_anon),
+            sz(p.mem_file),
+            sz(p.swap),
+            sz(p.io_rbytes),
+            sz(p.io_wbytes),
+            opt(p.procs),
+            opt(p.threads),
+            psi(p.psi_cpu_some),
+            psi(p.psi_mem_some),
+            psi(p.psi_io_some),
+        ]);
+    }
+    columns(&rows)
+}
+
+/// The per-process rows of one job.
+pub fn render_processes(j: &JobReport, tz: &FixedOffset) -> String {
+    let mut rows = vec![["TIME", "PID", "COMM", "CPU_S", "RSS", "THREADS"]
+        .map(String::from)
+        .to_vec()];
+    for p in &j.processes {
+        rows.push(vec![
+            time(Some(p.ts_ms), tz),
+            p.pid.to_string(),
+            p.comm.clone(),
+            format!("{:.2}", p.cpu_usec as f64 / 1e6),
+            size(p.rss),
+            p.threads.to_string(),
+        ]);
+    }
+    columns(&rows)
+}
+
+/// The table view: one job in detail, or a list; then series and processes per job.
+pub fn render_table(jobs: &[JobReport], series: bool, processes: bool, tz: &FixedOffset) -> String {
+    if jobs.is_empty() {
+        return "no jobs\n".into();
+    }
+    let mut o = if jobs.len() == 1 {
+        render_job(&jobs[0], tz)
+    } else {
+        render_list(jobs, tz)
+    };
+    for j in jobs {
+        if series {
+            let _ = write!(o, "\nSeries of job {} ({} samples)\n", j.id, j.series.len());
+            o.push_str(&render_series(j, tz));
+        }
+        if processes {
+            let _ = write!(o, "\nProcesses of job {}\n", j.id);
+            o.push_str(&render_processes(j, tz));
+        }
+    }
+    o
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn csv_line(fields: &[String]) -> String {
+    let mut l = fields
+        .iter()
+        .map(|f| csv_field(f))
+        .collect::<Vec<_>>()
+        .join(",");
+    l.push('\n');
+    l
+}
+
+fn o<T: ToString>(v: Option<T>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_default()
+}
+
+/// CSV: the jobs (raw units: ms, µs, bytes); with `--series` the samples of every job instead,
+/// with `--processes` the process rows.
+pub fn render_csv(jobs: &[JobReport], series: bool, processes: bool) -> String {
+    let mut out = String::new();
+    if series {
+        out.push_str("job,ts_ms,state,cpu_user_usec,cpu_system_usec,mem_current,mem_peak,mem_anon,mem_file,swap,io_rbytes,io_wbytes,procs,threads,psi_cpu_some,psi_cpu_full,psi_mem_some,psi_mem_full,psi_io_some,psi_io_full\n");
+        for j in jobs {
+            for p in &j.series {
+                out.push_str(&csv_line(&[
+                    j.id.clone(),
+                    p.ts_ms.to_string(),
+                    o(p.state.clone()),
+                    o(p.cpu_user_usec),
+                    o(p.cpu_system_usec),
+                    o(p.mem_current),
+                    o(p.mem_peak),
+                    o(p.mem_anon),
+                    o(p.mem_file),
+                    o(p.swap),
+                    o(p.io_rbytes),
+                    o(p.io_wbytes),
+                    o(p.procs),
+                    o(p.threads),
+                    o(p.psi_cpu_some),
+                    o(p.psi_cpu_full),
+                    o(p.psi_mem_some),
+                    o(p.psi_mem_full),
+                    o(p.psi_io_some),
+                    o(p.psi_io_full),
+                ]));
+            }
+        }
+        return out;
+    }
+    if processes {
+        out.push_str("job,ts_ms,pid,comm,cpu_usec,rss,threads\n");
+        for j in jobs {
+            for p in &j.processes {
+                out.push_str(&csv_line(&[
+                    j.id.clone(),
+                    p.ts_ms.to_string(),
+                    p.pid.to_string(),
+                    p.comm.clone(),
+                    p.cpu_usec.to_string(),
+                    p.rss.to_string(),
+                    p.threads.to_string(),
+                ]));
+            }
+        }
+        return out;
+    }
+    out.push_str("job,user,uid,name,node,state,end,exit_status,end_reason,ncpus,cpus,mem_limit,submitted_ms,started_ms,ended_ms,queued_ms,running_ms,backfill_ms,frozen_ms,freezes,cpu_user_usec,cpu_system_usec,efficiency,mem_peak,swap_peak,io_rbytes,io_wbytes,procs_total,procs_max,threads_total,threads_max,samples\n");
+    for j in jobs {
+        out.push_str(&csv_line(&[
+            j.id.clone(),
+            j.user.clone(),
+            j.uid.to_string(),
+            j.name.clone(),
+            j.node.clone(),
+            j.state.clone(),
+            o(j.end.clone()),
+            o(j.exit_status),
+            o(j.end_reason.clone()),
+            j.ncpus.to_string(),
+            j.cpus.clone(),
+            o(j.mem_limit),
+            j.submitted_ms.to_string(),
+            o(j.started_ms),
+            o(j.ended_ms),
+            j.queued_ms.to_string(),
+            j.running_ms.to_string(),
+            j.backfill_ms.to_string(),
+            j.frozen_ms.to_string(),
+            j.freezes.to_string(),
+            j.cpu_user_usec.to_string(),
+            j.cpu_system_usec.to_string(),
+            o(j.efficiency().map(|e| format!("{e:.4}"))),
+            j.mem_peak.to_string(),
+            j.swap_peak.to_string(),
+            j.io_rbytes.to_string(),
+            j.io_wbytes.to_string(),
+            o(j.procs_total),
+            j.procs_max.to_string(),
+            o(j.threads_total),
+            j.threads_max.to_string(),
+            j.samples.to_string(),
+        ]));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pjw_proto::{ProcessRow, SeriesPoint};
+
+    const MIB: u64 = 1 << 20;
+
+    fn utc() -> FixedOffset {
+        FixedOffset::east_opt(0).unwrap()
+    }
+
+    /// 2026-11-22T05:00:00Z
+    const T0: i64 = 1_795_323_600_000;
+
+    fn job() -> JobReport {
+        JobReport {
+            id: "12".into(),
+            name: "steps".into(),
+            user: "alice".into(),
+            uid: 1000,
+            node: "n1".into(),
+            state: "ended".into(),
+            end: Some("completed".into()),
+            end_reason: Some("exited".into()),
+            exit_status: Some(0),
+            ncpus: 2,
+            cpus: "0-1".into(),
+            mem_limit: None,
+            submitted_ms: T0,
+            started_ms: Some(T0 + 1_000),
+            ended_ms: Some(T0 + 11_000),
+            queued_ms: 1_000,
+            running_ms: 10_000,
+            backfill_ms: 0,
+            frozen_ms: 2_000,
+            freezes: 1,
+            cpu_user_usec: 4_000_000,
+            cpu_system_usec: 1_000_000,
+            mem_peak: 300 * MIB,
+            swap_peak: 0,
+            io_rbytes: 4096,
+            io_wbytes: 512,
+            procs_total: Some(26),
+            threads_total: Some(26),
+            procs_max: 2,
+            threads_max: 2,
+            samples: 3,
+            series: vec![
+                SeriesPoint {
+                    ts_ms: T0 + 2_000,
+                    state: Some("running".into()),
+                    cpu_user_usec: Some(500_000),
+                    cpu_system_usec: Some(0),
+                    mem_current: Some(100 * MIB),
+                    procs: Some(1),
+                    ..SeriesPoint::default()
+                },
+                SeriesPoint {
+                    ts_ms: T0 + 4_000,
+                    state: Some("running".into()),
+                    cpu_user_usec: Some(2_000_000),
+                    cpu_system_usec: Some(500_000),
+                    mem_current: Some(200 * MIB),
+                    mem_peak: Some(200 * MIB),
+                    procs: Some(2),
+                    psi_cpu_some: Some(1.5),
+                    ..SeriesPoint::default()
+                },
+            ],
+            processes: vec![ProcessRow {
+                ts_ms: T0 + 4_000,
+                pid: 77,
+                comm: "pjw-wl".into(),
+                cpu_usec: 2_500_000,
+                rss: 200 * MIB,
+                threads: 1,
+            }],
+        }
+    }
+
+    #[test]
+    fn one_job_in_detail() {
+        let want = "\
+Job 12 (steps) of alice on n1: ended, completed (exit 0)
+  CPUs            2 (0-1)
+  Submitted       2026-11-22T05:00:00+00:00
+  Started         2026-11-22T05:00:01+00:00
+  Ended           2026-11-22T05:00:11+00:00
+  Waited in queue 0:00:01
+  Ran (wall)      0:00:10
+    as backfill   0:00:00
+    frozen        0:00:02 (1 times)
+  CPU time        5.00 s (user 4.00 s, system 1.00 s)
+  CPU efficiency  25.0%
+  Peak memory     300M (limit none)
+  Peak swap       0B
+  I/O             read 4K, written 512B
+  Processes       26 total, 2 at most
+  Threads         26 total, 2 at most
+  Samples         3
+  Reason          exited
+";
+        assert_eq!(render_table(&[job()], false, false, &utc()), want);
+    }
+
+    #[test]
+    fn series_and_processes() {
+        let text = render_table(&[job()], true, true, &utc());
+        let tail = text.split_once("\nSeries").unwrap().1;
+        let want = " of job 12 (2 samples)
+TIME                       STATE    CPU   MEM   PEAK  ANON  FILE  SWAP  READ  WRITE  PROCS  THREADS  PSI_CPU  PSI_MEM  PSI_IO
+2026-11-22T05:00:02+00:00  running  -     100M  -     -     -     -     -     -      1      -        -        -        -
+2026-11-22T05:00:04+00:00  running  1.00  200M  200M  -     -     -     -     -      2      -        1.50     -        -
+
+Processes of job 12
+TIME                       PID  COMM    CPU_S  RSS   THREADS
+2026-11-22T05:00:04+00:00  77   pjw-wl  2.50   200M  1
+";
+        assert_eq!(tail, want);
+    }
+
+    #[test]
+    fn several_jobs_in_a_list() {
+        let mut b = job();
+        b.id = "13".into();
+        b.state = "running".into();
+        b.end = None;
+        b.exit_status = None;
+        b.procs_total = None;
+        let want = "\
+JOB  USER   NAME   NODE  STATE    END        EXIT  SUBMITTED                  CPUS  WAIT     WALL     CPU_S  EFF    MEM_PEAK  SWAP  READ  WRITE  PROCS  THREADS  FROZEN
+12   alice  steps  n1    ended    completed  0     2026-11-22T05:00:00+00:00  2     0:00:01  0:00:10  5.0    25.0%  300M      0B    4K    512B   26/2   26/2     0:00:02
+13   alice  steps  n1    running  -          -     2026-11-22T05:00:00+00:00  2     0:00:01  0:00:10  5.0    25.0%  300M      0B    4K    512B   -/2    26/2     0:00:02
+";
+        assert_eq!(render_table(&[job(), b], false, false, &utc()), want);
+        assert_eq!(render_table(&[], false, false, &utc()), "no jobs\n");
+    }
+
+    #[test]
+    fn csv_views() {
+        let mut j = job();
+        j.end_reason = Some("killed by \"bob\", at last".into());
+        let csv = render_csv(&[j.clone()], false, false);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(
+            lines[1],
+            "12,alice,1000,steps,n1,ended,completed,0,\"killed by \"\"bob\"\", at last\",2,0-1,,1795323600000,1795323601000,1795323611000,1000,10000,0,2000,1,4000000,1000000,0.2500,314572800,0,4096,512,26,2,26,2,3"
+        );
+        assert_eq!(lines[0].split(',').count(), lines[1].split(',').count() - 1); // one quoted comma
+        let s = render_csv(&[j.clone()], true, false);
+        assert_eq!(
+            s.lines().nth(2).unwrap(),
+            "12,1795323604000,running,2000000,500000,209715200,209715200,,,,,,2,,1.5,,,,,"
+        );
+        let p = render_csv(&[j], false, true);
+        assert_eq!(
+            p.lines().nth(1).unwrap(),
+            "12,1795323604000,77,pjw-wl,2500000,209715200,1"
+        );
+    }
+
+    #[test]
+    fn since_forms() {
+        let now = T0;
+        assert_eq!(parse_since("2h", now).unwrap(), now - 7_200_000);
+        assert_eq!(parse_since("30m", now).unwrap(), now - 1_800_000);
+        assert_eq!(parse_since("7d", now).unwrap(), now - 7 * 86_400_000);
+        assert_eq!(parse_since("2026-11-22T06:00:00+01:00", now).unwrap(), T0);
+        assert!(parse_since("2026-11-22", now).is_ok());
+        for bad in ["", "yesterday", "5y", "-3h"] {
+            let e = parse_since(bad, now).unwrap_err().to_string();
+            assert!(e.contains("--since"), "{bad}: {e}");
+        }
+    }
+}

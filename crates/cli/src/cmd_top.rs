@@ -1,0 +1,509 @@
+//! `pjw top`: a live view of the node, refreshed over the socket (default once a second).
+//!
+//! One `status` request per refresh; CPU % comes from two readings of each job's CPU time
+//! (`cpu_usec`) and the wall time between them (100 % = one CPU busy). The screen: a header, the
+//! node map (one mark per CPU: the job holding it, lower case for a backfiller, `.` free), the
+//! job table, the key help. Keys: `c` CPU %, `m` memory, `s` state, `i` id, `u` user sort (the
+//! same key again reverses), `q`, Esc or Ctrl-C quit. Works in 80×24 (over ssh too: plain
+//! terminal escapes, no mouse, no true colour needed).
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use pjw_core::format_size;
+use pjw_proto::{Client, JobInfo, JobState, Request, Response, StatusReport};
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Row, Table};
+use ratatui::Frame;
+
+use crate::cli::TopArgs;
+
+/// What the table is sorted by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    Cpu,
+    Mem,
+    State,
+    Id,
+    User,
+}
+
+impl SortKey {
+    fn name(self) -> &'static str {
+        match self {
+            SortKey::Cpu => "cpu%",
+            SortKey::Mem => "mem",
+            SortKey::State => "state",
+            SortKey::Id => "id",
+            SortKey::User => "user",
+        }
+    }
+    fn from_key(c: char) -> Option<SortKey> {
+        Some(match c {
+            'c' | 'C' => SortKey::Cpu,
+            'm' | 'M' => SortKey::Mem,
+            's' | 'S' => SortKey::State,
+            'i' | 'I' => SortKey::Id,
+            'u' | 'U' => SortKey::User,
+            _ => return None,
+        })
+    }
+}
+
+/// The view's state between refreshes.
+#[derive(Debug)]
+pub struct View {
+    pub sort: SortKey,
+    pub reverse: bool,
+    status: Option<StatusReport>,
+    error: Option<String>,
+    /// Per job: CPU time and when it was read.
+    last: HashMap<String, (u64, Instant)>,
+    /// Per job: CPU % from the last two readings.
+    cpu_pct: HashMap<String, f64>,
+}
+
+impl View {
+    pub fn new() -> View {
+        View {
+            sort: SortKey::Cpu,
+            reverse: false,
+            status: None,
+            error: None,
+            last: HashMap::new(),
+            cpu_pct: HashMap::new(),
+        }
+    }
+
+    /// Take a new status, computing CPU % from the previous one.
+    pub fn update(&mut self, s: StatusReport, now: Instant) {
+        let mut last = HashMap::new();
+        let mut pct = HashMap::new();
+        for j in &s.jobs {
+            let Some(us) = j.cpu_usec else { continue };
+            if let Some((prev, at)) = self.last.get(&j.id) {
+                let dt = now.duration_since(*at).as_secs_f64();
+                if dt > 0.0 && us >= *prev {
+                    pct.insert(j.id.clone(), (us - prev) as f64 / 1e6 / dt * 100.0);
+                }
+            }
+            last.insert(j.id.clone(), (us, now));
+        }
+        self.last = last;
+        self.cpu_pct = pct;
+        self.status = Some(s);
+        self.error = None;
+    }
+
+    pub fn fail(&mut self, e: String) {
+        self.error = Some(e);
+    }
+
+    /// A key was pressed: false means quit.
+    pub fn key(&mut self, c: char) -> bool {
+        if c == 'q' || c == 'Q' {
+            return false;
+        }
+        if let Some(k) = SortKey::from_key(c) {
+            if k == self.sort {
+                self.reverse = !self.reverse;
+            } else {
+                self.sort = k;
+                self.reverse = false;
+            }
+        }
+        true
+    }
+
+    /// The jobs in display order.
+    pub fn sorted(&self) -> Vec<&JobInfo> {
+        let Some(s) = &self.status else {
+            return Vec::new();
+        };
+        let mut jobs: Vec<&JobInfo> = s.jobs.iter().collect();
+        let pct = |j: &JobInfo| self.cpu_pct.get(&j.id).copied().unwrap_or(0.0);
+        let rank = |st: JobState| match st {
+            JobState::Running => 0,
+            JobState::Backfill => 1,
+            JobState::Frozen => 2,
+            JobState::Ending => 3,
+            JobState::Queued => 4,
+        };
+        // Stable sorts on top of the daemon's order (running first, then the queue in order).
+        match self.sort {
+            SortKey::Cpu => jobs.sort_by(|a, b| pct(b).total_cmp(&pct(a))),
+            SortKey::Mem => jobs.sort_by_key(|j| std::cmp::Reverse(j.mem_bytes.unwrap_or(0))),
+            SortKey::State => jobs.sort_by_key(|j| rank(j.state)),
+            SortKey::Id => jobs.sort_by(|a, b| natural(&a.id, &b.id)),
+            SortKey::User => jobs.sort_by(|a, b| a.user.cmp(&b.user)),
+        }
+        if self.reverse {
+            jobs.reverse();
+        }
+        jobs
+    }
+
+    /// Draw the whole screen.
+    pub fn draw(&self, f: &mut Frame) {
+        let area = f.area();
+        let map = self.map_lines(area.width as usize);
+        let map_h = (map.len() as u16)
+            .min(area.height.saturating_sub(6) / 2)
+            .max(1);
+        let [head, map_area, table_area, foot] = Layout::vertical([
+            Constraint::Length(1),
+            Constraint::Length(map_h),
+            Constraint::Min(2),
+            Constraint::Length(1),
+        ])
+        .areas(area);
+        f.render_widget(Paragraph::new(self.header()), head);
+        f.render_widget(Paragraph::new(map), map_area);
+        f.render_widget(self.table(), table_area);
+        let help = Line::from(vec![
+            Span::styled(
+                " sort: c cpu  m mem  s state  i id  u user (again: reverse)   q quit",
+                Style::default().add_modifier(Modifier::DIM),
+            ),
+            Span::raw(format!(
+                "   [{}{}]",
+                self.sort.name(),
+                if self.reverse { " rev" } else { "" }
+            )),
+        ]);
+        f.render_widget(Paragraph::new(help), foot);
+    }
+
+    fn header(&self) -> Line<'static> {
+        let bold = Style::default().add_modifier(Modifier::BOLD);
+        let Some(s) = &self.status else {
+            return Line::from(Span::styled(
+                format!(
+                    "pjw top: {}",
+                    self.error.as_deref().unwrap_or("waiting for the daemon")
+                ),
+                bold,
+            ));
+        };
+        let count = |st: JobState| s.jobs.iter().filter(|j| j.state == st).count();
+        let mut spans = vec![
+            Span::styled(format!("pjw top  {}", s.node), bold),
+            Span::raw(format!(
+                "  cpus {}/{} free  running {}  backfill {}  frozen {}  queued {}",
+                s.free_cpus.len(),
+                s.total_cpus,
+                count(JobState::Running),
+                count(JobState::Backfill),
+                count(JobState::Frozen),
+                count(JobState::Queued)
+            )),
+        ];
+        if let Some(e) = &self.error {
+            spans.push(Span::styled(
+                format!("  ({e})"),
+                Style::default().add_modifier(Modifier::REVERSED),
+            ));
+        }
+        Line::from(spans)
+    }
+
+    /// The job holding each CPU (mark per job as in the table).
+    fn marks(&self) -> HashMap<&str, char> {
+        let Some(s) = &self.status else {
+            return HashMap::new();
+        };
+        s.jobs
+            .iter()
+            .filter(|j| !j.cpus.is_empty())
+            .enumerate()
+            .map(|(i, j)| (j.id.as_str(), mark(i)))
+            .collect()
+    }
+
+    /// The node map: `CPU#  marks`, 8 CPUs per group, as many groups as fit the width.
+    pub fn map_lines(&self, width: usize) -> Vec<Line<'static>> {
+        let Some(s) = &self.status else {
+            return vec![Line::raw("")];
+        };
+        let marks = self.marks();
+        let cpus: Vec<u32> = s.cpus.iter().collect();
+        let mut holder: HashMap<u32, char> = HashMap::new();
+        for j in &s.jobs {
+            let Some(m) = marks.get(j.id.as_str()) else {
+                continue;
+            };
+            for c in j.cpus.iter() {
+                if j.state == JobState::Backfill {
+                    holder.entry(c).or_insert(m.to_ascii_lowercase());
+                } else {
+                    holder.insert(c, *m);
+                }
+            }
+        }
+        let groups_per_line = ((width.saturating_sub(6)) / 9).clamp(1, 8);
+        let per_line = groups_per_line * 8;
+        cpus.chunks(per_line)
+            .map(|chunk| {
+                let mut t = format!("{:>5} ", chunk[0]);
+                for (i, c) in chunk.iter().enumerate() {
+                    if i > 0 && i % 8 == 0 {
+                        t.push(' ');
+                    }
+                    t.push(holder.get(c).copied().unwrap_or('.'));
+                }
+                Line::raw(t)
+            })
+            .collect()
+    }
+
+    fn table(&self) -> Table<'static> {
+        let marks = self.marks();
+        let header = Row::new(vec![
+            "", "JOB", "USER", "STATE", "CPUS", "CPU%", "MEM", "PROCS", "AGE", "NAME",
+        ])
+        .style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED));
+        let rows: Vec<Row> = self
+            .sorted()
+            .into_iter()
+            .map(|j| {
+                let pct = self
+                    .cpu_pct
+                    .get(&j.id)
+                    .map(|p| format!("{p:.0}"))
+                    .unwrap_or_else(|| "-".into());
+                let mem = j.mem_bytes.map(format_size).unwrap_or_else(|| "-".into());
+                let cpus = if j.cpus.is_empty() {
+                    format!("({})", j.ncpus)
+                } else {
+                    j.cpus.to_string()
+                };
+                Row::new(vec![
+                    marks
+                        .get(j.id.as_str())
+                        .map(|m| m.to_string())
+                        .unwrap_or_default(),
+                    j.id.clone(),
+                    j.user.clone(),
+                    j.state.as_str().to_string(),
+                    cpus,
+                    pct,
+                    mem,
+                    j.procs.to_string(),
+                    age(j.age_secs),
+                    j.name.clone(),
+                ])
+            })
+            .collect();
+        Table::new(
+            rows,
+            [
+                Constraint::Length(1),
+                Constraint::Length(10),
+                Constraint::Length(8),
+                Constraint::Length(8),
+                Constraint::Length(9),
+                Constraint::Length(5),
+                Constraint::Length(7),
+                Constraint::Length(5),
+                Constraint::Length(7),
+                Constraint::Min(4),
+            ],
+        )
+        .header(header)
+    }
+}
+
+impl Default for View {
+    fn default() -> Self {
+        View::new()
+    }
+}
+
+/// Compare ids numerically when both are numbers.
+fn natural(a: &str, b: &str) -> std::cmp::Ordering {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(x), Ok(y)) => x.cmp(&y),
+        _ => a.cmp(b),
+    }
+}
+
+fn mark(i: usize) -> char {
+    const MARKS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    MARKS.get(i).map(|b| *b as char).unwrap_or('#')
+}
+
+fn age(secs: u64) -> String {
+    if secs >= 86400 {
+        format!("{}d{:02}h", secs / 86400, secs % 86400 / 3600)
+    } else if secs >= 3600 {
+        format!("{}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
+    } else {
+        format!("{}:{:02}", secs / 60, secs % 60)
+    }
+}
+
+fn fetch() -> anyhow::Result<StatusReport> {
+    let path = pjw_proto::socket_path();
+    let mut c = Client::connect(&path)?;
+    c.set_read_timeout(Some(Duration::from_secs(5)))?;
+    match c.call(&Request::Status)? {
+        Response::Status(s) => Ok(s),
+        Response::Error { message, .. } => anyhow::bail!("{message}"),
+        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+    }
+}
+
+pub fn run(a: TopArgs) -> anyhow::Result<()> {
+    if !(0.2..=3600.0).contains(&a.interval) {
+        anyhow::bail!("--interval: {} is not 0.2-3600 seconds", a.interval);
+    }
+    if !std::io::stdout().is_terminal() {
+        anyhow::bail!("pjw top needs a terminal (use `pjw status` in scripts)");
+    }
+    // The first reading tells a missing daemon before the screen is taken over.
+    let first = fetch()?;
+    let mut view = View::new();
+    view.update(first, Instant::now());
+    let every = Duration::from_secs_f64(a.interval);
+    // ratatui::init enters the alternate screen and raw mode, and restores the terminal on a
+    // panic too; ratatui::restore undoes it on every normal way out.
+    let mut term = ratatui::try_init().context("cannot set up the terminal")?;
+    let res = (|| -> anyhow::Result<()> {
+        let mut next = Instant::now() + every;
+        loop {
+            term.draw(|f| view.draw(f))?;
+            let wait = next.saturating_duration_since(Instant::now());
+            if event::poll(wait)? {
+                match event::read()? {
+                    Event::Key(k) if k.kind != KeyEventKind::Release => {
+                        let quit = match k.code {
+                            KeyCode::Esc => true,
+                            KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
+                                true
+                            }
+                            KeyCode::Char(c) => !view.key(c),
+                            _ => false,
+                        };
+                        if quit {
+                            return Ok(());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if Instant::now() >= next {
+                match fetch() {
+                    Ok(s) => view.update(s, Instant::now()),
+                    Err(e) => view.fail(format!("{e:#}")),
+                }
+                next = Instant::now() + every;
+            }
+        }
+    })();
+    ratatui::restore();
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pjw_core::CpuSet;
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+
+    fn job(id: &str, cpus: &str, state: JobState, cpu_usec: u64, mem: u64) -> JobInfo {
+        JobInfo {
+            id: id.into(),
+            name: format!("n{id}"),
+            user: "u".into(),
+            uid: 1000,
+            cpus: CpuSet::parse_list(cpus).unwrap(),
+            mems: CpuSet::new(),
+            ncpus: 1,
+            mem: None,
+            procs: 1,
+            threads: 1,
+            state,
+            reason: None,
+            priority: 10,
+            age_secs: 61,
+            pid: None,
+            cpu_usec: Some(cpu_usec),
+            mem_bytes: Some(mem),
+        }
+    }
+
+    fn status(jobs: Vec<JobInfo>) -> StatusReport {
+        StatusReport {
+            node: "n1".into(),
+            total_cpus: 16,
+            cpus: CpuSet::parse_list("0-15").unwrap(),
+            free_cpus: CpuSet::parse_list("4-15").unwrap(),
+            vcpus: 16,
+            jobs,
+            cgroup: "v2".into(),
+            version: "0".into(),
+        }
+    }
+
+    #[test]
+    fn cpu_percent_comes_from_two_readings_and_keys_sort() {
+        let t0 = Instant::now();
+        let mut v = View::new();
+        v.update(
+            status(vec![
+                job("1", "0-1", JobState::Running, 0, 10 << 20),
+                job("2", "2-3", JobState::Running, 0, 900 << 20),
+            ]),
+            t0,
+        );
+        v.update(
+            status(vec![
+                job("1", "0-1", JobState::Running, 2_000_000, 10 << 20),
+                job("2", "2-3", JobState::Running, 500_000, 900 << 20),
+            ]),
+            t0 + Duration::from_secs(1),
+        );
+        assert!((v.cpu_pct["1"] - 200.0).abs() < 1e-6);
+        assert!((v.cpu_pct["2"] - 50.0).abs() < 1e-6);
+        let ids = |v: &View| v.sorted().iter().map(|j| j.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&v), ["1", "2"]); // by CPU %
+        assert!(v.key('m'));
+        assert_eq!(ids(&v), ["2", "1"]); // by memory
+        assert!(v.key('m'));
+        assert_eq!(ids(&v), ["1", "2"]); // reversed
+        assert!(!v.key('q'));
+    }
+
+    #[test]
+    fn screen_fits_80x24_with_map_and_jobs() {
+        let mut v = View::new();
+        v.update(
+            status(vec![
+                job("41", "0-1", JobState::Running, 0, 1 << 20),
+                job("42", "", JobState::Queued, 0, 0),
+            ]),
+            Instant::now(),
+        );
+        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        t.draw(|f| v.draw(f)).unwrap();
+        let buf = t.backend().buffer().clone();
+        let text: String = (0..24)
+            .map(|y| {
+                (0..80)
+                    .map(|x| buf[(x, y)].symbol().to_string())
+                    .collect::<String>()
+                    + "\n"
+            })
+            .collect();
+        assert!(text.contains("    0 AA...... ........"), "{text}");
+        assert!(text.contains("41"), "{text}");
+        assert!(text.contains("queued"), "{text}");
+        assert!(text.contains("q quit"), "{text}");
+    }
+}

@@ -1,0 +1,346 @@
+//! Root tests of job profiles on real cgroupfs and a real SQLite store: the sampler, the
+//! finished-job summary, `pjw report` and who may read it.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use pjw_testkit::{require_root, TestDaemon};
+
+const MIB: f64 = 1048576.0;
+
+fn pjw_bin() -> PathBuf {
+    pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
+}
+
+fn wl() -> PathBuf {
+    pjw_bin().with_file_name("pjw-wl")
+}
+
+fn report(d: &TestDaemon, args: &[&str]) -> Output {
+    d.pjw()
+        .arg("report")
+        .args(args)
+        .output()
+        .expect("pjw report")
+}
+
+/// `pjw report --format json ARGS`, parsed.
+fn report_json(d: &TestDaemon, args: &[&str]) -> serde_json::Value {
+    let out = report(d, &[&["--format", "json"], args].concat());
+    assert!(
+        out.status.success(),
+        "pjw report failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        d.log()
+    );
+    serde_json::from_slice(&out.stdout).expect("report json")
+}
+
+fn run_job(d: &TestDaemon, args: &[&str], cmd: &[&str]) {
+    let st = d
+        .pjw()
+        .arg("run")
+        .args(args)
+        .arg("--")
+        .args(cmd)
+        .stdin(Stdio::null())
+        .status()
+        .expect("pjw run");
+    assert!(st.success(), "job failed: {st}\n{}", d.log());
+}
+
+#[test]
+fn a_job_in_three_steps_with_25_children_is_reported_exactly() {
+    require_root!();
+    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
+    let wl = wl();
+    // 300 MiB in three steps held 2.5 s each (two or more samples per plateau at 1 s), 25
+    // short-lived children, no threads: 26 processes in all.
+    run_job(
+        &d,
+        &["-j", "steps1", "-n", "steps"],
+        &[wl.to_str().unwrap(), "steps", "300", "3", "25", "2500"],
+    );
+    // The exit status comes with the last process event, which may follow the job's end.
+    let mut j = serde_json::Value::Null;
+    let complete = TestDaemon::wait_for(Duration::from_secs(20), || {
+        j = report_json(&d, &["-J", "steps1", "--series"])[0].clone();
+        !j["exit_status"].is_null()
+    });
+    assert!(complete, "no exit status: {j:#}\n{}", d.log());
+    assert_eq!(j["state"], "ended", "{j:#}");
+    assert_eq!(j["end"], "completed", "{j:#}");
+    assert_eq!(j["exit_status"], 0, "{j:#}");
+    assert_eq!(j["name"], "steps");
+    // Peak memory within 5% of 300 MiB (the kernel's high-water mark).
+    let peak = j["mem_peak"].as_u64().unwrap() as f64 / MIB;
+    assert!((285.0..=315.0).contains(&peak), "peak {peak:.1} MiB: {j:#}");
+    // Exactly 26 distinct processes (and tasks: nothing is threaded).
+    assert_eq!(j["procs_total"], 26, "{j:#}");
+    assert_eq!(j["threads_total"], 26, "{j:#}");
+    assert!(j["procs_max"].as_u64().unwrap() >= 1);
+    assert!(j["cpu_user_usec"].as_u64().unwrap() > 0, "{j:#}");
+    assert!(j["running_ms"].as_i64().unwrap() >= 7500, "{j:#}");
+    // The three steps in the series: plateaus near 100, 200 and 300 MiB, in that order.
+    let series = j["series"].as_array().unwrap();
+    assert_eq!(series.len() as u64, j["samples"].as_u64().unwrap());
+    let mem: Vec<f64> = series
+        .iter()
+        .filter_map(|p| p["mem_current"].as_u64())
+        .map(|b| b as f64 / MIB)
+        .collect();
+    let first = |lo: f64, hi: f64| mem.iter().position(|m| (lo..=hi).contains(m));
+    let steps = [first(95.0, 120.0), first(195.0, 220.0), first(295.0, 320.0)];
+    assert!(
+        steps.iter().all(Option::is_some) && steps.windows(2).all(|w| w[0] < w[1]),
+        "steps not seen in order: {steps:?} in {mem:?}"
+    );
+    assert!(series.iter().all(|p| p["state"] == "running"));
+    // The table view says the same.
+    let out = report(&d, &["-J", "steps1", "--series"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}");
+    assert!(out.status.success());
+    assert!(text.contains("Processes       26 total"), "{text}");
+    assert!(text.contains("ended, completed (exit 0)"), "{text}");
+    // CSV of the series: a header and one line per sample.
+    let out = report(&d, &["-J", "steps1", "--series", "--format", "csv"]);
+    let csv = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(csv.lines().count(), series.len() + 1, "{csv}");
+    // Filters: by name and state find it; another state does not.
+    assert_eq!(
+        report_json(&d, &["--name", "steps"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        report_json(&d, &["--state", "completed"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(report_json(&d, &["--state", "oom"])
+        .as_array()
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        report_json(&d, &["--since", "1h"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn killed_jobs_and_live_jobs_are_reported() {
+    require_root!();
+    let d = TestDaemon::start(
+        &pjw_bin(),
+        "cpus = \"0\"\n[profile]\ninterval = \"1s\"\nprocesses = 3\n",
+    );
+    let mut child = d.run_sh(&["-j", "k1", "-n", "sleeper"], "sleep 600");
+    // Until it has started and been sampled twice (the report fails until it is submitted).
+    let sampled = TestDaemon::wait_for(Duration::from_secs(30), || {
+        let out = report(&d, &["-J", "k1", "--format", "json"]);
+        out.status.success()
+            && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .is_ok_and(|j| j[0]["samples"].as_u64().unwrap_or(0) >= 2)
+    });
+    assert!(sampled, "{}", d.log());
+    // While it runs: live totals and per-process rows.
+    let j = report_json(&d, &["-J", "k1", "--processes"])[0].clone();
+    assert_eq!(j["state"], "running", "{j:#}");
+    assert!(j["end"].is_null());
+    assert!(
+        j["processes"].as_array().is_some_and(|p| !p.is_empty()),
+        "{j:#}"
+    );
+    let out = d.pjw().args(["kill", "k1"]).output().unwrap();
+    assert!(out.status.success());
+    let _ = child.wait();
+    let j = report_json(&d, &["-J", "k1"])[0].clone();
+    assert_eq!(j["end"], "killed", "{j:#}");
+    assert_eq!(j["end_reason"], "killed by root", "{j:#}");
+    // `--state running` no longer lists it.
+    assert!(report_json(&d, &["--state", "running"])
+        .as_array()
+        .unwrap()
+        .is_empty());
+    // Bad input: one line, non-zero exit.
+    for (args, want) in [
+        (vec!["-J", "nope"], "no job nope on this node"),
+        (vec!["--state", "done"], "unknown state"),
+        (vec!["--since", "yesterday"], "--since"),
+    ] {
+        let out = report(&d, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            err.contains(want) && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// `pjw` as another user: real unprivileged uid and gid, no supplementary groups (std drops
+/// them when root sets a uid). No tool needed, so it also runs in the VM guest.
+fn as_user(d: &TestDaemon, uid: u32, gid: u32, args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt;
+    Command::new(pjw_bin())
+        .uid(uid)
+        .gid(gid)
+        .args(args)
+        .env("PJW_SOCKET", d.socket())
+        .stdin(Stdio::null())
+        .output()
+        .expect("pjw as another user")
+}
+
+#[test]
+fn a_second_user_cannot_read_the_first_users_report_but_root_can() {
+    require_root!();
+    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
+    // Let other users reach the socket in the test's private directory.
+    std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // nobody, and a uid without a passwd entry (the VM guest has only root and nobody).
+    let (first, second) = (65534, 4242);
+    let out = as_user(
+        &d,
+        first,
+        first,
+        &["run", "-j", "secret", "-n", "private", "--", "true"],
+    );
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        d.log()
+    );
+    // The owner reads it.
+    let out = as_user(
+        &d,
+        first,
+        first,
+        &["report", "-J", "secret", "--format", "json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j[0]["uid"], first);
+    // The second user is refused with one clear line, and sees nothing in a listing.
+    let out = as_user(&d, second, second, &["report", "-J", "secret"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.trim(),
+        "pjw: job secret belongs to another user; only its owner, root and the admin group may read its report"
+    );
+    assert!(out.stdout.is_empty());
+    let out = as_user(&d, second, second, &["report"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "no jobs\n");
+    let out = as_user(&d, second, second, &["report", "--user", "nobody"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only your own jobs"));
+    // Root reads it.
+    let j = report_json(&d, &["-J", "secret"]);
+    assert_eq!(j[0]["user"], "nobody");
+    assert_eq!(
+        report_json(&d, &["--user", "nobody"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // The database itself is root's only.
+    let db = d.dir().join("state/pjw.db");
+    let mode = std::fs::metadata(&db).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{}", db.display());
+}
+
+#[test]
+fn the_admin_group_reads_every_report() {
+    require_root!();
+    // gid 4243 is the admin group; uid 4242 runs with it as its group.
+    let d = TestDaemon::start(
+        &pjw_bin(),
+        "cpus = \"0\"\n[profile]\ninterval = \"1s\"\nadmin_group = \"4243\"\n",
+    );
+    std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = as_user(&d, 65534, 65534, &["run", "-j", "theirs", "--", "true"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Not in the group: refused.
+    let out = as_user(&d, 4242, 4242, &["report", "-J", "theirs"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = as_user(
+        &d,
+        4242,
+        4243,
+        &["report", "-J", "theirs", "--format", "json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j[0]["user"], "nobody");
+}
+
+#[test]
+fn a_job_killed_for_memory_inside_its_limit_ends_oom() {
+    require_root!();
+    if std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("SwapTotal:") && !l.ends_with(" 0 kB"))
+    {
+        // With swap the job would swap instead of being killed.
+        eprintln!("skipped: this node has swap");
+        return;
+    }
+    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
+    let wl = wl();
+    let st = d
+        .pjw()
+        .args(["run", "-j", "big", "-m", "64M", "--"])
+        .args([wl.to_str().unwrap(), "grow", "200", "1", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    // `pjw run` became the command: it died of the OOM killer's SIGKILL.
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(9), "not OOM-killed: {st}");
+    let mut j = serde_json::Value::Null;
+    let done = TestDaemon::wait_for(Duration::from_secs(20), || {
+        j = report_json(&d, &["-J", "big"])[0].clone();
+        !j["exit_status"].is_null()
+    });
+    assert!(done, "{j:#}");
+    assert_eq!(j["end"], "oom", "{j:#}");
+    assert_eq!(j["exit_status"], 137, "{j:#}");
+    // The peak is the limit, not what it asked for.
+    let peak = j["mem_peak"].as_u64().unwrap() as f64 / MIB;
+    assert!(peak <= 64.5, "{peak}");
+    assert_eq!(
+        report_json(&d, &["--state", "oom"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}

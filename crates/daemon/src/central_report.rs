@@ -1,0 +1,232 @@
+//! `pjw report --central`: the same report, answered from the cluster store (PostgreSQL) across
+//! all nodes, with the same access rules (the engine decides [`Access`] before this runs).
+//!
+//! The query runs on its own thread (the `postgres` client is blocking and brings its own
+//! runtime), never on the engine's. The answer is the same frame stream as a local report:
+//! `ReportJob` (with `node` set to the node the job ran on), `ReportSeries`*, …, `ReportEnd`.
+
+use pjw_central::{Central, CentralFilter, CentralJob};
+use pjw_proto::{ErrorCode, JobReport, ReportQuery, Response, SeriesPoint, SERIES_CHUNK};
+use pjw_store::Sample;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::config::CentralConfig;
+use crate::report::{Access, DEFAULT_LIMIT};
+
+/// A central job as a report (pure).
+pub fn job_report(j: &CentralJob) -> JobReport {
+    let s = &j.summary;
+    JobReport {
+        id: j.job_id.clone(),
+        name: j.name.clone(),
+        user: j.user.clone(),
+        uid: j.uid,
+        node: j.node.clone(),
+        state: "ended".into(),
+        end: Some(s.end.as_str().to_string()),
+        end_reason: j.end_reason.clone(),
+        exit_status: s.exit_status,
+        ncpus: j.ncpus,
+        cpus: j.cpus.clone(),
+        mem_limit: j.mem_limit,
+        submitted_ms: j.submitted_ms,
+        started_ms: j.started_ms,
+        ended_ms: j.ended_ms,
+        queued_ms: s.queued_ms,
+        running_ms: s.running_ms,
+        backfill_ms: s.backfill_ms,
+        frozen_ms: s.frozen_ms,
+        freezes: s.freezes,
+        cpu_user_usec: s.cpu_user_usec,
+        cpu_system_usec: s.cpu_system_usec,
+        mem_peak: s.mem_peak,
+        swap_peak: s.swap_peak,
+        io_rbytes: s.io_rbytes,
+        io_wbytes: s.io_wbytes,
+        procs_total: s.procs_total,
+        threads_total: s.threads_total,
+        procs_max: s.procs_max,
+        threads_max: s.threads_max,
+        samples: s.samples,
+        ..JobReport::default()
+    }
+}
+
+fn point(s: &Sample) -> SeriesPoint {
+    SeriesPoint {
+        ts_ms: s.ts_ms,
+        state: s.state.map(|x| x.as_str().to_string()),
+        cpu_user_usec: s.cpu_user_usec,
+        cpu_system_usec: s.cpu_system_usec,
+        mem_current: s.mem_current,
+        mem_peak: s.mem_peak,
+        mem_anon: s.mem_anon,
+        mem_file: s.mem_file,
+        swap: s.swap,
+        io_rbytes: s.io_rbytes,
+        io_wbytes: s.io_wbytes,
+        procs: s.procs,
+        threads: s.threads,
+        psi_cpu_some: s.psi_cpu_some,
+        psi_cpu_full: s.psi_cpu_full,
+        psi_mem_some: s.psi_mem_some,
+        psi_mem_full: s.psi_mem_full,
+        psi_io_some: s.psi_io_some,
+        psi_io_full: s.psi_io_full,
+    }
+}
+
+/// The filter for `q` as `access` allows it; an error for what the central store cannot
+/// answer (it holds finished jobs only).
+pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, String> {
+    let end_class =
+        match q.state.as_deref() {
+            Some("queued") | Some("running") => return Err(
+                "the central store holds finished jobs only; ask without --central for live ones"
+                    .into(),
+            ),
+            other => other.map(String::from),
+        };
+    let (user, uid) = match q.user.as_deref().map(|u| (u, u.parse::<u32>())) {
+        Some((_, Ok(n))) => (None, Some(n)),
+        Some((u, Err(_))) => (Some(u.to_string()), None),
+        None => (None, None),
+    };
+    let uid = match access {
+        Access::All => uid,
+        Access::Uid(own) => Some(own),
+    };
+    Ok(CentralFilter {
+        job_id: q.job.clone(),
+        uid,
+        user,
+        name: q.name.clone(),
+        node: None,
+        since_ms: q.since_ms,
+        end_class,
+        limit: q.limit.unwrap_or(DEFAULT_LIMIT) as usize,
+    })
+}
+
+/// Answer a central report on a thread of its own.
+pub fn spawn(
+    cfg: Option<CentralConfig>,
+    access: Access,
+    q: ReportQuery,
+    reply: mpsc::UnboundedSender<Response>,
+) {
+    let fail = |reply: &mpsc::UnboundedSender<Response>, code, message: String| {
+        let _ = reply.send(Response::Error { code, message });
+    };
+    let Some(cfg) = cfg else {
+        return fail(
+            &reply,
+            ErrorCode::Invalid,
+            "this node has no central store ([central] url in its config)".into(),
+        );
+    };
+    let f = match filter(&q, access) {
+        Ok(f) => f,
+        Err(m) => return fail(&reply, ErrorCode::Invalid, m),
+    };
+    let spawned = std::thread::Builder::new()
+        .name("pjw-central-report".into())
+        .spawn(move || {
+            let mut c = match Central::connect(&cfg.url) {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(error = %e, "central report: cannot connect");
+                    return fail(&reply, ErrorCode::Internal, e.to_string());
+                }
+            };
+            if let (Access::Uid(own), Some(id)) = (access, &q.job) {
+                let anyone = CentralFilter {
+                    job_id: Some(id.clone()),
+                    ..CentralFilter::default()
+                };
+                match c.jobs(&anyone) {
+                    Ok(all) if !all.is_empty() && all.iter().all(|j| j.uid != own) => {
+                        return fail(
+                            &reply,
+                            ErrorCode::Denied,
+                            format!("job {id} belongs to another user; only its owner, root and the admin group may read its report"),
+                        );
+                    }
+                    Ok(_) => {}
+                    Err(e) => return fail(&reply, ErrorCode::Internal, e.to_string()),
+                }
+            }
+            let jobs = match c.jobs(&f) {
+                Ok(j) => j,
+                Err(e) => return fail(&reply, ErrorCode::Internal, e.to_string()),
+            };
+            if let (Some(id), true) = (&q.job, jobs.is_empty()) {
+                return fail(
+                    &reply,
+                    ErrorCode::NotFound,
+                    format!("no job {id} in the central store"),
+                );
+            }
+            for j in &jobs {
+                if reply
+                    .send(Response::ReportJob(Box::new(job_report(j))))
+                    .is_err()
+                {
+                    return;
+                }
+                if q.series {
+                    match c.samples(&j.node, j.seq) {
+                        Ok(samples) => {
+                            for chunk in samples.chunks(SERIES_CHUNK) {
+                                let points = chunk.iter().map(point).collect();
+                                if reply.send(Response::ReportSeries { points }).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        Err(e) => return fail(&reply, ErrorCode::Internal, e.to_string()),
+                    }
+                }
+            }
+            let _ = reply.send(Response::ReportEnd {
+                count: jobs.len() as u32,
+            });
+        });
+    if let Err(e) = spawned {
+        warn!(error = %e, "central report: cannot start a thread");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_narrows_the_filter() {
+        let q = ReportQuery {
+            user: Some("alice".into()),
+            state: Some("oom".into()),
+            ..ReportQuery::default()
+        };
+        let all = filter(&q, Access::All).unwrap();
+        assert_eq!(
+            (
+                all.uid,
+                all.user.as_deref(),
+                all.end_class.as_deref(),
+                all.limit
+            ),
+            (None, Some("alice"), Some("oom"), 100)
+        );
+        let own = filter(&ReportQuery::default(), Access::Uid(1001)).unwrap();
+        assert_eq!(own.uid, Some(1001));
+        let live = ReportQuery {
+            state: Some("running".into()),
+            ..ReportQuery::default()
+        };
+        assert!(filter(&live, Access::All)
+            .unwrap_err()
+            .contains("finished jobs only"));
+    }
+}

@@ -1,0 +1,258 @@
+//! The engine's profile hooks: the sampler tick, recording a job's end with its summary, exit
+//! statuses from process events, and answering `report` (see [`crate::profile`] and
+//! [`crate::report`]).
+
+use std::time::{Duration, Instant};
+
+use pjw_proto::{ErrorCode, ReportQuery, Response};
+use pjw_store::{JobRecord, JobSummary, Sample};
+use proc_connector::ProcEvent;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use super::{err, now_ms, Cred, End, Engine, Job};
+use crate::profile::{self, JobProf, WriteOp};
+use crate::report::{self, Access, LiveJob};
+
+/// How long the exit status of an ended job's main process is awaited.
+const LATE_EXIT_WAIT: Duration = Duration::from_secs(30);
+/// How often retention runs.
+const RETENTION_EVERY: Duration = Duration::from_secs(60);
+
+impl End {
+    pub(super) fn reason(r: &str) -> End {
+        End {
+            reason: r.to_string(),
+            ..End::default()
+        }
+    }
+}
+
+impl Engine {
+    /// Record that `job` ended: its summary and `ended` in one transaction.
+    pub(super) fn record_end(&mut self, job: &Job, end: End) {
+        let now = now_ms();
+        let mut prof = job.prof.clone();
+        prof.observe(job.prof_state(), now);
+        let class = profile::end_class(&end.reason, end.killed, end.ooms, prof.exit_status);
+        let summary = prof.summary(
+            job.seq,
+            &self.node,
+            class,
+            end.running_ms,
+            &end.finals,
+            end.counts,
+        );
+        if job.started.is_some() && prof.exit_status.is_none() {
+            if let Some(pid) = job.pid {
+                self.late_exits.insert(pid, (job.seq, Instant::now()));
+            }
+        }
+        self.write_end(job.seq, now, &end.reason, &summary);
+        info!(
+            job = %job.id, user = %job.user, end = class.as_str(), cpu_user_usec = summary.cpu_user_usec,
+            cpu_system_usec = summary.cpu_system_usec, mem_peak = summary.mem_peak,
+            queued_ms = summary.queued_ms, frozen_ms = summary.frozen_ms, samples = summary.samples,
+            "job profile recorded"
+        );
+    }
+
+    /// Record that a job known only from its store record ended (found at recovery).
+    pub(super) fn record_end_rec(&mut self, rec: &JobRecord, reason: &str) {
+        let now = now_ms();
+        let mut prof = JobProf::default();
+        let start = rec.started_ms.unwrap_or(now);
+        prof.queued_ms = (start - rec.submitted_ms).max(0);
+        let class = profile::end_class(reason, false, 0, None);
+        let running = rec.started_ms.map(|s| now - s).unwrap_or(0);
+        let summary = prof.summary(
+            rec.seq,
+            &self.node,
+            class,
+            running,
+            &Default::default(),
+            None,
+        );
+        self.write_end(rec.seq, now, reason, &summary);
+    }
+
+    fn write_end(&mut self, seq: i64, now: i64, reason: &str, summary: &JobSummary) {
+        if let Err(e) = self.store.finish_job(now, reason, summary) {
+            warn!(seq, error = %e, "cannot record the job's summary; marking it ended");
+            if let Err(e) = self.store.set_ended(seq, now, reason) {
+                warn!(seq, error = %e, "cannot mark job ended in the store");
+            }
+        } else if let Some(s) = &self.shipper {
+            s.wake();
+        }
+    }
+
+    /// An exit event: the exit status of a job's main process.
+    pub(super) fn note_exit(&mut self, ev: &ProcEvent) {
+        let ProcEvent::Exit {
+            pid,
+            tgid,
+            exit_code,
+            ..
+        } = *ev
+        else {
+            return;
+        };
+        if pid != tgid {
+            return;
+        }
+        let status = profile::exit_status(exit_code);
+        if let Some(seq) = self.procs.job_of(tgid) {
+            if let Some(j) = self.jobs.get_mut(&seq) {
+                if j.pid == Some(tgid) {
+                    j.prof.exit_status = Some(status);
+                }
+            }
+        } else if let Some((seq, _)) = self.late_exits.remove(&tgid) {
+            // The job was recorded ended before its main process's exit event arrived.
+            if let Err(e) = self.store.set_exit_status(seq, status) {
+                warn!(seq, error = %e, "cannot record exit status");
+            }
+        }
+    }
+
+    /// The sampler's tick: one sample per started job, written as one batch.
+    pub(super) fn sample(&mut self) {
+        let Some(writer) = self.writer.clone() else {
+            return;
+        };
+        let t0 = Instant::now();
+        let now = now_ms();
+        let n_procs = self.cfg.profile.processes;
+        let mut batch: Vec<Sample> = Vec::with_capacity(self.jobs.len());
+        let mut procs = Vec::new();
+        for j in self.jobs.values_mut() {
+            if j.started.is_none() {
+                continue;
+            }
+            let state = j.prof_state().sample_state();
+            let s = profile::read_sample(&self.driver, &j.cgroup, j.seq, state, now);
+            j.prof.add(&s);
+            if n_procs > 0 {
+                if let Ok(pids) = self.driver.procs(&j.cgroup) {
+                    procs.extend(profile::top_processes(
+                        &self.cfg.proc_root,
+                        &pids,
+                        n_procs,
+                        j.seq,
+                        now,
+                    ));
+                }
+            }
+            batch.push(s);
+        }
+        let jobs = batch.len();
+        if !batch.is_empty() {
+            writer.send(WriteOp::Samples(batch));
+        }
+        if !procs.is_empty() {
+            writer.send(WriteOp::Processes(procs));
+        }
+        self.late_exits
+            .retain(|_, (_, at)| at.elapsed() < LATE_EXIT_WAIT);
+        let due = match self.last_retention {
+            Some(t) => t.elapsed() >= RETENTION_EVERY,
+            None => true,
+        };
+        if due {
+            self.last_retention = Some(Instant::now());
+            writer.send(WriteOp::Retention {
+                now_ms: now,
+                max_age_ms: self.cfg.profile.retention_ms,
+                max_bytes: self.cfg.profile.max_db_size,
+                // With a central store, jobs not shipped yet are the spool: never pruned.
+                keep_unshipped: self.cfg.central.is_some(),
+            });
+        }
+        let took = t0.elapsed();
+        self.last_sample = Some((took, jobs));
+        self.metrics.sampler_pass(took.as_secs_f64());
+        debug!(jobs, took_us = took.as_micros() as u64, "sampled");
+    }
+
+    /// Every started job's latest sample with its id, user and state (for metrics and
+    /// `pjw top`; no file is read).
+    pub fn latest_samples(&self) -> Vec<(String, String, &'static str, Sample)> {
+        self.jobs
+            .values()
+            .filter_map(|j| {
+                let s = j.prof.last.clone()?;
+                Some((j.id.to_string(), j.user.clone(), j.state().as_str(), s))
+            })
+            .collect()
+    }
+
+    /// The last sampler tick's duration and number of jobs sampled (for metrics).
+    pub fn last_sample(&self) -> Option<(Duration, usize)> {
+        self.last_sample
+    }
+
+    /// Answer a `report` request: access check here, store reads on a blocking thread.
+    pub(super) fn report(
+        &mut self,
+        cred: Cred,
+        query: ReportQuery,
+        reply: mpsc::UnboundedSender<Response>,
+    ) {
+        let admin = self.cfg.profile.admin_group.as_deref();
+        let access = match report::access(&cred, admin, &self.cfg.proc_root, &query) {
+            Ok(a) => a,
+            Err(msg) => {
+                let _ = reply.send(err(ErrorCode::Denied, msg));
+                return;
+            }
+        };
+        if let Err(msg) = report::validate(&query) {
+            let _ = reply.send(err(ErrorCode::Invalid, msg));
+            return;
+        }
+        if query.central {
+            crate::central_report::spawn(self.cfg.central.clone(), access, query, reply);
+            return;
+        }
+        // Live jobs: totals as of now, from the engine's state.
+        let live: Vec<LiveJob> = self
+            .jobs
+            .values()
+            .filter(|j| match access {
+                Access::All => true,
+                Access::Uid(u) => j.uid == u,
+            })
+            .map(|j| {
+                let running_ms = j
+                    .started
+                    .map(|s| s.elapsed().as_millis() as i64)
+                    .unwrap_or(0);
+                let finals = if j.started.is_some() {
+                    profile::read_finals(&self.driver, &j.cgroup)
+                } else {
+                    Default::default()
+                };
+                let class = pjw_store::EndClass::Completed;
+                LiveJob {
+                    seq: j.seq,
+                    state: j.state().as_str().to_string(),
+                    cpus: j.cpus.to_string(),
+                    summary: j.prof.summary(
+                        j.seq,
+                        &self.node,
+                        class,
+                        running_ms,
+                        &finals,
+                        self.procs.counts(j.seq),
+                    ),
+                }
+            })
+            .collect();
+        let db = self.store.path().to_path_buf();
+        let node = self.node.clone();
+        tokio::task::spawn_blocking(move || {
+            report::answer(&db, &node, access, &query, live, &reply);
+        });
+    }
+}

@@ -1,0 +1,600 @@
+//! The metrics endpoint: OpenMetrics text on `GET /metrics` (config `[metrics] listen`).
+//!
+//! Scrapes never block or slow the engine. A scrape sends [`Event::Metrics`] and the engine
+//! answers with a [`Snapshot`] of what it holds in memory (no I/O, O(jobs)); the per-job cgroup
+//! reads (CPU time, memory) and the text encoding then run on a blocking thread, off the
+//! engine's single-threaded runtime. Counters and histograms the engine and the sampler feed
+//! (governor actions, launch latency, sampler duration, store write errors) live in
+//! [`Metrics`]: lock-free atomics, shared through an `Arc`.
+//!
+//! HTTP is a minimal HTTP/1.1 responder (docs/decisions.md says why): one request per
+//! connection, `GET /metrics` (or `/`) answers 200, another path 404, another method 405, a
+//! malformed or oversized request 400, and a client that sends nothing within 5 s is dropped.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pjw_cgroup::Driver;
+use pjw_proto::JobState;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+
+use crate::engine::Event;
+
+/// Longest request head accepted.
+const MAX_HEAD: usize = 8192;
+/// How long a client may take to send its request.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the governor did.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum GovernorKind {
+    throttle,
+    unthrottle,
+    freeze,
+    thaw,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: GovernorKind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    job: String,
+    user: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobStateLabels {
+    job: String,
+    user: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: String,
+}
+
+/// Counters and histograms fed by the engine and the sampler.
+#[derive(Debug)]
+pub struct Metrics {
+    governor_actions: Family<KindLabel, Counter>,
+    launch_latency: Histogram,
+    sampler_duration: Histogram,
+    store_write_errors: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let m = Metrics {
+            governor_actions: Family::default(),
+            // 1 ms to ~16 s.
+            launch_latency: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            // 0.1 ms to ~0.8 s.
+            sampler_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 14)),
+            store_write_errors: Counter::default(),
+        };
+        // Every kind shows, with 0, from the first scrape.
+        for kind in [
+            GovernorKind::throttle,
+            GovernorKind::unthrottle,
+            GovernorKind::freeze,
+            GovernorKind::thaw,
+        ] {
+            let _ = m.governor_actions.get_or_create(&KindLabel { kind });
+        }
+        m
+    }
+
+    /// The governor acted.
+    pub fn governor_action(&self, kind: GovernorKind) {
+        self.governor_actions
+            .get_or_create(&KindLabel { kind })
+            .inc();
+    }
+
+    /// A job started, `secs` after it was submitted.
+    pub fn launch(&self, secs: f64) {
+        self.launch_latency.observe(secs);
+    }
+
+    /// One sampler pass took `secs`.
+    pub fn sampler_pass(&self, secs: f64) {
+        self.sampler_duration.observe(secs);
+    }
+
+    /// A write to the local store failed.
+    pub fn store_write_error(&self) {
+        self.store_write_errors.inc();
+    }
+}
+
+/// One job as the engine holds it.
+#[derive(Clone, Debug)]
+pub struct JobSnap {
+    pub id: String,
+    pub user: String,
+    pub state: JobState,
+    /// Its cgroup name when it has started (the scrape reads CPU and memory there when the
+    /// sampler has no sample of it yet, or is off).
+    pub cgroup: Option<String>,
+    /// From the sampler's latest sample: CPU time (µs) and memory (bytes).
+    pub cpu_usec: Option<u64>,
+    pub mem_bytes: Option<u64>,
+}
+
+/// The engine's answer to a scrape: in-memory state only.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub cpus: u32,
+    pub free_cpus: u32,
+    pub queue_len: u32,
+    pub jobs: Vec<JobSnap>,
+    /// Failed writes to the local store (the profile writer's count).
+    pub store_write_errors: u64,
+}
+
+/// Render the metrics page: the snapshot, per-job cgroup reads through `driver`, and the
+/// shared counters. Blocking (reads cgroup files): call it off the engine's thread.
+pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> String {
+    let mut reg = Registry::with_prefix("pjw");
+    let gauge = |v: i64| {
+        let g: Gauge = Gauge::default();
+        g.set(v);
+        g
+    };
+    reg.register(
+        "node_cpus",
+        "CPUs pjw may hand out",
+        gauge(snap.cpus as i64),
+    );
+    reg.register(
+        "node_free_cpus",
+        "CPUs no running job holds",
+        gauge(snap.free_cpus as i64),
+    );
+    reg.register(
+        "queue_length",
+        "Jobs waiting for CPUs",
+        gauge(snap.queue_len as i64),
+    );
+    let by_state: Family<StateLabel, Gauge> = Family::default();
+    for s in [
+        JobState::Running,
+        JobState::Backfill,
+        JobState::Frozen,
+        JobState::Queued,
+        JobState::Ending,
+    ] {
+        let n = snap.jobs.iter().filter(|j| j.state == s).count();
+        by_state
+            .get_or_create(&StateLabel {
+                state: s.as_str().into(),
+            })
+            .set(n as i64);
+    }
+    reg.register("jobs", "Jobs on the node by state", by_state);
+
+    let cpu: Family<JobLabels, Counter<f64, AtomicU64>> = Family::default();
+    let mem: Family<JobLabels, Gauge> = Family::default();
+    let state: Family<JobStateLabels, Gauge> = Family::default();
+    for j in &snap.jobs {
+        let labels = JobLabels {
+            job: j.id.clone(),
+            user: j.user.clone(),
+        };
+        state
+            .get_or_create(&JobStateLabels {
+                job: j.id.clone(),
+                user: j.user.clone(),
+                state: j.state.as_str().into(),
+            })
+            .set(1);
+        let Some(cg) = &j.cgroup else {
+            continue;
+        };
+        let cpu_usec = j.cpu_usec.or_else(|| {
+            let c = driver?.cpu_time(cg).ok()?;
+            Some(c.user_usec + c.system_usec)
+        });
+        let mem_bytes = j.mem_bytes.or_else(|| driver?.memory_usage(cg).ok());
+        if let Some(us) = cpu_usec {
+            cpu.get_or_create(&labels).inc_by(us as f64 / 1e6);
+        }
+        if let Some(b) = mem_bytes {
+            mem.get_or_create(&labels).set(b as i64);
+        }
+    }
+    reg.register_with_unit(
+        "job_cpu",
+        "CPU time used by the job (user + system)",
+        Unit::Seconds,
+        cpu,
+    );
+    reg.register_with_unit(
+        "job_memory",
+        "Memory charged to the job's cgroup",
+        Unit::Bytes,
+        mem,
+    );
+    reg.register(
+        "job_state",
+        "The job's state (1 for its current state)",
+        state,
+    );
+    reg.register(
+        "governor_actions",
+        "Memory governor actions by kind",
+        metrics.governor_actions.clone(),
+    );
+    reg.register_with_unit(
+        "launch_latency",
+        "Time from a job's submission to its start",
+        Unit::Seconds,
+        metrics.launch_latency.clone(),
+    );
+    reg.register_with_unit(
+        "sampler_duration",
+        "Time one sampler pass over all jobs took",
+        Unit::Seconds,
+        metrics.sampler_duration.clone(),
+    );
+    let errors = metrics.store_write_errors.clone();
+    // The profile writer counts its failures; the engine's own are counted here.
+    let total: Counter = Counter::default();
+    total.inc_by(errors.get() + snap.store_write_errors);
+    reg.register(
+        "store_write_errors",
+        "Failed writes to the local store",
+        total,
+    );
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &reg) {
+        warn!(error = %e, "cannot encode metrics");
+    }
+    out
+}
+
+/// The same page in the classic Prometheus text format (0.0.4), for clients that do not ask for
+/// OpenMetrics (curl, `promtool check metrics`): counter families are named with their `_total`
+/// suffix, and the OpenMetrics-only `# UNIT` and `# EOF` lines are dropped.
+pub fn to_classic(open: &str) -> String {
+    let counters: std::collections::HashSet<&str> = open
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(open.len());
+    for line in open.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find(|p| line.starts_with(p));
+        if let Some(prefix) = meta {
+            let rest = &line[prefix.len()..];
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            if counters.contains(name) {
+                out.push_str(&format!("{prefix}{name}_total {tail}\n"));
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Whether the request head asks for OpenMetrics (`Accept: application/openmetrics-text`).
+pub fn wants_openmetrics(head: &[u8]) -> bool {
+    String::from_utf8_lossy(head).lines().any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("accept") && v.contains("application/openmetrics-text")
+        })
+    })
+}
+
+/// Bind the metrics listener (at startup, so a bad address fails the start).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Serve scrapes forever.
+pub async fn serve(
+    listener: TcpListener,
+    tx: mpsc::UnboundedSender<Event>,
+    metrics: Arc<Metrics>,
+    driver: Arc<Driver>,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let tx = tx.clone();
+                let metrics = metrics.clone();
+                let driver = driver.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = handle(stream, tx, metrics, driver).await {
+                        debug!(%peer, error = %e, "metrics connection ended with an error");
+                    }
+                });
+            }
+            Err(e) => {
+                warn!(error = %e, "metrics accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// What a request head asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    Metrics,
+    NotFound,
+    MethodNotAllowed,
+    Bad,
+}
+
+/// Route a request head (the bytes up to the blank line).
+pub fn route(head: &[u8]) -> Route {
+    let Ok(text) = std::str::from_utf8(head) else {
+        return Route::Bad;
+    };
+    let Some(line) = text.split("\r\n").next() else {
+        return Route::Bad;
+    };
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Route::Bad;
+    };
+    if !version.starts_with("HTTP/1.") || !target.starts_with('/') || method.is_empty() {
+        return Route::Bad;
+    }
+    if method != "GET" && method != "HEAD" {
+        return Route::MethodNotAllowed;
+    }
+    let path = target.split('?').next().unwrap_or(target);
+    match path {
+        "/metrics" | "/" => Route::Metrics,
+        _ => Route::NotFound,
+    }
+}
+
+/// Read the request head: `Ok(None)` when the client sent too much or closed early.
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            buf.truncate(end);
+            return Ok(Some(buf));
+        }
+        if buf.len() > MAX_HEAD {
+            return Ok(None);
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn respond(
+    stream: &mut TcpStream,
+    status: &str,
+    ctype: &str,
+    body: &str,
+    head_only: bool,
+) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    if !head_only {
+        stream.write_all(body.as_bytes()).await?;
+    }
+    stream.shutdown().await
+}
+
+async fn handle(
+    mut stream: TcpStream,
+    tx: mpsc::UnboundedSender<Event>,
+    metrics: Arc<Metrics>,
+    driver: Arc<Driver>,
+) -> std::io::Result<()> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let head = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
+        Ok(Ok(Some(h))) => h,
+        Ok(Ok(None)) => {
+            return respond(&mut stream, "400 Bad Request", TEXT, "bad request\n", false).await
+        }
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            return respond(&mut stream, "408 Request Timeout", TEXT, "timeout\n", false).await
+        }
+    };
+    let head_only = head.starts_with(b"HEAD ");
+    match route(&head) {
+        Route::Bad => respond(&mut stream, "400 Bad Request", TEXT, "bad request\n", false).await,
+        Route::NotFound => {
+            respond(
+                &mut stream,
+                "404 Not Found",
+                TEXT,
+                "not found; try /metrics\n",
+                head_only,
+            )
+            .await
+        }
+        Route::MethodNotAllowed => {
+            respond(
+                &mut stream,
+                "405 Method Not Allowed",
+                TEXT,
+                "only GET\n",
+                false,
+            )
+            .await
+        }
+        Route::Metrics => {
+            let (rtx, rrx) = oneshot::channel();
+            let snap = if tx.send(Event::Metrics { reply: rtx }).is_ok() {
+                rrx.await.ok()
+            } else {
+                None
+            };
+            let Some(snap) = snap else {
+                return respond(
+                    &mut stream,
+                    "503 Service Unavailable",
+                    TEXT,
+                    "the pjw daemon is stopping\n",
+                    false,
+                )
+                .await;
+            };
+            let open = wants_openmetrics(&head);
+            let body = tokio::task::spawn_blocking(move || {
+                let page = render(&snap, &metrics, Some(&driver));
+                if open {
+                    page
+                } else {
+                    to_classic(&page)
+                }
+            })
+            .await;
+            let ctype = if open {
+                "application/openmetrics-text; version=1.0.0; charset=utf-8"
+            } else {
+                "text/plain; version=0.0.4; charset=utf-8"
+            };
+            match body {
+                Ok(body) => respond(&mut stream, "200 OK", ctype, &body, head_only).await,
+                Err(e) => {
+                    warn!(error = %e, "metrics rendering failed");
+                    respond(
+                        &mut stream,
+                        "500 Internal Server Error",
+                        TEXT,
+                        "internal error\n",
+                        false,
+                    )
+                    .await
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_routed() {
+        let cases: &[(&[u8], Route)] = &[
+            (b"GET /metrics HTTP/1.1\r\nHost: x", Route::Metrics),
+            (b"GET / HTTP/1.0", Route::Metrics),
+            (b"GET /metrics?x=1 HTTP/1.1", Route::Metrics),
+            (b"HEAD /metrics HTTP/1.1", Route::Metrics),
+            (b"GET /other HTTP/1.1", Route::NotFound),
+            (b"POST /metrics HTTP/1.1", Route::MethodNotAllowed),
+            (b"GET /metrics", Route::Bad),
+            (b"GET metrics HTTP/1.1", Route::Bad),
+            (b"GET /metrics SMTP/1.1", Route::Bad),
+            (b"GET  /metrics HTTP/1.1", Route::Bad),
+            (b"\xff\xfe", Route::Bad),
+            (b"", Route::Bad),
+        ];
+        for (head, want) in cases {
+            assert_eq!(&route(head), want, "{:?}", String::from_utf8_lossy(head));
+        }
+    }
+
+    #[test]
+    fn page_has_every_family_and_ends_with_eof() {
+        let m = Metrics::new();
+        m.launch(0.004);
+        m.governor_action(GovernorKind::freeze);
+        let snap = Snapshot {
+            cpus: 4,
+            free_cpus: 3,
+            queue_len: 1,
+            jobs: vec![
+                JobSnap {
+                    id: "7".into(),
+                    user: "alice".into(),
+                    state: JobState::Running,
+                    cgroup: Some("job-7".into()),
+                    cpu_usec: Some(2_500_000),
+                    mem_bytes: Some(300 << 20),
+                },
+                JobSnap {
+                    id: "8".into(),
+                    user: "bob".into(),
+                    state: JobState::Queued,
+                    cgroup: None,
+                    cpu_usec: None,
+                    mem_bytes: None,
+                },
+            ],
+            store_write_errors: 2,
+        };
+        let page = render(&snap, &m, None);
+        for want in [
+            "pjw_node_free_cpus 3",
+            "pjw_queue_length 1",
+            "pjw_jobs{state=\"running\"} 1",
+            "pjw_jobs{state=\"frozen\"} 0",
+            "pjw_job_state{job=\"7\",user=\"alice\",state=\"running\"} 1",
+            "pjw_job_cpu_seconds_total{job=\"7\",user=\"alice\"} 2.5",
+            "pjw_job_memory_bytes{job=\"7\",user=\"alice\"} 314572800",
+            "pjw_governor_actions_total{kind=\"freeze\"} 1",
+            "pjw_governor_actions_total{kind=\"thaw\"} 0",
+            "pjw_launch_latency_seconds_count 1",
+            "pjw_sampler_duration_seconds_count 0",
+            "pjw_store_write_errors_total 2",
+        ] {
+            assert!(page.contains(want), "{want:?} missing from\n{page}");
+        }
+        assert!(page.ends_with("# EOF\n"));
+        let classic = to_classic(&page);
+        for want in [
+            "# HELP pjw_store_write_errors_total Failed writes to the local store.",
+            "# TYPE pjw_store_write_errors_total counter\npjw_store_write_errors_total 2",
+            "# TYPE pjw_launch_latency_seconds histogram\n",
+            "# TYPE pjw_node_cpus gauge\npjw_node_cpus 4",
+        ] {
+            assert!(classic.contains(want), "{want:?} missing from\n{classic}");
+        }
+        assert!(!classic.contains("# EOF") && !classic.contains("# UNIT"));
+        assert!(wants_openmetrics(
+            b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;q=0.5"
+        ));
+        assert!(!wants_openmetrics(b"GET /metrics HTTP/1.1\r\nAccept: */*"));
+    }
+}

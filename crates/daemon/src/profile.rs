@@ -1,0 +1,507 @@
+//! Job profiles: the sampler's reads, each job's running totals, and the store writer.
+//!
+//! Every `profile.interval` the engine gets [`crate::engine::Event::Sample`] and, for each
+//! started job, reads its cgroup files ([`read_sample`]: a fixed number of reads per job, none
+//! per process), folds the sample into the job's [`JobProf`] and hands the batch to the
+//! [`Writer`], a thread with its own SQLite connection, so a slow disk never holds up the engine.
+//! Time spent queued, as a backfiller and frozen comes from the engine's state transitions
+//! ([`JobProf::observe`] after every event), not from samples. When a job ends the engine reads
+//! the final counters (CPU, the kernel's memory high-water mark, I/O) before removing its
+//! cgroups and writes the [`JobSummary`] in the transaction that marks it ended.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+
+use pjw_cgroup::{Driver, Resource};
+use pjw_store::{EndClass, JobSummary, ProcessSample, Sample, SampleState, Store};
+use tracing::{debug, warn};
+
+use crate::procs::ProcCounts;
+
+/// Where a job is, for time accounting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProfState {
+    Queued,
+    Running,
+    Backfill,
+    Frozen,
+}
+
+impl ProfState {
+    /// The sample state (None while queued: queued jobs are not sampled).
+    pub fn sample_state(self) -> Option<SampleState> {
+        match self {
+            ProfState::Queued => None,
+            ProfState::Running => Some(SampleState::Running),
+            ProfState::Backfill => Some(SampleState::Backfill),
+            ProfState::Frozen => Some(SampleState::Frozen),
+        }
+    }
+}
+
+/// A job's running totals (pure: times are passed in).
+#[derive(Clone, Debug, Default)]
+pub struct JobProf {
+    state: Option<(ProfState, i64)>,
+    pub queued_ms: i64,
+    pub backfill_ms: i64,
+    pub frozen_ms: i64,
+    pub freezes: u32,
+    /// The latest sample.
+    pub last: Option<Sample>,
+    pub swap_peak: u64,
+    pub procs_max: u32,
+    pub threads_max: u32,
+    pub samples: u32,
+    /// Exit status of the main process, once the process events told it.
+    pub exit_status: Option<i32>,
+}
+
+impl JobProf {
+    /// Totals of a job that already waited `queued_ms` (recovered after a restart).
+    pub fn with_queued(queued_ms: i64) -> JobProf {
+        JobProf {
+            queued_ms,
+            ..JobProf::default()
+        }
+    }
+
+    /// The job is in `state` at `now_ms`: time since the last observation goes to the state it
+    /// was in.
+    pub fn observe(&mut self, state: ProfState, now_ms: i64) {
+        match self.state {
+            Some((prev, since)) => {
+                let dt = (now_ms - since).max(0);
+                match prev {
+                    ProfState::Queued => self.queued_ms += dt,
+                    ProfState::Backfill => self.backfill_ms += dt,
+                    ProfState::Frozen => self.frozen_ms += dt,
+                    ProfState::Running => {}
+                }
+                if state == ProfState::Frozen && prev != ProfState::Frozen {
+                    self.freezes += 1;
+                }
+                self.state = Some((state, now_ms));
+            }
+            None => {
+                if state == ProfState::Frozen {
+                    self.freezes += 1;
+                }
+                self.state = Some((state, now_ms));
+            }
+        }
+    }
+
+    /// Fold a sample in.
+    pub fn add(&mut self, s: &Sample) {
+        self.samples += 1;
+        self.swap_peak = self.swap_peak.max(s.swap.unwrap_or(0));
+        self.procs_max = self.procs_max.max(s.procs.unwrap_or(0));
+        self.threads_max = self.threads_max.max(s.threads.unwrap_or(0));
+        self.last = Some(s.clone());
+    }
+
+    /// The summary as of now. `finals`: counters read at the end (or now), which win over the
+    /// last sample; `counts`: exact process counts from the process events.
+    pub fn summary(
+        &self,
+        seq: i64,
+        node: &str,
+        end: EndClass,
+        running_ms: i64,
+        finals: &Finals,
+        counts: Option<ProcCounts>,
+    ) -> JobSummary {
+        let last = self.last.clone().unwrap_or_default();
+        let pick = |a: Option<u64>, b: Option<u64>| a.or(b).unwrap_or(0);
+        let mut s = JobSummary::new(seq, node, end);
+        s.exit_status = self.exit_status;
+        s.queued_ms = self.queued_ms;
+        s.running_ms = running_ms.max(0);
+        s.backfill_ms = self.backfill_ms;
+        s.frozen_ms = self.frozen_ms;
+        s.freezes = self.freezes;
+        s.cpu_user_usec = pick(finals.cpu_user_usec, last.cpu_user_usec);
+        s.cpu_system_usec = pick(finals.cpu_system_usec, last.cpu_system_usec);
+        s.mem_peak = pick(finals.mem_peak, last.mem_peak).max(last.mem_current.unwrap_or(0));
+        s.swap_peak = self.swap_peak;
+        s.io_rbytes = pick(finals.io_rbytes, last.io_rbytes);
+        s.io_wbytes = pick(finals.io_wbytes, last.io_wbytes);
+        s.procs_max = self.procs_max;
+        s.threads_max = self.threads_max;
+        if let Some(c) = counts {
+            s.procs_total = Some(c.procs_ever);
+            s.threads_total = Some(c.threads_ever);
+            s.procs_max = s.procs_max.max(c.procs_max.min(u32::MAX as u64) as u32);
+        }
+        s.threads_max = s.threads_max.max(s.procs_max);
+        s.samples = self.samples;
+        s
+    }
+}
+
+/// Counters read once, at the end of a job (or for a live report).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Finals {
+    pub cpu_user_usec: Option<u64>,
+    pub cpu_system_usec: Option<u64>,
+    pub mem_peak: Option<u64>,
+    pub io_rbytes: Option<u64>,
+    pub io_wbytes: Option<u64>,
+}
+
+/// Read the end-of-job counters of `cgroup` (before it is removed).
+pub fn read_finals(driver: &Driver, cgroup: &str) -> Finals {
+    let cpu = driver.cpu_time(cgroup).ok();
+    let io = driver.io_bytes(cgroup).ok().flatten();
+    Finals {
+        cpu_user_usec: cpu.map(|c| c.user_usec),
+        cpu_system_usec: cpu.map(|c| c.system_usec),
+        mem_peak: driver.memory_peak(cgroup).ok(),
+        io_rbytes: io.map(|i| i.rbytes),
+        io_wbytes: io.map(|i| i.wbytes),
+    }
+}
+
+/// One sample of job `seq` from its cgroup files. A file that cannot be read leaves its
+/// fields `None` (logged at debug: a job may end between the tick and the read).
+pub fn read_sample(
+    driver: &Driver,
+    cgroup: &str,
+    seq: i64,
+    state: Option<SampleState>,
+    ts_ms: i64,
+) -> Sample {
+    fn ok<T>(seq: i64, what: &str, r: Result<T, pjw_cgroup::CgroupError>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                debug!(seq, what, error = %e, "sample: cannot read");
+                None
+            }
+        }
+    }
+    let cpu = ok(seq, "cpu", driver.cpu_time(cgroup));
+    let mem = ok(seq, "memory", driver.memory_breakdown(cgroup));
+    let io = ok(seq, "io", driver.io_bytes(cgroup)).flatten();
+    let psi = |r| driver.pressure(cgroup, r);
+    let (pc, pm, pi) = (psi(Resource::Cpu), psi(Resource::Memory), psi(Resource::Io));
+    let threads = ok(seq, "pids", driver.pids_current(cgroup))
+        .flatten()
+        .or_else(|| driver.thread_count(cgroup).ok().map(|t| t as u64));
+    Sample {
+        seq,
+        ts_ms,
+        state,
+        cpu_user_usec: cpu.map(|c| c.user_usec),
+        cpu_system_usec: cpu.map(|c| c.system_usec),
+        mem_current: ok(seq, "memory.current", driver.memory_usage(cgroup)),
+        mem_peak: ok(seq, "memory.peak", driver.memory_peak(cgroup)),
+        mem_anon: mem.map(|m| m.anon),
+        mem_file: mem.map(|m| m.file),
+        swap: mem.and_then(|m| m.swap),
+        io_rbytes: io.map(|i| i.rbytes),
+        io_wbytes: io.map(|i| i.wbytes),
+        procs: ok(seq, "procs", driver.procs(cgroup)).map(|p| p.len() as u32),
+        threads: threads.map(|t| t.min(u32::MAX as u64) as u32),
+        psi_cpu_some: pc.map(|p| p.some.avg10),
+        psi_cpu_full: pc.and_then(|p| p.full).map(|f| f.avg10),
+        psi_mem_some: pm.map(|p| p.some.avg10),
+        psi_mem_full: pm.and_then(|p| p.full).map(|f| f.avg10),
+        psi_io_some: pi.map(|p| p.some.avg10),
+        psi_io_full: pi.and_then(|p| p.full).map(|f| f.avg10),
+    }
+}
+
+/// The top `n` processes of a job by CPU time, then resident memory (`profile.processes`).
+/// Reads `/proc/PID/stat` of each of the job's processes: cost per process, so it is off
+/// unless configured.
+pub fn top_processes(
+    proc_root: &Path,
+    pids: &[u32],
+    n: usize,
+    seq: i64,
+    ts_ms: i64,
+) -> Vec<ProcessSample> {
+    let tick = clock_ticks();
+    let page = page_size();
+    let mut rows: Vec<ProcessSample> = pids
+        .iter()
+        .filter_map(|pid| {
+            let text =
+                std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+            let st = pjw_kernelfs::proc_stat::parse(&text).ok()?;
+            Some(ProcessSample {
+                seq,
+                ts_ms,
+                pid: *pid,
+                comm: st.comm,
+                cpu_usec: (st.utime + st.stime).saturating_mul(1_000_000) / tick,
+                rss: st.rss_pages.saturating_mul(page),
+                threads: st.num_threads.min(u32::MAX as u64) as u32,
+            })
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.cpu_usec
+            .cmp(&a.cpu_usec)
+            .then(b.rss.cmp(&a.rss))
+            .then(a.pid.cmp(&b.pid))
+    });
+    rows.truncate(n);
+    rows
+}
+
+fn clock_ticks() -> u64 {
+    rustix::param::clock_ticks_per_second().max(1)
+}
+
+fn page_size() -> u64 {
+    rustix::param::page_size() as u64
+}
+
+/// How a job ended, in one word (pure). `reason` is the daemon's text; `killed`: a user or
+/// pjw killed it; `ooms`: processes the kernel OOM-killed in it.
+pub fn end_class(reason: &str, killed: bool, ooms: u64, exit_status: Option<i32>) -> EndClass {
+    if killed || reason.starts_with("killed by") {
+        EndClass::Killed
+    } else if ooms > 0 {
+        EndClass::Oom
+    } else if reason.starts_with("expired") {
+        EndClass::Expired
+    } else if reason == "exited" || reason == "ended while daemon was down" {
+        match exit_status {
+            Some(s) if s != 0 => EndClass::Failed,
+            _ => EndClass::Completed,
+        }
+    } else {
+        EndClass::Failed
+    }
+}
+
+/// The shell-style exit status from the kernel's wait status (`exit_code` of a proc-connector
+/// exit event): the exit code, or 128 + the signal that killed it (pure).
+pub fn exit_status(wait_status: u32) -> i32 {
+    let sig = wait_status & 0x7f;
+    if sig != 0 {
+        128 + sig as i32
+    } else {
+        ((wait_status >> 8) & 0xff) as i32
+    }
+}
+
+/// What the writer thread does.
+#[derive(Debug)]
+pub enum WriteOp {
+    Samples(Vec<Sample>),
+    Processes(Vec<ProcessSample>),
+    /// Apply retention and the size cap.
+    Retention {
+        now_ms: i64,
+        max_age_ms: Option<i64>,
+        max_bytes: Option<u64>,
+        keep_unshipped: bool,
+    },
+}
+
+/// The store writer: a thread with its own connection to the database, fed through a channel.
+/// Sending never blocks; failed writes are logged and counted ([`Writer::errors`]).
+#[derive(Debug, Clone)]
+pub struct Writer {
+    tx: mpsc::Sender<WriteOp>,
+    errors: Arc<AtomicU64>,
+}
+
+impl Writer {
+    /// Open a second connection to `db` and start the thread.
+    pub fn spawn(db: PathBuf) -> Result<Writer, pjw_store::StoreError> {
+        let mut store = Store::open_file(&db)?;
+        let (tx, rx) = mpsc::channel::<WriteOp>();
+        let errors = Arc::new(AtomicU64::new(0));
+        let errs = errors.clone();
+        let spawned = std::thread::Builder::new()
+            .name("pjw-store-writer".into())
+            .spawn(move || {
+                while let Ok(op) = rx.recv() {
+                    // Everything already queued goes in the same transaction.
+                    let mut samples = Vec::new();
+                    let mut procs = Vec::new();
+                    let mut other = Vec::new();
+                    for op in std::iter::once(op).chain(rx.try_iter()) {
+                        match op {
+                            WriteOp::Samples(s) => samples.extend(s),
+                            WriteOp::Processes(p) => procs.extend(p),
+                            o => other.push(o),
+                        }
+                    }
+                    let fail = |what: &str, e: pjw_store::StoreError| {
+                        errs.fetch_add(1, Ordering::Relaxed);
+                        warn!(what, error = %e, "profile store write failed");
+                    };
+                    if let Err(e) = store.insert_samples(&samples) {
+                        fail("samples", e);
+                    }
+                    if let Err(e) = store.insert_process_samples(&procs) {
+                        fail("processes", e);
+                    }
+                    for o in other {
+                        if let WriteOp::Retention {
+                            now_ms,
+                            max_age_ms,
+                            max_bytes,
+                            keep_unshipped,
+                        } = o
+                        {
+                            match store.apply_retention(
+                                now_ms,
+                                max_age_ms,
+                                max_bytes,
+                                keep_unshipped,
+                            ) {
+                                Ok(p) if p.jobs > 0 || p.samples > 0 => {
+                                    debug!(jobs = p.jobs, samples = p.samples, "retention applied")
+                                }
+                                Ok(_) => {}
+                                Err(e) => fail("retention", e),
+                            }
+                        }
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            warn!(error = %e, "cannot start the profile writer thread; samples are not stored");
+        }
+        Ok(Writer { tx, errors })
+    }
+
+    /// Queue a write (never blocks).
+    pub fn send(&self, op: WriteOp) {
+        if self.tx.send(op).is_err() {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Failed writes so far (for metrics).
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_goes_to_the_state_the_job_was_in() {
+        let mut p = JobProf::default();
+        // Queued 0-1000, running 1000-3000, frozen 3000-3500, backfill 3500-4500, frozen again.
+        let steps = [
+            (ProfState::Queued, 0),
+            (ProfState::Queued, 400),
+            (ProfState::Running, 1000),
+            (ProfState::Running, 2000),
+            (ProfState::Frozen, 3000),
+            (ProfState::Frozen, 3200),
+            (ProfState::Backfill, 3500),
+            (ProfState::Frozen, 4500),
+            (ProfState::Running, 4700),
+        ];
+        for (s, t) in steps {
+            p.observe(s, t);
+        }
+        assert_eq!(
+            (p.queued_ms, p.backfill_ms, p.frozen_ms, p.freezes),
+            (1000, 1000, 700, 2)
+        );
+    }
+
+    #[test]
+    fn end_classes() {
+        let table = [
+            ("exited", false, 0, Some(0), EndClass::Completed),
+            ("exited", false, 0, None, EndClass::Completed),
+            ("exited", false, 0, Some(3), EndClass::Failed),
+            ("killed by alice", false, 0, Some(137), EndClass::Killed),
+            ("exited", true, 0, None, EndClass::Killed),
+            ("exited", false, 2, Some(137), EndClass::Oom),
+            ("expired in queue", false, 0, None, EndClass::Expired),
+            ("client left the queue", false, 0, None, EndClass::Failed),
+            ("start failed: EPERM", false, 0, None, EndClass::Failed),
+            ("start interrupted", false, 0, None, EndClass::Failed),
+            (
+                "ended while daemon was down",
+                false,
+                0,
+                None,
+                EndClass::Completed,
+            ),
+        ];
+        for (reason, killed, ooms, status, want) in table {
+            assert_eq!(end_class(reason, killed, ooms, status), want, "{reason}");
+        }
+    }
+
+    #[test]
+    fn wait_status_to_exit_status() {
+        assert_eq!(exit_status(0), 0);
+        assert_eq!(exit_status(3 << 8), 3);
+        assert_eq!(exit_status(9), 137);
+        assert_eq!(exit_status(15 | 0x80), 143); // core dumped flag
+    }
+
+    #[test]
+    fn summary_prefers_final_counters_and_exact_counts() {
+        let mut p = JobProf::default();
+        p.add(&Sample {
+            mem_current: Some(100),
+            mem_peak: Some(200),
+            swap: Some(5),
+            procs: Some(3),
+            threads: Some(4),
+            cpu_user_usec: Some(10),
+            ..Sample::default()
+        });
+        p.add(&Sample {
+            mem_current: Some(50),
+            mem_peak: Some(250),
+            swap: Some(1),
+            procs: Some(1),
+            threads: Some(1),
+            cpu_user_usec: Some(20),
+            ..Sample::default()
+        });
+        let finals = Finals {
+            cpu_user_usec: Some(30),
+            mem_peak: Some(300),
+            ..Finals::default()
+        };
+        let counts = ProcCounts {
+            procs_ever: 26,
+            threads_ever: 27,
+            procs_now: 0,
+            procs_max: 5,
+            lossy: false,
+        };
+        let s = p.summary(7, "n", EndClass::Completed, 1000, &finals, Some(counts));
+        assert_eq!(
+            (
+                s.cpu_user_usec,
+                s.mem_peak,
+                s.swap_peak,
+                s.procs_max,
+                s.threads_max
+            ),
+            (30, 300, 5, 5, 5)
+        );
+        assert_eq!(
+            (s.procs_total, s.threads_total, s.samples),
+            (Some(26), Some(27), 2)
+        );
+        let s = p.summary(7, "n", EndClass::Completed, 1000, &Finals::default(), None);
+        assert_eq!(
+            (s.cpu_user_usec, s.mem_peak, s.procs_total),
+            (20, 250, None)
+        );
+    }
+}

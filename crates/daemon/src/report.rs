@@ -1,0 +1,384 @@
+//! `pjw report` in the daemon: who may see what, and the answer built from the store.
+//!
+//! Reports go through the daemon rather than the client opening the database (which is
+//! root-only): the caller's uid comes from `SO_PEERCRED`, so access is enforced for
+//! unprivileged users without making the database readable (docs/decisions.md). The engine
+//! checks access and adds what only it knows (live jobs' totals); this module reads the store
+//! on a blocking thread and streams the frames.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use pjw_proto::report::{REPORT_STATES, SERIES_CHUNK};
+use pjw_proto::{ErrorCode, JobReport, ProcessRow, ReportQuery, Response, SeriesPoint};
+use pjw_store::{JobFilter, JobRecord, JobSummary, ProcessSample, Sample, Store, StoredState};
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::engine::Cred;
+
+/// Default number of jobs in a report.
+pub const DEFAULT_LIMIT: u32 = 100;
+
+/// Which jobs the caller may see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Root or the admin group.
+    All,
+    /// Only this uid's jobs.
+    Uid(u32),
+}
+
+/// A live job as the engine sees it now.
+#[derive(Clone, Debug)]
+pub struct LiveJob {
+    pub seq: i64,
+    pub state: String,
+    pub cpus: String,
+    pub summary: JobSummary,
+}
+
+/// Whether `cred` is in the admin group (a name or a gid): its primary group, a supplementary
+/// group of the calling process (`/proc/PID/status`), or a listed member in the group database.
+fn in_admin_group(cred: &Cred, group: Option<&str>, proc_root: &Path) -> bool {
+    let Some(group) = group else { return false };
+    let gid = match group.parse::<u32>() {
+        Ok(g) => g,
+        Err(_) => match uzers::get_group_by_name(group) {
+            Some(g) => g.gid(),
+            None => return false,
+        },
+    };
+    if cred.gid == gid {
+        return true;
+    }
+    let groups = std::fs::read_to_string(proc_root.join(cred.pid.to_string()).join("status"))
+        .ok()
+        .and_then(|t| pjw_kernelfs::proc_status::parse(&t).ok())
+        .filter(|s| s.uid[0] == cred.uid)
+        .map(|s| s.groups())
+        .unwrap_or_default();
+    if groups.contains(&gid) {
+        return true;
+    }
+    use uzers::os::unix::GroupExt;
+    match (
+        uzers::get_group_by_gid(gid),
+        uzers::get_user_by_uid(cred.uid),
+    ) {
+        (Some(g), Some(u)) => g.members().iter().any(|m| m == u.name()),
+        _ => false,
+    }
+}
+
+/// Decide what the caller may see, or refuse with a one-line reason.
+pub fn access(
+    cred: &Cred,
+    admin_group: Option<&str>,
+    proc_root: &Path,
+    q: &ReportQuery,
+) -> Result<Access, String> {
+    if cred.uid == 0 || in_admin_group(cred, admin_group, proc_root) {
+        return Ok(Access::All);
+    }
+    if let Some(u) = &q.user {
+        let uid = match u.parse::<u32>() {
+            Ok(n) => Some(n),
+            Err(_) => uzers::get_user_by_name(u).map(|x| x.uid()),
+        };
+        if uid != Some(cred.uid) {
+            return Err(format!(
+                "you may read only your own jobs' reports; other users' ({u}) need root{}",
+                admin_group
+                    .map(|g| format!(" or group {g}"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    Ok(Access::Uid(cred.uid))
+}
+
+/// Check the query's values (pure).
+pub fn validate(q: &ReportQuery) -> Result<(), String> {
+    if let Some(s) = &q.state {
+        if !REPORT_STATES.contains(&s.as_str()) {
+            return Err(format!(
+                "unknown state {s:?} (one of {})",
+                REPORT_STATES.join(", ")
+            ));
+        }
+    }
+    if q.limit == Some(0) {
+        return Err("limit must be at least 1".into());
+    }
+    Ok(())
+}
+
+fn point(s: &Sample) -> SeriesPoint {
+    SeriesPoint {
+        ts_ms: s.ts_ms,
+        state: s.state.map(|x| x.as_str().to_string()),
+        cpu_user_usec: s.cpu_user_usec,
+        cpu_system_usec: s.cpu_system_usec,
+        mem_current: s.mem_current,
+        mem_peak: s.mem_peak,
+        mem_anon: s.mem_anon,
+        mem_file: s.mem_file,
+        swap: s.swap,
+        io_rbytes: s.io_rbytes,
+        io_wbytes: s.io_wbytes,
+        procs: s.procs,
+        threads: s.threads,
+        psi_cpu_some: s.psi_cpu_some,
+        psi_cpu_full: s.psi_cpu_full,
+        psi_mem_some: s.psi_mem_some,
+        psi_mem_full: s.psi_mem_full,
+        psi_io_some: s.psi_io_some,
+        psi_io_full: s.psi_io_full,
+    }
+}
+
+fn process_row(p: &ProcessSample) -> ProcessRow {
+    ProcessRow {
+        ts_ms: p.ts_ms,
+        pid: p.pid,
+        comm: p.comm.clone(),
+        cpu_usec: p.cpu_usec,
+        rss: p.rss,
+        threads: p.threads,
+    }
+}
+
+/// A job's report from its record and summary (ended), or the live totals (pure).
+pub fn job_report(
+    rec: &JobRecord,
+    summary: Option<&JobSummary>,
+    live: Option<&LiveJob>,
+    node: &str,
+) -> JobReport {
+    let mut r = JobReport {
+        id: rec.job_id.clone(),
+        name: rec.name.clone(),
+        user: rec.user.clone(),
+        uid: rec.uid,
+        node: node.to_string(),
+        state: match rec.state {
+            StoredState::Queued => "queued",
+            StoredState::Starting | StoredState::Running => "running",
+            StoredState::Ended => "ended",
+        }
+        .to_string(),
+        end_reason: rec.end_reason.clone(),
+        ncpus: rec.ncpus,
+        cpus: rec.cpus.to_string(),
+        mem_limit: rec.mem_limit,
+        submitted_ms: rec.submitted_ms,
+        started_ms: rec.started_ms,
+        ended_ms: rec.ended_ms,
+        ..JobReport::default()
+    };
+    let s = match (summary, live) {
+        (Some(s), _) => {
+            r.end = Some(s.end.as_str().to_string());
+            r.exit_status = s.exit_status;
+            r.node = s.node.clone();
+            Some(s)
+        }
+        (None, Some(l)) => {
+            r.state = l.state.clone();
+            r.cpus = l.cpus.clone();
+            Some(&l.summary)
+        }
+        (None, None) => None,
+    };
+    match s {
+        Some(s) => {
+            r.queued_ms = s.queued_ms;
+            r.running_ms = s.running_ms;
+            r.backfill_ms = s.backfill_ms;
+            r.frozen_ms = s.frozen_ms;
+            r.freezes = s.freezes;
+            r.cpu_user_usec = s.cpu_user_usec;
+            r.cpu_system_usec = s.cpu_system_usec;
+            r.mem_peak = s.mem_peak;
+            r.swap_peak = s.swap_peak;
+            r.io_rbytes = s.io_rbytes;
+            r.io_wbytes = s.io_wbytes;
+            r.procs_total = s.procs_total;
+            r.threads_total = s.threads_total;
+            r.procs_max = s.procs_max;
+            r.threads_max = s.threads_max;
+            r.samples = s.samples;
+        }
+        None => {
+            // Ended before pjw recorded profiles: what the record tells.
+            let start = rec
+                .started_ms
+                .unwrap_or(rec.ended_ms.unwrap_or(rec.submitted_ms));
+            r.queued_ms = (start - rec.submitted_ms).max(0);
+            r.running_ms = match (rec.started_ms, rec.ended_ms) {
+                (Some(a), Some(b)) => (b - a).max(0),
+                _ => 0,
+            };
+        }
+    }
+    r
+}
+
+/// Read the store and stream the report to `reply`. Runs on a blocking thread.
+pub fn answer(
+    db: &Path,
+    node: &str,
+    access: Access,
+    q: &ReportQuery,
+    live: Vec<LiveJob>,
+    reply: &mpsc::UnboundedSender<Response>,
+) {
+    let fail = |code, message: String| {
+        let _ = reply.send(Response::Error { code, message });
+    };
+    let store = match Store::open_readonly(db) {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "report: cannot open the store");
+            return fail(
+                ErrorCode::Internal,
+                format!("cannot read the profile store: {e}"),
+            );
+        }
+    };
+    let mut f = JobFilter {
+        job_id: q.job.clone(),
+        uid: None,
+        user: q.user.clone(),
+        name: q.name.clone(),
+        since_ms: q.since_ms,
+        state: q.state.clone(),
+        limit: q.limit.unwrap_or(DEFAULT_LIMIT) as usize,
+    };
+    if let Access::Uid(uid) = access {
+        if let Some(id) = &q.job {
+            let anyone = JobFilter {
+                job_id: Some(id.clone()),
+                ..JobFilter::default()
+            };
+            match store.find_jobs(&anyone) {
+                Ok(all) if !all.is_empty() && all.iter().all(|p| p.job.uid != uid) => {
+                    return fail(
+                        ErrorCode::Denied,
+                        format!("job {id} belongs to another user; only its owner, root and the admin group may read its report"),
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => return fail(ErrorCode::Internal, e.to_string()),
+            }
+        }
+        f.uid = Some(uid);
+    }
+    let found = match store.find_jobs(&f) {
+        Ok(v) => v,
+        Err(e) => return fail(ErrorCode::Internal, e.to_string()),
+    };
+    if let (Some(id), true) = (&q.job, found.is_empty()) {
+        return fail(ErrorCode::NotFound, format!("no job {id} on this node"));
+    }
+    let live: HashMap<i64, LiveJob> = live.into_iter().map(|l| (l.seq, l)).collect();
+    let mut count = 0;
+    for p in &found {
+        let rep = job_report(&p.job, p.summary.as_ref(), live.get(&p.job.seq), node);
+        if reply.send(Response::ReportJob(Box::new(rep))).is_err() {
+            return;
+        }
+        count += 1;
+        if q.series {
+            match store.samples(p.job.seq, None) {
+                Ok(samples) => {
+                    for chunk in samples.chunks(SERIES_CHUNK) {
+                        let points = chunk.iter().map(point).collect();
+                        if reply.send(Response::ReportSeries { points }).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => return fail(ErrorCode::Internal, e.to_string()),
+            }
+        }
+        if q.processes {
+            match store.process_samples(p.job.seq) {
+                Ok(rows) => {
+                    for chunk in rows.chunks(SERIES_CHUNK) {
+                        let rows = chunk.iter().map(process_row).collect();
+                        if reply.send(Response::ReportProcesses { rows }).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => return fail(ErrorCode::Internal, e.to_string()),
+            }
+        }
+    }
+    let _ = reply.send(Response::ReportEnd { count });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation() {
+        assert!(validate(&ReportQuery::default()).is_ok());
+        for s in REPORT_STATES {
+            let q = ReportQuery {
+                state: Some(s.into()),
+                ..Default::default()
+            };
+            assert!(validate(&q).is_ok(), "{s}");
+        }
+        let q = ReportQuery {
+            state: Some("done".into()),
+            ..Default::default()
+        };
+        assert!(validate(&q).unwrap_err().contains("unknown state \"done\""));
+        let q = ReportQuery {
+            limit: Some(0),
+            ..Default::default()
+        };
+        assert!(validate(&q).is_err());
+    }
+
+    #[test]
+    fn root_sees_all_others_only_their_own() {
+        let root = Cred {
+            pid: 1,
+            uid: 0,
+            gid: 0,
+        };
+        let user = Cred {
+            pid: 1,
+            uid: 4242,
+            gid: 4242,
+        };
+        let q = ReportQuery::default();
+        let access =
+            |c: &Cred, g: Option<&str>, q: &ReportQuery| access(c, g, Path::new("/nonexistent"), q);
+        assert_eq!(access(&root, None, &q), Ok(Access::All));
+        assert_eq!(access(&user, None, &q), Ok(Access::Uid(4242)));
+        // The admin group, by gid.
+        assert_eq!(access(&user, Some("4242"), &q), Ok(Access::All));
+        assert_eq!(access(&user, Some("4243"), &q), Ok(Access::Uid(4242)));
+        let other = ReportQuery {
+            user: Some("root".into()),
+            ..Default::default()
+        };
+        let e = access(&user, Some("4243"), &other).unwrap_err();
+        assert!(
+            e.contains("only your own") && e.contains("group 4243"),
+            "{e}"
+        );
+        let own = ReportQuery {
+            user: Some("4242".into()),
+            ..Default::default()
+        };
+        assert_eq!(access(&user, None, &own), Ok(Access::Uid(4242)));
+    }
+}

@@ -1,0 +1,308 @@
+//! `pjw report`: the query and the answer.
+//!
+//! The client sends [`Request::Report`](crate::Request::Report) with a [`ReportQuery`]. The
+//! daemon answers with a stream of frames, so a long series never exceeds
+//! [`MAX_FRAME`](crate::MAX_FRAME):
+//!
+//! ```text
+//! ReportJob(job 1)  ReportSeries(points…)*  ReportProcesses(rows…)*
+//! ReportJob(job 2)  …
+//! ReportEnd { count }
+//! ```
+//! or a single [`Response::Error`](crate::Response::Error) (`denied`, `not_found`, `invalid`).
+//! Series and process frames belong to the `ReportJob` before them. [`collect_report`]
+//! assembles the stream.
+//!
+//! Access: a caller sees only their own jobs; root and members of `profile.admin_group` see
+//! every job. Asking for another user's job (`job`) or jobs (`user`) is refused with `denied`.
+
+use serde::{Deserialize, Serialize};
+
+/// What to report on. Every field set narrows the selection.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportQuery {
+    /// One job id (all its runs on this node).
+    #[serde(default)]
+    pub job: Option<String>,
+    /// Jobs of this user (name).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Jobs with this name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Jobs submitted or ended at or after this time (ms since the epoch), and live ones.
+    #[serde(default)]
+    pub since_ms: Option<i64>,
+    /// `queued`, `running`, or how it ended: `completed`, `killed`, `oom`, `expired`, `failed`.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Include the time series.
+    #[serde(default)]
+    pub series: bool,
+    /// Include the per-process rows (`profile.processes`).
+    #[serde(default)]
+    pub processes: bool,
+    /// At most this many jobs, newest first (default 100).
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// Ask the cluster store (PostgreSQL, `[central]`) for finished jobs of every node,
+    /// instead of this node's store.
+    #[serde(default)]
+    pub central: bool,
+}
+
+/// The states `--state` accepts.
+pub const REPORT_STATES: [&str; 7] = [
+    "queued",
+    "running",
+    "completed",
+    "killed",
+    "oom",
+    "expired",
+    "failed",
+];
+
+/// One sample of a job's time series. Counters (CPU, I/O) are cumulative since the job
+/// started; `None` where the node's kernel does not offer the value.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SeriesPoint {
+    pub ts_ms: i64,
+    /// `running`, `backfill` or `frozen`.
+    #[serde(default)]
+    pub state: Option<String>,
+    pub cpu_user_usec: Option<u64>,
+    pub cpu_system_usec: Option<u64>,
+    pub mem_current: Option<u64>,
+    pub mem_peak: Option<u64>,
+    pub mem_anon: Option<u64>,
+    pub mem_file: Option<u64>,
+    pub swap: Option<u64>,
+    pub io_rbytes: Option<u64>,
+    pub io_wbytes: Option<u64>,
+    pub procs: Option<u32>,
+    pub threads: Option<u32>,
+    pub psi_cpu_some: Option<f64>,
+    pub psi_cpu_full: Option<f64>,
+    pub psi_mem_some: Option<f64>,
+    pub psi_mem_full: Option<f64>,
+    pub psi_io_some: Option<f64>,
+    pub psi_io_full: Option<f64>,
+}
+
+/// One process of a job at one sample (`profile.processes = N`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessRow {
+    pub ts_ms: i64,
+    pub pid: u32,
+    pub comm: String,
+    pub cpu_usec: u64,
+    pub rss: u64,
+    pub threads: u32,
+}
+
+/// What a job did: totals like MCOpt's jobreport. For a live job the totals are as of now.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobReport {
+    pub id: String,
+    pub name: String,
+    pub user: String,
+    pub uid: u32,
+    /// The node it ran on.
+    pub node: String,
+    /// `queued`, `running`, `backfill`, `frozen`, `ending` or `ended`.
+    pub state: String,
+    /// How it ended: `completed`, `killed`, `oom`, `expired`, `failed` (None while live, or
+    /// for jobs ended before pjw recorded profiles).
+    #[serde(default)]
+    pub end: Option<String>,
+    /// The daemon's words for how it ended (`exited`, `killed by alice`, …).
+    #[serde(default)]
+    pub end_reason: Option<String>,
+    /// Exit status of the main process (128 + signal when killed by one).
+    #[serde(default)]
+    pub exit_status: Option<i32>,
+    /// CPUs asked for, and the CPUs it held (last).
+    pub ncpus: u32,
+    pub cpus: String,
+    pub mem_limit: Option<u64>,
+    pub submitted_ms: i64,
+    pub started_ms: Option<i64>,
+    pub ended_ms: Option<i64>,
+    /// Waited in the queue; ran (wall); of which as a backfiller; of which frozen.
+    pub queued_ms: i64,
+    pub running_ms: i64,
+    pub backfill_ms: i64,
+    pub frozen_ms: i64,
+    /// Times frozen.
+    pub freezes: u32,
+    pub cpu_user_usec: u64,
+    pub cpu_system_usec: u64,
+    /// Peak memory (the kernel's high-water mark) and the highest swap seen, bytes.
+    pub mem_peak: u64,
+    pub swap_peak: u64,
+    pub io_rbytes: u64,
+    pub io_wbytes: u64,
+    /// Distinct processes / threads it ever had (exact, from process events); None when the
+    /// daemon had no process events.
+    pub procs_total: Option<u64>,
+    pub threads_total: Option<u64>,
+    /// Most at once.
+    pub procs_max: u32,
+    pub threads_max: u32,
+    /// Samples recorded.
+    pub samples: u32,
+    /// The series (with `series`), oldest first.
+    #[serde(default)]
+    pub series: Vec<SeriesPoint>,
+    /// Per-process rows (with `processes`).
+    #[serde(default)]
+    pub processes: Vec<ProcessRow>,
+}
+
+impl JobReport {
+    /// CPU time used, in seconds.
+    pub fn cpu_secs(&self) -> f64 {
+        (self.cpu_user_usec + self.cpu_system_usec) as f64 / 1e6
+    }
+
+    /// CPU efficiency: CPU time ÷ (CPUs × wall time), 0-1 (more for a job that had more CPUs
+    /// than it asked for, e.g. a backfiller); None before it ran.
+    pub fn efficiency(&self) -> Option<f64> {
+        let wall = self.running_ms as f64 / 1000.0;
+        if wall <= 0.0 || self.ncpus == 0 {
+            return None;
+        }
+        Some(self.cpu_secs() / (self.ncpus as f64 * wall))
+    }
+}
+
+/// Assemble a report stream (frames read by `next`) into jobs. Stops at `ReportEnd`; an
+/// `Error` frame becomes `Err((code, message))`.
+pub fn collect_report<E>(
+    mut next: impl FnMut() -> Result<crate::Response, E>,
+) -> Result<Result<Vec<JobReport>, (crate::ErrorCode, String)>, E> {
+    let mut jobs: Vec<JobReport> = Vec::new();
+    loop {
+        match next()? {
+            crate::Response::ReportJob(j) => jobs.push(*j),
+            crate::Response::ReportSeries { points } => {
+                if let Some(j) = jobs.last_mut() {
+                    j.series.extend(points);
+                }
+            }
+            crate::Response::ReportProcesses { rows } => {
+                if let Some(j) = jobs.last_mut() {
+                    j.processes.extend(rows);
+                }
+            }
+            crate::Response::ReportEnd { .. } => return Ok(Ok(jobs)),
+            crate::Response::Error { code, message } => return Ok(Err((code, message))),
+            other => {
+                return Ok(Err((
+                    crate::ErrorCode::Internal,
+                    format!("unexpected answer to a report request: {other:?}"),
+                )))
+            }
+        }
+    }
+}
+
+/// Points per `ReportSeries` frame (about 400 bytes of JSON each: well under `MAX_FRAME`).
+pub const SERIES_CHUNK: usize = 1000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        decode_request, decode_response, encode_request, encode_response, ErrorCode, Request,
+        Response,
+    };
+
+    #[test]
+    fn efficiency_is_cpu_over_cpus_times_wall() {
+        let mut j = JobReport {
+            ncpus: 2,
+            running_ms: 10_000,
+            cpu_user_usec: 9_000_000,
+            cpu_system_usec: 1_000_000,
+            ..JobReport::default()
+        };
+        assert_eq!(j.cpu_secs(), 10.0);
+        assert_eq!(j.efficiency(), Some(0.5));
+        j.running_ms = 0;
+        assert_eq!(j.efficiency(), None);
+    }
+
+    #[test]
+    fn query_round_trips_and_is_strict() {
+        let q = Request::Report(ReportQuery {
+            job: Some("7".into()),
+            series: true,
+            limit: Some(5),
+            ..ReportQuery::default()
+        });
+        assert_eq!(decode_request(&encode_request(&q)).unwrap(), q);
+        let bad = br#"{"v":1,"req":{"type":"report","jobb":"7"}}"#;
+        assert!(decode_request(bad).is_err());
+        let minimal = br#"{"v":1,"req":{"type":"report"}}"#;
+        assert_eq!(
+            decode_request(minimal).unwrap(),
+            Request::Report(ReportQuery::default())
+        );
+    }
+
+    #[test]
+    fn a_stream_assembles_into_jobs() {
+        let frames = vec![
+            Response::ReportJob(Box::new(JobReport {
+                id: "1".into(),
+                ..JobReport::default()
+            })),
+            Response::ReportSeries {
+                points: vec![SeriesPoint {
+                    ts_ms: 1,
+                    ..Default::default()
+                }],
+            },
+            Response::ReportSeries {
+                points: vec![SeriesPoint {
+                    ts_ms: 2,
+                    ..Default::default()
+                }],
+            },
+            Response::ReportJob(Box::new(JobReport {
+                id: "2".into(),
+                ..JobReport::default()
+            })),
+            Response::ReportProcesses {
+                rows: vec![ProcessRow {
+                    pid: 9,
+                    ..Default::default()
+                }],
+            },
+            Response::ReportEnd { count: 2 },
+        ];
+        let mut it = frames
+            .into_iter()
+            .map(|f| decode_response(&encode_response(&f)).unwrap());
+        let jobs = collect_report(|| Ok::<_, ()>(it.next().unwrap()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(
+            jobs[0].series.iter().map(|p| p.ts_ms).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert_eq!(jobs[1].processes[0].pid, 9);
+        let mut err = vec![Response::Error {
+            code: ErrorCode::Denied,
+            message: "no".into(),
+        }]
+        .into_iter();
+        assert_eq!(
+            collect_report(|| Ok::<_, ()>(err.next().unwrap())).unwrap(),
+            Err((ErrorCode::Denied, "no".into()))
+        );
+    }
+}

@@ -1,0 +1,99 @@
+//! Upgrading databases older pjw versions left behind (literal fixtures in tests/fixtures, not
+//! built from this crate's migrations, so a later edit of a migration cannot hide a break).
+
+use pjw_store::{
+    EndClass, JobFilter, JobSummary, Sample, SampleState, Store, StoredState, SCHEMA_VERSION,
+};
+use rusqlite::Connection;
+
+fn fixture(dir: &std::path::Path, sql: &str) -> std::path::PathBuf {
+    let path = dir.join("pjw.db");
+    let c = Connection::open(&path).unwrap();
+    c.execute_batch(sql).unwrap();
+    path
+}
+
+/// After an upgrade the profile tables work: samples, a finish, a report query.
+fn profile_round_trip(s: &mut Store, seq: i64) {
+    let batch: Vec<Sample> = (0..3)
+        .map(|i| Sample {
+            seq,
+            ts_ms: 10_000 + i * 1000,
+            state: Some(SampleState::Running),
+            mem_current: Some(100 << 20),
+            mem_peak: Some((100 << 20) * (i as u64 + 1)),
+            procs: Some(1),
+            ..Sample::default()
+        })
+        .collect();
+    s.insert_samples(&batch).unwrap();
+    assert_eq!(s.samples(seq, None).unwrap(), batch);
+    let mut sum = JobSummary::new(seq, "node1", EndClass::Completed);
+    sum.mem_peak = 300 << 20;
+    sum.samples = 3;
+    s.finish_job(20_000, "exited", &sum).unwrap();
+    let got = s.summary(seq).unwrap().unwrap();
+    assert_eq!(got, sum);
+    let j = s.job(seq).unwrap().unwrap();
+    assert_eq!(j.state, StoredState::Ended);
+}
+
+#[test]
+fn upgrades_a_version_1_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = fixture(dir.path(), include_str!("fixtures/v1.sql"));
+    let mut s = Store::open_file(&path).unwrap();
+    assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    // Jobs, their ids and the job counter survive.
+    assert_eq!(s.next_job_number().unwrap(), 3);
+    let live = s.live_jobs().unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(
+        (
+            live[0].job_id.as_str(),
+            live[0].mem_limit,
+            live[0].role.as_str()
+        ),
+        ("2", Some(1 << 30), "primary")
+    );
+    let old = s.latest_by_id("1").unwrap().unwrap();
+    assert_eq!(old.end_reason.as_deref(), Some("exited"));
+    // An old ended job has no summary; a report still lists it.
+    let all = s.find_jobs(&JobFilter::default()).unwrap();
+    assert_eq!(all.len(), 2);
+    assert!(all.iter().all(|p| p.summary.is_none()));
+    profile_round_trip(&mut s, live[0].seq);
+}
+
+#[test]
+fn upgrades_a_version_2_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = fixture(dir.path(), include_str!("fixtures/v2.sql"));
+    let s = Store::open_file(&path).unwrap();
+    assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    let live = s.live_jobs().unwrap();
+    assert_eq!(live.len(), 2);
+    assert_eq!(
+        (
+            live[0].role.as_str(),
+            live[0].priority,
+            live[0].placement.as_str()
+        ),
+        ("backfill", 4, "backfill_only")
+    );
+    assert_eq!(live[1].state, StoredState::Queued);
+    assert!(live[1].exclusive);
+    // Opening again is a no-op.
+    drop(s);
+    let mut s = Store::open_file(&path).unwrap();
+    assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    profile_round_trip(&mut s, live[0].seq);
+    let queued = s
+        .find_jobs(&JobFilter {
+            state: Some("queued".into()),
+            ..JobFilter::default()
+        })
+        .unwrap();
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0].job.job_id, "7");
+}
