@@ -38,6 +38,16 @@ pub struct RawConfig {
     pub paths: RawPaths,
     #[serde(default)]
     pub log: RawLog,
+    #[serde(default)]
+    pub adopt: RawAdopt,
+}
+
+/// `[adopt]`: finding processes of registered jobs that start outside their cgroups.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdopt {
+    pub env: Option<Vec<String>>,
+    pub sweep_interval_ms: Option<u64>,
 }
 
 /// `[cgroup]`
@@ -131,7 +141,14 @@ pub struct Config {
     pub sys_root: PathBuf,
     pub log_level: String,
     pub log_format: LogFormat,
+    /// Environment variables that name a registered job's id (`[adopt] env`), in order.
+    pub adopt_env: Vec<String>,
+    /// How often the adoption sweep looks at new processes (ms); 0 = never.
+    pub adopt_sweep_ms: u64,
 }
+
+/// The variables that carry a workload manager's job id, in the order they are tried.
+pub const DEFAULT_ADOPT_ENV: [&str; 4] = ["SLURM_JOB_ID", "JOB_ID", "PBS_JOBID", "LSB_JOBID"];
 
 /// A configuration error, naming file, key and reason.
 #[derive(Debug, thiserror::Error)]
@@ -357,7 +374,31 @@ impl Config {
                 ))
             }
         };
+        let adopt_env = raw
+            .adopt
+            .env
+            .unwrap_or_else(|| DEFAULT_ADOPT_ENV.iter().map(|s| s.to_string()).collect());
+        for v in &adopt_env {
+            let ok = !v.is_empty()
+                && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && !v.as_bytes()[0].is_ascii_digit();
+            if !ok {
+                return Err(err(
+                    "adopt.env",
+                    format!("{v:?} is not an environment variable name"),
+                ));
+            }
+        }
+        let adopt_sweep_ms = raw.adopt.sweep_interval_ms.unwrap_or(1000);
+        if adopt_sweep_ms != 0 && !(50..=600_000).contains(&adopt_sweep_ms) {
+            return Err(err(
+                "adopt.sweep_interval_ms",
+                format!("{adopt_sweep_ms} is not 0 (off) or 50-600000"),
+            ));
+        }
         Ok(Config {
+            adopt_env,
+            adopt_sweep_ms,
             origin: origin.to_string(),
             socket,
             socket_mode,
@@ -425,6 +466,15 @@ mod tests {
         assert!(c.kill_leftovers);
         assert_eq!(c.pids_max, None);
         assert_eq!(c.socket_mode, 0o666);
+        assert_eq!(c.adopt_env, DEFAULT_ADOPT_ENV.to_vec());
+        assert_eq!(c.adopt_sweep_ms, 1000);
+        let c = Config::parse(
+            "t.toml",
+            "[adopt]\nenv = [\"MY_JOB\"]\nsweep_interval_ms = 0",
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!((c.adopt_env, c.adopt_sweep_ms), (vec!["MY_JOB".to_string()], 0));
         assert_eq!(
             (c.vcpus, c.backfill, c.hard_preemption, c.queue_ttl),
             (None, true, true, None)
@@ -484,6 +534,9 @@ mod tests {
             ("[memory]\nlow = 0.95", "memory.low"),
             ("[memory]\nswap_slots = 0", "memory.swap_slots"),
             ("max_priority = 17", "max_priority"),
+            ("[adopt]\nenv = [\"A-B\"]", "adopt.env"),
+            ("[adopt]\nenv = [\"\"]", "adopt.env"),
+            ("[adopt]\nsweep_interval_ms = 10", "adopt.sweep_interval_ms"),
             (
                 "default_priority = 12\nmax_priority = 8",
                 "above max_priority",

@@ -25,12 +25,17 @@ use pjw_core::alloc::{Allocator, Scratch};
 use pjw_core::governor::{self, GovernorConfig, MemAction, MemJob, MemSnapshot};
 use pjw_core::sched::{self, Action, JobView, Phase, QueuePolicy, Request};
 use pjw_core::{CpuSet, JobId};
-use pjw_proto::{ErrorCode, JobInfo, JobState, Placement, Response, RunRequest, StatusReport};
+use pjw_proto::{
+    ErrorCode, JobInfo, JobState, Placement, RegisterRequest, Response, RunRequest, StatusReport,
+};
 use pjw_store::{JobRecord, Store, StoredState};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
+mod wlm;
+
+use crate::adopt::Scanner;
 use crate::config::Config;
 use crate::os;
 
@@ -49,6 +54,8 @@ pub enum Control {
     Suspend,
     Resume,
     Priority(u8),
+    /// End a registered job (root only); answered once its cgroups are gone.
+    End,
 }
 
 /// Everything the engine reacts to.
@@ -82,6 +89,18 @@ pub enum Event {
     Tick { generation: u64 },
     /// The memory governor's tick: sample memory and PSI, freeze or thaw.
     Govern,
+    /// A `register` request from a workload manager's prolog or job starter (root only).
+    Register {
+        conn: u64,
+        cred: Cred,
+        req: RegisterRequest,
+        reply: mpsc::UnboundedSender<Response>,
+    },
+    /// The adoption sweep's timer: look at processes started since the last sweep.
+    Sweep,
+    /// A process outside every job exec'd (from the proc connector): adopt it if it belongs to
+    /// a registered job.
+    Exec { pid: u32 },
 }
 
 /// The client waiting for a queued job.
@@ -133,6 +152,16 @@ struct Job {
     thawed_at: Option<Instant>,
     /// Throttled by the governor (`memory.high`).
     throttled: bool,
+    /// The workload manager that registered it (`slurm`, `sge`, …); its processes are adopted.
+    wlm: Option<String>,
+    /// Registered without a process: it lives until the manager ends it, even when empty.
+    held: bool,
+    /// The uid of the process to move in at start (the caller's; the owner's for `run`).
+    mover_uid: u32,
+    /// Who ended it (a manager's epilog), for the record.
+    ended_by: Option<String>,
+    /// `end` requests waiting for the cgroups to be gone.
+    end_waiters: Vec<oneshot::Sender<Response>>,
 }
 
 impl Job {
@@ -222,6 +251,9 @@ pub struct Engine {
     last_thaw_ms: Option<i64>,
     /// `pswpin` of /proc/vmstat at the last governor tick, and when.
     last_swap_in: Option<(u64, Instant)>,
+    /// Adoption: the /proc reader and when each unknown job id was last logged.
+    scanner: Scanner,
+    unknown_logged: HashMap<String, i64>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -285,7 +317,10 @@ impl Engine {
             limit: mem_limit,
             ..cfg.governor_cfg
         });
+        let scanner = Scanner::new(&cfg.proc_root, cfg.adopt_env.clone());
         Engine {
+            scanner,
+            unknown_logged: HashMap::new(),
             governor,
             mem_limit,
             last_thaw_ms: None,
@@ -334,8 +369,12 @@ impl Engine {
                 what,
                 reply,
             } => {
-                let r = self.control(cred, &job, what);
-                let _ = reply.send(r);
+                if what == Control::End {
+                    self.end(cred, &job, reply);
+                } else {
+                    let r = self.control(cred, &job, what);
+                    let _ = reply.send(r);
+                }
             }
             Event::ClientGone { conn } => {
                 let gone = self
@@ -359,6 +398,18 @@ impl Engine {
             }
             Event::Recheck { seq } => self.check_empty(seq),
             Event::Govern => self.govern(),
+            Event::Register {
+                conn,
+                cred,
+                req,
+                reply,
+            } => self.register(conn, cred, req, reply),
+            Event::Sweep => self.sweep(),
+            Event::Exec { pid } => {
+                if self.adopting() {
+                    self.examine(pid, "exec");
+                }
+            }
             Event::Tick { generation } => {
                 if generation == self.tick_generation {
                     self.drop_unclaimed();
@@ -816,14 +867,20 @@ impl Engine {
         let Some(j) = self.jobs.get(&seq) else {
             return false;
         };
-        let Some(pid) = j.pid else { return false };
+        // A registered job may have no process yet; every other job has its client's.
+        let pid = j.pid;
+        if pid.is_none() && !j.held {
+            return false;
+        }
         let Some(waiter) = self.jobs.get_mut(&seq).and_then(|j| j.waiter.take()) else {
             return false;
         };
         let j = &self.jobs[&seq];
         // The process must still be the caller's.
-        if waiter.reply.is_closed() || os::process_uid(&self.cfg.proc_root, pid) != Some(j.uid) {
-            warn!(job = %j.id, pid, "client process vanished before start");
+        if waiter.reply.is_closed()
+            || pid.is_some_and(|p| os::process_uid(&self.cfg.proc_root, p) != Some(j.mover_uid))
+        {
+            warn!(job = %j.id, pid = ?pid, "client process vanished before start");
             let _ = self.store.set_ended(seq, now_ms(), "client left the queue");
             self.jobs.remove(&seq);
             return false;
@@ -863,7 +920,10 @@ impl Engine {
                     Ok(())
                 }
             })
-            .and_then(|_| self.driver.add_process(&cgroup, pid));
+            .and_then(|_| match pid {
+                Some(p) => self.driver.add_process(&cgroup, p),
+                None => Ok(()),
+            });
         if let Err(e) = placed {
             error!(job = %j.id, error = %e, "cannot place job in its cgroups");
             let _ = self.driver.remove_job(&cgroup);
@@ -889,7 +949,8 @@ impl Engine {
         j.started = Some(Instant::now());
         j.reason = backfill.then(|| "backfill on cpus other jobs hold".to_string());
         info!(
-            job = %j.id, user = %j.user, cpus = %cpus, mems = %mems, pid, role = role_name(phase),
+            job = %j.id, user = %j.user, cpus = %cpus, mems = %mems, pid = ?pid, role = role_name(phase),
+            wlm = j.wlm.as_deref().unwrap_or(""),
             priority = j.req.priority, waited_ms = j.queued_at.elapsed().as_millis() as u64,
             "job started"
         );
@@ -1016,6 +1077,8 @@ impl Engine {
         }
         let by = os::user_name(cred.uid);
         match what {
+            // Handled by `end` (it answers later); never reaches here.
+            Control::End => err(ErrorCode::Invalid, "end is answered elsewhere"),
             Control::Kill => self.kill(seq, by),
             Control::Suspend => {
                 if j.ending {
@@ -1119,6 +1182,7 @@ impl Engine {
         }
         info!(job = %j.id, user = %j.user, by = %by, "killing job");
         j.killed_by = Some(by);
+        j.held = false;
         if let Err(e) = self.driver.kill(&j.cgroup) {
             return err(ErrorCode::Internal, format!("cannot kill job {job}: {e}"));
         }
@@ -1152,14 +1216,15 @@ impl Engine {
         let Some(job) = self.jobs.get(&seq) else {
             return;
         };
-        if job.started.is_none() {
+        if job.started.is_none() || job.held {
             return;
         }
         let populated = self.driver.is_populated(&job.cgroup).unwrap_or(false);
         if !populated {
-            let reason = match &job.killed_by {
-                Some(by) => format!("killed by {by}"),
-                None => "exited".to_string(),
+            let reason = match (&job.killed_by, &job.ended_by) {
+                (Some(by), _) => format!("killed by {by}"),
+                (None, Some(by)) => format!("ended by {by}"),
+                (None, None) => "exited".to_string(),
             };
             self.finish(seq, &reason);
         } else if job.watch.is_none() {
@@ -1210,6 +1275,11 @@ impl Engine {
             .map(|s| s.elapsed().as_millis() as u64)
             .unwrap_or(0);
         info!(job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms, reason, "job ended");
+        for w in job.end_waiters {
+            let _ = w.send(Response::Done {
+                message: format!("job {} ended; its cgroups are gone", job.id),
+            });
+        }
         self.replan();
     }
 
@@ -1222,6 +1292,7 @@ impl Engine {
     /// clients to reconnect.
     pub fn recover(&mut self) -> Result<(), String> {
         let live = self.store.live_jobs().map_err(|e| e.to_string())?;
+        let wlm = self.store.live_wlm().map_err(|e| e.to_string())?;
         let mut known = Vec::new();
         for rec in live {
             known.push(rec.cgroup.clone());
@@ -1232,8 +1303,11 @@ impl Engine {
                 self.recover_queued(rec, id);
                 continue;
             }
+            let manager = wlm.get(&rec.seq).cloned();
+            // Registered without a process: it lives until its manager ends it.
+            let held = manager.is_some() && rec.pid.is_none();
             let populated = self.driver.is_populated(&rec.cgroup).unwrap_or(false);
-            if !populated {
+            if !populated && !(held && rec.state == StoredState::Running) {
                 let _ = self.driver.remove_job(&rec.cgroup);
                 let reason = if rec.state == StoredState::Starting {
                     "start interrupted"
@@ -1275,6 +1349,8 @@ impl Engine {
                 ))
                 .unwrap_or_else(Instant::now);
             let mut job = self.job_from_record(&rec, id, phase, cpus, Some(started));
+            job.wlm = manager;
+            job.held = held;
             // A running job that is frozen was frozen by the memory governor: it stays frozen
             // until the governor finds room for it, with what it uses now as its footprint.
             if matches!(phase, Phase::Primary | Phase::Backfill)
@@ -1376,6 +1452,11 @@ impl Engine {
             footprint: 0,
             thawed_at: None,
             throttled: false,
+            wlm: None,
+            held: false,
+            mover_uid: rec.uid,
+            ended_by: None,
+            end_waiters: Vec::new(),
         }
     }
 
@@ -1468,6 +1549,7 @@ impl Engine {
                 priority: j.req.priority,
                 age_secs: j.started.unwrap_or(j.queued_at).elapsed().as_secs(),
                 pid: j.pid,
+                wlm: j.wlm.clone(),
             }
         };
         let mut jobs: Vec<JobInfo> = self

@@ -4,6 +4,7 @@
 //! store, recover, then run the engine and the socket server on a single-threaded tokio
 //! runtime. See docs/architecture.md for how the parts fit.
 
+pub mod adopt;
 pub mod config;
 pub mod engine;
 pub mod os;
@@ -181,6 +182,21 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
             loop {
                 t.tick().await;
                 if tx.send(engine::Event::Govern).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    if cfg.adopt_sweep_ms > 0 && !cfg.adopt_env.is_empty() {
+        // The adoption backstop; it does nothing while no registered job runs.
+        let tx = tx.clone();
+        let every = std::time::Duration::from_millis(cfg.adopt_sweep_ms);
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                t.tick().await;
+                if tx.send(engine::Event::Sweep).is_err() {
                     break;
                 }
             }

@@ -64,6 +64,38 @@ pub enum Request {
     Resume { job: String },
     /// Change a job's priority (1-16). Owner (up to the configured maximum) or root.
     Priority { job: String, priority: u8 },
+    /// Register a workload manager's job (root only): it gets CPUs and cgroups now, under the
+    /// manager's job id, and its processes are adopted into them. Answered like `run`
+    /// ([`Response::Queued`] while it waits, then [`Response::Started`]).
+    Register(RegisterRequest),
+    /// End a registered job (root only): kill what is left in it, remove its cgroups. Answered
+    /// with [`Response::Done`] once its cgroups are gone.
+    End { job: String },
+}
+
+/// A workload manager's job, registered by its prolog or job starter.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    /// The manager's job id; the pjw job id.
+    pub job: String,
+    /// Which manager (`slurm`, `sge`, `pbs`, `lsf`, `condor`, or another word).
+    pub wlm: String,
+    /// The job's owner (a user name on this node).
+    pub user: String,
+    /// CPUs the manager gave the job on this node (≥ 1).
+    pub cpus: u32,
+    /// Memory limit in bytes.
+    #[serde(default)]
+    pub mem: Option<u64>,
+    /// A name for people.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `true`: the calling process joins the job and is its main process (the job ends when
+    /// its cgroup empties, like `run`). `false`: the job has no process yet and is held until
+    /// [`Request::End`].
+    #[serde(default)]
+    pub attach: bool,
 }
 
 /// Where a job may run.
@@ -215,6 +247,9 @@ pub struct JobInfo {
     pub age_secs: u64,
     /// The job's main process.
     pub pid: Option<u32>,
+    /// The workload manager whose job this is (registered jobs only).
+    #[serde(default)]
+    pub wlm: Option<String>,
 }
 
 /// The node as `pjw status` shows it.
@@ -431,6 +466,25 @@ mod tests {
                 String::from_utf8_lossy(b)
             );
         }
+    }
+
+    #[test]
+    fn register_and_end_round_trip() {
+        let reg = Request::Register(RegisterRequest {
+            job: "4242".into(),
+            wlm: "slurm".into(),
+            user: "alice".into(),
+            cpus: 2,
+            mem: Some(1 << 30),
+            name: None,
+            attach: false,
+        });
+        let text = String::from_utf8(encode_request(&reg)).unwrap();
+        assert!(text.contains(r#""type":"register""#), "{text}");
+        assert_eq!(decode_request(text.as_bytes()).unwrap(), reg);
+        let end = Request::End { job: "4242".into() };
+        assert_eq!(decode_request(&encode_request(&end)).unwrap(), end);
+        assert!(decode_request(br#"{"v":1,"req":{"type":"register","job":"1"}}"#).is_err());
     }
 
     #[test]

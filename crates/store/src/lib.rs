@@ -38,6 +38,8 @@
 //! ALTER TABLE jobs ADD COLUMN placement TEXT NOT NULL DEFAULT 'any';     -- any | primary_only | backfill_only
 //! ALTER TABLE jobs ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;      -- takes the whole node
 //! ALTER TABLE jobs ADD COLUMN role      TEXT NOT NULL DEFAULT 'primary'; -- primary | backfill | preempted | suspended
+//! -- version 3
+//! ALTER TABLE jobs ADD COLUMN wlm TEXT;  -- the workload manager of a registered job (slurm, sge, …)
 //! ```
 //! A queued job is recorded with its waiting client's pid and start time, so after a daemon
 //! restart the client that reconnects keeps its place.
@@ -50,7 +52,7 @@ use pjw_core::CpuSet;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -82,6 +84,8 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE jobs ADD COLUMN placement TEXT NOT NULL DEFAULT 'any';
      ALTER TABLE jobs ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE jobs ADD COLUMN role TEXT NOT NULL DEFAULT 'primary';",
+    // 3: jobs registered by a workload manager's prolog or job starter.
+    "ALTER TABLE jobs ADD COLUMN wlm TEXT;",
 ];
 
 /// Errors of the store; each names the database file.
@@ -314,6 +318,31 @@ impl Store {
             )
             .map_err(self.err())?;
         Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Mark job `seq` as registered by workload manager `wlm`.
+    pub fn set_wlm(&self, seq: i64, wlm: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute("UPDATE jobs SET wlm = ?2 WHERE seq = ?1", params![seq, wlm])
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// The workload manager of every live registered job, by `seq`.
+    pub fn live_wlm(&self) -> Result<std::collections::HashMap<i64, String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT seq, wlm FROM jobs WHERE state <> 'ended' AND wlm IS NOT NULL")
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+            .map_err(self.err())?;
+        let mut out = std::collections::HashMap::new();
+        for row in rows {
+            let (seq, wlm) = row.map_err(self.err())?;
+            out.insert(seq, wlm);
+        }
+        Ok(out)
     }
 
     /// A queued job is about to start on `cpus`: state `starting`.
@@ -559,6 +588,20 @@ mod tests {
     }
 
     #[test]
+    fn registered_jobs_keep_their_manager_while_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let a = s.insert_job(&job("100")).unwrap();
+        let b = s.insert_job(&job("101")).unwrap();
+        s.set_wlm(a, "slurm").unwrap();
+        let live = s.live_wlm().unwrap();
+        assert_eq!(live.get(&a).map(String::as_str), Some("slurm"));
+        assert!(!live.contains_key(&b));
+        s.set_ended(a, 1, "ended by slurm").unwrap();
+        assert!(s.live_wlm().unwrap().is_empty());
+    }
+
+    #[test]
     fn state_survives_reopen_and_numbers_are_not_reused() {
         let dir = tempfile::tempdir().unwrap();
         {
@@ -589,7 +632,7 @@ mod tests {
             .unwrap();
         }
         let s = Store::open_file(&path).unwrap();
-        assert_eq!(s.schema_version().unwrap(), 2);
+        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
         let live = s.live_jobs().unwrap();
         assert_eq!(live.len(), 1);
         assert_eq!(live[0].job_id, "old");
