@@ -32,6 +32,72 @@ pub enum Command {
     Topology(TopologyArgs),
     /// Replay a job trace on a topology and compare placement policies.
     Sim(SimArgs),
+    /// Workload-manager jobs: register one (root), end one.
+    #[command(subcommand)]
+    Job(JobCommand),
+    /// Slurm hooks: `pjw slurm prolog` / `pjw slurm epilog` (run by slurmd as root).
+    #[command(subcommand)]
+    Slurm(SlurmCommand),
+    /// Grid Engine hooks: `pjw sge shepherd -- sge_shepherd ARGS` (the shepherd_cmd wrapper).
+    #[command(subcommand)]
+    Sge(SgeCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Register a workload manager's job (root only): it gets CPUs and cgroups now and its
+    /// processes are adopted. With a command, this process joins the job and execs it (the job
+    /// ends when its cgroup empties); without, the job is held until `pjw job end`.
+    Register(RegisterArgs),
+    /// End a registered job: kill what is left in it and remove its cgroups (root only).
+    End(KillArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RegisterArgs {
+    /// The workload manager (slurm, sge, pbs, lsf, condor, …).
+    #[arg(long, value_name = "NAME")]
+    pub wlm: String,
+    /// The manager's job id (becomes the pjw job id).
+    #[arg(short = 'j', long, value_name = "ID")]
+    pub job_id: String,
+    /// The job's owner.
+    #[arg(short = 'u', long, value_name = "USER")]
+    pub user: String,
+    /// CPUs the manager gave the job on this node.
+    #[arg(short = 'c', long, value_name = "N")]
+    pub cpus: u32,
+    /// Memory limit (e.g. 512M, 4G).
+    #[arg(short = 'm', long, value_name = "SIZE")]
+    pub mem: Option<String>,
+    /// Job name.
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// A command to exec inside the job (this process joins it).
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SlurmCommand {
+    /// Register the job of SLURM_JOB_ID, sized by `scontrol show job -d` (the Prolog).
+    Prolog,
+    /// End the job of SLURM_JOB_ID (the Epilog).
+    Epilog,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SgeCommand {
+    /// Register the job described by ./config and ./environment, join it and exec the
+    /// shepherd (the `shepherd_cmd` wrapper; run by sge_execd as root in the job's spool dir).
+    Shepherd(ShepherdArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShepherdArgs {
+    /// The shepherd and its arguments (`/usr/lib/gridengine/sge_shepherd "$@"`).
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Args)]

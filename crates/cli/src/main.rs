@@ -11,6 +11,8 @@ mod cmd_run;
 mod cmd_sim;
 mod cmd_status;
 mod cmd_topology;
+mod cmd_wlm;
+mod wlm_parse;
 
 use clap::Parser;
 
@@ -37,6 +39,9 @@ fn main() {
         })),
         cli::Command::Topology(t) => report(cmd_topology::run(t)),
         cli::Command::Sim(s) => report(cmd_sim::run(s)),
+        cli::Command::Job(j) => cmd_wlm::job(j),
+        cli::Command::Slurm(s) => cmd_wlm::slurm(s),
+        cli::Command::Sge(s) => cmd_wlm::sge(s),
     };
     std::process::exit(code);
 }

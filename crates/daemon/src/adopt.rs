@@ -105,7 +105,9 @@ mod tests {
             std::fs::write(d.join("environ"), env).unwrap();
             std::fs::write(
                 d.join("status"),
-                format!("Name:\tx\nPid:\t{pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t0\t0\t0\t0\n"),
+                format!(
+                    "Name:\tx\nPid:\t{pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t0\t0\t0\t0\nThreads:\t1\nCpus_allowed_list:\t0\n"
+                ),
             )
             .unwrap();
             std::fs::write(d.join("cgroup"), cg).unwrap();
