@@ -22,7 +22,7 @@ if [ -r "$D/sge.env" ] && [ -s "$D/pids" ]; then
   . "$D/sge.env"
   qdel -f -u '*' >/dev/null 2>&1
   for _ in $(seq 200); do [ -z "$(qstat -u '*' 2>/dev/null)" ] && break; sleep 0.1; done
-  [ -r "$D/sge-global.orig" ] && qconf -Mconf "$D/sge-global.orig" >/dev/null 2>&1
+  [ -r "$D/orig/global" ] && qconf -Mconf "$D/orig/global" >/dev/null 2>&1
 fi
 for l in "${lines[@]}"; do
   set -- $l

@@ -2,7 +2,7 @@
 # Start a single-host Son of Grid Engine for the live tests: sge_qmaster and sge_execd of the
 # Debian packages' `default` cell, in the foreground (SGE_ND) as children of this script's
 # caller's session, their pids in DIR/pids for down.sh. The cell's global config is saved to
-# DIR/sge-global.orig and restored by down.sh; shepherd_cmd is DIR/shepherd.sh, which runs
+# DIR/orig/global and restored by down.sh; shepherd_cmd is DIR/shepherd.sh, which runs
 # pjw's wrapper (packaging/sge) with PJW_WLM_ENV. Clients source DIR/sge.env.
 #
 #   sge-up.sh DIR PJW_WLM_ENV_FILE
@@ -35,7 +35,9 @@ chmod o+x "$D"
 qconf -ah "$H" >/dev/null 2>&1 || true
 qconf -as "$H" >/dev/null 2>&1 || true
 W="$D/cfg"; mkdir -p "$W"
-[ -e "$D/sge-global.orig" ] || { mkdir -p "$D/orig"; qconf -sconf > "$D/orig/global"; cp "$D/orig/global" "$D/sge-global.orig"; }
+# What down.sh restores; a shepherd_cmd left by an earlier run that was killed is dropped.
+mkdir -p "$D/orig"
+qconf -sconf | awk '$1 == "shepherd_cmd" && $2 != "none" && system("test -x " $2) != 0 { $0 = "shepherd_cmd none" } { print }' > "$D/orig/global"
 mkdir -p "$W/g"
 sed -e 's/^min_uid .*/min_uid 0/' -e 's/^min_gid .*/min_gid 0/' \
     -e "s#^shepherd_cmd .*#shepherd_cmd $D/shepherd.sh#" "$D/orig/global" > "$W/g/global"
