@@ -11,6 +11,7 @@ mod cmd_run;
 mod cmd_sim;
 mod cmd_status;
 mod cmd_topology;
+mod starter;
 
 use clap::Parser;
 

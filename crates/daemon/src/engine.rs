@@ -25,8 +25,10 @@ use pjw_core::alloc::{Allocator, Scratch};
 use pjw_core::governor::{self, GovernorConfig, MemAction, MemJob, MemSnapshot};
 use pjw_core::sched::{self, Action, JobView, Phase, QueuePolicy, Request};
 use pjw_core::{CpuSet, JobId};
-use pjw_proto::{ErrorCode, JobInfo, JobState, Placement, Response, RunRequest, StatusReport};
-use pjw_store::{JobRecord, Store, StoredState};
+use pjw_proto::{
+    ErrorCode, JobInfo, JobState, JobTmp, Placement, Response, RunRequest, StatusReport,
+};
+use pjw_store::{JobRecord, StarterRecord, Store, StoredState};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
@@ -97,8 +99,18 @@ struct Job {
     seq: i64,
     id: JobId,
     name: String,
+    /// The owner (the `--user` of a root client, else the client).
     uid: u32,
+    gid: u32,
     user: String,
+    /// uid of the process that asked: root in job starter mode, else `uid`.
+    client_uid: u32,
+    /// The workload manager's name for the job (`slurm:42`).
+    wlm: Option<String>,
+    /// Size of the job's /tmp (bytes), if it has one.
+    tmp_size: Option<u64>,
+    /// The per-job tmpfs the daemon mounted for an unprivileged client.
+    tmpdir: Option<PathBuf>,
     req: Request,
     mem: Option<u64>,
     phase: Phase,
@@ -136,6 +148,29 @@ struct Job {
 }
 
 impl Job {
+    /// What the client is told about its temporary space.
+    fn tmp_reply(&self) -> Option<JobTmp> {
+        match (&self.tmpdir, self.tmp_size) {
+            (Some(dir), Some(size)) => Some(JobTmp::Dir {
+                dir: dir.display().to_string(),
+                size,
+            }),
+            (None, Some(size)) if size > 0 && self.client_uid == 0 => {
+                Some(JobTmp::Private { size })
+            }
+            _ => None,
+        }
+    }
+
+    fn starter_record(&self) -> StarterRecord {
+        StarterRecord {
+            wlm: self.wlm.clone(),
+            client_uid: self.client_uid,
+            tmp_size: self.tmp_size,
+            tmpdir: self.tmpdir.as_ref().map(|d| d.display().to_string()),
+        }
+    }
+
     fn view(&self) -> JobView {
         JobView {
             key: self.seq,
@@ -380,7 +415,7 @@ impl Engine {
         // A client whose process is already a live job's main process reconnected after a
         // daemon crash between being moved and being told: tell it again.
         if let Some(j) = self.jobs.values().find(|j| {
-            j.started.is_some() && j.pid == Some(cred.pid) && j.uid == cred.uid && !j.ending
+            j.started.is_some() && j.pid == Some(cred.pid) && j.client_uid == cred.uid && !j.ending
         }) {
             info!(job = %j.id, pid = cred.pid, "client reconnected; job already running");
             let _ = reply.send(Response::Started {
@@ -388,6 +423,7 @@ impl Engine {
                 cpus: j.cpus,
                 mems: j.mems,
                 backfill: j.phase == Phase::Backfill,
+                tmp: j.tmp_reply(),
             });
             return;
         }
@@ -398,7 +434,7 @@ impl Engine {
                 && j.waiter.is_none()
                 && j.pid == Some(cred.pid)
                 && j.pid_start == pid_start
-                && j.uid == cred.uid
+                && j.client_uid == cred.uid
         }) {
             info!(job = %j.id, pid = cred.pid, "queued client reconnected; place kept");
             j.waiter = Some(Waiter { conn, reply });
@@ -435,7 +471,28 @@ impl Engine {
             ));
             return;
         }
-        let user = os::user_name(cred.uid);
+        // The owner: the caller, or (root only) the user it names.
+        let (uid, gid, user) = match &req.user {
+            None => (cred.uid, cred.gid, os::user_name(cred.uid)),
+            Some(name) => match os::lookup_user(name) {
+                None => {
+                    let _ = reply.send(err(ErrorCode::Invalid, format!("no such user: {name}")));
+                    return;
+                }
+                Some((uid, _)) if cred.uid != 0 && uid != cred.uid => {
+                    let _ = reply.send(err(
+                        ErrorCode::Denied,
+                        format!(
+                            "only root may run a job as another user ({name}); you are {}",
+                            os::user_name(cred.uid)
+                        ),
+                    ));
+                    return;
+                }
+                Some((uid, gid)) => (uid, gid, name.clone()),
+            },
+        };
+        let tmp_size = req.tmp.or(self.cfg.tmp).filter(|s| *s > 0);
         let name = req
             .name
             .clone()
@@ -454,8 +511,8 @@ impl Engine {
             seq: 0,
             job_id: id.to_string(),
             name: name.clone(),
-            uid: cred.uid,
-            gid: cred.gid,
+            uid,
+            gid,
             user: user.clone(),
             ncpus: req.cpus,
             cpus: CpuSet::new(),
@@ -485,6 +542,20 @@ impl Engine {
         };
         let rec = JobRecord { seq, ..rec };
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
+        job.client_uid = cred.uid;
+        job.wlm = req.wlm.clone();
+        job.tmp_size = tmp_size;
+        if job.client_uid != job.uid || job.wlm.is_some() || job.tmp_size.is_some() {
+            if let Err(e) = self.store.set_starter(seq, &job.starter_record()) {
+                error!(job = %job.id, error = %e, "cannot record job");
+                let _ = self.store.set_ended(seq, now_ms(), "start failed: store");
+                let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
+                return;
+            }
+        }
+        if job.client_uid != job.uid || job.wlm.is_some() {
+            info!(job = %job.id, user = %job.user, wlm = job.wlm.as_deref().unwrap_or(""), client_uid = job.client_uid, "job submitted by a job starter");
+        }
         job.waiter = Some(Waiter { conn, reply });
         self.jobs.insert(seq, job);
         self.replan();
@@ -822,7 +893,9 @@ impl Engine {
         };
         let j = &self.jobs[&seq];
         // The process must still be the caller's.
-        if waiter.reply.is_closed() || os::process_uid(&self.cfg.proc_root, pid) != Some(j.uid) {
+        if waiter.reply.is_closed()
+            || os::process_uid(&self.cfg.proc_root, pid) != Some(j.client_uid)
+        {
             warn!(job = %j.id, pid, "client process vanished before start");
             let _ = self.store.set_ended(seq, now_ms(), "client left the queue");
             self.jobs.remove(&seq);
@@ -877,6 +950,43 @@ impl Engine {
             self.jobs.remove(&seq);
             return false;
         }
+        // An unprivileged client's /tmp: a tmpfs the daemon mounts for it.
+        if let Some(size) = j.tmp_size.filter(|_| j.client_uid != 0) {
+            match crate::tmp::mount_job_tmp(&self.cfg.tmp_root, &cgroup, size, j.uid, j.gid) {
+                Ok(dir) => {
+                    info!(job = %j.id, user = %j.user, dir = %dir.display(), size, "job tmpfs mounted");
+                    let mut st = j.starter_record();
+                    st.tmpdir = Some(dir.display().to_string());
+                    if let Err(e) = self.store.set_starter(seq, &st) {
+                        warn!(job = %j.id, error = %e, "cannot record the job's tmpfs");
+                    }
+                    if let Some(j) = self.jobs.get_mut(&seq) {
+                        j.tmpdir = Some(dir);
+                    }
+                }
+                Err(e) => {
+                    // The client is already in the job's cgroups: tell it, and let the job end
+                    // the usual way when it exits on the error.
+                    error!(job = %j.id, error = %e, "cannot mount the job's tmpfs");
+                    let _ = waiter.reply.send(err(
+                        ErrorCode::Internal,
+                        format!("cannot set up the job's /tmp: {e}"),
+                    ));
+                    let _ = self.store.set_running(seq);
+                    if let Some(j) = self.jobs.get_mut(&seq) {
+                        j.phase = phase;
+                        j.cpus = cpus;
+                        j.mems = mems;
+                        j.started = Some(Instant::now());
+                    }
+                    self.track(seq, true);
+                    return true;
+                }
+            }
+        }
+        let Some(j) = self.jobs.get(&seq) else {
+            return false;
+        };
         if let Err(e) = self.store.set_running(seq) {
             warn!(job = %j.id, error = %e, "cannot mark job running in the store");
         }
@@ -898,6 +1008,7 @@ impl Engine {
             cpus,
             mems,
             backfill,
+            tmp: j.tmp_reply(),
         });
         self.track(seq, true);
         true
@@ -1202,6 +1313,12 @@ impl Engine {
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
+        if let Some(dir) = &job.tmpdir {
+            match crate::tmp::remove_job_tmp(dir) {
+                Ok(()) => debug!(job = %job.id, dir = %dir.display(), "job tmpfs removed"),
+                Err(e) => warn!(job = %job.id, error = %e, "cannot remove the job's tmpfs"),
+            }
+        }
         if let Err(e) = self.store.set_ended(seq, now_ms(), reason) {
             warn!(job = %job.id, error = %e, "cannot mark job ended in the store");
         }
@@ -1275,6 +1392,7 @@ impl Engine {
                 ))
                 .unwrap_or_else(Instant::now);
             let mut job = self.job_from_record(&rec, id, phase, cpus, Some(started));
+            self.restore_starter(&mut job);
             // A running job that is frozen was frozen by the memory governor: it stays frozen
             // until the governor finds room for it, with what it uses now as its footprint.
             if matches!(phase, Phase::Primary | Phase::Backfill)
@@ -1290,6 +1408,23 @@ impl Engine {
             let seq = job.seq;
             self.jobs.insert(seq, job);
             self.track(seq, main_alive);
+        }
+        // Per-job tmpfs whose job is gone (ended while the daemon was down, or never started).
+        let keep: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.tmpdir.is_some())
+            .map(|j| j.cgroup.clone())
+            .collect();
+        for name in crate::tmp::list(&self.cfg.tmp_root) {
+            if keep.contains(&name) {
+                continue;
+            }
+            let dir = self.cfg.tmp_root.join(&name);
+            match crate::tmp::remove_job_tmp(&dir) {
+                Ok(()) => info!(dir = %dir.display(), "removed the tmpfs of a job that ended"),
+                Err(e) => warn!(error = %e, "cannot remove a leftover job tmpfs"),
+            }
         }
         // Cgroups below the parent that the store does not know.
         for name in self.driver.list_jobs().map_err(|e| e.to_string())? {
@@ -1320,9 +1455,20 @@ impl Engine {
             return;
         }
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
+        self.restore_starter(&mut job);
         job.reconnect_by = Some(Instant::now() + RECONNECT_GRACE);
         info!(job = %job.id, user = %job.user, "recovered queued job; waiting for its client");
         self.jobs.insert(job.seq, job);
+    }
+
+    /// Take back a recovered job's starter details (owner vs client, WLM id, /tmp).
+    fn restore_starter(&self, job: &mut Job) {
+        if let Ok(Some(st)) = self.store.starter(job.seq) {
+            job.client_uid = st.client_uid;
+            job.wlm = st.wlm;
+            job.tmp_size = st.tmp_size;
+            job.tmpdir = st.tmpdir.map(PathBuf::from);
+        }
     }
 
     fn job_from_record(
@@ -1338,7 +1484,12 @@ impl Engine {
             id,
             name: rec.name.clone(),
             uid: rec.uid,
+            gid: rec.gid,
             user: rec.user.clone(),
+            client_uid: rec.uid,
+            wlm: None,
+            tmp_size: None,
+            tmpdir: None,
             req: Request {
                 ncpus: rec.ncpus as usize,
                 priority: rec.priority,
@@ -1468,6 +1619,7 @@ impl Engine {
                 priority: j.req.priority,
                 age_secs: j.started.unwrap_or(j.queued_at).elapsed().as_secs(),
                 pid: j.pid,
+                wlm: j.wlm.clone(),
             }
         };
         let mut jobs: Vec<JobInfo> = self
