@@ -398,3 +398,69 @@ fn an_unprivileged_jobs_tmpdir_is_a_limited_tmpfs_of_its_own_removed_at_the_end_
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&format!(" {} ", dir.display())));
 }
+
+/// Every process's mount namespace, as `mnt:[inode]`.
+fn mount_namespaces() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_link(e.path().join("ns/mnt")).ok())
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+#[test]
+fn a_job_writing_2g_into_a_256m_tmp_gets_enospc_and_disturbs_no_other_job() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), "");
+    // Job B keeps a file in its own /tmp and waits for a line on stdin.
+    let mut b = d
+        .pjw()
+        .args(["run", "--tmp", "64M", "-j", "quiet", "--", "sh", "-c"])
+        .arg("echo kept > /tmp/mine; echo END; read x; echo mine=$(cat /tmp/mine); echo big=$(ls /tmp/big 2>/dev/null | wc -l); echo END")
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut b_out = BufReader::new(b.stdout.take().unwrap());
+    let mut line = String::new();
+    b_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "END");
+    // Job A fills its 256M /tmp with 2 GiB.
+    let a = d
+        .pjw()
+        .args(["run", "--user", "nobody", "--tmp", "256M", "-j", "filler", "--", "sh", "-c"])
+        .arg("echo ns=$(readlink /proc/self/ns/mnt); dd if=/dev/zero of=/tmp/big bs=1M count=2048; echo dd=$?; echo used=$(du -sk /tmp/big | cut -f1)")
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&a.stdout);
+    let err = String::from_utf8_lossy(&a.stderr);
+    assert!(err.contains("No space left on device"), "{err}");
+    let lines: Vec<String> = out.lines().map(String::from).collect();
+    assert_ne!(field(&lines, "dd="), "0");
+    let used: u64 = field(&lines, "used=").parse().unwrap();
+    assert!(used <= 256 * 1024 && used > 200 * 1024, "{used} KiB written");
+    let ns = field(&lines, "ns=").to_string();
+    wait_gone(&d, "filler");
+    // The job's mount namespace, and with it its tmpfs, is gone with the job.
+    assert!(
+        !mount_namespaces().contains(&ns),
+        "mount namespace {ns} of the ended job still exists"
+    );
+    // B's /tmp is untouched and never saw A's file.
+    use std::io::Write;
+    writeln!(b.stdin.as_mut().unwrap(), "go").unwrap();
+    let mut rest = Vec::new();
+    loop {
+        let mut l = String::new();
+        if b_out.read_line(&mut l).unwrap() == 0 || l.trim() == "END" {
+            break;
+        }
+        rest.push(l.trim().to_string());
+    }
+    assert_eq!(field(&rest, "mine="), "kept");
+    assert_eq!(field(&rest, "big="), "0");
+    assert!(b.wait().unwrap().success());
+}

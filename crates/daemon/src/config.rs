@@ -492,6 +492,25 @@ mod tests {
     }
 
     #[test]
+    fn job_tmp_size_and_root() {
+        let parse = |t: &str| Config::parse("x.toml", t, &Overrides::default()).unwrap();
+        let c = parse("");
+        assert_eq!(c.tmp, None);
+        assert_eq!(c.tmp_root, PathBuf::from("/var/lib/pjw/tmp"));
+        for (text, want) in [
+            ("[job]\ntmp = \"256M\"", Some(256 << 20)),
+            ("[job]\ntmp = \"none\"", None),
+            ("[job]\ntmp = \"0\"", None),
+        ] {
+            assert_eq!(parse(text).tmp, want, "{text}");
+        }
+        let c = parse("state_dir = \"/srv/pjw\"\n[job]\ntmp = \"1G\"");
+        assert_eq!(c.tmp_root, PathBuf::from("/srv/pjw/tmp"));
+        let c = parse("[job]\ntmp_root = \"/run/pjw/tmp\"");
+        assert_eq!(c.tmp_root, PathBuf::from("/run/pjw/tmp"));
+    }
+
+    #[test]
     fn errors_name_file_key_and_reason() {
         let cases = [
             ("bogus = 1", "unknown field"),
@@ -511,6 +530,9 @@ mod tests {
             ("[memory]\nlow = 0.95", "memory.low"),
             ("[memory]\nswap_slots = 0", "memory.swap_slots"),
             ("max_priority = 17", "max_priority"),
+            ("[job]\ntmp = \"big\"", "job.tmp"),
+            ("[job]\ntmp = \"4K\"", "job.tmp: \"4K\" is below 1M"),
+            ("[job]\ntmp_root = \"rel/tmp\"", "job.tmp_root"),
             (
                 "default_priority = 12\nmax_priority = 8",
                 "above max_priority",
