@@ -121,9 +121,9 @@ pub struct DaemonArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Number of CPUs.
-    #[arg(short = 'c', long, default_value_t = 1, value_name = "N")]
-    pub cpus: u32,
+    /// Number of CPUs [default: the workload manager's with --from-env, else 1].
+    #[arg(short = 'c', long, value_name = "N")]
+    pub cpus: Option<u32>,
     /// Memory limit (e.g. 512M, 4G).
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,
@@ -145,6 +145,22 @@ pub struct RunArgs {
     /// Run only on exclusive CPUs (never as a backfiller).
     #[arg(long)]
     pub primary_only: bool,
+    /// Run the job as this user (root only): pjw sets the job up, then drops to the user, its
+    /// group and supplementary groups, and execs.
+    #[arg(short = 'u', long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// Take the job id, user, CPUs and memory from the workload manager's environment and job
+    /// files: auto, slurm, sge, pbs, lsf or condor. Options given explicitly win.
+    #[arg(long, value_name = "WLM", num_args = 0..=1, default_missing_value = "auto")]
+    pub from_env: Option<String>,
+    /// Record the user as the job's owner but keep root (for wrappers that exec a manager's
+    /// own launcher, such as sge_shepherd, which drops privileges itself).
+    #[arg(long)]
+    pub no_setuid: bool,
+    /// Size of the job's private /tmp (e.g. 256M; 0 or none: no private /tmp) [default: the
+    /// node's [job] tmp].
+    #[arg(long, value_name = "SIZE")]
+    pub tmp: Option<String>,
     /// Do not say on stderr that the job is queued.
     #[arg(short = 'q', long)]
     pub quiet: bool,

@@ -210,17 +210,24 @@ pub fn slurm(c: SlurmCommand) -> i32 {
 pub fn sge(c: SgeCommand) -> i32 {
     match c {
         SgeCommand::Shepherd(a) => {
-            let read = |f: &str| {
-                std::fs::read_to_string(f).map_err(|e| {
-                    let cwd = std::env::current_dir().unwrap_or_default();
-                    format!("cannot read {}: {e}", cwd.join(f).display())
-                })
-            };
-            let job = match read("config")
-                .and_then(|c| Ok((c, read("environment").unwrap_or_default())))
-                .and_then(|(c, e)| wlm_parse::parse_sge(&c, &e))
-            {
-                Ok(j) => j,
+            // execd gives the wrapper no job variables: the job is ./environment and ./config.
+            let job = match pjw_wlm::read::read_with(
+                Some(pjw_wlm::Manager::Sge),
+                &pjw_wlm::Env::new(),
+                Path::new("."),
+            ) {
+                Ok(w) => match (w.user, w.cpus) {
+                    (Some(user), cpus) => WlmJob {
+                        id: w.pjw_id,
+                        user,
+                        cpus: cpus.unwrap_or(1).max(1),
+                        mem: w.mem,
+                    },
+                    (None, _) => {
+                        eprintln!("pjw: grid engine job {}: no job_owner in ./config", w.job_id);
+                        return 125;
+                    }
+                },
                 Err(e) => {
                     eprintln!("pjw: grid engine job: {e}");
                     return 125;

@@ -13,6 +13,7 @@ mod cmd_status;
 mod cmd_topology;
 mod cmd_wlm;
 mod wlm_parse;
+mod starter;
 
 use clap::Parser;
 

@@ -1,8 +1,5 @@
-//! What the workload managers' prolog and job-starter hooks are told, parsed (no I/O here):
-//! `scontrol show job -d` for the Slurm Prolog, the `config` and `environment` files of a Grid
-//! Engine job's spool directory for the `shepherd_cmd` wrapper.
-
-use std::collections::BTreeMap;
+//! What the Slurm Prolog is told about its job, parsed (no I/O here): `scontrol show job -d`.
+//! (The managers' environments and Grid Engine's spool files are parsed by `pjw-wlm`.)
 
 use pjw_core::CpuSet;
 
@@ -138,73 +135,6 @@ pub fn parse_scontrol(text: &str, node: &str) -> Result<WlmJob, String> {
     })
 }
 
-/// `key=value` lines (Grid Engine's `config` and `environment` files).
-pub fn key_values(text: &str) -> BTreeMap<&str, &str> {
-    text.lines().filter_map(|l| l.split_once('=')).collect()
-}
-
-/// A Grid Engine size: bytes with an optional k/K/m/M/g/G suffix (k = 1000, K = 1024);
-/// `INFINITY` and `UNDEFINED` are no limit.
-fn sge_mem(v: &str) -> Option<u64> {
-    let v = v.trim();
-    if v.is_empty() || v.eq_ignore_ascii_case("INFINITY") || v.eq_ignore_ascii_case("UNDEFINED")
-    {
-        return None;
-    }
-    let (num, mult) = match v.chars().last()? {
-        'k' => (&v[..v.len() - 1], 1000u64),
-        'K' => (&v[..v.len() - 1], 1 << 10),
-        'm' => (&v[..v.len() - 1], 1_000_000),
-        'M' => (&v[..v.len() - 1], 1 << 20),
-        'g' => (&v[..v.len() - 1], 1_000_000_000),
-        'G' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    let n: f64 = num.parse().ok()?;
-    (n > 0.0).then(|| (n * mult as f64) as u64)
-}
-
-/// The job from a Grid Engine job's `config` and `environment` files: id `job_id` (with
-/// `.task` for an array task), owner `job_owner`, CPUs `pe_slots` (else `NSLOTS`, else 1),
-/// memory `h_rss` per slot when it is limited.
-pub fn parse_sge(config: &str, environment: &str) -> Result<WlmJob, String> {
-    let c = key_values(config);
-    let e = key_values(environment);
-    let id = c
-        .get("job_id")
-        .or_else(|| e.get("JOB_ID"))
-        .filter(|v| !v.is_empty())
-        .ok_or("no job_id in config")?;
-    let id = match c.get("ja_task_id").and_then(|t| t.parse::<u64>().ok()) {
-        Some(t) if t > 0 => format!("{id}.{t}"),
-        _ => id.to_string(),
-    };
-    let user = c
-        .get("job_owner")
-        .filter(|v| !v.is_empty())
-        .ok_or("no job_owner in config")?;
-    let slots = c
-        .get("pe_slots")
-        .or_else(|| e.get("NSLOTS"))
-        .map(|v| {
-            v.parse::<u32>()
-                .map_err(|_| format!("pe_slots {v:?} is not a number"))
-        })
-        .transpose()?
-        .unwrap_or(1)
-        .max(1);
-    let mem = c
-        .get("h_rss")
-        .and_then(|v| sge_mem(v))
-        .map(|m| m * slots as u64);
-    Ok(WlmJob {
-        id,
-        user: user.to_string(),
-        cpus: slots,
-        mem,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,65 +215,6 @@ mod tests {
             ("n[1-", "n1", false),
         ] {
             assert_eq!(hostlist_contains(list, node), want, "{node} in {list}");
-        }
-    }
-
-    /// The shepherd_cmd wrapper's working directory on the test machine (SoGE 8.1.9),
-    /// abridged from the reference capture.
-    const SGE_CONFIG: &str = "stdout_path=/dev/null\nh_vmem=INFINITY\nh_rss=INFINITY\n\
-        job_owner=alice\nmin_uid=0\npe=smp\npe_slots=2\nhost_slots=2\nqueue=all.q\nhost=vm\n\
-        job_name=true\njob_id=14\nja_task_id=0\nqueue_tmpdir=/tmp\n";
-    const SGE_ENV: &str = "REQNAME=true\nJOB_ID=14\nNSLOTS=2\nTMPDIR=/tmp/14.1.all.q\n";
-
-    #[test]
-    fn sge_table() {
-        let cases: Vec<(String, &str, Result<(&str, &str, u32, Option<u64>), &str>)> = vec![
-            (SGE_CONFIG.into(), SGE_ENV, Ok(("14", "alice", 2, None))),
-            (
-                SGE_CONFIG.replace("ja_task_id=0", "ja_task_id=3"),
-                SGE_ENV,
-                Ok(("14.3", "alice", 2, None)),
-            ),
-            (
-                SGE_CONFIG.replace("h_rss=INFINITY", "h_rss=1G"),
-                SGE_ENV,
-                Ok(("14", "alice", 2, Some(2 << 30))),
-            ),
-            (
-                SGE_CONFIG.replace("pe_slots=2\n", ""),
-                SGE_ENV,
-                Ok(("14", "alice", 2, None)),
-            ),
-            (
-                "job_id=1\njob_owner=root\n".into(),
-                "",
-                Ok(("1", "root", 1, None)),
-            ),
-            ("job_owner=root\n".into(), "JOB_ID=9\n", Ok(("9", "root", 1, None))),
-            ("job_id=1\n".into(), "", Err("no job_owner")),
-            ("".into(), "", Err("no job_id")),
-            (
-                "job_id=1\njob_owner=x\npe_slots=many\n".into(),
-                "",
-                Err("pe_slots"),
-            ),
-        ];
-        for (config, env, want) in cases {
-            let got = parse_sge(&config, env);
-            match want {
-                Ok((id, user, cpus, mem)) => {
-                    let j = got.unwrap_or_else(|e| panic!("{config:?}: {e}"));
-                    assert_eq!(
-                        (j.id.as_str(), j.user.as_str(), j.cpus, j.mem),
-                        (id, user, cpus, mem),
-                        "{config:?}"
-                    );
-                }
-                Err(w) => {
-                    let e = got.unwrap_err();
-                    assert!(e.contains(w), "{e:?} should say {w:?}");
-                }
-            }
         }
     }
 }

@@ -59,7 +59,7 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("job 9101 registered on cpus"));
     let st = d.status();
     let j = job(&st, "9101").expect("registered job listed");
-    assert_eq!(j["wlm"], "slurm");
+    assert_eq!(j["wlm"], format!("slurm:{}", j["id"].as_str().unwrap()));
     assert_eq!(j["state"], "running");
     assert_eq!(j["procs"], 0);
     let cpus = CpuSet::parse_list(j["cpus"].as_str().unwrap()).unwrap();
@@ -138,7 +138,7 @@ fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
     d.restart();
     let st = d.status();
     let j = job(&st, "55").expect("held job recovered after a crash");
-    assert_eq!(j["wlm"], "slurm");
+    assert_eq!(j["wlm"], format!("slurm:{}", j["id"].as_str().unwrap()));
     assert_eq!(j["mem"], 256u64 << 20);
     let out = d.pjw().args(["job", "end", "55"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -170,7 +170,16 @@ fn job_report(p: &Path) -> (String, CpuSet, u32) {
 fn jobs_of(st: &serde_json::Value, wlm: &str) -> Vec<serde_json::Value> {
     st["jobs"]
         .as_array()
-        .map(|a| a.iter().filter(|j| j["wlm"] == wlm).cloned().collect())
+        .map(|a| {
+            a.iter()
+                .filter(|j| {
+                    j["wlm"]
+                        .as_str()
+                        .is_some_and(|w| w == format!("{wlm}:{}", j["id"].as_str().unwrap_or("")))
+                })
+                .cloned()
+                .collect()
+        })
         .unwrap_or_default()
 }
 

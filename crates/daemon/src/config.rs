@@ -63,6 +63,8 @@ pub struct RawCgroup {
 pub struct RawJob {
     pub kill_leftovers: Option<bool>,
     pub pids_max: Option<u64>,
+    pub tmp: Option<String>,
+    pub tmp_root: Option<PathBuf>,
 }
 
 /// `[memory]`: the job partition and the governor.
@@ -137,6 +139,10 @@ pub struct Config {
     pub governor_interval_ms: u64,
     pub kill_leftovers: bool,
     pub pids_max: Option<u64>,
+    /// Default size of a job's private /tmp (bytes); `None` = none unless `pjw run --tmp`.
+    pub tmp: Option<u64>,
+    /// Where the daemon mounts per-job tmpfs for unprivileged clients (`<state_dir>/tmp`).
+    pub tmp_root: PathBuf,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
     pub log_level: String,
@@ -357,6 +363,25 @@ impl Config {
             None | Some(0) => None,
             Some(n) => Some(n),
         };
+        let tmp = match raw.job.tmp.as_deref().map(str::trim) {
+            None | Some("") | Some("none") | Some("0") => None,
+            Some(t) => match pjw_core::parse_size(t) {
+                Ok(0) => None,
+                Ok(n) if n < 1 << 20 => return Err(err("job.tmp", format!("{t:?} is below 1M"))),
+                Ok(n) => Some(n),
+                Err(e) => return Err(err("job.tmp", format!("{e} (or \"none\")"))),
+            },
+        };
+        let tmp_root = match raw.job.tmp_root {
+            Some(p) if !p.is_absolute() => {
+                return Err(err(
+                    "job.tmp_root",
+                    format!("{} is not an absolute path", p.display()),
+                ))
+            }
+            Some(p) => p,
+            None => state_dir.join("tmp"),
+        };
         let log_level = raw.log.level.unwrap_or_else(|| "info".into());
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
             return Err(err(
@@ -418,6 +443,8 @@ impl Config {
             governor_interval_ms,
             kill_leftovers: raw.job.kill_leftovers.unwrap_or(true),
             pids_max,
+            tmp,
+            tmp_root,
             proc_root: raw.paths.proc.unwrap_or_else(|| PathBuf::from("/proc")),
             sys_root: raw.paths.sys.unwrap_or_else(|| PathBuf::from("/sys")),
             log_level,
@@ -515,6 +542,25 @@ mod tests {
     }
 
     #[test]
+    fn job_tmp_size_and_root() {
+        let parse = |t: &str| Config::parse("x.toml", t, &Overrides::default()).unwrap();
+        let c = parse("");
+        assert_eq!(c.tmp, None);
+        assert_eq!(c.tmp_root, PathBuf::from("/var/lib/pjw/tmp"));
+        for (text, want) in [
+            ("[job]\ntmp = \"256M\"", Some(256 << 20)),
+            ("[job]\ntmp = \"none\"", None),
+            ("[job]\ntmp = \"0\"", None),
+        ] {
+            assert_eq!(parse(text).tmp, want, "{text}");
+        }
+        let c = parse("state_dir = \"/srv/pjw\"\n[job]\ntmp = \"1G\"");
+        assert_eq!(c.tmp_root, PathBuf::from("/srv/pjw/tmp"));
+        let c = parse("[job]\ntmp_root = \"/run/pjw/tmp\"");
+        assert_eq!(c.tmp_root, PathBuf::from("/run/pjw/tmp"));
+    }
+
+    #[test]
     fn errors_name_file_key_and_reason() {
         let cases = [
             ("bogus = 1", "unknown field"),
@@ -537,6 +583,9 @@ mod tests {
             ("[adopt]\nenv = [\"A-B\"]", "adopt.env"),
             ("[adopt]\nenv = [\"\"]", "adopt.env"),
             ("[adopt]\nsweep_interval_ms = 10", "adopt.sweep_interval_ms"),
+            ("[job]\ntmp = \"big\"", "job.tmp"),
+            ("[job]\ntmp = \"4K\"", "job.tmp: \"4K\" is below 1M"),
+            ("[job]\ntmp_root = \"rel/tmp\"", "job.tmp_root"),
             (
                 "default_priority = 12\nmax_priority = 8",
                 "above max_priority",

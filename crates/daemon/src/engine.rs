@@ -26,9 +26,10 @@ use pjw_core::governor::{self, GovernorConfig, MemAction, MemJob, MemSnapshot};
 use pjw_core::sched::{self, Action, JobView, Phase, QueuePolicy, Request};
 use pjw_core::{CpuSet, JobId};
 use pjw_proto::{
-    ErrorCode, JobInfo, JobState, Placement, RegisterRequest, Response, RunRequest, StatusReport,
+    ErrorCode, JobInfo, JobState, JobTmp, Placement, RegisterRequest, Response, RunRequest,
+    StatusReport,
 };
-use pjw_store::{JobRecord, Store, StoredState};
+use pjw_store::{JobRecord, StarterRecord, Store, StoredState};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
@@ -116,8 +117,18 @@ struct Job {
     seq: i64,
     id: JobId,
     name: String,
+    /// The owner (the `--user` of a root client, else the client).
     uid: u32,
+    gid: u32,
     user: String,
+    /// uid of the process that asked: root in job starter mode, else `uid`.
+    client_uid: u32,
+    /// The workload manager's name for the job (`slurm:42`).
+    wlm: Option<String>,
+    /// Size of the job's /tmp (bytes), if it has one.
+    tmp_size: Option<u64>,
+    /// The per-job tmpfs the daemon mounted for an unprivileged client.
+    tmpdir: Option<PathBuf>,
     req: Request,
     mem: Option<u64>,
     phase: Phase,
@@ -152,12 +163,8 @@ struct Job {
     thawed_at: Option<Instant>,
     /// Throttled by the governor (`memory.high`).
     throttled: bool,
-    /// The workload manager that registered it (`slurm`, `sge`, …); its processes are adopted.
-    wlm: Option<String>,
     /// Registered without a process: it lives until the manager ends it, even when empty.
     held: bool,
-    /// The uid of the process to move in at start (the caller's; the owner's for `run`).
-    mover_uid: u32,
     /// Who ended it (a manager's epilog), for the record.
     ended_by: Option<String>,
     /// `end` requests waiting for the cgroups to be gone.
@@ -165,6 +172,29 @@ struct Job {
 }
 
 impl Job {
+    /// What the client is told about its temporary space.
+    fn tmp_reply(&self) -> Option<JobTmp> {
+        match (&self.tmpdir, self.tmp_size) {
+            (Some(dir), Some(size)) => Some(JobTmp::Dir {
+                dir: dir.display().to_string(),
+                size,
+            }),
+            (None, Some(size)) if size > 0 && self.client_uid == 0 => {
+                Some(JobTmp::Private { size })
+            }
+            _ => None,
+        }
+    }
+
+    fn starter_record(&self) -> StarterRecord {
+        StarterRecord {
+            wlm: self.wlm.clone(),
+            client_uid: self.client_uid,
+            tmp_size: self.tmp_size,
+            tmpdir: self.tmpdir.as_ref().map(|d| d.display().to_string()),
+        }
+    }
+
     fn view(&self) -> JobView {
         JobView {
             key: self.seq,
@@ -431,7 +461,7 @@ impl Engine {
         // A client whose process is already a live job's main process reconnected after a
         // daemon crash between being moved and being told: tell it again.
         if let Some(j) = self.jobs.values().find(|j| {
-            j.started.is_some() && j.pid == Some(cred.pid) && j.uid == cred.uid && !j.ending
+            j.started.is_some() && j.pid == Some(cred.pid) && j.client_uid == cred.uid && !j.ending
         }) {
             info!(job = %j.id, pid = cred.pid, "client reconnected; job already running");
             let _ = reply.send(Response::Started {
@@ -439,6 +469,7 @@ impl Engine {
                 cpus: j.cpus,
                 mems: j.mems,
                 backfill: j.phase == Phase::Backfill,
+                tmp: j.tmp_reply(),
             });
             return;
         }
@@ -449,7 +480,7 @@ impl Engine {
                 && j.waiter.is_none()
                 && j.pid == Some(cred.pid)
                 && j.pid_start == pid_start
-                && j.uid == cred.uid
+                && j.client_uid == cred.uid
         }) {
             info!(job = %j.id, pid = cred.pid, "queued client reconnected; place kept");
             j.waiter = Some(Waiter { conn, reply });
@@ -486,7 +517,28 @@ impl Engine {
             ));
             return;
         }
-        let user = os::user_name(cred.uid);
+        // The owner: the caller, or (root only) the user it names.
+        let (uid, gid, user) = match &req.user {
+            None => (cred.uid, cred.gid, os::user_name(cred.uid)),
+            Some(name) => match os::lookup_user(name) {
+                None => {
+                    let _ = reply.send(err(ErrorCode::Invalid, format!("no such user: {name}")));
+                    return;
+                }
+                Some((uid, _)) if cred.uid != 0 && uid != cred.uid => {
+                    let _ = reply.send(err(
+                        ErrorCode::Denied,
+                        format!(
+                            "only root may run a job as another user ({name}); you are {}",
+                            os::user_name(cred.uid)
+                        ),
+                    ));
+                    return;
+                }
+                Some((uid, gid)) => (uid, gid, name.clone()),
+            },
+        };
+        let tmp_size = req.tmp.or(self.cfg.tmp).filter(|s| *s > 0);
         let name = req
             .name
             .clone()
@@ -505,8 +557,8 @@ impl Engine {
             seq: 0,
             job_id: id.to_string(),
             name: name.clone(),
-            uid: cred.uid,
-            gid: cred.gid,
+            uid,
+            gid,
             user: user.clone(),
             ncpus: req.cpus,
             cpus: CpuSet::new(),
@@ -536,6 +588,20 @@ impl Engine {
         };
         let rec = JobRecord { seq, ..rec };
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
+        job.client_uid = cred.uid;
+        job.wlm = req.wlm.clone();
+        job.tmp_size = tmp_size;
+        if job.client_uid != job.uid || job.wlm.is_some() || job.tmp_size.is_some() {
+            if let Err(e) = self.store.set_starter(seq, &job.starter_record()) {
+                error!(job = %job.id, error = %e, "cannot record job");
+                let _ = self.store.set_ended(seq, now_ms(), "start failed: store");
+                let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
+                return;
+            }
+        }
+        if job.client_uid != job.uid || job.wlm.is_some() {
+            info!(job = %job.id, user = %job.user, wlm = job.wlm.as_deref().unwrap_or(""), client_uid = job.client_uid, "job submitted by a job starter");
+        }
         job.waiter = Some(Waiter { conn, reply });
         self.jobs.insert(seq, job);
         self.replan();
@@ -878,7 +944,7 @@ impl Engine {
         let j = &self.jobs[&seq];
         // The process must still be the caller's.
         if waiter.reply.is_closed()
-            || pid.is_some_and(|p| os::process_uid(&self.cfg.proc_root, p) != Some(j.mover_uid))
+            || pid.is_some_and(|p| os::process_uid(&self.cfg.proc_root, p) != Some(j.client_uid))
         {
             warn!(job = %j.id, pid = ?pid, "client process vanished before start");
             let _ = self.store.set_ended(seq, now_ms(), "client left the queue");
@@ -937,6 +1003,43 @@ impl Engine {
             self.jobs.remove(&seq);
             return false;
         }
+        // An unprivileged client's /tmp: a tmpfs the daemon mounts for it.
+        if let Some(size) = j.tmp_size.filter(|_| j.client_uid != 0) {
+            match crate::tmp::mount_job_tmp(&self.cfg.tmp_root, &cgroup, size, j.uid, j.gid) {
+                Ok(dir) => {
+                    info!(job = %j.id, user = %j.user, dir = %dir.display(), size, "job tmpfs mounted");
+                    let mut st = j.starter_record();
+                    st.tmpdir = Some(dir.display().to_string());
+                    if let Err(e) = self.store.set_starter(seq, &st) {
+                        warn!(job = %j.id, error = %e, "cannot record the job's tmpfs");
+                    }
+                    if let Some(j) = self.jobs.get_mut(&seq) {
+                        j.tmpdir = Some(dir);
+                    }
+                }
+                Err(e) => {
+                    // The client is already in the job's cgroups: tell it, and let the job end
+                    // the usual way when it exits on the error.
+                    error!(job = %j.id, error = %e, "cannot mount the job's tmpfs");
+                    let _ = waiter.reply.send(err(
+                        ErrorCode::Internal,
+                        format!("cannot set up the job's /tmp: {e}"),
+                    ));
+                    let _ = self.store.set_running(seq);
+                    if let Some(j) = self.jobs.get_mut(&seq) {
+                        j.phase = phase;
+                        j.cpus = cpus;
+                        j.mems = mems;
+                        j.started = Some(Instant::now());
+                    }
+                    self.track(seq, true);
+                    return true;
+                }
+            }
+        }
+        let Some(j) = self.jobs.get(&seq) else {
+            return false;
+        };
         if let Err(e) = self.store.set_running(seq) {
             warn!(job = %j.id, error = %e, "cannot mark job running in the store");
         }
@@ -959,6 +1062,7 @@ impl Engine {
             cpus,
             mems,
             backfill,
+            tmp: j.tmp_reply(),
         });
         self.track(seq, true);
         true
@@ -1267,6 +1371,12 @@ impl Engine {
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
+        if let Some(dir) = &job.tmpdir {
+            match crate::tmp::remove_job_tmp(dir) {
+                Ok(()) => debug!(job = %job.id, dir = %dir.display(), "job tmpfs removed"),
+                Err(e) => warn!(job = %job.id, error = %e, "cannot remove the job's tmpfs"),
+            }
+        }
         if let Err(e) = self.store.set_ended(seq, now_ms(), reason) {
             warn!(job = %job.id, error = %e, "cannot mark job ended in the store");
         }
@@ -1292,7 +1402,6 @@ impl Engine {
     /// clients to reconnect.
     pub fn recover(&mut self) -> Result<(), String> {
         let live = self.store.live_jobs().map_err(|e| e.to_string())?;
-        let wlm = self.store.live_wlm().map_err(|e| e.to_string())?;
         let mut known = Vec::new();
         for rec in live {
             known.push(rec.cgroup.clone());
@@ -1303,9 +1412,9 @@ impl Engine {
                 self.recover_queued(rec, id);
                 continue;
             }
-            let manager = wlm.get(&rec.seq).cloned();
-            // Registered without a process: it lives until its manager ends it.
-            let held = manager.is_some() && rec.pid.is_none();
+            // Registered by a manager without a process: it lives until the manager ends it.
+            let held = rec.pid.is_none()
+                && matches!(self.store.starter(rec.seq), Ok(Some(st)) if st.wlm.is_some());
             let populated = self.driver.is_populated(&rec.cgroup).unwrap_or(false);
             if !populated && !(held && rec.state == StoredState::Running) {
                 let _ = self.driver.remove_job(&rec.cgroup);
@@ -1349,7 +1458,7 @@ impl Engine {
                 ))
                 .unwrap_or_else(Instant::now);
             let mut job = self.job_from_record(&rec, id, phase, cpus, Some(started));
-            job.wlm = manager;
+            self.restore_starter(&mut job);
             job.held = held;
             // A running job that is frozen was frozen by the memory governor: it stays frozen
             // until the governor finds room for it, with what it uses now as its footprint.
@@ -1366,6 +1475,23 @@ impl Engine {
             let seq = job.seq;
             self.jobs.insert(seq, job);
             self.track(seq, main_alive);
+        }
+        // Per-job tmpfs whose job is gone (ended while the daemon was down, or never started).
+        let keep: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.tmpdir.is_some())
+            .map(|j| j.cgroup.clone())
+            .collect();
+        for name in crate::tmp::list(&self.cfg.tmp_root) {
+            if keep.contains(&name) {
+                continue;
+            }
+            let dir = self.cfg.tmp_root.join(&name);
+            match crate::tmp::remove_job_tmp(&dir) {
+                Ok(()) => info!(dir = %dir.display(), "removed the tmpfs of a job that ended"),
+                Err(e) => warn!(error = %e, "cannot remove a leftover job tmpfs"),
+            }
         }
         // Cgroups below the parent that the store does not know.
         for name in self.driver.list_jobs().map_err(|e| e.to_string())? {
@@ -1396,9 +1522,20 @@ impl Engine {
             return;
         }
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
+        self.restore_starter(&mut job);
         job.reconnect_by = Some(Instant::now() + RECONNECT_GRACE);
         info!(job = %job.id, user = %job.user, "recovered queued job; waiting for its client");
         self.jobs.insert(job.seq, job);
+    }
+
+    /// Take back a recovered job's starter details (owner vs client, WLM id, /tmp).
+    fn restore_starter(&self, job: &mut Job) {
+        if let Ok(Some(st)) = self.store.starter(job.seq) {
+            job.client_uid = st.client_uid;
+            job.wlm = st.wlm;
+            job.tmp_size = st.tmp_size;
+            job.tmpdir = st.tmpdir.map(PathBuf::from);
+        }
     }
 
     fn job_from_record(
@@ -1414,7 +1551,12 @@ impl Engine {
             id,
             name: rec.name.clone(),
             uid: rec.uid,
+            gid: rec.gid,
             user: rec.user.clone(),
+            client_uid: rec.uid,
+            wlm: None,
+            tmp_size: None,
+            tmpdir: None,
             req: Request {
                 ncpus: rec.ncpus as usize,
                 priority: rec.priority,
@@ -1452,9 +1594,7 @@ impl Engine {
             footprint: 0,
             thawed_at: None,
             throttled: false,
-            wlm: None,
             held: false,
-            mover_uid: rec.uid,
             ended_by: None,
             end_waiters: Vec::new(),
         }

@@ -9,6 +9,7 @@ pub mod config;
 pub mod engine;
 pub mod os;
 pub mod server;
+pub mod tmp;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -51,7 +51,7 @@ pub fn user_name(uid: u32) -> String {
         .unwrap_or_else(|| uid.to_string())
 }
 
-/// Uid and primary gid of the user called `name`.
-pub fn user_ids(name: &str) -> Option<(u32, u32)> {
+/// uid and primary gid of the user `name`.
+pub fn lookup_user(name: &str) -> Option<(u32, u32)> {
     uzers::get_user_by_name(name).map(|u| (u.uid(), u.primary_group_id()))
 }

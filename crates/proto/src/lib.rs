@@ -138,6 +138,16 @@ pub struct RunRequest {
     /// Take the whole node.
     #[serde(default)]
     pub exclusive: bool,
+    /// Run the job as this user (job starter mode). Only root may name another user than
+    /// itself; the client drops its privileges to that user before it execs.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The workload manager's name for the job, `manager:id` (`slurm:42`, `pbs:1234.pbs01`).
+    #[serde(default)]
+    pub wlm: Option<String>,
+    /// Size of the job's private /tmp in bytes; None: the node's default (`[job] tmp`); 0: none.
+    #[serde(default)]
+    pub tmp: Option<u64>,
 }
 
 /// What the daemon answers.
@@ -160,6 +170,11 @@ pub enum Response {
         mems: CpuSet,
         #[serde(default)]
         backfill: bool,
+        /// The job's temporary space. Root client: mount a private /tmp and /var/tmp of this
+        /// many bytes in a new mount namespace. Unprivileged client: the daemon has mounted a
+        /// per-job tmpfs; set TMPDIR to it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tmp: Option<JobTmp>,
     },
     /// Answer to [`Request::Status`].
     Status(StatusReport),
@@ -167,6 +182,17 @@ pub enum Response {
     Done { message: String },
     /// The request was refused.
     Error { code: ErrorCode, message: String },
+}
+
+/// A job's temporary space, as told to the client in [`Response::Started`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum JobTmp {
+    /// The (root) client makes a mount namespace with a tmpfs of `size` bytes on /tmp and
+    /// /var/tmp, owned by the job's user.
+    Private { size: u64 },
+    /// The daemon mounted a tmpfs of `size` bytes owned by the user at `dir`.
+    Dir { dir: String, size: u64 },
 }
 
 /// Why a request was refused.
@@ -247,8 +273,8 @@ pub struct JobInfo {
     pub age_secs: u64,
     /// The job's main process.
     pub pid: Option<u32>,
-    /// The workload manager whose job this is (registered jobs only).
-    #[serde(default)]
+    /// The workload manager's name for the job (`slurm:42`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wlm: Option<String>,
 }
 
@@ -449,6 +475,9 @@ mod tests {
             job_id: Some("42".into()),
             name: None,
             argv: vec!["sleep".into(), "1".into()],
+            user: Some("alice".into()),
+            wlm: Some("pbs:1234.pbs01".into()),
+            tmp: Some(0),
         });
         assert_eq!(decode_request(&encode_request(&run)).unwrap(), run);
         let bad = [

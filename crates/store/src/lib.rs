@@ -38,8 +38,14 @@
 //! ALTER TABLE jobs ADD COLUMN placement TEXT NOT NULL DEFAULT 'any';     -- any | primary_only | backfill_only
 //! ALTER TABLE jobs ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;      -- takes the whole node
 //! ALTER TABLE jobs ADD COLUMN role      TEXT NOT NULL DEFAULT 'primary'; -- primary | backfill | preempted | suspended
-//! -- version 3
-//! ALTER TABLE jobs ADD COLUMN wlm TEXT;  -- the workload manager of a registered job (slurm, sge, …)
+//! -- version 3: job starter mode and per-job /tmp (a side table: most jobs need no row)
+//! CREATE TABLE job_starter (
+//!     seq        INTEGER PRIMARY KEY,  -- jobs.seq
+//!     wlm        TEXT,                 -- the workload manager's name for the job, 'slurm:42'
+//!     client_uid INTEGER NOT NULL,     -- uid of the process that asked (root for `--user`)
+//!     tmp_size   INTEGER,              -- the job's /tmp size in bytes; NULL: none
+//!     tmpdir     TEXT                  -- the per-job tmpfs the daemon mounted, until removed
+//! );
 //! ```
 //! A queued job is recorded with its waiting client's pid and start time, so after a daemon
 //! restart the client that reconnects keeps its place.
@@ -84,9 +90,28 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE jobs ADD COLUMN placement TEXT NOT NULL DEFAULT 'any';
      ALTER TABLE jobs ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE jobs ADD COLUMN role TEXT NOT NULL DEFAULT 'primary';",
-    // 3: jobs registered by a workload manager's prolog or job starter.
-    "ALTER TABLE jobs ADD COLUMN wlm TEXT;",
+    // 3: job starter mode (owner other than the caller, the WLM's id) and per-job /tmp.
+    "CREATE TABLE job_starter (
+         seq        INTEGER PRIMARY KEY,
+         wlm        TEXT,
+         client_uid INTEGER NOT NULL,
+         tmp_size   INTEGER,
+         tmpdir     TEXT
+     );",
 ];
+
+/// What a job started through `pjw run --user/--from-env/--tmp` has beyond [`JobRecord`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StarterRecord {
+    /// The workload manager's name for the job (`slurm:42`).
+    pub wlm: Option<String>,
+    /// uid of the process that asked (root in job starter mode; else the owner).
+    pub client_uid: u32,
+    /// Size of the job's /tmp in bytes.
+    pub tmp_size: Option<u64>,
+    /// The per-job tmpfs the daemon mounted (unprivileged clients), until it is removed.
+    pub tmpdir: Option<String>,
+}
 
 /// Errors of the store; each names the database file.
 #[derive(Debug, thiserror::Error)]
@@ -320,31 +345,6 @@ impl Store {
         Ok(self.conn.last_insert_rowid())
     }
 
-    /// Mark job `seq` as registered by workload manager `wlm`.
-    pub fn set_wlm(&self, seq: i64, wlm: &str) -> Result<(), StoreError> {
-        self.conn
-            .execute("UPDATE jobs SET wlm = ?2 WHERE seq = ?1", params![seq, wlm])
-            .map_err(self.err())?;
-        Ok(())
-    }
-
-    /// The workload manager of every live registered job, by `seq`.
-    pub fn live_wlm(&self) -> Result<std::collections::HashMap<i64, String>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT seq, wlm FROM jobs WHERE state <> 'ended' AND wlm IS NOT NULL")
-            .map_err(self.err())?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
-            .map_err(self.err())?;
-        let mut out = std::collections::HashMap::new();
-        for row in rows {
-            let (seq, wlm) = row.map_err(self.err())?;
-            out.insert(seq, wlm);
-        }
-        Ok(out)
-    }
-
     /// A queued job is about to start on `cpus`: state `starting`.
     pub fn set_starting(
         &self,
@@ -411,6 +411,43 @@ impl Store {
             )
             .map_err(self.err())?;
         Ok(())
+    }
+
+    /// Record a job's starter details (replacing earlier ones).
+    pub fn set_starter(&self, seq: i64, s: &StarterRecord) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO job_starter (seq, wlm, client_uid, tmp_size, tmpdir)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    seq,
+                    s.wlm,
+                    s.client_uid,
+                    s.tmp_size.map(|b| b as i64),
+                    s.tmpdir
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// A job's starter details, if it has any.
+    pub fn starter(&self, seq: i64) -> Result<Option<StarterRecord>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT wlm, client_uid, tmp_size, tmpdir FROM job_starter WHERE seq = ?1",
+                params![seq],
+                |r| {
+                    Ok(StarterRecord {
+                        wlm: r.get(0)?,
+                        client_uid: r.get(1)?,
+                        tmp_size: r.get::<_, Option<i64>>(2)?.map(|b| b as u64),
+                        tmpdir: r.get(3)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(self.err())
     }
 
     /// Jobs not ended, oldest first.
@@ -588,20 +625,6 @@ mod tests {
     }
 
     #[test]
-    fn registered_jobs_keep_their_manager_while_live() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = Store::open(dir.path()).unwrap();
-        let a = s.insert_job(&job("100")).unwrap();
-        let b = s.insert_job(&job("101")).unwrap();
-        s.set_wlm(a, "slurm").unwrap();
-        let live = s.live_wlm().unwrap();
-        assert_eq!(live.get(&a).map(String::as_str), Some("slurm"));
-        assert!(!live.contains_key(&b));
-        s.set_ended(a, 1, "ended by slurm").unwrap();
-        assert!(s.live_wlm().unwrap().is_empty());
-    }
-
-    #[test]
     fn state_survives_reopen_and_numbers_are_not_reused() {
         let dir = tempfile::tempdir().unwrap();
         {
@@ -651,6 +674,25 @@ mod tests {
         s.set_priority(live[0].seq, 3).unwrap();
         let j = s.job(live[0].seq).unwrap().unwrap();
         assert_eq!((j.role.as_str(), j.priority), ("backfill", 3));
+    }
+
+    #[test]
+    fn starter_details_are_kept_beside_the_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let seq = s.insert_job(&job("pbs1")).unwrap();
+        assert_eq!(s.starter(seq).unwrap(), None);
+        let mut st = StarterRecord {
+            wlm: Some("pbs:1234.pbs01".into()),
+            client_uid: 0,
+            tmp_size: Some(16 << 20),
+            tmpdir: None,
+        };
+        s.set_starter(seq, &st).unwrap();
+        assert_eq!(s.starter(seq).unwrap().as_ref(), Some(&st));
+        st.tmpdir = Some("/var/lib/pjw/tmp/job-pbs1".into());
+        s.set_starter(seq, &st).unwrap();
+        assert_eq!(s.starter(seq).unwrap(), Some(st));
     }
 
     #[test]

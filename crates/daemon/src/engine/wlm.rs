@@ -7,7 +7,7 @@ use pjw_core::adopt::{self, Candidate, Target, Verdict};
 use pjw_core::sched::{self, Phase};
 use pjw_core::{CpuSet, JobId};
 use pjw_proto::{ErrorCode, Placement, RegisterRequest, Response, RunRequest};
-use pjw_store::{JobRecord, StoredState};
+use pjw_store::{JobRecord, StarterRecord, StoredState};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
@@ -50,7 +50,7 @@ impl Engine {
             let _ = reply.send(err(ErrorCode::Invalid, "the workload manager's name is empty"));
             return;
         }
-        let Some((uid, gid)) = os::user_ids(&req.user) else {
+        let Some((uid, gid)) = os::lookup_user(&req.user) else {
             let _ = reply.send(err(
                 ErrorCode::Invalid,
                 format!("no user {:?} on this node", req.user),
@@ -66,6 +66,9 @@ impl Engine {
             priority: None,
             placement: Placement::PrimaryOnly,
             exclusive: false,
+            user: None,
+            wlm: None,
+            tmp: None,
         };
         if let Err((code, message)) = self.validate(&cred, &run) {
             let _ = reply.send(err(code, message));
@@ -112,10 +115,16 @@ impl Engine {
             exclusive: false,
             role: "primary".into(),
         };
+        let starter = StarterRecord {
+            wlm: Some(format!("{wlm}:{id}")),
+            client_uid: cred.uid,
+            tmp_size: None,
+            tmpdir: None,
+        };
         let seq = match self
             .store
             .insert_job(&rec)
-            .and_then(|seq| self.store.set_wlm(seq, &wlm).map(|_| seq))
+            .and_then(|seq| self.store.set_starter(seq, &starter).map(|_| seq))
         {
             Ok(s) => s,
             Err(e) => {
@@ -127,9 +136,9 @@ impl Engine {
         let rec = JobRecord { seq, ..rec };
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
         job.waiter = Some(Waiter { conn, reply });
-        job.wlm = Some(wlm.clone());
+        job.wlm = starter.wlm;
         job.held = !req.attach;
-        job.mover_uid = cred.uid;
+        job.client_uid = cred.uid;
         info!(job = %job.id, user = %job.user, cpus = req.cpus, wlm = %wlm, attach = req.attach, "job registered");
         self.jobs.insert(seq, job);
         self.scanner_wake();
@@ -161,14 +170,20 @@ impl Engine {
         let Some(j) = self.jobs.get_mut(&seq) else {
             return;
         };
+        // The manager's name: `slurm` of `slurm:4242`.
+        let by = j
+            .wlm
+            .as_deref()
+            .and_then(|w| w.split(':').next())
+            .unwrap_or("")
+            .to_string();
         if j.started.is_none() {
-            let by = j.wlm.clone().unwrap_or_default();
             let _ = reply.send(self.kill(seq, by));
             return;
         }
         info!(job = %j.id, user = %j.user, wlm = j.wlm.as_deref().unwrap_or(""), "ending registered job");
         j.held = false;
-        j.ended_by = j.wlm.clone();
+        j.ended_by = Some(by);
         j.end_waiters.push(reply);
         self.main_exited(seq);
     }
