@@ -39,6 +39,27 @@ fn outsider(var: &str, id: &str) -> Child {
         .expect("spawn setsid sleep")
 }
 
+/// Poll (every 100 µs) until `pid` is in job cgroup `name`; the time since the call.
+fn moved_within(d: &TestDaemon, pid: u32, name: &str, limit: Duration) -> Option<Duration> {
+    let t0 = Instant::now();
+    let dirs = d.driver().job_dirs(name);
+    let procs = dirs
+        .iter()
+        .find(|(k, _)| k == "unified" || k.contains("cpuset"))
+        .map(|(_, p)| p.join("cgroup.procs"))?;
+    let want = pid.to_string();
+    while t0.elapsed() < limit {
+        if std::fs::read_to_string(&procs)
+            .map(|t| t.lines().any(|l| l == want))
+            .unwrap_or(false)
+        {
+            return Some(t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    None
+}
+
 fn cgroups_exist(d: &TestDaemon, name: &str) -> bool {
     d.driver()
         .job_dirs(name)
@@ -164,4 +185,40 @@ fn attached_registration_runs_the_command_inside_and_ends_with_it() {
     );
     assert!(!cgroups_exist(&d, "job-77"));
     assert!(d.log().contains("user=nobody") || d.log().contains("user=\"nobody\""), "{}", d.log());
+}
+
+/// With the sweep off, exec events alone adopt a process: the figure printed is the time from
+/// spawning it to finding it moved (measured, not asserted).
+#[test]
+fn exec_events_adopt_without_the_sweep() {
+    require_root!();
+    let d = TestDaemon::start(
+        &pjw_bin(),
+        "cpus = \"0-1\"\n[adopt]\nsweep_interval_ms = 0\n",
+    );
+    let out = d
+        .pjw()
+        .args(["job", "register", "--wlm", "slurm", "-j", "31", "-u", "root", "-c", "1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut times = Vec::new();
+    let mut kids = Vec::new();
+    for _ in 0..5 {
+        // spawn() returns once the child has exec'd: the figure is exec to moved.
+        let c = outsider("SLURM_JOB_ID", "31");
+        let pid = c.id();
+        kids.push(c);
+        times.push(
+            moved_within(&d, pid, "job-31", Duration::from_secs(10))
+                .unwrap_or_else(|| panic!("not adopted from its exec event:\n{}", d.log())),
+        );
+    }
+    assert!(d.log().contains("via=\"exec\""), "{}", d.log());
+    eprintln!("adoption latency from exec events, spawn to moved: {times:?}");
+    let out = d.pjw().args(["job", "end", "31"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for mut c in kids {
+        let _ = c.wait();
+    }
 }

@@ -89,7 +89,7 @@ impl Wlm {
 
     fn logs(&self) -> String {
         let mut s = String::new();
-        for f in ["log/slurmd.log", "log/slurmctld.log", "log/execd.out"] {
+        for f in ["log/slurmd.log", "log/slurmctld.log", "log/execd.out", "log/qmaster.out"] {
             if let Ok(t) = std::fs::read_to_string(self.dir().join(f)) {
                 let tail: Vec<&str> = t.lines().rev().take(30).collect();
                 s.push_str(&format!("--- {f}\n"));
@@ -274,6 +274,12 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         w.logs()
     );
 
+    // Prolog and Epilog succeeded (a failed one drains the node): pjw's hooks carry the job's
+    // SLURM_JOB_ID but are never adopted into the job they end.
+    let state = w.cmd("sinfo").args(["-h", "-o", "%T"]).output().unwrap();
+    let state = ok(&state, "sinfo");
+    assert!(!state.contains("drain"), "node {state:?}:\n{}", w.logs());
+
     // srun: the task slurmstepd starts is adopted into the job the prolog registered.
     let o = w
         .cmd("timeout")
@@ -284,7 +290,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         )
         .output()
         .unwrap();
-    let text = ok(&o, "srun");
+    let text = ok(&o, &format!("srun\n{}\n{}", w.logs(), d.log()));
     let mut l = text.lines();
     let id = l.next().unwrap_or_default().trim().to_string();
     let cg = l.next().unwrap_or_default();
@@ -304,8 +310,9 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     let text = ok(&o, "sbatch");
     let id = text.trim().rsplit(' ').next().unwrap().to_string();
     job_report(&out.join("hold.out"));
-    let t0 = Instant::now();
+    // spawn() returns once the child has exec'd: the figure is exec to moved.
     let mut rank = spawn_outsider(&id);
+    let t0 = Instant::now();
     let mut stranger = spawn_outsider("987654");
     let mut latency = None;
     let end = Instant::now() + Duration::from_secs(10);
@@ -314,10 +321,10 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
             latency = Some(t0.elapsed());
             break;
         }
-        std::thread::sleep(Duration::from_micros(200));
+        std::thread::sleep(Duration::from_micros(100));
     }
     let latency = latency.unwrap_or_else(|| panic!("rank of job {id} not adopted:\n{}", d.log()));
-    eprintln!("adoption latency, spawn to moved (slurm job {id}): {latency:?}");
+    eprintln!("adoption latency, exec to moved (slurm job {id}): {latency:?}");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(job_of(&d, stranger.id()), None, "a process of an unknown job was moved");
     std::fs::write(&go2, "").unwrap();

@@ -14,7 +14,7 @@
 //! let ids = env_ids(b"HOME=/root\0SLURM_JOB_ID=42\0", &rules);
 //! assert_eq!(ids, vec![(0, "42".to_string())]);
 //! let jobs = [Target { key: 7, id: "42", uid: 1000 }];
-//! let c = Candidate { uid: 1000, ids: &ids, inside: None };
+//! let c = Candidate { uid: 1000, ids: &ids, inside: None, hook: false };
 //! assert_eq!(decide(&c, &jobs), Verdict::Adopt { key: 7, rule: 0 });
 //! ```
 
@@ -49,6 +49,19 @@ pub fn env_ids(environ: &[u8], rules: &[String]) -> Vec<(usize, String)> {
     found
 }
 
+/// Whether the environment block sets any of the variables in `names` (to anything). Used to
+/// leave the managers' own hooks alone: Slurm's Prolog and Epilog carry the job's
+/// `SLURM_JOB_ID` too, but also `SLURM_SCRIPT_CONTEXT`, and must not end up in (and be killed
+/// with) the job they set up or tear down.
+pub fn env_has(environ: &[u8], names: &[String]) -> bool {
+    environ.split(|&b| b == 0).any(|entry| {
+        entry
+            .iter()
+            .position(|&b| b == b'=')
+            .is_some_and(|eq| names.iter().any(|n| n.as_bytes() == &entry[..eq]))
+    })
+}
+
 /// A job that processes may be adopted into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Target<'a> {
@@ -69,6 +82,8 @@ pub struct Candidate<'a> {
     pub ids: &'a [(usize, String)],
     /// The pjw job cgroup it is already in (any job of this daemon), if any.
     pub inside: Option<&'a str>,
+    /// It is a workload manager's hook (an excluded variable is set, see [`env_has`]).
+    pub hook: bool,
 }
 
 /// The decision about one process.
@@ -78,6 +93,8 @@ pub enum Verdict {
     Adopt { key: i64, rule: usize },
     /// Already in a pjw job's cgroups (inherited from its parent, or jailed): nothing to do.
     Inside,
+    /// A manager's hook (prolog, epilog): never moved.
+    Hook,
     /// No rule variable in its environment: not a job process.
     NotAJob,
     /// It names a job id no live job has: left alone (and logged).
@@ -92,6 +109,9 @@ pub enum Verdict {
 pub fn decide(c: &Candidate<'_>, jobs: &[Target<'_>]) -> Verdict {
     if c.inside.is_some() {
         return Verdict::Inside;
+    }
+    if c.hook {
+        return Verdict::Hook;
     }
     let Some(first) = c.ids.first() else {
         return Verdict::NotAJob;
@@ -185,6 +205,7 @@ mod tests {
             v.iter().map(|(r, s)| (*r, s.to_string())).collect()
         };
         let cases: Vec<(u32, Vec<(usize, String)>, Option<&str>, Verdict)> = vec![
+            // (hook cases are below)
             (1000, ids(&[(0, "42")]), None, Verdict::Adopt { key: 1, rule: 0 }),
             (0, ids(&[(1, "7")]), None, Verdict::Adopt { key: 2, rule: 1 }),
             // already in a job (its own, or another): never moved
@@ -221,17 +242,43 @@ mod tests {
                 uid,
                 ids: &ids,
                 inside,
+                hook: false,
             };
             assert_eq!(decide(&c, &jobs), want, "uid {uid} ids {ids:?} inside {inside:?}");
         }
+        // A hook naming a live job of its own user is still left alone.
+        let hook_ids = ids(&[(0, "7")]);
+        let c = Candidate {
+            uid: 0,
+            ids: &hook_ids,
+            inside: None,
+            hook: true,
+        };
+        assert_eq!(decide(&c, &jobs), Verdict::Hook);
         // No jobs: every id is unknown.
         let ids = ids(&[(0, "42")]);
         let c = Candidate {
             uid: 1000,
             ids: &ids,
             inside: None,
+            hook: false,
         };
         assert!(matches!(decide(&c, &[]), Verdict::Unknown { .. }));
+    }
+
+    #[test]
+    fn env_has_table() {
+        let names = vec!["SLURM_SCRIPT_CONTEXT".to_string()];
+        for (env, want) in [
+            (&b"SLURM_JOB_ID=1\0SLURM_SCRIPT_CONTEXT=epilog_slurmd\0"[..], true),
+            (b"SLURM_SCRIPT_CONTEXT=\0", true),
+            (b"SLURM_SCRIPT_CONTEXT", false),
+            (b"SLURM_SCRIPT_CONTEXTX=1\0", false),
+            (b"", false),
+        ] {
+            assert_eq!(env_has(env, &names), want, "{:?}", String::from_utf8_lossy(env));
+        }
+        assert!(!env_has(b"A=1\0", &[]));
     }
 
     #[test]

@@ -3,15 +3,20 @@
 //! Policy: a job gets exactly `n` CPUs out of the free set it is given, never more, never one
 //! outside that set, never an offline one. It prefers whole cores, then keeps the job inside one
 //! L3 domain, one NUMA node, one package when it fits; it spans the fewest domains otherwise; among
-//! equal choices it leaves the largest free domains intact (least fragmentation).
+//! equal choices it leaves the largest free domains intact (least fragmentation). While the
+//! machine stays at least half free, a job that fits in one domain goes to an entirely free one
+//! (spreading, [`Allocator::with_spread`]): each job gets its own L3 and memory bandwidth.
 //!
 //! ```
 //! use pjw_core::{alloc::Allocator, synthetic, CpuSet};
 //! let topo = synthetic::parse("package:2 core:4 pu:2").unwrap();
-//! let alloc = Allocator::new(&topo);
 //! let used = CpuSet::parse_list("0").unwrap();
 //! let free = topo.online().difference(&used);
-//! // Two CPUs: a whole core, in the package that is already in use.
+//! // The node is mostly free: a 2-CPU job gets a whole core in the package nobody uses.
+//! let alloc = Allocator::new(&topo);
+//! assert_eq!(alloc.allocate(&free, 2).unwrap().to_string(), "8-9");
+//! // Packing: a whole core in the package that is already in use.
+//! let alloc = Allocator::new(&topo).with_spread(false);
 //! assert_eq!(alloc.allocate(&free, 2).unwrap().to_string(), "2-3");
 //! // One CPU: the sibling of the used CPU 0, so that whole cores stay free.
 //! assert_eq!(alloc.allocate(&free, 1).unwrap().to_string(), "1");
@@ -91,6 +96,8 @@ pub struct Allocator {
     core_depth: u8,
     /// Largest number of PUs in a core.
     smt: usize,
+    /// Spread jobs over empty domains while the machine is at least half free.
+    spread: bool,
 }
 
 /// Reusable working memory for [`Allocator::allocate_with`].
@@ -186,7 +193,23 @@ impl Allocator {
             upper,
             core_depth,
             smt,
+            spread: true,
         }
+    }
+
+    /// Turn spreading on (the default) or off. With spreading, a job that fits in one L3 / NUMA
+    /// domain goes to an entirely free domain, if there is one, as long as at least half of the
+    /// machine's CPUs stay free after it: on a lightly used node every job gets its own cache
+    /// and memory bandwidth. Past half, or with spreading off, it packs (best fit), which keeps
+    /// whole domains for large jobs.
+    pub fn with_spread(mut self, spread: bool) -> Allocator {
+        self.spread = spread;
+        self
+    }
+
+    /// Whether spreading is on.
+    pub fn spread(&self) -> bool {
+        self.spread
     }
 
     /// The topology this allocator was built for.
@@ -257,6 +280,7 @@ impl Allocator {
                 counts,
                 hist,
                 stride,
+                spread: self.spread && 2 * (counts[0] as usize - n) >= self.leaves.len(),
             },
             free,
             stack,
@@ -287,6 +311,8 @@ struct View<'a> {
     /// Core histograms per node, `stride` entries each.
     hist: &'a [u16],
     stride: usize,
+    /// This decision spreads (see [`Allocator::with_spread`]).
+    spread: bool,
 }
 
 impl Run<'_> {
@@ -409,13 +435,43 @@ impl View<'_> {
         h[1..].iter().map(|&c| c as u32).sum()
     }
 
+    /// Whether every online CPU of `node` is free.
+    fn empty(&self, node: usize) -> bool {
+        self.counts[node] as usize == self.a.cpus[node].len()
+    }
+
+    /// How many nested domains above the cores, from the innermost one holding `node` up (the
+    /// machine excluded), are entirely free: 0 when the job would share its L3 with another.
+    fn empty_domains(&self, node: usize) -> u32 {
+        let a = self.a;
+        let mut i = node;
+        while a.depth[i] >= a.core_depth && a.parent[i] != NONE {
+            i = a.parent[i] as usize;
+        }
+        let mut k = 0;
+        while a.parent[i] != NONE && self.empty(i) {
+            k += 1;
+            i = a.parent[i] as usize;
+        }
+        k
+    }
+
     /// Order of two same-depth candidates that both hold `n`: fewer cores touched, then fewer
-    /// free CPUs (best fit), then fuller ancestors (innermost first), then lowest CPU.
+    /// free CPUs (best fit), then fuller ancestors (innermost first), then lowest CPU. A
+    /// spreading decision prefers, after whole cores, the candidate inside more entirely free
+    /// domains (its own L3, NUMA node, package).
     fn fit_key_cmp(&self, x: usize, y: usize, n: u32) -> Ordering {
         let a = self.a;
         let c = &self.counts;
         self.cores_for(x, n)
             .cmp(&self.cores_for(y, n))
+            .then_with(|| {
+                if self.spread {
+                    self.empty_domains(y).cmp(&self.empty_domains(x))
+                } else {
+                    Ordering::Equal
+                }
+            })
             .then(c[x].cmp(&c[y]))
             .then_with(|| {
                 let (mut px, mut py) = (a.parent[x], a.parent[y]);
@@ -471,6 +527,7 @@ mod tests {
             counts: &s.free,
             hist: &s.hist,
             stride: a.smt + 1,
+            spread: false,
         };
         let want = [(1, 1), (2, 1), (3, 2), (6, 3), (7, 4), (8, 5)];
         for (n, k) in want {

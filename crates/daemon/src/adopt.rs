@@ -12,10 +12,14 @@ use pjw_kernelfs::proc_cgroup::CgroupLine;
 pub struct Facts {
     pub pid: u32,
     pub uid: u32,
+    /// Its threads now.
+    pub threads: u64,
     /// Job ids from its environment, `(rule index, value)`.
     pub ids: Vec<(usize, String)>,
     /// Its `/proc/PID/cgroup`.
     pub cgroups: Vec<CgroupLine>,
+    /// A manager's hook (an `[adopt] exclude_env` variable is set).
+    pub hook: bool,
 }
 
 /// Reads process facts below a `/proc` root and remembers which pids the sweep has settled.
@@ -23,16 +27,18 @@ pub struct Facts {
 pub struct Scanner {
     proc_root: PathBuf,
     rules: Vec<String>,
+    exclude: Vec<String>,
     /// Pids looked at and settled (not a job process, inside a job, or adopted). A pid naming
     /// an unknown job is not settled: its job may be registered later.
     settled: HashSet<u32>,
 }
 
 impl Scanner {
-    pub fn new(proc_root: &Path, rules: Vec<String>) -> Scanner {
+    pub fn new(proc_root: &Path, rules: Vec<String>, exclude: Vec<String>) -> Scanner {
         Scanner {
             proc_root: proc_root.to_path_buf(),
             rules,
+            exclude,
             settled: HashSet::new(),
         }
     }
@@ -52,12 +58,15 @@ impl Scanner {
             return None;
         }
         let status = std::fs::read_to_string(dir.join("status")).ok()?;
-        let uid = pjw_kernelfs::proc_status::parse(&status).ok()?.uid[0];
+        let status = pjw_kernelfs::proc_status::parse(&status).ok()?;
         let cgroup = std::fs::read_to_string(dir.join("cgroup")).ok()?;
         let cgroups = pjw_kernelfs::proc_cgroup::parse(&cgroup).ok()?;
+        let hook = pjw_core::adopt::env_has(&environ, &self.exclude);
         Some(Facts {
+            hook,
             pid,
-            uid,
+            uid: status.uid[0],
+            threads: status.threads,
             ids,
             cgroups,
         })
@@ -123,13 +132,18 @@ mod tests {
             (11, b"SLURM_JOB_ID=5\0", 1000, "0::/user\n"),
             (12, b"", 0, "0::/\n"),
         ]);
-        let mut s = Scanner::new(t.path(), vec!["SLURM_JOB_ID".into()]);
+        let mut s = Scanner::new(
+            t.path(),
+            vec!["SLURM_JOB_ID".into()],
+            vec!["SLURM_SCRIPT_CONTEXT".into()],
+        );
         assert_eq!(s.facts(10), None);
         assert_eq!(s.facts(12), None);
         assert_eq!(s.facts(99), None);
         let f = s.facts(11).unwrap();
         assert_eq!((f.uid, f.ids.clone()), (1000, vec![(0, "5".to_string())]));
         assert_eq!(f.cgroups[0].path, "/user");
+        assert!(!f.hook);
         assert_eq!(s.unsettled(), vec![10, 11, 12]);
         s.settle(10);
         s.settle(12);

@@ -24,6 +24,7 @@ pub struct RawConfig {
     pub cpus: Option<String>,
     pub vcpus: Option<usize>,
     pub backfill: Option<bool>,
+    pub spread: Option<bool>,
     pub hard_preemption: Option<bool>,
     pub queue_ttl: Option<u64>,
     pub default_priority: Option<u8>,
@@ -47,6 +48,7 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub struct RawAdopt {
     pub env: Option<Vec<String>>,
+    pub exclude_env: Option<Vec<String>>,
     pub sweep_interval_ms: Option<u64>,
 }
 
@@ -65,6 +67,8 @@ pub struct RawJob {
     pub pids_max: Option<u64>,
     pub tmp: Option<String>,
     pub tmp_root: Option<PathBuf>,
+    pub swap_max: Option<String>,
+    pub partition: Option<String>,
 }
 
 /// `[memory]`: the job partition and the governor.
@@ -123,6 +127,8 @@ pub struct Config {
     /// pool (checked at start, when the pool is known).
     pub vcpus: Option<usize>,
     pub backfill: bool,
+    /// Spread jobs over empty L3 / NUMA domains while the node is at least half free.
+    pub spread: bool,
     pub hard_preemption: bool,
     /// Seconds a job may wait in the queue; `None` = forever.
     pub queue_ttl: Option<u64>,
@@ -143,18 +149,26 @@ pub struct Config {
     pub tmp: Option<u64>,
     /// Where the daemon mounts per-job tmpfs for unprivileged clients (`<state_dir>/tmp`).
     pub tmp_root: PathBuf,
+    /// `[job] swap_max`: per-job `memory.swap.max` (v2); `None` = `max`.
+    pub swap_max: Option<u64>,
+    /// `[job] partition`: exclusive jobs become cpuset partitions of this type (v2).
+    pub partition: Option<pjw_cgroup::Partition>,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
     pub log_level: String,
     pub log_format: LogFormat,
     /// Environment variables that name a registered job's id (`[adopt] env`), in order.
     pub adopt_env: Vec<String>,
+    /// Processes with one of these variables set are never adopted (`[adopt] exclude_env`).
+    pub adopt_exclude_env: Vec<String>,
     /// How often the adoption sweep looks at new processes (ms); 0 = never.
     pub adopt_sweep_ms: u64,
 }
 
 /// The variables that carry a workload manager's job id, in the order they are tried.
 pub const DEFAULT_ADOPT_ENV: [&str; 4] = ["SLURM_JOB_ID", "JOB_ID", "PBS_JOBID", "LSB_JOBID"];
+/// Variables that mark a manager's own hook (Slurm's Prolog/Epilog), never adopted.
+pub const DEFAULT_ADOPT_EXCLUDE_ENV: [&str; 1] = ["SLURM_SCRIPT_CONTEXT"];
 
 /// A configuration error, naming file, key and reason.
 #[derive(Debug, thiserror::Error)]
@@ -382,6 +396,23 @@ impl Config {
             Some(p) => p,
             None => state_dir.join("tmp"),
         };
+        let swap_max = match raw.job.swap_max.as_deref() {
+            None | Some("max") => None,
+            Some(t) => {
+                Some(pjw_core::parse_size(t).map_err(|e| err("job.swap_max", e.to_string()))?)
+            }
+        };
+        let partition = match raw.job.partition.as_deref() {
+            None | Some("none") => None,
+            Some("root") => Some(pjw_cgroup::Partition::Root),
+            Some("isolated") => Some(pjw_cgroup::Partition::Isolated),
+            Some(other) => {
+                return Err(err(
+                    "job.partition",
+                    format!("{other:?} is not one of none, root, isolated"),
+                ))
+            }
+        };
         let log_level = raw.log.level.unwrap_or_else(|| "info".into());
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
             return Err(err(
@@ -403,15 +434,23 @@ impl Config {
             .adopt
             .env
             .unwrap_or_else(|| DEFAULT_ADOPT_ENV.iter().map(|s| s.to_string()).collect());
-        for v in &adopt_env {
-            let ok = !v.is_empty()
-                && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                && !v.as_bytes()[0].is_ascii_digit();
-            if !ok {
-                return Err(err(
-                    "adopt.env",
-                    format!("{v:?} is not an environment variable name"),
-                ));
+        let adopt_exclude_env = raw.adopt.exclude_env.unwrap_or_else(|| {
+            DEFAULT_ADOPT_EXCLUDE_ENV
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        });
+        for (key, list) in [
+            ("adopt.env", &adopt_env),
+            ("adopt.exclude_env", &adopt_exclude_env),
+        ] {
+            for v in list {
+                let ok = !v.is_empty()
+                    && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    && !v.as_bytes()[0].is_ascii_digit();
+                if !ok {
+                    return Err(err(key, format!("{v:?} is not an environment variable name")));
+                }
             }
         }
         let adopt_sweep_ms = raw.adopt.sweep_interval_ms.unwrap_or(1000);
@@ -423,6 +462,7 @@ impl Config {
         }
         Ok(Config {
             adopt_env,
+            adopt_exclude_env,
             adopt_sweep_ms,
             origin: origin.to_string(),
             socket,
@@ -431,6 +471,7 @@ impl Config {
             cpus,
             vcpus: raw.vcpus,
             backfill: raw.backfill.unwrap_or(true),
+            spread: raw.spread.unwrap_or(true),
             hard_preemption: raw.hard_preemption.unwrap_or(true),
             queue_ttl: raw.queue_ttl.filter(|t| *t > 0),
             default_priority,
@@ -445,6 +486,8 @@ impl Config {
             pids_max,
             tmp,
             tmp_root,
+            swap_max,
+            partition,
             proc_root: raw.paths.proc.unwrap_or_else(|| PathBuf::from("/proc")),
             sys_root: raw.paths.sys.unwrap_or_else(|| PathBuf::from("/sys")),
             log_level,
@@ -582,6 +625,7 @@ mod tests {
             ("max_priority = 17", "max_priority"),
             ("[adopt]\nenv = [\"A-B\"]", "adopt.env"),
             ("[adopt]\nenv = [\"\"]", "adopt.env"),
+            ("[adopt]\nexclude_env = [\"1X\"]", "adopt.exclude_env"),
             ("[adopt]\nsweep_interval_ms = 10", "adopt.sweep_interval_ms"),
             ("[job]\ntmp = \"big\"", "job.tmp"),
             ("[job]\ntmp = \"4K\"", "job.tmp: \"4K\" is below 1M"),

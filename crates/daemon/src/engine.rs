@@ -39,6 +39,7 @@ mod wlm;
 use crate::adopt::Scanner;
 use crate::config::Config;
 use crate::os;
+use crate::procs::{ProcCounts, ProcMsg, ProcTracker, Unknown};
 
 /// Who is asking (from `SO_PEERCRED`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,9 +100,8 @@ pub enum Event {
     },
     /// The adoption sweep's timer: look at processes started since the last sweep.
     Sweep,
-    /// A process outside every job exec'd (from the proc connector): adopt it if it belongs to
-    /// a registered job.
-    Exec { pid: u32 },
+    /// Process events from the kernel's proc connector (see [`crate::procs`]).
+    Proc(ProcMsg),
 }
 
 /// The client waiting for a queued job.
@@ -284,6 +284,10 @@ pub struct Engine {
     /// Adoption: the /proc reader and when each unknown job id was last logged.
     scanner: Scanner,
     unknown_logged: HashMap<String, i64>,
+    /// Which job every jailed process belongs to; exact process and thread counts.
+    procs: ProcTracker,
+    /// Partition type for exclusive jobs, when the parent could be made a partition root.
+    partition: Option<pjw_cgroup::Partition>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -347,7 +351,11 @@ impl Engine {
             limit: mem_limit,
             ..cfg.governor_cfg
         });
-        let scanner = Scanner::new(&cfg.proc_root, cfg.adopt_env.clone());
+        let scanner = Scanner::new(
+            &cfg.proc_root,
+            cfg.adopt_env.clone(),
+            cfg.adopt_exclude_env.clone(),
+        );
         Engine {
             scanner,
             unknown_logged: HashMap::new(),
@@ -368,6 +376,8 @@ impl Engine {
             tx,
             node,
             tick_generation: 0,
+            procs: ProcTracker::new(),
+            partition: None,
         }
     }
 
@@ -435,11 +445,7 @@ impl Engine {
                 reply,
             } => self.register(conn, cred, req, reply),
             Event::Sweep => self.sweep(),
-            Event::Exec { pid } => {
-                if self.adopting() {
-                    self.examine(pid, "exec");
-                }
-            }
+            Event::Proc(msg) => self.proc_events(msg),
             Event::Tick { generation } => {
                 if generation == self.tick_generation {
                     self.drop_unclaimed();
@@ -974,6 +980,7 @@ impl Engine {
             mems,
             memory_max: j.mem,
             pids_max: self.cfg.pids_max,
+            swap_max: self.cfg.swap_max,
         };
         let cgroup = j.cgroup.clone();
         let placed = self
@@ -986,11 +993,29 @@ impl Engine {
                     Ok(())
                 }
             })
+            .map(|_| {
+                if !j.req.exclusive {
+                    return;
+                }
+                if let Some(kind) = self.partition {
+                    // Its own scheduling domain: nothing else is balanced onto its CPUs.
+                    match self.driver.set_partition(Some(&cgroup), kind, None) {
+                        Ok(()) => info!(job = %j.id, cpus = %cpus, partition = kind.as_str(), "exclusive job is a cpuset partition"),
+                        Err(e) => warn!(job = %j.id, error = %e, "exclusive job stays a plain cpuset"),
+                    }
+                }
+            })
             .and_then(|_| match pid {
-                Some(p) => self.driver.add_process(&cgroup, p),
+                // Known before the process can fork: its children are the job's.
+                Some(p) => {
+                    self.procs.start_job(seq, p);
+                    self.driver.add_process(&cgroup, p)
+                }
+                // A registered job without a process yet: its processes come by adoption.
                 None => Ok(()),
             });
         if let Err(e) = placed {
+            self.procs.end_job(seq);
             error!(job = %j.id, error = %e, "cannot place job in its cgroups");
             let _ = self.driver.remove_job(&cgroup);
             let _ = self
@@ -1368,6 +1393,7 @@ impl Engine {
             reason.to_string()
         };
         let reason = reason.as_str();
+        let counts = self.procs.end_job(seq).unwrap_or_default();
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
@@ -1384,7 +1410,11 @@ impl Engine {
             .started
             .map(|s| s.elapsed().as_millis() as u64)
             .unwrap_or(0);
-        info!(job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms, reason, "job ended");
+        info!(
+            job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms, reason,
+            processes = counts.procs_ever, threads = counts.threads_ever,
+            max_processes = counts.procs_max, counts_exact = !counts.lossy, "job ended"
+        );
         for w in job.end_waiters {
             let _ = w.send(Response::Done {
                 message: format!("job {} ended; its cgroups are gone", job.id),
@@ -1507,6 +1537,8 @@ impl Engine {
             }
             self.adopt(name)?;
         }
+        // Process counts start again from what is alive now (a lower bound).
+        self.reseed_procs();
         self.replan();
         Ok(())
     }
@@ -1642,6 +1674,48 @@ impl Engine {
         self.jobs.insert(seq, job);
         self.track(seq, false);
         Ok(())
+    }
+
+    // ---- process events ------------------------------------------------------------------
+
+    fn proc_events(&mut self, msg: ProcMsg) {
+        match msg {
+            ProcMsg::Events(events) => {
+                for ev in &events {
+                    if let Some(Unknown::Exec { pid, tgid }) = self.procs.apply(ev) {
+                        self.on_unknown_exec(pid, tgid);
+                    }
+                }
+            }
+            ProcMsg::Overrun => self.reseed_procs(),
+        }
+    }
+
+    /// A process outside every job called exec: adopt it if it belongs to a registered job.
+    fn on_unknown_exec(&mut self, _pid: u32, tgid: u32) {
+        if self.adopting() {
+            self.examine(tgid, "exec");
+        }
+    }
+
+    /// Re-learn every started job's processes from its `cgroup.procs`.
+    fn reseed_procs(&mut self) {
+        for j in self.jobs.values().filter(|j| j.started.is_some()) {
+            match self.driver.procs(&j.cgroup) {
+                Ok(pids) => self.procs.reseed(j.seq, &pids),
+                Err(e) => debug!(job = %j.id, error = %e, "cannot list job processes"),
+            }
+        }
+    }
+
+    /// Let exclusive jobs be cpuset partitions of type `kind` (the parent is one already).
+    pub fn enable_partitions(&mut self, kind: pjw_cgroup::Partition) {
+        self.partition = Some(kind);
+    }
+
+    /// Process and thread counts of a running job.
+    pub fn proc_counts(&self, seq: i64) -> Option<ProcCounts> {
+        self.procs.counts(seq)
     }
 
     // ---- status --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ use pjw_core::{CpuSet, JobId};
 use pjw_proto::{ErrorCode, Placement, RegisterRequest, Response, RunRequest};
 use pjw_store::{JobRecord, StarterRecord, StoredState};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info};
 
 use super::{cgroup_name, err, now_ms, Cred, Engine, Waiter};
 use crate::os;
@@ -236,6 +236,7 @@ impl Engine {
             uid: facts.uid,
             ids: &facts.ids,
             inside: inside.as_deref(),
+            hook: facts.hook,
         };
         let verdict = adopt::decide(&c, &targets);
         drop(targets);
@@ -246,6 +247,8 @@ impl Engine {
                 let t0 = Instant::now();
                 match self.driver.add_process(&j.cgroup, pid) {
                     Ok(()) => {
+                        // From now on its forks and exits count for the job.
+                        self.procs.adopt(key, pid, facts.threads);
                         info!(
                             job = %j.id, user = %j.user, cpus = %j.cpus, pid, var = %var, via,
                             move_us = t0.elapsed().as_micros() as u64, "adopted process"
@@ -257,9 +260,13 @@ impl Engine {
                 }
             }
             Verdict::Inside | Verdict::NotAJob => self.scanner.settle(pid),
+            Verdict::Hook => {
+                debug!(pid, via, "workload-manager hook left alone");
+                self.scanner.settle(pid);
+            }
             Verdict::WrongOwner { key, uid } => {
                 if let Some(j) = self.jobs.get(&key) {
-                    warn!(job = %j.id, pid, uid, owner = j.uid, via, "process names a job of another user; left alone");
+                    info!(job = %j.id, pid, uid, owner = j.uid, via, "process names a job of another user; left alone");
                 }
                 self.scanner.settle(pid);
             }
