@@ -229,6 +229,30 @@ impl Driver {
         self.hierarchies().map(|h| (h.key(), h.parent())).collect()
     }
 
+    /// The job of this driver a process is in, from its `/proc/PID/cgroup` lines: the job's
+    /// cgroup name when the process's cgroup in the tracking hierarchy (cgroup2; v1 cpuset in
+    /// legacy mode) is a job below the parent or below one, else None. Paths are compared
+    /// relative to the hierarchy's mount (the daemon's cgroup namespace is the root one).
+    pub fn job_of(&self, lines: &[pjw_kernelfs::proc_cgroup::CgroupLine]) -> Option<String> {
+        let (h, line) = match self.v2() {
+            Some(h) => (h, lines.iter().find(|l| l.is_v2())?),
+            None => {
+                let h = self.v1_with("cpuset")?;
+                let line = lines
+                    .iter()
+                    .find(|l| !l.is_v2() && l.controllers.iter().any(|c| c == "cpuset"))?;
+                (h, line)
+            }
+        };
+        let parent = h.parent();
+        let rel = parent.strip_prefix(&h.mount_point).ok()?;
+        let rel = format!("/{}", rel.display());
+        let below = line.path.strip_prefix(rel.trim_end_matches('/'))?;
+        let below = below.strip_prefix('/')?;
+        let name = below.split('/').next()?;
+        (!name.is_empty()).then(|| name.to_string())
+    }
+
     /// The job's directory in every hierarchy used, keyed like [`Driver::parent_dirs`].
     pub fn job_dirs(&self, name: &str) -> Vec<(String, PathBuf)> {
         self.hierarchies().map(|h| (h.key(), h.job(name))).collect()

@@ -36,6 +36,15 @@ pub enum Command {
     Sim(SimArgs),
     /// A live view of the node: CPU map, jobs with CPU % and memory, the queue.
     Top(TopArgs),
+    /// Workload-manager jobs: register one (root), end one.
+    #[command(subcommand)]
+    Job(JobCommand),
+    /// Slurm hooks: `pjw slurm prolog` / `pjw slurm epilog` (run by slurmd as root).
+    #[command(subcommand)]
+    Slurm(SlurmCommand),
+    /// Grid Engine hooks: `pjw sge shepherd -- sge_shepherd ARGS` (the shepherd_cmd wrapper).
+    #[command(subcommand)]
+    Sge(SgeCommand),
 }
 
 #[derive(Debug, Args)]
@@ -43,6 +52,63 @@ pub struct TopArgs {
     /// Seconds between refreshes.
     #[arg(short = 'd', long, default_value_t = 1.0, value_name = "SECS")]
     pub interval: f64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Register a workload manager's job (root only): it gets CPUs and cgroups now and its
+    /// processes are adopted. With a command, this process joins the job and execs it (the job
+    /// ends when its cgroup empties); without, the job is held until `pjw job end`.
+    Register(RegisterArgs),
+    /// End a registered job: kill what is left in it and remove its cgroups (root only).
+    End(KillArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RegisterArgs {
+    /// The workload manager (slurm, sge, pbs, lsf, condor, …).
+    #[arg(long, value_name = "NAME")]
+    pub wlm: String,
+    /// The manager's job id (becomes the pjw job id).
+    #[arg(short = 'j', long, value_name = "ID")]
+    pub job_id: String,
+    /// The job's owner.
+    #[arg(short = 'u', long, value_name = "USER")]
+    pub user: String,
+    /// CPUs the manager gave the job on this node.
+    #[arg(short = 'c', long, value_name = "N")]
+    pub cpus: u32,
+    /// Memory limit (e.g. 512M, 4G).
+    #[arg(short = 'm', long, value_name = "SIZE")]
+    pub mem: Option<String>,
+    /// Job name.
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// A command to exec inside the job (this process joins it).
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SlurmCommand {
+    /// Register the job of SLURM_JOB_ID, sized by `scontrol show job -d` (the Prolog).
+    Prolog,
+    /// End the job of SLURM_JOB_ID (the Epilog).
+    Epilog,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SgeCommand {
+    /// Register the job described by ./config and ./environment, join it and exec the
+    /// shepherd (the `shepherd_cmd` wrapper; run by sge_execd as root in the job's spool dir).
+    Shepherd(ShepherdArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShepherdArgs {
+    /// The shepherd and its arguments (`/usr/lib/gridengine/sge_shepherd "$@"`).
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Args)]
@@ -66,9 +132,9 @@ pub struct DaemonArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Number of CPUs.
-    #[arg(short = 'c', long, default_value_t = 1, value_name = "N")]
-    pub cpus: u32,
+    /// Number of CPUs [default: the workload manager's with --from-env, else 1].
+    #[arg(short = 'c', long, value_name = "N")]
+    pub cpus: Option<u32>,
     /// Memory limit (e.g. 512M, 4G).
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,
@@ -90,6 +156,22 @@ pub struct RunArgs {
     /// Run only on exclusive CPUs (never as a backfiller).
     #[arg(long)]
     pub primary_only: bool,
+    /// Run the job as this user (root only): pjw sets the job up, then drops to the user, its
+    /// group and supplementary groups, and execs.
+    #[arg(short = 'u', long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// Take the job id, user, CPUs and memory from the workload manager's environment and job
+    /// files: auto, slurm, sge, pbs, lsf or condor. Options given explicitly win.
+    #[arg(long, value_name = "WLM", num_args = 0..=1, default_missing_value = "auto")]
+    pub from_env: Option<String>,
+    /// Record the user as the job's owner but keep root (for wrappers that exec a manager's
+    /// own launcher, such as sge_shepherd, which drops privileges itself).
+    #[arg(long)]
+    pub no_setuid: bool,
+    /// Size of the job's private /tmp (e.g. 256M; 0 or none: no private /tmp) [default: the
+    /// node's [job] tmp].
+    #[arg(long, value_name = "SIZE")]
+    pub tmp: Option<String>,
     /// Do not say on stderr that the job is queued.
     #[arg(short = 'q', long)]
     pub quiet: bool,

@@ -7,7 +7,7 @@
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
-use pjw_proto::{Client, ErrorCode, Placement, ProtoError, Request, Response, RunRequest};
+use pjw_proto::{Client, ErrorCode, JobTmp, Placement, ProtoError, Request, Response, RunRequest};
 
 use crate::cli::RunArgs;
 
@@ -28,19 +28,69 @@ fn fail(msg: impl std::fmt::Display) -> i32 {
     EXIT_PJW
 }
 
+/// `--tmp`: a size, or 0/none for no private /tmp.
+fn parse_tmp(text: &str) -> Result<u64, String> {
+    match text.trim() {
+        "none" | "0" => Ok(0),
+        t => match pjw_core::parse_size(t) {
+            Ok(n) if n < 1 << 20 => Err(format!("--tmp {t}: below 1M")),
+            Ok(n) => Ok(n),
+            Err(e) => Err(format!("--tmp: {e} (or 0/none)")),
+        },
+    }
+}
+
 pub fn run(a: RunArgs) -> i32 {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let wlm = match a.from_env.as_deref() {
+        None => None,
+        Some(spec) => {
+            let manager = match spec {
+                "auto" => None,
+                m => match m.parse::<pjw_wlm::Manager>() {
+                    Ok(m) => Some(m),
+                    Err(e) => return fail(format!("--from-env: {e}")),
+                },
+            };
+            match pjw_wlm::read(manager) {
+                Ok(j) => Some(j),
+                Err(e) => return fail(format!("--from-env: {e}")),
+            }
+        }
+    };
     let mem = match a.mem.as_deref().map(pjw_core::parse_size).transpose() {
-        Ok(m) => m,
+        Ok(m) => m.or(wlm.as_ref().and_then(|w| w.mem)),
         Err(e) => return fail(format!("--mem: {e}")),
     };
-    if a.cpus == 0 {
+    let cpus = a.cpus.or(wlm.as_ref().and_then(|w| w.cpus)).unwrap_or(1);
+    if cpus == 0 {
         return fail("--cpus must be at least 1");
     }
-    if let Some(id) = &a.job_id {
+    let job_id = a.job_id.clone().or(wlm.as_ref().map(|w| w.pjw_id.clone()));
+    if let Some(id) = &job_id {
         if let Err(e) = pjw_core::JobId::new(id) {
             return fail(e);
         }
     }
+    let tmp = match a.tmp.as_deref().map(parse_tmp).transpose() {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    // The owner: --user, else (for root) the manager's job owner.
+    let user = a
+        .user
+        .clone()
+        .or_else(|| wlm.as_ref().filter(|_| root).and_then(|w| w.user.clone()));
+    // Who to become before exec: only root drops, and only to someone else.
+    let target = match (&user, root && !a.no_setuid) {
+        (Some(name), true) => match crate::starter::lookup(name) {
+            Ok(t) if t.uid != 0 => Some(t),
+            Ok(_) => None,
+            Err(e) => return fail(format!("--user: {e}")),
+        },
+        _ => None,
+    };
     let argv: Vec<String> = a
         .command
         .iter()
@@ -54,14 +104,17 @@ pub fn run(a: RunArgs) -> i32 {
         Placement::Any
     };
     let mut req = RunRequest {
-        cpus: a.cpus,
+        cpus,
         mem,
-        job_id: a.job_id.clone(),
-        name: a.name.clone(),
+        job_id,
+        name: a.name.clone().or(wlm.as_ref().and_then(|w| w.name.clone())),
         argv,
         priority: a.priority,
         placement,
         exclusive: a.exclusive,
+        user,
+        wlm: wlm.as_ref().map(|w| w.tag()),
+        tmp,
     };
     let path = pjw_proto::socket_path();
 
@@ -109,8 +162,12 @@ pub fn run(a: RunArgs) -> i32 {
                     }
                 }
                 Ok(Response::Started {
-                    job, cpus, mems, ..
-                }) => break Ok((job, cpus, mems)),
+                    job,
+                    cpus,
+                    mems,
+                    tmp,
+                    ..
+                }) => break Ok((job, cpus, mems, tmp)),
                 Ok(Response::Error {
                     code: ErrorCode::ShuttingDown,
                     ..
@@ -145,11 +202,31 @@ pub fn run(a: RunArgs) -> i32 {
             }
         }
     };
-    let (job, cpus, _mems) = started;
+    let (job, cpus, _mems, tmp) = started;
     let mut cmd = std::process::Command::new(&a.command[0]);
     cmd.args(&a.command[1..])
         .env("PJW_JOB_ID", &job)
         .env("PJW_CPUS", cpus.to_string());
+    // Job starter mode: private /tmp (needs root), then become the user.
+    match &tmp {
+        Some(JobTmp::Private { size }) if root => {
+            let (uid, gid) = target.as_ref().map_or((0, 0), |t| (t.uid, t.gid));
+            if let Err(e) = crate::starter::private_tmp(*size, uid, gid) {
+                return fail(format!("job {job}: private /tmp: {e:#}"));
+            }
+            cmd.env("TMPDIR", "/tmp");
+        }
+        Some(JobTmp::Dir { dir, .. }) => {
+            cmd.env("TMPDIR", dir);
+        }
+        _ => {}
+    }
+    if let Some(t) = &target {
+        if let Err(e) = crate::starter::drop_to(t) {
+            return fail(format!("job {job}: cannot become {}: {e:#}", t.name));
+        }
+        cmd.envs(crate::starter::user_env(t));
+    }
     let e = cmd.exec();
     let prog = a.command[0].to_string_lossy();
     if e.kind() == std::io::ErrorKind::NotFound {

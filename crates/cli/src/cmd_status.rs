@@ -71,6 +71,9 @@ pub fn render(s: &StatusReport) -> String {
                 }
             }
         }
+        if let Some(w) = &j.wlm {
+            reasons.push(format!("{}: workload manager job {w}", j.id));
+        }
         if let Some(r) = &j.reason {
             reasons.push(format!("{}: {r}", j.id));
         }

@@ -435,6 +435,7 @@ mod tests {
             pid: None,
             cpu_usec: Some(cpu_usec),
             mem_bytes: Some(mem),
+            wlm: None,
         }
     }
 

@@ -13,6 +13,9 @@ mod cmd_sim;
 mod cmd_status;
 mod cmd_top;
 mod cmd_topology;
+mod cmd_wlm;
+mod wlm_parse;
+mod starter;
 
 use clap::Parser;
 
@@ -41,6 +44,9 @@ fn main() {
         cli::Command::Topology(t) => report(cmd_topology::run(t)),
         cli::Command::Sim(s) => report(cmd_sim::run(s)),
         cli::Command::Top(t) => report(cmd_top::run(t)),
+        cli::Command::Job(j) => cmd_wlm::job(j),
+        cli::Command::Slurm(s) => cmd_wlm::slurm(s),
+        cli::Command::Sge(s) => cmd_wlm::sge(s),
     };
     std::process::exit(code);
 }

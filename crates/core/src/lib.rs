@@ -10,6 +10,7 @@
 //! assert_eq!(topo.online(), CpuSet::parse_list("0-15").unwrap());
 //! ```
 
+pub mod adopt;
 pub mod alloc;
 pub mod cpuset;
 pub mod error;

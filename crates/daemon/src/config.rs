@@ -45,6 +45,8 @@ pub struct RawConfig {
     pub metrics: RawMetrics,
     #[serde(default)]
     pub central: RawCentral,
+    #[serde(default)]
+    pub adopt: RawAdopt,
 }
 
 /// `[metrics]`: the Prometheus/OpenMetrics endpoint.
@@ -155,6 +157,15 @@ pub fn parse_duration_ms(d: &RawDuration) -> Result<u64, String> {
     }
 }
 
+/// `[adopt]`: finding processes of registered jobs that start outside their cgroups.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdopt {
+    pub env: Option<Vec<String>>,
+    pub exclude_env: Option<Vec<String>>,
+    pub sweep_interval_ms: Option<u64>,
+}
+
 /// `[cgroup]`
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -168,6 +179,8 @@ pub struct RawCgroup {
 pub struct RawJob {
     pub kill_leftovers: Option<bool>,
     pub pids_max: Option<u64>,
+    pub tmp: Option<String>,
+    pub tmp_root: Option<PathBuf>,
     pub swap_max: Option<String>,
     pub partition: Option<String>,
 }
@@ -246,6 +259,10 @@ pub struct Config {
     pub governor_interval_ms: u64,
     pub kill_leftovers: bool,
     pub pids_max: Option<u64>,
+    /// Default size of a job's private /tmp (bytes); `None` = none unless `pjw run --tmp`.
+    pub tmp: Option<u64>,
+    /// Where the daemon mounts per-job tmpfs for unprivileged clients (`<state_dir>/tmp`).
+    pub tmp_root: PathBuf,
     /// `[job] swap_max`: per-job `memory.swap.max` (v2); `None` = `max`.
     pub swap_max: Option<u64>,
     /// `[job] partition`: exclusive jobs become cpuset partitions of this type (v2).
@@ -259,7 +276,18 @@ pub struct Config {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// The cluster store; `None` = off.
     pub central: Option<CentralConfig>,
+    /// Environment variables that name a registered job's id (`[adopt] env`), in order.
+    pub adopt_env: Vec<String>,
+    /// Processes with one of these variables set are never adopted (`[adopt] exclude_env`).
+    pub adopt_exclude_env: Vec<String>,
+    /// How often the adoption sweep looks at new processes (ms); 0 = never.
+    pub adopt_sweep_ms: u64,
 }
+
+/// The variables that carry a workload manager's job id, in the order they are tried.
+pub const DEFAULT_ADOPT_ENV: [&str; 4] = ["SLURM_JOB_ID", "JOB_ID", "PBS_JOBID", "LSB_JOBID"];
+/// Variables that mark a manager's own hook (Slurm's Prolog/Epilog), never adopted.
+pub const DEFAULT_ADOPT_EXCLUDE_ENV: [&str; 1] = ["SLURM_SCRIPT_CONTEXT"];
 
 /// A configuration error, naming file, key and reason.
 #[derive(Debug, thiserror::Error)]
@@ -468,6 +496,25 @@ impl Config {
             None | Some(0) => None,
             Some(n) => Some(n),
         };
+        let tmp = match raw.job.tmp.as_deref().map(str::trim) {
+            None | Some("") | Some("none") | Some("0") => None,
+            Some(t) => match pjw_core::parse_size(t) {
+                Ok(0) => None,
+                Ok(n) if n < 1 << 20 => return Err(err("job.tmp", format!("{t:?} is below 1M"))),
+                Ok(n) => Some(n),
+                Err(e) => return Err(err("job.tmp", format!("{e} (or \"none\")"))),
+            },
+        };
+        let tmp_root = match raw.job.tmp_root {
+            Some(p) if !p.is_absolute() => {
+                return Err(err(
+                    "job.tmp_root",
+                    format!("{} is not an absolute path", p.display()),
+                ))
+            }
+            Some(p) => p,
+            None => state_dir.join("tmp"),
+        };
         let swap_max = match raw.job.swap_max.as_deref() {
             None | Some("max") => None,
             Some(t) => {
@@ -611,10 +658,43 @@ impl Config {
                 })
             }
         };
+        let adopt_env = raw
+            .adopt
+            .env
+            .unwrap_or_else(|| DEFAULT_ADOPT_ENV.iter().map(|s| s.to_string()).collect());
+        let adopt_exclude_env = raw.adopt.exclude_env.unwrap_or_else(|| {
+            DEFAULT_ADOPT_EXCLUDE_ENV
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        });
+        for (key, list) in [
+            ("adopt.env", &adopt_env),
+            ("adopt.exclude_env", &adopt_exclude_env),
+        ] {
+            for v in list {
+                let ok = !v.is_empty()
+                    && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    && !v.as_bytes()[0].is_ascii_digit();
+                if !ok {
+                    return Err(err(key, format!("{v:?} is not an environment variable name")));
+                }
+            }
+        }
+        let adopt_sweep_ms = raw.adopt.sweep_interval_ms.unwrap_or(1000);
+        if adopt_sweep_ms != 0 && !(50..=600_000).contains(&adopt_sweep_ms) {
+            return Err(err(
+                "adopt.sweep_interval_ms",
+                format!("{adopt_sweep_ms} is not 0 (off) or 50-600000"),
+            ));
+        }
         Ok(Config {
             metrics_listen,
             central,
             profile,
+            adopt_env,
+            adopt_exclude_env,
+            adopt_sweep_ms,
             origin: origin.to_string(),
             socket,
             socket_mode,
@@ -635,6 +715,8 @@ impl Config {
             governor_interval_ms,
             kill_leftovers: raw.job.kill_leftovers.unwrap_or(true),
             pids_max,
+            tmp,
+            tmp_root,
             swap_max,
             partition,
             proc_root: raw.paths.proc.unwrap_or_else(|| PathBuf::from("/proc")),
@@ -685,6 +767,15 @@ mod tests {
         assert!(c.kill_leftovers);
         assert_eq!(c.pids_max, None);
         assert_eq!(c.socket_mode, 0o666);
+        assert_eq!(c.adopt_env, DEFAULT_ADOPT_ENV.to_vec());
+        assert_eq!(c.adopt_sweep_ms, 1000);
+        let c = Config::parse(
+            "t.toml",
+            "[adopt]\nenv = [\"MY_JOB\"]\nsweep_interval_ms = 0",
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!((c.adopt_env, c.adopt_sweep_ms), (vec!["MY_JOB".to_string()], 0));
         assert_eq!(
             (c.vcpus, c.backfill, c.hard_preemption, c.queue_ttl),
             (None, true, true, None)
@@ -774,6 +865,25 @@ mod tests {
     }
 
     #[test]
+    fn job_tmp_size_and_root() {
+        let parse = |t: &str| Config::parse("x.toml", t, &Overrides::default()).unwrap();
+        let c = parse("");
+        assert_eq!(c.tmp, None);
+        assert_eq!(c.tmp_root, PathBuf::from("/var/lib/pjw/tmp"));
+        for (text, want) in [
+            ("[job]\ntmp = \"256M\"", Some(256 << 20)),
+            ("[job]\ntmp = \"none\"", None),
+            ("[job]\ntmp = \"0\"", None),
+        ] {
+            assert_eq!(parse(text).tmp, want, "{text}");
+        }
+        let c = parse("state_dir = \"/srv/pjw\"\n[job]\ntmp = \"1G\"");
+        assert_eq!(c.tmp_root, PathBuf::from("/srv/pjw/tmp"));
+        let c = parse("[job]\ntmp_root = \"/run/pjw/tmp\"");
+        assert_eq!(c.tmp_root, PathBuf::from("/run/pjw/tmp"));
+    }
+
+    #[test]
     fn errors_name_file_key_and_reason() {
         let cases = [
             ("bogus = 1", "unknown field"),
@@ -793,6 +903,13 @@ mod tests {
             ("[memory]\nlow = 0.95", "memory.low"),
             ("[memory]\nswap_slots = 0", "memory.swap_slots"),
             ("max_priority = 17", "max_priority"),
+            ("[adopt]\nenv = [\"A-B\"]", "adopt.env"),
+            ("[adopt]\nenv = [\"\"]", "adopt.env"),
+            ("[adopt]\nexclude_env = [\"1X\"]", "adopt.exclude_env"),
+            ("[adopt]\nsweep_interval_ms = 10", "adopt.sweep_interval_ms"),
+            ("[job]\ntmp = \"big\"", "job.tmp"),
+            ("[job]\ntmp = \"4K\"", "job.tmp: \"4K\" is below 1M"),
+            ("[job]\ntmp_root = \"rel/tmp\"", "job.tmp_root"),
             (
                 "[profile]\ninterval = \"500ms\"",
                 "profile.interval: 500 ms is not between 1s and 1h",

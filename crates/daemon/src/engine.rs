@@ -25,12 +25,18 @@ use pjw_core::alloc::{Allocator, Scratch};
 use pjw_core::governor::{self, GovernorConfig, MemAction, MemJob, MemSnapshot};
 use pjw_core::sched::{self, Action, JobView, Phase, QueuePolicy, Request};
 use pjw_core::{CpuSet, JobId};
-use pjw_proto::{ErrorCode, JobInfo, JobState, Placement, Response, RunRequest, StatusReport};
-use pjw_store::{JobRecord, Store, StoredState};
+use pjw_proto::{
+    ErrorCode, JobInfo, JobState, JobTmp, Placement, RegisterRequest, Response, RunRequest,
+    StatusReport,
+};
+use pjw_store::{JobRecord, StarterRecord, Store, StoredState};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
+mod wlm;
+
+use crate::adopt::Scanner;
 use crate::config::Config;
 use crate::os;
 use crate::procs::{ProcCounts, ProcMsg, ProcTracker, Unknown};
@@ -51,6 +57,8 @@ pub enum Control {
     Suspend,
     Resume,
     Priority(u8),
+    /// End a registered job (root only); answered once its cgroups are gone.
+    End,
 }
 
 /// Everything the engine reacts to.
@@ -84,6 +92,15 @@ pub enum Event {
     Tick { generation: u64 },
     /// The memory governor's tick: sample memory and PSI, freeze or thaw.
     Govern,
+    /// A `register` request from a workload manager's prolog or job starter (root only).
+    Register {
+        conn: u64,
+        cred: Cred,
+        req: RegisterRequest,
+        reply: mpsc::UnboundedSender<Response>,
+    },
+    /// The adoption sweep's timer: look at processes started since the last sweep.
+    Sweep,
     /// Process events from the kernel's proc connector (see [`crate::procs`]).
     Proc(ProcMsg),
     /// The sampler's tick (`profile.interval`): sample every started job.
@@ -114,8 +131,18 @@ struct Job {
     seq: i64,
     id: JobId,
     name: String,
+    /// The owner (the `--user` of a root client, else the client).
     uid: u32,
+    gid: u32,
     user: String,
+    /// uid of the process that asked: root in job starter mode, else `uid`.
+    client_uid: u32,
+    /// The workload manager's name for the job (`slurm:42`).
+    wlm: Option<String>,
+    /// Size of the job's /tmp (bytes), if it has one.
+    tmp_size: Option<u64>,
+    /// The per-job tmpfs the daemon mounted for an unprivileged client.
+    tmpdir: Option<PathBuf>,
     req: Request,
     mem: Option<u64>,
     phase: Phase,
@@ -152,9 +179,38 @@ struct Job {
     throttled: bool,
     /// Profile totals: time per state, latest sample, maxima, exit status.
     prof: JobProf,
+    /// Registered without a process: it lives until the manager ends it, even when empty.
+    held: bool,
+    /// Who ended it (a manager's epilog), for the record.
+    ended_by: Option<String>,
+    /// `end` requests waiting for the cgroups to be gone.
+    end_waiters: Vec<oneshot::Sender<Response>>,
 }
 
 impl Job {
+    /// What the client is told about its temporary space.
+    fn tmp_reply(&self) -> Option<JobTmp> {
+        match (&self.tmpdir, self.tmp_size) {
+            (Some(dir), Some(size)) => Some(JobTmp::Dir {
+                dir: dir.display().to_string(),
+                size,
+            }),
+            (None, Some(size)) if size > 0 && self.client_uid == 0 => {
+                Some(JobTmp::Private { size })
+            }
+            _ => None,
+        }
+    }
+
+    fn starter_record(&self) -> StarterRecord {
+        StarterRecord {
+            wlm: self.wlm.clone(),
+            client_uid: self.client_uid,
+            tmp_size: self.tmp_size,
+            tmpdir: self.tmpdir.as_ref().map(|d| d.display().to_string()),
+        }
+    }
+
     fn view(&self) -> JobView {
         JobView {
             key: self.seq,
@@ -250,6 +306,9 @@ pub struct Engine {
     last_thaw_ms: Option<i64>,
     /// `pswpin` of /proc/vmstat at the last governor tick, and when.
     last_swap_in: Option<(u64, Instant)>,
+    /// Adoption: the /proc reader and when each unknown job id was last logged.
+    scanner: Scanner,
+    unknown_logged: HashMap<String, i64>,
     /// Which job every jailed process belongs to; exact process and thread counts.
     procs: ProcTracker,
     /// Partition type for exclusive jobs, when the parent could be made a partition root.
@@ -344,7 +403,14 @@ impl Engine {
             limit: mem_limit,
             ..cfg.governor_cfg
         });
+        let scanner = Scanner::new(
+            &cfg.proc_root,
+            cfg.adopt_env.clone(),
+            cfg.adopt_exclude_env.clone(),
+        );
         Engine {
+            scanner,
+            unknown_logged: HashMap::new(),
             governor,
             mem_limit,
             last_thaw_ms: None,
@@ -467,8 +533,12 @@ impl Engine {
                 what,
                 reply,
             } => {
-                let r = self.control(cred, &job, what);
-                let _ = reply.send(r);
+                if what == Control::End {
+                    self.end(cred, &job, reply);
+                } else {
+                    let r = self.control(cred, &job, what);
+                    let _ = reply.send(r);
+                }
             }
             Event::ClientGone { conn } => {
                 let gone = self
@@ -492,6 +562,13 @@ impl Engine {
             }
             Event::Recheck { seq } => self.check_empty(seq),
             Event::Govern => self.govern(),
+            Event::Register {
+                conn,
+                cred,
+                req,
+                reply,
+            } => self.register(conn, cred, req, reply),
+            Event::Sweep => self.sweep(),
             Event::Proc(msg) => self.proc_events(msg),
             Event::Sample => self.sample(),
             Event::Metrics { reply } => {
@@ -519,7 +596,7 @@ impl Engine {
         // A client whose process is already a live job's main process reconnected after a
         // daemon crash between being moved and being told: tell it again.
         if let Some(j) = self.jobs.values().find(|j| {
-            j.started.is_some() && j.pid == Some(cred.pid) && j.uid == cred.uid && !j.ending
+            j.started.is_some() && j.pid == Some(cred.pid) && j.client_uid == cred.uid && !j.ending
         }) {
             info!(job = %j.id, pid = cred.pid, "client reconnected; job already running");
             let _ = reply.send(Response::Started {
@@ -527,6 +604,7 @@ impl Engine {
                 cpus: j.cpus,
                 mems: j.mems,
                 backfill: j.phase == Phase::Backfill,
+                tmp: j.tmp_reply(),
             });
             return;
         }
@@ -537,7 +615,7 @@ impl Engine {
                 && j.waiter.is_none()
                 && j.pid == Some(cred.pid)
                 && j.pid_start == pid_start
-                && j.uid == cred.uid
+                && j.client_uid == cred.uid
         }) {
             info!(job = %j.id, pid = cred.pid, "queued client reconnected; place kept");
             j.waiter = Some(Waiter { conn, reply });
@@ -574,7 +652,28 @@ impl Engine {
             ));
             return;
         }
-        let user = os::user_name(cred.uid);
+        // The owner: the caller, or (root only) the user it names.
+        let (uid, gid, user) = match &req.user {
+            None => (cred.uid, cred.gid, os::user_name(cred.uid)),
+            Some(name) => match os::lookup_user(name) {
+                None => {
+                    let _ = reply.send(err(ErrorCode::Invalid, format!("no such user: {name}")));
+                    return;
+                }
+                Some((uid, _)) if cred.uid != 0 && uid != cred.uid => {
+                    let _ = reply.send(err(
+                        ErrorCode::Denied,
+                        format!(
+                            "only root may run a job as another user ({name}); you are {}",
+                            os::user_name(cred.uid)
+                        ),
+                    ));
+                    return;
+                }
+                Some((uid, gid)) => (uid, gid, name.clone()),
+            },
+        };
+        let tmp_size = req.tmp.or(self.cfg.tmp).filter(|s| *s > 0);
         let name = req
             .name
             .clone()
@@ -593,8 +692,8 @@ impl Engine {
             seq: 0,
             job_id: id.to_string(),
             name: name.clone(),
-            uid: cred.uid,
-            gid: cred.gid,
+            uid,
+            gid,
             user: user.clone(),
             ncpus: req.cpus,
             cpus: CpuSet::new(),
@@ -624,6 +723,20 @@ impl Engine {
         };
         let rec = JobRecord { seq, ..rec };
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
+        job.client_uid = cred.uid;
+        job.wlm = req.wlm.clone();
+        job.tmp_size = tmp_size;
+        if job.client_uid != job.uid || job.wlm.is_some() || job.tmp_size.is_some() {
+            if let Err(e) = self.store.set_starter(seq, &job.starter_record()) {
+                error!(job = %job.id, error = %e, "cannot record job");
+                let _ = self.store.set_ended(seq, now_ms(), "start failed: store");
+                let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
+                return;
+            }
+        }
+        if job.client_uid != job.uid || job.wlm.is_some() {
+            info!(job = %job.id, user = %job.user, wlm = job.wlm.as_deref().unwrap_or(""), client_uid = job.client_uid, "job submitted by a job starter");
+        }
         job.waiter = Some(Waiter { conn, reply });
         self.jobs.insert(seq, job);
         self.replan();
@@ -955,14 +1068,20 @@ impl Engine {
         let Some(j) = self.jobs.get(&seq) else {
             return false;
         };
-        let Some(pid) = j.pid else { return false };
+        // A registered job may have no process yet; every other job has its client's.
+        let pid = j.pid;
+        if pid.is_none() && !j.held {
+            return false;
+        }
         let Some(waiter) = self.jobs.get_mut(&seq).and_then(|j| j.waiter.take()) else {
             return false;
         };
         let j = &self.jobs[&seq];
         // The process must still be the caller's.
-        if waiter.reply.is_closed() || os::process_uid(&self.cfg.proc_root, pid) != Some(j.uid) {
-            warn!(job = %j.id, pid, "client process vanished before start");
+        if waiter.reply.is_closed()
+            || pid.is_some_and(|p| os::process_uid(&self.cfg.proc_root, p) != Some(j.client_uid))
+        {
+            warn!(job = %j.id, pid = ?pid, "client process vanished before start");
             if let Some(j) = self.jobs.remove(&seq) {
                 self.record_end(&j, End::reason("client left the queue"));
             }
@@ -1016,10 +1135,14 @@ impl Engine {
                     }
                 }
             })
-            .and_then(|_| {
+            .and_then(|_| match pid {
                 // Known before the process can fork: its children are the job's.
-                self.procs.start_job(seq, pid);
-                self.driver.add_process(&cgroup, pid)
+                Some(p) => {
+                    self.procs.start_job(seq, p);
+                    self.driver.add_process(&cgroup, p)
+                }
+                // A registered job without a process yet: its processes come by adoption.
+                None => Ok(()),
             });
         if let Err(e) = placed {
             self.procs.end_job(seq);
@@ -1034,6 +1157,43 @@ impl Engine {
             }
             return false;
         }
+        // An unprivileged client's /tmp: a tmpfs the daemon mounts for it.
+        if let Some(size) = j.tmp_size.filter(|_| j.client_uid != 0) {
+            match crate::tmp::mount_job_tmp(&self.cfg.tmp_root, &cgroup, size, j.uid, j.gid) {
+                Ok(dir) => {
+                    info!(job = %j.id, user = %j.user, dir = %dir.display(), size, "job tmpfs mounted");
+                    let mut st = j.starter_record();
+                    st.tmpdir = Some(dir.display().to_string());
+                    if let Err(e) = self.store.set_starter(seq, &st) {
+                        warn!(job = %j.id, error = %e, "cannot record the job's tmpfs");
+                    }
+                    if let Some(j) = self.jobs.get_mut(&seq) {
+                        j.tmpdir = Some(dir);
+                    }
+                }
+                Err(e) => {
+                    // The client is already in the job's cgroups: tell it, and let the job end
+                    // the usual way when it exits on the error.
+                    error!(job = %j.id, error = %e, "cannot mount the job's tmpfs");
+                    let _ = waiter.reply.send(err(
+                        ErrorCode::Internal,
+                        format!("cannot set up the job's /tmp: {e}"),
+                    ));
+                    let _ = self.store.set_running(seq);
+                    if let Some(j) = self.jobs.get_mut(&seq) {
+                        j.phase = phase;
+                        j.cpus = cpus;
+                        j.mems = mems;
+                        j.started = Some(Instant::now());
+                    }
+                    self.track(seq, true);
+                    return true;
+                }
+            }
+        }
+        let Some(j) = self.jobs.get(&seq) else {
+            return false;
+        };
         if let Err(e) = self.store.set_running(seq) {
             warn!(job = %j.id, error = %e, "cannot mark job running in the store");
         }
@@ -1046,7 +1206,8 @@ impl Engine {
         j.started = Some(Instant::now());
         j.reason = backfill.then(|| "backfill on cpus other jobs hold".to_string());
         info!(
-            job = %j.id, user = %j.user, cpus = %cpus, mems = %mems, pid, role = role_name(phase),
+            job = %j.id, user = %j.user, cpus = %cpus, mems = %mems, pid = ?pid, role = role_name(phase),
+            wlm = j.wlm.as_deref().unwrap_or(""),
             priority = j.req.priority, waited_ms = j.queued_at.elapsed().as_millis() as u64,
             "job started"
         );
@@ -1056,6 +1217,7 @@ impl Engine {
             cpus,
             mems,
             backfill,
+            tmp: j.tmp_reply(),
         });
         self.track(seq, true);
         true
@@ -1174,6 +1336,8 @@ impl Engine {
         }
         let by = os::user_name(cred.uid);
         match what {
+            // Handled by `end` (it answers later); never reaches here.
+            Control::End => err(ErrorCode::Invalid, "end is answered elsewhere"),
             Control::Kill => self.kill(seq, by),
             Control::Suspend => {
                 if j.ending {
@@ -1277,6 +1441,7 @@ impl Engine {
         }
         info!(job = %j.id, user = %j.user, by = %by, "killing job");
         j.killed_by = Some(by);
+        j.held = false;
         if let Err(e) = self.driver.kill(&j.cgroup) {
             return err(ErrorCode::Internal, format!("cannot kill job {job}: {e}"));
         }
@@ -1310,14 +1475,15 @@ impl Engine {
         let Some(job) = self.jobs.get(&seq) else {
             return;
         };
-        if job.started.is_none() {
+        if job.started.is_none() || job.held {
             return;
         }
         let populated = self.driver.is_populated(&job.cgroup).unwrap_or(false);
         if !populated {
-            let reason = match &job.killed_by {
-                Some(by) => format!("killed by {by}"),
-                None => "exited".to_string(),
+            let reason = match (&job.killed_by, &job.ended_by) {
+                (Some(by), _) => format!("killed by {by}"),
+                (None, Some(by)) => format!("ended by {by}"),
+                (None, None) => "exited".to_string(),
             };
             self.finish(seq, &reason);
         } else if job.watch.is_none() {
@@ -1363,6 +1529,12 @@ impl Engine {
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
+        if let Some(dir) = &job.tmpdir {
+            match crate::tmp::remove_job_tmp(dir) {
+                Ok(()) => debug!(job = %job.id, dir = %dir.display(), "job tmpfs removed"),
+                Err(e) => warn!(job = %job.id, error = %e, "cannot remove the job's tmpfs"),
+            }
+        }
         let runtime_ms = job
             .started
             .map(|s| s.elapsed().as_millis() as u64)
@@ -1383,6 +1555,11 @@ impl Engine {
             processes = counts.procs_ever, threads = counts.threads_ever,
             max_processes = counts.procs_max, counts_exact = !counts.lossy, "job ended"
         );
+        for w in job.end_waiters {
+            let _ = w.send(Response::Done {
+                message: format!("job {} ended; its cgroups are gone", job.id),
+            });
+        }
         self.replan();
     }
 
@@ -1405,8 +1582,11 @@ impl Engine {
                 self.recover_queued(rec, id);
                 continue;
             }
+            // Registered by a manager without a process: it lives until the manager ends it.
+            let held = rec.pid.is_none()
+                && matches!(self.store.starter(rec.seq), Ok(Some(st)) if st.wlm.is_some());
             let populated = self.driver.is_populated(&rec.cgroup).unwrap_or(false);
-            if !populated {
+            if !populated && !(held && rec.state == StoredState::Running) {
                 let _ = self.driver.remove_job(&rec.cgroup);
                 let reason = if rec.state == StoredState::Starting {
                     "start interrupted"
@@ -1448,6 +1628,8 @@ impl Engine {
                 ))
                 .unwrap_or_else(Instant::now);
             let mut job = self.job_from_record(&rec, id, phase, cpus, Some(started));
+            self.restore_starter(&mut job);
+            job.held = held;
             // A running job that is frozen was frozen by the memory governor: it stays frozen
             // until the governor finds room for it, with what it uses now as its footprint.
             if matches!(phase, Phase::Primary | Phase::Backfill)
@@ -1463,6 +1645,23 @@ impl Engine {
             let seq = job.seq;
             self.jobs.insert(seq, job);
             self.track(seq, main_alive);
+        }
+        // Per-job tmpfs whose job is gone (ended while the daemon was down, or never started).
+        let keep: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.tmpdir.is_some())
+            .map(|j| j.cgroup.clone())
+            .collect();
+        for name in crate::tmp::list(&self.cfg.tmp_root) {
+            if keep.contains(&name) {
+                continue;
+            }
+            let dir = self.cfg.tmp_root.join(&name);
+            match crate::tmp::remove_job_tmp(&dir) {
+                Ok(()) => info!(dir = %dir.display(), "removed the tmpfs of a job that ended"),
+                Err(e) => warn!(error = %e, "cannot remove a leftover job tmpfs"),
+            }
         }
         // Cgroups below the parent that the store does not know.
         for name in self.driver.list_jobs().map_err(|e| e.to_string())? {
@@ -1493,9 +1692,20 @@ impl Engine {
             return;
         }
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
+        self.restore_starter(&mut job);
         job.reconnect_by = Some(Instant::now() + RECONNECT_GRACE);
         info!(job = %job.id, user = %job.user, "recovered queued job; waiting for its client");
         self.jobs.insert(job.seq, job);
+    }
+
+    /// Take back a recovered job's starter details (owner vs client, WLM id, /tmp).
+    fn restore_starter(&self, job: &mut Job) {
+        if let Ok(Some(st)) = self.store.starter(job.seq) {
+            job.client_uid = st.client_uid;
+            job.wlm = st.wlm;
+            job.tmp_size = st.tmp_size;
+            job.tmpdir = st.tmpdir.map(PathBuf::from);
+        }
     }
 
     fn job_from_record(
@@ -1511,7 +1721,12 @@ impl Engine {
             id,
             name: rec.name.clone(),
             uid: rec.uid,
+            gid: rec.gid,
             user: rec.user.clone(),
+            client_uid: rec.uid,
+            wlm: None,
+            tmp_size: None,
+            tmpdir: None,
             req: Request {
                 ncpus: rec.ncpus as usize,
                 priority: rec.priority,
@@ -1555,6 +1770,9 @@ impl Engine {
                     .map(|s| (s - rec.submitted_ms).max(0))
                     .unwrap_or(0),
             ),
+            held: false,
+            ended_by: None,
+            end_waiters: Vec::new(),
         }
     }
 
@@ -1618,8 +1836,12 @@ impl Engine {
         }
     }
 
-    /// A process outside every job called exec. Adoption rules (issue 6) hook in here.
-    fn on_unknown_exec(&mut self, _pid: u32, _tgid: u32) {}
+    /// A process outside every job called exec: adopt it if it belongs to a registered job.
+    fn on_unknown_exec(&mut self, _pid: u32, tgid: u32) {
+        if self.adopting() {
+            self.examine(tgid, "exec");
+        }
+    }
 
     /// Re-learn every started job's processes from its `cgroup.procs`.
     fn reseed_procs(&mut self) {
@@ -1695,6 +1917,7 @@ impl Engine {
                 mem_bytes: j
                     .started
                     .and_then(|_| self.driver.memory_usage(&j.cgroup).ok()),
+                wlm: j.wlm.clone(),
             }
         };
         let mut jobs: Vec<JobInfo> = self

@@ -5,6 +5,7 @@
 //! runtime. See docs/architecture.md for how the parts fit.
 
 pub mod central_report;
+pub mod adopt;
 pub mod config;
 pub mod engine;
 pub mod metrics;
@@ -13,6 +14,7 @@ pub mod procs;
 pub mod profile;
 pub mod report;
 pub mod server;
+pub mod tmp;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -207,6 +209,21 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         })?),
         None => None,
     };
+    if cfg.adopt_sweep_ms > 0 && !cfg.adopt_env.is_empty() {
+        // The adoption backstop; it does nothing while no registered job runs.
+        let tx = tx.clone();
+        let every = std::time::Duration::from_millis(cfg.adopt_sweep_ms);
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                t.tick().await;
+                if tx.send(engine::Event::Sweep).is_err() {
+                    break;
+                }
+            }
+        });
+    }
     let mut cfg = cfg;
     // memory.high exists only in cgroup v2.
     cfg.governor_cfg.throttle &= driver.mode() == pjw_cgroup::Mode::Unified;

@@ -50,3 +50,8 @@ pub fn user_name(uid: u32) -> String {
         .map(|u| u.name().to_string_lossy().into_owned())
         .unwrap_or_else(|| uid.to_string())
 }
+
+/// uid and primary gid of the user `name`.
+pub fn lookup_user(name: &str) -> Option<(u32, u32)> {
+    uzers::get_user_by_name(name).map(|u| (u.uid(), u.primary_group_id()))
+}

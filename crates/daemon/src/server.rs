@@ -170,59 +170,83 @@ async fn handle(
             }
             Ok(())
         }
+        Request::End { job } => control(&mut stream, &tx, cred, job, Control::End).await,
         Request::Run(run) => {
             if cred.pid == 0 {
-                return write(
-                    &mut stream,
-                    &Response::Error {
-                        code: ErrorCode::Denied,
-                        message: "cannot identify the calling process".into(),
-                    },
-                )
-                .await;
+                return write(&mut stream, &no_pid()).await;
             }
-            let (rtx, mut rrx) = mpsc::unbounded_channel();
-            if tx
-                .send(Event::Submit {
-                    conn,
-                    cred,
-                    req: run,
-                    reply: rtx,
-                })
-                .is_err()
-            {
-                return write(&mut stream, &shutting_down()).await;
+            let (rtx, rrx) = mpsc::unbounded_channel();
+            let ev = Event::Submit {
+                conn,
+                cred,
+                req: run,
+                reply: rtx,
+            };
+            wait_for_start(&mut stream, &tx, conn, ev, rrx).await
+        }
+        Request::Register(reg) => {
+            if cred.pid == 0 {
+                return write(&mut stream, &no_pid()).await;
             }
-            let mut scratch = [0u8; 256];
-            loop {
-                tokio::select! {
-                    resp = rrx.recv() => {
-                        let Some(resp) = resp else {
-                            let _ = write(&mut stream, &shutting_down()).await;
-                            break;
-                        };
-                        let last = !matches!(resp, Response::Queued { .. });
-                        if write(&mut stream, &resp).await.is_err() {
-                            let _ = tx.send(Event::ClientGone { conn });
-                            break;
-                        }
-                        if last {
-                            break;
-                        }
-                    }
-                    n = stream.read(&mut scratch) => {
-                        // The client says nothing more after its request: EOF or an error
-                        // means it is gone (Ctrl-C while queued).
-                        if matches!(n, Ok(0) | Err(_)) {
-                            let _ = tx.send(Event::ClientGone { conn });
-                            break;
-                        }
-                    }
-                }
-            }
-            Ok(())
+            let (rtx, rrx) = mpsc::unbounded_channel();
+            let ev = Event::Register {
+                conn,
+                cred,
+                req: reg,
+                reply: rtx,
+            };
+            wait_for_start(&mut stream, &tx, conn, ev, rrx).await
         }
     }
+}
+
+fn no_pid() -> Response {
+    Response::Error {
+        code: ErrorCode::Denied,
+        message: "cannot identify the calling process".into(),
+    }
+}
+
+/// Hand a `run` or `register` to the engine and relay its answers (`Queued`, then `Started`
+/// or an error) until the last one; a client that goes away while waiting leaves the queue.
+async fn wait_for_start(
+    stream: &mut UnixStream,
+    tx: &mpsc::UnboundedSender<Event>,
+    conn: u64,
+    ev: Event,
+    mut rrx: mpsc::UnboundedReceiver<Response>,
+) -> std::io::Result<()> {
+    if tx.send(ev).is_err() {
+        return write(stream, &shutting_down()).await;
+    }
+    let mut scratch = [0u8; 256];
+    loop {
+        tokio::select! {
+            resp = rrx.recv() => {
+                let Some(resp) = resp else {
+                    let _ = write(stream, &shutting_down()).await;
+                    break;
+                };
+                let last = !matches!(resp, Response::Queued { .. });
+                if write(stream, &resp).await.is_err() {
+                    let _ = tx.send(Event::ClientGone { conn });
+                    break;
+                }
+                if last {
+                    break;
+                }
+            }
+            n = stream.read(&mut scratch) => {
+                // The client says nothing more after its request: EOF or an error
+                // means it is gone (Ctrl-C while queued).
+                if matches!(n, Ok(0) | Err(_)) {
+                    let _ = tx.send(Event::ClientGone { conn });
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Pass a request about one job to the engine and write its answer.

@@ -69,6 +69,38 @@ pub enum Request {
     Priority { job: String, priority: u8 },
     /// Job profiles: totals, and optionally series and per-process rows (see [`report`]).
     Report(ReportQuery),
+    /// Register a workload manager's job (root only): it gets CPUs and cgroups now, under the
+    /// manager's job id, and its processes are adopted into them. Answered like `run`
+    /// ([`Response::Queued`] while it waits, then [`Response::Started`]).
+    Register(RegisterRequest),
+    /// End a registered job (root only): kill what is left in it, remove its cgroups. Answered
+    /// with [`Response::Done`] once its cgroups are gone.
+    End { job: String },
+}
+
+/// A workload manager's job, registered by its prolog or job starter.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    /// The manager's job id; the pjw job id.
+    pub job: String,
+    /// Which manager (`slurm`, `sge`, `pbs`, `lsf`, `condor`, or another word).
+    pub wlm: String,
+    /// The job's owner (a user name on this node).
+    pub user: String,
+    /// CPUs the manager gave the job on this node (≥ 1).
+    pub cpus: u32,
+    /// Memory limit in bytes.
+    #[serde(default)]
+    pub mem: Option<u64>,
+    /// A name for people.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `true`: the calling process joins the job and is its main process (the job ends when
+    /// its cgroup empties, like `run`). `false`: the job has no process yet and is held until
+    /// [`Request::End`].
+    #[serde(default)]
+    pub attach: bool,
 }
 
 /// Where a job may run.
@@ -111,6 +143,16 @@ pub struct RunRequest {
     /// Take the whole node.
     #[serde(default)]
     pub exclusive: bool,
+    /// Run the job as this user (job starter mode). Only root may name another user than
+    /// itself; the client drops its privileges to that user before it execs.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The workload manager's name for the job, `manager:id` (`slurm:42`, `pbs:1234.pbs01`).
+    #[serde(default)]
+    pub wlm: Option<String>,
+    /// Size of the job's private /tmp in bytes; None: the node's default (`[job] tmp`); 0: none.
+    #[serde(default)]
+    pub tmp: Option<u64>,
 }
 
 /// What the daemon answers.
@@ -133,6 +175,11 @@ pub enum Response {
         mems: CpuSet,
         #[serde(default)]
         backfill: bool,
+        /// The job's temporary space. Root client: mount a private /tmp and /var/tmp of this
+        /// many bytes in a new mount namespace. Unprivileged client: the daemon has mounted a
+        /// per-job tmpfs; set TMPDIR to it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tmp: Option<JobTmp>,
     },
     /// Answer to [`Request::Status`].
     Status(StatusReport),
@@ -148,6 +195,17 @@ pub enum Response {
     ReportProcesses { rows: Vec<ProcessRow> },
     /// A report is complete: `count` jobs.
     ReportEnd { count: u32 },
+}
+
+/// A job's temporary space, as told to the client in [`Response::Started`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum JobTmp {
+    /// The (root) client makes a mount namespace with a tmpfs of `size` bytes on /tmp and
+    /// /var/tmp, owned by the job's user.
+    Private { size: u64 },
+    /// The daemon mounted a tmpfs of `size` bytes owned by the user at `dir`.
+    Dir { dir: String, size: u64 },
 }
 
 /// Why a request was refused.
@@ -235,6 +293,9 @@ pub struct JobInfo {
     /// Memory charged to the job now (bytes); absent while queued or from an older daemon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_bytes: Option<u64>,
+    /// The workload manager's name for the job (`slurm:42`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wlm: Option<String>,
 }
 
 /// The node as `pjw status` shows it.
@@ -434,6 +495,9 @@ mod tests {
             job_id: Some("42".into()),
             name: None,
             argv: vec!["sleep".into(), "1".into()],
+            user: Some("alice".into()),
+            wlm: Some("pbs:1234.pbs01".into()),
+            tmp: Some(0),
         });
         assert_eq!(decode_request(&encode_request(&run)).unwrap(), run);
         let bad = [
@@ -451,6 +515,25 @@ mod tests {
                 String::from_utf8_lossy(b)
             );
         }
+    }
+
+    #[test]
+    fn register_and_end_round_trip() {
+        let reg = Request::Register(RegisterRequest {
+            job: "4242".into(),
+            wlm: "slurm".into(),
+            user: "alice".into(),
+            cpus: 2,
+            mem: Some(1 << 30),
+            name: None,
+            attach: false,
+        });
+        let text = String::from_utf8(encode_request(&reg)).unwrap();
+        assert!(text.contains(r#""type":"register""#), "{text}");
+        assert_eq!(decode_request(text.as_bytes()).unwrap(), reg);
+        let end = Request::End { job: "4242".into() };
+        assert_eq!(decode_request(&encode_request(&end)).unwrap(), end);
+        assert!(decode_request(br#"{"v":1,"req":{"type":"register","job":"1"}}"#).is_err());
     }
 
     #[test]

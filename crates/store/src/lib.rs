@@ -52,6 +52,14 @@
 //! CREATE INDEX job_summary_unshipped ON job_summary(seq) WHERE shipped_at IS NULL;
 //! CREATE INDEX jobs_ended ON jobs(ended_ms) WHERE state = 'ended';
 //! CREATE INDEX jobs_uid ON jobs(uid, seq);
+//! -- version 4: job starter mode and per-job /tmp (a side table: most jobs need no row)
+//! CREATE TABLE job_starter (
+//!     seq        INTEGER PRIMARY KEY,  -- jobs.seq
+//!     wlm        TEXT,                 -- the workload manager's name for the job, 'slurm:42'
+//!     client_uid INTEGER NOT NULL,     -- uid of the process that asked (root for `--user`)
+//!     tmp_size   INTEGER,              -- the job's /tmp size in bytes; NULL: none
+//!     tmpdir     TEXT                  -- the per-job tmpfs the daemon mounted, until removed
+//! );
 //! ```
 //! Samples are written in batches (one transaction each); a finished job's summary is written in
 //! the same transaction that marks it ended ([`Store::finish_job`]); retention and the size cap
@@ -75,7 +83,7 @@ use pjw_core::CpuSet;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -167,7 +175,28 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX job_summary_unshipped ON job_summary(seq) WHERE shipped_at IS NULL;
      CREATE INDEX jobs_ended ON jobs(ended_ms) WHERE state = 'ended';
      CREATE INDEX jobs_uid ON jobs(uid, seq);",
+    // 4: job starter mode (owner other than the caller, the WLM's id) and per-job /tmp.
+    "CREATE TABLE job_starter (
+         seq        INTEGER PRIMARY KEY,
+         wlm        TEXT,
+         client_uid INTEGER NOT NULL,
+         tmp_size   INTEGER,
+         tmpdir     TEXT
+     );",
 ];
+
+/// What a job started through `pjw run --user/--from-env/--tmp` has beyond [`JobRecord`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StarterRecord {
+    /// The workload manager's name for the job (`slurm:42`).
+    pub wlm: Option<String>,
+    /// uid of the process that asked (root in job starter mode; else the owner).
+    pub client_uid: u32,
+    /// Size of the job's /tmp in bytes.
+    pub tmp_size: Option<u64>,
+    /// The per-job tmpfs the daemon mounted (unprivileged clients), until it is removed.
+    pub tmpdir: Option<String>,
+}
 
 /// Errors of the store; each names the database file.
 #[derive(Debug, thiserror::Error)]
@@ -495,6 +524,43 @@ impl Store {
         Ok(())
     }
 
+    /// Record a job's starter details (replacing earlier ones).
+    pub fn set_starter(&self, seq: i64, s: &StarterRecord) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO job_starter (seq, wlm, client_uid, tmp_size, tmpdir)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    seq,
+                    s.wlm,
+                    s.client_uid,
+                    s.tmp_size.map(|b| b as i64),
+                    s.tmpdir
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// A job's starter details, if it has any.
+    pub fn starter(&self, seq: i64) -> Result<Option<StarterRecord>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT wlm, client_uid, tmp_size, tmpdir FROM job_starter WHERE seq = ?1",
+                params![seq],
+                |r| {
+                    Ok(StarterRecord {
+                        wlm: r.get(0)?,
+                        client_uid: r.get(1)?,
+                        tmp_size: r.get::<_, Option<i64>>(2)?.map(|b| b as u64),
+                        tmpdir: r.get(3)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(self.err())
+    }
+
     /// Jobs not ended, oldest first.
     pub fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         self.query_jobs("WHERE state <> 'ended' ORDER BY seq", [])
@@ -719,6 +785,25 @@ mod tests {
         s.set_priority(live[0].seq, 3).unwrap();
         let j = s.job(live[0].seq).unwrap().unwrap();
         assert_eq!((j.role.as_str(), j.priority), ("backfill", 3));
+    }
+
+    #[test]
+    fn starter_details_are_kept_beside_the_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let seq = s.insert_job(&job("pbs1")).unwrap();
+        assert_eq!(s.starter(seq).unwrap(), None);
+        let mut st = StarterRecord {
+            wlm: Some("pbs:1234.pbs01".into()),
+            client_uid: 0,
+            tmp_size: Some(16 << 20),
+            tmpdir: None,
+        };
+        s.set_starter(seq, &st).unwrap();
+        assert_eq!(s.starter(seq).unwrap().as_ref(), Some(&st));
+        st.tmpdir = Some("/var/lib/pjw/tmp/job-pbs1".into());
+        s.set_starter(seq, &st).unwrap();
+        assert_eq!(s.starter(seq).unwrap(), Some(st));
     }
 
     #[test]

@@ -1,0 +1,251 @@
+//! Workload-manager hooks: `pjw job register|end`, `pjw slurm prolog|epilog`,
+//! `pjw sge shepherd`. They run as root from the manager's daemons (slurmd, sge_execd) and
+//! find the pjw daemon through `PJW_SOCKET` like every client.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::time::Duration;
+
+use pjw_core::CpuSet;
+use pjw_proto::{Client, ErrorCode, RegisterRequest, Request, Response};
+
+use crate::cli::{JobCommand, RegisterArgs, SgeCommand, SlurmCommand};
+use crate::wlm_parse::{self, WlmJob};
+
+fn fail(msg: impl std::fmt::Display) -> i32 {
+    eprintln!("pjw: {msg}");
+    1
+}
+
+/// Register `job`; waits while it is queued. Returns the CPUs it got.
+fn register(
+    wlm: &str,
+    job: &WlmJob,
+    name: Option<String>,
+    attach: bool,
+) -> Result<CpuSet, (Option<ErrorCode>, String)> {
+    let req = RegisterRequest {
+        job: job.id.clone(),
+        wlm: wlm.to_string(),
+        user: job.user.clone(),
+        cpus: job.cpus,
+        mem: job.mem,
+        name,
+        attach,
+    };
+    let mut c = Client::connect(&pjw_proto::socket_path()).map_err(|e| (None, e.to_string()))?;
+    c.send(&Request::Register(req))
+        .map_err(|e| (None, e.to_string()))?;
+    let mut said = false;
+    loop {
+        match c.recv() {
+            Ok(Response::Queued {
+                job,
+                position,
+                reason,
+            }) if !said => {
+                eprintln!("pjw: job {job} queued (position {position}): {reason}");
+                said = true;
+            }
+            Ok(Response::Queued { .. }) => {}
+            Ok(Response::Started { cpus, .. }) => return Ok(cpus),
+            Ok(Response::Error { code, message }) => return Err((Some(code), message)),
+            Ok(other) => return Err((None, format!("unexpected answer: {other:?}"))),
+            Err(e) => return Err((None, e.to_string())),
+        }
+    }
+}
+
+/// End registered job `id`; a job pjw does not know is not an error (never registered, or
+/// already ended).
+fn end(id: &str) -> i32 {
+    let mut c = match Client::connect(&pjw_proto::socket_path()) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    // Ending waits for the job's processes to be killed and its cgroups removed.
+    if let Err(e) = c.set_read_timeout(Some(Duration::from_secs(120))) {
+        return fail(e);
+    }
+    match c.call(&Request::End { job: id.to_string() }) {
+        Ok(Response::Done { message }) => {
+            eprintln!("pjw: {message}");
+            0
+        }
+        Ok(Response::Error {
+            code: ErrorCode::NotFound,
+            message,
+        }) => {
+            eprintln!("pjw: {message}; nothing to end");
+            0
+        }
+        Ok(Response::Error { message, .. }) => fail(message),
+        Ok(other) => fail(format!("unexpected answer: {other:?}")),
+        Err(e) => fail(e),
+    }
+}
+
+fn exec(command: &[std::ffi::OsString]) -> i32 {
+    let e = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .exec();
+    let prog = command[0].to_string_lossy();
+    if e.kind() == std::io::ErrorKind::NotFound {
+        eprintln!("pjw: {prog}: command not found");
+        127
+    } else {
+        eprintln!("pjw: {prog}: {e}");
+        126
+    }
+}
+
+pub fn job(c: JobCommand) -> i32 {
+    match c {
+        JobCommand::Register(a) => job_register(a),
+        JobCommand::End(k) => end(&k.job),
+    }
+}
+
+fn job_register(a: RegisterArgs) -> i32 {
+    let mem = match a.mem.as_deref().map(pjw_core::parse_size).transpose() {
+        Ok(m) => m,
+        Err(e) => return fail(format!("--mem: {e}")),
+    };
+    if a.cpus == 0 {
+        return fail("--cpus must be at least 1");
+    }
+    if let Err(e) = pjw_core::JobId::new(&a.job_id) {
+        return fail(e);
+    }
+    let job = WlmJob {
+        id: a.job_id,
+        user: a.user,
+        cpus: a.cpus,
+        mem,
+    };
+    let attach = !a.command.is_empty();
+    match register(&a.wlm, &job, a.name, attach) {
+        Ok(_) if attach => exec(&a.command),
+        Ok(cpus) => {
+            println!("job {} registered on cpus {cpus}", job.id);
+            0
+        }
+        Err((_, msg)) if attach => {
+            eprintln!("pjw: {msg}");
+            125
+        }
+        Err((_, msg)) => fail(msg),
+    }
+}
+
+fn env_job_id(var: &str) -> Result<String, String> {
+    let id = std::env::var(var).map_err(|_| format!("{var} is not set (not run by slurmd?)"))?;
+    pjw_core::JobId::new(&id).map_err(|e| e.to_string())?;
+    Ok(id)
+}
+
+/// `scontrol`: `$SCONTROL`, else /usr/bin/scontrol (slurmd gives its Prolog no PATH).
+fn scontrol() -> std::ffi::OsString {
+    if let Some(p) = std::env::var_os("SCONTROL") {
+        return p;
+    }
+    if Path::new("/usr/bin/scontrol").exists() {
+        return "/usr/bin/scontrol".into();
+    }
+    "scontrol".into()
+}
+
+pub fn slurm(c: SlurmCommand) -> i32 {
+    match c {
+        SlurmCommand::Prolog => {
+            let id = match env_job_id("SLURM_JOB_ID") {
+                Ok(id) => id,
+                Err(e) => return fail(e),
+            };
+            let node = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default()
+            });
+            let out = match std::process::Command::new(scontrol())
+                .args(["show", "job", "-d", &id])
+                .output()
+            {
+                Ok(o) => o,
+                Err(e) => return fail(format!("cannot run scontrol: {e}")),
+            };
+            if !out.status.success() {
+                return fail(format!(
+                    "scontrol show job -d {id} failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            let job = match wlm_parse::parse_scontrol(&String::from_utf8_lossy(&out.stdout), &node)
+            {
+                Ok(j) => j,
+                Err(e) => return fail(format!("scontrol show job -d {id}: {e}")),
+            };
+            if job.id != id {
+                return fail(format!("scontrol answered for job {} instead of {id}", job.id));
+            }
+            let name = std::env::var("SLURM_JOB_NAME").ok();
+            match register("slurm", &job, name, false) {
+                Ok(cpus) => {
+                    eprintln!(
+                        "pjw: slurm job {id} of {} registered on cpus {cpus}",
+                        job.user
+                    );
+                    0
+                }
+                Err((_, msg)) => fail(format!("slurm job {id}: {msg}")),
+            }
+        }
+        SlurmCommand::Epilog => match env_job_id("SLURM_JOB_ID") {
+            Ok(id) => end(&id),
+            Err(e) => fail(e),
+        },
+    }
+}
+
+pub fn sge(c: SgeCommand) -> i32 {
+    match c {
+        SgeCommand::Shepherd(a) => {
+            // execd gives the wrapper no job variables: the job is ./environment and ./config.
+            let job = match pjw_wlm::read::read_with(
+                Some(pjw_wlm::Manager::Sge),
+                &pjw_wlm::Env::new(),
+                Path::new("."),
+            ) {
+                Ok(w) => match (w.user, w.cpus) {
+                    (Some(user), cpus) => WlmJob {
+                        id: w.pjw_id,
+                        user,
+                        cpus: cpus.unwrap_or(1).max(1),
+                        mem: w.mem,
+                    },
+                    (None, _) => {
+                        eprintln!("pjw: grid engine job {}: no job_owner in ./config", w.job_id);
+                        return 125;
+                    }
+                },
+                Err(e) => {
+                    eprintln!("pjw: grid engine job: {e}");
+                    return 125;
+                }
+            };
+            match register("sge", &job, None, true) {
+                Ok(_) => exec(&a.command),
+                // Another task of a job already registered (a `qrsh -inherit` slave): its
+                // processes carry JOB_ID and are adopted into that job.
+                Err((Some(ErrorCode::Conflict), msg)) => {
+                    eprintln!("pjw: {msg}; starting the shepherd outside it (adoption applies)");
+                    exec(&a.command)
+                }
+                Err((_, msg)) => {
+                    eprintln!("pjw: grid engine job {}: {msg}", job.id);
+                    125
+                }
+            }
+        }
+    }
+}

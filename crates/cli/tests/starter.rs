@@ -1,0 +1,475 @@
+//! Root tests of job starter mode and per-job /tmp: `pjw run --user`, `--from-env`, `--tmp`,
+//! against a real daemon and real cgroups (pjw-testkit), with real mounts and namespaces.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use pjw_testkit::{require_root, TestDaemon};
+
+const NOBODY: u32 = 65534;
+
+fn pjw_bin() -> &'static Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw")))
+}
+
+fn jobs(status: &serde_json::Value) -> Vec<serde_json::Value> {
+    status["jobs"].as_array().cloned().unwrap_or_default()
+}
+
+/// Let unprivileged clients reach the daemon's socket.
+fn open_to_users(d: &TestDaemon) {
+    std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Read the child's stdout up to a line `END`.
+fn lines_until_end(c: &mut Child) -> Vec<String> {
+    let out = c.stdout.take().expect("piped stdout");
+    let mut r = BufReader::new(out);
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        if r.read_line(&mut l).unwrap_or(0) == 0 {
+            break;
+        }
+        let l = l.trim_end().to_string();
+        if l == "END" {
+            break;
+        }
+        lines.push(l);
+    }
+    // Keep the pipe open until the job ends (the job may still write).
+    std::mem::forget(r);
+    lines
+}
+
+fn field<'a>(lines: &'a [String], key: &str) -> &'a str {
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no {key} in {lines:#?}"))
+        .trim()
+}
+
+fn wait_gone(d: &TestDaemon, id: &str) {
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(20), || !jobs(&d.status())
+            .iter()
+            .any(|j| j["id"] == id)),
+        "job {id} did not end:\n{}",
+        d.log()
+    );
+}
+
+fn kill_job(d: &TestDaemon, id: &str) {
+    let st = d.pjw().args(["kill", id]).status().unwrap();
+    assert!(st.success());
+    wait_gone(d, id);
+}
+
+/// The system's answer for a user's groups, as the reference.
+/// `stat -f -c '%b*%S'` output (blocks times block size) in bytes.
+fn bytes(text: &str) -> u64 {
+    let (b, s) = text.split_once('*').unwrap_or_else(|| panic!("{text:?}"));
+    b.trim().parse::<u64>().unwrap() * s.trim().parse::<u64>().unwrap()
+}
+
+fn groups_of(user: &str) -> String {
+    let out = Command::new("id").args(["-G", user]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn root_runs_a_job_as_nobody_with_nobodys_groups_in_its_cgroup() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), "");
+    open_to_users(&d);
+    let mut c = d
+        .pjw()
+        .args(["run", "--user", "nobody", "-j", "asnobody", "--"])
+        .args([
+            "sh",
+            "-c",
+            "echo user=$(id -un); echo groups=$(id -G); grep -E '^(Uid|Gid|CapEff|CapPrm):' /proc/self/status | tr -s '\\t' ' '; \
+             echo home=$HOME; echo env_user=$USER; echo logname=$LOGNAME; echo cg=$(cat /proc/self/cgroup | tr '\\n' ' '); \
+             echo END; exec sleep 600",
+        ])
+        .current_dir("/")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_until_end(&mut c);
+    assert_eq!(field(&lines, "user="), "nobody", "{lines:#?}");
+    assert_eq!(field(&lines, "groups="), groups_of("nobody"));
+    // Real, effective, saved and filesystem ids are all nobody's; no capability is left.
+    assert_eq!(
+        field(&lines, "Uid:"),
+        format!("{NOBODY} {NOBODY} {NOBODY} {NOBODY}")
+    );
+    assert_eq!(
+        field(&lines, "Gid:"),
+        format!("{NOBODY} {NOBODY} {NOBODY} {NOBODY}")
+    );
+    assert_eq!(field(&lines, "CapEff:"), "0000000000000000");
+    assert_eq!(field(&lines, "CapPrm:"), "0000000000000000");
+    assert_eq!(field(&lines, "env_user="), "nobody");
+    assert_eq!(field(&lines, "logname="), "nobody");
+    assert_eq!(field(&lines, "home="), "/nonexistent");
+    assert!(field(&lines, "cg=").contains("/job-asnobody"), "{lines:#?}");
+    // The daemon records nobody as the owner; the job's process is in the job's cgroups.
+    let st = d.status();
+    let j = jobs(&st)
+        .into_iter()
+        .find(|j| j["id"] == "asnobody")
+        .unwrap();
+    assert_eq!(
+        (j["user"].as_str(), j["uid"].as_u64()),
+        (Some("nobody"), Some(NOBODY as u64))
+    );
+    let procs = d.driver().procs("job-asnobody").unwrap();
+    assert!(procs.contains(&c.id()), "{procs:?} lacks {}", c.id());
+    // nobody may kill the job: its owner is nobody, not root who started it.
+    let out = d
+        .pjw()
+        .args(["kill", "asnobody"])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_gone(&d, "asnobody");
+    let _ = c.wait();
+}
+
+#[test]
+fn only_root_may_name_another_user_and_unknown_users_are_refused() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), "");
+    open_to_users(&d);
+    let as_nobody = |args: &[&str]| {
+        d.pjw()
+            .args(args)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .current_dir("/")
+            .output()
+            .unwrap()
+    };
+    let out = as_nobody(&["run", "--user", "root", "--", "id", "-u"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("only root may run a job as another user (root)"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // Naming oneself is fine.
+    let out = as_nobody(&["run", "--user", "nobody", "--", "id", "-u"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        NOBODY.to_string()
+    );
+    // An unknown user, from root.
+    let out = d
+        .pjw()
+        .args(["run", "--user", "no-such-user-pjw", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such user: no-such-user-pjw"));
+    assert!(jobs(&d.status()).is_empty());
+}
+
+#[test]
+fn from_env_takes_id_user_cpus_and_memory_from_the_manager() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), "");
+    // A Slurm task's environment as slurmstepd sets it, for a job of nobody's.
+    let mut c = d
+        .pjw()
+        .args(["run", "--from-env", "slurm", "--"])
+        .args(["sh", "-c", "echo user=$(id -un); echo END; exec sleep 600"])
+        .env("SLURM_JOB_ID", "4242")
+        .env("SLURM_JOB_USER", "nobody")
+        .env("SLURM_CPUS_ON_NODE", "1")
+        .env("SLURM_MEM_PER_CPU", "64")
+        .env("SLURM_JOB_NAME", "wrap")
+        .current_dir("/")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_until_end(&mut c);
+    assert_eq!(field(&lines, "user="), "nobody");
+    let j = jobs(&d.status())
+        .into_iter()
+        .find(|j| j["id"] == "4242")
+        .unwrap_or_else(|| panic!("no job 4242: {}", d.log()));
+    assert_eq!(j["user"], "nobody");
+    assert_eq!(j["ncpus"], 1);
+    assert_eq!(j["mem"], 64u64 << 20);
+    assert_eq!(j["name"], "wrap");
+    assert_eq!(j["wlm"], "slurm:4242");
+    let text = d.pjw().arg("status").output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("4242: workload manager job slurm:4242"));
+    kill_job(&d, "4242");
+    let _ = c.wait();
+    // No manager in sight: a clear error.
+    let out = d
+        .pjw()
+        .args(["run", "--from-env", "--", "true"])
+        .env_clear()
+        .env("PJW_SOCKET", d.socket())
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no workload manager job found"));
+}
+
+#[test]
+fn a_root_jobs_private_tmp_is_limited_owned_by_the_user_and_leaves_the_host_alone() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), "");
+    let marker = format!("pjw-private-tmp-{}", std::process::id());
+    let script = format!(
+        "echo tmpdir=$TMPDIR; echo owner=$(stat -c %U /tmp) $(stat -c %U /var/tmp 2>/dev/null || echo none); \
+         echo fs=$(stat -f -c %T /tmp); echo size=$(stat -f -c '%b*%S' /tmp); \
+         touch /tmp/{marker} /var/tmp/{marker}; \
+         dd if=/dev/zero of=/tmp/fill bs=1M count=32 2>&1 | head -1; echo dd_status=$?; \
+         echo END; exec sleep 600"
+    );
+    let mut c = d
+        .pjw()
+        .args([
+            "run", "--user", "nobody", "--tmp", "16M", "-j", "tmpjob", "--", "sh", "-c",
+        ])
+        .arg(&script)
+        .current_dir("/")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_until_end(&mut c);
+    assert_eq!(field(&lines, "tmpdir="), "/tmp");
+    // /var/tmp shares the tmpfs where the machine has a /var/tmp (the VM guest has none).
+    let var_tmp = if Path::new("/var/tmp").is_dir() {
+        "nobody"
+    } else {
+        "none"
+    };
+    assert_eq!(field(&lines, "owner="), format!("nobody {var_tmp}"));
+    assert_eq!(field(&lines, "fs="), "tmpfs");
+    assert_eq!(bytes(field(&lines, "size=")), 16 << 20);
+    assert!(
+        lines.iter().any(|l| l.contains("No space left on device")),
+        "{lines:#?}"
+    );
+    // The host sees none of it, while the job runs.
+    assert!(!Path::new("/tmp").join(&marker).exists());
+    assert!(!Path::new("/var/tmp").join(&marker).exists());
+    // The job's own mount table has the tmpfs; the host's (ours) has not.
+    let mine = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let on_tmp = |l: &&str| {
+        let mp = l.split_whitespace().nth(4).unwrap_or("");
+        (mp == "/tmp" || mp == "/var/tmp") && l.contains("pjw-tmp")
+    };
+    assert!(
+        !mine.lines().any(|l| on_tmp(&l)),
+        "a job tmpfs leaked into the host"
+    );
+    let theirs = std::fs::read_to_string(format!("/proc/{}/mountinfo", c.id())).unwrap();
+    assert!(
+        theirs.contains(" /tmp ") && theirs.contains("pjw-tmp"),
+        "{theirs}"
+    );
+    kill_job(&d, "tmpjob");
+    let _ = c.wait();
+    assert!(!Path::new("/tmp").join(&marker).exists());
+    assert!(!Path::new("/var/tmp").join(&marker).exists());
+    // --tmp 0 turns it off even where the node has a default.
+    let d2 = TestDaemon::start(pjw_bin(), "[job]\ntmp = \"32M\"");
+    let out = d2
+        .pjw()
+        .args([
+            "run",
+            "--tmp",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            "stat -c %d:%i /tmp; echo ${TMPDIR:-unset}",
+        ])
+        .env_remove("TMPDIR")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let host = std::fs::metadata("/tmp").unwrap();
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        [format!("{}:{}", host.dev(), host.ino()).as_str(), "unset"],
+        "the job without a private /tmp sees the host's"
+    );
+    // The node default applies without --tmp.
+    let out = d2
+        .pjw()
+        .args(["run", "--", "sh", "-c", "stat -f -c '%b*%S' /tmp"])
+        .output()
+        .unwrap();
+    assert_eq!(bytes(String::from_utf8_lossy(&out.stdout).trim()), 32 << 20);
+}
+
+#[test]
+fn an_unprivileged_jobs_tmpdir_is_a_limited_tmpfs_of_its_own_removed_at_the_end_and_after_a_crash()
+{
+    require_root!();
+    let base = tempfile::Builder::new()
+        .prefix("pjw-tmproot")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = base.path().join("jobs");
+    let mut d = TestDaemon::start(
+        pjw_bin(),
+        &format!("[job]\ntmp_root = \"{}\"", root.display()),
+    );
+    open_to_users(&d);
+    let start = |id: &str| {
+        d.pjw()
+            .args(["run", "--tmp", "16M", "-j", id, "--", "sh", "-c"])
+            .arg(
+                "echo tmpdir=$TMPDIR; echo owner=$(stat -c '%u %a' $TMPDIR); \
+                 echo size=$(stat -f -c '%b*%S' $TMPDIR); \
+                 dd if=/dev/zero of=$TMPDIR/fill bs=1M count=32 2>&1 | head -1; \
+                 echo END; exec sleep 600",
+            )
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .current_dir("/")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut c = start("usertmp");
+    let lines = lines_until_end(&mut c);
+    let dir = PathBuf::from(field(&lines, "tmpdir="));
+    assert_eq!(dir, root.join("job-usertmp"));
+    assert_eq!(field(&lines, "owner="), format!("{NOBODY} 700"));
+    assert_eq!(bytes(field(&lines, "size=")), 16 << 20);
+    assert!(
+        lines.iter().any(|l| l.contains("No space left on device")),
+        "{lines:#?}"
+    );
+    // On the host: a tmpfs mount owned by the user.
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(mounts.contains(&format!(" {} ", dir.display())), "{mounts}");
+    assert_eq!(std::fs::metadata(&dir).unwrap().uid(), NOBODY);
+    kill_job(&d, "usertmp");
+    let _ = c.wait();
+    assert!(!dir.exists(), "{} left after the job", dir.display());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&format!(" {} ", dir.display())));
+
+    // A crash: the job ends while the daemon is down; the restart removes its tmpfs.
+    let mut c = start("crashtmp");
+    let lines = lines_until_end(&mut c);
+    let dir = PathBuf::from(field(&lines, "tmpdir="));
+    assert!(dir.is_dir());
+    d.kill9();
+    let _ = c.kill();
+    let _ = c.wait();
+    assert!(dir.exists(), "nothing removed it yet");
+    d.restart();
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(20), || !dir.exists()),
+        "{} left after recovery:\n{}",
+        dir.display(),
+        d.log()
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&format!(" {} ", dir.display())));
+}
+
+/// Every process's mount namespace, as `mnt:[inode]`.
+fn mount_namespaces() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_link(e.path().join("ns/mnt")).ok())
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+#[test]
+fn a_job_writing_2g_into_a_256m_tmp_gets_enospc_and_disturbs_no_other_job() {
+    require_root!();
+    let d = TestDaemon::start(pjw_bin(), "");
+    // Job B keeps a file in its own /tmp and waits for a line on stdin.
+    let mut b = d
+        .pjw()
+        .args(["run", "--tmp", "64M", "-j", "quiet", "--", "sh", "-c"])
+        .arg("echo kept > /tmp/mine; echo END; read x; echo mine=$(cat /tmp/mine); echo big=$(ls /tmp/big 2>/dev/null | wc -l); echo END")
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut b_out = BufReader::new(b.stdout.take().unwrap());
+    let mut line = String::new();
+    b_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "END");
+    // Job A fills its 256M /tmp with 2 GiB.
+    let a = d
+        .pjw()
+        .args(["run", "--user", "nobody", "--tmp", "256M", "-j", "filler", "--", "sh", "-c"])
+        .arg("echo ns=$(readlink /proc/self/ns/mnt); dd if=/dev/zero of=/tmp/big bs=1M count=2048; echo dd=$?; echo used=$(du -sk /tmp/big | cut -f1)")
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&a.stdout);
+    let err = String::from_utf8_lossy(&a.stderr);
+    assert!(err.contains("No space left on device"), "{err}");
+    let lines: Vec<String> = out.lines().map(String::from).collect();
+    assert_ne!(field(&lines, "dd="), "0");
+    let used: u64 = field(&lines, "used=").parse().unwrap();
+    assert!(
+        used <= 256 * 1024 && used > 200 * 1024,
+        "{used} KiB written"
+    );
+    let ns = field(&lines, "ns=").to_string();
+    wait_gone(&d, "filler");
+    // The job's mount namespace, and with it its tmpfs, is gone with the job.
+    assert!(
+        !mount_namespaces().contains(&ns),
+        "mount namespace {ns} of the ended job still exists"
+    );
+    // B's /tmp is untouched and never saw A's file.
+    use std::io::Write;
+    writeln!(b.stdin.as_mut().unwrap(), "go").unwrap();
+    let mut rest = Vec::new();
+    loop {
+        let mut l = String::new();
+        if b_out.read_line(&mut l).unwrap() == 0 || l.trim() == "END" {
+            break;
+        }
+        rest.push(l.trim().to_string());
+    }
+    assert_eq!(field(&rest, "mine="), "kept");
+    assert_eq!(field(&rest, "big="), "0");
+    assert!(b.wait().unwrap().success());
+}

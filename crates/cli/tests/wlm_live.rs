@@ -1,0 +1,409 @@
+//! Live tests against the real Slurm and Grid Engine from Debian (root, host only).
+//!
+//! Each test starts a private pjw daemon (testkit), then the manager with scripts/wlm/*-up.sh
+//! (which install the packages when missing) with pjw's hooks from packaging/ pointed at that
+//! daemon through an env file (`PJW_WLM_ENV`), runs real jobs through the manager and checks
+//! where they ran. A guard runs scripts/wlm/down.sh, which stops every daemon the up script
+//! started, by pid, also when an assertion fails. Skipped only inside the VM tier's guest,
+//! which has no Slurm and no Grid Engine; on the host their absence is a failure.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use pjw_core::CpuSet;
+use pjw_testkit::{require_root, TestDaemon};
+
+/// Both managers see the whole node; pjw hands out two CPUs (the test machine has two).
+const CONFIG: &str = "cpus = \"0-1\"\n[adopt]\nsweep_interval_ms = 100\n";
+
+fn pjw_bin() -> PathBuf {
+    pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A running manager; dropping it stops it (down.sh: by the pids the up script recorded).
+struct Wlm {
+    dir: tempfile::TempDir,
+}
+
+impl Wlm {
+    /// Start `script` (slurm-up.sh or sge-up.sh) with pjw's hooks talking to `d`.
+    fn up(script: &str, d: &TestDaemon) -> Wlm {
+        let dir = tempfile::Builder::new()
+            .prefix("pjw-wlm")
+            .tempdir()
+            .expect("temp dir");
+        // The manager's daemons and the jobs' owner (nobody) must reach files in here.
+        set_mode(dir.path(), 0o755);
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        set_mode(&out, 0o1777);
+        let env = dir.path().join("pjw-wlm.env");
+        std::fs::write(
+            &env,
+            format!(
+                "PJW_SOCKET={}\nPJW={}\n",
+                d.socket().display(),
+                pjw_bin().display()
+            ),
+        )
+        .unwrap();
+        let w = Wlm { dir };
+        let res = Command::new(repo().join("scripts/wlm").join(script))
+            .arg(w.dir.path())
+            .arg(&env)
+            .output()
+            .expect("run up script");
+        assert!(
+            res.status.success(),
+            "{script} failed:\n{}{}",
+            String::from_utf8_lossy(&res.stdout),
+            String::from_utf8_lossy(&res.stderr)
+        );
+        w
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn out(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+
+    /// A manager command with its environment (SLURM_CONF, SGE_ROOT/SGE_CELL).
+    fn cmd(&self, prog: &str) -> Command {
+        let mut c = Command::new(prog);
+        c.env("SLURM_CONF", self.dir().join("slurm.conf"))
+            .env("SGE_ROOT", "/var/lib/gridengine")
+            .env("SGE_CELL", "default")
+            .current_dir(self.out())
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for f in ["log/slurmd.log", "log/slurmctld.log", "log/execd.out", "log/qmaster.out"] {
+            if let Ok(t) = std::fs::read_to_string(self.dir().join(f)) {
+                let tail: Vec<&str> = t.lines().rev().take(30).collect();
+                s.push_str(&format!("--- {f}\n"));
+                for l in tail.into_iter().rev() {
+                    s.push_str(l);
+                    s.push('\n');
+                }
+            }
+        }
+        s
+    }
+}
+
+impl Drop for Wlm {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("scripts/wlm/down.sh"))
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+fn set_mode(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn ok(o: &Output, what: &str) -> String {
+    assert!(
+        o.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn skip_in_guest() -> bool {
+    if pjw_testkit::in_vm_guest() {
+        eprintln!("skipped: no Slurm or Grid Engine in the VM guest");
+        return true;
+    }
+    false
+}
+
+/// A job script: wait (bounded) until the job runs inside a pjw job cgroup, write where it
+/// runs to OUT, then wait for GO (bounded) so that jobs overlap while the test looks.
+fn job_script(out: &Path, go: &Path) -> String {
+    format!(
+        "#!/bin/sh\n\
+         i=0; while ! grep -q /job- /proc/self/cgroup && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n\
+         {{ grep '^0::' /proc/self/cgroup; grep Cpus_allowed_list /proc/self/status; id -u; }} > {out}.tmp\n\
+         mv {out}.tmp {out}\n\
+         i=0; while [ ! -e {go} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done\n",
+        out = out.display(),
+        go = go.display()
+    )
+}
+
+/// What a job wrote: its cgroup2 path, its allowed CPUs, its uid.
+fn job_report(p: &Path) -> (String, CpuSet, u32) {
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(60), || p.exists()),
+        "{} never written",
+        p.display()
+    );
+    let t = std::fs::read_to_string(p).unwrap();
+    let mut l = t.lines();
+    let cg = l.next().unwrap_or_default().to_string();
+    let cpus = l
+        .next()
+        .and_then(|x| x.split_once(':'))
+        .map(|(_, v)| CpuSet::parse_list(v.trim()).unwrap())
+        .unwrap_or_default();
+    let uid = l.next().and_then(|x| x.trim().parse().ok()).unwrap_or(u32::MAX);
+    (cg, cpus, uid)
+}
+
+fn jobs_of(st: &serde_json::Value, wlm: &str) -> Vec<serde_json::Value> {
+    st["jobs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|j| {
+                    j["wlm"]
+                        .as_str()
+                        .is_some_and(|w| w == format!("{wlm}:{}", j["id"].as_str().unwrap_or("")))
+                })
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn cpus_of(j: &serde_json::Value) -> CpuSet {
+    CpuSet::parse_list(j["cpus"].as_str().unwrap_or("")).unwrap()
+}
+
+/// The pjw job cgroup `pid` is in, if any.
+fn job_of(d: &TestDaemon, pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    d.driver()
+        .job_of(&pjw_kernelfs::proc_cgroup::parse(&text).ok()?)
+}
+
+fn no_job_cgroups(d: &TestDaemon) -> bool {
+    d.driver().list_jobs().map(|l| l.is_empty()).unwrap_or(false)
+}
+
+fn spawn_outsider(id: &str) -> Child {
+    Command::new("setsid")
+        .args(["sleep", "600"])
+        .env("SLURM_JOB_ID", id)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn setsid sleep")
+}
+
+#[test]
+fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
+    require_root!();
+    if skip_in_guest() {
+        return;
+    }
+    let d = TestDaemon::start(&pjw_bin(), CONFIG);
+    let w = Wlm::up("slurm-up.sh", &d);
+    let out = w.out();
+
+    // Two 1-CPU batch jobs at once.
+    let go = out.join("go1");
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let script = out.join(format!("job{n}.sh"));
+        std::fs::write(&script, job_script(&out.join(format!("job{n}.out")), &go)).unwrap();
+        let o = w
+            .cmd("sbatch")
+            .args(["-n1", "-o", "/dev/null"])
+            .arg(&script)
+            .output()
+            .unwrap();
+        let text = ok(&o, "sbatch");
+        let id = text
+            .trim()
+            .strip_prefix("Submitted batch job ")
+            .unwrap_or_else(|| panic!("sbatch said {text:?}"))
+            .to_string();
+        ids.push(id);
+    }
+    let mut seen = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        let (cg, allowed, _) = job_report(&out.join(format!("job{n}.out")));
+        assert!(
+            cg.ends_with(&format!("/job-{id}")),
+            "slurm job {id} ran in {cg:?}\n{}\n{}",
+            d.log(),
+            w.logs()
+        );
+        seen.push(allowed);
+    }
+    let st = d.status();
+    let jobs = jobs_of(&st, "slurm");
+    assert_eq!(jobs.len(), 2, "{st:#}");
+    let pjw_ids: HashSet<&str> = jobs.iter().filter_map(|j| j["id"].as_str()).collect();
+    assert_eq!(pjw_ids, ids.iter().map(String::as_str).collect(), "pjw job ids are Slurm's");
+    for (id, allowed) in ids.iter().zip(&seen) {
+        let j = jobs.iter().find(|j| j["id"] == id.as_str()).unwrap();
+        assert_eq!(cpus_of(j).len(), 1);
+        assert_eq!(&cpus_of(j), allowed, "job {id} runs on its pjw cpus");
+    }
+    assert!(
+        seen[0].intersection(&seen[1]).is_empty(),
+        "sets overlap: {} and {}",
+        seen[0],
+        seen[1]
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(60), || jobs_of(&d.status(), "slurm")
+            .is_empty()
+            && no_job_cgroups(&d)),
+        "slurm jobs or their cgroups left after the epilog:\n{:#}\n{}",
+        d.status(),
+        w.logs()
+    );
+
+    // Prolog and Epilog succeeded (a failed one drains the node): pjw's hooks carry the job's
+    // SLURM_JOB_ID but are never adopted into the job they end.
+    let state = w.cmd("sinfo").args(["-h", "-o", "%T"]).output().unwrap();
+    let state = ok(&state, "sinfo");
+    assert!(!state.contains("drain"), "node {state:?}:\n{}", w.logs());
+
+    // srun: the task slurmstepd starts is adopted into the job the prolog registered.
+    let o = w
+        .cmd("timeout")
+        .args(["120", "srun", "-n1", "sh", "-c"])
+        .arg(
+            "i=0; while ! grep -q /job- /proc/self/cgroup && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; \
+             echo $SLURM_JOB_ID; grep '^0::' /proc/self/cgroup",
+        )
+        .output()
+        .unwrap();
+    let text = ok(&o, &format!("srun\n{}\n{}", w.logs(), d.log()));
+    let mut l = text.lines();
+    let id = l.next().unwrap_or_default().trim().to_string();
+    let cg = l.next().unwrap_or_default();
+    assert!(cg.ends_with(&format!("/job-{id}")), "srun task of job {id} ran in {cg:?}");
+
+    // A process of a running job started outside it (as ssh would start an MPI rank) is
+    // adopted; one naming an unknown job is left alone.
+    let go2 = out.join("go2");
+    let script = out.join("hold.sh");
+    std::fs::write(&script, job_script(&out.join("hold.out"), &go2)).unwrap();
+    let o = w
+        .cmd("sbatch")
+        .args(["-n1", "-o", "/dev/null"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    let text = ok(&o, "sbatch");
+    let id = text.trim().rsplit(' ').next().unwrap().to_string();
+    job_report(&out.join("hold.out"));
+    // spawn() returns once the child has exec'd: the figure is exec to moved.
+    let mut rank = spawn_outsider(&id);
+    let t0 = Instant::now();
+    let mut stranger = spawn_outsider("987654");
+    let mut latency = None;
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        if job_of(&d, rank.id()).as_deref() == Some(format!("job-{id}").as_str()) {
+            latency = Some(t0.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let latency = latency.unwrap_or_else(|| panic!("rank of job {id} not adopted:\n{}", d.log()));
+    eprintln!("adoption latency, exec to moved (slurm job {id}): {latency:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(job_of(&d, stranger.id()), None, "a process of an unknown job was moved");
+    std::fs::write(&go2, "").unwrap();
+    // The epilog ends the job: the adopted rank is killed with it, the cgroups are removed.
+    let st = rank.wait().unwrap();
+    assert!(!st.success(), "the adopted rank outlived its job");
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(60), || jobs_of(&d.status(), "slurm")
+            .is_empty()
+            && no_job_cgroups(&d)),
+        "job {id} left behind:\n{:#}",
+        d.status()
+    );
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+}
+
+#[test]
+fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
+    require_root!();
+    if skip_in_guest() {
+        return;
+    }
+    let d = TestDaemon::start(&pjw_bin(), CONFIG);
+    let w = Wlm::up("sge-up.sh", &d);
+    let out = w.out();
+    let go = out.join("go");
+    let mut subs = Vec::new();
+    for n in 0..2 {
+        let script = out.join(format!("sge{n}.sh"));
+        std::fs::write(&script, job_script(&out.join(format!("sge{n}.out")), &go)).unwrap();
+        set_mode(&script, 0o755);
+        let child = w
+            .cmd("setpriv")
+            .args(["--reuid", "nobody", "--regid", "nogroup", "--clear-groups"])
+            .args(["qsub", "-sync", "y", "-pe", "smp", "1", "-j", "y", "-o", "/dev/null"])
+            .args(["-S", "/bin/sh", "-cwd"])
+            .arg(&script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("qsub");
+        subs.push(child);
+    }
+    let mut seen = Vec::new();
+    for n in 0..2 {
+        let (cg, allowed, uid) = job_report(&out.join(format!("sge{n}.out")));
+        assert!(cg.contains("/job-"), "grid engine job ran in {cg:?}\n{}\n{}", d.log(), w.logs());
+        assert_eq!(uid, 65534, "the job runs as its owner, nobody");
+        seen.push((cg.rsplit("/job-").next().unwrap().to_string(), allowed));
+    }
+    let st = d.status();
+    let jobs = jobs_of(&st, "sge");
+    assert_eq!(jobs.len(), 2, "{st:#}");
+    for (id, allowed) in &seen {
+        let j = jobs
+            .iter()
+            .find(|j| j["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("no pjw job {id}: {st:#}"));
+        assert_eq!(j["user"], "nobody");
+        assert_eq!(&cpus_of(j), allowed);
+        assert_eq!(allowed.len(), 1);
+    }
+    assert!(seen[0].1.intersection(&seen[1].1).is_empty(), "sets overlap: {seen:?}");
+    std::fs::write(&go, "").unwrap();
+    for (n, c) in subs.into_iter().enumerate() {
+        let o = c.wait_with_output().unwrap();
+        let text = ok(&o, "qsub -sync y");
+        let id = &seen[n].0;
+        assert!(
+            seen.iter().any(|(i, _)| text.contains(&format!("Your job {i} "))),
+            "qsub said {text:?} (job {id})"
+        );
+    }
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(60), || jobs_of(&d.status(), "sge")
+            .is_empty()
+            && no_job_cgroups(&d)),
+        "grid engine jobs or their cgroups left:\n{:#}",
+        d.status()
+    );
+}

@@ -1,0 +1,103 @@
+//! Per-job temporary space for unprivileged clients: a size-limited tmpfs the daemon mounts at
+//! `<tmp_root>/<job cgroup>`, owned by the job's user (mode 0700), and unmounts when the job
+//! ends — or at the next start after a crash. (Root clients make their own private /tmp in a
+//! mount namespace instead; see `pjw run`.) The pages of a tmpfs are charged to the memory
+//! cgroup of the process that writes them, so a job's files count against its `--mem`.
+
+use std::path::{Path, PathBuf};
+
+use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
+
+/// Errors of mounting or removing a job's tmpfs, naming the path.
+#[derive(Debug, thiserror::Error)]
+pub enum TmpError {
+    #[error("cannot create {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot mount a tmpfs on {path}: {source}")]
+    Mount {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot remove {path}: {source}")]
+    Remove {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Mount a tmpfs of `size` bytes owned by `uid:gid` (mode 0700) at `<root>/<name>`.
+pub fn mount_job_tmp(
+    root: &Path,
+    name: &str,
+    size: u64,
+    uid: u32,
+    gid: u32,
+) -> Result<PathBuf, TmpError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let create = |path: &Path, source| TmpError::Create {
+        path: path.to_path_buf(),
+        source,
+    };
+    if !root.is_dir() {
+        // Users must be able to reach their directory; nothing else is listed here.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(root)
+            .map_err(|e| create(root, e))?;
+    }
+    let dir = root.join(name);
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        // Left by a crash before its removal: mount over it afresh.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let _ = unmount(&dir, UnmountFlags::DETACH);
+        }
+        Err(e) => return Err(create(&dir, e)),
+    }
+    let data = format!("size={size},mode=0700,uid={uid},gid={gid}");
+    mount(
+        "pjw-tmp",
+        &dir,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        data.as_str(),
+    )
+    .map_err(|e| {
+        let _ = std::fs::remove_dir(&dir);
+        TmpError::Mount {
+            path: dir.clone(),
+            source: e.into(),
+        }
+    })?;
+    Ok(dir)
+}
+
+/// Unmount (lazily: a process that still has it open cannot block the job's end) and remove a
+/// job's tmpfs directory. A directory that is already gone is fine.
+pub fn remove_job_tmp(dir: &Path) -> Result<(), TmpError> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    // EINVAL: not a mount point any more (unmounted before a crash); go on to rmdir.
+    let _ = unmount(dir, UnmountFlags::DETACH);
+    std::fs::remove_dir(dir).map_err(|source| TmpError::Remove {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+/// Directories below `root` (job tmpfs mount points), for the sweep after a restart.
+pub fn list(root: &Path) -> Vec<String> {
+    std::fs::read_dir(root)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Start a private single-node Slurm for the live tests: munged, slurmctld and slurmd, all in
+# the foreground as children of this script's caller's session, their pids in DIR/pids (one
+# "name pid" a line, written as each starts) for slurm-down.sh. Nothing global is touched:
+# config, state, logs and the munge socket live in DIR; clients find them with
+# SLURM_CONF=DIR/slurm.conf. Prolog/Epilog are pjw's (packaging/slurm), reading PJW_WLM_ENV.
+#
+#   slurm-up.sh DIR PJW_WLM_ENV_FILE
+set -euo pipefail
+D=${1:?usage: slurm-up.sh DIR PJW_WLM_ENV_FILE}
+ENVF=${2:?usage: slurm-up.sh DIR PJW_WLM_ENV_FILE}
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+H=$(hostname)
+"$REPO/scripts/wlm/install.sh"
+mkdir -p "$D"/state "$D"/spool "$D"/log
+: > "$D/pids"
+
+# munge: a private daemon, socket and key in DIR (munged insists on its owner and modes).
+install -d -m 0711 -o munge -g munge "$D/munge"
+dd if=/dev/urandom of="$D/munge/munge.key" bs=1024 count=1 status=none
+chown munge:munge "$D/munge/munge.key"; chmod 0400 "$D/munge/munge.key"
+setpriv --reuid munge --regid munge --init-groups \
+  munged -F --socket="$D/munge/munge.sock" --key-file="$D/munge/munge.key" \
+    --pid-file="$D/munge/munged.pid" --log-file="$D/munge/munged.log" \
+    --seed-file="$D/munge/munged.seed" > "$D/log/munged.out" 2>&1 &
+echo "munged $!" >> "$D/pids"
+for _ in $(seq 100); do [ -S "$D/munge/munge.sock" ] && break; sleep 0.1; done
+[ -S "$D/munge/munge.sock" ] || { echo "slurm-up: munged did not start" >&2; cat "$D/log/munged.out" >&2; exit 1; }
+
+for s in prolog epilog; do
+  printf '#!/bin/sh\nPJW_WLM_ENV=%s exec %s/packaging/slurm/pjw-%s.sh\n' "$ENVF" "$REPO" "$s" > "$D/$s.sh"
+  chmod 755 "$D/$s.sh"
+done
+
+MEM=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
+CPUS=$(nproc --all)
+# The recommended pjw settings (packaging/slurm/slurm.conf): Slurm tracks processes by
+# parentage and sets no affinity and no cgroups of its own, so pjw's cpusets are the only ones.
+cat > "$D/slurm.conf" <<EOC
+ClusterName=pjwtest
+SlurmctldHost=$H
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$D/munge/munge.sock
+StateSaveLocation=$D/state
+SlurmdSpoolDir=$D/spool
+SlurmctldPidFile=$D/slurmctld.pid
+SlurmdPidFile=$D/slurmd.pid
+SlurmctldLogFile=$D/log/slurmctld.log
+SlurmdLogFile=$D/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=256
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/linux
+AccountingStorageType=accounting_storage/none
+Prolog=$D/prolog.sh
+Epilog=$D/epilog.sh
+PrologFlags=Alloc
+ReturnToService=2
+MpiDefault=none
+NodeName=$H CPUs=$CPUS RealMemory=$((MEM-100)) State=UNKNOWN
+PartitionName=debug Nodes=$H Default=YES MaxTime=INFINITE State=UP
+EOC
+export SLURM_CONF="$D/slurm.conf"
+cd "$D"
+slurmctld -D -i > log/slurmctld.out 2>&1 &
+echo "slurmctld $!" >> "$D/pids"
+slurmd -D > log/slurmd.out 2>&1 &
+echo "slurmd $!" >> "$D/pids"
+for _ in $(seq 600); do
+  sinfo -h -o %T 2>/dev/null | grep -q '^idle' && exit 0
+  sleep 0.1
+done
+echo "slurm-up: the node did not become idle within 60 s" >&2
+tail -5 log/slurmctld.log log/slurmd.log >&2 || true
+exit 1
