@@ -12,8 +12,8 @@ mod cmd_sim;
 mod cmd_status;
 mod cmd_topology;
 mod cmd_wlm;
-mod wlm_parse;
 mod starter;
+mod wlm_parse;
 
 use clap::Parser;
 

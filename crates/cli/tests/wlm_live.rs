@@ -89,7 +89,12 @@ impl Wlm {
 
     fn logs(&self) -> String {
         let mut s = String::new();
-        for f in ["log/slurmd.log", "log/slurmctld.log", "log/execd.out", "log/qmaster.out"] {
+        for f in [
+            "log/slurmd.log",
+            "log/slurmctld.log",
+            "log/execd.out",
+            "log/qmaster.out",
+        ] {
             if let Ok(t) = std::fs::read_to_string(self.dir().join(f)) {
                 let tail: Vec<&str> = t.lines().rev().take(30).collect();
                 s.push_str(&format!("--- {f}\n"));
@@ -163,7 +168,10 @@ fn job_report(p: &Path) -> (String, CpuSet, u32) {
         .and_then(|x| x.split_once(':'))
         .map(|(_, v)| CpuSet::parse_list(v.trim()).unwrap())
         .unwrap_or_default();
-    let uid = l.next().and_then(|x| x.trim().parse().ok()).unwrap_or(u32::MAX);
+    let uid = l
+        .next()
+        .and_then(|x| x.trim().parse().ok())
+        .unwrap_or(u32::MAX);
     (cg, cpus, uid)
 }
 
@@ -195,7 +203,10 @@ fn job_of(d: &TestDaemon, pid: u32) -> Option<String> {
 }
 
 fn no_job_cgroups(d: &TestDaemon) -> bool {
-    d.driver().list_jobs().map(|l| l.is_empty()).unwrap_or(false)
+    d.driver()
+        .list_jobs()
+        .map(|l| l.is_empty())
+        .unwrap_or(false)
 }
 
 fn spawn_outsider(id: &str) -> Child {
@@ -252,7 +263,11 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     let jobs = jobs_of(&st, "slurm");
     assert_eq!(jobs.len(), 2, "{st:#}");
     let pjw_ids: HashSet<&str> = jobs.iter().filter_map(|j| j["id"].as_str()).collect();
-    assert_eq!(pjw_ids, ids.iter().map(String::as_str).collect(), "pjw job ids are Slurm's");
+    assert_eq!(
+        pjw_ids,
+        ids.iter().map(String::as_str).collect(),
+        "pjw job ids are Slurm's"
+    );
     for (id, allowed) in ids.iter().zip(&seen) {
         let j = jobs.iter().find(|j| j["id"] == id.as_str()).unwrap();
         assert_eq!(cpus_of(j).len(), 1);
@@ -294,7 +309,10 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     let mut l = text.lines();
     let id = l.next().unwrap_or_default().trim().to_string();
     let cg = l.next().unwrap_or_default();
-    assert!(cg.ends_with(&format!("/job-{id}")), "srun task of job {id} ran in {cg:?}");
+    assert!(
+        cg.ends_with(&format!("/job-{id}")),
+        "srun task of job {id} ran in {cg:?}"
+    );
 
     // A process of a running job started outside it (as ssh would start an MPI rank) is
     // adopted; one naming an unknown job is left alone.
@@ -326,7 +344,11 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     let latency = latency.unwrap_or_else(|| panic!("rank of job {id} not adopted:\n{}", d.log()));
     eprintln!("adoption latency, exec to moved (slurm job {id}): {latency:?}");
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(job_of(&d, stranger.id()), None, "a process of an unknown job was moved");
+    assert_eq!(
+        job_of(&d, stranger.id()),
+        None,
+        "a process of an unknown job was moved"
+    );
     std::fs::write(&go2, "").unwrap();
     // The epilog ends the job: the adopted rank is killed with it, the cgroups are removed.
     let st = rank.wait().unwrap();
@@ -360,7 +382,18 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
         let child = w
             .cmd("setpriv")
             .args(["--reuid", "nobody", "--regid", "nogroup", "--clear-groups"])
-            .args(["qsub", "-sync", "y", "-pe", "smp", "1", "-j", "y", "-o", "/dev/null"])
+            .args([
+                "qsub",
+                "-sync",
+                "y",
+                "-pe",
+                "smp",
+                "1",
+                "-j",
+                "y",
+                "-o",
+                "/dev/null",
+            ])
             .args(["-S", "/bin/sh", "-cwd"])
             .arg(&script)
             .stdout(Stdio::piped())
@@ -372,7 +405,12 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
     let mut seen = Vec::new();
     for n in 0..2 {
         let (cg, allowed, uid) = job_report(&out.join(format!("sge{n}.out")));
-        assert!(cg.contains("/job-"), "grid engine job ran in {cg:?}\n{}\n{}", d.log(), w.logs());
+        assert!(
+            cg.contains("/job-"),
+            "grid engine job ran in {cg:?}\n{}\n{}",
+            d.log(),
+            w.logs()
+        );
         assert_eq!(uid, 65534, "the job runs as its owner, nobody");
         seen.push((cg.rsplit("/job-").next().unwrap().to_string(), allowed));
     }
@@ -388,14 +426,18 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
         assert_eq!(&cpus_of(j), allowed);
         assert_eq!(allowed.len(), 1);
     }
-    assert!(seen[0].1.intersection(&seen[1].1).is_empty(), "sets overlap: {seen:?}");
+    assert!(
+        seen[0].1.intersection(&seen[1].1).is_empty(),
+        "sets overlap: {seen:?}"
+    );
     std::fs::write(&go, "").unwrap();
     for (n, c) in subs.into_iter().enumerate() {
         let o = c.wait_with_output().unwrap();
         let text = ok(&o, "qsub -sync y");
         let id = &seen[n].0;
         assert!(
-            seen.iter().any(|(i, _)| text.contains(&format!("Your job {i} "))),
+            seen.iter()
+                .any(|(i, _)| text.contains(&format!("Your job {i} "))),
             "qsub said {text:?} (job {id})"
         );
     }
