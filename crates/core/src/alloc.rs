@@ -40,14 +40,14 @@
 //!    intact, then the lowest CPU number for determinism. If the chosen node has exactly `n` free
 //!    CPUs the job takes them all; otherwise none of its children holds `n` and the job spans
 //!    them (step 2).
-//! 2. **Span.** With no single node fitting, take the fewest children that can: sort them by free
-//!    CPUs, compute the minimal count `k` (the largest ones first). Then repeatedly take whole the
-//!    *smallest* child such that the rest of the need can still be covered by the `k - 1` largest
-//!    remaining ones (ties: fewer cores touched, then lowest CPU), until one child can hold the
-//!    rest; the rest then goes through step 1 over the remaining children. Children free
-//!    `{8, 6, 3}`, `n = 9`: the job takes 3 + 6 and the 8 stays intact. Cores free `{2,1,1,2,2}`:
-//!    `n = 4` takes two whole cores, `n = 3` one whole core plus the free PU of a half-used core,
-//!    `n = 1` the free PU of a half-used core.
+//! 2. **Span.** With no single node fitting, take the fewest children that can: repeatedly take
+//!    whole the child with the most free CPUs, until one child can hold the rest; the rest then
+//!    goes through step 1 (best fit) over the remaining children. Children free `{8, 6, 3}`,
+//!    `n = 9`: the job takes the 8 whole and 1 from the 3, so the 6 stays intact. (Taking the
+//!    smallest children whole first, 3 + 6, keeps the 8 but leaves more scattered remainders: the
+//!    simulator measured 1–4% more domains spanned and more fragmentation that way, see
+//!    docs/placement.md.) Cores free `{2,1,1,2,2}`: `n = 4` takes two whole cores, `n = 3` one
+//!    whole core plus the free PU of a half-used core, `n = 1` the free PU of a half-used core.
 //!
 //! A decision visits each tree node a bounded number of times (at most once per tree level in the
 //! worst case) and needs no heap allocation when a [`Scratch`] is reused
@@ -378,20 +378,14 @@ impl Run<'_> {
                 .then_with(|| v.a.first[x.1].cmp(&v.a.first[y.1]))
         });
         loop {
-            // Fewest children that cover n: the largest ones, from the end.
+            // Does one child hold what is left?
             let top = self.stack.len();
-            let (mut k, mut sum) = (0usize, 0u32);
-            while sum < n {
-                k += 1;
-                sum += self.stack[top - k].0;
-            }
-            if k == 1 {
+            if self.stack[top - 1].0 >= n {
                 break;
             }
-            // Smallest child such that the k - 1 largest others still cover the rest.
-            let rest = sum - self.stack[top - k].0;
-            let need = n - rest;
-            let j = base + self.stack[base..].partition_point(|e| e.0 < need);
+            // No: the largest child is taken whole (ties: fewer cores touched, lowest CPU).
+            let largest = self.stack[top - 1].0;
+            let j = base + self.stack[base..].partition_point(|e| e.0 < largest);
             let (f, node) = self.stack.remove(j);
             self.take(node as usize);
             n -= f;

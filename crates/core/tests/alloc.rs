@@ -62,15 +62,15 @@ const CASES: &[Case] = &[
     Case { what: "fits one l3 of the fuller numa node", machine: DEEP, used: "0-5", n: 4, want: Some("8-11") },
     Case { what: "remaining core of a used l3", machine: DEEP, used: "0-5", n: 2, want: Some("6-7") },
     Case { what: "exact fit of a numa node", machine: DEEP, used: "0-5", n: 10, want: Some("6-15") },
-    Case { what: "one package though no numa node holds it", machine: DEEP, used: "0-7,32-39", n: 20, want: Some("8-27") },
+    Case { what: "one package though no numa node holds it: the whole free node, the rest best fit", machine: DEEP, used: "0-7,32-39", n: 20, want: Some("8-11,16-31") },
     Case { what: "free package holds the job", machine: DUAL, used: "0-3", n: 10, want: Some("12-21") },
     Case { what: "big machine: one l3", machine: BIG, used: "", n: 16, want: Some("0-15") },
     Case { what: "big machine: exact fit of a partly used l3", machine: BIG, used: "0-7,16-19", n: 8, want: Some("8-15") },
     // Spanning.
     Case { what: "one package full, one cpu of the next", machine: DEEP, used: "", n: 33, want: Some("0-32") },
-    Case { what: "spans two packages, smaller one whole", machine: DUAL, used: "0-3", n: 14, want: Some("4-17") },
+    Case { what: "spans two packages: the larger one whole", machine: DUAL, used: "0-3", n: 14, want: Some("4-5,12-23") },
     Case { what: "spans the free numa node of each package", machine: DEEP, used: "0-15,32-47", n: 20, want: Some("16-31,48-51") },
-    Case { what: "free {8,6,3}, nine: takes 6+3, keeps the 8", machine: QUAD, used: "0-15,24-41,48-68,72-95", n: 9, want: Some("42-47,69-71") },
+    Case { what: "free {8,6,3}, nine: the 8 whole and 1 from the 3, keeps the 6", machine: QUAD, used: "0-15,24-41,48-68,72-95", n: 9, want: Some("16-23,69") },
     Case { what: "spans the fewest packages", machine: QUAD, used: "", n: 30, want: Some("0-29") },
     Case { what: "big machine: two l3s, one whole", machine: BIG, used: "", n: 17, want: Some("0-16") },
 ];
@@ -242,7 +242,7 @@ const SPREAD: &[Case] = &[
     Case { what: "a 2-CPU job (one core) also goes to the empty package", machine: "package:2 core:4 pu:2", used: "0", n: 2, want: Some("8-9") },
     Case { what: "one CPU: the empty package, not the thread beside another job's", machine: "package:2 core:4 pu:2", used: "0", n: 1, want: Some("8") },
     Case { what: "one CPU when packing: beside the half-used core", machine: "package:2 core:4 pu:2", used: "0-1,8-9,4", n: 1, want: Some("5") },
-    Case { what: "a job that spans is unaffected", machine: "package:2 core:4 pu:2", used: "0-1", n: 10, want: Some("2-11") },
+    Case { what: "a job that spans takes the larger package whole", machine: "package:2 core:4 pu:2", used: "0-1", n: 10, want: Some("2-3,8-15") },
 ];
 
 #[test]
