@@ -8,6 +8,8 @@ command -v cc >/dev/null || need+=(build-essential)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v pkill >/dev/null || need+=(procps)
 command -v taskset >/dev/null || need+=(util-linux)
+# The PBS hook (packaging/pbs) is Python; its contract test runs it.
+command -v python3 >/dev/null || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: missing ${need[*]}; run as root or install them" >&2

@@ -202,8 +202,13 @@ fn from_env_takes_id_user_cpus_and_memory_from_the_manager() {
     // A Slurm task's environment as slurmstepd sets it, for a job of nobody's.
     let mut c = d
         .pjw()
-        .args(["run", "--from-env", "slurm", "--"])
-        .args(["sh", "-c", "echo user=$(id -un); echo END; exec sleep 600"])
+        .args(["run", "--from-env", "slurm", "--tmp", "16M", "--"])
+        .args([
+            "sh",
+            "-c",
+            "echo user=$(id -un); echo wlmtmp=$(stat -c '%U %a' /tmp/slurm-4242); echo END; exec sleep 600",
+        ])
+        .env("TMPDIR", "/tmp/slurm-4242")
         .env("SLURM_JOB_ID", "4242")
         .env("SLURM_JOB_USER", "nobody")
         .env("SLURM_CPUS_ON_NODE", "1")
@@ -215,6 +220,9 @@ fn from_env_takes_id_user_cpus_and_memory_from_the_manager() {
         .unwrap();
     let lines = lines_until_end(&mut c);
     assert_eq!(field(&lines, "user="), "nobody");
+    // The manager's TMPDIR under /tmp exists again inside the private /tmp, the user's.
+    assert_eq!(field(&lines, "wlmtmp="), "nobody 700");
+    assert!(!Path::new("/tmp/slurm-4242").exists());
     let j = jobs(&d.status())
         .into_iter()
         .find(|j| j["id"] == "4242")
