@@ -15,8 +15,12 @@ use std::time::{Duration, Instant};
 use pjw_core::CpuSet;
 use pjw_testkit::{require_root, TestDaemon};
 
-/// Both managers see the whole node; pjw hands out two CPUs (the test machine has two).
-const CONFIG: &str = "cpus = \"0-1\"\n[adopt]\nsweep_interval_ms = 100\n";
+/// Both managers see the whole node; pjw hands out two CPUs (the test machine has two). The
+/// two tests run at once, each with its own daemon: each adopts by its own manager's variable
+/// only, so neither daemon looks at the other manager's job ids (both number jobs from 1).
+const SLURM_CONFIG: &str =
+    "cpus = \"0-1\"\n[adopt]\nenv = [\"SLURM_JOB_ID\"]\nsweep_interval_ms = 100\n";
+const SGE_CONFIG: &str = "cpus = \"0-1\"\n[adopt]\nenv = [\"JOB_ID\"]\nsweep_interval_ms = 100\n";
 
 fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
@@ -224,7 +228,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     if skip_in_guest() {
         return;
     }
-    let d = TestDaemon::start(&pjw_bin(), CONFIG);
+    let d = TestDaemon::start(&pjw_bin(), SLURM_CONFIG);
     let w = Wlm::up("slurm-up.sh", &d);
     let out = w.out();
 
@@ -370,7 +374,7 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
     if skip_in_guest() {
         return;
     }
-    let d = TestDaemon::start(&pjw_bin(), CONFIG);
+    let d = TestDaemon::start(&pjw_bin(), SGE_CONFIG);
     let w = Wlm::up("sge-up.sh", &d);
     let out = w.out();
     let go = out.join("go");
