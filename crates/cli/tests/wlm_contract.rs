@@ -348,7 +348,11 @@ fn lsf_job_starter_runs_the_job_under_pjw() {
     // The starter execs pjw, which execs the job: the job is the shell LSF started (shells
     // that exec the last command of -c, as busybox sh does) or its direct child (dash forks).
     let main = job(&d, "4711")["pid"].as_u64().unwrap() as u32;
-    assert!(main == c.id() || ppid(main) == c.id(), "job pid {main}, sh {}", c.id());
+    assert!(
+        main == c.id() || ppid(main) == c.id(),
+        "job pid {main}, sh {}",
+        c.id()
+    );
     check_job(&d, "4711", "lsf:4711", 64 * MIB, main, &lines);
     assert!(d.pjw().args(["kill", "4711"]).status().unwrap().success());
     assert!(gone(&d, "4711"));
