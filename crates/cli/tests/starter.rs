@@ -481,3 +481,61 @@ fn a_job_writing_2g_into_a_256m_tmp_gets_enospc_and_disturbs_no_other_job() {
     assert_eq!(field(&rest, "big="), "0");
     assert!(b.wait().unwrap().success());
 }
+
+#[test]
+fn a_queued_job_for_another_user_keeps_its_place_across_a_daemon_crash() {
+    require_root!();
+    let mut d = TestDaemon::start(pjw_bin(), "cpus = \"0\"");
+    // A holds the only CPU until it reads a line.
+    let mut a = d
+        .pjw()
+        .args(["run", "-j", "holder", "--", "sh", "-c", "echo END; read x"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    lines_until_end(&mut a);
+    // B, for nobody, waits behind it.
+    let b = d
+        .pjw()
+        .args([
+            "run",
+            "--user",
+            "nobody",
+            "-j",
+            "queued-nobody",
+            "--",
+            "id",
+            "-un",
+        ])
+        .current_dir("/")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(TestDaemon::wait_for(Duration::from_secs(20), || jobs(
+        &d.status()
+    )
+    .iter()
+    .any(|j| j["id"] == "queued-nobody" && j["state"] == "queued")));
+    d.restart();
+    // Back after the restart: still queued, still nobody's (the caller was root).
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || jobs(&d.status())
+            .iter()
+            .any(|j| j["id"] == "queued-nobody" && j["user"] == "nobody")),
+        "{}",
+        d.log()
+    );
+    use std::io::Write;
+    writeln!(a.stdin.as_mut().unwrap(), "go").unwrap();
+    let out = b.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        d.log()
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "nobody");
+    let _ = a.wait();
+}
