@@ -206,6 +206,16 @@ fn job_of(d: &TestDaemon, pid: u32) -> Option<String> {
         .job_of(&pjw_kernelfs::proc_cgroup::parse(&text).ok()?)
 }
 
+/// The memory limit of job cgroup `name` (v1 `memory.limit_in_bytes` or v2 `memory.max`).
+fn memory_limit(d: &TestDaemon, name: &str) -> Option<u64> {
+    d.driver().job_dirs(name).iter().find_map(|(_, dir)| {
+        ["memory.limit_in_bytes", "memory.max"]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+            .and_then(|t| t.trim().parse().ok())
+    })
+}
+
 fn no_job_cgroups(d: &TestDaemon) -> bool {
     d.driver()
         .list_jobs()
@@ -240,7 +250,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         std::fs::write(&script, job_script(&out.join(format!("job{n}.out")), &go)).unwrap();
         let o = w
             .cmd("sbatch")
-            .args(["-n1", "-o", "/dev/null"])
+            .args(["-n1", "--mem-per-cpu=200M", "-o", "/dev/null"])
             .arg(&script)
             .output()
             .unwrap();
@@ -275,6 +285,9 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     for (id, allowed) in ids.iter().zip(&seen) {
         let j = jobs.iter().find(|j| j["id"] == id.as_str()).unwrap();
         assert_eq!(cpus_of(j).len(), 1);
+        // The Prolog is not told the memory; scontrol's Mem= for the node is the job's limit.
+        assert_eq!(j["mem"], 200u64 << 20, "job {id}: {j:#}");
+        assert_eq!(memory_limit(&d, &format!("job-{id}")), Some(200u64 << 20));
         assert_eq!(&cpus_of(j), allowed, "job {id} runs on its pjw cpus");
     }
     assert!(
