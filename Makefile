@@ -60,12 +60,19 @@ lint:
 install: release
 	install -D -m 0755 target/release/pjw $(DESTDIR)$(PREFIX)/bin/pjw
 	install -D -m 0644 packaging/pjw.service $(DESTDIR)/etc/systemd/system/pjw.service
+	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/pjw-prolog.sh packaging/slurm/pjw-epilog.sh
+	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/slurm.conf packaging/slurm/cgroup.conf
+	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/sge packaging/sge/pjw-shepherd.sh
+	install -D -m 0755 packaging/lsf/pjw-job-starter $(DESTDIR)$(PREFIX)/lib/pjw/lsf/pjw-job-starter
+	install -D -m 0755 packaging/condor/pjw-job-wrapper $(DESTDIR)$(PREFIX)/lib/pjw/condor/pjw-job-wrapper
+	install -D -m 0644 packaging/pbs/pjw_hook.py $(DESTDIR)$(PREFIX)/lib/pjw/pbs/pjw_hook.py
 	@if [ ! -e $(DESTDIR)/etc/pjw/pjw.toml ]; then install -D -m 0644 packaging/pjw.toml $(DESTDIR)/etc/pjw/pjw.toml; \
 	 else echo "keeping existing $(DESTDIR)/etc/pjw/pjw.toml"; fi
 	@echo "installed; with systemd: systemctl daemon-reload && systemctl enable --now pjw"
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/pjw $(DESTDIR)/etc/systemd/system/pjw.service
+	rm -rf $(DESTDIR)$(PREFIX)/lib/pjw
 
 clean:
 	$(CARGO) clean

@@ -13,6 +13,8 @@ command -v taskset >/dev/null || need+=(util-linux)
 [ -x /usr/bin/promtool ] || need+=(prometheus)
 command -v tmux >/dev/null || need+=(tmux)
 ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need+=(postgresql)
+# The PBS hook (packaging/pbs) is Python; its contract test runs it.
+command -v python3 >/dev/null || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: missing ${need[*]}; run as root or install them" >&2

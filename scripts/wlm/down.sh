@@ -12,13 +12,17 @@ alive() { # pid name: still running, and still ours?
   [ -r "/proc/$1/comm" ] && grep -q "^$(printf '%.15s' "$2")" "/proc/$1/comm" &&
     ! awk '{ exit ($3 == "Z" ? 0 : 1) }' "/proc/$1/stat" 2>/dev/null
 }
+running() { # name: is the daemon of that name from DIR/pids still running?
+  local p; p=$(awk -v n="$1" '$1 == n { print $2 }' "$D/pids" | tail -1)
+  [ -n "$p" ] && alive "$p" "$1"
+}
 # Let the manager finish its jobs first (their epilogs end them in pjw).
-if [ -r "$D/slurm.conf" ] && [ -s "$D/pids" ]; then
+if [ -r "$D/slurm.conf" ] && running slurmctld; then
   export SLURM_CONF="$D/slurm.conf"
-  scancel --quiet --full --user=root 2>/dev/null; scancel --quiet --state=PENDING 2>/dev/null
+  scancel --quiet --partition=debug 2>/dev/null
   for _ in $(seq 200); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.1; done
 fi
-if [ -r "$D/sge.env" ] && [ -s "$D/pids" ]; then
+if [ -r "$D/sge.env" ] && running sge_qmaster; then
   . "$D/sge.env"
   qdel -f -u '*' >/dev/null 2>&1
   for _ in $(seq 200); do [ -z "$(qstat -u '*' 2>/dev/null)" ] && break; sleep 0.1; done
@@ -37,3 +41,7 @@ for l in "${lines[@]}"; do
   fi
 done
 : > "$D/pids"
+for k in slurm sge; do
+  [ "$(cat /var/tmp/pjw-wlm/$k.dir 2>/dev/null)" = "$D" ] && rm -f /var/tmp/pjw-wlm/$k.dir
+done
+exit 0

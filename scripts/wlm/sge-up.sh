@@ -12,6 +12,13 @@ ENVF=${2:?usage: sge-up.sh DIR PJW_WLM_ENV_FILE}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 H=$(hostname)
 "$REPO/scripts/wlm/install.sh"
+# A run killed before its down.sh left its daemons: stop them (their pids are in its DIR).
+mkdir -p /var/tmp/pjw-wlm
+if [ -r /var/tmp/pjw-wlm/sge.dir ]; then
+  old=$(cat /var/tmp/pjw-wlm/sge.dir)
+  [ "$old" != "$D" ] && [ -r "$old/pids" ] && "$REPO/scripts/wlm/down.sh" "$old"
+fi
+echo "$D" > /var/tmp/pjw-wlm/sge.dir
 mkdir -p "$D/log"
 touch "$D/pids"
 export SGE_ROOT=/var/lib/gridengine SGE_CELL=default

@@ -12,6 +12,13 @@ ENVF=${2:?usage: slurm-up.sh DIR PJW_WLM_ENV_FILE}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 H=$(hostname)
 "$REPO/scripts/wlm/install.sh"
+# A run killed before its down.sh left its daemons: stop them (their pids are in its DIR).
+mkdir -p /var/tmp/pjw-wlm
+if [ -r /var/tmp/pjw-wlm/slurm.dir ]; then
+  old=$(cat /var/tmp/pjw-wlm/slurm.dir)
+  [ "$old" != "$D" ] && [ -r "$old/pids" ] && "$REPO/scripts/wlm/down.sh" "$old"
+fi
+echo "$D" > /var/tmp/pjw-wlm/slurm.dir
 mkdir -p "$D"/state "$D"/spool "$D"/log
 : > "$D/pids"
 

@@ -462,14 +462,26 @@ fn create_before_prepare_names_the_parent() {
 fn job_of_reads_the_tracking_hierarchy() {
     use pjw_kernelfs::proc_cgroup::parse;
     let cases: &[(Mode, &str, Option<&str>)] = &[
-        (Mode::Hybrid, "4:cpuset:/\n0::/pjw-x/job-42\n", Some("job-42")),
-        (Mode::Hybrid, "4:cpuset:/pjw-x/job-42\n0::/user.slice\n", None),
+        (
+            Mode::Hybrid,
+            "4:cpuset:/\n0::/pjw-x/job-42\n",
+            Some("job-42"),
+        ),
+        (
+            Mode::Hybrid,
+            "4:cpuset:/pjw-x/job-42\n0::/user.slice\n",
+            None,
+        ),
         (Mode::Hybrid, "0::/pjw-x/job-7/sub\n", Some("job-7")),
         (Mode::Hybrid, "0::/pjw-xy/job-7\n", None),
         (Mode::Hybrid, "0::/pjw-x\n", None),
         (Mode::Unified, "0::/pjw-x/job-1\n", Some("job-1")),
         (Mode::Unified, "0::/\n", None),
-        (Mode::Legacy, "3:cpuset:/pjw-x/job-9\n2:memory:/\n", Some("job-9")),
+        (
+            Mode::Legacy,
+            "3:cpuset:/pjw-x/job-9\n2:memory:/\n",
+            Some("job-9"),
+        ),
         (Mode::Legacy, "3:cpuset:/\n2:memory:/pjw-x/job-9\n", None),
     ];
     for (mode, text, want) in cases {

@@ -211,7 +211,11 @@ pub fn run(a: RunArgs) -> i32 {
     match &tmp {
         Some(JobTmp::Private { size }) if root => {
             let (uid, gid) = target.as_ref().map_or((0, 0), |t| (t.uid, t.gid));
-            if let Err(e) = crate::starter::private_tmp(*size, uid, gid) {
+            let keep = wlm
+                .as_ref()
+                .and_then(|w| w.tmpdir.as_deref())
+                .map(std::path::Path::new);
+            if let Err(e) = crate::starter::private_tmp(*size, uid, gid, keep) {
                 return fail(format!("job {job}: private /tmp: {e:#}"));
             }
             cmd.env("TMPDIR", "/tmp");

@@ -67,7 +67,9 @@ fn end(id: &str) -> i32 {
     if let Err(e) = c.set_read_timeout(Some(Duration::from_secs(120))) {
         return fail(e);
     }
-    match c.call(&Request::End { job: id.to_string() }) {
+    match c.call(&Request::End {
+        job: id.to_string(),
+    }) {
         Ok(Response::Done { message }) => {
             eprintln!("pjw: {message}");
             0
@@ -186,7 +188,10 @@ pub fn slurm(c: SlurmCommand) -> i32 {
                 Err(e) => return fail(format!("scontrol show job -d {id}: {e}")),
             };
             if job.id != id {
-                return fail(format!("scontrol answered for job {} instead of {id}", job.id));
+                return fail(format!(
+                    "scontrol answered for job {} instead of {id}",
+                    job.id
+                ));
             }
             let name = std::env::var("SLURM_JOB_NAME").ok();
             match register("slurm", &job, name, false) {
@@ -224,7 +229,10 @@ pub fn sge(c: SgeCommand) -> i32 {
                         mem: w.mem,
                     },
                     (None, _) => {
-                        eprintln!("pjw: grid engine job {}: no job_owner in ./config", w.job_id);
+                        eprintln!(
+                            "pjw: grid engine job {}: no job_owner in ./config",
+                            w.job_id
+                        );
                         return 125;
                     }
                 },

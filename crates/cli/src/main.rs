@@ -14,8 +14,8 @@ mod cmd_status;
 mod cmd_top;
 mod cmd_topology;
 mod cmd_wlm;
-mod wlm_parse;
 mod starter;
+mod wlm_parse;
 
 use clap::Parser;
 

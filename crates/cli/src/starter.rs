@@ -77,7 +77,11 @@ fn mount(
 /// `uid:gid`, on /tmp and /var/tmp (they share the size). Mounts are made slaves first, so
 /// nothing mounted here propagates back to the host; the tmpfs disappears with the last
 /// process of the namespace, i.e. with the job.
-pub fn private_tmp(size: u64, uid: u32, gid: u32) -> Result<()> {
+///
+/// `keep`: a directory the workload manager made for the job under /tmp or /var/tmp (its
+/// `TMPDIR`, e.g. Grid Engine's `/tmp/1.1.all.q`); it is made again inside the private /tmp,
+/// owned by the user, so the manager's environment still points somewhere that exists.
+pub fn private_tmp(size: u64, uid: u32, gid: u32, keep: Option<&Path>) -> Result<()> {
     // SAFETY: unshare with CLONE_NEWNS only changes this (single-threaded) process's namespace.
     let rc = unsafe { libc::unshare(libc::CLONE_NEWNS) };
     check(rc, "unshare(CLONE_NEWNS) for the private /tmp")?;
@@ -94,13 +98,14 @@ pub fn private_tmp(size: u64, uid: u32, gid: u32) -> Result<()> {
     let var_tmp = Path::new("/var/tmp");
     if !var_tmp.is_dir() {
         let data = format!("size={size},mode=1777,uid={uid},gid={gid}");
-        return mount(
+        mount(
             "pjw-tmp",
             Path::new("/tmp"),
             Some("tmpfs"),
             flags,
             Some(&data),
-        );
+        )?;
+        return remake(keep, uid, gid);
     }
     // One tmpfs, staged on /var/tmp, with a directory for each of /tmp and /var/tmp.
     mount("pjw-tmp", var_tmp, Some("tmpfs"), flags, Some(&data))?;
@@ -116,7 +121,26 @@ pub fn private_tmp(size: u64, uid: u32, gid: u32) -> Result<()> {
     mount("/var/tmp/tmp", Path::new("/tmp"), None, libc::MS_BIND, None)?;
     // Over its own staging mount: the tmpfs's root is hidden, its two directories are not.
     mount("/var/tmp/var-tmp", var_tmp, None, libc::MS_BIND, None)?;
-    Ok(())
+    remake(keep, uid, gid)
+}
+
+/// Make the manager's job directory again inside the private /tmp (mode 0700, the user's).
+fn remake(keep: Option<&Path>, uid: u32, gid: u32) -> Result<()> {
+    let Some(dir) = keep else { return Ok(()) };
+    let inside = |root: &str| dir.starts_with(root) && dir != Path::new(root);
+    if !(inside("/tmp") || inside("/var/tmp"))
+        || dir
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
+    let dc = cpath(dir)?;
+    // SAFETY: chown/chmod on a NUL-terminated path we own.
+    check(unsafe { libc::chown(dc.as_ptr(), uid, gid) }, "chown")?;
+    // SAFETY: as above.
+    check(unsafe { libc::chmod(dc.as_ptr(), 0o700) }, "chmod")
 }
 
 /// Become `t`: supplementary groups (initgroups), group, then user; then check that root

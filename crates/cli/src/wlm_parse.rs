@@ -32,7 +32,7 @@ fn slurm_mem(v: &str) -> Option<u64> {
         _ => (v, 1 << 20),
     };
     let n: f64 = num.parse().ok()?;
-    (n > 0.0).then(|| (n * mult as f64) as u64)
+    (n > 0.0).then_some((n * mult as f64) as u64)
 }
 
 /// Whether Slurm host list `list` (`vm`, `n[1-4,7]`, `a,b`) names `node`.
@@ -162,9 +162,16 @@ mod tests {
    MinCPUsNode=1 MinMemoryNode=4G MinTmpDiskNode=0
 ";
 
+    /// (scontrol output, node, Ok((id, user, cpus, mem)) or Err(part of the message))
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        Result<(&'a str, &'a str, u32, Option<u64>), &'a str>,
+    );
+
     #[test]
     fn scontrol_table() {
-        let cases: &[(&str, &str, Result<(&str, &str, u32, Option<u64>), &str>)] = &[
+        let cases: &[Case<'_>] = &[
             (ONE_NODE, "vm", Ok(("2", "alice", 1, Some(1 << 30)))),
             (TWO_NODES, "n02", Ok(("77", "bob", 2, Some(2048 << 20)))),
             (TWO_NODES, "n03", Ok(("77", "bob", 4, Some(4096 << 20)))),
@@ -175,11 +182,23 @@ mod tests {
                 "vm",
                 Ok(("5", "root", 2, Some(1 << 30))),
             ),
-            ("JobId=5 UserId=root(0) NumCPUs=2", "vm", Ok(("5", "root", 2, None))),
+            (
+                "JobId=5 UserId=root(0) NumCPUs=2",
+                "vm",
+                Ok(("5", "root", 2, None)),
+            ),
             ("", "vm", Err("no JobId")),
             ("JobId=5 NumCPUs=1", "vm", Err("no UserId")),
-            ("JobId=5 UserId=root(0) NumCPUs=0", "vm", Err("no CPU count")),
-            ("slurm_load_jobs error: Invalid job id specified", "vm", Err("no JobId")),
+            (
+                "JobId=5 UserId=root(0) NumCPUs=0",
+                "vm",
+                Err("no CPU count"),
+            ),
+            (
+                "slurm_load_jobs error: Invalid job id specified",
+                "vm",
+                Err("no JobId"),
+            ),
         ];
         for (text, node, want) in cases {
             let got = parse_scontrol(text, node);

@@ -202,8 +202,13 @@ fn from_env_takes_id_user_cpus_and_memory_from_the_manager() {
     // A Slurm task's environment as slurmstepd sets it, for a job of nobody's.
     let mut c = d
         .pjw()
-        .args(["run", "--from-env", "slurm", "--"])
-        .args(["sh", "-c", "echo user=$(id -un); echo END; exec sleep 600"])
+        .args(["run", "--from-env", "slurm", "--tmp", "16M", "--"])
+        .args([
+            "sh",
+            "-c",
+            "echo user=$(id -un); echo wlmtmp=$(stat -c '%U %a' /tmp/slurm-4242); echo END; exec sleep 600",
+        ])
+        .env("TMPDIR", "/tmp/slurm-4242")
         .env("SLURM_JOB_ID", "4242")
         .env("SLURM_JOB_USER", "nobody")
         .env("SLURM_CPUS_ON_NODE", "1")
@@ -215,6 +220,9 @@ fn from_env_takes_id_user_cpus_and_memory_from_the_manager() {
         .unwrap();
     let lines = lines_until_end(&mut c);
     assert_eq!(field(&lines, "user="), "nobody");
+    // The manager's TMPDIR under /tmp exists again inside the private /tmp, the user's.
+    assert_eq!(field(&lines, "wlmtmp="), "nobody 700");
+    assert!(!Path::new("/tmp/slurm-4242").exists());
     let j = jobs(&d.status())
         .into_iter()
         .find(|j| j["id"] == "4242")
@@ -472,4 +480,62 @@ fn a_job_writing_2g_into_a_256m_tmp_gets_enospc_and_disturbs_no_other_job() {
     assert_eq!(field(&rest, "mine="), "kept");
     assert_eq!(field(&rest, "big="), "0");
     assert!(b.wait().unwrap().success());
+}
+
+#[test]
+fn a_queued_job_for_another_user_keeps_its_place_across_a_daemon_crash() {
+    require_root!();
+    let mut d = TestDaemon::start(pjw_bin(), "cpus = \"0\"");
+    // A holds the only CPU until it reads a line.
+    let mut a = d
+        .pjw()
+        .args(["run", "-j", "holder", "--", "sh", "-c", "echo END; read x"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    lines_until_end(&mut a);
+    // B, for nobody, waits behind it.
+    let b = d
+        .pjw()
+        .args([
+            "run",
+            "--user",
+            "nobody",
+            "-j",
+            "queued-nobody",
+            "--",
+            "id",
+            "-un",
+        ])
+        .current_dir("/")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(TestDaemon::wait_for(Duration::from_secs(20), || jobs(
+        &d.status()
+    )
+    .iter()
+    .any(|j| j["id"] == "queued-nobody" && j["state"] == "queued")));
+    d.restart();
+    // Back after the restart: still queued, still nobody's (the caller was root).
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || jobs(&d.status())
+            .iter()
+            .any(|j| j["id"] == "queued-nobody" && j["user"] == "nobody")),
+        "{}",
+        d.log()
+    );
+    use std::io::Write;
+    writeln!(a.stdin.as_mut().unwrap(), "go").unwrap();
+    let out = b.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        d.log()
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "nobody");
+    let _ = a.wait();
 }

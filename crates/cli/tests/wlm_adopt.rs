@@ -73,10 +73,16 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     let d = TestDaemon::start(&pjw_bin(), CONFIG);
     let out = d
         .pjw()
-        .args(["job", "register", "--wlm", "slurm", "-j", "9101", "-u", "root", "-c", "1"])
+        .args([
+            "job", "register", "--wlm", "slurm", "-j", "9101", "-u", "root", "-c", "1",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("job 9101 registered on cpus"));
     let st = d.status();
     let j = job(&st, "9101").expect("registered job listed");
@@ -87,7 +93,10 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     assert_eq!(cpus.len(), 1);
     // Held while empty: still there after several sweeps.
     std::thread::sleep(Duration::from_millis(300));
-    assert!(job(&d.status(), "9101").is_some(), "an empty registered job must be held");
+    assert!(
+        job(&d.status(), "9101").is_some(),
+        "an empty registered job must be held"
+    );
     assert!(cgroups_exist(&d, "job-9101"));
 
     // A process of the job started outside it is adopted; one of an unknown job is not.
@@ -100,7 +109,10 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         "process naming job 9101 was not adopted:\n{}",
         d.log()
     );
-    eprintln!("adoption latency (spawn to moved, sweep every 50 ms): {:?}", t0.elapsed());
+    eprintln!(
+        "adoption latency (spawn to moved, sweep every 50 ms): {:?}",
+        t0.elapsed()
+    );
     let status = std::fs::read_to_string(format!("/proc/{}/status", mine.id())).unwrap();
     let allowed = status
         .lines()
@@ -109,9 +121,15 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         .unwrap();
     assert_eq!(allowed, cpus, "the adopted process runs on the job's cpus");
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(job_of(&d, stranger.id()), None, "unknown job id must be left alone");
+    assert_eq!(
+        job_of(&d, stranger.id()),
+        None,
+        "unknown job id must be left alone"
+    );
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(5), || d.log().contains("process of an unknown job left alone")),
+        TestDaemon::wait_for(Duration::from_secs(5), || d
+            .log()
+            .contains("process of an unknown job left alone")),
         "unknown job id not logged:\n{}",
         d.log()
     );
@@ -119,7 +137,11 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
 
     // The epilog's end: the adopted process is killed, the cgroups are gone when it answers.
     let out = d.pjw().args(["job", "end", "9101"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!cgroups_exist(&d, "job-9101"), "cgroups left after end");
     assert!(job(&d.status(), "9101").is_none());
     let st = mine.wait().unwrap();
@@ -143,10 +165,17 @@ fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
             .unwrap()
     };
     let out = reg(&d, &["-j", "55", "-u", "root", "-c", "1", "-m", "256M"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for (args, want) in [
         (&["-j", "55", "-u", "root", "-c", "1"][..], "already in use"),
-        (&["-j", "56", "-u", "no-such-user-pjw", "-c", "1"][..], "no user"),
+        (
+            &["-j", "56", "-u", "no-such-user-pjw", "-c", "1"][..],
+            "no user",
+        ),
         (&["-j", "57", "-u", "root", "-c", "64"][..], "cpus"),
         (&["-j", "../x", "-u", "root", "-c", "1"][..], "job id"),
     ] {
@@ -162,7 +191,11 @@ fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
     assert_eq!(j["wlm"], format!("slurm:{}", j["id"].as_str().unwrap()));
     assert_eq!(j["mem"], 256u64 << 20);
     let out = d.pjw().args(["job", "end", "55"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!cgroups_exist(&d, "job-55"));
 }
 
@@ -172,19 +205,29 @@ fn attached_registration_runs_the_command_inside_and_ends_with_it() {
     let d = TestDaemon::start(&pjw_bin(), CONFIG);
     let out = d
         .pjw()
-        .args(["job", "register", "--wlm", "sge", "-j", "77", "-u", "nobody", "-c", "1", "--"])
+        .args([
+            "job", "register", "--wlm", "sge", "-j", "77", "-u", "nobody", "-c", "1", "--",
+        ])
         .args(["sh", "-c", "cat /proc/self/cgroup; echo pid=$$"])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("/job-77"), "not inside its job: {text}");
     assert!(
         TestDaemon::wait_for(Duration::from_secs(10), || job(&d.status(), "77").is_none()),
         "job did not end with its command"
     );
     assert!(!cgroups_exist(&d, "job-77"));
-    assert!(d.log().contains("user=nobody") || d.log().contains("user=\"nobody\""), "{}", d.log());
+    assert!(
+        d.log().contains("user=nobody") || d.log().contains("user=\"nobody\""),
+        "{}",
+        d.log()
+    );
 }
 
 /// With the sweep off, exec events alone adopt a process: the figure printed is the time from
@@ -198,10 +241,16 @@ fn exec_events_adopt_without_the_sweep() {
     );
     let out = d
         .pjw()
-        .args(["job", "register", "--wlm", "slurm", "-j", "31", "-u", "root", "-c", "1"])
+        .args([
+            "job", "register", "--wlm", "slurm", "-j", "31", "-u", "root", "-c", "1",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut times = Vec::new();
     let mut kids = Vec::new();
     for _ in 0..5 {
@@ -217,7 +266,11 @@ fn exec_events_adopt_without_the_sweep() {
     assert!(d.log().contains("via=\"exec\""), "{}", d.log());
     eprintln!("adoption latency from exec events, spawn to moved: {times:?}");
     let out = d.pjw().args(["job", "end", "31"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for mut c in kids {
         let _ = c.wait();
     }

@@ -15,8 +15,12 @@ use std::time::{Duration, Instant};
 use pjw_core::CpuSet;
 use pjw_testkit::{require_root, TestDaemon};
 
-/// Both managers see the whole node; pjw hands out two CPUs (the test machine has two).
-const CONFIG: &str = "cpus = \"0-1\"\n[adopt]\nsweep_interval_ms = 100\n";
+/// Both managers see the whole node; pjw hands out two CPUs (the test machine has two). The
+/// two tests run at once, each with its own daemon: each adopts by its own manager's variable
+/// only, so neither daemon looks at the other manager's job ids (both number jobs from 1).
+const SLURM_CONFIG: &str =
+    "cpus = \"0-1\"\n[adopt]\nenv = [\"SLURM_JOB_ID\"]\nsweep_interval_ms = 100\n";
+const SGE_CONFIG: &str = "cpus = \"0-1\"\n[adopt]\nenv = [\"JOB_ID\"]\nsweep_interval_ms = 100\n";
 
 fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
@@ -89,7 +93,12 @@ impl Wlm {
 
     fn logs(&self) -> String {
         let mut s = String::new();
-        for f in ["log/slurmd.log", "log/slurmctld.log", "log/execd.out", "log/qmaster.out"] {
+        for f in [
+            "log/slurmd.log",
+            "log/slurmctld.log",
+            "log/execd.out",
+            "log/qmaster.out",
+        ] {
             if let Ok(t) = std::fs::read_to_string(self.dir().join(f)) {
                 let tail: Vec<&str> = t.lines().rev().take(30).collect();
                 s.push_str(&format!("--- {f}\n"));
@@ -163,7 +172,10 @@ fn job_report(p: &Path) -> (String, CpuSet, u32) {
         .and_then(|x| x.split_once(':'))
         .map(|(_, v)| CpuSet::parse_list(v.trim()).unwrap())
         .unwrap_or_default();
-    let uid = l.next().and_then(|x| x.trim().parse().ok()).unwrap_or(u32::MAX);
+    let uid = l
+        .next()
+        .and_then(|x| x.trim().parse().ok())
+        .unwrap_or(u32::MAX);
     (cg, cpus, uid)
 }
 
@@ -194,8 +206,21 @@ fn job_of(d: &TestDaemon, pid: u32) -> Option<String> {
         .job_of(&pjw_kernelfs::proc_cgroup::parse(&text).ok()?)
 }
 
+/// The memory limit of job cgroup `name` (v1 `memory.limit_in_bytes` or v2 `memory.max`).
+fn memory_limit(d: &TestDaemon, name: &str) -> Option<u64> {
+    d.driver().job_dirs(name).iter().find_map(|(_, dir)| {
+        ["memory.limit_in_bytes", "memory.max"]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+            .and_then(|t| t.trim().parse().ok())
+    })
+}
+
 fn no_job_cgroups(d: &TestDaemon) -> bool {
-    d.driver().list_jobs().map(|l| l.is_empty()).unwrap_or(false)
+    d.driver()
+        .list_jobs()
+        .map(|l| l.is_empty())
+        .unwrap_or(false)
 }
 
 fn spawn_outsider(id: &str) -> Child {
@@ -213,7 +238,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     if skip_in_guest() {
         return;
     }
-    let d = TestDaemon::start(&pjw_bin(), CONFIG);
+    let d = TestDaemon::start(&pjw_bin(), SLURM_CONFIG);
     let w = Wlm::up("slurm-up.sh", &d);
     let out = w.out();
 
@@ -225,7 +250,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         std::fs::write(&script, job_script(&out.join(format!("job{n}.out")), &go)).unwrap();
         let o = w
             .cmd("sbatch")
-            .args(["-n1", "-o", "/dev/null"])
+            .args(["-n1", "--mem-per-cpu=200M", "-o", "/dev/null"])
             .arg(&script)
             .output()
             .unwrap();
@@ -252,10 +277,17 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     let jobs = jobs_of(&st, "slurm");
     assert_eq!(jobs.len(), 2, "{st:#}");
     let pjw_ids: HashSet<&str> = jobs.iter().filter_map(|j| j["id"].as_str()).collect();
-    assert_eq!(pjw_ids, ids.iter().map(String::as_str).collect(), "pjw job ids are Slurm's");
+    assert_eq!(
+        pjw_ids,
+        ids.iter().map(String::as_str).collect(),
+        "pjw job ids are Slurm's"
+    );
     for (id, allowed) in ids.iter().zip(&seen) {
         let j = jobs.iter().find(|j| j["id"] == id.as_str()).unwrap();
         assert_eq!(cpus_of(j).len(), 1);
+        // The Prolog is not told the memory; scontrol's Mem= for the node is the job's limit.
+        assert_eq!(j["mem"], 200u64 << 20, "job {id}: {j:#}");
+        assert_eq!(memory_limit(&d, &format!("job-{id}")), Some(200u64 << 20));
         assert_eq!(&cpus_of(j), allowed, "job {id} runs on its pjw cpus");
     }
     assert!(
@@ -294,7 +326,10 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     let mut l = text.lines();
     let id = l.next().unwrap_or_default().trim().to_string();
     let cg = l.next().unwrap_or_default();
-    assert!(cg.ends_with(&format!("/job-{id}")), "srun task of job {id} ran in {cg:?}");
+    assert!(
+        cg.ends_with(&format!("/job-{id}")),
+        "srun task of job {id} ran in {cg:?}"
+    );
 
     // A process of a running job started outside it (as ssh would start an MPI rank) is
     // adopted; one naming an unknown job is left alone.
@@ -326,7 +361,11 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     let latency = latency.unwrap_or_else(|| panic!("rank of job {id} not adopted:\n{}", d.log()));
     eprintln!("adoption latency, exec to moved (slurm job {id}): {latency:?}");
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(job_of(&d, stranger.id()), None, "a process of an unknown job was moved");
+    assert_eq!(
+        job_of(&d, stranger.id()),
+        None,
+        "a process of an unknown job was moved"
+    );
     std::fs::write(&go2, "").unwrap();
     // The epilog ends the job: the adopted rank is killed with it, the cgroups are removed.
     let st = rank.wait().unwrap();
@@ -348,7 +387,7 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
     if skip_in_guest() {
         return;
     }
-    let d = TestDaemon::start(&pjw_bin(), CONFIG);
+    let d = TestDaemon::start(&pjw_bin(), SGE_CONFIG);
     let w = Wlm::up("sge-up.sh", &d);
     let out = w.out();
     let go = out.join("go");
@@ -360,7 +399,18 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
         let child = w
             .cmd("setpriv")
             .args(["--reuid", "nobody", "--regid", "nogroup", "--clear-groups"])
-            .args(["qsub", "-sync", "y", "-pe", "smp", "1", "-j", "y", "-o", "/dev/null"])
+            .args([
+                "qsub",
+                "-sync",
+                "y",
+                "-pe",
+                "smp",
+                "1",
+                "-j",
+                "y",
+                "-o",
+                "/dev/null",
+            ])
             .args(["-S", "/bin/sh", "-cwd"])
             .arg(&script)
             .stdout(Stdio::piped())
@@ -372,7 +422,12 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
     let mut seen = Vec::new();
     for n in 0..2 {
         let (cg, allowed, uid) = job_report(&out.join(format!("sge{n}.out")));
-        assert!(cg.contains("/job-"), "grid engine job ran in {cg:?}\n{}\n{}", d.log(), w.logs());
+        assert!(
+            cg.contains("/job-"),
+            "grid engine job ran in {cg:?}\n{}\n{}",
+            d.log(),
+            w.logs()
+        );
         assert_eq!(uid, 65534, "the job runs as its owner, nobody");
         seen.push((cg.rsplit("/job-").next().unwrap().to_string(), allowed));
     }
@@ -388,14 +443,18 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
         assert_eq!(&cpus_of(j), allowed);
         assert_eq!(allowed.len(), 1);
     }
-    assert!(seen[0].1.intersection(&seen[1].1).is_empty(), "sets overlap: {seen:?}");
+    assert!(
+        seen[0].1.intersection(&seen[1].1).is_empty(),
+        "sets overlap: {seen:?}"
+    );
     std::fs::write(&go, "").unwrap();
     for (n, c) in subs.into_iter().enumerate() {
         let o = c.wait_with_output().unwrap();
         let text = ok(&o, "qsub -sync y");
         let id = &seen[n].0;
         assert!(
-            seen.iter().any(|(i, _)| text.contains(&format!("Your job {i} "))),
+            seen.iter()
+                .any(|(i, _)| text.contains(&format!("Your job {i} "))),
             "qsub said {text:?} (job {id})"
         );
     }

@@ -157,10 +157,15 @@ mod tests {
             .collect()
     }
 
+    /// (environ, expected `(rule, value)` pairs)
+    type EnvCase<'a> = (&'a [u8], &'a [(usize, &'a str)]);
+    /// (uid, ids, inside, verdict)
+    type DecideCase<'a> = (u32, Vec<(usize, String)>, Option<&'a str>, Verdict);
+
     #[test]
     fn env_ids_table() {
         let long = format!("SLURM_JOB_ID={}\0", "9".repeat(65));
-        let cases: &[(&[u8], &[(usize, &str)])] = &[
+        let cases: &[EnvCase<'_>] = &[
             (b"", &[]),
             (b"\0\0", &[]),
             (b"HOME=/root\0PATH=/bin\0", &[]),
@@ -173,7 +178,10 @@ mod tests {
             (b"JOB_ID=7\0JOB_ID=8\0", &[(1, "7")]),
             // empty value, a prefix-named variable, a name without '='
             (b"JOB_ID=\0SLURM_JOB_ID_X=1\0SLURM_JOB_ID\0", &[]),
-            (b"PBS_JOBID=12.server\0LSB_JOBID=99\0", &[(2, "12.server"), (3, "99")]),
+            (
+                b"PBS_JOBID=12.server\0LSB_JOBID=99\0",
+                &[(2, "12.server"), (3, "99")],
+            ),
             // value containing '='
             (b"LSB_JOBID=a=b\0", &[(3, "a=b")]),
             (b"JOB_ID=\xff\xfe\0", &[]),
@@ -204,10 +212,20 @@ mod tests {
         let ids = |v: &[(usize, &str)]| -> Vec<(usize, String)> {
             v.iter().map(|(r, s)| (*r, s.to_string())).collect()
         };
-        let cases: Vec<(u32, Vec<(usize, String)>, Option<&str>, Verdict)> = vec![
+        let cases: Vec<DecideCase<'_>> = vec![
             // (hook cases are below)
-            (1000, ids(&[(0, "42")]), None, Verdict::Adopt { key: 1, rule: 0 }),
-            (0, ids(&[(1, "7")]), None, Verdict::Adopt { key: 2, rule: 1 }),
+            (
+                1000,
+                ids(&[(0, "42")]),
+                None,
+                Verdict::Adopt { key: 1, rule: 0 },
+            ),
+            (
+                0,
+                ids(&[(1, "7")]),
+                None,
+                Verdict::Adopt { key: 2, rule: 1 },
+            ),
             // already in a job (its own, or another): never moved
             (1000, ids(&[(0, "42")]), Some("job-42"), Verdict::Inside),
             (1000, ids(&[(0, "42")]), Some("job-9"), Verdict::Inside),
@@ -222,7 +240,12 @@ mod tests {
                 },
             ),
             // the first rule naming a live job decides, even after an unknown one
-            (0, ids(&[(0, "99"), (1, "7")]), None, Verdict::Adopt { key: 2, rule: 1 }),
+            (
+                0,
+                ids(&[(0, "99"), (1, "7")]),
+                None,
+                Verdict::Adopt { key: 2, rule: 1 },
+            ),
             // another user's process naming a job is not moved into it
             (
                 1001,
@@ -244,7 +267,11 @@ mod tests {
                 inside,
                 hook: false,
             };
-            assert_eq!(decide(&c, &jobs), want, "uid {uid} ids {ids:?} inside {inside:?}");
+            assert_eq!(
+                decide(&c, &jobs),
+                want,
+                "uid {uid} ids {ids:?} inside {inside:?}"
+            );
         }
         // A hook naming a live job of its own user is still left alone.
         let hook_ids = ids(&[(0, "7")]);
@@ -270,13 +297,21 @@ mod tests {
     fn env_has_table() {
         let names = vec!["SLURM_SCRIPT_CONTEXT".to_string()];
         for (env, want) in [
-            (&b"SLURM_JOB_ID=1\0SLURM_SCRIPT_CONTEXT=epilog_slurmd\0"[..], true),
+            (
+                &b"SLURM_JOB_ID=1\0SLURM_SCRIPT_CONTEXT=epilog_slurmd\0"[..],
+                true,
+            ),
             (b"SLURM_SCRIPT_CONTEXT=\0", true),
             (b"SLURM_SCRIPT_CONTEXT", false),
             (b"SLURM_SCRIPT_CONTEXTX=1\0", false),
             (b"", false),
         ] {
-            assert_eq!(env_has(env, &names), want, "{:?}", String::from_utf8_lossy(env));
+            assert_eq!(
+                env_has(env, &names),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(env)
+            );
         }
         assert!(!env_has(b"A=1\0", &[]));
     }

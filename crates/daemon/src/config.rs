@@ -677,7 +677,10 @@ impl Config {
                     && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
                     && !v.as_bytes()[0].is_ascii_digit();
                 if !ok {
-                    return Err(err(key, format!("{v:?} is not an environment variable name")));
+                    return Err(err(
+                        key,
+                        format!("{v:?} is not an environment variable name"),
+                    ));
                 }
             }
         }
@@ -775,7 +778,10 @@ mod tests {
             &Overrides::default(),
         )
         .unwrap();
-        assert_eq!((c.adopt_env, c.adopt_sweep_ms), (vec!["MY_JOB".to_string()], 0));
+        assert_eq!(
+            (c.adopt_env, c.adopt_sweep_ms),
+            (vec!["MY_JOB".to_string()], 0)
+        );
         assert_eq!(
             (c.vcpus, c.backfill, c.hard_preemption, c.queue_ttl),
             (None, true, true, None)

@@ -1586,7 +1586,9 @@ impl Engine {
             let held = rec.pid.is_none()
                 && matches!(self.store.starter(rec.seq), Ok(Some(st)) if st.wlm.is_some());
             let populated = self.driver.is_populated(&rec.cgroup).unwrap_or(false);
-            if !populated && !(held && rec.state == StoredState::Running) {
+            // A held job lives on empty; one that never got its cgroups ("starting") does not.
+            let keep = populated || (held && rec.state == StoredState::Running);
+            if !keep {
                 let _ = self.driver.remove_job(&rec.cgroup);
                 let reason = if rec.state == StoredState::Starting {
                     "start interrupted"

@@ -227,6 +227,19 @@ pub fn env_from_lines(text: &str) -> Env {
         .collect()
 }
 
+/// Parse a NUL-separated environment block, as `/proc/PID/environ` holds it (for recognising a
+/// process's job by its variables). Entries that are not UTF-8 are taken lossily.
+pub fn env_from_environ(block: &[u8]) -> Env {
+    block
+        .split(|b| *b == 0)
+        .filter_map(|e| {
+            let e = String::from_utf8_lossy(e);
+            let (k, v) = e.split_once('=')?;
+            (!k.is_empty()).then(|| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
 /// Which manager's job this environment belongs to.
 pub fn detect(env: &Env) -> Option<Manager> {
     Manager::ALL.into_iter().find(|m| match m {
@@ -537,6 +550,15 @@ mod tests {
             assert!(pjw_core::JobId::new(&pjw_id(wlm)).is_ok());
         }
         assert_eq!(pjw_id(&"9".repeat(100)).len(), 64);
+    }
+
+    #[test]
+    fn proc_environ_blocks() {
+        let env = env_from_environ(b"SLURM_JOB_ID=7\0PATH=/bin\0=odd\0NOEQUALS\0X=a=b\0");
+        assert_eq!(env.get("SLURM_JOB_ID").map(String::as_str), Some("7"));
+        assert_eq!(env.get("X").map(String::as_str), Some("a=b"));
+        assert_eq!(env.len(), 3);
+        assert_eq!(detect(&env), Some(Manager::Slurm));
     }
 
     #[test]

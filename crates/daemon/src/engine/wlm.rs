@@ -47,7 +47,10 @@ impl Engine {
             .take(16)
             .collect();
         if wlm.is_empty() {
-            let _ = reply.send(err(ErrorCode::Invalid, "the workload manager's name is empty"));
+            let _ = reply.send(err(
+                ErrorCode::Invalid,
+                "the workload manager's name is empty",
+            ));
             return;
         }
         let Some((uid, gid)) = os::lookup_user(&req.user) else {
@@ -199,7 +202,11 @@ impl Engine {
 
     /// A job was registered: the next sweep looks at every process again.
     fn scanner_wake(&mut self) {
-        if !self.jobs.values().any(|j| j.wlm.is_some() && j.started.is_some()) {
+        if !self
+            .jobs
+            .values()
+            .any(|j| j.wlm.is_some() && j.started.is_some())
+        {
             self.scanner.reset();
         }
     }
