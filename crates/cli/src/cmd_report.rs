@@ -28,12 +28,20 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
             .map(|s| parse_since(s, now_ms))
             .transpose()?,
         state: a.state.clone(),
-        series: a.series,
+        // A plot needs the series.
+        series: a.series || a.plot.is_some(),
         processes: a.processes,
         limit: a.limit,
         central: a.central,
     };
     let tz = chrono::Local::now().offset().fix();
+    if let Some(path) = &a.plot {
+        let jobs = fetch(&query)?;
+        crate::plot::write(&jobs, path)?;
+        let n = jobs.iter().filter(|j| !j.series.is_empty()).count();
+        println!("wrote {} ({n} job(s))", path.display());
+        return Ok(());
+    }
     loop {
         let jobs = fetch(&query)?;
         let text = match a.format {

@@ -13,6 +13,7 @@ mod cmd_sim;
 mod cmd_status;
 mod cmd_top;
 mod cmd_topology;
+mod plot;
 
 use clap::Parser;
 
