@@ -648,6 +648,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn metrics_and_central_keys() {
+        let c = Config::parse("t.toml", "", &Overrides::default()).unwrap();
+        assert_eq!((c.metrics_listen, c.central), (None, None));
+        let c = Config::parse(
+            "t.toml",
+            "[metrics]\nlisten = \"127.0.0.1:9810\"\n[central]\nurl = \"postgres://pjw@db/pjw\"\nretry_secs = 0.5\n",
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9810".parse().unwrap()));
+        let central = c.central.unwrap();
+        assert_eq!(
+            (central.ship_samples, central.batch_size, central.retry),
+            (true, 100, std::time::Duration::from_millis(500))
+        );
+        let bad = [
+            ("[metrics]\nlisten = \"localhost\"", "metrics.listen"),
+            ("[metrics]\nport = 1", "metrics.port"),
+            ("[central]\nurl = \"mysql://x\"", "central.url"),
+            ("[central]\nbatch_size = 5", "central.url"),
+            (
+                "[central]\nurl = \"postgres://h/d\"\nbatch_size = 0",
+                "central.batch_size",
+            ),
+            (
+                "[central]\nurl = \"postgres://h/d\"\nretry_secs = 0",
+                "central.retry_secs",
+            ),
+        ];
+        for (text, key) in bad {
+            let e = Config::parse("t.toml", text, &Overrides::default()).unwrap_err();
+            assert!(e.key.starts_with(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn empty_config_gives_defaults() {
         let c = Config::parse("t.toml", "", &Overrides::default()).unwrap();
         assert_eq!(c.socket, PathBuf::from("/run/pjw/pjw.sock"));
