@@ -68,11 +68,13 @@ pub struct RawCentral {
 pub struct CentralConfig {
     /// `postgres://user@host:port/db`.
     pub url: String,
-    /// Ship the series of finished jobs too (summaries are always shipped).
+    /// Also ship the samples of running jobs, every `retry` (finished jobs always go with
+    /// their series).
     pub ship_samples: bool,
     /// Jobs per transaction.
     pub batch_size: usize,
-    /// Wait before retrying after PostgreSQL was unreachable.
+    /// Wait before retrying after PostgreSQL was unreachable; with `ship_samples`, also the
+    /// time between shipments of live samples.
     pub retry: std::time::Duration,
 }
 
@@ -579,7 +581,7 @@ impl Config {
                 }
                 Some(CentralConfig {
                     url,
-                    ship_samples: c.ship_samples.unwrap_or(true),
+                    ship_samples: c.ship_samples.unwrap_or(false),
                     batch_size,
                     retry: std::time::Duration::from_secs_f64(retry),
                 })
@@ -661,7 +663,7 @@ mod tests {
         let central = c.central.unwrap();
         assert_eq!(
             (central.ship_samples, central.batch_size, central.retry),
-            (true, 100, std::time::Duration::from_millis(500))
+            (false, 100, std::time::Duration::from_millis(500))
         );
         let bad = [
             ("[metrics]\nlisten = \"localhost\"", "metrics.listen"),
