@@ -344,3 +344,37 @@ fn a_job_killed_for_memory_inside_its_limit_ends_oom() {
         1
     );
 }
+
+#[test]
+fn direct_io_is_counted() {
+    require_root!();
+    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
+    let f = d.dir().join("io.dat");
+    let f = f.to_str().unwrap();
+    // 8 MiB written and read back with O_DIRECT: block I/O the job's cgroup is charged for.
+    let script = format!(
+        "dd if=/dev/zero of={f} bs=1M count=8 oflag=direct status=none && dd if={f} of=/dev/null bs=1M iflag=direct status=none"
+    );
+    let out = d
+        .pjw()
+        .args(["run", "-j", "io1", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        // tmpfs or a filesystem without O_DIRECT: nothing to count.
+        eprintln!("skipped: {}", String::from_utf8_lossy(&out.stderr));
+        return;
+    }
+    let j = report_json(&d, &["-J", "io1"])[0].clone();
+    if j["io_counted"] == false {
+        // Hybrid and legacy nodes: no cgroup v2 io controller, so I/O is not counted.
+        eprintln!("skipped: this node does not count job I/O");
+        return;
+    }
+    let (r, w) = (
+        j["io_rbytes"].as_u64().unwrap(),
+        j["io_wbytes"].as_u64().unwrap(),
+    );
+    assert!(w >= 8 << 20, "written {w}: {j:#}");
+    assert!(r >= 8 << 20, "read {r}: {j:#}");
+}

@@ -243,8 +243,9 @@ impl Engine {
             .collect();
         let db = self.store.path().to_path_buf();
         let node = self.node.clone();
+        let io_counted = self.driver.counts_io();
         tokio::task::spawn_blocking(move || {
-            report::answer(&db, &node, access, &query, live, &reply);
+            report::answer(&db, &node, io_counted, access, &query, live, &reply);
         });
     }
 }

@@ -226,9 +226,11 @@ pub fn job_report(
 }
 
 /// Read the store and stream the report to `reply`. Runs on a blocking thread.
+#[allow(clippy::too_many_arguments)]
 pub fn answer(
     db: &Path,
     node: &str,
+    io_counted: bool,
     access: Access,
     q: &ReportQuery,
     live: Vec<LiveJob>,
@@ -285,7 +287,8 @@ pub fn answer(
     let live: HashMap<i64, LiveJob> = live.into_iter().map(|l| (l.seq, l)).collect();
     let mut count = 0;
     for p in &found {
-        let rep = job_report(&p.job, p.summary.as_ref(), live.get(&p.job.seq), node);
+        let mut rep = job_report(&p.job, p.summary.as_ref(), live.get(&p.job.seq), node);
+        rep.io_counted = Some(io_counted);
         if reply.send(Response::ReportJob(Box::new(rep))).is_err() {
             return;
         }

@@ -139,6 +139,10 @@ pub struct JobReport {
     pub swap_peak: u64,
     pub io_rbytes: u64,
     pub io_wbytes: u64,
+    /// Whether the node counts block I/O (cgroup v2 io controller); `false`: the I/O fields
+    /// are 0 because nothing was counted. None from daemons that do not say.
+    #[serde(default)]
+    pub io_counted: Option<bool>,
     /// Distinct processes / threads it ever had (exact, from process events); None when the
     /// daemon had no process events.
     pub procs_total: Option<u64>,
