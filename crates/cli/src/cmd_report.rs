@@ -200,7 +200,15 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
         j.node,
         outcome(j)
     );
-    let total = |t: Option<u64>| t.map(|n| format!("{n} total, ")).unwrap_or_default();
+    let at_least = if j.counts_exact == Some(false) {
+        "at least "
+    } else {
+        ""
+    };
+    let total = |t: Option<u64>| {
+        t.map(|n| format!("{at_least}{n} total, "))
+            .unwrap_or_default()
+    };
     let rows: Vec<(&str, String)> = vec![
         (
             "CPUs",
@@ -556,6 +564,7 @@ mod tests {
             io_rbytes: 4096,
             io_wbytes: 512,
             io_counted: Some(true),
+            counts_exact: Some(true),
             procs_total: Some(26),
             threads_total: Some(26),
             procs_max: 2,
@@ -651,6 +660,14 @@ JOB  USER   NAME   NODE  STATE    END        EXIT  SUBMITTED                  CP
         assert_eq!(
             render_table(&[job(), b.clone()], false, false, &utc()),
             want
+        );
+        // Counts that are a lower bound say so.
+        let mut lossy = job();
+        lossy.counts_exact = Some(false);
+        let text = render_job(&lossy, &utc());
+        assert!(
+            text.contains("  Processes       at least 26 total, 2 at most\n"),
+            "{text}"
         );
         // A node that does not count I/O says so instead of showing 0.
         b.io_counted = Some(false);

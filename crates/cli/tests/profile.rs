@@ -80,6 +80,7 @@ fn a_job_in_three_steps_with_25_children_is_reported_exactly() {
     // Exactly 26 distinct processes (and tasks: nothing is threaded).
     assert_eq!(j["procs_total"], 26, "{j:#}");
     assert_eq!(j["threads_total"], 26, "{j:#}");
+    assert_eq!(j["counts_exact"], true, "{j:#}");
     assert!(j["procs_max"].as_u64().unwrap() >= 1);
     assert!(j["cpu_user_usec"].as_u64().unwrap() > 0, "{j:#}");
     assert!(j["running_ms"].as_i64().unwrap() >= 7500, "{j:#}");
@@ -377,4 +378,29 @@ fn direct_io_is_counted() {
     );
     assert!(w >= 8 << 20, "written {w}: {j:#}");
     assert!(r >= 8 << 20, "read {r}: {j:#}");
+}
+
+#[test]
+fn counts_across_a_daemon_restart_are_a_lower_bound() {
+    require_root!();
+    let mut d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
+    let mut child = d.run_sh(&["-j", "r1"], "sleep 600");
+    let running = TestDaemon::wait_for(Duration::from_secs(30), || {
+        report(&d, &["-J", "r1"]).status.success()
+    });
+    assert!(running, "{}", d.log());
+    // A crash: the job keeps running and is recovered; events it missed are lost.
+    d.restart();
+    let out = d.pjw().args(["kill", "r1"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = child.wait();
+    let j = report_json(&d, &["-J", "r1"])[0].clone();
+    assert_eq!(j["end"], "killed", "{j:#}");
+    assert_eq!(j["counts_exact"], false, "{j:#}");
+    let out = report(&d, &["-J", "r1"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Processes       at least "));
 }

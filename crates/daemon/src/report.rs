@@ -206,6 +206,7 @@ pub fn job_report(
             r.io_wbytes = s.io_wbytes;
             r.procs_total = s.procs_total;
             r.threads_total = s.threads_total;
+            r.counts_exact = s.counts_exact;
             r.procs_max = s.procs_max;
             r.threads_max = s.threads_max;
             r.samples = s.samples;

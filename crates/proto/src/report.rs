@@ -147,6 +147,10 @@ pub struct JobReport {
     /// daemon had no process events.
     pub procs_total: Option<u64>,
     pub threads_total: Option<u64>,
+    /// `false`: process events were lost or the daemon restarted while the job ran, so the
+    /// totals are a lower bound.
+    #[serde(default)]
+    pub counts_exact: Option<bool>,
     /// Most at once.
     pub procs_max: u32,
     pub threads_max: u32,
