@@ -228,7 +228,7 @@ pub fn top_processes(
 ) -> Vec<ProcessSample> {
     let tick = clock_ticks();
     let page = page_size();
-    let mut rows: Vec<ProcessSample> = pids
+    let rows: Vec<ProcessSample> = pids
         .iter()
         .filter_map(|pid| {
             let text =
