@@ -168,6 +168,14 @@ fn killed_jobs_and_live_jobs_are_reported() {
     let j = report_json(&d, &["-J", "k1"])[0].clone();
     assert_eq!(j["end"], "killed", "{j:#}");
     assert_eq!(j["end_reason"], "killed by root", "{j:#}");
+    // `--watch` on a job that has ended draws it once and stops.
+    let out = report(&d, &["-J", "k1", "--watch", "1"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.starts_with("\x1b[H\x1b[2JJob k1 (sleeper)") && text.contains("ended, killed"),
+        "{text}"
+    );
     // `--state running` no longer lists it.
     assert!(report_json(&d, &["--state", "running"])
         .as_array()
