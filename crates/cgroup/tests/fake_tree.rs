@@ -14,6 +14,7 @@ fn limits(cpus: &str) -> JobLimits {
         mems: CpuSet::parse_list("0").unwrap(),
         memory_max: Some(64 << 20),
         pids_max: Some(100),
+        swap_max: None,
     }
 }
 

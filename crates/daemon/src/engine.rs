@@ -256,6 +256,8 @@ pub struct Engine {
     last_retention: Option<Instant>,
     /// The last sampler tick: how long it took and how many jobs it sampled (for metrics).
     last_sample: Option<(Duration, usize)>,
+    /// Partition type for exclusive jobs, when the parent could be made a partition root.
+    partition: Option<pjw_cgroup::Partition>,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -357,6 +359,7 @@ impl Engine {
             late_exits: HashMap::new(),
             last_retention: None,
             last_sample: None,
+            partition: None,
         }
     }
 
@@ -934,6 +937,7 @@ impl Engine {
             mems,
             memory_max: j.mem,
             pids_max: self.cfg.pids_max,
+            swap_max: self.cfg.swap_max,
         };
         let cgroup = j.cgroup.clone();
         let placed = self
@@ -944,6 +948,18 @@ impl Engine {
                     self.driver.set_idle(&cgroup, true)
                 } else {
                     Ok(())
+                }
+            })
+            .map(|_| {
+                if !j.req.exclusive {
+                    return;
+                }
+                if let Some(kind) = self.partition {
+                    // Its own scheduling domain: nothing else is balanced onto its CPUs.
+                    match self.driver.set_partition(Some(&cgroup), kind, None) {
+                        Ok(()) => info!(job = %j.id, cpus = %cpus, partition = kind.as_str(), "exclusive job is a cpuset partition"),
+                        Err(e) => warn!(job = %j.id, error = %e, "exclusive job stays a plain cpuset"),
+                    }
                 }
             })
             .and_then(|_| {
@@ -1558,6 +1574,11 @@ impl Engine {
                 Err(e) => debug!(job = %j.id, error = %e, "cannot list job processes"),
             }
         }
+    }
+
+    /// Let exclusive jobs be cpuset partitions of type `kind` (the parent is one already).
+    pub fn enable_partitions(&mut self, kind: pjw_cgroup::Partition) {
+        self.partition = Some(kind);
     }
 
     /// Process and thread counts of a running job.
