@@ -256,6 +256,9 @@ pub struct Engine {
     last_retention: Option<Instant>,
     /// The last sampler tick: how long it took and how many jobs it sampled (for metrics).
     last_sample: Option<(Duration, usize)>,
+    /// Whether process events arrive (the proc connector is open): only then are the
+    /// tracker's totals reported.
+    proc_events: bool,
     /// Partition type for exclusive jobs, when the parent could be made a partition root.
     partition: Option<pjw_cgroup::Partition>,
 }
@@ -359,6 +362,7 @@ impl Engine {
             late_exits: HashMap::new(),
             last_retention: None,
             last_sample: None,
+            proc_events: false,
             partition: None,
         }
     }
@@ -1320,7 +1324,7 @@ impl Engine {
                 ooms,
                 running_ms: runtime_ms as i64,
                 finals,
-                counts: Some(counts),
+                counts: self.proc_events.then_some(counts),
             },
         );
         info!(

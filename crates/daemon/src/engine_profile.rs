@@ -183,6 +183,11 @@ impl Engine {
             .collect()
     }
 
+    /// Process events are flowing (the proc connector is open): process totals are reported.
+    pub fn set_proc_events(&mut self, on: bool) {
+        self.proc_events = on;
+    }
+
     /// The last sampler tick's duration and number of jobs sampled (for metrics).
     pub fn last_sample(&self) -> Option<(Duration, usize)> {
         self.last_sample
@@ -236,7 +241,7 @@ impl Engine {
                         class,
                         running_ms,
                         &finals,
-                        self.procs.counts(j.seq),
+                        self.procs.counts(j.seq).filter(|_| self.proc_events),
                     ),
                 }
             })
