@@ -13,6 +13,23 @@ pub(crate) fn apply(fs: &Fs, dir: &Path, cpus: &CpuSet, mems: &CpuSet) -> Result
     fs.write(&dir.join("cpuset.mems"), &mems.to_string())
 }
 
+/// Write `kind` to `cpuset.cpus.partition` and read back what the kernel made of it. An invalid
+/// partition (`root invalid (reason)`) is set back to `member`, and the reason returned.
+pub(crate) fn set_partition(fs: &Fs, dir: &Path, kind: &str) -> Result<(), CgroupError> {
+    let path = dir.join("cpuset.cpus.partition");
+    fs.write(&path, kind)?;
+    let got = fs.read(&path)?;
+    let got = got.trim();
+    if got == kind {
+        return Ok(());
+    }
+    let _ = fs.write(&path, "member");
+    Err(CgroupError::PartitionInvalid {
+        path,
+        reason: got.to_string(),
+    })
+}
+
 /// Read a cpuset file (`cpuset.cpus`, `cpuset.mems`, `cpuset.effective_cpus`, …).
 pub(crate) fn read(fs: &Fs, dir: &Path, file: &str) -> Result<CpuSet, CgroupError> {
     let path = dir.join(file);

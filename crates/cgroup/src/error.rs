@@ -62,6 +62,12 @@ pub enum CgroupError {
     /// cgroup v2's no-internal-process rule refused enabling controllers.
     #[error("cannot enable controllers {value:?} in {}: the cgroup has processes of its own (no-internal-process rule); move them into a leaf cgroup first", path.display())]
     SubtreeBusy { path: PathBuf, value: String },
+    /// The daemon moved into its leaf, and its own cgroup still holds other processes.
+    #[error("cannot enable controllers ({value}) in {}: other processes share the daemon's cgroup; with a `self` parent on cgroup v2 the daemon must be alone in its cgroup (systemd: Delegate=yes), or use an absolute parent", path.display())]
+    SharedSelfCgroup { path: PathBuf, value: String },
+    /// The kernel did not accept a cpuset partition.
+    #[error("{}: the kernel refused the partition: {reason}", path.display())]
+    PartitionInvalid { path: PathBuf, reason: String },
     /// The parent does not exist yet.
     #[error("parent cgroup {} does not exist (prepare_parent creates it)", path.display())]
     ParentMissing { path: PathBuf },

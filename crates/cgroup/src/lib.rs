@@ -16,8 +16,8 @@
 //! | mode    | limits (cpuset, memory, pids, cpu)        | tracking, freeze, kill, events |
 //! |---------|-------------------------------------------|--------------------------------|
 //! | Unified | the cgroup2 tree (+io when present)       | the cgroup2 tree               |
-//! | Hybrid  | v1 cpuset, memory, pids, cpu, cpuacct, blkio | the cgroup2 tree               |
-//! | Legacy  | v1 cpuset, memory, pids, cpu, cpuacct, blkio | v1 cpuset; v1 freezer          |
+//! | Hybrid  | v1 cpuset, memory, pids, cpu, cpuacct     | the cgroup2 tree               |
+//! | Legacy  | v1 cpuset, memory, pids, cpu, cpuacct     | v1 cpuset; v1 freezer          |
 //!
 //! A missing v1 controller is skipped with a warning, except cpuset, which is required. All paths
 //! come from mountinfo (the mount point plus the cgroup path below the mount's root), so tests
@@ -129,6 +129,26 @@ pub struct JobLimits {
     pub memory_max: Option<u64>,
     /// Task limit (`pids.max`).
     pub pids_max: Option<u64>,
+    /// Swap limit in bytes (`memory.swap.max`, cgroup v2 only); `None` = no limit (`max`).
+    pub swap_max: Option<u64>,
+}
+
+/// A cgroup v2 cpuset partition type (`cpuset.cpus.partition`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Partition {
+    /// Its own scheduling domain: the scheduler balances load inside it only.
+    Root,
+    /// Like `Root`, without load balancing at all (one thread per CPU, pinned by the job).
+    Isolated,
+}
+
+impl Partition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Partition::Root => "root",
+            Partition::Isolated => "isolated",
+        }
+    }
 }
 
 /// The hierarchies of one mode (static dispatch over the modes).
@@ -148,6 +168,10 @@ pub struct Driver {
     layout: Layout,
     fs: Fs,
 }
+
+/// The leaf below its own cgroup that the daemon moves into on cgroup v2 with a `self` parent
+/// (see [`Driver::prepare_parent_for_daemon`]). Never a job's name (jobs are `job-…`).
+pub const DAEMON_LEAF: &str = "pjw-daemon";
 
 /// How long [`Driver::kill`] keeps signalling when there is no freezer.
 const KILL_ROUNDS: usize = 20;
@@ -242,6 +266,37 @@ impl Driver {
         Ok(())
     }
 
+    /// [`Driver::prepare_parent`] for a daemon that may have to leave its own cgroup first.
+    ///
+    /// With a `self` parent in pure cgroup v2 the daemon's own cgroup must enable controllers for
+    /// its children, which the kernel refuses while the cgroup holds processes (the
+    /// no-internal-process rule). Then the daemon (`pid`, every thread of it) moves into a leaf
+    /// [`DAEMON_LEAF`] below its cgroup, and the parent is prepared again. That works when the
+    /// daemon was alone in its cgroup, as under systemd with `Delegate=yes`; when other processes
+    /// share it the error says so. Returns the leaf the daemon moved into, if it moved.
+    pub fn prepare_parent_for_daemon(&self, pid: u32) -> Result<Option<PathBuf>, CgroupError> {
+        match self.prepare_parent() {
+            Err(CgroupError::SubtreeBusy { path, value }) => {
+                let Some(v2) = self.v2().filter(|h| h.v2 && path == h.base) else {
+                    return Err(CgroupError::SubtreeBusy { path, value });
+                };
+                let leaf = v2.base.join(DAEMON_LEAF);
+                self.fs.mkdir(&leaf, v2.kind())?;
+                self.fs
+                    .write(&leaf.join("cgroup.procs"), &pid.to_string())?;
+                tracing::info!(cgroup = %leaf.display(), pid, "daemon moved into a leaf of its own cgroup (no-internal-process rule)");
+                match self.prepare_parent() {
+                    Ok(()) => Ok(Some(leaf)),
+                    Err(CgroupError::SubtreeBusy { path, value }) => {
+                        Err(CgroupError::SharedSelfCgroup { path, value })
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            other => other.map(|_| None),
+        }
+    }
+
     /// Create job cgroup `name` below the parent in every hierarchy and apply `limits`.
     /// Idempotent on an existing job cgroup (re-applies limits).
     ///
@@ -280,6 +335,9 @@ impl Driver {
             }
             if h.has("memory") {
                 memory::apply(&self.fs, &dir, h.v2, limits.memory_max)?;
+                if h.v2 {
+                    memory::apply_swap_max(&self.fs, &dir, limits.swap_max)?;
+                }
             }
             if h.has("pids") {
                 pids::apply(&self.fs, &dir, limits.pids_max)?;
@@ -350,6 +408,40 @@ impl Driver {
                 controller: "memory".into(),
                 where_: None,
             })
+    }
+
+    /// Make job `name` (or, with `None`, the parent) a cpuset partition of type `kind`, cgroup v2
+    /// only. The kernel decides whether it is valid (a partition's parent must be a partition
+    /// root, its CPUs exclusive among its siblings, and a parent with processes must keep a CPU);
+    /// when it is not, the cgroup is set back to `member` and the kernel's reason is returned in
+    /// [`CgroupError::PartitionInvalid`]. For the parent, its `cpuset.cpus` is first set to
+    /// `cpus` (a partition root cannot simply inherit every CPU of the machine).
+    pub fn set_partition(
+        &self,
+        name: Option<&str>,
+        kind: Partition,
+        cpus: Option<&CpuSet>,
+    ) -> Result<(), CgroupError> {
+        let h = match &self.layout {
+            Layout::Unified { v2 } if v2.has("cpuset") => v2,
+            _ => {
+                return Err(CgroupError::MissingController {
+                    controller: "cpuset (cgroup v2 partitions)".into(),
+                    where_: None,
+                })
+            }
+        };
+        let dir = match name {
+            Some(n) => {
+                parent::validate_job_name(n)?;
+                h.job(n)
+            }
+            None => h.parent(),
+        };
+        if let Some(c) = cpus {
+            self.fs.write(&dir.join("cpuset.cpus"), &c.to_string())?;
+        }
+        cpuset::set_partition(&self.fs, &dir, kind.as_str())
     }
 
     /// Move the job to other CPUs and memory nodes (a backfiller promoted, a job resumed).
@@ -522,6 +614,8 @@ impl Driver {
         for h in self.hierarchies() {
             all.extend(self.fs.child_dirs(&h.parent())?);
         }
+        // With a bare `self` parent the daemon's own leaf sits beside the jobs.
+        all.remove(DAEMON_LEAF);
         Ok(all.into_iter().collect())
     }
 

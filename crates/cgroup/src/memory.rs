@@ -16,6 +16,17 @@ pub(crate) fn apply(fs: &Fs, dir: &Path, v2: bool, max: Option<u64>) -> Result<(
     fs.write(&dir.join(file), &max.to_string())
 }
 
+/// `memory.swap.max` (cgroup v2): the limit, or `max`. Skipped where the kernel has no swap
+/// accounting (no such file).
+pub(crate) fn apply_swap_max(fs: &Fs, dir: &Path, max: Option<u64>) -> Result<(), CgroupError> {
+    let path = dir.join("memory.swap.max");
+    if !fs.exists(&path) {
+        return Ok(());
+    }
+    let value = max.map_or_else(|| "max".to_string(), |m| m.to_string());
+    fs.write(&path, &value)
+}
+
 /// Memory charged to the cgroup now: `memory.usage_in_bytes` (v1) or `memory.current` (v2).
 pub(crate) fn usage(fs: &Fs, dir: &Path, v2: bool) -> Result<u64, CgroupError> {
     let path = dir.join(if v2 {

@@ -101,6 +101,7 @@ fn job_lifecycle_on_the_real_cgroupfs() {
         mems: CpuSet::parse_list(&mems).unwrap(),
         memory_max: Some(64 << 20),
         pids_max: Some(100),
+        swap_max: None,
     };
     d.create_job(JOB, &limits).unwrap();
     assert_eq!(d.list_jobs().unwrap(), [JOB]);

@@ -6,8 +6,8 @@
 //! one at a time (they place jobs on whole NUMA nodes), each with its own daemon through
 //! `pjw_testkit::TestDaemon`, which kills what a test left and removes its cgroups.
 //!
-//! The allocator packs (best fit): on an idle machine two 4-CPU jobs both go to node 0 (each
-//! inside one node), which keeps node 1 whole for an 8-CPU job.
+//! The allocator spreads while the machine is at least half free: on an idle guest two 4-CPU jobs
+//! get a NUMA node (and L3) each; past half it packs (best fit).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -136,8 +136,16 @@ fn stop(d: &TestDaemon, ids: &[&str], children: Vec<Child>) {
     }
 }
 
+/// The CPUs sharing an L3 cache with `cpu` (sysfs cache index3), if the machine says.
+fn l3_of(cpu: u32) -> Option<CpuSet> {
+    let t = read(format!(
+        "/sys/devices/system/cpu/cpu{cpu}/cache/index3/shared_cpu_list"
+    ));
+    CpuSet::parse_list(t.trim()).ok().filter(|s| !s.is_empty())
+}
+
 #[test]
-fn four_cpu_jobs_stay_in_one_node_and_an_eight_cpu_job_takes_the_other() {
+fn four_cpu_jobs_spread_over_the_nodes_and_an_eight_cpu_job_takes_a_whole_one() {
     require_numa_v2!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = TestDaemon::start(&pjw_bin(), "");
@@ -147,34 +155,41 @@ fn four_cpu_jobs_stay_in_one_node_and_an_eight_cpu_job_takes_the_other() {
     let b = d.run_sh(&["--cpus", "4", "--job-id", "b"], &hold(&dir, "b"));
     let (cb, mb) = cpuset_of(&job_cgroup(&dir, "b"));
     eprintln!("placement: a cpus {ca} mems {ma}; b cpus {cb} mems {mb}");
+    let mut node = Vec::new();
     for (name, c, m) in [("a", &ca, &ma), ("b", &cb, &mb)] {
         assert_eq!(c.len(), 4, "job {name}: {c}");
         let n = node_of(c).unwrap_or_else(|| panic!("job {name} spans NUMA nodes: {c}"));
         assert_eq!(*m, node_set(n), "job {name}: mems {m} is not its node {n}");
+        node.push(n);
     }
-    assert!(
-        ca.iter().all(|c| !cb.contains(c)),
-        "jobs share CPUs: {ca} / {cb}"
-    );
+    // The node is mostly free: each job gets a NUMA node (and its L3) to itself.
+    assert_ne!(node[0], node[1], "both 4-CPU jobs on node {}", node[0]);
+    let (la, lb) = (l3_of(ca.first().unwrap()), l3_of(cb.first().unwrap()));
+    eprintln!("placement: L3 of a {la:?}, of b {lb:?}");
+    if let (Some(la), Some(lb)) = (la, lb) {
+        assert!(ca.is_subset(&la) && cb.is_subset(&lb), "a job spans L3s");
+        assert_ne!(la, lb, "both 4-CPU jobs share an L3");
+    }
     // Whole cores: with SMT 2, 4 CPUs are 2 whole cores (sibling pairs 2k, 2k+1 here).
     for c in [&ca, &cb] {
         for cpu in c.iter() {
             assert!(c.contains(cpu ^ 1), "{c} splits a core");
         }
     }
-    // Packing keeps one node whole: an 8-CPU job starts at once beside the two and takes it.
+    // b ends; an 8-CPU job then takes b's node whole (a keeps its own).
+    stop(&d, &["b"], vec![b]);
     let big = d.run_sh(&["--cpus", "8", "--job-id", "big"], &hold(&dir, "big"));
     let (cbig, mbig) = cpuset_of(&job_cgroup(&dir, "big"));
     eprintln!("placement: big cpus {cbig} mems {mbig}");
     let n = node_of(&cbig).unwrap_or_else(|| panic!("8-CPU job spans nodes: {cbig}"));
     assert_eq!(cbig, node_cpus(n), "8-CPU job does not hold its whole node");
     assert_eq!(mbig, node_set(n));
+    assert_eq!(n, node[1], "8-CPU job not on the node b left");
     assert!(
-        cbig.iter().all(|c| !ca.contains(c) && !cb.contains(c)),
-        "8-CPU job overlaps the 4-CPU jobs"
+        cbig.iter().all(|c| !ca.contains(c)),
+        "8-CPU job overlaps job a"
     );
-    assert_ne!(Some(n), node_of(&ca), "8-CPU job and job a share a node");
-    stop(&d, &["a", "b", "big"], vec![a, b, big]);
+    stop(&d, &["a", "big"], vec![a, big]);
 }
 
 #[test]
@@ -290,6 +305,8 @@ fn mem_limit_is_memory_max_on_v2() {
         read(cg.join("memory.max")).trim(),
         (32u64 << 20).to_string()
     );
+    // No swap limit unless configured.
+    assert_eq!(read(cg.join("memory.swap.max")).trim(), "max");
     stop(&d, &["lim"], vec![j]);
     let wl = pjw_bin().with_file_name("pjw-wl");
     let out = Command::new(pjw_bin())
@@ -316,4 +333,170 @@ fn injected_failure_when_asked() {
     if std::env::var_os("PJW_VM_INJECT_FAILURE").is_some_and(|v| v == "1") {
         panic!("injected failure (PJW_VM_INJECT_FAILURE=1)");
     }
+}
+
+/// The calling process's cgroup2 directory.
+fn own_cgroup() -> PathBuf {
+    let text = read("/proc/self/cgroup");
+    let rel = text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("a cgroup2 line in /proc/self/cgroup");
+    Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/'))
+}
+
+/// Remove `dir` and every cgroup below it, deepest first (processes must be gone).
+fn remove_tree(dir: &Path) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// On v2 with a `self` parent the daemon's own cgroup must enable controllers for the jobs,
+/// which the kernel refuses while the daemon sits in it: the daemon moves into a leaf
+/// (`pjw-daemon`) and the job cgroups go beside it — what happens under systemd's
+/// `Delegate=yes`, where the service's cgroup holds only the daemon.
+#[test]
+fn daemon_alone_in_its_cgroup_moves_into_a_leaf() {
+    require_numa_v2!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // A cgroup of the daemon's own, below this test's.
+    let own = own_cgroup();
+    let y = own.join(format!("pjw-test-{}-leaf", std::process::id()));
+    std::fs::create_dir(&y).expect("create the daemon's cgroup");
+    struct Cleanup(PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            remove_tree(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(y.clone());
+    let wrapper = std::env::temp_dir().join(format!("pjw-test-{}-leaf.sh", std::process::id()));
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = daemon ]; then echo $$ > {}/cgroup.procs || exit 1; fi\nexec {} \"$@\"\n",
+            y.display(),
+            pjw_bin().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    {
+        let mut d = TestDaemon::start(&wrapper, "");
+        let dir = d.dir().to_path_buf();
+        let pid = d.pid().expect("daemon pid");
+        let leaf = y.join("pjw-daemon");
+        let procs = read(leaf.join("cgroup.procs"));
+        assert!(
+            procs.lines().any(|l| l.trim() == pid.to_string()),
+            "daemon {pid} not in {}: {procs:?}\n{}",
+            leaf.display(),
+            d.log()
+        );
+        assert_eq!(
+            read(y.join("cgroup.procs")).trim(),
+            "",
+            "processes left in {}",
+            y.display()
+        );
+        let ctl = read(y.join("cgroup.subtree_control"));
+        for c in ["cpuset", "memory", "cpu", "pids"] {
+            assert!(
+                ctl.split_whitespace().any(|w| w == c),
+                "{c} not enabled in {}: {ctl}",
+                y.display()
+            );
+        }
+        let j = d.run_sh(&["--cpus", "2", "--job-id", "leafjob"], &hold(&dir, "lj"));
+        let cg = job_cgroup(&dir, "lj");
+        eprintln!(
+            "daemon leaf {}, job cgroup {}",
+            leaf.display(),
+            cg.display()
+        );
+        assert!(
+            cg.starts_with(&y),
+            "job cgroup {} not below {}",
+            cg.display(),
+            y.display()
+        );
+        assert!(
+            !cg.starts_with(&leaf),
+            "job cgroup inside the daemon's leaf"
+        );
+        assert_eq!(cpuset_of(&cg).0.len(), 2);
+        stop(&d, &["leafjob"], vec![j]);
+        d.stop();
+    }
+    let _ = std::fs::remove_file(&wrapper);
+}
+
+/// `[job] swap_max` becomes each job's `memory.swap.max`.
+#[test]
+fn swap_max_is_set_per_job() {
+    require_numa_v2!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = TestDaemon::start(&pjw_bin(), "[job]\nswap_max = \"16M\"\n");
+    let dir = d.dir().to_path_buf();
+    let j = d.run_sh(&["--cpus", "1", "--job-id", "sw"], &hold(&dir, "sw"));
+    let cg = job_cgroup(&dir, "sw");
+    assert_eq!(
+        read(cg.join("memory.swap.max")).trim(),
+        (16u64 << 20).to_string()
+    );
+    stop(&d, &["sw"], vec![j]);
+}
+
+/// With `[job] partition = "root"` and CPUs kept back for the system (`cpus = "2-15"`), the
+/// daemon's parent becomes a partition root and an exclusive job its own partition: the kernel
+/// takes its CPUs out of the root cgroup's, so nothing else is balanced onto them.
+#[test]
+fn exclusive_job_is_a_cpuset_partition() {
+    require_numa_v2!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let root_cpus = || {
+        CpuSet::parse_list(read("/sys/fs/cgroup/cpuset.cpus.effective").trim()).unwrap_or_default()
+    };
+    let before = root_cpus();
+    {
+        let d = TestDaemon::start(&pjw_bin(), "cpus = \"2-15\"\n[job]\npartition = \"root\"\n");
+        let dir = d.dir().to_path_buf();
+        assert!(
+            d.log().contains("exclusive jobs become partitions"),
+            "parent is not a partition root:\n{}",
+            d.log()
+        );
+        let j = d.run_sh(
+            &["--exclusive", "--cpus", "4", "--job-id", "ex"],
+            &hold(&dir, "ex"),
+        );
+        let cg = job_cgroup(&dir, "ex");
+        let part = read(cg.join("cpuset.cpus.partition"));
+        let (c, _) = cpuset_of(&cg);
+        let outside = root_cpus();
+        eprintln!("exclusive job cpus {c}, partition {:?}; root cgroup now runs on {outside} (was {before})", part.trim());
+        assert_eq!(part.trim(), "root", "{}", d.log());
+        assert!(
+            outside.iter().all(|x| !c.contains(x)),
+            "root cgroup still has {outside}, job {c}"
+        );
+        assert_eq!(outside, CpuSet::parse_list("0-1").unwrap());
+        stop(&d, &["ex"], vec![j]);
+    }
+    // The daemon gone and its parent removed, the CPUs are the root's again.
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || root_cpus() == before),
+        "root cgroup has {} after the test, had {before}",
+        root_cpus()
+    );
 }

@@ -36,6 +36,7 @@ fn json_has_a_row_per_policy() {
         names,
         [
             "pjw",
+            "pjw-pack",
             "kubelet",
             "slurm-cyclic",
             "slurm-block",

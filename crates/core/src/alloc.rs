@@ -3,15 +3,20 @@
 //! Policy: a job gets exactly `n` CPUs out of the free set it is given, never more, never one
 //! outside that set, never an offline one. It prefers whole cores, then keeps the job inside one
 //! L3 domain, one NUMA node, one package when it fits; it spans the fewest domains otherwise; among
-//! equal choices it leaves the largest free domains intact (least fragmentation).
+//! equal choices it leaves the largest free domains intact (least fragmentation). While the
+//! machine stays at least half free, a job that fits in one domain goes to an entirely free one
+//! (spreading, [`Allocator::with_spread`]): each job gets its own L3 and memory bandwidth.
 //!
 //! ```
 //! use pjw_core::{alloc::Allocator, synthetic, CpuSet};
 //! let topo = synthetic::parse("package:2 core:4 pu:2").unwrap();
-//! let alloc = Allocator::new(&topo);
 //! let used = CpuSet::parse_list("0").unwrap();
 //! let free = topo.online().difference(&used);
-//! // Two CPUs: a whole core, in the package that is already in use.
+//! // The node is mostly free: a 2-CPU job gets a whole core in the package nobody uses.
+//! let alloc = Allocator::new(&topo);
+//! assert_eq!(alloc.allocate(&free, 2).unwrap().to_string(), "8-9");
+//! // Packing: a whole core in the package that is already in use.
+//! let alloc = Allocator::new(&topo).with_spread(false);
 //! assert_eq!(alloc.allocate(&free, 2).unwrap().to_string(), "2-3");
 //! // One CPU: the sibling of the used CPU 0, so that whole cores stay free.
 //! assert_eq!(alloc.allocate(&free, 1).unwrap().to_string(), "1");
@@ -35,14 +40,14 @@
 //!    intact, then the lowest CPU number for determinism. If the chosen node has exactly `n` free
 //!    CPUs the job takes them all; otherwise none of its children holds `n` and the job spans
 //!    them (step 2).
-//! 2. **Span.** With no single node fitting, take the fewest children that can: sort them by free
-//!    CPUs, compute the minimal count `k` (the largest ones first). Then repeatedly take whole the
-//!    *smallest* child such that the rest of the need can still be covered by the `k - 1` largest
-//!    remaining ones (ties: fewer cores touched, then lowest CPU), until one child can hold the
-//!    rest; the rest then goes through step 1 over the remaining children. Children free
-//!    `{8, 6, 3}`, `n = 9`: the job takes 3 + 6 and the 8 stays intact. Cores free `{2,1,1,2,2}`:
-//!    `n = 4` takes two whole cores, `n = 3` one whole core plus the free PU of a half-used core,
-//!    `n = 1` the free PU of a half-used core.
+//! 2. **Span.** With no single node fitting, take the fewest children that can: repeatedly take
+//!    whole the child with the most free CPUs, until one child can hold the rest; the rest then
+//!    goes through step 1 (best fit) over the remaining children. Children free `{8, 6, 3}`,
+//!    `n = 9`: the job takes the 8 whole and 1 from the 3, so the 6 stays intact. (Taking the
+//!    smallest children whole first, 3 + 6, keeps the 8 but leaves more scattered remainders: the
+//!    simulator measured 1–4% more domains spanned and more fragmentation that way, see
+//!    docs/placement.md.) Cores free `{2,1,1,2,2}`: `n = 4` takes two whole cores, `n = 3` one
+//!    whole core plus the free PU of a half-used core, `n = 1` the free PU of a half-used core.
 //!
 //! A decision visits each tree node a bounded number of times (at most once per tree level in the
 //! worst case) and needs no heap allocation when a [`Scratch`] is reused
@@ -91,6 +96,8 @@ pub struct Allocator {
     core_depth: u8,
     /// Largest number of PUs in a core.
     smt: usize,
+    /// Spread jobs over empty domains while the machine is at least half free.
+    spread: bool,
 }
 
 /// Reusable working memory for [`Allocator::allocate_with`].
@@ -186,7 +193,23 @@ impl Allocator {
             upper,
             core_depth,
             smt,
+            spread: true,
         }
+    }
+
+    /// Turn spreading on (the default) or off. With spreading, a job that fits in one L3 / NUMA
+    /// domain goes to an entirely free domain, if there is one, as long as at least half of the
+    /// machine's CPUs stay free after it: on a lightly used node every job gets its own cache
+    /// and memory bandwidth. Past half, or with spreading off, it packs (best fit), which keeps
+    /// whole domains for large jobs.
+    pub fn with_spread(mut self, spread: bool) -> Allocator {
+        self.spread = spread;
+        self
+    }
+
+    /// Whether spreading is on.
+    pub fn spread(&self) -> bool {
+        self.spread
     }
 
     /// The topology this allocator was built for.
@@ -257,6 +280,7 @@ impl Allocator {
                 counts,
                 hist,
                 stride,
+                spread: self.spread && 2 * (counts[0] as usize - n) >= self.leaves.len(),
             },
             free,
             stack,
@@ -287,6 +311,8 @@ struct View<'a> {
     /// Core histograms per node, `stride` entries each.
     hist: &'a [u16],
     stride: usize,
+    /// This decision spreads (see [`Allocator::with_spread`]).
+    spread: bool,
 }
 
 impl Run<'_> {
@@ -352,20 +378,14 @@ impl Run<'_> {
                 .then_with(|| v.a.first[x.1].cmp(&v.a.first[y.1]))
         });
         loop {
-            // Fewest children that cover n: the largest ones, from the end.
+            // Does one child hold what is left?
             let top = self.stack.len();
-            let (mut k, mut sum) = (0usize, 0u32);
-            while sum < n {
-                k += 1;
-                sum += self.stack[top - k].0;
-            }
-            if k == 1 {
+            if self.stack[top - 1].0 >= n {
                 break;
             }
-            // Smallest child such that the k - 1 largest others still cover the rest.
-            let rest = sum - self.stack[top - k].0;
-            let need = n - rest;
-            let j = base + self.stack[base..].partition_point(|e| e.0 < need);
+            // No: the largest child is taken whole (ties: fewer cores touched, lowest CPU).
+            let largest = self.stack[top - 1].0;
+            let j = base + self.stack[base..].partition_point(|e| e.0 < largest);
             let (f, node) = self.stack.remove(j);
             self.take(node as usize);
             n -= f;
@@ -409,13 +429,43 @@ impl View<'_> {
         h[1..].iter().map(|&c| c as u32).sum()
     }
 
+    /// Whether every online CPU of `node` is free.
+    fn empty(&self, node: usize) -> bool {
+        self.counts[node] as usize == self.a.cpus[node].len()
+    }
+
+    /// How many nested domains above the cores, from the innermost one holding `node` up (the
+    /// machine excluded), are entirely free: 0 when the job would share its L3 with another.
+    fn empty_domains(&self, node: usize) -> u32 {
+        let a = self.a;
+        let mut i = node;
+        while a.depth[i] >= a.core_depth && a.parent[i] != NONE {
+            i = a.parent[i] as usize;
+        }
+        let mut k = 0;
+        while a.parent[i] != NONE && self.empty(i) {
+            k += 1;
+            i = a.parent[i] as usize;
+        }
+        k
+    }
+
     /// Order of two same-depth candidates that both hold `n`: fewer cores touched, then fewer
-    /// free CPUs (best fit), then fuller ancestors (innermost first), then lowest CPU.
+    /// free CPUs (best fit), then fuller ancestors (innermost first), then lowest CPU. A
+    /// spreading decision prefers, after whole cores, the candidate inside more entirely free
+    /// domains (its own L3, NUMA node, package).
     fn fit_key_cmp(&self, x: usize, y: usize, n: u32) -> Ordering {
         let a = self.a;
         let c = &self.counts;
         self.cores_for(x, n)
             .cmp(&self.cores_for(y, n))
+            .then_with(|| {
+                if self.spread {
+                    self.empty_domains(y).cmp(&self.empty_domains(x))
+                } else {
+                    Ordering::Equal
+                }
+            })
             .then(c[x].cmp(&c[y]))
             .then_with(|| {
                 let (mut px, mut py) = (a.parent[x], a.parent[y]);
@@ -471,6 +521,7 @@ mod tests {
             counts: &s.free,
             hist: &s.hist,
             stride: a.smt + 1,
+            spread: false,
         };
         let want = [(1, 1), (2, 1), (3, 2), (6, 3), (7, 4), (8, 5)];
         for (n, k) in want {

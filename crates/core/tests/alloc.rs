@@ -62,15 +62,15 @@ const CASES: &[Case] = &[
     Case { what: "fits one l3 of the fuller numa node", machine: DEEP, used: "0-5", n: 4, want: Some("8-11") },
     Case { what: "remaining core of a used l3", machine: DEEP, used: "0-5", n: 2, want: Some("6-7") },
     Case { what: "exact fit of a numa node", machine: DEEP, used: "0-5", n: 10, want: Some("6-15") },
-    Case { what: "one package though no numa node holds it", machine: DEEP, used: "0-7,32-39", n: 20, want: Some("8-27") },
+    Case { what: "one package though no numa node holds it: the whole free node, the rest best fit", machine: DEEP, used: "0-7,32-39", n: 20, want: Some("8-11,16-31") },
     Case { what: "free package holds the job", machine: DUAL, used: "0-3", n: 10, want: Some("12-21") },
     Case { what: "big machine: one l3", machine: BIG, used: "", n: 16, want: Some("0-15") },
     Case { what: "big machine: exact fit of a partly used l3", machine: BIG, used: "0-7,16-19", n: 8, want: Some("8-15") },
     // Spanning.
     Case { what: "one package full, one cpu of the next", machine: DEEP, used: "", n: 33, want: Some("0-32") },
-    Case { what: "spans two packages, smaller one whole", machine: DUAL, used: "0-3", n: 14, want: Some("4-17") },
+    Case { what: "spans two packages: the larger one whole", machine: DUAL, used: "0-3", n: 14, want: Some("4-5,12-23") },
     Case { what: "spans the free numa node of each package", machine: DEEP, used: "0-15,32-47", n: 20, want: Some("16-31,48-51") },
-    Case { what: "free {8,6,3}, nine: takes 6+3, keeps the 8", machine: QUAD, used: "0-15,24-41,48-68,72-95", n: 9, want: Some("42-47,69-71") },
+    Case { what: "free {8,6,3}, nine: the 8 whole and 1 from the 3, keeps the 6", machine: QUAD, used: "0-15,24-41,48-68,72-95", n: 9, want: Some("16-23,69") },
     Case { what: "spans the fewest packages", machine: QUAD, used: "", n: 30, want: Some("0-29") },
     Case { what: "big machine: two l3s, one whole", machine: BIG, used: "", n: 17, want: Some("0-16") },
 ];
@@ -80,7 +80,7 @@ fn table() {
     let mut failures = Vec::new();
     for c in CASES {
         let topo = synthetic::parse(c.machine).unwrap();
-        let alloc = Allocator::new(&topo);
+        let alloc = Allocator::new(&topo).with_spread(false);
         let used = set(c.used);
         let free = topo.online().difference(&used);
         let got = alloc.allocate(&free, c.n);
@@ -151,7 +151,7 @@ fn allowed_subset_is_respected_when_the_caller_passes_it() {
     let mut topo = synthetic::parse(DEEP).unwrap();
     topo.allowed = set("4-15,40-63");
     topo.validate().unwrap();
-    let alloc = Allocator::new(&topo);
+    let alloc = Allocator::new(&topo).with_spread(false);
     let free = topo.allowed;
     // Whole allowed L3s: 8-15, 40-47, 48-55, 56-63; 40-47 is the only allowed one of its NUMA
     // node (the fullest), so NUMA node 0 keeps 12 free.
@@ -197,7 +197,7 @@ fn stays_in_one_domain_while_it_fits() {
 #[test]
 fn filling_a_machine_one_core_at_a_time_packs_in_order() {
     let topo = synthetic::parse(DEEP).unwrap();
-    let alloc = Allocator::new(&topo);
+    let alloc = Allocator::new(&topo).with_spread(false);
     let mut free = topo.online();
     let mut scratch = Scratch::new();
     for core in 0..32u32 {
@@ -224,4 +224,60 @@ fn accessors() {
             Level::Pu
         ]
     );
+}
+
+/// Spreading (the default): while at least half the machine stays free, a job that fits in one
+/// domain goes to an entirely free one; past half it packs.
+#[rustfmt::skip]
+const SPREAD: &[Case] = &[
+    // The VM tier's guest: 2 packages = 2 NUMA nodes (one L3 each) of 4 cores × 2 threads.
+    Case { what: "first 4-CPU job: node 0", machine: "package:2 core:4 pu:2", used: "", n: 4, want: Some("0-3") },
+    Case { what: "second 4-CPU job: the empty node 1", machine: "package:2 core:4 pu:2", used: "0-3", n: 4, want: Some("8-11") },
+    Case { what: "an 8-CPU job beside a 4-CPU one: the whole empty node", machine: "package:2 core:4 pu:2", used: "0-3", n: 8, want: Some("8-15") },
+    Case { what: "past half free it packs again", machine: "package:2 core:4 pu:2", used: "0-3,8-11", n: 2, want: Some("4-5") },
+    Case { what: "no empty domain: best fit", machine: "package:2 core:4 pu:2", used: "0-1,8-9", n: 2, want: Some("2-3") },
+    // Between two empty NUMA nodes, the one in the emptier package.
+    Case { what: "empty node in the other package", machine: DEEP, used: "0-7", n: 8, want: Some("32-39") },
+    Case { what: "whole cores still come first", machine: "package:2 core:4 pu:2", used: "0,8", n: 2, want: Some("2-3") },
+    Case { what: "a 2-CPU job (one core) also goes to the empty package", machine: "package:2 core:4 pu:2", used: "0", n: 2, want: Some("8-9") },
+    Case { what: "one CPU: the empty package, not the thread beside another job's", machine: "package:2 core:4 pu:2", used: "0", n: 1, want: Some("8") },
+    Case { what: "one CPU when packing: beside the half-used core", machine: "package:2 core:4 pu:2", used: "0-1,8-9,4", n: 1, want: Some("5") },
+    Case { what: "a job that spans takes the larger package whole", machine: "package:2 core:4 pu:2", used: "0-1", n: 10, want: Some("2-3,8-15") },
+];
+
+#[test]
+fn spread_table() {
+    let mut failures = Vec::new();
+    for c in SPREAD {
+        let topo = synthetic::parse(c.machine).unwrap();
+        let alloc = Allocator::new(&topo);
+        assert!(alloc.spread());
+        let free = topo.online().difference(&set(c.used));
+        let got = alloc.allocate(&free, c.n);
+        if got != c.want.map(set) {
+            failures.push(format!(
+                "{}: used {:?} n={}: got {:?}, want {:?}",
+                c.what, c.used, c.n, got, c.want
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn filling_a_machine_one_core_at_a_time_spreads_then_packs() {
+    // 2 packages × 4 cores × 2 threads: the first two 2-CPU jobs go one per package, the rest
+    // pack, and every job still gets a whole core.
+    let topo = synthetic::parse("package:2 core:4 pu:2").unwrap();
+    let alloc = Allocator::new(&topo);
+    let mut free = topo.online();
+    let mut got_all = Vec::new();
+    for _ in 0..8 {
+        let got = alloc.allocate(&free, 2).unwrap();
+        assert_eq!(topo.domains_spanned(Level::Core, &got), 1, "{got}");
+        got_all.push(got.to_string());
+        free = free.difference(&got);
+    }
+    assert_eq!(got_all[..3], ["0-1", "8-9", "2-3"]);
+    assert!(free.is_empty());
 }

@@ -24,6 +24,7 @@ pub struct RawConfig {
     pub cpus: Option<String>,
     pub vcpus: Option<usize>,
     pub backfill: Option<bool>,
+    pub spread: Option<bool>,
     pub hard_preemption: Option<bool>,
     pub queue_ttl: Option<u64>,
     pub default_priority: Option<u8>,
@@ -169,6 +170,8 @@ pub struct RawCgroup {
 pub struct RawJob {
     pub kill_leftovers: Option<bool>,
     pub pids_max: Option<u64>,
+    pub swap_max: Option<String>,
+    pub partition: Option<String>,
 }
 
 /// `[memory]`: the job partition and the governor.
@@ -227,6 +230,8 @@ pub struct Config {
     /// pool (checked at start, when the pool is known).
     pub vcpus: Option<usize>,
     pub backfill: bool,
+    /// Spread jobs over empty L3 / NUMA domains while the node is at least half free.
+    pub spread: bool,
     pub hard_preemption: bool,
     /// Seconds a job may wait in the queue; `None` = forever.
     pub queue_ttl: Option<u64>,
@@ -243,6 +248,10 @@ pub struct Config {
     pub governor_interval_ms: u64,
     pub kill_leftovers: bool,
     pub pids_max: Option<u64>,
+    /// `[job] swap_max`: per-job `memory.swap.max` (v2); `None` = `max`.
+    pub swap_max: Option<u64>,
+    /// `[job] partition`: exclusive jobs become cpuset partitions of this type (v2).
+    pub partition: Option<pjw_cgroup::Partition>,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
     pub log_level: String,
@@ -461,6 +470,23 @@ impl Config {
             None | Some(0) => None,
             Some(n) => Some(n),
         };
+        let swap_max = match raw.job.swap_max.as_deref() {
+            None | Some("max") => None,
+            Some(t) => {
+                Some(pjw_core::parse_size(t).map_err(|e| err("job.swap_max", e.to_string()))?)
+            }
+        };
+        let partition = match raw.job.partition.as_deref() {
+            None | Some("none") => None,
+            Some("root") => Some(pjw_cgroup::Partition::Root),
+            Some("isolated") => Some(pjw_cgroup::Partition::Isolated),
+            Some(other) => {
+                return Err(err(
+                    "job.partition",
+                    format!("{other:?} is not one of none, root, isolated"),
+                ))
+            }
+        };
         let log_level = raw.log.level.unwrap_or_else(|| "info".into());
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
             return Err(err(
@@ -598,6 +624,7 @@ impl Config {
             cpus,
             vcpus: raw.vcpus,
             backfill: raw.backfill.unwrap_or(true),
+            spread: raw.spread.unwrap_or(true),
             hard_preemption: raw.hard_preemption.unwrap_or(true),
             queue_ttl: raw.queue_ttl.filter(|t| *t > 0),
             default_priority,
@@ -610,6 +637,8 @@ impl Config {
             governor_interval_ms,
             kill_leftovers: raw.job.kill_leftovers.unwrap_or(true),
             pids_max,
+            swap_max,
+            partition,
             proc_root: raw.paths.proc.unwrap_or_else(|| PathBuf::from("/proc")),
             sys_root: raw.paths.sys.unwrap_or_else(|| PathBuf::from("/sys")),
             log_level,

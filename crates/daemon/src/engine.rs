@@ -260,6 +260,11 @@ pub struct Engine {
     last_retention: Option<Instant>,
     /// The last sampler tick: how long it took and how many jobs it sampled (for metrics).
     last_sample: Option<(Duration, usize)>,
+    /// Whether process events arrive (the proc connector is open): only then are the
+    /// tracker's totals reported.
+    proc_events: bool,
+    /// Partition type for exclusive jobs, when the parent could be made a partition root.
+    partition: Option<pjw_cgroup::Partition>,
     /// Counters and histograms for the metrics endpoint.
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// The central-store shipper (`[central]`), woken when a job's summary is recorded.
@@ -365,6 +370,8 @@ impl Engine {
             late_exits: HashMap::new(),
             last_retention: None,
             last_sample: None,
+            proc_events: false,
+            partition: None,
             metrics: Default::default(),
             shipper: None,
         }
@@ -988,6 +995,7 @@ impl Engine {
             mems,
             memory_max: j.mem,
             pids_max: self.cfg.pids_max,
+            swap_max: self.cfg.swap_max,
         };
         let cgroup = j.cgroup.clone();
         let placed = self
@@ -998,6 +1006,18 @@ impl Engine {
                     self.driver.set_idle(&cgroup, true)
                 } else {
                     Ok(())
+                }
+            })
+            .map(|_| {
+                if !j.req.exclusive {
+                    return;
+                }
+                if let Some(kind) = self.partition {
+                    // Its own scheduling domain: nothing else is balanced onto its CPUs.
+                    match self.driver.set_partition(Some(&cgroup), kind, None) {
+                        Ok(()) => info!(job = %j.id, cpus = %cpus, partition = kind.as_str(), "exclusive job is a cpuset partition"),
+                        Err(e) => warn!(job = %j.id, error = %e, "exclusive job stays a plain cpuset"),
+                    }
                 }
             })
             .and_then(|_| {
@@ -1359,7 +1379,7 @@ impl Engine {
                 ooms,
                 running_ms: runtime_ms as i64,
                 finals,
-                counts: Some(counts),
+                counts: self.proc_events.then_some(counts),
             },
         );
         info!(
@@ -1613,6 +1633,11 @@ impl Engine {
                 Err(e) => debug!(job = %j.id, error = %e, "cannot list job processes"),
             }
         }
+    }
+
+    /// Let exclusive jobs be cpuset partitions of type `kind` (the parent is one already).
+    pub fn enable_partitions(&mut self, kind: pjw_cgroup::Partition) {
+        self.partition = Some(kind);
     }
 
     /// Process and thread counts of a running job.

@@ -187,6 +187,11 @@ impl Engine {
             .collect()
     }
 
+    /// Process events are flowing (the proc connector is open): process totals are reported.
+    pub fn set_proc_events(&mut self, on: bool) {
+        self.proc_events = on;
+    }
+
     /// The last sampler tick's duration and number of jobs sampled (for metrics).
     pub fn last_sample(&self) -> Option<(Duration, usize)> {
         self.last_sample
@@ -244,15 +249,16 @@ impl Engine {
                         class,
                         running_ms,
                         &finals,
-                        self.procs.counts(j.seq),
+                        self.procs.counts(j.seq).filter(|_| self.proc_events),
                     ),
                 }
             })
             .collect();
         let db = self.store.path().to_path_buf();
         let node = self.node.clone();
+        let io_counted = self.driver.counts_io();
         tokio::task::spawn_blocking(move || {
-            report::answer(&db, &node, access, &query, live, &reply);
+            report::answer(&db, &node, io_counted, access, &query, live, &reply);
         });
     }
 }

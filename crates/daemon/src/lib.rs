@@ -116,12 +116,14 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         None => topo.allowed,
     };
     let driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
-    driver.prepare_parent()?;
+    if let Some(leaf) = driver.prepare_parent_for_daemon(std::process::id())? {
+        info!(cgroup = %leaf.display(), "daemon runs in a leaf cgroup; job cgroups go beside it");
+    }
     let store = Store::open(&cfg.state_dir)?;
     // Only the daemon reads the store; reports go through the socket (docs/decisions.md).
     std::fs::set_permissions(store.path(), std::fs::Permissions::from_mode(0o600))
         .map_err(io_err(store.path()))?;
-    let alloc = Allocator::new(&topo);
+    let alloc = Allocator::new(&topo).with_spread(cfg.spread);
 
     let (tx, mut rx) = mpsc::unbounded_channel();
     // One inotify instance for every job's cgroup.events.
@@ -208,6 +210,19 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     let mut cfg = cfg;
     // memory.high exists only in cgroup v2.
     cfg.governor_cfg.throttle &= driver.mode() == pjw_cgroup::Mode::Unified;
+    // Exclusive jobs can be partitions only below a partition root that holds the pool.
+    let partition = cfg.partition.filter(|&kind| {
+        match driver.set_partition(None, pjw_cgroup::Partition::Root, Some(&pool)) {
+            Ok(()) => {
+                info!(cpus = %pool, partition = kind.as_str(), "job parent is a cpuset partition root; exclusive jobs become partitions");
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "cpuset partitions unavailable; exclusive jobs stay plain cpusets");
+                false
+            }
+        }
+    });
     let mut eng = engine::Engine::new(
         cfg.clone(),
         driver,
@@ -219,10 +234,16 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         watches,
         tx.clone(),
     );
+    if let Some(kind) = partition {
+        eng.enable_partitions(kind);
+    }
     // Exact process counts (and exec events for adoption) from the kernel's proc connector;
     // opened before recovery so that no event after the re-seed is missed.
-    if let Err(e) = procs::spawn_reader(tx.clone(), engine::Event::Proc) {
-        warn!(error = %e, "process events unavailable; process counts come from samples only");
+    match procs::spawn_reader(tx.clone(), engine::Event::Proc) {
+        Ok(()) => eng.set_proc_events(true),
+        Err(e) => {
+            warn!(error = %e, "process events unavailable; process counts come from samples only")
+        }
     }
     eng.start_profiles().map_err(DaemonError::Other)?;
     eng.recover().map_err(DaemonError::Other)?;

@@ -5,7 +5,7 @@
 //! are held. Times are passed in by the caller (milliseconds since the Unix epoch); the store
 //! reads no clock.
 //!
-//! # Schema (versions 1 to 3)
+//! # Schema (versions 1 to 4)
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);   -- 'next_job_number'
 //! CREATE TABLE jobs (
@@ -52,6 +52,8 @@
 //! CREATE INDEX job_summary_unshipped ON job_summary(seq) WHERE shipped_at IS NULL;
 //! CREATE INDEX jobs_ended ON jobs(ended_ms) WHERE state = 'ended';
 //! CREATE INDEX jobs_uid ON jobs(uid, seq);
+//! -- version 4
+//! ALTER TABLE job_summary ADD COLUMN counts_exact INTEGER;  -- 1 exact, 0 a lower bound, NULL unknown
 //! ```
 //! Samples are written in batches (one transaction each); a finished job's summary is written in
 //! the same transaction that marks it ended ([`Store::finish_job`]); retention and the size cap
@@ -75,7 +77,7 @@ use pjw_core::CpuSet;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -167,6 +169,8 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX job_summary_unshipped ON job_summary(seq) WHERE shipped_at IS NULL;
      CREATE INDEX jobs_ended ON jobs(ended_ms) WHERE state = 'ended';
      CREATE INDEX jobs_uid ON jobs(uid, seq);",
+    // 4: whether a finished job's process counts are exact (no process events lost).
+    "ALTER TABLE job_summary ADD COLUMN counts_exact INTEGER;",
 ];
 
 /// Errors of the store; each names the database file.

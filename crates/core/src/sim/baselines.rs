@@ -16,8 +16,9 @@ use crate::CpuSet;
 use super::{domain_index, Placement, NO};
 
 /// Names of every policy, in report order.
-pub const ALL: [&str; 6] = [
+pub const ALL: [&str; 7] = [
     "pjw",
+    "pjw-pack",
     "kubelet",
     "slurm-cyclic",
     "slurm-block",
@@ -29,6 +30,7 @@ pub const ALL: [&str; 6] = [
 pub fn by_name(name: &str, topo: &Topology) -> Option<Box<dyn Placement>> {
     Some(match name {
         "pjw" => Box::new(Pjw::new(topo)),
+        "pjw-pack" => Box::new(Pjw::packing(topo)),
         "kubelet" => Box::new(Kubelet::new(topo)),
         "slurm-cyclic" => Box::new(SlurmCyclic::new(topo)),
         "slurm-block" => Box::new(SlurmBlock::new(topo)),
@@ -95,10 +97,18 @@ pub struct Pjw {
 }
 
 impl Pjw {
-    /// For `topo`.
+    /// For `topo`, as the daemon runs it (spreading while the machine is at least half free).
     pub fn new(topo: &Topology) -> Pjw {
         Pjw {
             alloc: Allocator::new(topo),
+            scratch: Scratch::new(),
+        }
+    }
+
+    /// For `topo`, never spreading (`[placement] spread = false`).
+    pub fn packing(topo: &Topology) -> Pjw {
+        Pjw {
+            alloc: Allocator::new(topo).with_spread(false),
             scratch: Scratch::new(),
         }
     }
@@ -106,7 +116,11 @@ impl Pjw {
 
 impl Placement for Pjw {
     fn name(&self) -> &str {
-        "pjw"
+        if self.alloc.spread() {
+            "pjw"
+        } else {
+            "pjw-pack"
+        }
     }
     fn place(&mut self, free: &CpuSet, n: usize) -> Option<CpuSet> {
         self.alloc.allocate_with(&mut self.scratch, free, n)
