@@ -129,7 +129,12 @@ impl Engine {
                 continue;
             }
             let state = j.prof_state().sample_state();
-            let s = profile::read_sample(&self.driver, &j.cgroup, j.seq, state, now);
+            let procs_now = if self.proc_events {
+                self.procs.counts(j.seq).map(|c| c.procs_now)
+            } else {
+                None
+            };
+            let s = profile::read_sample(&self.driver, &j.cgroup, j.seq, state, now, procs_now);
             j.prof.add(&s);
             if n_procs > 0 {
                 if let Ok(pids) = self.driver.procs(&j.cgroup) {
