@@ -166,13 +166,16 @@ pub fn read_finals(driver: &Driver, cgroup: &str) -> Finals {
 }
 
 /// One sample of job `seq` from its cgroup files. A file that cannot be read leaves its
-/// fields `None` (logged at debug: a job may end between the tick and the read).
+/// fields `None` (logged at debug: a job may end between the tick and the read). `procs_now`:
+/// the process count from the process events, when they flow (then `cgroup.procs`, whose
+/// cost grows with the job's processes, is not read).
 pub fn read_sample(
     driver: &Driver,
     cgroup: &str,
     seq: i64,
     state: Option<SampleState>,
     ts_ms: i64,
+    procs_now: Option<u64>,
 ) -> Sample {
     fn ok<T>(seq: i64, what: &str, r: Result<T, pjw_cgroup::CgroupError>) -> Option<T> {
         match r {
@@ -204,7 +207,10 @@ pub fn read_sample(
         swap: mem.and_then(|m| m.swap),
         io_rbytes: io.map(|i| i.rbytes),
         io_wbytes: io.map(|i| i.wbytes),
-        procs: ok(seq, "procs", driver.procs(cgroup)).map(|p| p.len() as u32),
+        procs: match procs_now {
+            Some(n) => Some(n.min(u32::MAX as u64) as u32),
+            None => ok(seq, "procs", driver.procs(cgroup)).map(|p| p.len() as u32),
+        },
         threads: threads.map(|t| t.min(u32::MAX as u64) as u32),
         psi_cpu_some: pc.map(|p| p.some.avg10),
         psi_cpu_full: pc.and_then(|p| p.full).map(|f| f.avg10),
