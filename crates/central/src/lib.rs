@@ -4,8 +4,9 @@
 //! is NULL until the job has reached PostgreSQL, so the local store is the spool. The
 //! [`Shipper`] runs on its own thread with its own SQLite connection, off the engine's path: it
 //! wakes when a job ends (or after `retry` while PostgreSQL is away), sends unshipped jobs in
-//! batches — summary and, with `ship_samples`, the series — in one PostgreSQL transaction per
-//! batch, and marks them shipped only after the commit. Rows are upserted on their key (node,
+//! batches — summary and series — in one PostgreSQL transaction per batch, and marks them
+//! shipped only after the commit. With `ship_samples` it also wakes every `retry` to send the
+//! new samples of running jobs (what PostgreSQL already has is the high-water mark). Rows are upserted on their key (node,
 //! job id, the node's run number), so a batch sent twice (a crash between the commit and the
 //! local mark) changes nothing: nothing is lost, nothing is duplicated.
 //!
@@ -52,11 +53,13 @@ pub enum CentralError {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ShipConfig {
     pub url: String,
-    /// Send the series of finished jobs too.
+    /// Also send the samples of running jobs, every `retry` (finished jobs always go with their
+    /// series).
     pub ship_samples: bool,
     /// Jobs per transaction.
     pub batch_size: usize,
-    /// Wait before trying again after PostgreSQL was unreachable.
+    /// Wait before trying again after PostgreSQL was unreachable; with `ship_samples`, also the
+    /// time between shipments of live samples.
     pub retry: Duration,
     /// This node's name (for logs; the rows carry the summary's node).
     pub node: String,
@@ -290,47 +293,50 @@ impl Central {
                 &now_ms,
             ];
             tx.execute(&upsert, &params).map_err(err)?;
-            if samples.is_empty() {
-                continue;
-            }
-            let col = |f: &dyn Fn(&Sample) -> Option<u64>| -> Vec<Option<i64>> {
-                samples.iter().map(|x| f(x).map(to_i64)).collect()
-            };
-            let fcol = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<Option<f64>> {
-                samples.iter().map(f).collect()
-            };
-            let ts: Vec<i64> = samples.iter().map(|x| x.ts_ms).collect();
-            let state: Vec<Option<String>> = samples
-                .iter()
-                .map(|x| x.state.map(|s| s.as_str().to_string()))
-                .collect();
-            let cols = [
-                col(&|x| x.cpu_user_usec),
-                col(&|x| x.cpu_system_usec),
-                col(&|x| x.mem_current),
-                col(&|x| x.mem_peak),
-                col(&|x| x.mem_anon),
-                col(&|x| x.mem_file),
-                col(&|x| x.swap),
-                col(&|x| x.io_rbytes),
-                col(&|x| x.io_wbytes),
-                col(&|x| x.procs.map(u64::from)),
-                col(&|x| x.threads.map(u64::from)),
-            ];
-            let fcols = [
-                fcol(&|x| x.psi_cpu_some),
-                fcol(&|x| x.psi_cpu_full),
-                fcol(&|x| x.psi_mem_some),
-                fcol(&|x| x.psi_mem_full),
-                fcol(&|x| x.psi_io_some),
-                fcol(&|x| x.psi_io_full),
-            ];
-            let mut p: Vec<&(dyn ToSql + Sync)> = vec![&s.node, &j.seq, &ts, &state];
-            p.extend(cols.iter().map(|c| c as &(dyn ToSql + Sync)));
-            p.extend(fcols.iter().map(|c| c as &(dyn ToSql + Sync)));
-            tx.execute(&insert, &p).map_err(err)?;
+            insert_samples(&mut tx, &insert, &s.node, j.seq, samples).map_err(err)?;
         }
         tx.commit().map_err(err)
+    }
+
+    /// Send the samples of running jobs taken since what PostgreSQL already has of them (its
+    /// newest sample per job is the high-water mark: no local bookkeeping). One transaction;
+    /// the number of samples sent.
+    pub fn ship_live(
+        &mut self,
+        node: &str,
+        series: &[(i64, Vec<Sample>)],
+    ) -> Result<usize, CentralError> {
+        let target = self.target.clone();
+        let err = |source| CentralError::Postgres {
+            target: target.clone(),
+            source,
+        };
+        let mut tx = self.client.transaction().map_err(err)?;
+        let insert = tx.prepare(INSERT_SAMPLES).map_err(err)?;
+        let mut n = 0;
+        for (seq, samples) in series {
+            insert_samples(&mut tx, &insert, node, *seq, samples).map_err(err)?;
+            n += samples.len();
+        }
+        tx.commit().map_err(err)?;
+        Ok(n)
+    }
+
+    /// The newest sample time PostgreSQL holds for each of `seqs` of `node`.
+    pub fn high_water(
+        &mut self,
+        node: &str,
+        seqs: &[i64],
+    ) -> Result<std::collections::HashMap<i64, i64>, CentralError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT seq, max(ts_ms) FROM pjw_samples WHERE node = $1 AND seq = ANY($2)
+                 GROUP BY seq",
+                &[&node, &seqs],
+            )
+            .map_err(self.err())?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
     /// Finished jobs across all nodes matching `f`, newest first.
@@ -424,6 +430,57 @@ impl Central {
     }
 }
 
+/// Insert one job's samples (one statement: an array per column), skipping those already there.
+fn insert_samples(
+    tx: &mut postgres::Transaction<'_>,
+    insert: &postgres::Statement,
+    node: &str,
+    seq: i64,
+    samples: &[Sample],
+) -> Result<(), postgres::Error> {
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let col = |f: &dyn Fn(&Sample) -> Option<u64>| -> Vec<Option<i64>> {
+        samples.iter().map(|x| f(x).map(to_i64)).collect()
+    };
+    let fcol = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<Option<f64>> {
+        samples.iter().map(f).collect()
+    };
+    let ts: Vec<i64> = samples.iter().map(|x| x.ts_ms).collect();
+    let state: Vec<Option<String>> = samples
+        .iter()
+        .map(|x| x.state.map(|s| s.as_str().to_string()))
+        .collect();
+    let cols = [
+        col(&|x| x.cpu_user_usec),
+        col(&|x| x.cpu_system_usec),
+        col(&|x| x.mem_current),
+        col(&|x| x.mem_peak),
+        col(&|x| x.mem_anon),
+        col(&|x| x.mem_file),
+        col(&|x| x.swap),
+        col(&|x| x.io_rbytes),
+        col(&|x| x.io_wbytes),
+        col(&|x| x.procs.map(u64::from)),
+        col(&|x| x.threads.map(u64::from)),
+    ];
+    let fcols = [
+        fcol(&|x| x.psi_cpu_some),
+        fcol(&|x| x.psi_cpu_full),
+        fcol(&|x| x.psi_mem_some),
+        fcol(&|x| x.psi_mem_full),
+        fcol(&|x| x.psi_io_some),
+        fcol(&|x| x.psi_io_full),
+    ];
+    let node = node.to_string();
+    let mut p: Vec<&(dyn ToSql + Sync)> = vec![&node, &seq, &ts, &state];
+    p.extend(cols.iter().map(|c| c as &(dyn ToSql + Sync)));
+    p.extend(fcols.iter().map(|c| c as &(dyn ToSql + Sync)));
+    tx.execute(insert, &p)?;
+    Ok(())
+}
+
 fn job_from_row(r: &postgres::Row) -> CentralJob {
     let u = |i: usize| to_u64(r.get::<_, i64>(i));
     let ou = |i: usize| r.get::<_, Option<i64>>(i).map(to_u64);
@@ -501,11 +558,7 @@ pub fn ship_pending(
                 warn!(seq = s.seq, "finished job without a record; not shipped");
                 continue;
             };
-            let samples = if cfg.ship_samples {
-                store.samples(s.seq, None)?
-            } else {
-                Vec::new()
-            };
+            let samples = store.samples(s.seq, None)?;
             jobs.push((j, s, samples));
         }
         let now = now_ms();
@@ -521,12 +574,35 @@ pub fn ship_pending(
     }
 }
 
+/// With `ship_samples`: send the new samples of this node's running jobs.
+pub fn ship_live(store: &Store, central: &mut Central, node: &str) -> Result<usize, CentralError> {
+    let seqs: Vec<i64> = store
+        .live_jobs()?
+        .iter()
+        .filter(|j| j.started_ms.is_some())
+        .map(|j| j.seq)
+        .collect();
+    if seqs.is_empty() {
+        return Ok(0);
+    }
+    let hw = central.high_water(node, &seqs)?;
+    let mut series = Vec::new();
+    for seq in seqs {
+        let since = hw.get(&seq).map(|t| t + 1);
+        let s = store.samples(seq, since)?;
+        if !s.is_empty() {
+            series.push((seq, s));
+        }
+    }
+    central.ship_live(node, &series)
+}
+
 enum Msg {
     Wake,
     Stop,
 }
 
-/// The shipper thread. Dropping it stops the thread (after the batch in flight).
+/// The shipper thread. Dropping it tells the thread to stop; [`Shipper::stop`] also waits.
 #[derive(Debug)]
 pub struct Shipper {
     tx: mpsc::Sender<Msg>,
@@ -562,12 +638,23 @@ impl Shipper {
     }
 }
 
-impl Drop for Shipper {
-    fn drop(&mut self) {
+impl Shipper {
+    /// Stop the thread and wait for it (after the batch in flight, which may wait on a
+    /// connection timeout).
+    pub fn stop(mut self) {
         let _ = self.tx.send(Msg::Stop);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+    }
+}
+
+impl Drop for Shipper {
+    /// Tell the thread to stop, without waiting: a daemon that exits must not hang on a
+    /// PostgreSQL that does not answer. A batch cut off is rolled back by PostgreSQL and stays
+    /// unshipped locally, so it is sent again later.
+    fn drop(&mut self) {
+        let _ = self.tx.send(Msg::Stop);
     }
 }
 
@@ -585,7 +672,14 @@ fn run(db: PathBuf, cfg: ShipConfig, rx: mpsc::Receiver<Msg>) {
                 central = Some(Central::connect(&cfg.url)?);
             }
             match (store.as_mut(), central.as_mut()) {
-                (Some(s), Some(c)) => ship_pending(s, c, &cfg),
+                (Some(s), Some(c)) => {
+                    let n = ship_pending(s, c, &cfg)?;
+                    if cfg.ship_samples {
+                        let live = ship_live(s, c, &cfg.node)?;
+                        debug!(samples = live, "live samples shipped");
+                    }
+                    Ok(n)
+                }
                 _ => Ok(0),
             }
         })();
@@ -610,7 +704,7 @@ fn run(db: PathBuf, cfg: ShipConfig, rx: mpsc::Receiver<Msg>) {
                 central = None;
             }
         }
-        let next = if down_since.is_some() {
+        let next = if down_since.is_some() || cfg.ship_samples {
             rx.recv_timeout(cfg.retry)
         } else {
             rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)

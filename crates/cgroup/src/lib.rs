@@ -16,8 +16,8 @@
 //! | mode    | limits (cpuset, memory, pids, cpu)        | tracking, freeze, kill, events |
 //! |---------|-------------------------------------------|--------------------------------|
 //! | Unified | the cgroup2 tree (+io when present)       | the cgroup2 tree               |
-//! | Hybrid  | v1 cpuset, memory, pids, cpu, cpuacct, blkio | the cgroup2 tree               |
-//! | Legacy  | v1 cpuset, memory, pids, cpu, cpuacct, blkio | v1 cpuset; v1 freezer          |
+//! | Hybrid  | v1 cpuset, memory, pids, cpu, cpuacct     | the cgroup2 tree               |
+//! | Legacy  | v1 cpuset, memory, pids, cpu, cpuacct     | v1 cpuset; v1 freezer          |
 //!
 //! A missing v1 controller is skipped with a warning, except cpuset, which is required. All paths
 //! come from mountinfo (the mount point plus the cgroup path below the mount's root), so tests

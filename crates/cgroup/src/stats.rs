@@ -7,7 +7,7 @@
 //! | CPU user/system | `cpu.stat` (every cgroup2 directory has it) | `cpuacct.usage_user`, `cpuacct.usage_sys` (ns) |
 //! | memory peak | `memory.peak` | `memory.max_usage_in_bytes` |
 //! | anon/file/swap | `memory.stat` `anon`/`file`, `memory.swap.current` | `memory.stat` `total_rss`/`total_cache`/`total_swap` |
-//! | I/O bytes | `io.stat` (io controller) | `blkio.throttle.io_service_bytes` |
+//! | I/O bytes | `io.stat` (io controller) | — (see [`Driver::counts_io`]) |
 //! | tasks | `pids.current` | `pids.current` |
 //! | pressure | `cpu.pressure`, `memory.pressure`, `io.pressure` | — |
 
@@ -148,24 +148,23 @@ impl Driver {
         Ok(b)
     }
 
-    /// Bytes job `name` read and wrote (`io.stat` or v1 blkio); `Ok(None)` where neither the
-    /// io nor the blkio controller is in use.
+    /// Whether this node counts a job's block I/O: only with the cgroup v2 io controller. The
+    /// v1 blkio files count only on devices where blk-throttle was switched on (a rule set on
+    /// some cgroup, which changes the whole device), so they would read 0 for a job that did
+    /// I/O; pjw does not use them and reports I/O as not counted instead.
+    pub fn counts_io(&self) -> bool {
+        self.hierarchies().any(|h| h.v2 && h.has("io"))
+    }
+
+    /// Bytes job `name` read and wrote (`io.stat`); `Ok(None)` where I/O is not counted
+    /// ([`Driver::counts_io`]).
     pub fn io_bytes(&self, name: &str) -> Result<Option<IoBytes>, CgroupError> {
-        if let Some(h) = self.hierarchies().find(|h| h.v2 && h.has("io")) {
-            let path = self.job_dir_checked(h, name)?.join("io.stat");
-            let text = self.fs.read(&path)?;
-            return io_stat::parse(&text)
-                .map(Some)
-                .map_err(|source| CgroupError::Parse { path, source });
-        }
-        let Some(h) = self.v1_with("blkio") else {
+        let Some(h) = self.hierarchies().find(|h| h.v2 && h.has("io")) else {
             return Ok(None);
         };
-        let path = self
-            .job_dir_checked(h, name)?
-            .join("blkio.throttle.io_service_bytes");
+        let path = self.job_dir_checked(h, name)?.join("io.stat");
         let text = self.fs.read(&path)?;
-        io_stat::parse_blkio(&text)
+        io_stat::parse(&text)
             .map(Some)
             .map_err(|source| CgroupError::Parse { path, source })
     }

@@ -82,7 +82,7 @@ fn job_lifecycle_in_every_mode() {
             Mode::Hybrid => {
                 assert_eq!(
                     keys,
-                    ["unified", "cpuset", "memory", "pids", "cpu", "cpuacct", "blkio"]
+                    ["unified", "cpuset", "memory", "pids", "cpu", "cpuacct"]
                 );
                 // No controller in the hybrid cgroup2 tree: nothing enabled.
                 let root = m.mount_point("unified").unwrap();
@@ -91,7 +91,7 @@ fn job_lifecycle_in_every_mode() {
             Mode::Legacy => {
                 assert_eq!(
                     keys,
-                    ["cpuset", "memory", "pids", "cpu", "cpuacct", "blkio", "freezer"]
+                    ["cpuset", "memory", "pids", "cpu", "cpuacct", "freezer"]
                 );
             }
         }
@@ -489,5 +489,93 @@ fn job_of_reads_the_tracking_hierarchy() {
         let d = driver(&m, "/pjw-x").unwrap();
         let lines = parse(text).unwrap();
         assert_eq!(d.job_of(&lines).as_deref(), *want, "{mode:?} {text:?}");
+    }
+}
+
+/// The sampler's reads: which file each value comes from, per mode. The kernel's files are
+/// written by hand into the fake job directories.
+#[test]
+fn usage_is_read_from_the_right_files_in_every_mode() {
+    for mode in ALL_MODES {
+        let (_tmp, m) = machine(FakeSpec::new(mode));
+        let d = driver(&m, "/pjw").unwrap();
+        d.prepare_parent().unwrap();
+        d.create_job("job-1", &limits("0")).unwrap();
+        let dirs = d.job_dirs("job-1");
+        let put = |key: &str, file: &str, text: &str| {
+            fs::write(dir_of(&dirs, key).join(file), text).unwrap();
+        };
+        let mem = if mode == Mode::Unified {
+            "unified"
+        } else {
+            "memory"
+        };
+        let pids = if mode == Mode::Unified {
+            "unified"
+        } else {
+            "pids"
+        };
+        put(pids, "pids.current", "7\n");
+        if mode == Mode::Legacy {
+            put("cpuacct", "cpuacct.usage_user", "3000000\n");
+            put("cpuacct", "cpuacct.usage_sys", "1000000\n");
+        } else {
+            // Hybrid: cpu.stat of the controller-less cgroup2 tree.
+            put(
+                "unified",
+                "cpu.stat",
+                "usage_usec 4000\nuser_usec 3000\nsystem_usec 1000\n",
+            );
+            put(
+                "unified",
+                "memory.pressure",
+                "some avg10=2.50 avg60=0.00 avg300=0.00 total=1\nfull avg10=1.25 avg60=0.00 avg300=0.00 total=1\n",
+            );
+        }
+        if mem == "unified" {
+            put(mem, "memory.peak", "314572800\n");
+            put(mem, "memory.stat", "anon 300\nfile 20\n");
+            put(mem, "memory.swap.current", "4096\n");
+            put(
+                mem,
+                "io.stat",
+                "8:0 rbytes=10 wbytes=20 rios=1 wios=1 dbytes=0 dios=0\n",
+            );
+        } else {
+            put(mem, "memory.max_usage_in_bytes", "314572800\n");
+            put(
+                mem,
+                "memory.stat",
+                "cache 1\nrss 2\ntotal_cache 20\ntotal_rss 300\ntotal_swap 4096\n",
+            );
+        }
+        let cpu = d.cpu_time("job-1").unwrap();
+        assert_eq!((cpu.user_usec, cpu.system_usec), (3000, 1000), "{mode}");
+        assert_eq!(d.memory_peak("job-1").unwrap(), 314572800, "{mode}");
+        let b = d.memory_breakdown("job-1").unwrap();
+        assert_eq!((b.anon, b.file, b.swap), (300, 20, Some(4096)), "{mode}");
+        assert_eq!(d.pids_current("job-1").unwrap(), Some(7), "{mode}");
+        let io = d.io_bytes("job-1").unwrap();
+        let psi = d.pressure("job-1", pjw_cgroup::Resource::Memory);
+        match mode {
+            Mode::Unified => {
+                assert!(d.counts_io());
+                assert_eq!(io.map(|i| (i.rbytes, i.wbytes)), Some((10, 20)));
+                assert_eq!(psi.map(|p| p.some.avg10), Some(2.5));
+            }
+            Mode::Hybrid => {
+                assert!(!d.counts_io());
+                assert_eq!(io, None);
+                assert_eq!(psi.and_then(|p| p.full).map(|f| f.avg10), Some(1.25));
+            }
+            Mode::Legacy => {
+                assert!(!d.counts_io());
+                assert_eq!(io, None);
+                assert_eq!(psi, None, "no PSI without cgroup2");
+            }
+        }
+        // A bad job name never reaches the filesystem.
+        assert!(d.cpu_time("../x").is_err());
+        d.remove_job("job-1").unwrap();
     }
 }

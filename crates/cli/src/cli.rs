@@ -290,4 +290,7 @@ pub struct ReportArgs {
     /// Ask the cluster store (PostgreSQL) for finished jobs of every node.
     #[arg(long, conflicts_with_all = ["watch", "processes"])]
     pub central: bool,
+    /// Write charts of memory and CPU over the jobs' lives to FILE (.svg or .png).
+    #[arg(long, value_name = "FILE", conflicts_with = "watch")]
+    pub plot: Option<PathBuf>,
 }

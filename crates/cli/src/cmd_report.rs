@@ -28,12 +28,20 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
             .map(|s| parse_since(s, now_ms))
             .transpose()?,
         state: a.state.clone(),
-        series: a.series,
+        // A plot needs the series.
+        series: a.series || a.plot.is_some(),
         processes: a.processes,
         limit: a.limit,
         central: a.central,
     };
     let tz = chrono::Local::now().offset().fix();
+    if let Some(path) = &a.plot {
+        let jobs = fetch(&query)?;
+        crate::plot::write(&jobs, path)?;
+        let n = jobs.iter().filter(|j| !j.series.is_empty()).count();
+        println!("wrote {} ({n} job(s))", path.display());
+        return Ok(());
+    }
     loop {
         let jobs = fetch(&query)?;
         let text = match a.format {
@@ -127,6 +135,19 @@ fn size(b: u64) -> String {
     }
 }
 
+fn io(j: &JobReport) -> String {
+    if j.io_counted == Some(false) {
+        "not counted on this node (needs the cgroup v2 io controller)".into()
+    } else {
+        format!("read {}, written {}", size(j.io_rbytes), size(j.io_wbytes))
+    }
+}
+
+/// An I/O total for the list and CSV views: empty ("-") when the node does not count I/O.
+fn io_total(j: &JobReport, v: u64, f: fn(u64) -> String) -> Option<String> {
+    (j.io_counted != Some(false)).then(|| f(v))
+}
+
 fn opt<T: ToString>(v: Option<T>) -> String {
     v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
 }
@@ -188,7 +209,15 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
         j.node,
         outcome(j)
     );
-    let total = |t: Option<u64>| t.map(|n| format!("{n} total, ")).unwrap_or_default();
+    let at_least = if j.counts_exact == Some(false) {
+        "at least "
+    } else {
+        ""
+    };
+    let total = |t: Option<u64>| {
+        t.map(|n| format!("{at_least}{n} total, "))
+            .unwrap_or_default()
+    };
     let rows: Vec<(&str, String)> = vec![
         (
             "CPUs",
@@ -227,10 +256,7 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
             ),
         ),
         ("Peak swap", size(j.swap_peak)),
-        (
-            "I/O",
-            format!("read {}, written {}", size(j.io_rbytes), size(j.io_wbytes)),
-        ),
+        ("I/O", io(j)),
         (
             "Processes",
             format!("{}{} at most", total(j.procs_total), j.procs_max),
@@ -294,8 +320,8 @@ pub fn render_list(jobs: &[JobReport], tz: &FixedOffset) -> String {
             eff(j),
             size(j.mem_peak),
             size(j.swap_peak),
-            size(j.io_rbytes),
-            size(j.io_wbytes),
+            opt(io_total(j, j.io_rbytes, size)),
+            opt(io_total(j, j.io_wbytes, size)),
             format!("{}/{}", opt(j.procs_total), j.procs_max),
             format!("{}/{}", opt(j.threads_total), j.threads_max),
             dur(j.frozen_ms),
@@ -492,8 +518,8 @@ pub fn render_csv(jobs: &[JobReport], series: bool, processes: bool) -> String {
             o(j.efficiency().map(|e| format!("{e:.4}"))),
             j.mem_peak.to_string(),
             j.swap_peak.to_string(),
-            j.io_rbytes.to_string(),
-            j.io_wbytes.to_string(),
+            o(io_total(j, j.io_rbytes, |v| v.to_string())),
+            o(io_total(j, j.io_wbytes, |v| v.to_string())),
             o(j.procs_total),
             j.procs_max.to_string(),
             o(j.threads_total),
@@ -546,6 +572,8 @@ mod tests {
             swap_peak: 0,
             io_rbytes: 4096,
             io_wbytes: 512,
+            io_counted: Some(true),
+            counts_exact: Some(true),
             procs_total: Some(26),
             threads_total: Some(26),
             procs_max: 2,
@@ -638,7 +666,34 @@ JOB  USER   NAME   NODE  STATE    END        EXIT  SUBMITTED                  CP
 12   alice  steps  n1    ended    completed  0     2026-11-22T05:00:00+00:00  2     0:00:01  0:00:10  5.0    25.0%  300M      0B    4K    512B   26/2   26/2     0:00:02
 13   alice  steps  n1    running  -          -     2026-11-22T05:00:00+00:00  2     0:00:01  0:00:10  5.0    25.0%  300M      0B    4K    512B   -/2    26/2     0:00:02
 ";
-        assert_eq!(render_table(&[job(), b], false, false, &utc()), want);
+        assert_eq!(
+            render_table(&[job(), b.clone()], false, false, &utc()),
+            want
+        );
+        // Counts that are a lower bound say so.
+        let mut lossy = job();
+        lossy.counts_exact = Some(false);
+        let text = render_job(&lossy, &utc());
+        assert!(
+            text.contains("  Processes       at least 26 total, 2 at most\n"),
+            "{text}"
+        );
+        // A node that does not count I/O says so instead of showing 0.
+        b.io_counted = Some(false);
+        let text = render_table(&[b.clone()], false, false, &utc());
+        assert!(
+            text.contains(
+                "  I/O             not counted on this node (needs the cgroup v2 io controller)\n"
+            ),
+            "{text}"
+        );
+        let list = render_list(&[b.clone()], &utc());
+        assert!(
+            list.lines().nth(1).unwrap().contains("  -     -      -/2"),
+            "{list}"
+        );
+        let csv = render_csv(&[b], false, false);
+        assert!(csv.contains(",0,,,,2,"), "{csv}");
         assert_eq!(render_table(&[], false, false, &utc()), "no jobs\n");
     }
 

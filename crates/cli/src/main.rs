@@ -16,6 +16,7 @@ mod cmd_topology;
 mod cmd_wlm;
 mod starter;
 mod wlm_parse;
+mod plot;
 
 use clap::Parser;
 

@@ -46,7 +46,7 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
     let d = TestDaemon::start(
         &pjw_bin(),
         &format!(
-            "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n[central]\nurl = \"{}\"\nretry_secs = 0.3\nbatch_size = 10\n",
+            "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n[central]\nurl = \"{}\"\nretry_secs = 0.3\nbatch_size = 10\nship_samples = true\n",
             pg.url()
         ),
     );
@@ -74,6 +74,18 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
         "job did not start:\n{}",
         d.log()
     );
+    // With ship_samples its samples reach PostgreSQL while it runs (run number 2 in a fresh
+    // store: the node's second job).
+    let mut c = Central::connect(&pg.url()).unwrap();
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(60), || !c
+            .samples(&node, 2)
+            .unwrap()
+            .is_empty()),
+        "no live samples shipped:\n{}",
+        d.log()
+    );
+    drop(c);
     pg.stop();
     std::fs::write(dir.join("b.go"), "").unwrap();
     assert!(b.wait().unwrap().success());
@@ -120,6 +132,9 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
         == 3));
     let rows = only(&mut c);
     assert_eq!(rows.len(), 1, "{rows:?}");
+    // Its whole series is there, each sample once (live ones and the rest after the end).
+    let series = c.samples(&node, rows[0].seq).unwrap();
+    assert_eq!(series.len() as u32, rows[0].summary.samples, "{series:?}");
     assert_eq!(rows[0].node, node);
     assert_eq!(rows[0].summary.end.as_str(), "completed");
     assert!(d.log().contains("central store reachable again"));

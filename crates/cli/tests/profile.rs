@@ -80,6 +80,7 @@ fn a_job_in_three_steps_with_25_children_is_reported_exactly() {
     // Exactly 26 distinct processes (and tasks: nothing is threaded).
     assert_eq!(j["procs_total"], 26, "{j:#}");
     assert_eq!(j["threads_total"], 26, "{j:#}");
+    assert_eq!(j["counts_exact"], true, "{j:#}");
     assert!(j["procs_max"].as_u64().unwrap() >= 1);
     assert!(j["cpu_user_usec"].as_u64().unwrap() > 0, "{j:#}");
     assert!(j["running_ms"].as_i64().unwrap() >= 7500, "{j:#}");
@@ -167,6 +168,14 @@ fn killed_jobs_and_live_jobs_are_reported() {
     let j = report_json(&d, &["-J", "k1"])[0].clone();
     assert_eq!(j["end"], "killed", "{j:#}");
     assert_eq!(j["end_reason"], "killed by root", "{j:#}");
+    // `--watch` on a job that has ended draws it once and stops.
+    let out = report(&d, &["-J", "k1", "--watch", "1"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.starts_with("\x1b[H\x1b[2JJob k1 (sleeper)") && text.contains("ended, killed"),
+        "{text}"
+    );
     // `--state running` no longer lists it.
     assert!(report_json(&d, &["--state", "running"])
         .as_array()
@@ -343,4 +352,67 @@ fn a_job_killed_for_memory_inside_its_limit_ends_oom() {
             .len(),
         1
     );
+}
+
+#[test]
+fn io_is_counted_where_the_kernel_counts_it_and_said_so_elsewhere() {
+    require_root!();
+    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
+    let f = d.dir().join("io.dat");
+    let f = f.to_str().unwrap();
+    // 8 MiB written and read back with O_DIRECT: block I/O the job's cgroup is charged for
+    // (where the filesystem has O_DIRECT; tmpfs does not, and does no block I/O anyway).
+    let script = format!(
+        "dd if=/dev/zero of={f} bs=1M count=8 oflag=direct status=none && dd if={f} of=/dev/null bs=1M iflag=direct status=none || true"
+    );
+    run_job(&d, &["-j", "io1"], &["sh", "-c", &script]);
+    let direct = std::fs::metadata(f).is_ok_and(|m| m.len() == 8 << 20);
+    let j = report_json(&d, &["-J", "io1"])[0].clone();
+    let text = String::from_utf8_lossy(&report(&d, &["-J", "io1"]).stdout).into_owned();
+    if d.driver().mode().as_str() != "unified" {
+        // Hybrid and legacy: no cgroup v2 io controller. Not a false 0: "not counted".
+        assert_eq!(j["io_counted"], false, "{j:#}");
+        assert!(
+            text.contains("I/O             not counted on this node"),
+            "{text}"
+        );
+        return;
+    }
+    assert_eq!(j["io_counted"], true, "{j:#}");
+    assert!(text.contains("I/O             read "), "{text}");
+    if direct {
+        let (r, w) = (
+            j["io_rbytes"].as_u64().unwrap(),
+            j["io_wbytes"].as_u64().unwrap(),
+        );
+        assert!(w >= 8 << 20, "written {w}: {j:#}");
+        assert!(r >= 8 << 20, "read {r}: {j:#}");
+    } else {
+        eprintln!("no O_DIRECT in {f}: only that I/O is counted here was checked");
+    }
+}
+
+#[test]
+fn counts_across_a_daemon_restart_are_a_lower_bound() {
+    require_root!();
+    let mut d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
+    let mut child = d.run_sh(&["-j", "r1"], "sleep 600");
+    let running = TestDaemon::wait_for(Duration::from_secs(30), || {
+        report(&d, &["-J", "r1"]).status.success()
+    });
+    assert!(running, "{}", d.log());
+    // A crash: the job keeps running and is recovered; events it missed are lost.
+    d.restart();
+    let out = d.pjw().args(["kill", "r1"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = child.wait();
+    let j = report_json(&d, &["-J", "r1"])[0].clone();
+    assert_eq!(j["end"], "killed", "{j:#}");
+    assert_eq!(j["counts_exact"], false, "{j:#}");
+    let out = report(&d, &["-J", "r1"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Processes       at least "));
 }

@@ -71,11 +71,13 @@ pub struct RawCentral {
 pub struct CentralConfig {
     /// `postgres://user@host:port/db`.
     pub url: String,
-    /// Ship the series of finished jobs too (summaries are always shipped).
+    /// Also ship the samples of running jobs, every `retry` (finished jobs always go with
+    /// their series).
     pub ship_samples: bool,
     /// Jobs per transaction.
     pub batch_size: usize,
-    /// Wait before retrying after PostgreSQL was unreachable.
+    /// Wait before retrying after PostgreSQL was unreachable; with `ship_samples`, also the
+    /// time between shipments of live samples.
     pub retry: std::time::Duration,
 }
 
@@ -652,7 +654,7 @@ impl Config {
                 }
                 Some(CentralConfig {
                     url,
-                    ship_samples: c.ship_samples.unwrap_or(true),
+                    ship_samples: c.ship_samples.unwrap_or(false),
                     batch_size,
                     retry: std::time::Duration::from_secs_f64(retry),
                 })
@@ -760,6 +762,42 @@ fn key_at(text: &str, offset: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_and_central_keys() {
+        let c = Config::parse("t.toml", "", &Overrides::default()).unwrap();
+        assert_eq!((c.metrics_listen, c.central), (None, None));
+        let c = Config::parse(
+            "t.toml",
+            "[metrics]\nlisten = \"127.0.0.1:9810\"\n[central]\nurl = \"postgres://pjw@db/pjw\"\nretry_secs = 0.5\n",
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9810".parse().unwrap()));
+        let central = c.central.unwrap();
+        assert_eq!(
+            (central.ship_samples, central.batch_size, central.retry),
+            (false, 100, std::time::Duration::from_millis(500))
+        );
+        let bad = [
+            ("[metrics]\nlisten = \"localhost\"", "metrics.listen"),
+            ("[metrics]\nport = 1", "metrics.port"),
+            ("[central]\nurl = \"mysql://x\"", "central.url"),
+            ("[central]\nbatch_size = 5", "central.url"),
+            (
+                "[central]\nurl = \"postgres://h/d\"\nbatch_size = 0",
+                "central.batch_size",
+            ),
+            (
+                "[central]\nurl = \"postgres://h/d\"\nretry_secs = 0",
+                "central.retry_secs",
+            ),
+        ];
+        for (text, key) in bad {
+            let e = Config::parse("t.toml", text, &Overrides::default()).unwrap_err();
+            assert!(e.key.starts_with(key), "{text}: {e}");
+        }
+    }
 
     #[test]
     fn empty_config_gives_defaults() {

@@ -311,8 +311,6 @@ pub struct Engine {
     unknown_logged: HashMap<String, i64>,
     /// Which job every jailed process belongs to; exact process and thread counts.
     procs: ProcTracker,
-    /// Partition type for exclusive jobs, when the parent could be made a partition root.
-    partition: Option<pjw_cgroup::Partition>,
     /// The profile store writer (its own thread and connection); None when profiles are off.
     writer: Option<Writer>,
     /// Main processes of ended jobs whose exit status had not arrived yet: pid → (seq, when).
@@ -321,6 +319,11 @@ pub struct Engine {
     last_retention: Option<Instant>,
     /// The last sampler tick: how long it took and how many jobs it sampled (for metrics).
     last_sample: Option<(Duration, usize)>,
+    /// Whether process events arrive (the proc connector is open): only then are the
+    /// tracker's totals reported.
+    proc_events: bool,
+    /// Partition type for exclusive jobs, when the parent could be made a partition root.
+    partition: Option<pjw_cgroup::Partition>,
     /// Counters and histograms for the metrics endpoint.
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// The central-store shipper (`[central]`), woken when a job's summary is recorded.
@@ -429,11 +432,12 @@ impl Engine {
             node,
             tick_generation: 0,
             procs: ProcTracker::new(),
-            partition: None,
             writer: None,
             late_exits: HashMap::new(),
             last_retention: None,
             last_sample: None,
+            proc_events: false,
+            partition: None,
             metrics: Default::default(),
             shipper: None,
         }
@@ -1547,7 +1551,7 @@ impl Engine {
                 ooms,
                 running_ms: runtime_ms as i64,
                 finals,
-                counts: Some(counts),
+                counts: self.proc_events.then_some(counts),
             },
         );
         info!(

@@ -131,7 +131,12 @@ impl Engine {
                 continue;
             }
             let state = j.prof_state().sample_state();
-            let s = profile::read_sample(&self.driver, &j.cgroup, j.seq, state, now);
+            let procs_now = if self.proc_events {
+                self.procs.counts(j.seq).map(|c| c.procs_now)
+            } else {
+                None
+            };
+            let s = profile::read_sample(&self.driver, &j.cgroup, j.seq, state, now, procs_now);
             j.prof.add(&s);
             if n_procs > 0 {
                 if let Ok(pids) = self.driver.procs(&j.cgroup) {
@@ -187,6 +192,11 @@ impl Engine {
             .collect()
     }
 
+    /// Process events are flowing (the proc connector is open): process totals are reported.
+    pub fn set_proc_events(&mut self, on: bool) {
+        self.proc_events = on;
+    }
+
     /// The last sampler tick's duration and number of jobs sampled (for metrics).
     pub fn last_sample(&self) -> Option<(Duration, usize)> {
         self.last_sample
@@ -215,7 +225,14 @@ impl Engine {
             crate::central_report::spawn(self.cfg.central.clone(), access, query, reply);
             return;
         }
-        // Live jobs: totals as of now, from the engine's state.
+        // Live jobs the query can match: totals from the engine's state. For one named job the
+        // counters are read now; for listings the last sample's (at most one interval old), so
+        // a report of many jobs costs the engine no file reads.
+        let fresh = query.job.is_some();
+        let wants = |q: &Option<String>, v: &str| match q {
+            None => true,
+            Some(x) => x == v,
+        };
         let live: Vec<LiveJob> = self
             .jobs
             .values()
@@ -223,12 +240,13 @@ impl Engine {
                 Access::All => true,
                 Access::Uid(u) => j.uid == u,
             })
+            .filter(|j| wants(&query.job, &j.id.to_string()) && wants(&query.name, &j.name))
             .map(|j| {
                 let running_ms = j
                     .started
                     .map(|s| s.elapsed().as_millis() as i64)
                     .unwrap_or(0);
-                let finals = if j.started.is_some() {
+                let finals = if fresh && j.started.is_some() {
                     profile::read_finals(&self.driver, &j.cgroup)
                 } else {
                     Default::default()
@@ -244,15 +262,16 @@ impl Engine {
                         class,
                         running_ms,
                         &finals,
-                        self.procs.counts(j.seq),
+                        self.procs.counts(j.seq).filter(|_| self.proc_events),
                     ),
                 }
             })
             .collect();
         let db = self.store.path().to_path_buf();
         let node = self.node.clone();
+        let io_counted = self.driver.counts_io();
         tokio::task::spawn_blocking(move || {
-            report::answer(&db, &node, access, &query, live, &reply);
+            report::answer(&db, &node, io_counted, access, &query, live, &reply);
         });
     }
 }

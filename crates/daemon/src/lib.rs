@@ -256,8 +256,11 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     }
     // Exact process counts (and exec events for adoption) from the kernel's proc connector;
     // opened before recovery so that no event after the re-seed is missed.
-    if let Err(e) = procs::spawn_reader(tx.clone(), engine::Event::Proc) {
-        warn!(error = %e, "process events unavailable; process counts come from samples only");
+    match procs::spawn_reader(tx.clone(), engine::Event::Proc) {
+        Ok(()) => eng.set_proc_events(true),
+        Err(e) => {
+            warn!(error = %e, "process events unavailable; process counts come from samples only")
+        }
     }
     eng.start_profiles().map_err(DaemonError::Other)?;
     eng.recover().map_err(DaemonError::Other)?;

@@ -133,6 +133,7 @@ impl JobProf {
         if let Some(c) = counts {
             s.procs_total = Some(c.procs_ever);
             s.threads_total = Some(c.threads_ever);
+            s.counts_exact = Some(!c.lossy);
             s.procs_max = s.procs_max.max(c.procs_max.min(u32::MAX as u64) as u32);
         }
         s.threads_max = s.threads_max.max(s.procs_max);
@@ -165,13 +166,16 @@ pub fn read_finals(driver: &Driver, cgroup: &str) -> Finals {
 }
 
 /// One sample of job `seq` from its cgroup files. A file that cannot be read leaves its
-/// fields `None` (logged at debug: a job may end between the tick and the read).
+/// fields `None` (logged at debug: a job may end between the tick and the read). `procs_now`:
+/// the process count from the process events, when they flow (then `cgroup.procs`, whose
+/// cost grows with the job's processes, is not read).
 pub fn read_sample(
     driver: &Driver,
     cgroup: &str,
     seq: i64,
     state: Option<SampleState>,
     ts_ms: i64,
+    procs_now: Option<u64>,
 ) -> Sample {
     fn ok<T>(seq: i64, what: &str, r: Result<T, pjw_cgroup::CgroupError>) -> Option<T> {
         match r {
@@ -203,7 +207,10 @@ pub fn read_sample(
         swap: mem.and_then(|m| m.swap),
         io_rbytes: io.map(|i| i.rbytes),
         io_wbytes: io.map(|i| i.wbytes),
-        procs: ok(seq, "procs", driver.procs(cgroup)).map(|p| p.len() as u32),
+        procs: match procs_now {
+            Some(n) => Some(n.min(u32::MAX as u64) as u32),
+            None => ok(seq, "procs", driver.procs(cgroup)).map(|p| p.len() as u32),
+        },
         threads: threads.map(|t| t.min(u32::MAX as u64) as u32),
         psi_cpu_some: pc.map(|p| p.some.avg10),
         psi_cpu_full: pc.and_then(|p| p.full).map(|f| f.avg10),
@@ -214,7 +221,8 @@ pub fn read_sample(
     }
 }
 
-/// The top `n` processes of a job by CPU time, then resident memory (`profile.processes`).
+/// The top `n` processes of a job by CPU time and the top `n` by resident memory
+/// (`profile.processes`).
 /// Reads `/proc/PID/stat` of each of the job's processes: cost per process, so it is off
 /// unless configured.
 pub fn top_processes(
@@ -226,7 +234,7 @@ pub fn top_processes(
 ) -> Vec<ProcessSample> {
     let tick = clock_ticks();
     let page = page_size();
-    let mut rows: Vec<ProcessSample> = pids
+    let rows: Vec<ProcessSample> = pids
         .iter()
         .filter_map(|pid| {
             let text =
@@ -243,13 +251,25 @@ pub fn top_processes(
             })
         })
         .collect();
+    top_n(rows, n)
+}
+
+/// The top `n` rows by CPU time and the top `n` by resident memory (up to 2n rows), largest
+/// CPU first (pure).
+pub fn top_n(mut rows: Vec<ProcessSample>, n: usize) -> Vec<ProcessSample> {
+    rows.sort_by(|a, b| b.rss.cmp(&a.rss).then(a.pid.cmp(&b.pid)));
+    let by_mem: Vec<u32> = rows.iter().take(n).map(|r| r.pid).collect();
     rows.sort_by(|a, b| {
         b.cpu_usec
             .cmp(&a.cpu_usec)
             .then(b.rss.cmp(&a.rss))
             .then(a.pid.cmp(&b.pid))
     });
-    rows.truncate(n);
+    let mut i = 0;
+    rows.retain(|r| {
+        i += 1;
+        i <= n || by_mem.contains(&r.pid)
+    });
     rows
 }
 
@@ -443,6 +463,28 @@ mod tests {
     }
 
     #[test]
+    fn top_processes_by_cpu_and_by_memory() {
+        let row = |pid, cpu_usec, rss| ProcessSample {
+            pid,
+            cpu_usec,
+            rss,
+            ..ProcessSample::default()
+        };
+        let rows = vec![
+            row(1, 10, 1),
+            row(2, 50, 2),
+            row(3, 0, 900),
+            row(4, 30, 3),
+            row(5, 1, 800),
+        ];
+        let pids = |v: Vec<ProcessSample>| v.iter().map(|r| r.pid).collect::<Vec<_>>();
+        assert_eq!(pids(top_n(rows.clone(), 1)), [2, 3]);
+        assert_eq!(pids(top_n(rows.clone(), 2)), [2, 4, 5, 3]);
+        assert_eq!(pids(top_n(rows.clone(), 9)), [2, 4, 1, 5, 3]);
+        assert!(top_n(rows, 0).is_empty());
+    }
+
+    #[test]
     fn wait_status_to_exit_status() {
         assert_eq!(exit_status(0), 0);
         assert_eq!(exit_status(3 << 8), 3);
@@ -495,8 +537,8 @@ mod tests {
             (30, 300, 5, 5, 5)
         );
         assert_eq!(
-            (s.procs_total, s.threads_total, s.samples),
-            (Some(26), Some(27), 2)
+            (s.procs_total, s.threads_total, s.counts_exact, s.samples),
+            (Some(26), Some(27), Some(true), 2)
         );
         let s = p.summary(7, "n", EndClass::Completed, 1000, &Finals::default(), None);
         assert_eq!(

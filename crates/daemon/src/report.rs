@@ -206,6 +206,7 @@ pub fn job_report(
             r.io_wbytes = s.io_wbytes;
             r.procs_total = s.procs_total;
             r.threads_total = s.threads_total;
+            r.counts_exact = s.counts_exact;
             r.procs_max = s.procs_max;
             r.threads_max = s.threads_max;
             r.samples = s.samples;
@@ -226,9 +227,11 @@ pub fn job_report(
 }
 
 /// Read the store and stream the report to `reply`. Runs on a blocking thread.
+#[allow(clippy::too_many_arguments)]
 pub fn answer(
     db: &Path,
     node: &str,
+    io_counted: bool,
     access: Access,
     q: &ReportQuery,
     live: Vec<LiveJob>,
@@ -285,7 +288,8 @@ pub fn answer(
     let live: HashMap<i64, LiveJob> = live.into_iter().map(|l| (l.seq, l)).collect();
     let mut count = 0;
     for p in &found {
-        let rep = job_report(&p.job, p.summary.as_ref(), live.get(&p.job.seq), node);
+        let mut rep = job_report(&p.job, p.summary.as_ref(), live.get(&p.job.seq), node);
+        rep.io_counted = Some(io_counted);
         if reply.send(Response::ReportJob(Box::new(rep))).is_err() {
             return;
         }

@@ -1,13 +1,7 @@
-//! Bytes a cgroup read from and wrote to block devices, summed over devices: v2 `io.stat` and
-//! the v1 blkio files (`blkio.throttle.io_service_bytes`, `blkio.io_service_bytes`).
+//! Bytes a cgroup read from and wrote to block devices, summed over devices: v2 `io.stat`.
 //!
 //! ```text
-//! 8:0 rbytes=90112 wbytes=4096 rios=3 wios=1 dbytes=0 dios=0        (v2 io.stat)
-//!
-//! 8:0 Read 90112                                                    (v1 blkio)
-//! 8:0 Write 4096
-//! 8:0 Total 94208
-//! Total 94208
+//! 8:0 rbytes=90112 wbytes=4096 rios=3 wios=1 dbytes=0 dios=0
 //! ```
 
 use crate::error::{bad_line, bad_value, ParseError};
@@ -44,33 +38,6 @@ pub fn parse(text: &str) -> Result<IoBytes, ParseError> {
     Ok(out)
 }
 
-/// Parse a v1 blkio bytes file: `MAJ:MIN Op N` lines (Read, Write, Sync, Async, Discard,
-/// Total) and a final `Total N`.
-pub fn parse_blkio(text: &str) -> Result<IoBytes, ParseError> {
-    const FORMAT: &str = "blkio";
-    let mut out = IoBytes::default();
-    for (i, line) in text.lines().enumerate() {
-        let w: Vec<&str> = line.split_whitespace().collect();
-        match w.as_slice() {
-            [] => {}
-            ["Total", v] => {
-                v.parse::<u64>()
-                    .map_err(|_| bad_value(FORMAT, "Total", v))?;
-            }
-            [dev, op, v] if dev.contains(':') => {
-                let n = v.parse::<u64>().map_err(|_| bad_value(FORMAT, op, v))?;
-                match *op {
-                    "Read" => out.rbytes += n,
-                    "Write" => out.wbytes += n,
-                    _ => {}
-                }
-            }
-            _ => return Err(bad_line(FORMAT, i, line)),
-        }
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,29 +60,9 @@ mod tests {
     }
 
     #[test]
-    fn v1_sums_devices() {
-        let s = parse_blkio(
-            "8:0 Read 90112\n8:0 Write 4096\n8:0 Sync 4096\n8:0 Async 90112\n8:0 Discard 0\n\
-             8:0 Total 94208\n8:16 Read 8\n8:16 Write 0\nTotal 94216\n",
-        )
-        .unwrap();
-        assert_eq!(
-            s,
-            IoBytes {
-                rbytes: 90120,
-                wbytes: 4096
-            }
-        );
-        assert_eq!(parse_blkio("Total 0\n").unwrap(), IoBytes::default());
-    }
-
-    #[test]
     fn rejects_garbage() {
         for t in ["rbytes=1\n", "8:0 rbytes\n", "8:0 rbytes=-1\n"] {
             assert!(parse(t).is_err(), "{t:?}");
-        }
-        for t in ["8:0 Read\n", "Read 5\n", "8:0 Write x\n", "Total x\n"] {
-            assert!(parse_blkio(t).is_err(), "{t:?}");
         }
     }
 }

@@ -143,10 +143,18 @@ pub struct JobReport {
     pub swap_peak: u64,
     pub io_rbytes: u64,
     pub io_wbytes: u64,
+    /// Whether the node counts block I/O (cgroup v2 io controller); `false`: the I/O fields
+    /// are 0 because nothing was counted. None from daemons that do not say.
+    #[serde(default)]
+    pub io_counted: Option<bool>,
     /// Distinct processes / threads it ever had (exact, from process events); None when the
     /// daemon had no process events.
     pub procs_total: Option<u64>,
     pub threads_total: Option<u64>,
+    /// `false`: process events were lost or the daemon restarted while the job ran, so the
+    /// totals are a lower bound.
+    #[serde(default)]
+    pub counts_exact: Option<bool>,
     /// Most at once.
     pub procs_max: u32,
     pub threads_max: u32,

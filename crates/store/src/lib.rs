@@ -5,7 +5,7 @@
 //! are held. Times are passed in by the caller (milliseconds since the Unix epoch); the store
 //! reads no clock.
 //!
-//! # Schema (versions 1 to 3)
+//! # Schema (versions 1 to 4)
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);   -- 'next_job_number'
 //! CREATE TABLE jobs (
@@ -52,7 +52,9 @@
 //! CREATE INDEX job_summary_unshipped ON job_summary(seq) WHERE shipped_at IS NULL;
 //! CREATE INDEX jobs_ended ON jobs(ended_ms) WHERE state = 'ended';
 //! CREATE INDEX jobs_uid ON jobs(uid, seq);
-//! -- version 4: job starter mode and per-job /tmp (a side table: most jobs need no row)
+//! -- version 4
+//! ALTER TABLE job_summary ADD COLUMN counts_exact INTEGER;  -- 1 exact, 0 a lower bound, NULL unknown
+//! -- version 5: job starter mode and per-job /tmp (a side table: most jobs need no row)
 //! CREATE TABLE job_starter (
 //!     seq        INTEGER PRIMARY KEY,  -- jobs.seq
 //!     wlm        TEXT,                 -- the workload manager's name for the job, 'slurm:42'
@@ -83,7 +85,7 @@ use pjw_core::CpuSet;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -175,7 +177,9 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX job_summary_unshipped ON job_summary(seq) WHERE shipped_at IS NULL;
      CREATE INDEX jobs_ended ON jobs(ended_ms) WHERE state = 'ended';
      CREATE INDEX jobs_uid ON jobs(uid, seq);",
-    // 4: job starter mode (owner other than the caller, the WLM's id) and per-job /tmp.
+    // 4: whether a finished job's process counts are exact (no process events lost).
+    "ALTER TABLE job_summary ADD COLUMN counts_exact INTEGER;",
+    // 5: job starter mode (owner other than the caller, the WLM's id) and per-job /tmp.
     "CREATE TABLE job_starter (
          seq        INTEGER PRIMARY KEY,
          wlm        TEXT,

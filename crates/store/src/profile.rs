@@ -173,6 +173,9 @@ pub struct JobSummary {
     /// Distinct processes and threads it ever had (exact: process events); None without them.
     pub procs_total: Option<u64>,
     pub threads_total: Option<u64>,
+    /// Whether those totals are exact (`false`: events were lost or the daemon restarted while
+    /// the job ran, so they are a lower bound); None without them.
+    pub counts_exact: Option<bool>,
     /// Most processes and threads at once (sampled, or exact with process events).
     pub procs_max: u32,
     pub threads_max: u32,
@@ -203,6 +206,7 @@ impl JobSummary {
             io_wbytes: 0,
             procs_total: None,
             threads_total: None,
+            counts_exact: None,
             procs_max: 0,
             threads_max: 0,
             samples: 0,
@@ -252,7 +256,7 @@ const SAMPLE_COLS: &str = "seq, ts_ms, state, cpu_user_usec, cpu_system_usec, me
 
 const SUMMARY_COLS: &str = "seq, node, exit_status, end_class, queued_ms, running_ms, backfill_ms, frozen_ms, \
      freezes, cpu_user_usec, cpu_system_usec, mem_peak, swap_peak, io_rbytes, io_wbytes, procs_total, \
-     threads_total, procs_max, threads_max, samples, shipped_at";
+     threads_total, procs_max, threads_max, samples, shipped_at, counts_exact";
 
 fn opt_u64(v: Option<u64>) -> Option<i64> {
     v.map(|x| x.min(i64::MAX as u64) as i64)
@@ -316,6 +320,7 @@ fn summary_from_row(r: &Row, off: usize) -> rusqlite::Result<Option<JobSummary>>
         threads_max: r.get(off + 18)?,
         samples: r.get(off + 19)?,
         shipped_at: r.get(off + 20)?,
+        counts_exact: r.get(off + 21)?,
     }))
 }
 
@@ -323,7 +328,7 @@ fn insert_summary(tx: &rusqlite::Connection, s: &JobSummary) -> rusqlite::Result
     tx.execute(
         &format!(
             "INSERT OR REPLACE INTO job_summary ({SUMMARY_COLS})
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
         ),
         params![
             s.seq,
@@ -347,6 +352,7 @@ fn insert_summary(tx: &rusqlite::Connection, s: &JobSummary) -> rusqlite::Result
             s.threads_max,
             s.samples,
             s.shipped_at,
+            s.counts_exact,
         ],
     )?;
     Ok(())
