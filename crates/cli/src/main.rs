@@ -14,9 +14,9 @@ mod cmd_status;
 mod cmd_top;
 mod cmd_topology;
 mod cmd_wlm;
+mod plot;
 mod starter;
 mod wlm_parse;
-mod plot;
 
 use clap::Parser;
 

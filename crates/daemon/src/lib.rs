@@ -4,8 +4,8 @@
 //! store, recover, then run the engine and the socket server on a single-threaded tokio
 //! runtime. See docs/architecture.md for how the parts fit.
 
-pub mod central_report;
 pub mod adopt;
+pub mod central_report;
 pub mod config;
 pub mod engine;
 pub mod metrics;
