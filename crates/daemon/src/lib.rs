@@ -28,6 +28,10 @@ use tracing::{error, info, warn};
 
 pub use config::{Config, ConfigError, Overrides};
 
+/// The most job-CPUs (`vcpus`) per CPU of the pool: beyond 4 only nodes of mostly idle jobs
+/// (interactive sessions, I/O waits) make sense, and the daemon warns.
+pub const MAX_VCPUS_PER_CPU: usize = 128;
+
 /// Why the daemon could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -164,12 +168,19 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         });
     }
     let vcpus = cfg.vcpus.unwrap_or(pool.len());
-    if vcpus > 4 * pool.len() {
+    if vcpus > MAX_VCPUS_PER_CPU * pool.len() {
         return Err(DaemonError::Other(format!(
-            "config {}: vcpus: {vcpus} is more than 4 times the {} cpus jobs may use",
+            "config {}: vcpus: {vcpus} is more than {MAX_VCPUS_PER_CPU} times the {} cpus jobs may use",
             cfg.origin,
             pool.len()
         )));
+    }
+    if vcpus > 4 * pool.len() {
+        warn!(
+            vcpus,
+            cpus = pool.len(),
+            "vcpus is more than 4 times the pool: backfillers share each CPU many ways (meant for nodes of mostly idle jobs, such as interactive sessions)"
+        );
     }
     let mem_limit = match cfg.memory_limit {
         Some(l) => l,

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# sampler: the daemon's CPU time while N jobs (default 200) RUN and the [profile] sampler reads
+# every one of them each second (issue 5's bar: at most 2% of one CPU with 200 running jobs).
+# To have 200 jobs running on this 2-CPU machine the daemon gets `vcpus = N` (backfillers share
+# the CPUs; the jobs only sleep). The same window is measured twice with the same jobs: once with
+# profiles on (1 s) and once with them off, so the sampler's own share is the difference; the
+# proc connector's share (it hears every fork on the machine) is in both and reported with the
+# machine's fork rate.
+SCENARIO=sampler
+source "$(dirname "$0")/../lib.sh"
+
+N=${SAMPLER_N:-200}
+WINDOW=${SAMPLER_WINDOW:-$([ "$QUICK" = 1 ] && echo 15 || echo 60)}
+forks() { awk '/^processes/ {print $2}' /proc/stat; }
+
+measure() { # measure LABEL PROFILE_ENABLED: sets PCT FPS RUNNING
+  local label=$1 on=$2
+  start_daemon 'cpus = "0-1"' "vcpus = $N" '[memory]' 'governor = false' '[profile]' "enabled = $on" 'interval = 1'
+  step 1 3 "$label: starting $N jobs"
+  fill_node "$N" 1
+  local running=0
+  for _ in $(seq 300); do
+    running=$("$PJW" status --json | grep -cE '"state": "(running|backfill)"' || true)
+    [ "$running" -ge "$N" ] && break
+    sleep 0.2
+  done
+  sleep 3
+  step 2 3 "$label: measuring the daemon's CPU for $WINDOW s with $running jobs running"
+  local c0 c1 f0 f1 t0 t1
+  c0=$(cpu_secs_fine "$DAEMON_PID"); f0=$(forks); t0=$(now)
+  sleep "$WINDOW"
+  c1=$(cpu_secs_fine "$DAEMON_PID"); f1=$(forks); t1=$(now)
+  step 3 3 "$label: draining"
+  drain_node
+  stop_daemon
+  PCT=$(calc "printf \"%.3f\", ($c1 - $c0) / ($t1 - $t0) * 100")
+  FPS=$(calc "printf \"%.0f\", ($f1 - $f0) / ($t1 - $t0)")
+  RUNNING=$running
+}
+
+measure "profiles on" true
+on_pct=$PCT on_fps=$FPS on_run=$RUNNING
+measure "profiles off" false
+off_pct=$PCT off_fps=$FPS off_run=$RUNNING
+share=$(calc "printf \"%.3f\", $on_pct - $off_pct")
+echo "N=$N window=$WINDOW on: $on_pct% ($on_run running, $on_fps forks/s) off: $off_pct% ($off_run running, $off_fps forks/s)" > "$BENCH_OUT/raw/sampler.txt"
+row "$on_pct% of one CPU with $on_run jobs running, sampled every 1 s (profiles off, same jobs: $off_pct%; the sampler's share $share points; machine forks/s $on_fps / $off_fps)" \
+  "MCOpt's profiler, pbs_mom \"excessive CPU\"" "≤ 2% of one CPU at 200 running jobs" \
+  "$(calc "print ($on_pct <= 2) ? \"pass\" : \"short\"")" "sampler (200 jobs, 1 s)"
