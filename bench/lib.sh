@@ -222,3 +222,34 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# fill_node N PROCS: submit N jobs to the current daemon (ids fill-1..N), each running PROCS
+# sleeping processes once started; as many run as `vcpus` allows, the rest wait in the queue.
+# Returns when the daemon knows all N. Their client PIDs are in FILL_PIDS.
+FILL_PIDS=()
+fill_node() {
+  local n=$1 procs=$2 i cmd
+  if [ "$procs" -le 1 ]; then cmd=(sleep 3600)
+  else cmd=(sh -c "for i in \$(seq $((procs - 1))); do sleep 3600 & done; wait"); fi
+  for i in $(seq "$n"); do
+    "$PJW" run -q --job-id "fill-$i" -- "${cmd[@]}" </dev/null >/dev/null 2>&1 &
+    FILL_PIDS+=("$!"); BGPIDS+=("$!")
+    [ $((i % 100)) = 0 ] && step "$i" "$n" "submitting jobs: $i/$n"
+  done
+  local have=0
+  for _ in $(seq 600); do
+    have=$("$PJW" status --json | grep -c '"id": "fill-' || true)
+    [ "$have" -ge "$n" ] && return 0
+    sleep 0.2
+  done
+  echo "bench: only $have of $n jobs reached the daemon" >&2
+  return 1
+}
+# Withdraw and end the jobs fill_node made (closing a waiting client withdraws its job; the
+# daemon kills what is left in a job's cgroups when its main process exits).
+drain_node() {
+  local p
+  for p in "${FILL_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in "${FILL_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  FILL_PIDS=()
+}
