@@ -25,7 +25,7 @@ BENCH_INDEX=${BENCH_INDEX:-1}
 BENCH_TOTAL=${BENCH_TOTAL:-1}
 BENCH_T0=${BENCH_T0:-$EPOCHREALTIME}
 
-[ -x "$PJW" ] && [ -x "$WL" ] || { echo "bench: build first (make bench does): cargo build --release -p pjw -p pjw-workloads" >&2; exit 1; }
+[ -x "$PJW" ] && [ -x "$WL" ] || { echo "bench: build first (make bench does): cargo build --release --workspace --bins" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "bench: must run as root (pjw manages cgroups)" >&2; exit 1; }
 
 WORK=$(mktemp -d "/var/tmp/pjw-bench-$SCENARIO.XXXXXX")
@@ -96,6 +96,8 @@ stats() {
 median() { stats | awk '{print $5}'; }
 calc() { awk "BEGIN{ $1 }" </dev/null; }
 cpu_secs() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f\n", ($14+$15)/hz}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# CPU seconds of all live threads of a process, in ns resolution (schedstat).
+cpu_secs_fine() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.6f\n", s / 1e9}'; }
 rss_kib() { awk '/^VmRSS:/{print $2}' "/proc/$1/status"; }
 # Private (anonymous + dirty) memory of a process in KiB, from smaps_rollup.
 private_kib() { awk '/^Private_(Clean|Dirty):/{s+=$2} END{print s+0}' "/proc/$1/smaps_rollup"; }
@@ -140,6 +142,11 @@ stop_daemon() {
 
 # spawn CMD...: start CMD in the background and remember its PID (in $!, as usual).
 spawn() { "$@" & BGPIDS+=("$!"); }
+# spawn_group CMD...: the same in a process group of its own (setsid), for commands that start
+# children of their own; kill_group PID ends the whole group.
+PGROUPS=()
+spawn_group() { setsid "$@" & PGROUPS+=("$!"); }
+kill_group() { kill -KILL -- "-$1" 2>/dev/null || true; { wait "$1"; } 2>/dev/null || true; }
 
 # The directories of cgroup SUB below this process's cgroup, one per hierarchy that has it.
 cgroup_dirs() {
@@ -204,6 +211,7 @@ cleanup() {
   trap - EXIT INT TERM
   stop_daemon
   local p s
+  for p in "${PGROUPS[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done
   for p in "${BGPIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
   for p in "${BGPIDS[@]}"; do wait "$p" 2>/dev/null; done
   for s in "${SUBS[@]}"; do remove_cgroups "$s"; done

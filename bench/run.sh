@@ -30,13 +30,17 @@ whole=0
 
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   echo "building release binaries (pjw, pjw-wl) ..." >&2
-  (cd "$root" && cargo build --release -q -p pjw -p pjw-workloads)
+  # The same build as `make release`, so the artifacts are shared and nothing is rebuilt.
+  (cd "$root" && cargo build --release -q --workspace --bins)
 fi
 
 export BENCH_QUICK=$quick
 export BENCH_OUT
 BENCH_OUT=$(mktemp -d /var/tmp/pjw-bench-run.XXXXXX)
-trap 'rm -rf "$BENCH_OUT"' EXIT
+child=""
+# Pass an interrupt on to the running scenario, which cleans up after itself.
+trap '[ -z "$child" ] || { kill -TERM "$child" 2>/dev/null; wait "$child"; }; rm -rf "$BENCH_OUT"' EXIT
+trap 'exit 130' INT TERM
 export BENCH_T0=$EPOCHREALTIME
 export BENCH_TOTAL=${#want[@]}
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -46,7 +50,10 @@ for s in "${want[@]}"; do
   i=$((i + 1))
   export BENCH_INDEX=$i
   # The scenario prints its own table on stdout; the driver keeps it in the log.
-  if ! "$root/bench/scenarios/$s.sh" >> "$BENCH_OUT/scenarios.log"; then failed+=("$s"); fi
+  "$root/bench/scenarios/$s.sh" >> "$BENCH_OUT/scenarios.log" &
+  child=$!
+  if ! wait "$child"; then failed+=("$s"); fi
+  child=""
 done
 [ -t 2 ] && printf '\r\033[K' >&2
 load1=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# daemon CPU: the daemon's CPU time (utime + stime from /proc) over a WINDOW-second window while
+# daemon CPU: the daemon's CPU time (its threads' schedstat, ns) over a WINDOW-second window while
 # it holds N jobs whose running ones have 10 processes each. On 2 CPUs at most 8 jobs run at
 # once (`vcpus` = 4 x the pool), so that is 8 running jobs x 10 processes plus N - 8 queued
 # jobs. The daemon samples every second: the memory governor's tick (`interval_ms = 1000`,
@@ -18,15 +18,15 @@ running=$("$PJW" status --json | grep -cE '"state": "(running|backfill)"' || tru
 procs=$("$PJW" status --json | awk -F': ' '/"procs":/ {gsub(/,/, "", $2); s += $2} END {print s+0}')
 sleep 2
 step 2 3 "measuring the daemon's CPU time for $WINDOW s"
-c0=$(cpu_secs "$DAEMON_PID"); t0=$(now)
+c0=$(cpu_secs_fine "$DAEMON_PID"); k0=$(cpu_secs "$DAEMON_PID"); t0=$(now)
 sleep "$WINDOW"
-c1=$(cpu_secs "$DAEMON_PID"); t1=$(now)
+c1=$(cpu_secs_fine "$DAEMON_PID"); k1=$(cpu_secs "$DAEMON_PID"); t1=$(now)
 step 3 3 "draining"
 drain_node
 stop_daemon
 pct=$(calc "printf \"%.3f\", ($c1 - $c0) / ($t1 - $t0) * 100")
-echo "$N jobs, $running running, $procs processes; cpu $c0 -> $c1 over $(calc "printf \"%.1f\", $t1 - $t0") s = $pct%" > "$BENCH_OUT/raw/daemoncpu.txt"
-row "$pct% of one CPU over $WINDOW s ($(calc "printf \"%.2f\", $c1 - $c0") s CPU; $N jobs: $running running with $procs processes, $((N - running)) queued; governor tick 1 s; the [profile] sampler is not on main)" \
+echo "$N jobs, $running running, $procs processes; cpu (threads' schedstat) $c0 -> $c1, (utime+stime) $k0 -> $k1 over $(calc "printf \"%.1f\", $t1 - $t0") s = $pct%" > "$BENCH_OUT/raw/daemoncpu.txt"
+row "$pct% of one CPU over $WINDOW s ($(calc "printf \"%.4f\", $c1 - $c0") s CPU; $N jobs: $running running with $procs processes, $((N - running)) queued; governor tick 1 s; the [profile] sampler is not on main)" \
   "pbs_mom \"excessive CPU\"; sites disable profilers" "≤ 1% of one CPU" \
   "$(calc "print ($pct <= 1) ? \"pass\" : \"short\"")" "daemon CPU"
 if calc "exit !($pct > 1)"; then

@@ -8,7 +8,7 @@ SCENARIO=launch
 source "$(dirname "$0")/../lib.sh"
 
 N=${LAUNCH_N:-$([ "$QUICK" = 1 ] && echo 100 || echo 1000)}
-REPS=${LAUNCH_REPS:-$([ "$QUICK" = 1 ] && echo 3 || echo 5)}
+REPS=${LAUNCH_REPS:-3}
 raw=$BENCH_OUT/raw/launch.txt
 : > "$raw"
 
