@@ -53,7 +53,7 @@ row "$(calc "printf \"%+.1f%% ± %.1f (95%% CI), sd %.1f, n=%d; %.3f s (sd %.3f)
   "seed: +13.45%; here about +50% expected" "(baseline)" "–" \
   "isolation: plain Linux, same neighbour"
 if calc "exit !($jm > 1 || $jtsd > 2 * $asd)"; then
-  note "pjw's slowdown $(calc "printf \"%+.2f%%\", $jm") (sd of its times $jtsd s against alone's $asd s). The neighbour is fenced off (plain Linux's slowdown is the comparison), but this bench's private daemon does not own the machine: other users' processes run on both CPUs. Alone, the reference can move to whichever CPU is less busy with them; jailed, it is pinned to one CPU and shares it with whatever else lands there, so the outside load shows up as slowdown and spread. A daemon owning the node (its pool all CPUs but a system CPU, \`[job] partition = \"isolated\"\` on cgroup v2) and an idle machine are what the goal assumes."
+  note "pjw's slowdown $(calc "printf \"%+.2f%%\", $jm") (sd of its times $jtsd s against alone's $asd s). The neighbour is fenced off (plain Linux's slowdown is the comparison), but this bench's private daemon does not own the machine: other users' processes run on both CPUs. Alone, the reference can move to whichever CPU is less busy with them; jailed, it is pinned to one CPU and shares it with whatever else lands there, so the outside load shows up as slowdown and spread; and its job cgroup sits below the daemon's parent, whose default CPU weight (cpu.shares 1024) is that of one process for all of pjw's jobs together, against every outside process's own 1024. A daemon owning the node (its pool all CPUs but a system CPU, \`[job] partition = \"isolated\"\` on cgroup v2) and an idle machine are what the goal assumes."
 fi
 {
   awk '{print $1, $2}' "$raw"

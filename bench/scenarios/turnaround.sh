@@ -71,9 +71,9 @@ for mix in equal mixed; do
     "turnaround: 8 jobs, 2 CPUs, vcpus 4, $mix lengths (${UNIT} s units: $( [ $mix = equal ] && echo "${EQUAL[*]}" || echo "${MIXED[*]}"))"
   if [ "$ok" = short ]; then
     if [ $mix = equal ]; then
-      note "equal lengths: FIFO over 2 CPUs can at best finish the 8 jobs at 1, 1, 2, 2, 3, 3, 4, 4 units against 4 units for all under time-slicing (37.5% lower mean, same makespan); measured $(calc "printf \"%.1f%%\", $tm") lower and makespan $(calc "printf \"%+.1f%%\", $sm"). Other users' processes on this machine share the CPUs with both runs."
+      note "equal lengths: FIFO over 2 CPUs can at best finish the 8 jobs at 1, 1, 2, 2, 3, 3, 4, 4 units against 4 units for all under time-slicing (37.5% lower mean, same makespan); measured $(calc "printf \"%.1f%%\", $tm") lower and makespan $(calc "printf \"%+.1f%%\", $sm"). Other users' processes on this machine share the CPUs with both runs, and not on equal terms: the 8 plain jobs weigh as 8 processes against them, while pjw's jobs sit below the daemon's parent cgroup, whose default CPU weight (cpu.shares 1024) is that of one process, so under outside load pjw's jobs get less CPU in total (BENCH_PARENT_CPU_SHARES=2048 tries a parent weighing as much as its 2 CPUs)."
     else
-      note "mixed lengths: time-slicing already favours short jobs, and pjw serves jobs in submission order, so a long job ahead of short ones holds a CPU; FIFO's best is bounded by the order (here $(calc "printf \"%.1f%%\", $tm") lower mean, makespan $(calc "printf \"%+.1f%%\", $sm")). A shortest-first or run-time-aware queue (job lengths from the WLM's time limits) would close it."
+      note "mixed lengths: time-slicing already favours short jobs, and pjw serves jobs in submission order, so a long job ahead of short ones holds a CPU; FIFO's best is bounded by the order (here $(calc "printf \"%.1f%%\", $tm") lower mean, makespan $(calc "printf \"%+.1f%%\", $sm")). A shortest-first or run-time-aware queue (job lengths from the WLM's time limits) would close it. Under outside load the parent cgroup's default CPU weight (that of one process) also holds pjw's jobs back against plain ones."
     fi
   fi
 done
