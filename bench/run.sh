@@ -78,13 +78,21 @@ rm -f "$root/bench/results/$name"/*.svg
 cp "$BENCH_OUT"/plots/*.svg "$root/bench/results/$name/" 2>/dev/null || true
 cp -r "$BENCH_OUT/raw" "$root/bench/results/$name/"
 out=$root/bench/results/$name.md
-cgmode=$(awk '$9 ~ /^cgroup/ {print $9}' /proc/self/mountinfo | sort | uniq -c | awk '{printf "%s%s x%d", (NR>1?", ":""), $2, $1}')
+cgmode=$(awk '{ t = ""; for (i = 7; i < NF; i++) if ($i == "-") { t = $(i + 1); break } }
+  t == "cgroup" {v1++} t == "cgroup2" {v2++} END {
+  if (v1 && v2) printf "hybrid (%d v1 hierarchies + cgroup2)", v1; else if (v2) print "pure cgroup v2"; else printf "legacy v1 (%d hierarchies)", v1 }' /proc/self/mountinfo)
+busy=$(awk -v a="${load0%% *}" -v b="${load1%% *}" -v n="$(nproc)" 'BEGIN {print (a > 0.25 * n || b > 0.25 * n) ? 1 : 0}')
 {
   echo "# Benchmarks — $day$([ $quick = 1 ] && echo ' (quick)' || true)"
   echo
-  echo "\`$([ $quick = 1 ] && echo 'make bench-quick' || echo 'make bench')\` on $(hostname): $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), cgroup mounts: $cgmode. Commit $(cd "$root" && git rev-parse --short HEAD)$(cd "$root" && git diff --quiet HEAD -- crates bench || echo ' (with uncommitted changes)'), release build. $secs s."
+  echo "\`$([ $quick = 1 ] && echo 'make bench-quick' || echo 'make bench')\` on $(hostname): $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), cgroup mounts: $cgmode. Commit $(cd "$root" && git rev-parse --short HEAD)$(cd "$root" && git diff --quiet HEAD -- crates bench ':!bench/results' || echo ' (with uncommitted changes)'), release build. $secs s."
   echo
-  echo "**The machine was not idle:** load average $load0 (1, 5, 15 min) at the start and $load1 at the end, on 2 CPUs, from other users' builds running beside the suite. Every figure below is a ratio or a paired comparison taken in the same run, but the noise is the load's: the rows that depend on a CPU being otherwise idle (isolation, backfill, launch, turnaround) cannot meet their goals here and should be judged on an idle machine. $([ $quick = 1 ] && echo 'Quick mode: fewer rounds and shorter workloads than `make bench`.' || true)"
+  if [ "$busy" = 1 ]; then
+    echo "**The machine was not idle:** load average $load0 (1, 5, 15 min) at the start and $load1 at the end, on $(nproc) CPUs, from other work running beside the suite. Every figure below is a ratio or a paired comparison taken in the same run, but the rows that depend on a CPU being otherwise idle (isolation, backfill, launch, turnaround) carry that load's noise and should be judged again on an idle machine."
+  else
+    echo "Load average $load0 (1, 5, 15 min) at the start and $load1 at the end, on $(nproc) CPUs. Every figure below is a ratio or a paired comparison taken in the same run."
+  fi
+  [ $quick = 0 ] || echo "Quick mode: fewer rounds and shorter workloads than \`make bench\`."
   echo
   table
   echo
