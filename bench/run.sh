@@ -7,6 +7,11 @@
 #   bench/run.sh [--quick] [SCENARIO...]      (make bench, make bench-quick, SCENARIO=name)
 #
 # Scenarios live in bench/scenarios/NAME.sh; each also runs alone and prints its own table.
+# Sizes can be changed for an experiment through the variables at the top of each scenario
+# (ISO_REPS, ISO_SECS, BF_REPS, TA_UNIT, MEM_LIMIT_MIB, MEM_TIMEOUT, LAUNCH_N, JOBMEM_N, DCPU_N,
+# DCPU_WINDOW, REACT_REPS, ALLOC_REPS, ...); BENCH_SAVE=1 writes a results file for a partial
+# run; BENCH_NO_BUILD=1 skips the build; BENCH_PARENT_CPU_SHARES=N gives the daemons' parent
+# cgroup the CPU weight of N/1024 processes (an experiment: pjw leaves the default).
 # Every figure is a ratio or a paired comparison taken in the same run; absolute times are
 # shown, never judged. Root (pjw manages cgroups); cgroups only below this process's own.
 set -euo pipefail
@@ -18,7 +23,7 @@ want=()
 for a in "$@"; do
   case $a in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *)
       [ -f "$root/bench/scenarios/$a.sh" ] || { echo "bench: no scenario '$a' (have: ${ALL[*]})" >&2; exit 2; }
       want+=("$a") ;;

@@ -16,6 +16,10 @@ sleep 1
 p0=$(private_kib "$DAEMON_PID"); r0=$(rss_kib "$DAEMON_PID")
 step 1 3 "8 running jobs"
 fill_node 8 1
+for _ in $(seq 100); do # until all 8 have started (2 primaries, 6 backfillers)
+  [ "$("$PJW" status --json | grep -cE '"state": "(running|backfill)"' || true)" -ge 8 ] && break
+  sleep 0.1
+done
 sleep 1
 p8=$(private_kib "$DAEMON_PID"); r8=$(rss_kib "$DAEMON_PID")
 running=$("$PJW" status --json | grep -cE '"state": "(running|backfill)"' || true)
