@@ -23,7 +23,7 @@ want=()
 for a in "$@"; do
   case $a in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *)
       [ -f "$root/bench/scenarios/$a.sh" ] || { echo "bench: no scenario '$a' (have: ${ALL[*]})" >&2; exit 2; }
       want+=("$a") ;;
