@@ -4,7 +4,7 @@ CARGO ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all deps build release demo test test-host test-vm test-vm-build test-vm-selfcheck test-unit test-root bench-alloc lint install uninstall clean
+.PHONY: all deps build release demo test test-host test-vm test-vm-build test-vm-selfcheck test-unit test-root bench bench-quick bench-alloc lint install uninstall clean
 
 all: release
 
@@ -49,6 +49,17 @@ test-vm-selfcheck: test-vm-build
 
 test-unit: build
 	$(CARGO) test --workspace --lib
+
+# The benchmark suite (bench/run.sh): every scenario side by side against plain Linux, a table
+# and bench/results/<date>.md with plots. SCENARIO=name runs one (e.g. make bench SCENARIO=isolation).
+# Root; cgroups only below the bench's own cgroup, removed even on failure. Not part of make test.
+SCENARIO ?=
+bench: deps
+	bench/run.sh $(SCENARIO)
+
+# The same in under 5 minutes: fewer rounds, shorter workloads.
+bench-quick: deps
+	bench/run.sh --quick $(SCENARIO)
 
 bench-alloc: deps
 	$(CARGO) bench -p pjw-topology --bench alloc

@@ -1,7 +1,8 @@
 //! `pjw-wl`: the project's own workloads.
 //!
 //! - `spin ITERS` — a CPU-bound integer loop; prints its wall time in seconds.
-//! - `calibrate SECONDS` — prints the ITERS that make `spin` take about SECONDS here.
+//! - `calibrate SECONDS` — prints the ITERS that make `spin` take about SECONDS of CPU time
+//!   here (measured on the thread's own CPU clock, so a loaded machine does not shrink it).
 //! - `burn N` — N busy processes (itself and N-1 children) until killed: a noisy neighbour.
 //! - `threads N SECONDS [PIDFILE]` — N threads, half busy and half sleeping, for SECONDS;
 //!   writes its pid to PIDFILE first.
@@ -10,8 +11,9 @@
 //!   writes "touched" to FILE and sleeps until killed (where a job's memory lands, NUMA tests).
 //! - `grow MIB STEPS ROUNDS` — grows to MIB MiB of anonymous memory in STEPS steps (0.2 s
 //!   apart), then makes ROUNDS passes writing every page; prints a checksum of what it wrote.
-//! - `duty CYCLES ITERS IDLE_MS` — an I/O-bound job: CYCLES times, ITERS loop iterations then
-//!   IDLE_MS asleep; prints its wall time in seconds.
+//! - `duty CYCLES ITERS IDLE_MS [STATFILE]` — an I/O-bound job: CYCLES times, ITERS loop
+//!   iterations then IDLE_MS asleep; prints its wall time in seconds; writes "CPU WAIT" (seconds
+//!   on a CPU, seconds runnable but waiting for one, from its schedstat) to STATFILE.
 //! - `check MIB ROUNDS` — the checksum `grow` must print, computed without the memory.
 //! - `steps MIB STEPS CHILDREN HOLD_MS` — grows to MIB MiB of anonymous memory in STEPS equal
 //!   steps, holding each for HOLD_MS; at each step it starts its share of CHILDREN short-lived
@@ -35,7 +37,7 @@ fn spin(iters: u64) -> u64 {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | spin-forever | duty CYCLES ITERS IDLE_MS | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop");
+    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop");
     std::process::exit(2);
 }
 
@@ -59,10 +61,26 @@ fn main() {
         }
         Some("calibrate") => {
             let secs: f64 = arg(&args, 2);
-            let probe = 50_000_000u64;
-            let t = Instant::now();
-            spin(probe);
-            let per = t.elapsed().as_secs_f64() / probe as f64;
+            let per = match thread_cpu_ns() {
+                // Spin in chunks until 0.2 s of CPU time has been spent.
+                Some(c0) => {
+                    let chunk = 5_000_000u64;
+                    let mut done = 0u64;
+                    let mut used = 0u64;
+                    while used < 200_000_000 {
+                        black_box(spin(chunk));
+                        done += chunk;
+                        used = thread_cpu_ns().unwrap_or(c0).saturating_sub(c0);
+                    }
+                    used as f64 / 1e9 / done as f64
+                }
+                None => {
+                    let probe = 50_000_000u64;
+                    let t = Instant::now();
+                    spin(probe);
+                    t.elapsed().as_secs_f64() / probe as f64
+                }
+            };
             println!("{}", (secs / per) as u64);
         }
         Some("burn") => {
@@ -158,6 +176,20 @@ fn main() {
                 std::thread::sleep(Duration::from_millis(idle));
             }
             println!("{:.4}", t.elapsed().as_secs_f64());
+            if let Some(f) = args.get(5) {
+                let st = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+                let v: Vec<f64> = st
+                    .split_whitespace()
+                    .filter_map(|x| x.parse::<f64>().ok())
+                    .collect();
+                let (cpu, wait) = (
+                    v.first().copied().unwrap_or(0.0),
+                    v.get(1).copied().unwrap_or(0.0),
+                );
+                if let Err(e) = std::fs::write(f, format!("{:.4} {:.4}\n", cpu / 1e9, wait / 1e9)) {
+                    eprintln!("pjw-wl: cannot write {f}: {e}");
+                }
+            }
         }
         Some("check") => {
             let mib: usize = arg(&args, 2);
@@ -203,6 +235,16 @@ fn main() {
         Some("noop") => {}
         _ => usage(),
     }
+}
+
+/// CPU time this thread has run, in ns (`/proc/thread-self/schedstat`, first field).
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Bytes between two writes that touch a new page.
