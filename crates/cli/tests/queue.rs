@@ -311,3 +311,38 @@ fn frozen_and_backfill_roles_and_the_queue_survive_a_daemon_crash() {
         .unwrap()
         .is_empty()));
 }
+
+/// With `kill_leftovers = false` a job whose main process exited lasts, CPUs and all, until its
+/// last process exits: the next job waits for the leftovers, it does not run beside them.
+#[test]
+fn leftovers_keep_the_cpus_until_they_exit_when_not_killed() {
+    require_root!();
+    let d = TestDaemon::start(
+        &pjw_bin(),
+        "cpus = \"1\"\nvcpus = 1\n[job]\nkill_leftovers = false\n",
+    );
+    let dir = d.dir().to_path_buf();
+    let leftover = format!(
+        "(while [ ! -e {d}/left.go ]; do sleep 0.02; done; touch {d}/left.done) >/dev/null 2>&1 & exit 0",
+        d = dir.display()
+    );
+    let a = d.run_sh(&["--job-id", "a"], &leftover);
+    assert_eq!(output(a).0, 0, "job a's main process");
+    // a's main process is gone, its leftover runs on: a still holds CPU 1.
+    let b = d.run_sh(
+        &["--job-id", "b"],
+        &format!(
+            "if [ -e {d}/left.done ]; then echo after; else echo beside; fi; {}",
+            hold(&dir, "b"),
+            d = dir.display()
+        ),
+    );
+    assert!(wait_state(&d, "b", "queued"), "b did not wait: {}", state_of(&d, "b"));
+    assert!(!dir.join("b.up").exists());
+    go(&dir, "left");
+    assert!(up(&dir, "b"), "b did not start after the leftover exited");
+    go(&dir, "b");
+    let (code, out, _) = output(b);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("after"), "b ran beside a's leftover: {out}");
+}

@@ -909,11 +909,19 @@ impl Engine {
                 .filter(|j| !j.ending && (j.phase != Phase::Queued || j.waiter.is_some()))
                 .map(Job::view)
                 .collect();
+            // An ending job keeps its CPUs until its cgroup is empty (its leftovers may run on,
+            // with `kill_leftovers = false`); the policy does not see it, so they are not in
+            // the pool it plans with.
+            let pool = self
+                .jobs
+                .values()
+                .filter(|j| j.ending && j.phase == Phase::Primary)
+                .fold(self.pool, |p, j| p.difference(&j.cpus));
             let actions = sched::plan(
                 &self.policy,
                 &self.alloc,
                 &mut self.scratch,
-                &self.pool,
+                &pool,
                 &views,
                 now_ms(),
             );
