@@ -10,6 +10,25 @@ use std::path::Path;
 use crate::fs::Fs;
 use crate::CgroupError;
 
+/// Weight of a cgroup that holds the work of `ncpus` CPUs: `ncpus` times a process's default
+/// weight (`cpu.shares` 1024 in v1, `cpu.weight` 100 in v2), within the kernel's limits.
+pub(crate) fn set_weight_for_cpus(
+    fs: &Fs,
+    dir: &Path,
+    v2: bool,
+    ncpus: usize,
+) -> Result<(), CgroupError> {
+    let n = ncpus.max(1) as u64;
+    if v2 {
+        fs.write(&dir.join("cpu.weight"), &(100 * n).min(10_000).to_string())
+    } else {
+        fs.write(
+            &dir.join("cpu.shares"),
+            &(1024 * n).min(262_144).to_string(),
+        )
+    }
+}
+
 /// Put the job's cgroup in the idle class (`idle = true`) or back to normal.
 pub(crate) fn set_idle(fs: &Fs, dir: &Path, v2: bool, idle: bool) -> Result<(), CgroupError> {
     let idle_file = dir.join("cpu.idle");

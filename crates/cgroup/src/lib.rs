@@ -477,6 +477,16 @@ impl Driver {
         Ok(())
     }
 
+    /// Give the parent the CPU weight of `ncpus` busy processes, so that against work outside
+    /// pjw the jobs together count as the CPUs they hold, not as one process (the default
+    /// weight). Without a cpu controller there is nothing to do.
+    pub fn set_parent_cpu_weight(&self, ncpus: usize) -> Result<(), CgroupError> {
+        for h in self.hierarchies().filter(|h| h.has("cpu")) {
+            cpu::set_weight_for_cpus(&self.fs, &h.parent(), h.v2, ncpus)?;
+        }
+        Ok(())
+    }
+
     /// Put the job in the idle scheduling class (backfill) or take it out (primary). Fails with
     /// [`CgroupError::MissingController`] when no hierarchy has the cpu controller.
     pub fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError> {

@@ -337,7 +337,11 @@ fn leftovers_keep_the_cpus_until_they_exit_when_not_killed() {
             d = dir.display()
         ),
     );
-    assert!(wait_state(&d, "b", "queued"), "b did not wait: {}", state_of(&d, "b"));
+    assert!(
+        wait_state(&d, "b", "queued"),
+        "b did not wait: {}",
+        state_of(&d, "b")
+    );
     assert!(!dir.join("b.up").exists());
     go(&dir, "left");
     assert!(up(&dir, "b"), "b did not start after the leftover exited");
@@ -345,4 +349,24 @@ fn leftovers_keep_the_cpus_until_they_exit_when_not_killed() {
     let (code, out, _) = output(b);
     assert_eq!(code, 0);
     assert!(out.starts_with("after"), "b ran beside a's leftover: {out}");
+}
+
+/// Against work outside pjw, the jobs together weigh as many busy processes as the pool has
+/// CPUs (the parent's `cpu.shares` / `cpu.weight`), not as one.
+#[test]
+fn the_job_partition_weighs_as_many_cpus_as_the_pool() {
+    require_root!();
+    let d = daemon("");
+    let mut seen = 0;
+    for (key, dir) in d.driver().parent_dirs() {
+        for (file, want) in [("cpu.shares", "2048"), ("cpu.weight", "200")] {
+            let f = dir.join(file);
+            if f.exists() {
+                let got = std::fs::read_to_string(&f).unwrap();
+                assert_eq!(got.trim(), want, "{key}: {}", f.display());
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen > 0, "no cpu controller below the parent");
 }

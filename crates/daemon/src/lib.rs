@@ -192,6 +192,9 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
             total.saturating_sub(cfg.memory_reserve).max(1 << 28)
         }
     };
+    if let Err(e) = driver.set_parent_cpu_weight(pool.len()) {
+        warn!(error = %e, cpus = pool.len(), "cannot set the CPU weight of the job partition");
+    }
     if let Err(e) = driver.set_partition_limit(mem_limit) {
         warn!(error = %e, limit = mem_limit, "cannot set the memory limit of the job partition");
     }
