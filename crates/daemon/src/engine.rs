@@ -317,6 +317,8 @@ pub struct Engine {
     late_exits: HashMap<u32, (i64, Instant)>,
     /// When retention last ran.
     last_retention: Option<Instant>,
+    /// When the sampler last read the jobs' PSI files.
+    last_psi_read: Option<Instant>,
     /// The last sampler tick: how long it took and how many jobs it sampled (for metrics).
     last_sample: Option<(Duration, usize)>,
     /// Whether process events arrive (the proc connector is open): only then are the
@@ -435,6 +437,7 @@ impl Engine {
             writer: None,
             late_exits: HashMap::new(),
             last_retention: None,
+            last_psi_read: None,
             last_sample: None,
             proc_events: false,
             partition: None,

@@ -16,6 +16,9 @@ use crate::report::{self, Access, LiveJob};
 
 /// How long the exit status of an ended job's main process is awaited.
 const LATE_EXIT_WAIT: Duration = Duration::from_secs(30);
+/// How often the kernel updates the PSI averages (`PSI_FREQ`, 2 s), with a little slack for
+/// timer jitter.
+const PSI_UPDATE_PERIOD: Duration = Duration::from_millis(1900);
 /// How often retention runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
 
@@ -124,6 +127,14 @@ impl Engine {
         let t0 = Instant::now();
         let now = now_ms();
         let n_procs = self.cfg.profile.processes;
+        // The kernel updates the PSI averages every 2 s (PSI_FREQ): reading them more often
+        // reads the same numbers again, so between updates a sample carries the last values.
+        let read_psi = self
+            .last_psi_read
+            .is_none_or(|t| t.elapsed() >= PSI_UPDATE_PERIOD);
+        if read_psi {
+            self.last_psi_read = Some(t0);
+        }
         let mut batch: Vec<Sample> = Vec::with_capacity(self.jobs.len());
         let mut procs = Vec::new();
         for j in self.jobs.values_mut() {
@@ -136,7 +147,25 @@ impl Engine {
             } else {
                 None
             };
-            let s = profile::read_sample(&self.driver, &j.cgroup, j.seq, state, now, procs_now);
+            let mut s = profile::read_sample(
+                &self.driver,
+                &j.cgroup,
+                j.seq,
+                state,
+                now,
+                procs_now,
+                read_psi,
+            );
+            if !read_psi {
+                if let Some(last) = &j.prof.last {
+                    s.psi_cpu_some = last.psi_cpu_some;
+                    s.psi_cpu_full = last.psi_cpu_full;
+                    s.psi_mem_some = last.psi_mem_some;
+                    s.psi_mem_full = last.psi_mem_full;
+                    s.psi_io_some = last.psi_io_some;
+                    s.psi_io_full = last.psi_io_full;
+                }
+            }
             j.prof.add(&s);
             if n_procs > 0 {
                 if let Ok(pids) = self.driver.procs(&j.cgroup) {

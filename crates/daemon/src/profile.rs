@@ -176,6 +176,7 @@ pub fn read_sample(
     state: Option<SampleState>,
     ts_ms: i64,
     procs_now: Option<u64>,
+    read_psi: bool,
 ) -> Sample {
     fn ok<T>(seq: i64, what: &str, r: Result<T, pjw_cgroup::CgroupError>) -> Option<T> {
         match r {
@@ -189,7 +190,7 @@ pub fn read_sample(
     let cpu = ok(seq, "cpu", driver.cpu_time(cgroup));
     let mem = ok(seq, "memory", driver.memory_breakdown(cgroup));
     let io = ok(seq, "io", driver.io_bytes(cgroup)).flatten();
-    let psi = |r| driver.pressure(cgroup, r);
+    let psi = |r| read_psi.then(|| driver.pressure(cgroup, r)).flatten();
     let (pc, pm, pi) = (psi(Resource::Cpu), psi(Resource::Memory), psi(Resource::Io));
     let threads = ok(seq, "pids", driver.pids_current(cgroup))
         .flatten()
