@@ -6,13 +6,12 @@
 //! `ReportJob` (with `node` set to the node the job ran on), `ReportSeries`*, …, `ReportEnd`.
 
 use pjw_central::{Central, CentralFilter, CentralJob};
-use pjw_proto::{ErrorCode, JobReport, ReportQuery, Response, SeriesPoint, SERIES_CHUNK};
-use pjw_store::Sample;
+use pjw_proto::{ErrorCode, JobReport, ReportQuery, Response, SERIES_CHUNK};
 use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::config::CentralConfig;
-use crate::report::{Access, DEFAULT_LIMIT};
+use crate::report::{point, Access, DEFAULT_LIMIT};
 
 /// A central job as a report (pure).
 pub fn job_report(j: &CentralJob) -> JobReport {
@@ -50,30 +49,6 @@ pub fn job_report(j: &CentralJob) -> JobReport {
         threads_max: s.threads_max,
         samples: s.samples,
         ..JobReport::default()
-    }
-}
-
-fn point(s: &Sample) -> SeriesPoint {
-    SeriesPoint {
-        ts_ms: s.ts_ms,
-        state: s.state.map(|x| x.as_str().to_string()),
-        cpu_user_usec: s.cpu_user_usec,
-        cpu_system_usec: s.cpu_system_usec,
-        mem_current: s.mem_current,
-        mem_peak: s.mem_peak,
-        mem_anon: s.mem_anon,
-        mem_file: s.mem_file,
-        swap: s.swap,
-        io_rbytes: s.io_rbytes,
-        io_wbytes: s.io_wbytes,
-        procs: s.procs,
-        threads: s.threads,
-        psi_cpu_some: s.psi_cpu_some,
-        psi_cpu_full: s.psi_cpu_full,
-        psi_mem_some: s.psi_mem_some,
-        psi_mem_full: s.psi_mem_full,
-        psi_io_some: s.psi_io_some,
-        psi_io_full: s.psi_io_full,
     }
 }
 

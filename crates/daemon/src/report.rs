@@ -114,7 +114,8 @@ pub fn validate(q: &ReportQuery) -> Result<(), String> {
     Ok(())
 }
 
-fn point(s: &Sample) -> SeriesPoint {
+/// A stored sample as a report's series point (local and central reports alike).
+pub(crate) fn point(s: &Sample) -> SeriesPoint {
     SeriesPoint {
         ts_ms: s.ts_ms,
         state: s.state.map(|x| x.as_str().to_string()),
