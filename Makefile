@@ -27,6 +27,7 @@ test: test-host
 	$(MAKE) test-vm test-vm-selfcheck
 
 test-host: build
+	scripts/wlm/install.sh
 	scripts/test-summary.sh --workspace
 
 # The VM tier: static test executables run in a qemu guest with pure cgroup v2 and two NUMA

@@ -6,6 +6,11 @@
 set -euo pipefail
 [ "$(id -u)" = 0 ] || { echo "wlm/install: must run as root" >&2; exit 1; }
 
+# The Slurm and Grid Engine tests run in parallel and both call this: one installs, the other
+# waits for it (debconf's database and dpkg take one writer at a time), then finds all there.
+exec 9>/var/lock/pjw-wlm-install.lock
+flock -w 1200 9 || { echo "wlm/install: another install holds /var/lock/pjw-wlm-install.lock" >&2; exit 1; }
+
 need=()
 for p in slurm-wlm slurm-client munge gridengine-master gridengine-exec gridengine-client; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
