@@ -44,6 +44,7 @@ mod fs;
 mod memory;
 mod parent;
 mod pids;
+mod statcache;
 mod stats;
 mod unified;
 
@@ -167,6 +168,8 @@ enum Layout {
 pub struct Driver {
     layout: Layout,
     fs: Fs,
+    /// Statistics files kept open for the sampler (off until [`Driver::keep_stat_files_open`]).
+    stat_files: std::sync::Arc<statcache::StatFiles>,
 }
 
 /// The leaf below its own cgroup that the daemon moves into on cgroup v2 with a `self` parent
@@ -196,7 +199,11 @@ impl Driver {
             (Mode::Hybrid, Some(v2)) => Layout::Hybrid { v1: d.v1, v2 },
             _ => Layout::Legacy { v1: d.v1 },
         };
-        let driver = Driver { layout, fs };
+        let driver = Driver {
+            layout,
+            fs,
+            stat_files: std::sync::Arc::new(statcache::StatFiles::new(0)),
+        };
         tracing::debug!(layout = %driver.describe(), "cgroup layout detected");
         Ok(driver)
     }
@@ -374,7 +381,16 @@ impl Driver {
     pub fn memory_usage(&self, name: &str) -> Result<u64, CgroupError> {
         parent::validate_job_name(name)?;
         let h = self.memory_hierarchy()?;
-        memory::usage(&self.fs, &h.job(name), h.v2)
+        let path = h.job(name).join(if h.v2 {
+            "memory.current"
+        } else {
+            "memory.usage_in_bytes"
+        });
+        let text = self.read_stat(name, &path)?;
+        text.trim().parse().map_err(|_| CgroupError::BadContent {
+            path,
+            text: text.trim().to_string(),
+        })
     }
 
     /// Processes the kernel OOM-killed inside job `name` (at its own limit or the partition's).
@@ -658,6 +674,8 @@ impl Driver {
     /// Every hierarchy is tried; the first error is returned.
     pub fn remove_job(&self, name: &str) -> Result<(), CgroupError> {
         parent::validate_job_name(name)?;
+        // Close its statistics files first: an open file keeps a removed cgroup's memory.
+        self.stat_files.forget_job(name);
         let mut first_err = None;
         for h in self.hierarchies() {
             let dir = h.job(name);

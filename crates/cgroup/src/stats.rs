@@ -18,7 +18,6 @@ use pjw_kernelfs::io_stat::{self, IoBytes};
 use pjw_kernelfs::psi::{self, Psi};
 
 use crate::detect::Hierarchy;
-use crate::fs::Fs;
 use crate::{parent, CgroupError, Driver};
 
 /// A PSI resource.
@@ -47,14 +46,6 @@ pub struct MemoryBreakdown {
     pub swap: Option<u64>,
 }
 
-fn read_u64(fs: &Fs, path: &Path, format: &'static str) -> Result<u64, CgroupError> {
-    let text = fs.read(path)?;
-    cpu_stat::parse_u64(format, &text).map_err(|source| CgroupError::Parse {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
 /// Interpret `memory.stat` (pure): v2 `anon`/`file`, v1 the hierarchical `total_*` keys.
 pub fn memory_breakdown(stat: &pjw_kernelfs::memory_stat::MemoryStat, v2: bool) -> MemoryBreakdown {
     if v2 {
@@ -73,6 +64,36 @@ pub fn memory_breakdown(stat: &pjw_kernelfs::memory_stat::MemoryStat, v2: bool) 
 }
 
 impl Driver {
+    /// Keep up to `max_open` statistics files open between reads and re-read them with one
+    /// `pread(2)` each (see `statcache`); 0 turns it off. Shared by this driver's clones. The
+    /// daemon turns it on for the sampler, within its open-file limit.
+    pub fn keep_stat_files_open(&mut self, max_open: usize) {
+        self.stat_files = std::sync::Arc::new(crate::statcache::StatFiles::new(max_open));
+    }
+
+    /// Statistics files kept open now.
+    pub fn open_stat_files(&self) -> usize {
+        self.stat_files.open_files()
+    }
+
+    /// The text of a statistics file of job `name`, through the open-file cache.
+    pub(crate) fn read_stat(&self, name: &str, path: &Path) -> Result<String, CgroupError> {
+        self.stat_files.read(&self.fs, name, path)
+    }
+
+    fn read_stat_u64(
+        &self,
+        name: &str,
+        path: &Path,
+        format: &'static str,
+    ) -> Result<u64, CgroupError> {
+        let text = self.read_stat(name, path)?;
+        cpu_stat::parse_u64(format, &text).map_err(|source| CgroupError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
     fn job_dir_checked(
         &self,
         h: &Hierarchy,
@@ -86,7 +107,7 @@ impl Driver {
     pub fn cpu_time(&self, name: &str) -> Result<CpuStat, CgroupError> {
         if let Some(v2) = self.v2() {
             let path = self.job_dir_checked(v2, name)?.join("cpu.stat");
-            let text = self.fs.read(&path)?;
+            let text = self.read_stat(name, &path)?;
             return cpu_stat::parse(&text).map_err(|source| CgroupError::Parse { path, source });
         }
         let h = self
@@ -96,16 +117,9 @@ impl Driver {
                 where_: None,
             })?;
         let dir = self.job_dir_checked(h, name)?;
-        let user = read_u64(
-            &self.fs,
-            &dir.join("cpuacct.usage_user"),
-            "cpuacct.usage_user",
-        )?;
-        let sys = read_u64(
-            &self.fs,
-            &dir.join("cpuacct.usage_sys"),
-            "cpuacct.usage_sys",
-        )?;
+        let user =
+            self.read_stat_u64(name, &dir.join("cpuacct.usage_user"), "cpuacct.usage_user")?;
+        let sys = self.read_stat_u64(name, &dir.join("cpuacct.usage_sys"), "cpuacct.usage_sys")?;
         Ok(CpuStat {
             user_usec: user / 1000,
             system_usec: sys / 1000,
@@ -118,10 +132,10 @@ impl Driver {
         let h = self.memory_hierarchy()?;
         let dir = self.job_dir_checked(h, name)?;
         if h.v2 {
-            read_u64(&self.fs, &dir.join("memory.peak"), "memory.peak")
+            self.read_stat_u64(name, &dir.join("memory.peak"), "memory.peak")
         } else {
-            read_u64(
-                &self.fs,
+            self.read_stat_u64(
+                name,
                 &dir.join("memory.max_usage_in_bytes"),
                 "memory.max_usage_in_bytes",
             )
@@ -133,17 +147,18 @@ impl Driver {
         let h = self.memory_hierarchy()?;
         let dir = self.job_dir_checked(h, name)?;
         let path = dir.join("memory.stat");
-        let text = self.fs.read(&path)?;
+        let text = self.read_stat(name, &path)?;
         let stat = pjw_kernelfs::memory_stat::parse(&text)
             .map_err(|source| CgroupError::Parse { path, source })?;
         let mut b = memory_breakdown(&stat, h.v2);
         if h.v2 {
-            b.swap = read_u64(
-                &self.fs,
-                &dir.join("memory.swap.current"),
-                "memory.swap.current",
-            )
-            .ok();
+            b.swap = self
+                .read_stat_u64(
+                    name,
+                    &dir.join("memory.swap.current"),
+                    "memory.swap.current",
+                )
+                .ok();
         }
         Ok(b)
     }
@@ -163,7 +178,7 @@ impl Driver {
             return Ok(None);
         };
         let path = self.job_dir_checked(h, name)?.join("io.stat");
-        let text = self.fs.read(&path)?;
+        let text = self.read_stat(name, &path)?;
         io_stat::parse(&text)
             .map(Some)
             .map_err(|source| CgroupError::Parse { path, source })
@@ -176,7 +191,7 @@ impl Driver {
             return Ok(None);
         };
         let path = self.job_dir_checked(h, name)?.join("pids.current");
-        read_u64(&self.fs, &path, "pids.current").map(Some)
+        self.read_stat_u64(name, &path, "pids.current").map(Some)
     }
 
     /// Pressure (PSI) of job `name` for `what`, from the cgroup2 tree; None in legacy mode or
@@ -184,7 +199,7 @@ impl Driver {
     pub fn pressure(&self, name: &str, what: Resource) -> Option<Psi> {
         let v2 = self.v2()?;
         let dir = self.job_dir_checked(v2, name).ok()?;
-        let text = self.fs.read(&dir.join(what.file())).ok()?;
+        let text = self.read_stat(name, &dir.join(what.file())).ok()?;
         psi::parse(&text).ok()
     }
 }

@@ -202,3 +202,76 @@ fn job_lifecycle_on_the_real_cgroupfs() {
     }
     drop(g);
 }
+
+/// The sampler's statistics files kept open: a cached file re-read with pread shows fresh
+/// numbers, and removing the job closes its files (its cgroup goes away cleanly).
+#[test]
+fn statistics_files_kept_open_read_fresh_values_and_close_with_the_job() {
+    if !is_root() || !Path::new("/sys/fs/cgroup").is_dir() {
+        eprintln!("skipped: needs root and /sys/fs/cgroup");
+        return;
+    }
+    let parent =
+        ParentSpec::parse(&format!("self/pjw-cgtest-stat-{}", std::process::id())).unwrap();
+    let mut driver = Driver::detect(Path::new("/proc"), &parent).unwrap();
+    driver.keep_stat_files_open(64);
+    let mut g = Guard {
+        driver,
+        child: None,
+    };
+    if let Err(e) = g.driver.prepare_parent() {
+        if g.driver.mode() == Mode::Unified {
+            eprintln!("skipped: cannot prepare below our own cgroup in unified mode: {e}");
+            return;
+        }
+        panic!("prepare_parent: {e}");
+    }
+    let mems = match dir(&g.driver.parent_dirs(), "cpuset") {
+        Some(p) => std::fs::read_to_string(p.join("cpuset.mems")).unwrap(),
+        None => "0".into(),
+    };
+    let limits = JobLimits {
+        cpus: CpuSet::parse_list("0").unwrap(),
+        mems: CpuSet::parse_list(&mems).unwrap(),
+        memory_max: None,
+        pids_max: None,
+        swap_max: None,
+    };
+    g.driver.create_job(JOB, &limits).unwrap();
+    // A busy shell loop: its CPU time grows while we read.
+    let child = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    g.child = Some(child);
+    let d = &g.driver;
+    d.add_process(JOB, pid).unwrap();
+    let first = d.cpu_time(JOB).unwrap();
+    let _ = d.memory_usage(JOB).unwrap();
+    let _ = d.memory_peak(JOB).unwrap();
+    let _ = d.memory_breakdown(JOB).unwrap();
+    let open = d.open_stat_files();
+    assert!(open >= 3, "{open} statistics files kept open");
+    wait_until(
+        "the job's CPU time, read through the open file, grows",
+        || {
+            let now = d.cpu_time(JOB).unwrap();
+            now.user_usec + now.system_usec > first.user_usec + first.system_usec + 50_000
+        },
+    );
+    assert_eq!(d.open_stat_files(), open, "re-reads open nothing new");
+
+    d.kill(JOB).unwrap();
+    let mut child = g.child.take().unwrap();
+    child.wait().unwrap();
+    let d = &g.driver;
+    wait_until("job unpopulated", || !d.is_populated(JOB).unwrap());
+    d.remove_job(JOB).unwrap();
+    assert_eq!(d.open_stat_files(), 0, "the job's files are closed with it");
+    for (k, p) in d.job_dirs(JOB) {
+        assert!(!p.exists(), "{k}: {} left behind", p.display());
+    }
+    d.remove_parent_if_empty().unwrap();
+    drop(g);
+}

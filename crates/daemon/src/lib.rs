@@ -121,7 +121,9 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         }
         None => topo.allowed,
     };
-    let driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
+    let mut driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
+    let nofile = os::raise_nofile_limit();
+    driver.keep_stat_files_open(os::stat_files_budget(nofile));
     if let Some(leaf) = driver.prepare_parent_for_daemon(std::process::id())? {
         info!(cgroup = %leaf.display(), "daemon runs in a leaf cgroup; job cgroups go beside it");
     }

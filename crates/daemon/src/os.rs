@@ -55,3 +55,40 @@ pub fn user_name(uid: u32) -> String {
 pub fn lookup_user(name: &str) -> Option<(u32, u32)> {
     uzers::get_user_by_name(name).map(|u| (u.uid(), u.primary_group_id()))
 }
+
+/// Raise the soft open-file limit to the hard one and return the soft limit now in force.
+/// The sampler keeps each job's statistics files open (a handful per job), so a node with
+/// thousands of jobs needs more than the usual soft limit of 1024.
+pub fn raise_nofile_limit() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    let soft = lim.current.unwrap_or(u64::MAX);
+    if lim.current.is_some() && lim.current != lim.maximum {
+        let raised = Rlimit {
+            current: lim.maximum,
+            maximum: lim.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            return lim.maximum.unwrap_or(u64::MAX);
+        }
+    }
+    soft
+}
+
+/// How many statistics files the sampler may keep open under an open-file limit of `nofile`:
+/// half of it, the other half for sockets, pidfds, inotify and the store; at most 65,536.
+pub fn stat_files_budget(nofile: u64) -> usize {
+    (nofile / 2).min(65_536) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_files_budget_leaves_half_and_is_capped() {
+        for (nofile, want) in [(1024, 512), (0, 0), (1 << 20, 65_536), (u64::MAX, 65_536)] {
+            assert_eq!(stat_files_budget(nofile), want, "nofile {nofile}");
+        }
+    }
+}
