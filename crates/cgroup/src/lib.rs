@@ -381,16 +381,9 @@ impl Driver {
     pub fn memory_usage(&self, name: &str) -> Result<u64, CgroupError> {
         parent::validate_job_name(name)?;
         let h = self.memory_hierarchy()?;
-        let path = h.job(name).join(if h.v2 {
-            "memory.current"
-        } else {
-            "memory.usage_in_bytes"
-        });
+        let path = memory::usage_path(&h.job(name), h.v2);
         let text = self.read_stat(name, &path)?;
-        text.trim().parse().map_err(|_| CgroupError::BadContent {
-            path,
-            text: text.trim().to_string(),
-        })
+        memory::parse_usage(path, &text)
     }
 
     /// Processes the kernel OOM-killed inside job `name` (at its own limit or the partition's).

@@ -29,12 +29,22 @@ pub(crate) fn apply_swap_max(fs: &Fs, dir: &Path, max: Option<u64>) -> Result<()
 
 /// Memory charged to the cgroup now: `memory.usage_in_bytes` (v1) or `memory.current` (v2).
 pub(crate) fn usage(fs: &Fs, dir: &Path, v2: bool) -> Result<u64, CgroupError> {
-    let path = dir.join(if v2 {
+    let path = usage_path(dir, v2);
+    let text = fs.read(&path)?;
+    parse_usage(path, &text)
+}
+
+/// The file holding a cgroup's charged memory.
+pub(crate) fn usage_path(dir: &Path, v2: bool) -> std::path::PathBuf {
+    dir.join(if v2 {
         "memory.current"
     } else {
         "memory.usage_in_bytes"
-    });
-    let text = fs.read(&path)?;
+    })
+}
+
+/// Parse the charged memory read from `path`.
+pub(crate) fn parse_usage(path: std::path::PathBuf, text: &str) -> Result<u64, CgroupError> {
     text.trim().parse().map_err(|_| CgroupError::BadContent {
         path,
         text: text.trim().to_string(),

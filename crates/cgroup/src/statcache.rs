@@ -145,12 +145,14 @@ mod tests {
     use super::*;
     use crate::fs::Backend;
 
+    const FS: Fs = Fs {
+        backend: Backend::FakeTree,
+    };
+
     #[test]
     fn cached_reads_see_new_content_and_the_cap_holds() {
         let dir = tempfile::tempdir().unwrap();
-        let fs = Fs {
-            backend: Backend::FakeTree,
-        };
+        let fs = FS;
         let a = dir.path().join("a.stat");
         let b = dir.path().join("b.stat");
         std::fs::write(&a, "usage 1\n").unwrap();
@@ -179,9 +181,7 @@ mod tests {
     #[test]
     fn a_file_larger_than_the_buffer_is_read_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let fs = Fs {
-            backend: Backend::FakeTree,
-        };
+        let fs = FS;
         let p = dir.path().join("memory.stat");
         let text: String = (0..2000).map(|i| format!("key{i} {i}\n")).collect();
         std::fs::write(&p, &text).unwrap();
@@ -194,9 +194,7 @@ mod tests {
     #[test]
     fn off_opens_every_time() {
         let dir = tempfile::tempdir().unwrap();
-        let fs = Fs {
-            backend: Backend::FakeTree,
-        };
+        let fs = FS;
         let p = dir.path().join("cpu.stat");
         std::fs::write(&p, "usage_usec 5\n").unwrap();
         let c = StatFiles::new(0);
