@@ -10,8 +10,7 @@ SCENARIO=allocator
 source "$(dirname "$0")/../lib.sh"
 
 REPS=${ALLOC_REPS:-$([ "$QUICK" = 1 ] && echo 3 || echo 7)}
-xml=$BENCH_ROOT/../../shared/data/topologies/192em64t-24n8c2t.xml
-[ -r "$xml" ] || xml=/work/shared/data/topologies/192em64t-24n8c2t.xml
+xml=$BENCH_ROOT/data/topologies/192em64t-24n8c2t.xml
 if [ -r "$xml" ]; then machine=(--xml "$xml"); else machine=(--synthetic "package:24 numa:1 l3:1 core:8 pu:2"); fi
 raw=$BENCH_OUT/raw/allocator.txt
 : > "$raw"

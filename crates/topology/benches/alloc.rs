@@ -8,10 +8,10 @@ use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criteri
 use pjw_core::alloc::{Allocator, Scratch};
 use pjw_core::{synthetic, CpuSet, Level, Topology};
 
-/// The corpus machine, or its synthetic equivalent when shared/ is not beside the checkout.
+/// The corpus machine, or its synthetic equivalent if the XML cannot be read.
 fn machine() -> Topology {
     let xml = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/topologies/192em64t-24n8c2t.xml");
+        .join("../../data/topologies/192em64t-24n8c2t.xml");
     match pjw_topology::load_xml(&xml) {
         Ok(t) => t,
         Err(e) => {

@@ -1,28 +1,16 @@
-//! Every hwloc XML file of the shared topology corpus (/work/shared/data/topologies, beside the
-//! project root) loads, with the counts of its README table and of the XML itself.
+//! Every hwloc XML file of the topology corpus (`data/topologies`, hwloc's test machines kept in
+//! the repository) loads, with the counts of its README table and of the XML itself.
 
 use pjw_core::{Level, Topology};
 use std::path::PathBuf;
 
-fn corpus_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/topologies");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipping: topology corpus {} is absent (it lives in the shared dir beside the project root)",
-            dir.display()
-        );
-        None
-    }
+fn corpus_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/topologies")
 }
 
-fn load(name: &str) -> Option<Topology> {
-    let dir = corpus_dir()?;
-    Some(
-        pjw_topology::load_xml(&dir.join(name))
-            .unwrap_or_else(|e| panic!("{name} does not load: {e}")),
-    )
+fn load(name: &str) -> Topology {
+    pjw_topology::load_xml(&corpus_dir().join(name))
+        .unwrap_or_else(|e| panic!("{name} does not load: {e}"))
 }
 
 struct Expect {
@@ -57,7 +45,7 @@ const CORPUS: &[Expect] = &[
 
 #[test]
 fn every_corpus_file_loads_with_its_counts() {
-    let Some(dir) = corpus_dir() else { return };
+    let dir = corpus_dir();
     let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -69,7 +57,7 @@ fn every_corpus_file_loads_with_its_counts() {
     assert_eq!(on_disk, listed, "corpus files and the test table differ");
 
     for e in CORPUS {
-        let t = load(e.file).unwrap();
+        let t = load(e.file);
         let got = (
             t.pus.len(),
             t.online().len(),
@@ -113,9 +101,7 @@ fn every_corpus_file_loads_with_its_counts() {
 
 #[test]
 fn smt_siblings_are_numbered_far_apart() {
-    let Some(t) = load("16em64t-4s2c2t.xml") else {
-        return;
-    };
+    let t = load("16em64t-4s2c2t.xml");
     let core0 = t.pu(0).unwrap().core;
     let siblings: Vec<u32> = t
         .pus
@@ -130,9 +116,7 @@ fn smt_siblings_are_numbered_far_apart() {
 
 #[test]
 fn offline_pus_are_holes_in_the_cpu_list() {
-    let Some(t) = load("16em64t-4s2c2t-offlines.xml") else {
-        return;
-    };
+    let t = load("16em64t-4s2c2t-offlines.xml");
     assert_eq!(t.online().to_string(), "0-1,3-4,6,12,15");
     assert_eq!(t.offline().to_string(), "2,5,7-11,13-14");
     assert_eq!(t.allowed, t.online());
@@ -144,9 +128,7 @@ fn offline_pus_are_holes_in_the_cpu_list() {
 
 #[test]
 fn restricted_cpuset_limits_allowed() {
-    let Some(t) = load("16amd64-8n2c-cpusets.xml") else {
-        return;
-    };
+    let t = load("16amd64-8n2c-cpusets.xml");
     assert_eq!(t.allowed.to_string(), "0-3,5-6,12-15");
     let mem_only: Vec<u32> = t
         .numa_nodes
@@ -167,9 +149,7 @@ fn restricted_cpuset_limits_allowed() {
 
 #[test]
 fn knl_mcdram_nodes_are_memory_only() {
-    let Some(t) = load("64intel64-fakeKNL-SNC4-hybrid.xml") else {
-        return;
-    };
+    let t = load("64intel64-fakeKNL-SNC4-hybrid.xml");
     assert_eq!(t.numa_nodes.len(), 8);
     for n in &t.numa_nodes {
         // DDR nodes 0-3 hold the PUs; MCDRAM nodes 4-7 are memory-only, local to a quadrant.
@@ -189,9 +169,7 @@ fn knl_mcdram_nodes_are_memory_only() {
 
 #[test]
 fn big_machine_numa_nodes_follow_packages() {
-    let Some(t) = load("192em64t-24n8c2t.xml") else {
-        return;
-    };
+    let t = load("192em64t-24n8c2t.xml");
     for (id, cpus) in t.domains(Level::Package) {
         assert_eq!(cpus.len(), 16, "package {id}");
         assert_eq!(t.domains_spanned(Level::Numa, &cpus), 1, "package {id}");
@@ -201,9 +179,7 @@ fn big_machine_numa_nodes_follow_packages() {
 
 #[test]
 fn sparse_masks_with_empty_words_load() {
-    let Some(t) = load("power8gpudistances.xml") else {
-        return;
-    };
+    let t = load("power8gpudistances.xml");
     assert_eq!(
         t.online().to_string(),
         "0-1,8-9,16-17,24-25,80-81,88-89,96-97,104-105"
