@@ -5,7 +5,8 @@
 # usage: vm/vmtest.sh <dir>   <dir> holds the static test executables (one per file), plus
 #                                 pjw and pjw-wl; vm/build.sh fills it.
 # Env: VM_TIMEOUT (s, default 900), VM_WORK (cache, default /var/tmp/pjw-vm),
-#      VM_INJECT_FAILURE=1 (the guest also runs a step that fails; the tier must then fail).
+#      VM_INJECT_FAILURE=1 (the guest also runs a step that fails; the tier must then fail),
+#      VM_ONLY=PATTERN (only the test executables matching it, e.g. 'numa-*').
 #
 # The kernel, busybox initramfs and qemu are set up once and cached in VM_WORK; every run gets
 # its own directory VM_WORK/runs/<stamp> with the share, the console log and the summary.
@@ -63,7 +64,13 @@ setup
 
 run=$W/runs/$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$run/share/bin"
-cp "$bins"/* "$run/share/bin/"
+# VM_ONLY: a shell pattern of the test executables to run (the self-check runs one), else all.
+if [ -n "${VM_ONLY:-}" ]; then
+  cp "$bins/pjw" "$bins/pjw-wl" "$run/share/bin/"
+  for f in "$bins"/$VM_ONLY; do [ -f "$f" ] && cp "$f" "$run/share/bin/"; done
+else
+  cp "$bins"/* "$run/share/bin/"
+fi
 cp "$here/guest-run.sh" "$run/share/run.sh"
 echo "${VM_INJECT_FAILURE:-0}" > "$run/share/inject-failure"
 # Some tests read files of the source tree by their build-time path (golden files): the guest

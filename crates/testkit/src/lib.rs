@@ -277,6 +277,18 @@ impl TestDaemon {
 impl Drop for TestDaemon {
     fn drop(&mut self) {
         self.kill9();
+        // A failing test shows what the daemon did (CI keeps only the test output).
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let from = lines.len().saturating_sub(80);
+            eprintln!(
+                "--- last {} lines of the daemon's log ({}):\n{}\n---",
+                lines.len() - from,
+                self.dir.path().join("daemon.log").display(),
+                lines[from..].join("\n")
+            );
+        }
         // Everything left below the test's parent was started by this test: kill it and
         // remove the cgroups.
         if let Some(sub) = self.parent.strip_prefix("self/") {
