@@ -288,6 +288,17 @@ pub struct JobRecord {
     pub role: String,
 }
 
+/// Run one statement through the connection's statement cache. The job table's writes happen
+/// on every launch and end; parsing their SQL each time was about a tenth of the daemon's CPU
+/// per launch.
+pub(crate) fn exec_cached(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(params)
+}
+
 /// The open database.
 #[derive(Debug)]
 pub struct Store {
@@ -319,6 +330,7 @@ impl Store {
             .map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;
+        conn.set_prepared_statement_cache_capacity(64);
         let mut store = Store { conn, path };
         store.migrate()?;
         Ok(store)
@@ -412,7 +424,8 @@ impl Store {
             .optional()
             .map_err(err)?;
         let n: u64 = cur.and_then(|s| s.parse().ok()).unwrap_or(1);
-        tx.execute(
+        exec_cached(
+            &tx,
             "INSERT INTO meta(key, value) VALUES('next_job_number', ?1)
              ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             params![(n + 1).to_string()],
@@ -426,8 +439,8 @@ impl Store {
     /// `seq`. Fails if a live job has the id.
     pub fn insert_job(&self, j: &JobRecord) -> Result<i64, StoreError> {
         let argv = serde_json::to_string(&j.argv).unwrap_or_else(|_| "[]".into());
-        self.conn
-            .execute(
+        exec_cached(
+                &self.conn,
                 "INSERT INTO jobs (job_id, name, uid, gid, user, ncpus, cpus, mems, mem_limit, pid, pid_start,
                                    cgroup, argv, state, submitted_ms, started_ms, priority, placement,
                                    exclusive, role)
@@ -469,8 +482,8 @@ impl Store {
         role: &str,
         started_ms: i64,
     ) -> Result<(), StoreError> {
-        self.conn
-            .execute(
+        exec_cached(
+                &self.conn,
                 "UPDATE jobs SET state = 'starting', cpus = ?2, mems = ?3, role = ?4, started_ms = ?5 WHERE seq = ?1",
                 params![seq, cpus.to_string(), mems.to_string(), role, started_ms],
             )
@@ -486,63 +499,63 @@ impl Store {
         cpus: &CpuSet,
         mems: &CpuSet,
     ) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                "UPDATE jobs SET role = ?2, cpus = ?3, mems = ?4 WHERE seq = ?1",
-                params![seq, role, cpus.to_string(), mems.to_string()],
-            )
-            .map_err(self.err())?;
+        exec_cached(
+            &self.conn,
+            "UPDATE jobs SET role = ?2, cpus = ?3, mems = ?4 WHERE seq = ?1",
+            params![seq, role, cpus.to_string(), mems.to_string()],
+        )
+        .map_err(self.err())?;
         Ok(())
     }
 
     /// A job's priority changed.
     pub fn set_priority(&self, seq: i64, priority: u8) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                "UPDATE jobs SET priority = ?2 WHERE seq = ?1",
-                params![seq, priority],
-            )
-            .map_err(self.err())?;
+        exec_cached(
+            &self.conn,
+            "UPDATE jobs SET priority = ?2 WHERE seq = ?1",
+            params![seq, priority],
+        )
+        .map_err(self.err())?;
         Ok(())
     }
 
     /// Mark a job running.
     pub fn set_running(&self, seq: i64) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                "UPDATE jobs SET state = 'running' WHERE seq = ?1",
-                params![seq],
-            )
-            .map_err(self.err())?;
+        exec_cached(
+            &self.conn,
+            "UPDATE jobs SET state = 'running' WHERE seq = ?1",
+            params![seq],
+        )
+        .map_err(self.err())?;
         Ok(())
     }
 
     /// Mark a job ended.
     pub fn set_ended(&self, seq: i64, ended_ms: i64, reason: &str) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                "UPDATE jobs SET state = 'ended', ended_ms = ?2, end_reason = ?3 WHERE seq = ?1",
-                params![seq, ended_ms, reason],
-            )
-            .map_err(self.err())?;
+        exec_cached(
+            &self.conn,
+            "UPDATE jobs SET state = 'ended', ended_ms = ?2, end_reason = ?3 WHERE seq = ?1",
+            params![seq, ended_ms, reason],
+        )
+        .map_err(self.err())?;
         Ok(())
     }
 
     /// Record a job's starter details (replacing earlier ones).
     pub fn set_starter(&self, seq: i64, s: &StarterRecord) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                "INSERT OR REPLACE INTO job_starter (seq, wlm, client_uid, tmp_size, tmpdir)
+        exec_cached(
+            &self.conn,
+            "INSERT OR REPLACE INTO job_starter (seq, wlm, client_uid, tmp_size, tmpdir)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
-                    seq,
-                    s.wlm,
-                    s.client_uid,
-                    s.tmp_size.map(|b| b as i64),
-                    s.tmpdir
-                ],
-            )
-            .map_err(self.err())?;
+            params![
+                seq,
+                s.wlm,
+                s.client_uid,
+                s.tmp_size.map(|b| b as i64),
+                s.tmpdir
+            ],
+        )
+        .map_err(self.err())?;
         Ok(())
     }
 

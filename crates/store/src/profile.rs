@@ -14,7 +14,7 @@
 
 use rusqlite::{params, params_from_iter, OptionalExtension, Row};
 
-use crate::{JobRecord, Store, StoreError};
+use crate::{exec_cached, JobRecord, Store, StoreError};
 
 /// What a running job was doing when sampled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -325,7 +325,8 @@ fn summary_from_row(r: &Row, off: usize) -> rusqlite::Result<Option<JobSummary>>
 }
 
 fn insert_summary(tx: &rusqlite::Connection, s: &JobSummary) -> rusqlite::Result<()> {
-    tx.execute(
+    exec_cached(
+        tx,
         &format!(
             "INSERT OR REPLACE INTO job_summary ({SUMMARY_COLS})
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
@@ -455,7 +456,8 @@ impl Store {
             source,
         };
         let tx = self.conn.transaction().map_err(err)?;
-        tx.execute(
+        exec_cached(
+            &tx,
             "UPDATE jobs SET state = 'ended', ended_ms = ?2, end_reason = ?3 WHERE seq = ?1",
             params![summary.seq, ended_ms, reason],
         )
@@ -467,8 +469,8 @@ impl Store {
     /// Fill in the exit status of a finished job (it can arrive just after the job was recorded
     /// ended) and, for a job recorded `completed`, turn a non-zero status into `failed`.
     pub fn set_exit_status(&mut self, seq: i64, status: i32) -> Result<(), StoreError> {
-        self.conn
-            .execute(
+        exec_cached(
+            &self.conn,
                 "UPDATE job_summary SET exit_status = ?2,
                      end_class = CASE WHEN end_class = 'completed' AND ?2 <> 0 THEN 'failed' ELSE end_class END
                  WHERE seq = ?1 AND exit_status IS NULL",
