@@ -200,8 +200,12 @@ pub(crate) fn detect(
     let mut v1 = Vec::new();
     if mode != Mode::Unified {
         let mut wanted: Vec<&str> = V1_CONTROLLERS.to_vec();
-        if mode == Mode::Legacy {
-            wanted.push("freezer");
+        match mode {
+            Mode::Legacy => wanted.push("freezer"),
+            // The cgroup2 tree's cpu.stat counts CPU time in every cgroup, controller or not: a
+            // cpuacct hierarchy of its own would be one more mkdir, move and rmdir per job for
+            // nothing (co-mounted as cpu,cpuacct it comes with cpu anyway).
+            _ => wanted.retain(|c| *c != "cpuacct"),
         }
         for c in wanted {
             let Some((controllers, m)) = v1_mounts.iter().find(|(cs, _)| cs.iter().any(|x| x == c))

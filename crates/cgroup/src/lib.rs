@@ -16,7 +16,7 @@
 //! | mode    | limits (cpuset, memory, pids, cpu)        | tracking, freeze, kill, events |
 //! |---------|-------------------------------------------|--------------------------------|
 //! | Unified | the cgroup2 tree (+io when present)       | the cgroup2 tree               |
-//! | Hybrid  | v1 cpuset, memory, pids, cpu, cpuacct     | the cgroup2 tree               |
+//! | Hybrid  | v1 cpuset, memory, pids, cpu (CPU time: cgroup2 `cpu.stat`) | the cgroup2 tree |
 //! | Legacy  | v1 cpuset, memory, pids, cpu, cpuacct     | v1 cpuset; v1 freezer          |
 //!
 //! A missing v1 controller is skipped with a warning, except cpuset, which is required. All paths
