@@ -2,7 +2,8 @@
 //!
 //! Policy: a job gets exactly `n` CPUs out of the free set it is given, never more, never one
 //! outside that set, never an offline one. It prefers whole cores, then keeps the job inside one
-//! L3 domain, one NUMA node, one package when it fits; it spans the fewest domains otherwise; among
+//! L3 domain, one NUMA node, one package when it fits; it spans the fewest domains otherwise, and
+//! of the ways to span that few, the one that leaves the fewest free CPUs behind in them; among
 //! equal choices it leaves the largest free domains intact (least fragmentation). While the
 //! machine stays at least half free, a job that fits in one domain goes to an entirely free one
 //! (spreading, [`Allocator::with_spread`]): each job gets its own L3 and memory bandwidth.
@@ -40,20 +41,25 @@
 //!    intact, then the lowest CPU number for determinism. If the chosen node has exactly `n` free
 //!    CPUs the job takes them all; otherwise none of its children holds `n` and the job spans
 //!    them (step 2).
-//! 2. **Span.** With no single node fitting, take the fewest children that can: repeatedly take
-//!    whole the child with the most free CPUs, until one child can hold the rest; the rest then
-//!    goes through step 1 (best fit) over the remaining children. Children free `{8, 6, 3}`,
-//!    `n = 9`: the job takes the 8 whole and 1 from the 3, so the 6 stays intact. (Taking the
-//!    smallest children whole first, 3 + 6, keeps the 8 but leaves more scattered remainders: the
-//!    simulator measured 1–4% more domains spanned and more fragmentation that way, see
-//!    docs/placement.md.) Cores free `{2,1,1,2,2}`: `n = 4` takes two whole cores, `n = 3` one
-//!    whole core plus the free PU of a half-used core, `n = 1` the free PU of a half-used core.
+//! 2. **Span.** With no single child fitting, take `k`, the fewest children that can hold `n` (the
+//!    `k` freest). Of the sets of `k` children that hold `n`, take the one with the fewest free
+//!    CPUs in total (the least left over; on a tie, the freer children, then the ones whose free
+//!    CPUs are spread over more half-used cores, then the lowest CPU), found with a subset-sum
+//!    table of bit sets. All of them but one are taken whole; the rest of the job goes through
+//!    step 1 in the remaining one: the smallest of the set, or, when the children are domains
+//!    with domains inside (NUMA nodes holding L3s), the one where the rest touches the fewest
+//!    of those. Children free `{8, 6, 3}`, `n = 9`: the 6 and the 3 exactly, so the 8 stays
+//!    whole (taking the 8 whole and 1 of the 3 leaves 2 stranded in the 3). Cores free
+//!    `{2,1,1,2,2}`: `n = 4` takes two whole cores, `n = 3` one whole core plus the free PU of a
+//!    half-used core, `n = 1` the free PU of a half-used core.
 //!
-//! A decision visits each tree node a bounded number of times (at most once per tree level in the
-//! worst case) and needs no heap allocation when a [`Scratch`] is reused
+//! A decision visits each tree node a bounded number of times (at most once per tree level in
+//! the worst case), plus, when a job spans, a table of `children × (k + 1) × (n + largest) / 64`
+//! words (about 1300 on the 384-PU machine; past 32768 words, or more than 64 children, the `k`
+//! freest children are taken), and needs no heap allocation when a [`Scratch`] is reused
 //! ([`Allocator::allocate_with`]); [`Allocator::allocate`] allocates one fresh scratch. The
 //! result depends only on the topology, the free set and `n`. On the 384-PU corpus machine a
-//! decision takes 2–5 µs (`cargo bench -p pjw-topology --bench alloc`).
+//! decision takes 1–6 µs (`cargo bench -p pjw-topology --bench alloc`).
 //!
 //! Limitations: the whole-core preference never trades away containment (a job that fits in one
 //! L3 only as half cores stays there rather than spreading over two L3s for whole cores), and
@@ -67,6 +73,22 @@ use crate::topology::{DomainTree, Level, Topology};
 use crate::CpuSet;
 
 const NONE: u32 = u32::MAX;
+
+/// Largest subset-sum table [`Run::span`] builds, in 64-bit words (256 KiB); past it, a job that
+/// spans takes the freest children.
+const SUMS_MAX: usize = 1 << 15;
+
+/// `dst |= src << shift`, as bit sets of the same length (bits shifted past the end are lost).
+fn shl_or(dst: &mut [u64], src: &[u64], shift: usize) {
+    let (q, r) = (shift / 64, shift % 64);
+    for w in (q..dst.len()).rev() {
+        let mut x = src[w - q] << r;
+        if r > 0 && w > q {
+            x |= src[w - q - 1] >> (64 - r);
+        }
+        dst[w] |= x;
+    }
+}
 
 /// Picks exclusive CPU sets for jobs on one machine. Built once per topology; each decision is
 /// pure and deterministic.
@@ -109,6 +131,8 @@ pub struct Scratch {
     hist: Vec<u16>,
     /// Stack of (free CPUs, node) scopes.
     stack: Vec<(u32, u32)>,
+    /// Bit sets of the subset-sum table used when a job spans children.
+    sums: Vec<u64>,
 }
 
 impl Scratch {
@@ -239,6 +263,7 @@ impl Allocator {
             free: counts,
             hist,
             stack,
+            sums,
         } = scratch;
 
         counts.clear();
@@ -284,6 +309,7 @@ impl Allocator {
             },
             free,
             stack,
+            sums,
             out: CpuSet::new(),
         };
         run.select(0, 1, n as u32);
@@ -299,6 +325,7 @@ struct Run<'a> {
     v: View<'a>,
     free: &'a CpuSet,
     stack: &'a mut Vec<(u32, u32)>,
+    sums: &'a mut Vec<u64>,
     out: CpuSet,
 }
 
@@ -368,30 +395,139 @@ impl Run<'_> {
     }
 
     /// Place `n` CPUs over the sibling subtrees `stack[base..]`, none of which holds `n`, using as
-    /// few of them as possible. May reorder and shrink `stack[base..]`.
-    fn span(&mut self, base: usize, mut n: u32) {
+    /// few of them as possible. May reorder `stack[base..]`.
+    fn span(&mut self, base: usize, n: u32) {
         let v = self.v;
+        // Ascending by free CPUs; among equals the child to take whole first (free CPUs over
+        // more cores, i.e. more half-used cores; then the lowest CPU) last, where the subset
+        // search below looks first.
         self.stack[base..].sort_unstable_by(|x, y| {
             let (x, y) = ((x.0, x.1 as usize), (y.0, y.1 as usize));
             x.0.cmp(&y.0)
                 .then_with(|| v.cores_used(x.1).cmp(&v.cores_used(y.1)))
-                .then_with(|| v.a.first[x.1].cmp(&v.a.first[y.1]))
+                .then_with(|| v.a.first[y.1].cmp(&v.a.first[x.1]))
         });
-        loop {
-            // Does one child hold what is left?
-            let top = self.stack.len();
-            if self.stack[top - 1].0 >= n {
+        let top = self.stack.len();
+        // The fewest children that hold n: k of them.
+        let (mut k, mut sum) = (0usize, 0u32);
+        while sum < n {
+            k += 1;
+            sum += self.stack[top - k].0;
+        }
+        // Of the sets of k children that hold n, the one with the fewest free CPUs in total
+        // (the least left over), moved to the end in order; without a table, the k freest,
+        // which are there already.
+        let m = top - base;
+        if let Some(chosen) = self.tightest(base, k, n) {
+            for i in 0..m {
+                if chosen >> i & 1 == 1 {
+                    let e = self.stack[base + i];
+                    self.stack.push(e);
+                }
+            }
+            let mut w = base;
+            for i in 0..m {
+                if chosen >> i & 1 == 0 {
+                    self.stack[w] = self.stack[base + i];
+                    w += 1;
+                }
+            }
+            debug_assert_eq!(w, top - k);
+            for j in 0..k {
+                self.stack[w + j] = self.stack[top + j];
+            }
+            self.stack.truncate(top);
+        }
+        let lo = top - k;
+        let total: u32 = self.stack[lo..top].iter().map(|e| e.0).sum();
+        let left = total - n;
+        // All but one are taken whole. The one left partly free is the smallest, or, when the
+        // children are domains (NUMA nodes, L3s) rather than cores, the one where the rest
+        // touches the fewest of their own children (L3 domains), smallest first on a tie.
+        let mut part = lo;
+        let node0 = self.stack[lo].1 as usize;
+        if v.a.depth[node0] + 1 < v.a.core_depth {
+            let used: u32 = self.stack[lo..top]
+                .iter()
+                .map(|e| v.kids_used(e.1 as usize))
+                .sum();
+            let mut best = u32::MAX;
+            for i in lo..top {
+                let (f, c) = (self.stack[i].0, self.stack[i].1 as usize);
+                if f <= left {
+                    continue;
+                }
+                let inner = used - v.kids_used(c) + v.kids_for(c, f - left);
+                if inner < best {
+                    best = inner;
+                    part = i;
+                }
+            }
+        }
+        let mut rest = n;
+        for i in lo..top {
+            if i != part {
+                let (f, c) = self.stack[i];
+                self.take(c as usize);
+                rest -= f;
+            }
+        }
+        self.select(part, part + 1, rest);
+    }
+
+    /// Of the sets of exactly `k` subtrees of `stack[base..]` (sorted as in [`Run::span`]) whose
+    /// free CPUs add up to at least `n`, the one with the least total, preferring the later
+    /// (freer, preferred) subtrees on a tie: a bit mask over `stack[base..]`. `None` when there
+    /// are more than 64 subtrees or the table would exceed [`SUMS_MAX`] words.
+    ///
+    /// A subset-sum table of bit sets: row `(i, c)` holds the totals reachable with `c` of the
+    /// first `i` subtrees, up to `n - 1 + largest` (the total of the `k` freest, which is at
+    /// most that, bounds the least one).
+    fn tightest(&mut self, base: usize, k: usize, n: u32) -> Option<u64> {
+        let items = &self.stack[base..];
+        let m = items.len();
+        if m > 64 || k == 0 {
+            return None;
+        }
+        let cap = (n + items[m - 1].0 - 1) as usize;
+        let words = cap / 64 + 1;
+        let layer = (k + 1) * words;
+        if (m + 1) * layer > SUMS_MAX {
+            return None;
+        }
+        let sums = &mut *self.sums;
+        sums.clear();
+        sums.resize((m + 1) * layer, 0);
+        sums[0] = 1;
+        for (i, item) in items.iter().enumerate() {
+            let f = item.0 as usize;
+            let (prev, next) = sums.split_at_mut((i + 1) * layer);
+            let prev = &prev[i * layer..];
+            for c in 0..=k.min(i + 1) {
+                let dst = &mut next[c * words..(c + 1) * words];
+                dst.copy_from_slice(&prev[c * words..(c + 1) * words]);
+                if c > 0 {
+                    shl_or(dst, &prev[(c - 1) * words..c * words], f);
+                }
+            }
+        }
+        let bit = |row: &[u64], s: usize| row[s / 64] >> (s % 64) & 1 == 1;
+        let last = &sums[m * layer + k * words..m * layer + (k + 1) * words];
+        let mut s = (n as usize..=cap).find(|&s| bit(last, s))?;
+        let (mut mask, mut c) = (0u64, k);
+        for i in (0..m).rev() {
+            if c == 0 {
                 break;
             }
-            // No: the largest child is taken whole (ties: fewer cores touched, lowest CPU).
-            let largest = self.stack[top - 1].0;
-            let j = base + self.stack[base..].partition_point(|e| e.0 < largest);
-            let (f, node) = self.stack.remove(j);
-            self.take(node as usize);
-            n -= f;
+            let f = items[i].0 as usize;
+            if s >= f && bit(&sums[i * layer + (c - 1) * words..], s - f) {
+                mask |= 1 << i;
+                c -= 1;
+                s -= f;
+            }
         }
-        let top = self.stack.len();
-        self.select(base, top, n);
+        debug_assert!(c == 0 && s == 0);
+        Some(mask)
     }
 
     /// Add every free CPU of `node` to the result.
@@ -481,6 +617,53 @@ impl View<'_> {
             })
             .then(a.first[x].cmp(&a.first[y]))
     }
+
+    /// Children of `node` with a free CPU (cores with a free PU when its children are cores).
+    fn kids_used(&self, node: usize) -> u32 {
+        let a = self.a;
+        if a.depth[node] >= a.core_depth {
+            return 1;
+        }
+        if a.depth[node] + 1 == a.core_depth {
+            return self.cores_used(node);
+        }
+        let kids = &a.kids[a.kid_start[node] as usize..a.kid_start[node + 1] as usize];
+        kids.iter()
+            .filter(|&&k| self.counts[k as usize] > 0)
+            .count() as u32
+    }
+
+    /// Children of `node` a job of `n` CPUs touches there, taking the freest children first
+    /// (cores through the histogram when its children are cores).
+    fn kids_for(&self, node: usize, n: u32) -> u32 {
+        let a = self.a;
+        if a.depth[node] >= a.core_depth {
+            return 1;
+        }
+        if a.depth[node] + 1 == a.core_depth {
+            return self.cores_for(node, n);
+        }
+        let kids = &a.kids[a.kid_start[node] as usize..a.kid_start[node + 1] as usize];
+        // The freest child after the previous one in (free descending, index) order, until n.
+        let (mut k, mut sum) = (0u32, 0u32);
+        let (mut last_f, mut last_i) = (u32::MAX, usize::MAX);
+        while sum < n {
+            let mut next = (0u32, usize::MAX);
+            for (i, &kid) in kids.iter().enumerate() {
+                let f = self.counts[kid as usize];
+                if f > next.0 && (f < last_f || (f == last_f && i > last_i)) {
+                    next = (f, i);
+                }
+            }
+            if next.1 == usize::MAX {
+                break;
+            }
+            sum += next.0;
+            k += 1;
+            (last_f, last_i) = next;
+        }
+        k
+    }
 }
 
 #[cfg(test)]
@@ -528,6 +711,43 @@ mod tests {
             assert_eq!(run.cores_for(0, n), k, "n={n}");
         }
         assert_eq!(run.cores_used(0), 5);
+    }
+
+    #[test]
+    fn shifted_bit_sets() {
+        let src = [0b1011u64, 1 << 63, 0];
+        for (shift, want) in [
+            (0, [0b1011, 1 << 63, 0]),
+            (1, [0b10110, 0, 1]),
+            (64, [0, 0b1011, 1 << 63]),
+            (66, [0, 0b101100, 0]),
+        ] {
+            let mut dst = [0u64; 3];
+            shl_or(&mut dst, &src, shift);
+            assert_eq!(dst, want, "shift {shift}");
+        }
+    }
+
+    #[test]
+    fn spanning_without_a_table_takes_the_freest_children() {
+        // 80 cores, every other one half used: more than 64 children to span.
+        let t = synthetic::parse("core:80 pu:2").unwrap();
+        let a = Allocator::new(&t);
+        let used: CpuSet = (0..80u32).filter(|c| c % 2 == 1).map(|c| 2 * c).collect();
+        let free = t.online().difference(&used);
+        let got = a.allocate(&free, 100).unwrap();
+        assert_eq!(got.len(), 100);
+        assert!(got.is_subset(&free));
+        // The 40 whole cores first, then 20 half-used ones.
+        assert_eq!(t.domains_spanned(Level::Core, &got), 60);
+        // 60 packages of 16: a 900-CPU job needs 57 of them, a table of 61 × 58 × 15 words.
+        let t = synthetic::parse("package:60 core:8 pu:2").unwrap();
+        let a = Allocator::new(&t);
+        let free = t.online().difference(&set("0-5"));
+        let got = a.allocate(&free, 900).unwrap();
+        assert_eq!(got.len(), 900);
+        assert!(got.is_subset(&free));
+        assert_eq!(t.domains_spanned(Level::Package, &got), 57);
     }
 
     #[test]

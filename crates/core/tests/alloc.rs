@@ -70,7 +70,9 @@ const CASES: &[Case] = &[
     Case { what: "one package full, one cpu of the next", machine: DEEP, used: "", n: 33, want: Some("0-32") },
     Case { what: "spans two packages: the larger one whole", machine: DUAL, used: "0-3", n: 14, want: Some("4-5,12-23") },
     Case { what: "spans the free numa node of each package", machine: DEEP, used: "0-15,32-47", n: 20, want: Some("16-31,48-51") },
-    Case { what: "free {8,6,3}, nine: the 8 whole and 1 from the 3, keeps the 6", machine: QUAD, used: "0-15,24-41,48-68,72-95", n: 9, want: Some("16-23,69") },
+    Case { what: "free {8,6,3}, nine: two packages either way; the 6 and the 3 leave nothing over and keep the 8 whole (8 + 1 of the 3 would leave 2 stranded)", machine: QUAD, used: "0-15,24-41,48-68,72-95", n: 9, want: Some("42-47,69-71") },
+    Case { what: "free {8,6,4}, nine: the 6 whole and 3 of the 4 leave 1 over (the 8 and 1 of the 4 would leave 3) and keep the 8 whole", machine: QUAD, used: "0-15,24-41,48-67,72-95", n: 9, want: Some("42-47,68-70") },
+    Case { what: "free {8,6,1}, nine: only the 8 with 1 of the 6 or the 1 holds it in two; the 1 whole leaves nothing over", machine: QUAD, used: "0-15,24-41,48-70,72-95", n: 9, want: Some("16-23,71") },
     Case { what: "spans the fewest packages", machine: QUAD, used: "", n: 30, want: Some("0-29") },
     Case { what: "big machine: two l3s, one whole", machine: BIG, used: "", n: 17, want: Some("0-16") },
 ];
