@@ -3,10 +3,11 @@
 //! Policy: a job gets exactly `n` CPUs out of the free set it is given, never more, never one
 //! outside that set, never an offline one. It prefers whole cores, then keeps the job inside one
 //! L3 domain, one NUMA node, one package when it fits; it spans the fewest domains otherwise, and
-//! of the ways to span that few, the one that leaves the fewest free CPUs behind in them; among
-//! equal choices it leaves the largest free domains intact (least fragmentation). While the
-//! machine stays at least half free, a job that fits in one domain goes to an entirely free one
-//! (spreading, [`Allocator::with_spread`]): each job gets its own L3 and memory bandwidth.
+//! of the ways to span that few, the one that leaves the fewest free CPUs behind in them. Among
+//! equal choices it packs: the smallest domain that holds the job, in the fullest package, NUMA
+//! node and L3 (least fragmentation). While the machine stays at least half free, a job that
+//! fits in one domain goes to an entirely free one (spreading, [`Allocator::with_spread`]): each
+//! job gets its own L3 and memory bandwidth.
 //!
 //! ```
 //! use pjw_core::{alloc::Allocator, synthetic, CpuSet};
@@ -35,12 +36,15 @@
 //! 1. **Fit.** Find the deepest level at which some node of the scope has `free >= n` (subtrees
 //!    with fewer free CPUs are skipped). Among the nodes of that level the best is the one with
 //!    the smallest key
-//!    `(cores the job would touch there, free CPUs, free CPUs of the parent, of the grandparent,
-//!    …, lowest CPU)`: first whole cores for the job, then best fit (the smallest domain that
-//!    holds it), then packing into the fullest L3/NUMA node/package so big free domains stay
-//!    intact, then the lowest CPU number for determinism. If the chosen node has exactly `n` free
-//!    CPUs the job takes them all; otherwise none of its children holds `n` and the job spans
-//!    them (step 2).
+//!    `(cores the job would touch there, child domains it would touch there, free CPUs,
+//!    free CPUs of the ancestors outermost first, lowest CPU)`:
+//!    first whole cores for the job; then, for a NUMA node or package that the job has to span
+//!    inside, the one where it touches the fewest L3s (or NUMA nodes); then best fit (the
+//!    smallest domain that holds it); then packing into the fullest package, within it the
+//!    fullest NUMA node, L3, core (a 1-CPU job goes to the fullest package, onto the free thread
+//!    of a half-used core there); then the lowest CPU for determinism. If the chosen node has
+//!    exactly `n` free CPUs the job takes them all; otherwise none of its children holds `n` and
+//!    the job spans them (step 2).
 //! 2. **Span.** With no single child fitting, take `k`, the fewest children that can hold `n` (the
 //!    `k` freest). Of the sets of `k` children that hold `n`, take the one with the fewest free
 //!    CPUs in total (the least left over; on a tie, the freer children, then the ones whose free
@@ -586,10 +590,10 @@ impl View<'_> {
         k
     }
 
-    /// Order of two same-depth candidates that both hold `n`: fewer cores touched, then fewer
-    /// free CPUs (best fit), then fuller ancestors (innermost first), then lowest CPU. A
-    /// spreading decision prefers, after whole cores, the candidate inside more entirely free
-    /// domains (its own L3, NUMA node, package).
+    /// Order of two same-depth candidates that both hold `n`: fewer cores touched; when the
+    /// decision spreads, inside more entirely free domains; fewer child domains touched (the
+    /// L3s of a NUMA node); fewer free CPUs (best fit); fuller ancestors, outermost first (the
+    /// fullest package, then NUMA node, …); lowest CPU.
     fn fit_key_cmp(&self, x: usize, y: usize, n: u32) -> Ordering {
         let a = self.a;
         let c = &self.counts;
@@ -602,20 +606,37 @@ impl View<'_> {
                     Ordering::Equal
                 }
             })
-            .then(c[x].cmp(&c[y]))
             .then_with(|| {
-                let (mut px, mut py) = (a.parent[x], a.parent[y]);
-                while px != py {
-                    let o = c[px as usize].cmp(&c[py as usize]);
-                    if o != Ordering::Equal {
-                        return o;
-                    }
-                    px = a.parent[px as usize];
-                    py = a.parent[py as usize];
+                if a.depth[x] + 1 < a.core_depth {
+                    self.kids_for(x, n).cmp(&self.kids_for(y, n))
+                } else {
+                    Ordering::Equal
                 }
-                Ordering::Equal
             })
+            .then(c[x].cmp(&c[y]))
+            .then_with(|| self.ancestors_cmp(x, y))
             .then(a.first[x].cmp(&a.first[y]))
+    }
+
+    /// Free CPUs of the ancestors of two same-depth nodes below their common ancestor, compared
+    /// outermost first.
+    fn ancestors_cmp(&self, x: usize, y: usize) -> Ordering {
+        let a = self.a;
+        // At most one ancestor per level of the tree (7 levels).
+        let (mut fx, mut fy) = ([0u32; 8], [0u32; 8]);
+        let (mut px, mut py, mut d) = (a.parent[x], a.parent[y], 0);
+        while px != py && d < 8 {
+            fx[d] = self.counts[px as usize];
+            fy[d] = self.counts[py as usize];
+            d += 1;
+            px = a.parent[px as usize];
+            py = a.parent[py as usize];
+        }
+        (0..d)
+            .rev()
+            .map(|i| fx[i].cmp(&fy[i]))
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
     }
 
     /// Children of `node` with a free CPU (cores with a free PU when its children are cores).

@@ -155,9 +155,9 @@ fn allowed_subset_is_respected_when_the_caller_passes_it() {
     topo.validate().unwrap();
     let alloc = Allocator::new(&topo).with_spread(false);
     let free = topo.allowed;
-    // Whole allowed L3s: 8-15, 40-47, 48-55, 56-63; 40-47 is the only allowed one of its NUMA
-    // node (the fullest), so NUMA node 0 keeps 12 free.
-    assert_eq!(alloc.allocate(&free, 8), Some(set("40-47")));
+    // Whole allowed L3s: 8-15, 40-47, 48-55, 56-63; 8-15 is in the fullest package (12 allowed
+    // CPUs against 24), so package 1 keeps all 24 for a package-sized job.
+    assert_eq!(alloc.allocate(&free, 8), Some(set("8-15")));
     // 4: the partly allowed L3 0-7 is the best fit.
     assert_eq!(alloc.allocate(&free, 4), Some(set("4-7")));
     // 12 fits NUMA node 0's allowed part exactly.
