@@ -5,23 +5,23 @@
 //! L3 domain, one NUMA node, one package when it fits; it spans the fewest domains otherwise, and
 //! of the ways to span that few, the one that leaves the fewest free CPUs behind in them. Among
 //! equal choices it packs: the smallest domain that holds the job, in the fullest package, NUMA
-//! node and L3 (least fragmentation). While the machine stays at least half free, a job that
-//! fits in one domain goes to an entirely free one (spreading, [`Allocator::with_spread`]): each
-//! job gets its own L3 and memory bandwidth.
+//! node and L3 (least fragmentation). On a nearly idle machine a large job does not share a cache
+//! with the one job already there (spreading, [`Allocator::with_spread`]).
 //!
 //! ```
 //! use pjw_core::{alloc::Allocator, synthetic, CpuSet};
 //! let topo = synthetic::parse("package:2 core:4 pu:2").unwrap();
-//! let used = CpuSet::parse_list("0").unwrap();
+//! let used = CpuSet::parse_list("0-3").unwrap();
 //! let free = topo.online().difference(&used);
-//! // The node is mostly free: a 2-CPU job gets a whole core in the package nobody uses.
+//! // The node is nearly idle: a second 4-CPU job gets the package nobody uses.
 //! let alloc = Allocator::new(&topo);
-//! assert_eq!(alloc.allocate(&free, 2).unwrap().to_string(), "8-9");
-//! // Packing: a whole core in the package that is already in use.
+//! assert_eq!(alloc.allocate(&free, 4).unwrap().to_string(), "8-11");
+//! // Packing: two whole cores in the package that is already in use.
 //! let alloc = Allocator::new(&topo).with_spread(false);
-//! assert_eq!(alloc.allocate(&free, 2).unwrap().to_string(), "2-3");
-//! // One CPU: the sibling of the used CPU 0, so that whole cores stay free.
-//! assert_eq!(alloc.allocate(&free, 1).unwrap().to_string(), "1");
+//! assert_eq!(alloc.allocate(&free, 4).unwrap().to_string(), "4-7");
+//! // Small jobs always pack; one CPU goes beside a used thread, so that whole cores stay free.
+//! let free = topo.online().difference(&CpuSet::parse_list("0").unwrap());
+//! assert_eq!(Allocator::new(&topo).allocate(&free, 1).unwrap().to_string(), "1");
 //! ```
 //!
 //! # Algorithm
@@ -57,6 +57,16 @@
 //!    `{2,1,1,2,2}`: `n = 4` takes two whole cores, `n = 3` one whole core plus the free PU of a
 //!    half-used core, `n = 1` the free PU of a half-used core.
 //!
+//! **Spreading** ([`Allocator::with_spread`], on by default) adds one criterion to the fit key,
+//! after whole cores: the candidate inside more entirely free domains (its own L3, NUMA node,
+//! package) first. It applies only on a nearly idle machine and only to large jobs: at most one
+//! domain of the spread level (the deepest of package / NUMA node / L3 in the tree) is in use and
+//! at least half of its CPUs are taken, the job needs at least half of the smallest domain that
+//! holds it, and at least half of the machine stays free after it. Two 4-CPU jobs on an idle
+//! machine of two 8-CPU nodes get a node each; 1- and 2-CPU jobs, and every job on a node where
+//! two domains are in use, pack. Spreading more (every job while the machine is half free) cost
+//! up to 3.6 points of fragmentation in the simulator (docs/placement.md).
+//!
 //! A decision visits each tree node a bounded number of times (at most once per tree level in
 //! the worst case), plus, when a job spans, a table of `children × (k + 1) × (n + largest) / 64`
 //! words (about 1300 on the 384-PU machine; past 32768 words, or more than 64 children, the `k`
@@ -67,9 +77,9 @@
 //!
 //! Limitations: the whole-core preference never trades away containment (a job that fits in one
 //! L3 only as half cores stays there rather than spreading over two L3s for whole cores), and
-//! when a job spans domains the children taken whole are chosen by free count, with whole cores
-//! only as a tie-break. The allocator does not look at the topology's `allowed` set: the caller
-//! passes allowed-and-unused CPUs.
+//! when a job spans domains the children are chosen by free count, with whole cores only as a
+//! tie-break. The allocator does not look at the topology's `allowed` set: the caller passes
+//! allowed-and-unused CPUs.
 
 use std::cmp::Ordering;
 
@@ -122,7 +132,12 @@ pub struct Allocator {
     core_depth: u8,
     /// Largest number of PUs in a core.
     smt: usize,
-    /// Spread jobs over empty domains while the machine is at least half free.
+    /// Per depth, the largest number of online CPUs of a node at that depth.
+    level_size: Vec<u32>,
+    /// The nodes a spreading job avoids sharing: the deepest level of packages, NUMA nodes or
+    /// L3 domains in the tree (empty when the tree has none of them).
+    spread_nodes: Vec<u32>,
+    /// Give a large job a domain of its own on a nearly idle machine ([`Allocator::with_spread`]).
     spread: bool,
 }
 
@@ -207,6 +222,20 @@ impl Allocator {
         let upper = (0..n as u32)
             .filter(|&i| depth[i as usize] <= core_depth)
             .collect();
+        let mut level_size = vec![0u32; tree.levels.len()];
+        for i in 0..n {
+            let d = depth[i] as usize;
+            level_size[d] = level_size[d].max(cpus[i].len() as u32);
+        }
+        let spread_depth = (1..core_depth as usize)
+            .rev()
+            .find(|&d| matches!(tree.levels[d], Level::Package | Level::Numa | Level::L3));
+        let spread_nodes = match spread_depth {
+            Some(d) => (0..n as u32)
+                .filter(|&i| depth[i as usize] as usize == d)
+                .collect(),
+            None => Vec::new(),
+        };
         Allocator {
             topo: topo.clone(),
             tree,
@@ -221,15 +250,19 @@ impl Allocator {
             upper,
             core_depth,
             smt,
+            level_size,
+            spread_nodes,
             spread: true,
         }
     }
 
-    /// Turn spreading on (the default) or off. With spreading, a job that fits in one L3 / NUMA
-    /// domain goes to an entirely free domain, if there is one, as long as at least half of the
-    /// machine's CPUs stay free after it: on a lightly used node every job gets its own cache
-    /// and memory bandwidth. Past half, or with spreading off, it packs (best fit), which keeps
-    /// whole domains for large jobs.
+    /// Turn spreading on (the default) or off. With spreading, on a nearly idle machine a large
+    /// job does not share a cache with the one job already there: it goes to an entirely free
+    /// L3 / NUMA node / package when (1) at most one of those domains is in use and at least
+    /// half of its CPUs are taken, (2) the job needs at least half of the smallest domain that
+    /// holds it, and (3) at least half of the machine's CPUs stay free after it. Two 4-CPU jobs
+    /// on an idle 2-node machine of 8-CPU nodes get a node each. Otherwise, or with spreading
+    /// off, it packs (best fit), which keeps whole domains for large jobs and free CPUs usable.
     pub fn with_spread(mut self, spread: bool) -> Allocator {
         self.spread = spread;
         self
@@ -309,7 +342,7 @@ impl Allocator {
                 counts,
                 hist,
                 stride,
-                spread: self.spread && 2 * (counts[0] as usize - n) >= self.leaves.len(),
+                spread: self.spreads(counts, n),
             },
             free,
             stack,
@@ -321,6 +354,37 @@ impl Allocator {
         debug_assert_eq!(out.len(), n);
         debug_assert!(out.is_subset(free));
         Some(out)
+    }
+
+    /// Whether a decision for `n` CPUs with free counts `counts` spreads (see
+    /// [`Allocator::with_spread`]).
+    fn spreads(&self, counts: &[u32], n: usize) -> bool {
+        if !self.spread || 2 * (counts[0] as usize - n) < self.leaves.len() {
+            return false;
+        }
+        // The smallest domain that holds the job: the deepest level above the cores with a
+        // node of at least n CPUs. The job must need at least half of it.
+        let core = self.core_depth as usize;
+        match (1..core)
+            .rev()
+            .map(|d| self.level_size[d])
+            .find(|&s| s as usize >= n)
+        {
+            Some(size) if 2 * n >= size as usize => {}
+            _ => return false,
+        }
+        let mut used = 0;
+        for &d in &self.spread_nodes {
+            let d = d as usize;
+            let (free, all) = (counts[d] as usize, self.cpus[d].len());
+            if free < all {
+                used += 1;
+                if used > 1 || 2 * free > all {
+                    return false;
+                }
+            }
+        }
+        true
     }
 }
 

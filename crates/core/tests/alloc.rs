@@ -241,8 +241,13 @@ const SPREAD: &[Case] = &[
     // Between two empty NUMA nodes, the one in the emptier package.
     Case { what: "empty node in the other package", machine: DEEP, used: "0-7", n: 8, want: Some("32-39") },
     Case { what: "whole cores still come first", machine: "package:2 core:4 pu:2", used: "0,8", n: 2, want: Some("2-3") },
-    Case { what: "a 2-CPU job (one core) also goes to the empty package", machine: "package:2 core:4 pu:2", used: "0", n: 2, want: Some("8-9") },
-    Case { what: "one CPU: the empty package, not the thread beside another job's", machine: "package:2 core:4 pu:2", used: "0", n: 1, want: Some("8") },
+    Case { what: "a 2-CPU job (a quarter of a node) packs: a whole core beside the 1-CPU job, node 1 stays whole", machine: "package:2 core:4 pu:2", used: "0", n: 2, want: Some("2-3") },
+    Case { what: "one CPU packs: the thread beside another job's, node 1 stays whole", machine: "package:2 core:4 pu:2", used: "0", n: 1, want: Some("1") },
+    Case { what: "a 4-CPU job beside a 2-CPU one packs: the used node is not half used", machine: "package:2 core:4 pu:2", used: "0-1", n: 4, want: Some("2-5") },
+    Case { what: "a 4-CPU job beside a 6-CPU one: the empty node", machine: "package:2 core:4 pu:2", used: "0-5", n: 4, want: Some("8-11") },
+    Case { what: "a third 4-CPU job, both nodes in use: packs", machine: "package:2 core:4 pu:2", used: "0-3,8-11", n: 4, want: Some("4-7") },
+    Case { what: "two L3s in use: no spreading, best fit", machine: DEEP, used: "0-3,8-11", n: 4, want: Some("4-7") },
+    Case { what: "one L3 half used, a half-L3 job: the L3 of an empty package", machine: DEEP, used: "0-3", n: 4, want: Some("32-35") },
     Case { what: "one CPU when packing: beside the half-used core", machine: "package:2 core:4 pu:2", used: "0-1,8-9,4", n: 1, want: Some("5") },
     Case { what: "a job that spans takes the larger package whole", machine: "package:2 core:4 pu:2", used: "0-1", n: 10, want: Some("2-3,8-15") },
 ];
@@ -267,19 +272,60 @@ fn spread_table() {
 }
 
 #[test]
-fn filling_a_machine_one_core_at_a_time_spreads_then_packs() {
-    // 2 packages × 4 cores × 2 threads: the first two 2-CPU jobs go one per package, the rest
-    // pack, and every job still gets a whole core.
+fn filling_a_machine_four_cpus_at_a_time_spreads_then_packs() {
+    // 2 packages × 4 cores × 2 threads: the first two 4-CPU jobs go one per package, the rest
+    // pack, and every job gets two whole cores.
     let topo = synthetic::parse("package:2 core:4 pu:2").unwrap();
     let alloc = Allocator::new(&topo);
     let mut free = topo.online();
     let mut got_all = Vec::new();
-    for _ in 0..8 {
-        let got = alloc.allocate(&free, 2).unwrap();
-        assert_eq!(topo.domains_spanned(Level::Core, &got), 1, "{got}");
+    for _ in 0..4 {
+        let got = alloc.allocate(&free, 4).unwrap();
+        assert_eq!(topo.domains_spanned(Level::Core, &got), 2, "{got}");
         got_all.push(got.to_string());
         free = free.difference(&got);
     }
-    assert_eq!(got_all[..3], ["0-1", "8-9", "2-3"]);
+    assert_eq!(got_all, ["0-3", "8-11", "4-7", "12-15"]);
     assert!(free.is_empty());
+}
+
+#[test]
+fn small_jobs_pack_while_spreading() {
+    // 1- and 2-CPU jobs never spread: they fill package 0 core by core, the thread beside a
+    // 1-CPU job first.
+    let topo = synthetic::parse("package:2 core:4 pu:2").unwrap();
+    let alloc = Allocator::new(&topo);
+    let mut free = topo.online();
+    let mut got_all = Vec::new();
+    for n in [1, 2, 1, 2] {
+        let got = alloc.allocate(&free, n).unwrap();
+        got_all.push(got.to_string());
+        free = free.difference(&got);
+    }
+    assert_eq!(got_all, ["0", "2-3", "1", "4-5"]);
+}
+
+/// The VM test `four_cpu_jobs_spread_over_the_nodes_and_an_eight_cpu_job_takes_a_whole_one`
+/// (crates/cli/tests/numa.rs) on its guest's topology: 2 NUMA nodes (CPUs 0-7, 8-15, an L3
+/// each) of 4 cores × 2 threads.
+#[test]
+fn the_vm_guests_four_and_eight_cpu_jobs() {
+    let topo = synthetic::parse("package:2 numa:1 l3:1 core:4 pu:2").unwrap();
+    let alloc = Allocator::new(&topo);
+    let online = topo.online();
+    let a = alloc.allocate(&online, 4).unwrap();
+    let b = alloc.allocate(&online.difference(&a), 4).unwrap();
+    for (job, want) in [(&a, "0-3"), (&b, "8-11")] {
+        assert_eq!(job.to_string(), want);
+        assert_eq!(topo.domains_spanned(Level::Numa, job), 1, "{job}");
+        assert_eq!(
+            topo.domains_spanned(Level::Core, job),
+            2,
+            "{job}: whole cores"
+        );
+    }
+    assert_eq!(topo.domains_spanned(Level::L3, &a.union(&b)), 2);
+    // b ends: an 8-CPU job takes b's node whole.
+    let big = alloc.allocate(&online.difference(&a), 8).unwrap();
+    assert_eq!(big.to_string(), "8-15");
 }
