@@ -63,9 +63,9 @@
 //! domain of the spread level (the deepest of package / NUMA node / L3 in the tree) is in use and
 //! at least half of its CPUs are taken, the job needs at least half of the smallest domain that
 //! holds it, and at least half of the machine stays free after it. Two 4-CPU jobs on an idle
-//! machine of two 8-CPU nodes get a node each; 1- and 2-CPU jobs, and every job on a node where
-//! two domains are in use, pack. Spreading more (every job while the machine is half free) cost
-//! up to 3.6 points of fragmentation in the simulator (docs/placement.md).
+//! machine of two 8-CPU nodes get a node each; jobs smaller than half a domain (1 to 3 CPUs
+//! there), and every job on a node where two domains are in use, pack. Spreading more (every job while the machine is half free) left
+//! up to 3.1 points more of the free CPUs stranded in the simulator (docs/placement.md).
 //!
 //! A decision visits each tree node a bounded number of times (at most once per tree level in
 //! the worst case), plus, when a job spans, a table of `children × (k + 1) × (n + largest) / 64`
@@ -73,7 +73,7 @@
 //! freest children are taken), and needs no heap allocation when a [`Scratch`] is reused
 //! ([`Allocator::allocate_with`]); [`Allocator::allocate`] allocates one fresh scratch. The
 //! result depends only on the topology, the free set and `n`. On the 384-PU corpus machine a
-//! decision takes 1–6 µs (`cargo bench -p pjw-topology --bench alloc`).
+//! decision takes 1.5–3.5 µs (`cargo bench -p pjw-topology --bench alloc`).
 //!
 //! Limitations: the whole-core preference never trades away containment (a job that fits in one
 //! L3 only as half cores stays there rather than spreading over two L3s for whole cores), and

@@ -236,7 +236,7 @@ const SPREAD: &[Case] = &[
     Case { what: "first 4-CPU job: node 0", machine: "package:2 core:4 pu:2", used: "", n: 4, want: Some("0-3") },
     Case { what: "second 4-CPU job: the empty node 1", machine: "package:2 core:4 pu:2", used: "0-3", n: 4, want: Some("8-11") },
     Case { what: "an 8-CPU job beside a 4-CPU one: the whole empty node", machine: "package:2 core:4 pu:2", used: "0-3", n: 8, want: Some("8-15") },
-    Case { what: "past half free it packs again", machine: "package:2 core:4 pu:2", used: "0-3,8-11", n: 2, want: Some("4-5") },
+    Case { what: "both nodes in use, past half: it packs", machine: "package:2 core:4 pu:2", used: "0-3,8-11", n: 2, want: Some("4-5") },
     Case { what: "no empty domain: best fit", machine: "package:2 core:4 pu:2", used: "0-1,8-9", n: 2, want: Some("2-3") },
     // Between two empty NUMA nodes, the one in the emptier package.
     Case { what: "empty node in the other package", machine: DEEP, used: "0-7", n: 8, want: Some("32-39") },
