@@ -6,8 +6,9 @@
 //! one at a time (they place jobs on whole NUMA nodes), each with its own daemon through
 //! `pjw_testkit::TestDaemon`, which kills what a test left and removes its cgroups.
 //!
-//! The allocator spreads while the machine is at least half free: on an idle guest two 4-CPU jobs
-//! get a NUMA node (and L3) each; past half it packs (best fit).
+//! The allocator spreads on a nearly idle machine: on an idle guest two 4-CPU jobs (half a node
+//! each) get a NUMA node (and L3) each; otherwise it packs (best fit). The same placements are a
+//! table test in crates/core/tests/alloc.rs (`the_vm_guests_four_and_eight_cpu_jobs`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};

@@ -70,7 +70,9 @@ const CASES: &[Case] = &[
     Case { what: "one package full, one cpu of the next", machine: DEEP, used: "", n: 33, want: Some("0-32") },
     Case { what: "spans two packages: the larger one whole", machine: DUAL, used: "0-3", n: 14, want: Some("4-5,12-23") },
     Case { what: "spans the free numa node of each package", machine: DEEP, used: "0-15,32-47", n: 20, want: Some("16-31,48-51") },
-    Case { what: "free {8,6,3}, nine: the 8 whole and 1 from the 3, keeps the 6", machine: QUAD, used: "0-15,24-41,48-68,72-95", n: 9, want: Some("16-23,69") },
+    Case { what: "free {8,6,3}, nine: two packages either way; the 6 and the 3 leave nothing over and keep the 8 whole (8 + 1 of the 3 would leave 2 stranded)", machine: QUAD, used: "0-15,24-41,48-68,72-95", n: 9, want: Some("42-47,69-71") },
+    Case { what: "free {8,6,4}, nine: the 6 whole and 3 of the 4 leave 1 over (the 8 and 1 of the 4 would leave 3) and keep the 8 whole", machine: QUAD, used: "0-15,24-41,48-67,72-95", n: 9, want: Some("42-47,68-70") },
+    Case { what: "free {8,6,1}, nine: only the 8 with 1 of the 6 or the 1 holds it in two; the 1 whole leaves nothing over", machine: QUAD, used: "0-15,24-41,48-70,72-95", n: 9, want: Some("16-23,71") },
     Case { what: "spans the fewest packages", machine: QUAD, used: "", n: 30, want: Some("0-29") },
     Case { what: "big machine: two l3s, one whole", machine: BIG, used: "", n: 17, want: Some("0-16") },
 ];
@@ -153,9 +155,9 @@ fn allowed_subset_is_respected_when_the_caller_passes_it() {
     topo.validate().unwrap();
     let alloc = Allocator::new(&topo).with_spread(false);
     let free = topo.allowed;
-    // Whole allowed L3s: 8-15, 40-47, 48-55, 56-63; 40-47 is the only allowed one of its NUMA
-    // node (the fullest), so NUMA node 0 keeps 12 free.
-    assert_eq!(alloc.allocate(&free, 8), Some(set("40-47")));
+    // Whole allowed L3s: 8-15, 40-47, 48-55, 56-63; 8-15 is in the fullest package (12 allowed
+    // CPUs against 24), so package 1 keeps all 24 for a package-sized job.
+    assert_eq!(alloc.allocate(&free, 8), Some(set("8-15")));
     // 4: the partly allowed L3 0-7 is the best fit.
     assert_eq!(alloc.allocate(&free, 4), Some(set("4-7")));
     // 12 fits NUMA node 0's allowed part exactly.
@@ -234,13 +236,18 @@ const SPREAD: &[Case] = &[
     Case { what: "first 4-CPU job: node 0", machine: "package:2 core:4 pu:2", used: "", n: 4, want: Some("0-3") },
     Case { what: "second 4-CPU job: the empty node 1", machine: "package:2 core:4 pu:2", used: "0-3", n: 4, want: Some("8-11") },
     Case { what: "an 8-CPU job beside a 4-CPU one: the whole empty node", machine: "package:2 core:4 pu:2", used: "0-3", n: 8, want: Some("8-15") },
-    Case { what: "past half free it packs again", machine: "package:2 core:4 pu:2", used: "0-3,8-11", n: 2, want: Some("4-5") },
+    Case { what: "both nodes in use, past half: it packs", machine: "package:2 core:4 pu:2", used: "0-3,8-11", n: 2, want: Some("4-5") },
     Case { what: "no empty domain: best fit", machine: "package:2 core:4 pu:2", used: "0-1,8-9", n: 2, want: Some("2-3") },
     // Between two empty NUMA nodes, the one in the emptier package.
     Case { what: "empty node in the other package", machine: DEEP, used: "0-7", n: 8, want: Some("32-39") },
     Case { what: "whole cores still come first", machine: "package:2 core:4 pu:2", used: "0,8", n: 2, want: Some("2-3") },
-    Case { what: "a 2-CPU job (one core) also goes to the empty package", machine: "package:2 core:4 pu:2", used: "0", n: 2, want: Some("8-9") },
-    Case { what: "one CPU: the empty package, not the thread beside another job's", machine: "package:2 core:4 pu:2", used: "0", n: 1, want: Some("8") },
+    Case { what: "a 2-CPU job (a quarter of a node) packs: a whole core beside the 1-CPU job, node 1 stays whole", machine: "package:2 core:4 pu:2", used: "0", n: 2, want: Some("2-3") },
+    Case { what: "one CPU packs: the thread beside another job's, node 1 stays whole", machine: "package:2 core:4 pu:2", used: "0", n: 1, want: Some("1") },
+    Case { what: "a 4-CPU job beside a 2-CPU one packs: the used node is not half used", machine: "package:2 core:4 pu:2", used: "0-1", n: 4, want: Some("2-5") },
+    Case { what: "a 4-CPU job beside a 6-CPU one: the empty node", machine: "package:2 core:4 pu:2", used: "0-5", n: 4, want: Some("8-11") },
+    Case { what: "a third 4-CPU job, both nodes in use: packs", machine: "package:2 core:4 pu:2", used: "0-3,8-11", n: 4, want: Some("4-7") },
+    Case { what: "two L3s in use: no spreading, best fit", machine: DEEP, used: "0-3,8-11", n: 4, want: Some("4-7") },
+    Case { what: "one L3 half used, a half-L3 job: the L3 of an empty package", machine: DEEP, used: "0-3", n: 4, want: Some("32-35") },
     Case { what: "one CPU when packing: beside the half-used core", machine: "package:2 core:4 pu:2", used: "0-1,8-9,4", n: 1, want: Some("5") },
     Case { what: "a job that spans takes the larger package whole", machine: "package:2 core:4 pu:2", used: "0-1", n: 10, want: Some("2-3,8-15") },
 ];
@@ -265,19 +272,60 @@ fn spread_table() {
 }
 
 #[test]
-fn filling_a_machine_one_core_at_a_time_spreads_then_packs() {
-    // 2 packages × 4 cores × 2 threads: the first two 2-CPU jobs go one per package, the rest
-    // pack, and every job still gets a whole core.
+fn filling_a_machine_four_cpus_at_a_time_spreads_then_packs() {
+    // 2 packages × 4 cores × 2 threads: the first two 4-CPU jobs go one per package, the rest
+    // pack, and every job gets two whole cores.
     let topo = synthetic::parse("package:2 core:4 pu:2").unwrap();
     let alloc = Allocator::new(&topo);
     let mut free = topo.online();
     let mut got_all = Vec::new();
-    for _ in 0..8 {
-        let got = alloc.allocate(&free, 2).unwrap();
-        assert_eq!(topo.domains_spanned(Level::Core, &got), 1, "{got}");
+    for _ in 0..4 {
+        let got = alloc.allocate(&free, 4).unwrap();
+        assert_eq!(topo.domains_spanned(Level::Core, &got), 2, "{got}");
         got_all.push(got.to_string());
         free = free.difference(&got);
     }
-    assert_eq!(got_all[..3], ["0-1", "8-9", "2-3"]);
+    assert_eq!(got_all, ["0-3", "8-11", "4-7", "12-15"]);
     assert!(free.is_empty());
+}
+
+#[test]
+fn small_jobs_pack_while_spreading() {
+    // 1- and 2-CPU jobs never spread: they fill package 0 core by core, the thread beside a
+    // 1-CPU job first.
+    let topo = synthetic::parse("package:2 core:4 pu:2").unwrap();
+    let alloc = Allocator::new(&topo);
+    let mut free = topo.online();
+    let mut got_all = Vec::new();
+    for n in [1, 2, 1, 2] {
+        let got = alloc.allocate(&free, n).unwrap();
+        got_all.push(got.to_string());
+        free = free.difference(&got);
+    }
+    assert_eq!(got_all, ["0", "2-3", "1", "4-5"]);
+}
+
+/// The VM test `four_cpu_jobs_spread_over_the_nodes_and_an_eight_cpu_job_takes_a_whole_one`
+/// (crates/cli/tests/numa.rs) on its guest's topology: 2 NUMA nodes (CPUs 0-7, 8-15, an L3
+/// each) of 4 cores × 2 threads.
+#[test]
+fn the_vm_guests_four_and_eight_cpu_jobs() {
+    let topo = synthetic::parse("package:2 numa:1 l3:1 core:4 pu:2").unwrap();
+    let alloc = Allocator::new(&topo);
+    let online = topo.online();
+    let a = alloc.allocate(&online, 4).unwrap();
+    let b = alloc.allocate(&online.difference(&a), 4).unwrap();
+    for (job, want) in [(&a, "0-3"), (&b, "8-11")] {
+        assert_eq!(job.to_string(), want);
+        assert_eq!(topo.domains_spanned(Level::Numa, job), 1, "{job}");
+        assert_eq!(
+            topo.domains_spanned(Level::Core, job),
+            2,
+            "{job}: whole cores"
+        );
+    }
+    assert_eq!(topo.domains_spanned(Level::L3, &a.union(&b)), 2);
+    // b ends: an 8-CPU job takes b's node whole.
+    let big = alloc.allocate(&online.difference(&a), 8).unwrap();
+    assert_eq!(big.to_string(), "8-15");
 }

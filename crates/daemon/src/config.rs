@@ -243,7 +243,8 @@ pub struct Config {
     /// pool (checked at start, when the pool is known).
     pub vcpus: Option<usize>,
     pub backfill: bool,
-    /// Spread jobs over empty L3 / NUMA domains while the node is at least half free.
+    /// On a nearly idle node, give a large job an L3 / NUMA domain of its own
+    /// (`pjw_core::alloc::Allocator::with_spread`).
     pub spread: bool,
     pub hard_preemption: bool,
     /// Seconds a job may wait in the queue; `None` = forever.

@@ -97,7 +97,7 @@ pub struct Pjw {
 }
 
 impl Pjw {
-    /// For `topo`, as the daemon runs it (spreading while the machine is at least half free).
+    /// For `topo`, as the daemon runs it (spreading large jobs only on a nearly idle machine).
     pub fn new(topo: &Topology) -> Pjw {
         Pjw {
             alloc: Allocator::new(topo),
