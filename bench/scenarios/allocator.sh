@@ -33,7 +33,7 @@ row "$(calc "printf \"decision %.2f µs p99, %.2f µs mean (medians of %d runs o
   "kubelet, Slurm baselines (re-implemented in pjw sim)" "< 10 µs; best locality" \
   "$(calc "print ($p99 < 10 && $numa <= $bestn) ? \"pass\" : \"short\"")" "allocator (384 PUs)"
 if calc "exit !($numa > $bestn)"; then
-  note "allocator: locality $numa NUMA nodes per job against $bestp's $bestn ($(calc "printf \"%+.1f%%\", ($numa / $bestn - 1) * 100")); every job of pjw's is on the fewest domains that could hold it ($minp%), the difference is in how multi-domain jobs are split and in ties between equally full packages, where both policies are best fit (docs/placement.md: over 30 seeds the two tie); pjw's packing variant (pjw-pack, \`spread = false\`) gives the same figure, so it is not spreading. The table of all policies is in raw/allocator-table.txt."
+  note "allocator: locality $numa NUMA nodes per job against $bestp's $bestn ($(calc "printf \"%+.1f%%\", ($numa / $bestn - 1) * 100")); every job of pjw's is on the fewest domains that could hold it ($minp%), the difference is in how multi-domain jobs are split and in ties between equally full packages, where both policies are best fit (docs/placement.md, over 200 seeds: a tie at load 0.9 on this machine; block's lead elsewhere, up to 0.15%, comes from letting two jobs share a physical core, which pjw does not while a whole core is free); pjw's packing variant (pjw-pack, \`spread = false\`) gives the same figure, so it is not spreading. The table of all policies is in raw/allocator-table.txt."
 fi
 if calc "exit !($p99 >= 10)"; then
   note "allocator: p99 decision time $p99 µs at 384 PUs."
