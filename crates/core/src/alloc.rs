@@ -64,8 +64,9 @@
 //! at least half of its CPUs are taken, the job needs at least half of the smallest domain that
 //! holds it, and at least half of the machine stays free after it. Two 4-CPU jobs on an idle
 //! machine of two 8-CPU nodes get a node each; jobs smaller than half a domain (1 to 3 CPUs
-//! there), and every job on a node where two domains are in use, pack. Spreading more (every job while the machine is half free) left
-//! up to 3.1 points more of the free CPUs stranded in the simulator (docs/placement.md).
+//! there), and every job on a node where two domains are in use, pack. Spreading more (every
+//! job while the machine is half free) left up to 3.1 points more of the free CPUs stranded in
+//! the simulator (docs/placement.md).
 //!
 //! A decision visits each tree node a bounded number of times (at most once per tree level in
 //! the worst case), plus, when a job spans, a table of `children × (k + 1) × (n + largest) / 64`
