@@ -89,6 +89,7 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
     pg.stop();
     std::fs::write(dir.join("b.go"), "").unwrap();
     assert!(b.wait().unwrap().success());
+    let ended = std::time::Instant::now();
     // It is recorded locally (ended, with its summary) ...
     assert!(TestDaemon::wait_for(Duration::from_secs(30), || {
         let o = report(&d, &["-J", "down1", "--format", "json"]);
@@ -107,7 +108,9 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
     std::thread::sleep(Duration::from_secs(2));
     assert!(d.log().contains("finished jobs stay spooled"));
 
-    // PostgreSQL comes back: the spooled job arrives, once.
+    // PostgreSQL comes back a minute after the job ended (many retry intervals, and longer
+    // than any connection timeout): the spooled job arrives, once.
+    std::thread::sleep(Duration::from_secs(60).saturating_sub(ended.elapsed()));
     pg.start_again();
     let mut c = Central::connect(&pg.url()).unwrap();
     let only = |c: &mut Central| {
