@@ -87,7 +87,10 @@ for r in $(seq "$REPS"); do
   noisy_pgid=""
 
   printf ', under pjw\n'
-  "$PJW" run --cpus 1 --job-id "noisy-$r" --name noisy -- "$WL" burn "$busy" >/dev/null 2>&1 &
+  # In a quiet subshell: the job is killed at the end of the round (SIGKILL), and bash reports
+  # a child that dies of a signal ("Killed") on its own stderr.
+  # (`; true` keeps the subshell from exec'ing the client, so it is not the one killed.)
+  ( "$PJW" run --cpus 1 --job-id "noisy-$r" --name noisy -- "$WL" burn "$busy" >/dev/null; true ) 2>/dev/null &
   noisy_client=$!
   for _ in $(seq 100); do "$PJW" status --json | grep -q "\"noisy-$r\"" && break; sleep 0.02; done
   sleep 0.3
