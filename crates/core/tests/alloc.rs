@@ -271,21 +271,34 @@ fn spread_table() {
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
+/// Jobs of `sizes` placed one after another on an idle `topo` by the default allocator (none
+/// ends): their sets, and what is left free.
+fn place_in_turn(topo: &Topology, sizes: &[usize]) -> (Vec<CpuSet>, CpuSet) {
+    let alloc = Allocator::new(topo);
+    let mut free = topo.online();
+    let mut got = Vec::new();
+    for &n in sizes {
+        let g = alloc.allocate(&free, n).unwrap();
+        free = free.difference(&g);
+        got.push(g);
+    }
+    (got, free)
+}
+
+fn names(sets: &[CpuSet]) -> Vec<String> {
+    sets.iter().map(|s| s.to_string()).collect()
+}
+
 #[test]
 fn filling_a_machine_four_cpus_at_a_time_spreads_then_packs() {
     // 2 packages × 4 cores × 2 threads: the first two 4-CPU jobs go one per package, the rest
     // pack, and every job gets two whole cores.
     let topo = synthetic::parse("package:2 core:4 pu:2").unwrap();
-    let alloc = Allocator::new(&topo);
-    let mut free = topo.online();
-    let mut got_all = Vec::new();
-    for _ in 0..4 {
-        let got = alloc.allocate(&free, 4).unwrap();
-        assert_eq!(topo.domains_spanned(Level::Core, &got), 2, "{got}");
-        got_all.push(got.to_string());
-        free = free.difference(&got);
+    let (got, free) = place_in_turn(&topo, &[4, 4, 4, 4]);
+    for g in &got {
+        assert_eq!(topo.domains_spanned(Level::Core, g), 2, "{g}");
     }
-    assert_eq!(got_all, ["0-3", "8-11", "4-7", "12-15"]);
+    assert_eq!(names(&got), ["0-3", "8-11", "4-7", "12-15"]);
     assert!(free.is_empty());
 }
 
@@ -294,15 +307,8 @@ fn small_jobs_pack_while_spreading() {
     // 1- and 2-CPU jobs never spread: they fill package 0 core by core, the thread beside a
     // 1-CPU job first.
     let topo = synthetic::parse("package:2 core:4 pu:2").unwrap();
-    let alloc = Allocator::new(&topo);
-    let mut free = topo.online();
-    let mut got_all = Vec::new();
-    for n in [1, 2, 1, 2] {
-        let got = alloc.allocate(&free, n).unwrap();
-        got_all.push(got.to_string());
-        free = free.difference(&got);
-    }
-    assert_eq!(got_all, ["0", "2-3", "1", "4-5"]);
+    let (got, _) = place_in_turn(&topo, &[1, 2, 1, 2]);
+    assert_eq!(names(&got), ["0", "2-3", "1", "4-5"]);
 }
 
 /// The VM test `four_cpu_jobs_spread_over_the_nodes_and_an_eight_cpu_job_takes_a_whole_one`

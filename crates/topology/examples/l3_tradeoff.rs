@@ -15,22 +15,10 @@
 use pjw_core::sim::{self, baselines, trace, Placement};
 use pjw_core::{CpuSet, Level, Topology};
 
-/// Fewest of `frees` (free CPUs per domain) that add up to `n`, taking the freest first.
-fn fewest(mut frees: Vec<usize>, n: usize) -> usize {
-    frees.sort_unstable_by(|a, b| b.cmp(a));
-    let (mut sum, mut k) = (0, 0);
-    for f in frees {
-        if sum >= n {
-            break;
-        }
-        sum += f;
-        k += 1;
-    }
-    if sum >= n {
-        k
-    } else {
-        usize::MAX
-    }
+/// Fewest of `frees` (free CPUs per domain) that add up to `n`, taking the freest first
+/// (`usize::MAX` when they cannot).
+fn fewest(frees: Vec<usize>, n: usize) -> usize {
+    sim::fewest_holding(frees, n).unwrap_or(usize::MAX)
 }
 
 /// The machine's L3 domains and NUMA nodes.

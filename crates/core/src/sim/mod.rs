@@ -182,17 +182,8 @@ impl Domains {
         if doms.is_empty() {
             return 0;
         }
-        let mut f: Vec<usize> = doms.iter().map(|d| d.intersection_len(free)).collect();
-        f.sort_unstable_by(|a, b| b.cmp(a));
-        let (mut sum, mut k) = (0, 0);
-        for x in f {
-            if sum >= n {
-                break;
-            }
-            sum += x;
-            k += 1;
-        }
-        k
+        fewest_holding(doms.iter().map(|d| d.intersection_len(free)).collect(), n)
+            .unwrap_or(doms.len())
     }
 
     /// `ceil(n / largest domain)` (0 when the level is unknown).
@@ -218,6 +209,21 @@ impl Domains {
             .map(|d| d.intersection_len(free) % k)
             .sum()
     }
+}
+
+/// Fewest of `frees` (free CPUs per domain) that add up to at least `n`, taking the freest
+/// first; `None` when all of them together hold fewer.
+pub fn fewest_holding(mut frees: Vec<usize>, n: usize) -> Option<usize> {
+    frees.sort_unstable_by(|a, b| b.cmp(a));
+    let (mut sum, mut k) = (0, 0);
+    for f in frees {
+        if sum >= n {
+            break;
+        }
+        sum += f;
+        k += 1;
+    }
+    (sum >= n).then_some(k)
 }
 
 /// Replay `jobs` (sorted by submit time) on `topo`'s online CPUs under `policy`, sampling
