@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Run cargo test with the given arguments, show its output, and close with one line adding up
-# every test binary's counts: "tests: N passed, N failed". Exits with cargo's status.
+# every test binary's counts — "tests: N passed, M failed, K skipped" — after the list of the
+# skipped tests with their reasons. A test that called testkit's skip! (it could not run its
+# point here) is counted as skipped, not passed: it appends a line to $PJW_SKIP_LOG. libtest's
+# ignored tests are skipped too. Exits with cargo's status.
 set -uo pipefail
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+skips=$(mktemp)
+trap 'rm -f "$log" "$skips"' EXIT
+export PJW_SKIP_LOG=$skips
 cargo test "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
-     END { printf "\ntests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+scripts/count-tests.sh "$log" "$skips" "tests" || true
 exit "$rc"

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The VM test tier: boot a qemu guest with pure cgroup v2 and two NUMA nodes, run pjw's static
-# test executables inside it, print the guest's output and one line "VM: N passed, M failed".
+# test executables inside it, print the guest's output and the skipped tests and one line
+# "VM-busybox-v2: N passed, M failed, K skipped".
 #
 # usage: vm/vmtest.sh <dir>   <dir> holds the static test executables (one per file), plus
 #                                 pjw and pjw-wl; vm/build.sh fills it.
@@ -49,12 +50,14 @@ setup() {
     mv "$W/modules.new" "$W/modules"; mv "$W/vmlinux.new" "$W/vmlinux"
     rm -rf "$W/k" "$W"/*.deb "$W/initrd.gz"
   fi
-  if [ ! -f "$W/initrd.gz" ] || [ "$W/initrd.gz" -ot "$here/guest-init.sh" ] || [ "$W/initrd.gz" -ot /bin/busybox ]; then
+  if [ ! -f "$W/initrd.gz" ] || [ "$W/initrd.gz" -ot "$here/guest-init.sh" ] || [ "$W/initrd.gz" -ot "$here/vmtest.sh" ] || [ "$W/initrd.gz" -ot /bin/busybox ]; then
     rm -rf "$W/root"; mkdir -p "$W/root/bin" "$W/root/lib" "$W/root/etc"
     cp /bin/busybox "$W/root/bin/"; cp "$W"/modules/*.ko "$W/root/lib/"
     # A minimal user database, as on any real machine (pjw names users with getpwuid).
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$W/root/etc/passwd"
     printf 'root:x:0:\nnogroup:x:65534:\n' > "$W/root/etc/group"
+    # The tier's name: tests read it (testkit::skip) to tell a guest from the host.
+    echo busybox-v2 > "$W/root/etc/pjw-guest"
     cp "$here/guest-init.sh" "$W/root/init"; chmod +x "$W/root/init"
     (cd "$W/root" && find . | cpio -o -H newc 2>/dev/null | gzip -1) > "$W/initrd.gz.new"
     mv "$W/initrd.gz.new" "$W/initrd.gz"; rm -rf "$W/root"
@@ -124,7 +127,7 @@ set -e
 end=$(date +%s)
 grep -v '^@@EXIT_CODE=' "$run/console.log" || true
 code=$(sed -n 's/^@@EXIT_CODE=\([0-9]*\)$/\1/p' "$run/console.log" | tail -1)
-summary=$(grep '^VM: [0-9]* passed, [0-9]* failed' "$run/console.log" | tail -1 || true)
+summary=$(grep '^VM-[a-z0-9-]*: [0-9]* passed, [0-9]* failed' "$run/console.log" | tail -1 || true)
 if [ -z "$code" ]; then
   case $qrc in
     124) why="timed out after ${VM_TIMEOUT:-900} s" ;;
@@ -132,10 +135,10 @@ if [ -z "$code" ]; then
     *) why="no exit marker (panic or crash; qemu status $qrc)" ;;
   esac
   cat "$run/qemu.err" >&2
-  summary="VM: FAILED, $why"
+  summary="VM-busybox-v2: FAILED, $why"
   code=1
 elif [ -z "$summary" ]; then
-  summary="VM: FAILED, no summary from the guest"
+  summary="VM-busybox-v2: FAILED, no summary from the guest"
   [ "$code" != 0 ] || code=1
 fi
 echo "$summary (guest exit $code, $((end - start)) s)" | tee "$run/summary"

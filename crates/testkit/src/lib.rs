@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 use pjw_cgroup::{Driver, ParentSpec};
 
 pub mod pg;
+pub mod skip;
+
+pub use skip::{guest_tier, in_vm_guest, Component};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 static SWEEP: std::sync::Once = std::sync::Once::new();
@@ -67,13 +70,6 @@ pub fn pjw_bin(built: &str) -> PathBuf {
     }
 }
 
-/// Whether this test runs inside the VM tier's guest (vm/guest-run.sh sets `PJW_VM_GUEST=1`).
-/// Tests that need host-only services (Slurm, Grid Engine, PostgreSQL) skip there, and only there:
-/// on the host `make test` installs those services, so their absence is a failure.
-pub fn in_vm_guest() -> bool {
-    std::env::var_os("PJW_VM_GUEST").is_some_and(|v| v == "1")
-}
-
 /// Whether root tests can run here (root, and a cgroup filesystem).
 pub fn can_run_root_tests() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -81,14 +77,12 @@ pub fn can_run_root_tests() -> bool {
     root && Path::new("/proc/self/cgroup").exists() && Path::new("/sys/fs/cgroup").exists()
 }
 
-/// Skip the calling test (return early) when root tests cannot run, saying why.
+/// Root tests need root and a cgroup filesystem, which `make test` provides: without them the
+/// test fails (on the host) instead of passing silently.
 #[macro_export]
 macro_rules! require_root {
     () => {
-        if !$crate::can_run_root_tests() {
-            eprintln!("skipped: needs root and a cgroup filesystem");
-            return;
-        }
+        $crate::require!($crate::Component::Root)
     };
 }
 
