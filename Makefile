@@ -72,6 +72,9 @@ lint:
 install: release
 	install -D -m 0755 target/release/pjw $(DESTDIR)$(PREFIX)/bin/pjw
 	install -D -m 0644 packaging/pjw.service $(DESTDIR)/etc/systemd/system/pjw.service
+	install -D -m 0644 packaging/pjw.slice $(DESTDIR)/etc/systemd/system/pjw.slice
+	install -D -m 0755 scripts/pjw-scope $(DESTDIR)$(PREFIX)/lib/pjw/pjw-scope
+	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/pjw/README.md
 	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/pjw-prolog.sh packaging/slurm/pjw-epilog.sh
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/slurm.conf packaging/slurm/cgroup.conf
 	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/sge packaging/sge/pjw-shepherd.sh
@@ -82,9 +85,11 @@ install: release
 	 else echo "keeping existing $(DESTDIR)/etc/pjw/pjw.toml"; fi
 	@echo "installed; with systemd: systemctl daemon-reload && systemctl enable --now pjw"
 
+# Jobs still running in pjw-jobs.scope (pure v2 under systemd) are left alone: stop them first
+# (`systemctl stop pjw-jobs.scope` kills them).
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/pjw $(DESTDIR)/etc/systemd/system/pjw.service
-	rm -rf $(DESTDIR)$(PREFIX)/lib/pjw
+	rm -f $(DESTDIR)$(PREFIX)/bin/pjw $(DESTDIR)/etc/systemd/system/pjw.service $(DESTDIR)/etc/systemd/system/pjw.slice
+	rm -rf $(DESTDIR)$(PREFIX)/lib/pjw $(DESTDIR)$(PREFIX)/share/doc/pjw
 
 clean:
 	$(CARGO) clean
