@@ -21,14 +21,18 @@ release: deps
 demo: release
 	scripts/demo.sh
 
-# Everything: unit, property and fake-tree tests, and root tests on the real cgroupfs (each
-# below the test's own cgroup, removed even when a test fails); then the VM tier.
-test: test-host
-	$(MAKE) test-vm test-vm-selfcheck
+# Everything (scripts/test-all.sh): the host tier — unit, property and fake-tree tests, root tests
+# on the real cgroupfs (each below the test's own cgroup or its delegated scope, removed even when
+# a test fails), live Slurm, Grid Engine, PostgreSQL — then the guests: busybox with pure cgroup
+# v2 and 2 NUMA nodes, busybox with pure v1, Debian 12 with systemd; then the self-checks. Each
+# tier ends "TIER: N passed, M failed, K skipped" with its skips' reasons; a grand total closes.
+test: build
+	scripts/wlm/install.sh
+	scripts/test-all.sh
 
 test-host: build
 	scripts/wlm/install.sh
-	scripts/test-summary.sh --workspace
+	TEST_TIERS=host scripts/test-all.sh
 
 # The VM tier: static test executables run in a qemu guest with pure cgroup v2 and two NUMA
 # nodes (vm/vmtest.sh; kernel and initramfs cached in /var/tmp/pjw-vm, one log per run).
