@@ -29,6 +29,10 @@ pub struct RawConfig {
     pub queue_ttl: Option<u64>,
     pub default_priority: Option<u8>,
     pub max_priority: Option<u8>,
+    pub preempt_priority: Option<u8>,
+    pub exclusive: Option<String>,
+    pub max_connections_per_user: Option<usize>,
+    pub max_queued_per_user: Option<usize>,
     #[serde(default)]
     pub cgroup: RawCgroup,
     #[serde(default)]
@@ -250,7 +254,18 @@ pub struct Config {
     /// Seconds a job may wait in the queue; `None` = forever.
     pub queue_ttl: Option<u64>,
     pub default_priority: u8,
+    /// The highest priority users may ask for; root, registered workload-manager jobs and
+    /// `[profile] admin_group` get up to 16.
     pub max_priority: u8,
+    /// The lowest priority that preempts (default: one above `max_priority`, so users cannot
+    /// displace each other).
+    pub preempt_priority: u8,
+    /// Who may ask for `--exclusive` (the whole node).
+    pub exclusive: ExclusiveRight,
+    /// Open connections one user other than root may hold.
+    pub max_connections_per_user: usize,
+    /// Jobs one user other than root may have queued at once.
+    pub max_queued_per_user: usize,
     pub cgroup_parent: ParentSpec,
     /// The job partition (bytes); `None` = all memory minus `memory_reserve`, found at start.
     pub memory_limit: Option<u64>,
@@ -286,6 +301,22 @@ pub struct Config {
     /// How often the adoption sweep looks at new processes (ms); 0 = never.
     pub adopt_sweep_ms: u64,
 }
+
+/// Who may ask for `--exclusive`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExclusiveRight {
+    /// Root, registered workload-manager jobs and `[profile] admin_group` (the default).
+    Privileged,
+    /// Every user.
+    All,
+}
+
+/// Default `max_priority`: users' ceiling, below root's 16.
+pub const DEFAULT_MAX_PRIORITY: u8 = 12;
+/// Default `max_connections_per_user`: enough for a user's queued `pjw run` clients.
+pub const DEFAULT_MAX_CONNECTIONS_PER_USER: usize = 256;
+/// Default `max_queued_per_user`.
+pub const DEFAULT_MAX_QUEUED_PER_USER: usize = 200;
 
 /// The variables that carry a workload manager's job id, in the order they are tried.
 pub const DEFAULT_ADOPT_ENV: [&str; 4] = ["SLURM_JOB_ID", "JOB_ID", "PBS_JOBID", "LSB_JOBID"];
@@ -402,7 +433,7 @@ impl Config {
         if raw.vcpus == Some(0) {
             return Err(err("vcpus", "must be at least 1".into()));
         }
-        let max_priority = raw.max_priority.unwrap_or(16);
+        let max_priority = raw.max_priority.unwrap_or(DEFAULT_MAX_PRIORITY);
         if !(1..=16).contains(&max_priority) {
             return Err(err(
                 "max_priority",
@@ -420,6 +451,41 @@ impl Config {
             return Err(err(
                 "default_priority",
                 format!("{default_priority} is above max_priority {max_priority}"),
+            ));
+        }
+        let preempt_priority = raw
+            .preempt_priority
+            .unwrap_or_else(|| (max_priority + 1).min(16));
+        if !(1..=16).contains(&preempt_priority) {
+            return Err(err(
+                "preempt_priority",
+                format!("{preempt_priority} is not in 1-16"),
+            ));
+        }
+        let exclusive = match raw.exclusive.as_deref() {
+            None | Some("privileged") => ExclusiveRight::Privileged,
+            Some("all") => ExclusiveRight::All,
+            Some(other) => {
+                return Err(err(
+                    "exclusive",
+                    format!("{other:?} is not \"privileged\" or \"all\""),
+                ))
+            }
+        };
+        let max_connections_per_user = raw
+            .max_connections_per_user
+            .unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_USER);
+        if !(4..=100_000).contains(&max_connections_per_user) {
+            return Err(err(
+                "max_connections_per_user",
+                format!("{max_connections_per_user} is not in 4-100000"),
+            ));
+        }
+        let max_queued_per_user = raw.max_queued_per_user.unwrap_or(DEFAULT_MAX_QUEUED_PER_USER);
+        if !(1..=100_000).contains(&max_queued_per_user) {
+            return Err(err(
+                "max_queued_per_user",
+                format!("{max_queued_per_user} is not in 1-100000"),
             ));
         }
         let m = &raw.memory;
@@ -713,6 +779,10 @@ impl Config {
             queue_ttl: raw.queue_ttl.filter(|t| *t > 0),
             default_priority,
             max_priority,
+            preempt_priority,
+            exclusive,
+            max_connections_per_user,
+            max_queued_per_user,
             cgroup_parent,
             memory_limit,
             memory_reserve,
@@ -825,7 +895,9 @@ mod tests {
             (c.vcpus, c.backfill, c.hard_preemption, c.queue_ttl),
             (None, true, true, None)
         );
-        assert_eq!((c.default_priority, c.max_priority), (10, 16));
+        assert_eq!((c.default_priority, c.max_priority), (10, 12));
+        assert_eq!(c.preempt_priority, 13);
+        assert_eq!(c.exclusive, ExclusiveRight::Privileged);
     }
 
     #[test]
