@@ -771,6 +771,16 @@ impl Engine {
         if req.argv.len() > pjw_proto::MAX_ARGS {
             return Err(refuse(ErrorCode::Invalid, "too many arguments"));
         }
+        // What a client sends is shown to others and logged: bounded, no control characters.
+        if let Some(w) = &req.wlm {
+            pjw_core::text::check_label(w)
+                .map_err(|why| refuse(ErrorCode::Invalid, format!("wlm label {why}")))?;
+        }
+        if let Some(n) = &req.name {
+            if n.len() > 256 {
+                return Err(refuse(ErrorCode::Invalid, "--name is longer than 256 bytes"));
+            }
+        }
         if let Some(m) = req.mem {
             if m > self.mem_limit {
                 return Err(refuse(
