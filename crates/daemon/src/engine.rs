@@ -793,6 +793,27 @@ impl Engine {
                 ));
             }
         }
+        if let Some(t) = req.tmp.or(self.cfg.tmp).filter(|t| *t > 0) {
+            // A tmpfs of any size mounts; its pages come out of the node's memory. At most the
+            // node's maximum (default: the job partition), and with --mem, the job's memory.
+            let cap = self.cfg.tmp_max.unwrap_or(self.mem_limit);
+            let cap = req.mem.map_or(cap, |m| cap.min(m));
+            if t > cap {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    format!(
+                        "--tmp {} is more than this job may have ({}: {})",
+                        pjw_core::format_size(t),
+                        if req.mem.is_some_and(|m| m < self.cfg.tmp_max.unwrap_or(self.mem_limit)) {
+                            "its --mem"
+                        } else {
+                            "job.tmp_max, by default the job partition"
+                        },
+                        pjw_core::format_size(cap)
+                    ),
+                ));
+            }
+        }
         if let Some(p) = req.priority {
             self.check_priority(cred, p)?;
         }

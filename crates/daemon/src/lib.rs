@@ -326,6 +326,7 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         // Its own thread and SQLite connection: shipping never runs on the engine's path.
         let ship = pjw_central::ShipConfig {
             url: c.url.clone(),
+            password: c.password.clone(),
             ship_samples: c.ship_samples,
             batch_size: c.batch_size,
             retry: c.retry,
