@@ -8,9 +8,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pjw_core::CpuSet;
+use pjw_testkit::job::{run, wait};
+use pjw_testkit::machine::{allowed_cpus, me, nobody};
 use pjw_testkit::{require_root, TestDaemon};
 
-const CONFIG: &str = "cpus = \"0-1\"\n[adopt]\nsweep_interval_ms = 50\n";
+/// Adoption swept every 50 ms; the daemon's pool is every CPU this process may use.
+const CONFIG: &str = "[adopt]\nsweep_interval_ms = 50\n";
 
 fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
@@ -70,11 +73,12 @@ fn cgroups_exist(d: &TestDaemon, name: &str) -> bool {
 #[test]
 fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     require_root!();
+    let root = me().name;
     let d = TestDaemon::start(&pjw_bin(), CONFIG);
     let out = d
         .pjw()
         .args([
-            "job", "register", "--wlm", "slurm", "-j", "9101", "-u", "root", "-c", "1",
+            "job", "register", "--wlm", "slurm", "-j", "9101", "-u", &root, "-c", "1",
         ])
         .output()
         .unwrap();
@@ -101,7 +105,7 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
 
     // A process of the job started outside it is adopted; one of an unknown job is not.
     let t0 = Instant::now();
-    let mut mine = outsider("SLURM_JOB_ID", "9101");
+    let mine = outsider("SLURM_JOB_ID", "9101");
     let mut stranger = outsider("SLURM_JOB_ID", "424242");
     assert!(
         TestDaemon::wait_for(Duration::from_secs(10), || job_of(&d, mine.id()).as_deref()
@@ -136,19 +140,13 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     assert_eq!(job(&d.status(), "9101").unwrap()["procs"], 1);
 
     // The epilog's end: the adopted process is killed, the cgroups are gone when it answers.
-    let out = d.pjw().args(["job", "end", "9101"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run(d.pjw().args(["job", "end", "9101"])).ok();
     assert!(!cgroups_exist(&d, "job-9101"), "cgroups left after end");
     assert!(job(&d.status(), "9101").is_none());
-    let st = mine.wait().unwrap();
-    assert!(!st.success(), "adopted process should have been killed");
+    // The adopted process was killed with the job.
+    wait(mine, "the adopted process").signal(libc::SIGKILL);
     // Ending it again is not an error (the epilog may run for a job never registered).
-    let out = d.pjw().args(["job", "end", "9101"]).output().unwrap();
-    assert!(out.status.success());
+    run(d.pjw().args(["job", "end", "9101"])).ok();
     let _ = stranger.kill();
     let _ = stranger.wait();
 }
@@ -156,6 +154,8 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
 #[test]
 fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
     require_root!();
+    let root = me().name;
+    let too_many = (allowed_cpus().len() + 1).to_string();
     let mut d = TestDaemon::start(&pjw_bin(), CONFIG);
     let reg = |d: &TestDaemon, args: &[&str]| {
         d.pjw()
@@ -164,20 +164,20 @@ fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
             .output()
             .unwrap()
     };
-    let out = reg(&d, &["-j", "55", "-u", "root", "-c", "1", "-m", "256M"]);
+    let out = reg(&d, &["-j", "55", "-u", &root, "-c", "1", "-m", "256M"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     for (args, want) in [
-        (&["-j", "55", "-u", "root", "-c", "1"][..], "already in use"),
+        (&["-j", "55", "-u", &root, "-c", "1"][..], "already in use"),
         (
             &["-j", "56", "-u", "no-such-user-pjw", "-c", "1"][..],
             "no user",
         ),
-        (&["-j", "57", "-u", "root", "-c", "64"][..], "cpus"),
-        (&["-j", "../x", "-u", "root", "-c", "1"][..], "job id"),
+        (&["-j", "57", "-u", &root, "-c", &too_many][..], "cpus"),
+        (&["-j", "../x", "-u", &root, "-c", "1"][..], "job id"),
     ] {
         let out = reg(&d, args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -190,23 +190,19 @@ fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
     let j = job(&st, "55").expect("held job recovered after a crash");
     assert_eq!(j["wlm"], format!("slurm:{}", j["id"].as_str().unwrap()));
     assert_eq!(j["mem"], 256u64 << 20);
-    let out = d.pjw().args(["job", "end", "55"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run(d.pjw().args(["job", "end", "55"])).ok();
     assert!(!cgroups_exist(&d, "job-55"));
 }
 
 #[test]
 fn attached_registration_runs_the_command_inside_and_ends_with_it() {
     require_root!();
+    let nb = nobody();
     let d = TestDaemon::start(&pjw_bin(), CONFIG);
     let out = d
         .pjw()
         .args([
-            "job", "register", "--wlm", "sge", "-j", "77", "-u", "nobody", "-c", "1", "--",
+            "job", "register", "--wlm", "sge", "-j", "77", "-u", &nb.name, "-c", "1", "--",
         ])
         .args(["sh", "-c", "cat /proc/self/cgroup; echo pid=$$"])
         .output()
@@ -224,7 +220,8 @@ fn attached_registration_runs_the_command_inside_and_ends_with_it() {
     );
     assert!(!cgroups_exist(&d, "job-77"));
     assert!(
-        d.log().contains("user=nobody") || d.log().contains("user=\"nobody\""),
+        d.log().contains(&format!("user={}", nb.name))
+            || d.log().contains(&format!("user=\"{}\"", nb.name)),
         "{}",
         d.log()
     );
@@ -235,14 +232,12 @@ fn attached_registration_runs_the_command_inside_and_ends_with_it() {
 #[test]
 fn exec_events_adopt_without_the_sweep() {
     require_root!();
-    let d = TestDaemon::start(
-        &pjw_bin(),
-        "cpus = \"0-1\"\n[adopt]\nsweep_interval_ms = 0\n",
-    );
+    let root = me().name;
+    let d = TestDaemon::start(&pjw_bin(), "[adopt]\nsweep_interval_ms = 0\n");
     let out = d
         .pjw()
         .args([
-            "job", "register", "--wlm", "slurm", "-j", "31", "-u", "root", "-c", "1",
+            "job", "register", "--wlm", "slurm", "-j", "31", "-u", &root, "-c", "1",
         ])
         .output()
         .unwrap();
@@ -265,13 +260,9 @@ fn exec_events_adopt_without_the_sweep() {
     }
     assert!(d.log().contains("via=\"exec\""), "{}", d.log());
     eprintln!("adoption latency from exec events, spawn to moved: {times:?}");
-    let out = d.pjw().args(["job", "end", "31"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for mut c in kids {
-        let _ = c.wait();
+    run(d.pjw().args(["job", "end", "31"])).ok();
+    // The adopted processes were killed with the job.
+    for c in kids {
+        wait(c, "an adopted process").signal(libc::SIGKILL);
     }
 }

@@ -177,13 +177,8 @@ fn find_python() -> Option<PathBuf> {
 #[test]
 fn pbs_hook_runs_the_job_under_pjw_and_ends_it() {
     require_root!();
-    let Some(python) = find_python() else {
-        if pjw_testkit::in_vm_guest() {
-            eprintln!("skipped: no python3 in the VM guest");
-            return;
-        }
-        panic!("python3 is needed for the PBS hook test (scripts/install-deps.sh installs it)");
-    };
+    pjw_testkit::require!(pjw_testkit::Component::Python3);
+    let python = find_python().expect("python3 on PATH");
     let d = TestDaemon::start(pjw_bin(), "");
     let dir = scratch(&d, "pbs");
     std::fs::create_dir_all(dir.join("fake")).unwrap();

@@ -13,14 +13,16 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use pjw_core::CpuSet;
-use pjw_testkit::{require_root, TestDaemon};
+use pjw_testkit::{need_cpus, require, Component, TestDaemon};
 
 /// Both managers see the whole node; pjw hands out two CPUs (the test machine has two). The
 /// two tests run at once, each with its own daemon: each adopts by its own manager's variable
 /// only, so neither daemon looks at the other manager's job ids (both number jobs from 1).
-const SLURM_CONFIG: &str =
-    "cpus = \"0-1\"\n[adopt]\nenv = [\"SLURM_JOB_ID\"]\nsweep_interval_ms = 100\n";
-const SGE_CONFIG: &str = "cpus = \"0-1\"\n[adopt]\nenv = [\"JOB_ID\"]\nsweep_interval_ms = 100\n";
+/// The daemon's configuration under a manager: `cpus` (two jobs on disjoint sets need two) and
+/// adoption by the manager's job id variable.
+fn wlm_config(cpus: &pjw_core::CpuSet, var: &str) -> String {
+    format!("cpus = \"{cpus}\"\n[adopt]\nenv = [\"{var}\"]\nsweep_interval_ms = 100\n")
+}
 
 fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
@@ -135,14 +137,6 @@ fn ok(o: &Output, what: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn skip_in_guest() -> bool {
-    if pjw_testkit::in_vm_guest() {
-        eprintln!("skipped: no Slurm or Grid Engine in the VM guest");
-        return true;
-    }
-    false
-}
-
 /// A job script: wait (bounded) until the job runs inside a pjw job cgroup, write where it
 /// runs to OUT, then wait for GO (bounded) so that jobs overlap while the test looks.
 fn job_script(out: &Path, go: &Path) -> String {
@@ -234,11 +228,9 @@ fn spawn_outsider(id: &str) -> Child {
 
 #[test]
 fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
-    require_root!();
-    if skip_in_guest() {
-        return;
-    }
-    let d = TestDaemon::start(&pjw_bin(), SLURM_CONFIG);
+    require!(Component::Root, Component::Slurm);
+    let two = need_cpus!(2);
+    let d = TestDaemon::start(&pjw_bin(), &wlm_config(&two, "SLURM_JOB_ID"));
     let w = Wlm::up("slurm-up.sh", &d);
     let out = w.out();
 
@@ -383,11 +375,9 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
 
 #[test]
 fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
-    require_root!();
-    if skip_in_guest() {
-        return;
-    }
-    let d = TestDaemon::start(&pjw_bin(), SGE_CONFIG);
+    require!(Component::Root, Component::GridEngine);
+    let two = need_cpus!(2);
+    let d = TestDaemon::start(&pjw_bin(), &wlm_config(&two, "JOB_ID"));
     let w = Wlm::up("sge-up.sh", &d);
     let out = w.out();
     let go = out.join("go");
