@@ -18,6 +18,7 @@ pub mod governor;
 pub mod jobid;
 pub mod sched;
 pub mod sim;
+pub mod text;
 pub mod size;
 pub mod synthetic;
 pub mod topology;

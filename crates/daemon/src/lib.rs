@@ -16,12 +16,13 @@ pub mod report;
 pub mod server;
 pub mod tmp;
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use futures_util::StreamExt;
 use pjw_cgroup::Driver;
 use pjw_core::alloc::Allocator;
+use pjw_core::cpuset::CpuSet;
 use pjw_store::Store;
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
@@ -69,14 +70,24 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
 }
 
 /// Hold an exclusive lock on the state directory, so two daemons never share it.
+///
+/// Nothing a user can open may be something the daemon needs: the directory is made 0711
+/// (users reach their jobs' /tmp below it, but cannot list it) and the lock file 0600, also
+/// when an older version left them more open, so no user can take the lock (flock works on
+/// any open descriptor) and keep the daemon from starting.
 fn lock_state_dir(dir: &Path) -> Result<std::fs::File, DaemonError> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(io_err(dir))?;
     let path = dir.join("pjw.lock");
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&path)
+        .map_err(io_err(&path))?;
+    // An existing file keeps its mode through open(): narrow it before locking.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
         .map_err(io_err(&path))?;
     rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(|_| {
         DaemonError::Other(format!(
@@ -105,28 +116,59 @@ fn bind_socket(path: &Path, mode: u32) -> Result<tokio::net::UnixListener, Daemo
     Ok(l)
 }
 
+/// The CPUs jobs get: the configured `cpus` or else every CPU both the daemon and the job parent
+/// may use. A site that reserves CPUs for the system with `AllowedCPUs=` on the jobs' slice
+/// restricts the parent's cpuset, not the daemon's affinity.
+fn job_pool(cfg: &Config, daemon_cpus: &CpuSet, driver: &Driver) -> Result<CpuSet, DaemonError> {
+    let allowed = match driver.parent_cpus()? {
+        Some(p) => {
+            let both = daemon_cpus.intersection(&p);
+            if &both != daemon_cpus {
+                info!(parent_cpus = %p, daemon_cpus = %daemon_cpus, pool = %both, "the job parent's cpuset limits the pool");
+            }
+            both
+        }
+        None => daemon_cpus.clone(),
+    };
+    if allowed.is_empty() {
+        return Err(DaemonError::Other(format!(
+            "no CPU left for jobs: the daemon may use {daemon_cpus} and the job parent's cpuset allows none of them"
+        )));
+    }
+    match &cfg.cpus {
+        Some(c) => {
+            let bad = c.difference(&allowed);
+            if !bad.is_empty() {
+                return Err(DaemonError::Other(format!(
+                    "config {}: cpus: {} are not cpus jobs may use here (allowed: {})",
+                    cfg.origin, bad, allowed
+                )));
+            }
+            Ok(c.clone())
+        }
+        None => Ok(allowed),
+    }
+}
+
 async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     let _lock = lock_state_dir(&cfg.state_dir)?;
     let topo = pjw_topology::discover(&cfg.sys_root, &cfg.proc_root)?;
-    let pool = match cfg.cpus {
-        Some(c) => {
-            let bad = c.difference(&topo.allowed);
-            if !bad.is_empty() {
-                return Err(DaemonError::Other(format!(
-                    "config {}: cpus: {} are not cpus this daemon may use (allowed: {})",
-                    cfg.origin, bad, topo.allowed
-                )));
-            }
-            c
-        }
-        None => topo.allowed,
-    };
     let mut driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
     let nofile = os::raise_nofile_limit();
     driver.keep_stat_files_open(os::stat_files_budget(nofile));
     if let Some(leaf) = driver.prepare_parent_for_daemon(std::process::id())? {
         info!(cgroup = %leaf.display(), "daemon runs in a leaf cgroup; job cgroups go beside it");
     }
+    let pool = match job_pool(&cfg, &topo.allowed, &driver) {
+        Ok(p) => p,
+        Err(e) => {
+            // Leave no empty parent behind for a daemon that never ran.
+            if let Err(re) = driver.remove_parent_if_empty() {
+                warn!(error = %re, "cannot remove the job parent");
+            }
+            return Err(e);
+        }
+    };
     let store = Store::open(&cfg.state_dir)?;
     let alloc = Allocator::new(&topo).with_spread(cfg.spread);
     // Only the daemon reads the store; reports go through the socket (docs/decisions.md).
@@ -284,6 +326,7 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         // Its own thread and SQLite connection: shipping never runs on the engine's path.
         let ship = pjw_central::ShipConfig {
             url: c.url.clone(),
+            password: c.password.clone(),
             ship_samples: c.ship_samples,
             batch_size: c.batch_size,
             retry: c.retry,
@@ -320,7 +363,8 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         topology = %format!("{} pus", topo.online().len()),
         "pjw daemon ready"
     );
-    tokio::spawn(server::serve(listener, tx.clone()));
+    let limits = server::ConnLimits::new(cfg.max_connections_per_user, nofile);
+    tokio::spawn(server::serve(listener, tx.clone(), limits, eng.metrics()));
     if let Some(l) = metrics_listener {
         if let Ok(addr) = l.local_addr() {
             info!(listen = %addr, "metrics served at http://{addr}/metrics");
