@@ -175,6 +175,9 @@ fn only_root_may_name_another_user_and_unknown_users_are_refused() {
 fn from_env_takes_id_user_cpus_and_memory_from_the_manager() {
     require_root!();
     let nb = nobody();
+    // Unique to this run: the daemon adopts processes naming it node-wide.
+    let id = pjw_testkit::machine::wlm_job_id(4242);
+    let wlm_tmp = format!("/tmp/slurm-{id}");
     let d = TestDaemon::start(pjw_bin(), "");
     // A Slurm task's environment as slurmstepd sets it, for a job of nobody's.
     let mut c = d
@@ -183,10 +186,10 @@ fn from_env_takes_id_user_cpus_and_memory_from_the_manager() {
         .args([
             "sh",
             "-c",
-            "echo user=$(id -un); echo wlmtmp=$(stat -c '%U %a' /tmp/slurm-4242); echo END; exec sleep 600",
+            &format!("echo user=$(id -un); echo wlmtmp=$(stat -c '%U %a' {wlm_tmp}); echo END; exec sleep 600"),
         ])
-        .env("TMPDIR", "/tmp/slurm-4242")
-        .env("SLURM_JOB_ID", "4242")
+        .env("TMPDIR", &wlm_tmp)
+        .env("SLURM_JOB_ID", &id)
         .env("SLURM_JOB_USER", &nb.name)
         .env("SLURM_CPUS_ON_NODE", "1")
         .env("SLURM_MEM_PER_CPU", "64")
@@ -200,22 +203,22 @@ fn from_env_takes_id_user_cpus_and_memory_from_the_manager() {
     assert_eq!(field(&lines, "user="), nb.name);
     // The manager's TMPDIR under /tmp exists again inside the private /tmp, the user's.
     assert_eq!(field(&lines, "wlmtmp="), format!("{} 700", nb.name));
-    assert!(!Path::new("/tmp/slurm-4242").exists());
+    assert!(!Path::new(&wlm_tmp).exists());
     let j = jobs(&d.status())
         .into_iter()
-        .find(|j| j["id"] == "4242")
-        .unwrap_or_else(|| panic!("no job 4242: {}", d.log()));
+        .find(|j| j["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("no job {id}: {}", d.log()));
     assert_eq!(j["user"], nb.name.as_str());
     assert_eq!(j["ncpus"], 1);
     assert_eq!(j["mem"], 64u64 << 20);
     assert_eq!(j["name"], "wrap");
-    assert_eq!(j["wlm"], "slurm:4242");
+    assert_eq!(j["wlm"], format!("slurm:{id}"));
     let text = run(d.pjw().arg("status")).ok();
     assert!(text
         .stdout()
-        .contains("4242: workload manager job slurm:4242"));
-    kill_job(&d, "4242");
-    wait(c, "the job 4242 (killed)").signal(libc::SIGKILL);
+        .contains(&format!("{id}: workload manager job slurm:{id}")));
+    kill_job(&d, &id);
+    wait(c, format!("the job {id} (killed)")).signal(libc::SIGKILL);
     // No manager in sight: a clear error.
     let out = run(d
         .pjw()

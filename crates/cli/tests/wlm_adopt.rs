@@ -73,12 +73,15 @@ fn cgroups_exist(d: &TestDaemon, name: &str) -> bool {
 #[test]
 fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     require_root!();
+    // Unique to this run: the daemon adopts processes naming its jobs node-wide.
+    let id = pjw_testkit::machine::wlm_job_id(91);
+    let unknown = pjw_testkit::machine::wlm_job_id(92);
     let root = me().name;
     let d = TestDaemon::start(&pjw_bin(), CONFIG);
     let out = d
         .pjw()
         .args([
-            "job", "register", "--wlm", "slurm", "-j", "9101", "-u", &root, "-c", "1",
+            "job", "register", "--wlm", "slurm", "-j", &id, "-u", &root, "-c", "1",
         ])
         .output()
         .unwrap();
@@ -87,9 +90,9 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("job 9101 registered on cpus"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("job {id} registered on cpus")));
     let st = d.status();
-    let j = job(&st, "9101").expect("registered job listed");
+    let j = job(&st, &id).expect("registered job listed");
     assert_eq!(j["wlm"], format!("slurm:{}", j["id"].as_str().unwrap()));
     assert_eq!(j["state"], "running");
     assert_eq!(j["procs"], 0);
@@ -98,19 +101,19 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     // Held while empty: still there after several sweeps.
     std::thread::sleep(Duration::from_millis(300));
     assert!(
-        job(&d.status(), "9101").is_some(),
+        job(&d.status(), &id).is_some(),
         "an empty registered job must be held"
     );
-    assert!(cgroups_exist(&d, "job-9101"));
+    assert!(cgroups_exist(&d, &format!("job-{id}")));
 
     // A process of the job started outside it is adopted; one of an unknown job is not.
     let t0 = Instant::now();
-    let mine = outsider("SLURM_JOB_ID", "9101");
-    let mut stranger = outsider("SLURM_JOB_ID", "424242");
+    let mine = outsider("SLURM_JOB_ID", &id);
+    let mut stranger = outsider("SLURM_JOB_ID", &unknown);
     assert!(
         TestDaemon::wait_for(Duration::from_secs(10), || job_of(&d, mine.id()).as_deref()
-            == Some("job-9101")),
-        "process naming job 9101 was not adopted:\n{}",
+            == Some(format!("job-{id}").as_str())),
+        "process naming job {id} was not adopted:\n{}",
         d.log()
     );
     eprintln!(
@@ -137,16 +140,16 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         "unknown job id not logged:\n{}",
         d.log()
     );
-    assert_eq!(job(&d.status(), "9101").unwrap()["procs"], 1);
+    assert_eq!(job(&d.status(), &id).unwrap()["procs"], 1);
 
     // The epilog's end: the adopted process is killed, the cgroups are gone when it answers.
-    run(d.pjw().args(["job", "end", "9101"])).ok();
-    assert!(!cgroups_exist(&d, "job-9101"), "cgroups left after end");
-    assert!(job(&d.status(), "9101").is_none());
+    run(d.pjw().args(["job", "end", &id])).ok();
+    assert!(!cgroups_exist(&d, &format!("job-{id}")), "cgroups left after end");
+    assert!(job(&d.status(), &id).is_none());
     // The adopted process was killed with the job.
     wait(mine, "the adopted process").signal(libc::SIGKILL);
     // Ending it again is not an error (the epilog may run for a job never registered).
-    run(d.pjw().args(["job", "end", "9101"])).ok();
+    run(d.pjw().args(["job", "end", &id])).ok();
     let _ = stranger.kill();
     let _ = stranger.wait();
 }
@@ -154,6 +157,11 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
 #[test]
 fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
     require_root!();
+    let (id, id56, id57) = (
+        pjw_testkit::machine::wlm_job_id(55),
+        pjw_testkit::machine::wlm_job_id(56),
+        pjw_testkit::machine::wlm_job_id(57),
+    );
     let root = me().name;
     let too_many = (allowed_cpus().len() + 1).to_string();
     let mut d = TestDaemon::start(&pjw_bin(), CONFIG);
@@ -164,19 +172,19 @@ fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
             .output()
             .unwrap()
     };
-    let out = reg(&d, &["-j", "55", "-u", &root, "-c", "1", "-m", "256M"]);
+    let out = reg(&d, &["-j", &id, "-u", &root, "-c", "1", "-m", "256M"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     for (args, want) in [
-        (&["-j", "55", "-u", &root, "-c", "1"][..], "already in use"),
+        (&["-j", &id, "-u", &root, "-c", "1"][..], "already in use"),
         (
-            &["-j", "56", "-u", "no-such-user-pjw", "-c", "1"][..],
+            &["-j", &id56, "-u", "no-such-user-pjw", "-c", "1"][..],
             "no user",
         ),
-        (&["-j", "57", "-u", &root, "-c", &too_many][..], "cpus"),
+        (&["-j", &id57, "-u", &root, "-c", &too_many][..], "cpus"),
         (&["-j", "../x", "-u", &root, "-c", "1"][..], "job id"),
     ] {
         let out = reg(&d, args);
@@ -187,22 +195,23 @@ fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
     }
     d.restart();
     let st = d.status();
-    let j = job(&st, "55").expect("held job recovered after a crash");
+    let j = job(&st, &id).expect("held job recovered after a crash");
     assert_eq!(j["wlm"], format!("slurm:{}", j["id"].as_str().unwrap()));
     assert_eq!(j["mem"], 256u64 << 20);
-    run(d.pjw().args(["job", "end", "55"])).ok();
-    assert!(!cgroups_exist(&d, "job-55"));
+    run(d.pjw().args(["job", "end", &id])).ok();
+    assert!(!cgroups_exist(&d, &format!("job-{id}")));
 }
 
 #[test]
 fn attached_registration_runs_the_command_inside_and_ends_with_it() {
     require_root!();
+    let id = pjw_testkit::machine::wlm_job_id(77);
     let nb = nobody();
     let d = TestDaemon::start(&pjw_bin(), CONFIG);
     let out = d
         .pjw()
         .args([
-            "job", "register", "--wlm", "sge", "-j", "77", "-u", &nb.name, "-c", "1", "--",
+            "job", "register", "--wlm", "sge", "-j", &id, "-u", &nb.name, "-c", "1", "--",
         ])
         .args(["sh", "-c", "cat /proc/self/cgroup; echo pid=$$"])
         .output()
@@ -213,12 +222,12 @@ fn attached_registration_runs_the_command_inside_and_ends_with_it() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("/job-77"), "not inside its job: {text}");
+    assert!(text.contains(&format!("/job-{id}")), "not inside its job: {text}");
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(10), || job(&d.status(), "77").is_none()),
+        TestDaemon::wait_for(Duration::from_secs(10), || job(&d.status(), &id).is_none()),
         "job did not end with its command"
     );
-    assert!(!cgroups_exist(&d, "job-77"));
+    assert!(!cgroups_exist(&d, &format!("job-{id}")));
     assert!(
         d.log().contains(&format!("user={}", nb.name))
             || d.log().contains(&format!("user=\"{}\"", nb.name)),
@@ -232,12 +241,13 @@ fn attached_registration_runs_the_command_inside_and_ends_with_it() {
 #[test]
 fn exec_events_adopt_without_the_sweep() {
     require_root!();
+    let id = pjw_testkit::machine::wlm_job_id(31);
     let root = me().name;
     let d = TestDaemon::start(&pjw_bin(), "[adopt]\nsweep_interval_ms = 0\n");
     let out = d
         .pjw()
         .args([
-            "job", "register", "--wlm", "slurm", "-j", "31", "-u", &root, "-c", "1",
+            "job", "register", "--wlm", "slurm", "-j", &id, "-u", &root, "-c", "1",
         ])
         .output()
         .unwrap();
@@ -250,17 +260,17 @@ fn exec_events_adopt_without_the_sweep() {
     let mut kids = Vec::new();
     for _ in 0..5 {
         // spawn() returns once the child has exec'd: the figure is exec to moved.
-        let c = outsider("SLURM_JOB_ID", "31");
+        let c = outsider("SLURM_JOB_ID", &id);
         let pid = c.id();
         kids.push(c);
         times.push(
-            moved_within(&d, pid, "job-31", Duration::from_secs(10))
+            moved_within(&d, pid, &format!("job-{id}"), Duration::from_secs(10))
                 .unwrap_or_else(|| panic!("not adopted from its exec event:\n{}", d.log())),
         );
     }
     assert!(d.log().contains("via=\"exec\""), "{}", d.log());
     eprintln!("adoption latency from exec events, spawn to moved: {times:?}");
-    run(d.pjw().args(["job", "end", "31"])).ok();
+    run(d.pjw().args(["job", "end", &id])).ok();
     // The adopted processes were killed with the job.
     for c in kids {
         wait(c, "an adopted process").signal(libc::SIGKILL);

@@ -148,3 +148,13 @@ pub fn one_cpu_config() -> String {
     let one = first_cpus(1).expect("a CPU this process may use");
     format!("cpus = \"{one}\"\n")
 }
+
+/// A workload-manager job id for a test, unique to this test process: `<tag><pid>`.
+///
+/// A daemon adopts any process on the node whose environment names one of its registered jobs
+/// (SLURM_JOB_ID=…, JOB_ID=…), so two test runs on one machine (several worktrees, or the same
+/// executable run twice) that used the same fixed id would adopt — and at their job's end kill —
+/// each other's processes.
+pub fn wlm_job_id(tag: u32) -> String {
+    format!("{tag}{}", std::process::id())
+}
