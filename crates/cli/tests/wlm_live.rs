@@ -338,7 +338,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     let id = text.trim().rsplit(' ').next().unwrap().to_string();
     job_report(&out.join("hold.out"));
     // spawn() returns once the child has exec'd: the figure is exec to moved.
-    let mut rank = spawn_outsider(&id);
+    let rank = spawn_outsider(&id);
     let t0 = Instant::now();
     let mut stranger = spawn_outsider("987654");
     let mut latency = None;
@@ -360,8 +360,8 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     );
     std::fs::write(&go2, "").unwrap();
     // The epilog ends the job: the adopted rank is killed with it, the cgroups are removed.
-    let st = rank.wait().unwrap();
-    assert!(!st.success(), "the adopted rank outlived its job");
+    // The adopted rank was killed with its job (it would have slept on).
+    pjw_testkit::job::wait(rank, "the adopted rank").signal(libc::SIGKILL);
     assert!(
         TestDaemon::wait_for(Duration::from_secs(60), || jobs_of(&d.status(), "slurm")
             .is_empty()
@@ -377,6 +377,9 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
 fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
     require!(Component::Root, Component::GridEngine);
     let two = need_cpus!(2);
+    // The jobs' owner: nobody, with its primary group, both from the user database.
+    let nb = pjw_testkit::machine::nobody();
+    let nb_group = pjw_testkit::machine::group_name(nb.gid).expect("nobody's group has a name");
     let d = TestDaemon::start(&pjw_bin(), &wlm_config(&two, "JOB_ID"));
     let w = Wlm::up("sge-up.sh", &d);
     let out = w.out();
@@ -388,7 +391,7 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
         set_mode(&script, 0o755);
         let child = w
             .cmd("setpriv")
-            .args(["--reuid", "nobody", "--regid", "nogroup", "--clear-groups"])
+            .args(["--reuid", &nb.name, "--regid", &nb_group, "--clear-groups"])
             .args([
                 "qsub",
                 "-sync",
@@ -418,7 +421,7 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
             d.log(),
             w.logs()
         );
-        assert_eq!(uid, 65534, "the job runs as its owner, nobody");
+        assert_eq!(uid, nb.uid, "the job runs as its owner, {}", nb.name);
         seen.push((cg.rsplit("/job-").next().unwrap().to_string(), allowed));
     }
     let st = d.status();
@@ -429,7 +432,7 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
             .iter()
             .find(|j| j["id"] == id.as_str())
             .unwrap_or_else(|| panic!("no pjw job {id}: {st:#}"));
-        assert_eq!(j["user"], "nobody");
+        assert_eq!(j["user"], nb.name.as_str());
         assert_eq!(&cpus_of(j), allowed);
         assert_eq!(allowed.len(), 1);
     }
