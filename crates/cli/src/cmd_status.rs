@@ -1,7 +1,7 @@
 //! `pjw status`: a cpurep-style view of the node.
 
-use pjw_core::text::printable;
 use pjw_core::format_size;
+use pjw_core::text::printable;
 use pjw_proto::{Client, JobState, Request, Response, StatusReport};
 
 use crate::cli::StatusArgs;
@@ -75,7 +75,11 @@ pub fn render(s: &StatusReport) -> String {
         // Ids, names and labels come from users: shown bounded and with control characters
         // escaped, so no job can move another user's terminal (pjw_core::text).
         if let Some(w) = &j.wlm {
-            reasons.push(format!("{}: workload manager job {}", j.id, printable(w, 128)));
+            reasons.push(format!(
+                "{}: workload manager job {}",
+                j.id,
+                printable(w, 128)
+            ));
         }
         if let Some(r) = &j.reason {
             reasons.push(format!("{}: {}", j.id, printable(r, 200)));

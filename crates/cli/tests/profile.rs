@@ -40,6 +40,19 @@ fn report_json(d: &TestDaemon, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("report json")
 }
 
+/// The report of job `id` once the daemon has recorded its end. The client sees the job's
+/// process die before the daemon has seen its cgroup empty and recorded the end: a bounded wait
+/// for that, not a timing assertion.
+fn ended_report(d: &TestDaemon, id: &str) -> serde_json::Value {
+    let mut j = serde_json::Value::Null;
+    let ended = TestDaemon::wait_for(Duration::from_secs(20), || {
+        j = report_json(d, &["-J", id])[0].clone();
+        !j["end"].is_null()
+    });
+    assert!(ended, "job {id} not recorded ended: {j:#}\n{}", d.log());
+    j
+}
+
 fn run_job(d: &TestDaemon, args: &[&str], cmd: &[&str]) {
     let out = run(d.pjw().arg("run").args(args).arg("--").args(cmd));
     assert!(out.status.success(), "{}\n{}", out.describe(), d.log());
@@ -164,7 +177,7 @@ fn killed_jobs_and_live_jobs_are_reported() {
     );
     run(d.pjw().args(["kill", "k1"])).ok();
     wait(child, "job k1 (killed)").signal(libc::SIGKILL);
-    let j = report_json(&d, &["-J", "k1"])[0].clone();
+    let j = ended_report(&d, "k1");
     assert_eq!(j["end"], "killed", "{j:#}");
     assert_eq!(j["end_reason"], format!("killed by {}", me().name), "{j:#}");
     // `--watch` on a job that has ended draws it once and stops.
@@ -420,7 +433,7 @@ fn counts_across_a_daemon_restart_are_a_lower_bound() {
     d.restart();
     run(d.pjw().args(["kill", "r1"])).ok();
     wait(child, "job r1 (killed)").signal(libc::SIGKILL);
-    let j = report_json(&d, &["-J", "r1"])[0].clone();
+    let j = ended_report(&d, "r1");
     assert_eq!(j["end"], "killed", "{j:#}");
     assert_eq!(j["counts_exact"], false, "{j:#}");
     let out = report(&d, &["-J", "r1"]);

@@ -144,7 +144,10 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
 
     // The epilog's end: the adopted process is killed, the cgroups are gone when it answers.
     run(d.pjw().args(["job", "end", &id])).ok();
-    assert!(!cgroups_exist(&d, &format!("job-{id}")), "cgroups left after end");
+    assert!(
+        !cgroups_exist(&d, &format!("job-{id}")),
+        "cgroups left after end"
+    );
     assert!(job(&d.status(), &id).is_none());
     // The adopted process was killed with the job.
     wait(mine, "the adopted process").signal(libc::SIGKILL);
@@ -222,7 +225,10 @@ fn attached_registration_runs_the_command_inside_and_ends_with_it() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains(&format!("/job-{id}")), "not inside its job: {text}");
+    assert!(
+        text.contains(&format!("/job-{id}")),
+        "not inside its job: {text}"
+    );
     assert!(
         TestDaemon::wait_for(Duration::from_secs(10), || job(&d.status(), &id).is_none()),
         "job did not end with its command"

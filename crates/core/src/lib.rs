@@ -18,9 +18,9 @@ pub mod governor;
 pub mod jobid;
 pub mod sched;
 pub mod sim;
-pub mod text;
 pub mod size;
 pub mod synthetic;
+pub mod text;
 pub mod topology;
 
 pub use cpuset::{CpuSet, MAX_CPUS};

@@ -626,7 +626,10 @@ mod tests {
                     preempt_min_priority: 13,
                     ..policy(2)
                 },
-                jobs: vec![job(1, req(2, 10, 0), p, "0-1"), job(2, req(1, 12, 1), q, "")],
+                jobs: vec![
+                    job(1, req(2, 10, 0), p, "0-1"),
+                    job(2, req(1, 12, 1), q, ""),
+                ],
                 now: 0,
                 want: vec![],
             },
@@ -637,7 +640,10 @@ mod tests {
                     preempt_min_priority: 13,
                     ..policy(2)
                 },
-                jobs: vec![job(1, req(2, 10, 0), p, "0-1"), job(2, req(1, 13, 1), q, "")],
+                jobs: vec![
+                    job(1, req(2, 10, 0), p, "0-1"),
+                    job(2, req(1, 13, 1), q, ""),
+                ],
                 now: 0,
                 want: vec![
                     Action::Preempt {

@@ -132,7 +132,8 @@ fn check_secret_file(path: &Path) -> Result<String, String> {
             md.mode() & 0o7777
         ));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let pw = text.trim_end_matches(['\n', '\r']).to_string();
     if pw.is_empty() {
         return Err(format!("{} is empty", path.display()));
@@ -426,9 +427,10 @@ impl Config {
             },
         };
         let mut cfg = Self::parse(&origin, &text, ov)?;
-        cfg.load_secrets(path.map(Path::to_path_buf).or_else(|| {
-            (origin == DEFAULT_CONFIG).then(|| PathBuf::from(DEFAULT_CONFIG))
-        }))?;
+        cfg.load_secrets(
+            path.map(Path::to_path_buf)
+                .or_else(|| (origin == DEFAULT_CONFIG).then(|| PathBuf::from(DEFAULT_CONFIG))),
+        )?;
         Ok(cfg)
     }
 
@@ -459,7 +461,8 @@ impl Config {
             }
         }
         if let Some(p) = c.password_file.clone() {
-            c.password = Some(check_secret_file(&p).map_err(|why| err("central.password_file", why))?);
+            c.password =
+                Some(check_secret_file(&p).map_err(|why| err("central.password_file", why))?);
         }
         Ok(())
     }
@@ -576,7 +579,9 @@ impl Config {
                 format!("{max_connections_per_user} is not in 4-100000"),
             ));
         }
-        let max_queued_per_user = raw.max_queued_per_user.unwrap_or(DEFAULT_MAX_QUEUED_PER_USER);
+        let max_queued_per_user = raw
+            .max_queued_per_user
+            .unwrap_or(DEFAULT_MAX_QUEUED_PER_USER);
         if !(1..=100_000).contains(&max_queued_per_user) {
             return Err(err(
                 "max_queued_per_user",
@@ -1184,11 +1189,22 @@ mod tests {
 
     #[test]
     fn passwords_are_found_and_masked() {
-        assert_eq!(url_password("postgres://pjw:s3cret@db:5432/pjw"), Some("s3cret"));
+        assert_eq!(
+            url_password("postgres://pjw:s3cret@db:5432/pjw"),
+            Some("s3cret")
+        );
         assert_eq!(url_password("postgres://pjw@db/pjw"), None);
         assert_eq!(url_password("postgres://db/pjw?user=a:b"), None);
-        assert_eq!(mask_password("postgres://pjw:s3cret@db/pjw"), "postgres://pjw:***@db/pjw");
-        let c = Config::parse("t.toml", "[central]\nurl = \"postgres://pjw:s3cret@db/pjw\"\n", &Overrides::default()).unwrap();
+        assert_eq!(
+            mask_password("postgres://pjw:s3cret@db/pjw"),
+            "postgres://pjw:***@db/pjw"
+        );
+        let c = Config::parse(
+            "t.toml",
+            "[central]\nurl = \"postgres://pjw:s3cret@db/pjw\"\n",
+            &Overrides::default(),
+        )
+        .unwrap();
         assert!(!format!("{c:?}").contains("s3cret"));
     }
 
@@ -1208,7 +1224,10 @@ mod tests {
         std::fs::write(&pw, "s3cret\n").unwrap();
         std::fs::write(
             &f,
-            format!("[central]\nurl = \"postgres://pjw@db/pjw\"\npassword_file = \"{}\"\n", pw.display()),
+            format!(
+                "[central]\nurl = \"postgres://pjw@db/pjw\"\npassword_file = \"{}\"\n",
+                pw.display()
+            ),
         )
         .unwrap();
         std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o640)).unwrap();

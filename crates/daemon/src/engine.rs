@@ -778,7 +778,10 @@ impl Engine {
         }
         if let Some(n) = &req.name {
             if n.len() > 256 {
-                return Err(refuse(ErrorCode::Invalid, "--name is longer than 256 bytes"));
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    "--name is longer than 256 bytes",
+                ));
             }
         }
         if let Some(m) = req.mem {
@@ -804,7 +807,10 @@ impl Engine {
                     format!(
                         "--tmp {} is more than this job may have ({}: {})",
                         pjw_core::format_size(t),
-                        if req.mem.is_some_and(|m| m < self.cfg.tmp_max.unwrap_or(self.mem_limit)) {
+                        if req
+                            .mem
+                            .is_some_and(|m| m < self.cfg.tmp_max.unwrap_or(self.mem_limit))
+                        {
                             "its --mem"
                         } else {
                             "job.tmp_max, by default the job partition"
@@ -2302,12 +2308,18 @@ async fn wait_pidfd(fd: OwnedFd, seq: i64) {
             warn!(seq, error = %e, "cannot register the pidfd; polling it instead");
             let Some(fd) = spare else {
                 // Not even a duplicate: fall back to the cgroup (the job ends when it empties).
-                warn!(seq, "no pidfd to poll; the job ends when its cgroup empties");
+                warn!(
+                    seq,
+                    "no pidfd to poll; the job ends when its cgroup empties"
+                );
                 std::future::pending::<()>().await;
                 return;
             };
             loop {
-                let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+                let mut fds = [rustix::event::PollFd::new(
+                    &fd,
+                    rustix::event::PollFlags::IN,
+                )];
                 if matches!(rustix::event::poll(&mut fds, 0), Ok(n) if n > 0) {
                     break;
                 }

@@ -76,7 +76,11 @@ impl Drop for Slot {
 }
 
 /// Take a slot for `uid`, or say which limit it is over. Root needs none.
-fn take_slot(open: &Arc<Mutex<Open>>, uid: u32, limits: ConnLimits) -> Result<Option<Slot>, String> {
+fn take_slot(
+    open: &Arc<Mutex<Open>>,
+    uid: u32,
+    limits: ConnLimits,
+) -> Result<Option<Slot>, String> {
     if uid == 0 {
         return Ok(None);
     }
@@ -112,7 +116,9 @@ pub async fn serve(
     let mut logged: HashMap<u32, (Instant, u64)> = HashMap::new();
     let mut note = |key: u32, what: &dyn Fn(u64)| {
         let now = Instant::now();
-        let e = logged.entry(key).or_insert((now - Duration::from_secs(3600), 0));
+        let e = logged
+            .entry(key)
+            .or_insert((now - Duration::from_secs(3600), 0));
         e.1 += 1;
         if now.duration_since(e.0) >= Duration::from_secs(60) {
             what(e.1);

@@ -106,7 +106,10 @@ pub fn remove_job_tmp(dir: &Path) -> Result<(), TmpError> {
 /// Whether `dir` is the root of a mount of its own (a different device than its parent).
 fn is_tmpfs_mount(dir: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    match (std::fs::symlink_metadata(dir), dir.parent().map(std::fs::metadata)) {
+    match (
+        std::fs::symlink_metadata(dir),
+        dir.parent().map(std::fs::metadata),
+    ) {
         (Ok(d), Some(Ok(p))) => d.dev() != p.dev(),
         _ => false,
     }

@@ -65,6 +65,20 @@ impl JobOutput {
         self
     }
 
+    /// Assert it was SIGKILLed: killed by signal 9 itself, or a shell whose command was
+    /// (`exit 137`, 128 + 9: shells that fork their last command, such as dash, report it so).
+    #[track_caller]
+    pub fn killed(self) -> JobOutput {
+        let st = self.out.status;
+        if st.signal() != Some(libc::SIGKILL) && st.code() != Some(128 + libc::SIGKILL) {
+            panic!(
+                "expected the end by SIGKILL (or a shell's exit 137) of:\n{}",
+                describe(&self.what, &self.out)
+            );
+        }
+        self
+    }
+
     /// Assert it failed (exited, not 0); then hand it back.
     #[track_caller]
     pub fn failed(self) -> JobOutput {
