@@ -74,12 +74,20 @@ fn a_job_in_three_steps_with_25_children_is_reported_exactly() {
         &[wl.to_str().unwrap(), "steps", "300", "3", "25", "2500"],
     );
     // The exit status comes with the last process event, which may follow the job's end.
+    // The summary counts the samples the sampler took; their rows reach the store through the
+    // writer thread in batches, so the series may lag that count for a moment: wait (bounded)
+    // until they agree.
     let mut j = serde_json::Value::Null;
     let complete = TestDaemon::wait_for(Duration::from_secs(20), || {
         j = report_json(&d, &["-J", "steps1", "--series"])[0].clone();
         !j["exit_status"].is_null()
+            && j["series"].as_array().map(|s| s.len() as u64) == j["samples"].as_u64()
     });
-    assert!(complete, "no exit status: {j:#}\n{}", d.log());
+    assert!(
+        complete,
+        "no exit status, or a series shorter than its sample count: {j:#}\n{}",
+        d.log()
+    );
     assert_eq!(j["state"], "ended", "{j:#}");
     assert_eq!(j["end"], "completed", "{j:#}");
     assert_eq!(j["exit_status"], 0, "{j:#}");

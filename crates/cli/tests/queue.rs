@@ -47,6 +47,15 @@ fn output(c: Child) -> JobOutput {
     wait(c, "pjw run")
 }
 
+/// Whether job cgroup `name` becomes frozen: the kernel reports a freeze once every task has
+/// stopped (cgroup.events "frozen 1", freezer.state FROZEN), after the daemon has answered, so
+/// this waits within a bound.
+fn frozen(d: &TestDaemon, name: &str) -> bool {
+    TestDaemon::wait_for(Duration::from_secs(10), || {
+        d.driver().is_frozen(name).unwrap_or(false)
+    })
+}
+
 fn job(d: &TestDaemon, id: &str) -> Option<serde_json::Value> {
     d.status()["jobs"]
         .as_array()?
@@ -108,7 +117,7 @@ fn a_high_priority_job_preempts_and_the_displaced_job_finishes_later() {
             .contains("preempted by job high"),
         "{l}"
     );
-    assert!(d.driver().is_frozen("job-low").unwrap());
+    assert!(frozen(&d, "job-low"), "job-low not frozen: {}", d.status());
     assert_eq!(job(&d, "high").unwrap()["cpus"], d.pool().to_string());
     go(&dir, "low"); // it cannot see this while frozen
     go(&dir, "high");
@@ -168,7 +177,7 @@ fn suspend_gives_the_cpus_away_and_resume_waits_for_them() {
     let b = d.run_sh(&["--cpus", "2", "--job-id", "b"], &hold(&dir, "b"));
     assert!(wait_state(&d, "b", "queued"));
     run(d.pjw().args(["suspend", "a"])).ok();
-    assert!(d.driver().is_frozen("job-a").unwrap());
+    assert!(frozen(&d, "job-a"), "job-a not frozen: {}", d.status());
     assert!(
         up(&dir, "b"),
         "b did not get the suspended job's cpus: {}",
@@ -287,7 +296,7 @@ fn frozen_and_backfill_roles_and_the_queue_survive_a_daemon_crash() {
     d.restart();
     assert_eq!(state_of(&d, "a"), "running");
     assert_eq!(state_of(&d, "b"), "frozen");
-    assert!(d.driver().is_frozen("job-b").unwrap());
+    assert!(frozen(&d, "job-b"), "job-b not frozen: {}", d.status());
     assert_eq!(state_of(&d, "c"), "running");
     assert_eq!(state_of(&d, "q"), "backfill");
     for t in ["a", "c", "q"] {
