@@ -4,11 +4,11 @@
 //! task forked by slurmstepd does). The live Slurm and Grid Engine tests are in wlm_live.rs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pjw_core::CpuSet;
-use pjw_testkit::job::{run, wait};
+use pjw_testkit::job::{run, wait, KillOnDrop};
 use pjw_testkit::machine::{allowed_cpus, me, nobody};
 use pjw_testkit::{require_root, TestDaemon};
 
@@ -33,13 +33,18 @@ fn job_of(d: &TestDaemon, pid: u32) -> Option<String> {
 }
 
 /// `env VAR=ID setsid sleep 600`, started by the test outside every job.
-fn outsider(var: &str, id: &str) -> Child {
-    Command::new("setsid")
-        .args(["sleep", "600"])
-        .env(var, id)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn setsid sleep")
+/// Killed when dropped (also when the test fails); its output goes nowhere.
+fn outsider(var: &str, id: &str) -> KillOnDrop {
+    KillOnDrop::new(
+        Command::new("setsid")
+            .args(["sleep", "600"])
+            .env(var, id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn setsid sleep"),
+    )
 }
 
 /// Poll (every 100 µs) until `pid` is in job cgroup `name`; the time since the call.
@@ -109,7 +114,7 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     // A process of the job started outside it is adopted; one of an unknown job is not.
     let t0 = Instant::now();
     let mine = outsider("SLURM_JOB_ID", &id);
-    let mut stranger = outsider("SLURM_JOB_ID", &unknown);
+    let stranger = outsider("SLURM_JOB_ID", &unknown);
     assert!(
         TestDaemon::wait_for(Duration::from_secs(10), || job_of(&d, mine.id()).as_deref()
             == Some(format!("job-{id}").as_str())),
@@ -161,11 +166,10 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     );
     assert!(job(&d.status(), &id).is_none());
     // The adopted process was killed with the job.
-    wait(mine, "the adopted process").signal(libc::SIGKILL);
+    wait(mine.into_inner(), "the adopted process").signal(libc::SIGKILL);
     // Ending it again is not an error (the epilog may run for a job never registered).
     run(d.pjw().args(["job", "end", &id])).ok();
-    let _ = stranger.kill();
-    let _ = stranger.wait();
+    drop(stranger);
 }
 
 #[test]
@@ -290,6 +294,6 @@ fn exec_events_adopt_without_the_sweep() {
     run(d.pjw().args(["job", "end", &id])).ok();
     // The adopted processes were killed with the job.
     for c in kids {
-        wait(c, "an adopted process").signal(libc::SIGKILL);
+        wait(c.into_inner(), "an adopted process").signal(libc::SIGKILL);
     }
 }

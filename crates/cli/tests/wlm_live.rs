@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use pjw_core::CpuSet;
@@ -217,13 +217,18 @@ fn no_job_cgroups(d: &TestDaemon) -> bool {
         .unwrap_or(false)
 }
 
-fn spawn_outsider(id: &str) -> Child {
-    Command::new("setsid")
-        .args(["sleep", "600"])
-        .env("SLURM_JOB_ID", id)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn setsid sleep")
+/// Killed when dropped (also when the test fails); its output goes nowhere.
+fn spawn_outsider(id: &str) -> pjw_testkit::job::KillOnDrop {
+    pjw_testkit::job::KillOnDrop::new(
+        Command::new("setsid")
+            .args(["sleep", "600"])
+            .env("SLURM_JOB_ID", id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn setsid sleep"),
+    )
 }
 
 #[test]
@@ -340,7 +345,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     // spawn() returns once the child has exec'd: the figure is exec to moved.
     let rank = spawn_outsider(&id);
     let t0 = Instant::now();
-    let mut stranger = spawn_outsider("987654");
+    let stranger = spawn_outsider("987654");
     let mut latency = None;
     let end = Instant::now() + Duration::from_secs(10);
     while Instant::now() < end {
@@ -361,7 +366,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     std::fs::write(&go2, "").unwrap();
     // The epilog ends the job: the adopted rank is killed with it, the cgroups are removed.
     // The adopted rank was killed with its job (it would have slept on).
-    pjw_testkit::job::wait(rank, "the adopted rank").signal(libc::SIGKILL);
+    pjw_testkit::job::wait(rank.into_inner(), "the adopted rank").signal(libc::SIGKILL);
     assert!(
         TestDaemon::wait_for(Duration::from_secs(60), || jobs_of(&d.status(), "slurm")
             .is_empty()
@@ -369,8 +374,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         "job {id} left behind:\n{:#}",
         d.status()
     );
-    let _ = stranger.kill();
-    let _ = stranger.wait();
+    drop(stranger);
 }
 
 #[test]

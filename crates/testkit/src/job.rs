@@ -195,3 +195,36 @@ pub fn assert_job_ok(out: &Output) {
 pub fn expect_exit(out: &Output, code: i32) {
     check("the job", out, Some(code));
 }
+
+/// A process the test started outside every job (an "outsider" for adoption), killed and reaped
+/// when dropped — also when the test fails, so it never outlives the test (nor holds the
+/// test's output open: cargo's output pipe then stays open as long as it lives).
+#[derive(Debug)]
+pub struct KillOnDrop(Option<Child>);
+
+impl KillOnDrop {
+    /// Take charge of `child`.
+    pub fn new(child: Child) -> KillOnDrop {
+        KillOnDrop(Some(child))
+    }
+
+    /// Its pid.
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// The child itself, to wait for it (it is then no longer killed on drop).
+    pub fn into_inner(mut self) -> Child {
+        self.0.take().expect("child present")
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            // Our own unreaped child: its pid cannot have been reused.
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
