@@ -160,15 +160,19 @@ fn scontrol() -> std::ffi::OsString {
 pub fn slurm(c: SlurmCommand) -> i32 {
     match c {
         SlurmCommand::Prolog => {
-            let id = match env_job_id("SLURM_JOB_ID") {
-                Ok(id) => id,
-                Err(e) => return fail(e),
-            };
             let node = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| {
                 std::fs::read_to_string("/proc/sys/kernel/hostname")
                     .map(|s| s.trim().to_string())
                     .unwrap_or_default()
             });
+            // Who and how many CPUs: from slurmd's environment for the Prolog, never from
+            // scontrol's text, which prints the user's job name unquoted.
+            let env = |k: &str| std::env::var(k).ok();
+            let mut job = match wlm_parse::prolog_job(&env, &node, &user_name) {
+                Ok(j) => j,
+                Err(e) => return fail(e),
+            };
+            let id = job.id.clone();
             let out = match std::process::Command::new(scontrol())
                 .args(["show", "job", "-d", &id])
                 .output()
@@ -182,17 +186,8 @@ pub fn slurm(c: SlurmCommand) -> i32 {
                     String::from_utf8_lossy(&out.stderr).trim()
                 ));
             }
-            let job = match wlm_parse::parse_scontrol(&String::from_utf8_lossy(&out.stdout), &node)
-            {
-                Ok(j) => j,
-                Err(e) => return fail(format!("scontrol show job -d {id}: {e}")),
-            };
-            if job.id != id {
-                return fail(format!(
-                    "scontrol answered for job {} instead of {id}",
-                    job.id
-                ));
-            }
+            job.mem =
+                wlm_parse::scontrol_mem(&String::from_utf8_lossy(&out.stdout), &node, job.cpus);
             let name = std::env::var("SLURM_JOB_NAME").ok();
             match register("slurm", &job, name, false) {
                 Ok(cpus) => {
@@ -206,21 +201,40 @@ pub fn slurm(c: SlurmCommand) -> i32 {
             }
         }
         SlurmCommand::Epilog => match env_job_id("SLURM_JOB_ID") {
-            Ok(id) => end(&id),
+            Ok(id) => end(&format!("slurm:{id}")),
             Err(e) => fail(e),
         },
     }
 }
 
+/// The name of user `uid` on this node.
+fn user_name(uid: u32) -> Option<String> {
+    // SAFETY: getpwuid_r writes into the buffers we own and sized; result points into `pw`.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 4096];
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut result) };
+    if rc != 0 || result.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_name is a NUL-terminated string inside `buf`.
+    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+    name.to_str().ok().map(String::from)
+}
+
 pub fn sge(c: SgeCommand) -> i32 {
     match c {
         SgeCommand::Shepherd(a) => {
-            // execd gives the wrapper no job variables: the job is ./environment and ./config.
-            let job = match pjw_wlm::read::read_with(
-                Some(pjw_wlm::Manager::Sge),
-                &pjw_wlm::Env::new(),
-                Path::new("."),
-            ) {
+            // execd gives the wrapper no job variables: the job is ./config, which execd
+            // writes (./environment holds the user's own `qsub -v` variables: not read).
+            let text = match std::fs::read_to_string("config") {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("pjw: grid engine job: cannot read ./config: {e}");
+                    return 125;
+                }
+            };
+            let job = match pjw_wlm::sge_shepherd(&text) {
                 Ok(w) => match (w.user, w.cpus) {
                     (Some(user), cpus) => WlmJob {
                         id: w.pjw_id,

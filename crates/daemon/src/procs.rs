@@ -48,6 +48,9 @@ struct JobProcs {
 pub enum Unknown {
     /// A process outside every job called exec (candidate for adoption).
     Exec { pid: u32, tgid: u32 },
+    /// A process outside every job forked a child process (it may be a job step's task
+    /// escaping its parent before adoption).
+    Fork { parent: u32, child: u32 },
 }
 
 /// Which job each jailed process belongs to, and per-job counts. Pure: fed events, no I/O.
@@ -158,7 +161,12 @@ impl ProcTracker {
                     self.jobs.get_mut(&job)?.counts.threads_ever += 1;
                     return None;
                 }
-                let job = *self.owner.get(&parent_tgid)?;
+                let Some(&job) = self.owner.get(&parent_tgid) else {
+                    return Some(Unknown::Fork {
+                        parent: parent_tgid,
+                        child: child_tgid,
+                    });
+                };
                 let j = self.jobs.get_mut(&job)?;
                 if j.tgids.insert(child_tgid) {
                     j.counts.threads_ever += 1;
@@ -394,7 +402,10 @@ mod tests {
             let mut t = ProcTracker::new();
             t.start_job(1, 100);
             for e in &events {
-                assert_eq!(t.apply(e), None, "{what}");
+                match t.apply(e) {
+                    None | Some(Unknown::Fork { .. }) => {}
+                    other => panic!("{what}: {other:?}"),
+                }
             }
             let c = t.counts(1).unwrap();
             assert_eq!(
@@ -404,6 +415,25 @@ mod tests {
             );
             assert!(!c.lossy, "{what}");
         }
+    }
+
+    #[test]
+    fn forks_outside_jobs_are_reported() {
+        let mut t = ProcTracker::new();
+        t.start_job(1, 100);
+        assert_eq!(
+            t.apply(&fork(100, 101, 101)),
+            None,
+            "inside: counted, not reported"
+        );
+        assert_eq!(
+            t.apply(&fork(7, 8, 8)),
+            Some(Unknown::Fork {
+                parent: 7,
+                child: 8
+            })
+        );
+        assert_eq!(t.apply(&thread(7, 70)), None, "a thread is no new process");
     }
 
     #[test]
