@@ -129,7 +129,9 @@ fn job_register(a: RegisterArgs) -> i32 {
     match register(&a.wlm, &job, a.name, attach) {
         Ok(_) if attach => exec(&a.command),
         Ok(cpus) => {
-            println!("job {} registered on cpus {cpus}", job.id);
+            let ns = a.wlm.to_ascii_lowercase();
+            let local = job.id.strip_prefix(&format!("{ns}:")).unwrap_or(&job.id);
+            println!("job {ns}:{local} registered on cpus {cpus}");
             0
         }
         Err((_, msg)) if attach => {

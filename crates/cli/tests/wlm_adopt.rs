@@ -83,10 +83,10 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("job 9101 registered on cpus"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("job slurm:9101 registered on cpus"));
     let st = d.status();
-    let j = job(&st, "9101").expect("registered job listed");
-    assert_eq!(j["wlm"], format!("slurm:{}", j["id"].as_str().unwrap()));
+    let j = job(&st, "slurm:9101").expect("registered job listed");
+    assert_eq!(j["wlm"], j["id"], "a registered job's id is its tag");
     assert_eq!(j["state"], "running");
     assert_eq!(j["procs"], 0);
     let cpus = CpuSet::parse_list(j["cpus"].as_str().unwrap()).unwrap();
@@ -94,10 +94,10 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     // Held while empty: still there after several sweeps.
     std::thread::sleep(Duration::from_millis(300));
     assert!(
-        job(&d.status(), "9101").is_some(),
+        job(&d.status(), "slurm:9101").is_some(),
         "an empty registered job must be held"
     );
-    assert!(cgroups_exist(&d, "job-9101"));
+    assert!(cgroups_exist(&d, "job-slurm:9101"));
 
     // A process of the job started outside it is adopted; one of an unknown job is not.
     let t0 = Instant::now();
@@ -105,7 +105,7 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     let mut stranger = outsider("SLURM_JOB_ID", "424242");
     assert!(
         TestDaemon::wait_for(Duration::from_secs(10), || job_of(&d, mine.id()).as_deref()
-            == Some("job-9101")),
+            == Some("job-slurm:9101")),
         "process naming job 9101 was not adopted:\n{}",
         d.log()
     );
@@ -133,21 +133,24 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         "unknown job id not logged:\n{}",
         d.log()
     );
-    assert_eq!(job(&d.status(), "9101").unwrap()["procs"], 1);
+    assert_eq!(job(&d.status(), "slurm:9101").unwrap()["procs"], 1);
 
     // The epilog's end: the adopted process is killed, the cgroups are gone when it answers.
-    let out = d.pjw().args(["job", "end", "9101"]).output().unwrap();
+    let out = d.pjw().args(["job", "end", "slurm:9101"]).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!cgroups_exist(&d, "job-9101"), "cgroups left after end");
-    assert!(job(&d.status(), "9101").is_none());
+    assert!(
+        !cgroups_exist(&d, "job-slurm:9101"),
+        "cgroups left after end"
+    );
+    assert!(job(&d.status(), "slurm:9101").is_none());
     let st = mine.wait().unwrap();
     assert!(!st.success(), "adopted process should have been killed");
     // Ending it again is not an error (the epilog may run for a job never registered).
-    let out = d.pjw().args(["job", "end", "9101"]).output().unwrap();
+    let out = d.pjw().args(["job", "end", "slurm:9101"]).output().unwrap();
     assert!(out.status.success());
     let _ = stranger.kill();
     let _ = stranger.wait();
@@ -187,16 +190,16 @@ fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
     }
     d.restart();
     let st = d.status();
-    let j = job(&st, "55").expect("held job recovered after a crash");
-    assert_eq!(j["wlm"], format!("slurm:{}", j["id"].as_str().unwrap()));
+    let j = job(&st, "slurm:55").expect("held job recovered after a crash");
+    assert_eq!(j["wlm"], j["id"], "a registered job's id is its tag");
     assert_eq!(j["mem"], 256u64 << 20);
-    let out = d.pjw().args(["job", "end", "55"]).output().unwrap();
+    let out = d.pjw().args(["job", "end", "slurm:55"]).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!cgroups_exist(&d, "job-55"));
+    assert!(!cgroups_exist(&d, "job-slurm:55"));
 }
 
 #[test]
@@ -217,12 +220,13 @@ fn attached_registration_runs_the_command_inside_and_ends_with_it() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("/job-77"), "not inside its job: {text}");
+    assert!(text.contains("/job-sge:77"), "not inside its job: {text}");
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(10), || job(&d.status(), "77").is_none()),
+        TestDaemon::wait_for(Duration::from_secs(10), || job(&d.status(), "sge:77")
+            .is_none()),
         "job did not end with its command"
     );
-    assert!(!cgroups_exist(&d, "job-77"));
+    assert!(!cgroups_exist(&d, "job-sge:77"));
     assert!(
         d.log().contains("user=nobody") || d.log().contains("user=\"nobody\""),
         "{}",
@@ -259,13 +263,13 @@ fn exec_events_adopt_without_the_sweep() {
         let pid = c.id();
         kids.push(c);
         times.push(
-            moved_within(&d, pid, "job-31", Duration::from_secs(10))
+            moved_within(&d, pid, "job-slurm:31", Duration::from_secs(10))
                 .unwrap_or_else(|| panic!("not adopted from its exec event:\n{}", d.log())),
         );
     }
     assert!(d.log().contains("via=\"exec\""), "{}", d.log());
     eprintln!("adoption latency from exec events, spawn to moved: {times:?}");
-    let out = d.pjw().args(["job", "end", "31"]).output().unwrap();
+    let out = d.pjw().args(["job", "end", "slurm:31"]).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
