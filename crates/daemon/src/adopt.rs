@@ -187,7 +187,8 @@ impl Scanner {
         Some(l)
     }
 
-    /// Facts of `pid` (started at `start`), or None when it is gone or a kernel thread.
+    /// Facts of `pid` (started at `start`), or None when it is gone, a kernel thread, or
+    /// neither a task of a step nor naming a job in its environment (nothing to decide).
     /// Its lineage is decided first (remembered); the environment is read only when the
     /// lineage leaves the decision to it.
     pub fn facts(&mut self, pid: u32, start: u64) -> Option<Facts> {
@@ -197,7 +198,14 @@ impl Scanner {
             Vec::new()
         } else {
             let environ = std::fs::read(dir.join("environ")).ok()?;
-            pjw_core::adopt::env_ids(&environ, &self.rules)
+            let ids = pjw_core::adopt::env_ids(&environ, &self.rules);
+            // Outside every step and naming no job (most processes): nothing more to read.
+            // (A root one below a manager's daemon is a hook; a user's there, no job's: both
+            // are left alone, as for None.)
+            if ids.is_empty() {
+                return None;
+            }
+            ids
         };
         let status = std::fs::read_to_string(dir.join("status")).ok()?;
         let status = pjw_kernelfs::proc_status::parse(&status).ok()?;
@@ -327,14 +335,15 @@ mod tests {
         }
         let mut s = Scanner::new(t.path(), vec!["SLURM_JOB_ID".into()], vec!["slurmd".into()]);
         assert_eq!(s.rule_ns(), &[Some("slurm")]);
-        let f = s.facts(10, 110).unwrap();
-        assert!(f.ids.is_empty());
-        assert_eq!(f.lineage, Lineage::Outside);
+        assert!(
+            s.facts(10, 110).is_none(),
+            "no job in its environment, outside every step"
+        );
         assert!(s.facts(99, 1).is_none());
         let f = s.facts(11, 111).unwrap();
         assert_eq!((f.uid, f.ids.clone()), (1000, vec![(0, "5".to_string())]));
         assert_eq!(f.cgroups[0].path, "/user");
-        assert!(s.facts(12, 112).unwrap().ids.is_empty(), "not a job id");
+        assert!(s.facts(12, 112).is_none(), "not a job id");
         assert_eq!(s.unseen(), vec![10, 11, 12]);
         s.remember(10, 110, Seen::Settled);
         s.remember(11, 111, Seen::Unknown("slurm:5".into()));

@@ -1978,6 +1978,7 @@ impl Engine {
                         Some(Unknown::Fork { parent, child }) => {
                             self.on_unknown_fork(parent, child)
                         }
+                        Some(Unknown::EarlyFork { job, child }) => self.on_early_fork(job, child),
                         None => {}
                     }
                 }

@@ -238,6 +238,23 @@ impl Engine {
         }
     }
 
+    /// An adopted process forked `child` before it was moved into job `seq`: the child is
+    /// outside the job's cgroups, though it is the job's. Moved now (a task that forks at once
+    /// and lets its parent be adopted does not leave a child behind).
+    pub(super) fn on_early_fork(&mut self, seq: i64, child: u32) {
+        let Some(j) = self.jobs.get(&seq) else { return };
+        if j.ending {
+            return;
+        }
+        match self.driver.add_process(&j.cgroup, child) {
+            Ok(()) => {
+                info!(job = %j.id, pid = child, via = "fork", "adopted a child forked before its parent's adoption");
+                self.procs.moved(child, monotonic_ns());
+            }
+            Err(e) => debug!(job = %j.id, pid = child, error = %e, "cannot adopt early child"),
+        }
+    }
+
     /// Look at one process and adopt it if it belongs to a registered job.
     pub(super) fn examine(&mut self, pid: u32, via: &'static str) {
         let Some(start) = self.scanner.start_time(pid) else {
@@ -287,8 +304,10 @@ impl Engine {
                 let t0 = Instant::now();
                 match self.driver.add_process(&j.cgroup, pid) {
                     Ok(()) => {
-                        // From now on its forks and exits count for the job.
+                        // From now on its forks and exits count for the job; forks stamped
+                        // before now did not inherit its cgroups (see on_early_fork).
                         self.procs.adopt(key, pid, facts.threads);
+                        self.procs.moved(pid, monotonic_ns());
                         info!(
                             job = %j.id, user = %j.user, cpus = %j.cpus, pid, var = %var, via,
                             move_us = t0.elapsed().as_micros() as u64, "adopted process"
@@ -327,6 +346,12 @@ impl Engine {
             }
         }
     }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of the proc connector's event timestamps.
+fn monotonic_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The (manager, id) a job is found under by adoption: from its tag (`slurm:4242`) and its pjw
