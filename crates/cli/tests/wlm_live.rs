@@ -22,6 +22,14 @@ const SLURM_CONFIG: &str =
     "cpus = \"0-1\"\n[adopt]\nenv = [\"SLURM_JOB_ID\"]\nsweep_interval_ms = 100\n";
 const SGE_CONFIG: &str = "cpus = \"0-1\"\n[adopt]\nenv = [\"JOB_ID\"]\nsweep_interval_ms = 100\n";
 
+/// One private Slurm at a time: slurm-up.sh stops the daemons of an earlier run it finds, so two
+/// Slurm tests of this binary take turns (the Grid Engine one runs beside them).
+static SLURM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn slurm_turn() -> std::sync::MutexGuard<'static, ()> {
+    SLURM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
 }
@@ -239,6 +247,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     if skip_in_guest() {
         return;
     }
+    let _turn = slurm_turn();
     let d = TestDaemon::start(&pjw_bin(), SLURM_CONFIG);
     let w = Wlm::up("slurm-up.sh", &d);
     let out = w.out();
@@ -435,6 +444,7 @@ fn slurm_user_cannot_dodge_adoption_or_steer_the_prolog() {
         return;
     }
     let uid = test_user("pjwatk1");
+    let _turn = slurm_turn();
     let d = TestDaemon::start(&pjw_bin(), SLURM_CONFIG);
     let w = Wlm::up("slurm-up.sh", &d);
     let out = w.out();
@@ -482,25 +492,27 @@ fn slurm_user_cannot_dodge_adoption_or_steer_the_prolog() {
     assert_eq!(j["mem"], 100u64 << 20, "the name steered the memory: {j:#}");
     std::fs::write(&go, "").unwrap();
 
-    // (1) srun tasks that dodge: a forged hook variable, and an exec without SLURM_JOB_ID.
-    for (what, prefix) in [
-        (
-            "forged SLURM_SCRIPT_CONTEXT",
-            "SLURM_SCRIPT_CONTEXT=prolog_slurmd",
-        ),
+    // (1) srun tasks that dodge: the forged hook variable in srun's environment (srun passes
+    // it to every task, so the task carries it from its first exec: before, a certain
+    // escape), and a task that execs at once without SLURM_JOB_ID.
+    let probe = "i=0; while ! grep -q /job- /proc/self/cgroup && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; \
+                 echo ${SLURM_JOB_ID:-unset}; grep '^0::' /proc/self/cgroup";
+    for (what, hook_var, prefix) in [
+        ("forged SLURM_SCRIPT_CONTEXT", true, &[][..]),
         (
             "re-exec without SLURM_JOB_ID",
-            "-u SLURM_JOB_ID -u SLURM_JOBID",
+            false,
+            &["env", "-u", "SLURM_JOB_ID", "-u", "SLURM_JOBID"][..],
         ),
     ] {
-        let o = as_user("timeout")
-            .args(["120", "srun", "-n1", "env"])
-            .args(prefix.split(' '))
-            .args(["sh", "-c"])
-            .arg(
-                "i=0; while ! grep -q /job- /proc/self/cgroup && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; \
-                 echo ${SLURM_JOB_ID:-unset}; grep '^0::' /proc/self/cgroup",
-            )
+        let mut c = as_user("timeout");
+        if hook_var {
+            c.env("SLURM_SCRIPT_CONTEXT", "prolog_slurmd");
+        }
+        let o = c
+            .args(["120", "srun", "-n1"])
+            .args(prefix)
+            .args(["sh", "-c", probe])
             .output()
             .unwrap();
         let text = ok(&o, &format!("srun ({what})\n{}\n{}", w.logs(), d.log()));

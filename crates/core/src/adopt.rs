@@ -79,8 +79,9 @@ pub fn var_namespace(var: &str) -> Option<&'static str> {
 
 /// Job step daemons: a root process running one of these executables is a manager's step
 /// daemon, and every process below it belongs to the job its argv names (see
-/// [`step_job`]). `(executable name, manager namespace)`.
-pub const STEP_DAEMONS: [(&str, &str); 1] = [("slurmstepd", "slurm")];
+/// [`step_job`]). `(executable name, manager namespace)`; Debian installs slurmstepd as
+/// `slurmstepd-wlm` (the kernel's `exe` names the file, not the alternatives link).
+pub const STEP_DAEMONS: [(&str, &str); 2] = [("slurmstepd", "slurm"), ("slurmstepd-wlm", "slurm")];
 
 /// The job a step daemon's argv names: slurmstepd sets its argv to `slurmstepd: [JOBID.STEP]`
 /// (`[4242.0]`, `[4242.batch]`, `[4242.extern]`). Only read from a process running the step

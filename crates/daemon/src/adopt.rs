@@ -295,6 +295,7 @@ fn os_real_uid(dir: &Path) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
 
     fn proc_tree(procs: &[(u32, &[u8], u32, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -365,5 +366,82 @@ mod tests {
         assert_eq!(s.counts(), (1, 0), "gone pids are forgotten");
         s.reset();
         assert_eq!(s.unseen(), vec![10, 12]);
+    }
+
+    /// Lineages of real processes: copies of `sh` named `slurmd` and `slurmstepd` (root, as
+    /// this test runs) stand for the manager's daemons. Root only (reads other processes'
+    /// `exe`); skipped otherwise.
+    #[test]
+    fn lineage_of_real_processes() {
+        use std::process::{Command, Stdio};
+        if rustix::process::geteuid().as_raw() != 0 {
+            eprintln!("skipped: not root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["slurmd", "slurmstepd"] {
+            std::fs::copy("/bin/bash", dir.path().join(name)).unwrap();
+        }
+        let out = dir.path().join("pids");
+        let task = dir.path().join("task.sh");
+        std::fs::write(
+            &task,
+            format!("sleep 60 & echo task $! >> {}; wait\n", out.display()),
+        )
+        .unwrap();
+        // slurmd ─┬─ sleep (a hook: root below slurmd)
+        //         └─ slurmstepd: [42.0] ─ sleep (a task of job 42)
+        let script = format!(
+            "(exec -a 'slurmstepd: [42.0]' {d}/slurmstepd {t}) & sleep 60 & echo hook $! >> {o}; wait",
+            o = out.display(),
+            d = dir.path().display(),
+            t = task.display()
+        );
+        let mut daemon = Command::new(dir.path().join("slurmd"))
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut pids = std::collections::HashMap::new();
+        for _ in 0..200 {
+            let t = std::fs::read_to_string(&out).unwrap_or_default();
+            pids = t
+                .lines()
+                .filter_map(|l| l.split_once(' '))
+                .map(|(k, v)| (k.to_string(), v.trim().parse::<u32>().unwrap()))
+                .collect();
+            if pids.len() == 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let mut s = Scanner::new(Path::new("/proc"), vec![], vec!["slurmd".into()]);
+        let got: Vec<(String, Lineage)> = ["hook", "task"]
+            .iter()
+            .map(|k| {
+                let pid = pids[*k];
+                let start = s.start_time(pid).unwrap();
+                (k.to_string(), s.lineage(pid, start))
+            })
+            .collect();
+        let me = std::process::id();
+        let mine = s.lineage(me, s.start_time(me).unwrap());
+        // SAFETY: kill(2) on the process group this test made.
+        let _ = rustix::process::kill_process_group(
+            rustix::process::Pid::from_raw(daemon.id() as i32).unwrap(),
+            rustix::process::Signal::Kill,
+        );
+        let _ = daemon.wait();
+        assert_eq!(got[0].1, Lineage::Daemon, "{got:?}");
+        assert_eq!(
+            got[1].1,
+            Lineage::Step {
+                ns: "slurm".into(),
+                id: "42".into()
+            },
+            "{got:?}"
+        );
+        assert_eq!(mine, Lineage::Outside);
     }
 }

@@ -384,8 +384,9 @@ pub const DEFAULT_MAX_QUEUED_PER_USER: usize = 200;
 /// The variables that carry a workload manager's job id, in the order they are tried.
 pub const DEFAULT_ADOPT_ENV: [&str; 4] = ["SLURM_JOB_ID", "JOB_ID", "PBS_JOBID", "LSB_JOBID"];
 /// The managers' daemons whose root children are their hooks (Slurm's Prolog and Epilog run
-/// as root children of slurmd), never adopted.
-pub const DEFAULT_ADOPT_HOOK_DAEMONS: [&str; 1] = ["slurmd"];
+/// as root children of slurmd), never adopted. Debian's slurmd is `slurmd-wlm` (the kernel's
+/// `exe` names the file the alternatives link points to).
+pub const DEFAULT_ADOPT_HOOK_DAEMONS: [&str; 2] = ["slurmd", "slurmd-wlm"];
 
 /// A configuration error, naming file, key and reason.
 #[derive(Debug, thiserror::Error)]

@@ -293,6 +293,7 @@ impl Engine {
         };
         let verdict = adopt::decide(&c, &targets);
         drop(targets);
+        debug!(pid, uid = facts.uid, lineage = ?facts.lineage, verdict = ?verdict, via, "examined");
         let var = |rule: Option<usize>, s: &Self| match rule {
             Some(r) => s.scanner.rules().get(r).cloned().unwrap_or_default(),
             None => "ancestry".to_string(),
