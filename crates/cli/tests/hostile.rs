@@ -482,3 +482,90 @@ fn a_private_tmp_is_capped_and_freed_at_the_end_even_when_held_from_outside() {
         "{used} bytes still used in the ended job's tmpfs"
     );
 }
+
+/// A process inside a job (here an unprivileged user's) cannot leave its cgroup, widen its
+/// cpuset or run on CPUs outside it: the job's cgroup files are root's, and the kernel bounds
+/// affinity by the cpuset.
+#[test]
+fn a_process_inside_a_job_cannot_leave_its_cgroup_or_widen_its_cpus() {
+    require_root!();
+    let (attacker, _) = users();
+    let d = daemon("");
+    let all = d.status()["cpus"]
+        .as_str()
+        .map(String::from)
+        .expect("the pool in status");
+    assert!(!all.is_empty());
+    let script = format!(
+        r#"cg=$(sed -n 's/^0:://p' /proc/self/cgroup); v1=$(sed -n 's/^[0-9]*:cpuset:\(.*\)/\1/p' /proc/self/cgroup)
+for f in /sys/fs/cgroup$cg/../cgroup.procs /sys/fs/cgroup/unified$cg/../cgroup.procs /sys/fs/cgroup/cpuset$v1/../cgroup.procs /sys/fs/cgroup/cpuset$v1/../tasks /sys/fs/cgroup/cgroup.procs; do
+  [ -e "$f" ] || continue
+  if echo $$ > "$f" 2>/dev/null; then echo "ESCAPED via $f"; fi
+done
+for f in /sys/fs/cgroup$cg/cpuset.cpus /sys/fs/cgroup/cpuset$v1/cpuset.cpus; do
+  [ -e "$f" ] || continue
+  if echo {all} > "$f" 2>/dev/null; then echo "WIDENED via $f"; fi
+done
+taskset -a -p -c {all} $$ >/dev/null 2>&1
+echo "allowed $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+[ "$(sed -n 's/^0:://p' /proc/self/cgroup)" = "$cg" ] && echo "still in $cg""#
+    );
+    let o = finish(spawn_as(
+        &d,
+        attacker,
+        &["--cpus", "1", "--job-id", "jailed"],
+        &script,
+    ));
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !out.contains("ESCAPED") && !out.contains("WIDENED"),
+        "{out}"
+    );
+    assert!(out.contains("still in"), "{out}");
+    let allowed = out
+        .lines()
+        .find_map(|l| l.strip_prefix("allowed "))
+        .and_then(|l| pjw_core::CpuSet::parse_list(l.trim()).ok())
+        .unwrap_or_else(|| panic!("no affinity line in {out}"));
+    assert_eq!(
+        allowed.len(),
+        1,
+        "the job runs on {allowed} after asking for {all}"
+    );
+    eprintln!("job asked for {all}, runs on {allowed}; output: {out}");
+}
+
+/// U5: one user cannot fill the queue; another user still gets in.
+#[test]
+fn a_user_cannot_fill_the_queue() {
+    require_root!();
+    let (attacker, bystander) = users();
+    let d = daemon("max_queued_per_user = 3");
+    let n = cpus_for_jobs(&d).to_string();
+    let hog = spawn_as(&d, attacker, &["--cpus", &n, "--job-id", "hog"], "sleep 60");
+    wait_state(&d, "hog", "running");
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        let id = format!("q{i}");
+        waiting.push(spawn_as(
+            &d,
+            attacker,
+            &["--cpus", "1", "--job-id", &id],
+            "true",
+        ));
+        wait_state(&d, &id, "queued");
+    }
+    refused(
+        &pjw_as(&d, attacker, &["run", "--cpus", "1", "--", "true"]),
+        "max_queued_per_user",
+    );
+    let other = spawn_as(&d, bystander, &["--cpus", "1", "--job-id", "other"], "true");
+    wait_state(&d, "other", "queued");
+    for id in ["hog", "q0", "q1", "q2", "other"] {
+        let _ = d.pjw().args(["kill", id]).output();
+    }
+    for c in waiting.into_iter().chain([hog, other]) {
+        let _ = finish(c);
+    }
+}
