@@ -211,17 +211,7 @@ pub fn slurm(c: SlurmCommand) -> i32 {
 
 /// The name of user `uid` on this node.
 fn user_name(uid: u32) -> Option<String> {
-    // SAFETY: getpwuid_r writes into the buffers we own and sized; result points into `pw`.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 4096];
-    let mut result: *mut libc::passwd = std::ptr::null_mut();
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut result) };
-    if rc != 0 || result.is_null() {
-        return None;
-    }
-    // SAFETY: on success pw_name is a NUL-terminated string inside `buf`.
-    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
-    name.to_str().ok().map(String::from)
+    uzers::get_user_by_uid(uid).and_then(|u| u.name().to_str().map(String::from))
 }
 
 pub fn sge(c: SgeCommand) -> i32 {
