@@ -177,11 +177,15 @@ impl Scanner {
     /// known of the parent's lineage, also when it is re-parented later (a double fork).
     /// Returns the inherited lineage when it is a job step's.
     pub fn forked(&mut self, parent: u32, child: u32) -> Option<Lineage> {
-        let (_, l) = self.lineages.get(&parent)?;
+        let (pstart, l) = self.lineages.get(&parent)?;
         if !matches!(l, Lineage::Step { .. }) {
             return None;
         }
-        let l = l.clone();
+        let (pstart, l) = (*pstart, l.clone());
+        // The same parent, not another process that got its pid.
+        if self.start_time(parent) != Some(pstart) {
+            return None;
+        }
         let start = self.start_time(child)?;
         self.lineages.insert(child, (start, l.clone()));
         Some(l)
