@@ -19,7 +19,8 @@ fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
 }
 
-/// The uid of test user `name`, created when missing.
+/// The uid of test user `name`, created when missing: `useradd --system` on the host; in a
+/// test guest without it (busybox), a line in the guest's own /etc/passwd and /etc/group.
 fn test_user(name: &str) -> u32 {
     let id = |n: &str| {
         Command::new("id")
@@ -40,15 +41,44 @@ fn test_user(name: &str) -> u32 {
             "/usr/sbin/nologin",
         ])
         .arg(name)
-        .output()
-        .expect("useradd");
-    // Another test may have created it meanwhile (exit 9: exists).
-    assert!(
-        o.status.success() || o.status.code() == Some(9),
-        "useradd {name}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+        .output();
+    match o {
+        // Another test may have created it meanwhile (exit 9: exists).
+        Ok(o) => assert!(
+            o.status.success() || o.status.code() == Some(9),
+            "useradd {name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(_) if pjw_testkit::in_vm_guest() => {
+            let uid = (61_500u32..65_000)
+                .find(|u| id(&u.to_string()).is_none())
+                .expect("a free uid");
+            for (f, line) in [
+                (
+                    "/etc/passwd",
+                    format!("{name}:x:{uid}:{uid}::/:/sbin/nologin\n"),
+                ),
+                ("/etc/group", format!("{name}:x:{uid}:\n")),
+            ] {
+                use std::io::Write;
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(f)
+                    .and_then(|mut h| h.write_all(line.as_bytes()))
+                    .unwrap_or_else(|e| panic!("{f}: {e}"));
+            }
+        }
+        Err(e) => panic!("useradd {name}: {e}"),
+    }
     id(name).expect("test user exists")
+}
+
+/// A daemon whose socket unprivileged users can reach.
+fn daemon() -> TestDaemon {
+    use std::os::unix::fs::PermissionsExt;
+    let d = TestDaemon::start(&pjw_bin(), CONFIG);
+    std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    d
 }
 
 /// `cmd` run as user `name` (setpriv, no supplementary groups).
@@ -87,7 +117,7 @@ fn kill(mut c: Child) {
 fn user_cannot_squat_a_managers_job_id() {
     require_root!();
     test_user("pjwatk1");
-    let d = TestDaemon::start(&pjw_bin(), CONFIG);
+    let d = daemon();
     let squat = as_user("pjwatk1", &pjw_bin())
         .env("PJW_SOCKET", d.socket())
         .args(["run", "--job-id", "4242", "--", "sleep", "600"])
@@ -148,7 +178,7 @@ fn user_cannot_squat_a_managers_job_id() {
 fn job_id_with_a_newline_forges_no_log_line() {
     require_root!();
     test_user("pjwatk1");
-    let d = TestDaemon::start(&pjw_bin(), CONFIG);
+    let d = daemon();
     let o = d
         .pjw()
         .args([
@@ -195,7 +225,7 @@ fn job_id_with_a_newline_forges_no_log_line() {
 fn unknown_job_processes_are_read_once_and_adopted_when_registered() {
     require_root!();
     test_user("pjwatk1");
-    let d = TestDaemon::start(&pjw_bin(), CONFIG);
+    let d = daemon();
     let o = d
         .pjw()
         .args([
