@@ -129,7 +129,9 @@ fn job_register(a: RegisterArgs) -> i32 {
     match register(&a.wlm, &job, a.name, attach) {
         Ok(_) if attach => exec(&a.command),
         Ok(cpus) => {
-            println!("job {} registered on cpus {cpus}", job.id);
+            let ns = a.wlm.to_ascii_lowercase();
+            let local = job.id.strip_prefix(&format!("{ns}:")).unwrap_or(&job.id);
+            println!("job {ns}:{local} registered on cpus {cpus}");
             0
         }
         Err((_, msg)) if attach => {
@@ -160,15 +162,19 @@ fn scontrol() -> std::ffi::OsString {
 pub fn slurm(c: SlurmCommand) -> i32 {
     match c {
         SlurmCommand::Prolog => {
-            let id = match env_job_id("SLURM_JOB_ID") {
-                Ok(id) => id,
-                Err(e) => return fail(e),
-            };
             let node = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| {
                 std::fs::read_to_string("/proc/sys/kernel/hostname")
                     .map(|s| s.trim().to_string())
                     .unwrap_or_default()
             });
+            // Who and how many CPUs: from slurmd's environment for the Prolog, never from
+            // scontrol's text, which prints the user's job name unquoted.
+            let env = |k: &str| std::env::var(k).ok();
+            let mut job = match wlm_parse::prolog_job(&env, &node, &user_name) {
+                Ok(j) => j,
+                Err(e) => return fail(e),
+            };
+            let id = job.id.clone();
             let out = match std::process::Command::new(scontrol())
                 .args(["show", "job", "-d", &id])
                 .output()
@@ -182,17 +188,8 @@ pub fn slurm(c: SlurmCommand) -> i32 {
                     String::from_utf8_lossy(&out.stderr).trim()
                 ));
             }
-            let job = match wlm_parse::parse_scontrol(&String::from_utf8_lossy(&out.stdout), &node)
-            {
-                Ok(j) => j,
-                Err(e) => return fail(format!("scontrol show job -d {id}: {e}")),
-            };
-            if job.id != id {
-                return fail(format!(
-                    "scontrol answered for job {} instead of {id}",
-                    job.id
-                ));
-            }
+            job.mem =
+                wlm_parse::scontrol_mem(&String::from_utf8_lossy(&out.stdout), &node, job.cpus);
             let name = std::env::var("SLURM_JOB_NAME").ok();
             match register("slurm", &job, name, false) {
                 Ok(cpus) => {
@@ -206,21 +203,30 @@ pub fn slurm(c: SlurmCommand) -> i32 {
             }
         }
         SlurmCommand::Epilog => match env_job_id("SLURM_JOB_ID") {
-            Ok(id) => end(&id),
+            Ok(id) => end(&format!("slurm:{id}")),
             Err(e) => fail(e),
         },
     }
 }
 
+/// The name of user `uid` on this node.
+fn user_name(uid: u32) -> Option<String> {
+    uzers::get_user_by_uid(uid).and_then(|u| u.name().to_str().map(String::from))
+}
+
 pub fn sge(c: SgeCommand) -> i32 {
     match c {
         SgeCommand::Shepherd(a) => {
-            // execd gives the wrapper no job variables: the job is ./environment and ./config.
-            let job = match pjw_wlm::read::read_with(
-                Some(pjw_wlm::Manager::Sge),
-                &pjw_wlm::Env::new(),
-                Path::new("."),
-            ) {
+            // execd gives the wrapper no job variables: the job is ./config, which execd
+            // writes (./environment holds the user's own `qsub -v` variables: not read).
+            let text = match std::fs::read_to_string("config") {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("pjw: grid engine job: cannot read ./config: {e}");
+                    return 125;
+                }
+            };
+            let job = match pjw_wlm::sge_shepherd(&text) {
                 Ok(w) => match (w.user, w.cpus) {
                     (Some(user), cpus) => WlmJob {
                         id: w.pjw_id,

@@ -1,7 +1,13 @@
-//! What the Slurm Prolog is told about its job, parsed (no I/O here): `scontrol show job -d`.
-//! (The managers' environments and Grid Engine's spool files are parsed by `pjw-wlm`.)
-
-use pjw_core::CpuSet;
+//! What the Slurm Prolog is told about its job, parsed (no I/O here): slurmd's environment for
+//! the Prolog and `scontrol show job -d`. (The managers' environments and Grid Engine's spool
+//! files are parsed by `pjw-wlm`.)
+//!
+//! `scontrol show job` prints user-chosen text unquoted: the job name (which may hold spaces,
+//! `Key=value` text and newlines), the comment, the paths. No text parser can tell a forged
+//! `UserId=root(0)` or a whole forged line from a real one. So the job's identity and CPUs come
+//! from what slurmd gives the Prolog ([`prolog_job`]: `SLURM_JOB_UID`, `SLURM_JOB_CPUS_PER_NODE`,
+//! the node list), and only the memory from scontrol, read so that forged text can lower the
+//! job's own limit but never raise it ([`scontrol_mem`]).
 
 /// A manager's job on this node, as pjw registers it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,62 +82,157 @@ pub fn hostlist_contains(list: &str, node: &str) -> bool {
     })
 }
 
-/// Parse `scontrol show job -d ID` for the job's share of node `node`: CPUs from the detail
-/// line of this node (`Nodes=… CPU_IDs=… Mem=…`) when the job spans several nodes, else
-/// `NumCPUs`; memory from that line's `Mem=` (MiB), else `MinMemoryNode`, else
-/// `MinMemoryCPU` × CPUs. The user is the name in `UserId=name(uid)`.
-pub fn parse_scontrol(text: &str, node: &str) -> Result<WlmJob, String> {
-    let all = tokens(text);
-    let first = |k: &str| all.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
-    let id = first("JobId").ok_or("no JobId in scontrol output")?;
-    let user = first("UserId")
-        .map(|u| u.split('(').next().unwrap_or(u))
-        .filter(|u| !u.is_empty())
-        .ok_or("no UserId in scontrol output")?;
-    let num = |k: &str| first(k).and_then(|v| v.parse::<u32>().ok());
-    let nodes = num("NumNodes").unwrap_or(1).max(1);
-    // Detail lines: each starts with Nodes= and carries CPU_IDs= and Mem=.
-    let mut detail: Option<(Option<u32>, Option<u64>)> = None;
-    let mut n_detail = 0;
-    for line in text.lines() {
-        let t = tokens(line);
-        let Some((_, list)) = t.first().filter(|(k, _)| *k == "Nodes") else {
+/// The position of `node` in Slurm host list `list`, expanded in order (`n[1-3],x` → n1, n2,
+/// n3, x). None when it is not there or the list is malformed or longer than 100,000 names.
+pub fn hostlist_index(list: &str, node: &str) -> Option<usize> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&list[start..]);
+    let mut index = 0usize;
+    for p in parts {
+        let Some((prefix, rest)) = p.split_once('[') else {
+            if p == node {
+                return Some(index);
+            }
+            index += 1;
             continue;
         };
-        if !t.iter().any(|(k, _)| *k == "CPU_IDs") {
-            continue;
+        let ranges = rest.strip_suffix(']')?;
+        for r in ranges.split(',') {
+            let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+            let (a, b) = (lo.parse::<u64>().ok()?, hi.parse::<u64>().ok()?);
+            if b < a || b - a > 100_000 || index > 100_000 {
+                return None;
+            }
+            for n in a..=b {
+                let name = format!("{prefix}{n:0width$}", width = lo.len());
+                if name == node {
+                    return Some(index);
+                }
+                index += 1;
+            }
         }
-        n_detail += 1;
-        if detail.is_some() || !hostlist_contains(list, node) {
-            continue;
+    }
+    None
+}
+
+/// This node's CPU count from `SLURM_JOB_CPUS_PER_NODE` (`4(x2),2`: counts in node-list order,
+/// `(xN)` repeating one N times) and the job's node list.
+pub fn cpus_on_node(per_node: &str, nodelist: &str, node: &str) -> Result<u32, String> {
+    let at = hostlist_index(nodelist, node)
+        .ok_or_else(|| format!("node {node:?} is not in the job's node list {nodelist:?}"))?;
+    let mut seen = 0usize;
+    for part in per_node.split(',') {
+        let (n, times) = match part.split_once("(x") {
+            Some((n, t)) => (n, t.strip_suffix(')').unwrap_or("")),
+            None => (part, "1"),
+        };
+        let n: u32 = n
+            .parse()
+            .map_err(|_| format!("SLURM_JOB_CPUS_PER_NODE {per_node:?}: not N or N(xM),…"))?;
+        let times: usize = times
+            .parse()
+            .map_err(|_| format!("SLURM_JOB_CPUS_PER_NODE {per_node:?}: not N or N(xM),…"))?;
+        if at < seen + times {
+            return (n > 0)
+                .then_some(n)
+                .ok_or_else(|| "no CPUs on this node".to_string());
         }
-        let get = |k: &str| t.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
-        let cpus = get("CPU_IDs")
-            .and_then(|v| CpuSet::parse_list(v).ok())
-            .map(|s| s.len() as u32);
-        let mem = get("Mem").and_then(slurm_mem);
-        detail = Some((cpus, mem));
+        seen += times;
     }
-    let (d_cpus, d_mem) = detail.unwrap_or((None, None));
-    let cpus = if nodes == 1 && n_detail <= 1 {
-        num("NumCPUs").or(d_cpus)
-    } else {
-        d_cpus.or_else(|| num("NumCPUs").map(|c| c.div_ceil(nodes)))
+    Err(format!(
+        "SLURM_JOB_CPUS_PER_NODE {per_node:?} has no count for node {node} (#{at})"
+    ))
+}
+
+/// The job's memory on node `node` (bytes) from `scontrol show job -d`, for a job with `cpus`
+/// CPUs here: the `Mem=` of this node's detail line (`     Nodes=… CPU_IDs=… Mem=… GRES=`),
+/// else `MinMemoryNode`, else `MinMemoryCPU` × `cpus`. User text can forge any of these lines
+/// (a job name with newlines), but not remove the real one slurmd's answer holds: of all the
+/// candidates of the first kind found, the smallest is taken, so forged text can only lower
+/// the job's own limit. None when scontrol names no memory.
+pub fn scontrol_mem(text: &str, node: &str, cpus: u32) -> Option<u64> {
+    let mut detail: Option<u64> = None;
+    let mut per_node: Option<u64> = None;
+    let mut per_cpu: Option<u64> = None;
+    let min = |slot: &mut Option<u64>, v: Option<u64>| {
+        if let Some(v) = v {
+            *slot = Some(slot.map_or(v, |s| s.min(v)));
+        }
+    };
+    for line in text.lines() {
+        let t = tokens(line);
+        if let Some((_, list)) = t.first().filter(|(k, _)| *k == "Nodes") {
+            if t.iter().any(|(k, _)| *k == "CPU_IDs") && hostlist_contains(list, node) {
+                let mem = t.iter().find(|(k, _)| *k == "Mem").map(|(_, v)| *v);
+                min(&mut detail, mem.and_then(slurm_mem));
+            }
+        }
+        for (k, v) in &t {
+            match *k {
+                "MinMemoryNode" => min(&mut per_node, slurm_mem(v)),
+                "MinMemoryCPU" => min(&mut per_cpu, slurm_mem(v).map(|m| m * cpus as u64)),
+                _ => {}
+            }
+        }
     }
-    .filter(|c| *c > 0)
-    .ok_or_else(|| format!("no CPU count for node {node} in scontrol output"))?;
-    let mem = d_mem
-        .or_else(|| first("MinMemoryNode").and_then(slurm_mem))
-        .or_else(|| {
-            first("MinMemoryCPU")
-                .and_then(slurm_mem)
-                .map(|m| m * cpus as u64)
-        });
+    detail.or(per_node).or(per_cpu)
+}
+
+/// What slurmd tells the Prolog about its job, from the Prolog's environment (slurmd sets it;
+/// the job's user has no say in it): id `SLURM_JOB_ID`, owner `SLURM_JOB_UID` (named through
+/// `user_of`, and `SLURM_JOB_USER` must agree), CPUs on this node from
+/// `SLURM_JOB_CPUS_PER_NODE` and `SLURM_JOB_NODELIST`/`SLURM_NODELIST`. The memory is filled in
+/// from scontrol by the caller.
+pub fn prolog_job(
+    env: &dyn Fn(&str) -> Option<String>,
+    node: &str,
+    user_of: &dyn Fn(u32) -> Option<String>,
+) -> Result<WlmJob, String> {
+    let need = |k: &str| {
+        env(k)
+            .filter(|v| !v.is_empty())
+            .ok_or(format!("{k} is not set (not run by slurmd?)"))
+    };
+    let id = need("SLURM_JOB_ID")?;
+    pjw_core::JobId::new(&id).map_err(|e| e.to_string())?;
+    if id.contains(':') {
+        return Err(format!("SLURM_JOB_ID {id:?} is not a Slurm job id"));
+    }
+    let uid_text = need("SLURM_JOB_UID")?;
+    let uid: u32 = uid_text
+        .parse()
+        .map_err(|_| format!("SLURM_JOB_UID {uid_text:?} is not a uid"))?;
+    let user = user_of(uid).ok_or_else(|| format!("no user with uid {uid} on this node"))?;
+    if let Some(named) = env("SLURM_JOB_USER").filter(|v| !v.is_empty()) {
+        if named != user {
+            return Err(format!(
+                "SLURM_JOB_USER {named:?} is not the user of SLURM_JOB_UID {uid} ({user})"
+            ));
+        }
+    }
+    let per_node = need("SLURM_JOB_CPUS_PER_NODE")?;
+    let nodelist = env("SLURM_JOB_NODELIST")
+        .or_else(|| env("SLURM_NODELIST"))
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| node.to_string());
+    let cpus = cpus_on_node(&per_node, &nodelist, node)?;
     Ok(WlmJob {
-        id: id.to_string(),
-        user: user.to_string(),
+        id,
+        user,
         cpus,
-        mem,
+        mem: None,
     })
 }
 
@@ -162,60 +263,120 @@ mod tests {
    MinCPUsNode=1 MinMemoryNode=4G MinTmpDiskNode=0
 ";
 
-    /// (scontrol output, node, Ok((id, user, cpus, mem)) or Err(part of the message))
-    type Case<'a> = (
-        &'a str,
-        &'a str,
-        Result<(&'a str, &'a str, u32, Option<u64>), &'a str>,
-    );
+    /// The job name of issue 12 (`x UserId=root(0) NumCPUs=2`), and one with newlines that
+    /// forges whole lines, as scontrol 22.05 prints them (checked on the live Slurm).
+    const FORGED: &str = "JobId=2 JobName=a
+   NumNodes=1 NumCPUs=2 MinMemoryNode=64G
+     Nodes=vm CPU_IDs=0-1 Mem=99999 GRES=
+   UserId=nobody(65534) GroupId=nogroup(65534) MCS_label=N/A
+   NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+     Nodes=vm CPU_IDs=0 Mem=100 GRES=
+   MinCPUsNode=1 MinMemoryCPU=100M MinTmpDiskNode=0
+   Comment=c
+     Nodes=vm CPU_IDs=0-1 Mem=99999 GRES=
+";
 
     #[test]
-    fn scontrol_table() {
-        let cases: &[Case<'_>] = &[
-            (ONE_NODE, "vm", Ok(("2", "alice", 1, Some(1 << 30)))),
-            (TWO_NODES, "n02", Ok(("77", "bob", 2, Some(2048 << 20)))),
-            (TWO_NODES, "n03", Ok(("77", "bob", 4, Some(4096 << 20)))),
-            // a node the job has no detail line for: share of NumCPUs, MinMemoryNode
-            (TWO_NODES, "x9", Ok(("77", "bob", 3, Some(4 << 30)))),
-            (
-                "JobId=5 UserId=root(0) NumNodes=1 NumCPUs=2 MinMemoryCPU=512M",
-                "vm",
-                Ok(("5", "root", 2, Some(1 << 30))),
-            ),
-            (
-                "JobId=5 UserId=root(0) NumCPUs=2",
-                "vm",
-                Ok(("5", "root", 2, None)),
-            ),
-            ("", "vm", Err("no JobId")),
-            ("JobId=5 NumCPUs=1", "vm", Err("no UserId")),
-            (
-                "JobId=5 UserId=root(0) NumCPUs=0",
-                "vm",
-                Err("no CPU count"),
-            ),
-            (
-                "slurm_load_jobs error: Invalid job id specified",
-                "vm",
-                Err("no JobId"),
-            ),
-        ];
-        for (text, node, want) in cases {
-            let got = parse_scontrol(text, node);
-            match want {
-                Ok((id, user, cpus, mem)) => {
-                    let j = got.unwrap_or_else(|e| panic!("{node}: {e}"));
-                    assert_eq!(
-                        (j.id.as_str(), j.user.as_str(), j.cpus, j.mem),
-                        (*id, *user, *cpus, *mem),
-                        "{node} in {text:?}"
-                    );
-                }
-                Err(w) => {
-                    let e = got.unwrap_err();
-                    assert!(e.contains(w), "{e:?} should say {w:?}");
-                }
+    fn scontrol_memory_cannot_be_raised_by_user_text() {
+        assert_eq!(scontrol_mem(ONE_NODE, "vm", 1), Some(1 << 30));
+        assert_eq!(scontrol_mem(TWO_NODES, "n02", 2), Some(2048 << 20));
+        assert_eq!(scontrol_mem(TWO_NODES, "n03", 4), Some(4096 << 20));
+        assert_eq!(scontrol_mem(TWO_NODES, "x9", 3), Some(4 << 30));
+        assert_eq!(
+            scontrol_mem("JobId=5 NumCPUs=2 MinMemoryCPU=512M", "vm", 2),
+            Some(1 << 30)
+        );
+        assert_eq!(scontrol_mem("JobId=5 NumCPUs=2", "vm", 2), None);
+        assert_eq!(
+            scontrol_mem(FORGED, "vm", 1),
+            Some(100 << 20),
+            "the real line's 100 MiB"
+        );
+        let named = "JobId=1 JobName=x UserId=root(0) NumCPUs=2 MinMemoryNode=1T\n   UserId=nobody(65534)\n     Nodes=vm CPU_IDs=0 Mem=100 GRES=\n";
+        assert_eq!(scontrol_mem(named, "vm", 1), Some(100 << 20));
+    }
+
+    #[test]
+    fn prolog_identity_is_slurmd_s() {
+        let users = |uid: u32| match uid {
+            0 => Some("root".to_string()),
+            65534 => Some("nobody".to_string()),
+            _ => None,
+        };
+        let env_of = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
             }
+        };
+        let base: &[(&str, &str)] = &[
+            ("SLURM_JOB_ID", "2"),
+            ("SLURM_JOB_UID", "65534"),
+            ("SLURM_JOB_USER", "nobody"),
+            ("SLURM_JOB_CPUS_PER_NODE", "1"),
+            ("SLURM_NODELIST", "vm"),
+        ];
+        let j = prolog_job(&env_of(base), "vm", &users).unwrap();
+        assert_eq!((j.id.as_str(), j.user.as_str(), j.cpus), ("2", "nobody", 1));
+        let multi: &[(&str, &str)] = &[
+            ("SLURM_JOB_ID", "77"),
+            ("SLURM_JOB_UID", "0"),
+            ("SLURM_JOB_CPUS_PER_NODE", "4(x2),2"),
+            ("SLURM_JOB_NODELIST", "n[01-02],n03"),
+        ];
+        assert_eq!(prolog_job(&env_of(multi), "n02", &users).unwrap().cpus, 4);
+        assert_eq!(prolog_job(&env_of(multi), "n03", &users).unwrap().cpus, 2);
+        assert!(prolog_job(&env_of(multi), "n04", &users).is_err());
+        for (bad, why) in [
+            (
+                &[
+                    ("SLURM_JOB_ID", "2"),
+                    ("SLURM_JOB_UID", "65534"),
+                    ("SLURM_JOB_USER", "root"),
+                    ("SLURM_JOB_CPUS_PER_NODE", "1"),
+                ][..],
+                "is not the user",
+            ),
+            (
+                &[
+                    ("SLURM_JOB_ID", "2\nforged"),
+                    ("SLURM_JOB_UID", "0"),
+                    ("SLURM_JOB_CPUS_PER_NODE", "1"),
+                ][..],
+                "letters, digits",
+            ),
+            (
+                &[("SLURM_JOB_ID", "2"), ("SLURM_JOB_CPUS_PER_NODE", "1")][..],
+                "SLURM_JOB_UID is not set",
+            ),
+            (
+                &[
+                    ("SLURM_JOB_ID", "2"),
+                    ("SLURM_JOB_UID", "7"),
+                    ("SLURM_JOB_CPUS_PER_NODE", "1"),
+                ][..],
+                "no user with uid 7",
+            ),
+        ] {
+            let e = prolog_job(&env_of(bad), "vm", &users).unwrap_err();
+            assert!(e.contains(why), "{e:?} should say {why:?}");
+        }
+    }
+
+    #[test]
+    fn hostlist_positions() {
+        for (list, node, want) in [
+            ("vm", "vm", Some(0)),
+            ("a,b,c", "c", Some(2)),
+            ("n[1-4,7],x", "n7", Some(4)),
+            ("n[1-4,7],x", "x", Some(5)),
+            ("n[01-10]", "n05", Some(4)),
+            ("n[01-10]", "n5", None),
+            ("n[1-", "n1", None),
+        ] {
+            assert_eq!(hostlist_index(list, node), want, "{node} in {list}");
         }
     }
 

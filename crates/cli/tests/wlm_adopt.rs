@@ -95,10 +95,11 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("job {id} registered on cpus")));
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .contains(&format!("job slurm:{id} registered on cpus")));
     let st = d.status();
-    let j = job(&st, &id).expect("registered job listed");
-    assert_eq!(j["wlm"], format!("slurm:{}", j["id"].as_str().unwrap()));
+    let j = job(&st, &format!("slurm:{id}")).expect("registered job listed");
+    assert_eq!(j["wlm"], j["id"], "a registered job's id is its tag");
     assert_eq!(j["state"], "running");
     assert_eq!(j["procs"], 0);
     let cpus = CpuSet::parse_list(j["cpus"].as_str().unwrap()).unwrap();
@@ -106,10 +107,10 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     // Held while empty: still there after several sweeps.
     std::thread::sleep(Duration::from_millis(300));
     assert!(
-        job(&d.status(), &id).is_some(),
+        job(&d.status(), &format!("slurm:{id}")).is_some(),
         "an empty registered job must be held"
     );
-    assert!(cgroups_exist(&d, &format!("job-{id}")));
+    assert!(cgroups_exist(&d, &format!("job-slurm:{id}")));
 
     // A process of the job started outside it is adopted; one of an unknown job is not.
     let t0 = Instant::now();
@@ -117,7 +118,7 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     let stranger = outsider("SLURM_JOB_ID", &unknown);
     assert!(
         TestDaemon::wait_for(Duration::from_secs(10), || job_of(&d, mine.id()).as_deref()
-            == Some(format!("job-{id}").as_str())),
+            == Some(format!("job-slurm:{id}").as_str())),
         "process naming job {id} was not adopted:\n{}",
         d.log()
     );
@@ -156,19 +157,22 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         "unknown job id not logged:\n{}",
         d.log()
     );
-    assert_eq!(job(&d.status(), &id).unwrap()["procs"], 1);
+    assert_eq!(
+        job(&d.status(), &format!("slurm:{id}")).unwrap()["procs"],
+        1
+    );
 
     // The epilog's end: the adopted process is killed, the cgroups are gone when it answers.
-    run(d.pjw().args(["job", "end", &id])).ok();
+    run(d.pjw().args(["job", "end", &format!("slurm:{id}")])).ok();
     assert!(
-        !cgroups_exist(&d, &format!("job-{id}")),
+        !cgroups_exist(&d, &format!("job-slurm:{id}")),
         "cgroups left after end"
     );
-    assert!(job(&d.status(), &id).is_none());
+    assert!(job(&d.status(), &format!("slurm:{id}")).is_none());
     // The adopted process was killed with the job.
     wait(mine.into_inner(), "the adopted process").signal(libc::SIGKILL);
     // Ending it again is not an error (the epilog may run for a job never registered).
-    run(d.pjw().args(["job", "end", &id])).ok();
+    run(d.pjw().args(["job", "end", &format!("slurm:{id}")])).ok();
     drop(stranger);
 }
 
@@ -213,11 +217,11 @@ fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
     }
     d.restart();
     let st = d.status();
-    let j = job(&st, &id).expect("held job recovered after a crash");
-    assert_eq!(j["wlm"], format!("slurm:{}", j["id"].as_str().unwrap()));
+    let j = job(&st, &format!("slurm:{id}")).expect("held job recovered after a crash");
+    assert_eq!(j["wlm"], j["id"], "a registered job's id is its tag");
     assert_eq!(j["mem"], 256u64 << 20);
-    run(d.pjw().args(["job", "end", &id])).ok();
-    assert!(!cgroups_exist(&d, &format!("job-{id}")));
+    run(d.pjw().args(["job", "end", &format!("slurm:{id}")])).ok();
+    assert!(!cgroups_exist(&d, &format!("job-slurm:{id}")));
 }
 
 #[test]
@@ -241,14 +245,18 @@ fn attached_registration_runs_the_command_inside_and_ends_with_it() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        text.contains(&format!("/job-{id}")),
+        text.contains(&format!("/job-sge:{id}")),
         "not inside its job: {text}"
     );
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(10), || job(&d.status(), &id).is_none()),
+        TestDaemon::wait_for(Duration::from_secs(10), || job(
+            &d.status(),
+            &format!("sge:{id}")
+        )
+        .is_none()),
         "job did not end with its command"
     );
-    assert!(!cgroups_exist(&d, &format!("job-{id}")));
+    assert!(!cgroups_exist(&d, &format!("job-sge:{id}")));
     assert!(
         d.log().contains(&format!("user={}", nb.name))
             || d.log().contains(&format!("user=\"{}\"", nb.name)),
@@ -285,13 +293,13 @@ fn exec_events_adopt_without_the_sweep() {
         let pid = c.id();
         kids.push(c);
         times.push(
-            moved_within(&d, pid, &format!("job-{id}"), Duration::from_secs(10))
+            moved_within(&d, pid, &format!("job-slurm:{id}"), Duration::from_secs(10))
                 .unwrap_or_else(|| panic!("not adopted from its exec event:\n{}", d.log())),
         );
     }
     assert!(d.log().contains("via=\"exec\""), "{}", d.log());
     eprintln!("adoption latency from exec events, spawn to moved: {times:?}");
-    run(d.pjw().args(["job", "end", &id])).ok();
+    run(d.pjw().args(["job", "end", &format!("slurm:{id}")])).ok();
     // The adopted processes were killed with the job.
     for c in kids {
         wait(c.into_inner(), "an adopted process").signal(libc::SIGKILL);

@@ -24,6 +24,14 @@ fn wlm_config(cpus: &pjw_core::CpuSet, var: &str) -> String {
     format!("cpus = \"{cpus}\"\n[adopt]\nenv = [\"{var}\"]\nsweep_interval_ms = 100\n")
 }
 
+/// One private Slurm at a time: slurm-up.sh stops the daemons of an earlier run it finds, so two
+/// Slurm tests of this binary take turns (the Grid Engine one runs beside them).
+static SLURM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn slurm_turn() -> std::sync::MutexGuard<'static, ()> {
+    SLURM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
 }
@@ -179,9 +187,10 @@ fn jobs_of(st: &serde_json::Value, wlm: &str) -> Vec<serde_json::Value> {
         .map(|a| {
             a.iter()
                 .filter(|j| {
-                    j["wlm"]
+                    j["id"]
                         .as_str()
-                        .is_some_and(|w| w == format!("{wlm}:{}", j["id"].as_str().unwrap_or("")))
+                        .is_some_and(|i| i.starts_with(&format!("{wlm}:")))
+                        && j["wlm"] == j["id"]
                 })
                 .cloned()
                 .collect()
@@ -235,6 +244,7 @@ fn spawn_outsider(id: &str) -> pjw_testkit::job::KillOnDrop {
 fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     require!(Component::Root, Component::Slurm);
     let two = need_cpus!(2);
+    let _turn = slurm_turn();
     let d = TestDaemon::start(&pjw_bin(), &wlm_config(&two, "SLURM_JOB_ID"));
     let w = Wlm::up("slurm-up.sh", &d);
     let out = w.out();
@@ -263,7 +273,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     for (n, id) in ids.iter().enumerate() {
         let (cg, allowed, _) = job_report(&out.join(format!("job{n}.out")));
         assert!(
-            cg.ends_with(&format!("/job-{id}")),
+            cg.ends_with(&format!("/job-slurm:{id}")),
             "slurm job {id} ran in {cg:?}\n{}\n{}",
             d.log(),
             w.logs()
@@ -273,18 +283,27 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     let st = d.status();
     let jobs = jobs_of(&st, "slurm");
     assert_eq!(jobs.len(), 2, "{st:#}");
-    let pjw_ids: HashSet<&str> = jobs.iter().filter_map(|j| j["id"].as_str()).collect();
+    let pjw_ids: HashSet<String> = jobs
+        .iter()
+        .filter_map(|j| j["id"].as_str().map(String::from))
+        .collect();
     assert_eq!(
         pjw_ids,
-        ids.iter().map(String::as_str).collect(),
-        "pjw job ids are Slurm's"
+        ids.iter().map(|i| format!("slurm:{i}")).collect(),
+        "pjw job ids are Slurm's, in Slurm's namespace"
     );
     for (id, allowed) in ids.iter().zip(&seen) {
-        let j = jobs.iter().find(|j| j["id"] == id.as_str()).unwrap();
+        let j = jobs
+            .iter()
+            .find(|j| j["id"] == format!("slurm:{id}"))
+            .unwrap();
         assert_eq!(cpus_of(j).len(), 1);
         // The Prolog is not told the memory; scontrol's Mem= for the node is the job's limit.
         assert_eq!(j["mem"], 200u64 << 20, "job {id}: {j:#}");
-        assert_eq!(memory_limit(&d, &format!("job-{id}")), Some(200u64 << 20));
+        assert_eq!(
+            memory_limit(&d, &format!("job-slurm:{id}")),
+            Some(200u64 << 20)
+        );
         assert_eq!(&cpus_of(j), allowed, "job {id} runs on its pjw cpus");
     }
     assert!(
@@ -324,7 +343,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     let id = l.next().unwrap_or_default().trim().to_string();
     let cg = l.next().unwrap_or_default();
     assert!(
-        cg.ends_with(&format!("/job-{id}")),
+        cg.ends_with(&format!("/job-slurm:{id}")),
         "srun task of job {id} ran in {cg:?}"
     );
 
@@ -349,7 +368,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     let mut latency = None;
     let end = Instant::now() + Duration::from_secs(10);
     while Instant::now() < end {
-        if job_of(&d, rank.id()).as_deref() == Some(format!("job-{id}").as_str()) {
+        if job_of(&d, rank.id()).as_deref() == Some(format!("job-slurm:{id}").as_str()) {
             latency = Some(t0.elapsed());
             break;
         }
@@ -375,6 +394,140 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         d.status()
     );
     drop(stranger);
+}
+
+/// The uid of test user `name`, created when missing (idempotent; a system account with no
+/// home and no shell, left for the next run).
+fn test_user(name: &str) -> u32 {
+    let id = || {
+        Command::new("id")
+            .args(["-u", name])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+    };
+    if let Some(uid) = id() {
+        return uid;
+    }
+    let o = Command::new("useradd")
+        .args([
+            "--system",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ])
+        .output()
+        .expect("useradd");
+    assert!(
+        o.status.success() || o.status.code() == Some(9),
+        "useradd {name}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    id().expect("test user")
+}
+
+/// Items 1 and 2 of issue 12, as a user of the live Slurm: (1) a task that exports
+/// `SLURM_SCRIPT_CONTEXT` (a forged hook) and one that re-execs at once without
+/// `SLURM_JOB_ID` are adopted all the same (their ancestry is `slurmstepd: [ID.0]`); (2) a job
+/// named `x UserId=root(0) NumCPUs=2` with forged scontrol lines after newlines is registered
+/// as its real owner's, on the CPUs and memory Slurm gave it.
+#[test]
+fn slurm_user_cannot_dodge_adoption_or_steer_the_prolog() {
+    require!(Component::Root, Component::Slurm);
+    let two = need_cpus!(2);
+    let uid = test_user("pjwatk1");
+    let _turn = slurm_turn();
+    let d = TestDaemon::start(&pjw_bin(), &wlm_config(&two, "SLURM_JOB_ID"));
+    let w = Wlm::up("slurm-up.sh", &d);
+    let out = w.out();
+    let as_user = |prog: &str| {
+        let mut c = w.cmd("setpriv");
+        c.args([
+            "--reuid",
+            "pjwatk1",
+            "--regid",
+            "pjwatk1",
+            "--clear-groups",
+            prog,
+        ]);
+        c
+    };
+    // (2) the forged job name; the job reports where it runs.
+    let go = out.join("go-forged");
+    let script = out.join("forged.sh");
+    std::fs::write(&script, job_script(&out.join("forged.out"), &go)).unwrap();
+    set_mode(&script, 0o755);
+    let name = "x UserId=root(0) NumCPUs=2 MinMemoryNode=64G\n   NumNodes=1 NumCPUs=2\n     Nodes=vm CPU_IDs=0-1 Mem=99999 GRES=";
+    let o = as_user("sbatch")
+        .args(["-n1", "--mem-per-cpu=100M", "-o", "/dev/null", "-J", name])
+        .arg(&script)
+        .output()
+        .unwrap();
+    let text = ok(&o, "sbatch (forged name)");
+    let id = text.trim().rsplit(' ').next().unwrap().to_string();
+    let (cg, _, ran_as) = job_report(&out.join("forged.out"));
+    assert!(
+        cg.ends_with(&format!("/job-slurm:{id}")),
+        "job {id} ran in {cg:?}\n{}\n{}",
+        d.log(),
+        w.logs()
+    );
+    assert_eq!(ran_as, uid);
+    let st = d.status();
+    let j = jobs_of(&st, "slurm")
+        .into_iter()
+        .find(|j| j["id"] == format!("slurm:{id}"))
+        .unwrap_or_else(|| panic!("no pjw job slurm:{id}: {st:#}"));
+    assert_eq!(j["user"], "pjwatk1", "the name steered the owner: {j:#}");
+    assert_eq!(j["uid"], uid);
+    assert_eq!(cpus_of(&j).len(), 1, "the name steered the CPUs: {j:#}");
+    assert_eq!(j["mem"], 100u64 << 20, "the name steered the memory: {j:#}");
+    std::fs::write(&go, "").unwrap();
+
+    // (1) srun tasks that dodge: the forged hook variable in srun's environment (srun passes
+    // it to every task, so the task carries it from its first exec: before, a certain
+    // escape), and a task that execs at once without SLURM_JOB_ID.
+    let probe = "i=0; while ! grep -q /job- /proc/self/cgroup && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; \
+                 echo ${SLURM_JOB_ID:-unset}; grep '^0::' /proc/self/cgroup";
+    for (what, hook_var, prefix) in [
+        ("forged SLURM_SCRIPT_CONTEXT", true, &[][..]),
+        (
+            "re-exec without SLURM_JOB_ID",
+            false,
+            &["env", "-u", "SLURM_JOB_ID", "-u", "SLURM_JOBID"][..],
+        ),
+    ] {
+        let mut c = as_user("timeout");
+        if hook_var {
+            c.env("SLURM_SCRIPT_CONTEXT", "prolog_slurmd");
+        }
+        let o = c
+            .args(["120", "srun", "-n1"])
+            .args(prefix)
+            .args(["sh", "-c", probe])
+            .output()
+            .unwrap();
+        let text = ok(&o, &format!("srun ({what})\n{}\n{}", w.logs(), d.log()));
+        let cg = text.lines().nth(1).unwrap_or_default();
+        assert!(
+            cg.contains("/job-slurm:"),
+            "a task with {what} escaped its job: ran in {cg:?}\n{}",
+            d.log()
+        );
+    }
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(60), || jobs_of(&d.status(), "slurm")
+            .is_empty()
+            && no_job_cgroups(&d)),
+        "slurm jobs left:\n{:#}\n{}",
+        d.status(),
+        w.logs()
+    );
+    let state = w.cmd("sinfo").args(["-h", "-o", "%T"]).output().unwrap();
+    let state = ok(&state, "sinfo");
+    assert!(!state.contains("drain"), "node {state:?}:\n{}", w.logs());
 }
 
 #[test]
@@ -427,6 +580,7 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
         );
         assert_eq!(uid, nb.uid, "the job runs as its owner, {}", nb.name);
         seen.push((cg.rsplit("/job-").next().unwrap().to_string(), allowed));
+        assert!(seen.last().unwrap().0.starts_with("sge:"), "{cg}");
     }
     let st = d.status();
     let jobs = jobs_of(&st, "sge");
@@ -450,8 +604,10 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
         let text = ok(&o, "qsub -sync y");
         let id = &seen[n].0;
         assert!(
-            seen.iter()
-                .any(|(i, _)| text.contains(&format!("Your job {i} "))),
+            seen.iter().any(|(i, _)| text.contains(&format!(
+                "Your job {} ",
+                i.trim_start_matches("sge:")
+            ))),
             "qsub said {text:?} (job {id})"
         );
     }

@@ -8,14 +8,27 @@
 //! of an adopted or jailed process inherits its cgroups), or leave it alone and log it because
 //! no live job has that id.
 //!
+//! The environment is what the process says about itself, and a process can say anything: it
+//! may drop `SLURM_JOB_ID` or set any variable. So the facts that decide first are those a user
+//! cannot change — its [`Lineage`]: whether it descends from a root-owned job step daemon
+//! (`slurmstepd: [4242.0]`, whose argv slurmstepd writes itself) or is a root process of the
+//! manager's own daemon (slurmd's Prolog and Epilog). The environment is used only for a
+//! process outside every manager's tree (an MPI rank started over ssh), and then only within
+//! its manager's namespace and for the job's own user.
+//!
 //! ```
-//! use pjw_core::adopt::{decide, env_ids, Candidate, Target, Verdict};
+//! use pjw_core::adopt::{decide, env_ids, Candidate, Lineage, Target, Verdict};
 //! let rules = ["SLURM_JOB_ID".to_string()];
 //! let ids = env_ids(b"HOME=/root\0SLURM_JOB_ID=42\0", &rules);
 //! assert_eq!(ids, vec![(0, "42".to_string())]);
-//! let jobs = [Target { key: 7, id: "42", uid: 1000 }];
-//! let c = Candidate { uid: 1000, ids: &ids, inside: None, hook: false };
-//! assert_eq!(decide(&c, &jobs), Verdict::Adopt { key: 7, rule: 0 });
+//! let jobs = [Target { key: 7, ns: "slurm", id: "42", uid: 1000, registered: true }];
+//! let ns = [Some("slurm")];
+//! let c = Candidate { uid: 1000, ids: &ids, rule_ns: &ns, inside: None, lineage: &Lineage::Outside };
+//! assert_eq!(decide(&c, &jobs), Verdict::Adopt { key: 7, rule: Some(0) });
+//! // A task of slurmstepd [42.0] that dropped SLURM_JOB_ID is the job's all the same.
+//! let step = Lineage::Step { ns: "slurm".into(), id: "42".into() };
+//! let c = Candidate { uid: 1000, ids: &[], rule_ns: &ns, inside: None, lineage: &step };
+//! assert_eq!(decide(&c, &jobs), Verdict::Adopt { key: 7, rule: None });
 //! ```
 
 /// Longest environment value taken as a job id (longer values are not job ids).
@@ -23,8 +36,9 @@ pub const MAX_ID_LEN: usize = 64;
 
 /// The values of the variables named by `rules` in a NUL-separated environment block
 /// (`/proc/PID/environ`), as `(rule index, value)` in rule order. A variable named twice counts
-/// once (the first, as `getenv` sees it); empty values, values that are not UTF-8 and values
-/// longer than [`MAX_ID_LEN`] are skipped.
+/// once (the first, as `getenv` sees it); a value that is not a job id (1–64 characters of
+/// `[A-Za-z0-9._-]`, see [`crate::JobId`]) is skipped, so no newline, control character or
+/// other text a process chose ever reaches a log line or a lookup as an id.
 pub fn env_ids(environ: &[u8], rules: &[String]) -> Vec<(usize, String)> {
     let mut found: Vec<(usize, String)> = Vec::new();
     for entry in environ.split(|&b| b == 0) {
@@ -38,28 +52,60 @@ pub fn env_ids(environ: &[u8], rules: &[String]) -> Vec<(usize, String)> {
         if found.iter().any(|(r, _)| *r == rule) {
             continue;
         }
-        if value.is_empty() || value.len() > MAX_ID_LEN {
+        if value.is_empty() || value.len() > MAX_ID_LEN || value.contains(&b':') {
             continue;
         }
         if let Ok(v) = std::str::from_utf8(value) {
-            found.push((rule, v.to_string()));
+            if crate::JobId::new(v).is_ok() {
+                found.push((rule, v.to_string()));
+            }
         }
     }
     found.sort_by_key(|(r, _)| *r);
     found
 }
 
-/// Whether the environment block sets any of the variables in `names` (to anything). Used to
-/// leave the managers' own hooks alone: Slurm's Prolog and Epilog carry the job's
-/// `SLURM_JOB_ID` too, but also `SLURM_SCRIPT_CONTEXT`, and must not end up in (and be killed
-/// with) the job they set up or tear down.
-pub fn env_has(environ: &[u8], names: &[String]) -> bool {
-    environ.split(|&b| b == 0).any(|entry| {
-        entry
-            .iter()
-            .position(|&b| b == b'=')
-            .is_some_and(|eq| names.iter().any(|n| n.as_bytes() == &entry[..eq]))
-    })
+/// The manager namespace of an `[adopt] env` variable: a Slurm id names a Slurm job only, and
+/// so on. `None` for a variable pjw does not know (it matches a job of any manager).
+pub fn var_namespace(var: &str) -> Option<&'static str> {
+    match var {
+        "SLURM_JOB_ID" | "SLURM_JOBID" => Some("slurm"),
+        "JOB_ID" => Some("sge"),
+        "PBS_JOBID" => Some("pbs"),
+        "LSB_JOBID" => Some("lsf"),
+        _ => None,
+    }
+}
+
+/// Job step daemons: a root process running one of these executables is a manager's step
+/// daemon, and every process below it belongs to the job its argv names (see
+/// [`step_job`]). `(executable name, manager namespace)`; Debian installs slurmstepd as
+/// `slurmstepd-wlm` (the kernel's `exe` names the file, not the alternatives link).
+pub const STEP_DAEMONS: [(&str, &str); 2] = [("slurmstepd", "slurm"), ("slurmstepd-wlm", "slurm")];
+
+/// The job a step daemon's argv names: slurmstepd sets its argv to `slurmstepd: [JOBID.STEP]`
+/// (`[4242.0]`, `[4242.batch]`, `[4242.extern]`). Only read from a process running the step
+/// daemon's executable as root, so no user wrote it. None when it is not of that form or the
+/// id is not a job id.
+pub fn step_job(cmdline: &[u8]) -> Option<String> {
+    let first = cmdline.split(|&b| b == 0).next()?;
+    let text = std::str::from_utf8(first).ok()?;
+    let inner = text.split_once('[')?.1.split_once(']')?.0;
+    let id = inner.split('.').next()?;
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) && id.len() <= MAX_ID_LEN)
+        .then(|| id.to_string())
+}
+
+/// What a process's ancestry says, from facts a user cannot change (the executable and real uid
+/// of its ancestors, and the argv of root-owned step daemons).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Lineage {
+    /// Below a root-owned step daemon of job `id` of manager `ns`: a task of that job.
+    Step { ns: String, id: String },
+    /// Below a root-owned manager daemon (slurmd), not in a step: its hooks (Prolog, Epilog).
+    Daemon,
+    /// Neither.
+    Outside,
 }
 
 /// A job that processes may be adopted into.
@@ -67,10 +113,14 @@ pub fn env_has(environ: &[u8], names: &[String]) -> bool {
 pub struct Target<'a> {
     /// The engine's key for the job.
     pub key: i64,
-    /// Its id (the workload manager's job id).
+    /// Its manager (`slurm` of the tag `slurm:4242`).
+    pub ns: &'a str,
+    /// The manager's job id, as pjw writes it (`4242`).
     pub id: &'a str,
     /// Its owner: only that user's processes are adopted into it.
     pub uid: u32,
+    /// Registered by root (`pjw job register`), not started by a user's `pjw run --from-env`.
+    pub registered: bool,
 }
 
 /// What is known about a process outside pjw's control.
@@ -80,60 +130,96 @@ pub struct Candidate<'a> {
     pub uid: u32,
     /// Job ids from its environment, `(rule index, value)` as [`env_ids`] returns them.
     pub ids: &'a [(usize, String)],
+    /// The manager namespace of each rule ([`var_namespace`]), by rule index.
+    pub rule_ns: &'a [Option<&'a str>],
     /// The pjw job cgroup it is already in (any job of this daemon), if any.
     pub inside: Option<&'a str>,
-    /// It is a workload manager's hook (an excluded variable is set, see [`env_has`]).
-    pub hook: bool,
+    /// What its ancestry says.
+    pub lineage: &'a Lineage,
 }
 
 /// The decision about one process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// Move it into job `key` (found by rule number `rule`).
-    Adopt { key: i64, rule: usize },
+    /// Move it into job `key`: found by its ancestry (`rule` None) or by rule number `rule`.
+    Adopt { key: i64, rule: Option<usize> },
     /// Already in a pjw job's cgroups (inherited from its parent, or jailed): nothing to do.
     Inside,
-    /// A manager's hook (prolog, epilog): never moved.
+    /// A manager's hook: a root process below the manager's daemon, not in a step. Never moved.
     Hook,
     /// No rule variable in its environment: not a job process.
     NotAJob,
-    /// It names a job id no live job has: left alone (and logged).
-    Unknown { rule: usize, id: String },
+    /// It names a job id no live job has (by its ancestry, `rule` None, or by rule number
+    /// `rule`): left alone (and logged), looked at again when that job is registered.
+    Unknown { rule: Option<usize>, id: String },
     /// It names a live job but belongs to another user: left alone (and logged).
     WrongOwner { key: i64, uid: u32 },
 }
 
-/// Decide what to do with `c`, given the jobs that adopt. Rules are tried in order; the first
-/// variable whose value names a live job decides. A process already inside a pjw job is never
-/// moved (nested or jailed work stays where it is).
+/// Decide what to do with `c`, given the jobs that adopt. A process already inside a pjw job
+/// is never moved (nested or jailed work stays where it is). Then its ancestry decides when it
+/// says anything: a task of a step daemon belongs to that job whatever its environment says; a
+/// root process below the manager's daemon is a hook. Only a process outside both is judged
+/// by its environment: rules are tried in order, a value matches a job of the rule's manager,
+/// and the job's owner's own job wins (a registered one before one a user started).
 pub fn decide(c: &Candidate<'_>, jobs: &[Target<'_>]) -> Verdict {
     if c.inside.is_some() {
         return Verdict::Inside;
     }
-    if c.hook {
-        return Verdict::Hook;
+    match c.lineage {
+        Lineage::Step { ns, id } => {
+            return pick(
+                c.uid,
+                jobs.iter().filter(|t| t.ns == ns && t.id == id),
+                None,
+            )
+            .unwrap_or_else(|| Verdict::Unknown {
+                rule: None,
+                id: format!("{ns}:{id}"),
+            });
+        }
+        Lineage::Daemon if c.uid == 0 => return Verdict::Hook,
+        Lineage::Daemon | Lineage::Outside => {}
     }
     let Some(first) = c.ids.first() else {
         return Verdict::NotAJob;
     };
     for (rule, id) in c.ids {
-        if let Some(t) = jobs.iter().find(|t| t.id == id) {
-            if t.uid != c.uid {
-                return Verdict::WrongOwner {
-                    key: t.key,
-                    uid: c.uid,
-                };
-            }
-            return Verdict::Adopt {
-                key: t.key,
-                rule: *rule,
-            };
+        let ns = c.rule_ns.get(*rule).copied().flatten();
+        let matching = jobs
+            .iter()
+            .filter(|t| t.id == id && ns.is_none_or(|n| n == t.ns));
+        if let Some(v) = pick(c.uid, matching, Some(*rule)) {
+            return v;
         }
     }
     Verdict::Unknown {
-        rule: first.0,
-        id: first.1.clone(),
+        rule: Some(first.0),
+        id: match c.rule_ns.get(first.0).copied().flatten() {
+            Some(ns) => format!("{ns}:{}", first.1),
+            None => first.1.clone(),
+        },
     }
+}
+
+/// Among the jobs a process names: its owner's (registered first), else the first other
+/// user's as `WrongOwner`; None when there is none.
+fn pick<'a>(
+    uid: u32,
+    matching: impl Iterator<Item = &'a Target<'a>> + Clone,
+    rule: Option<usize>,
+) -> Option<Verdict> {
+    let own = matching
+        .clone()
+        .filter(|t| t.uid == uid)
+        .min_by_key(|t| !t.registered);
+    if let Some(t) = own {
+        return Some(Verdict::Adopt { key: t.key, rule });
+    }
+    matching
+        .into_iter()
+        .next()
+        .map(|t| Verdict::WrongOwner { key: t.key, uid })
 }
 
 /// Rate limit for logging the same unknown id: `Some(true)` when it should be logged now.
@@ -159,8 +245,6 @@ mod tests {
 
     /// (environ, expected `(rule, value)` pairs)
     type EnvCase<'a> = (&'a [u8], &'a [(usize, &'a str)]);
-    /// (uid, ids, inside, verdict)
-    type DecideCase<'a> = (u32, Vec<(usize, String)>, Option<&'a str>, Verdict);
 
     #[test]
     fn env_ids_table() {
@@ -182,10 +266,15 @@ mod tests {
                 b"PBS_JOBID=12.server\0LSB_JOBID=99\0",
                 &[(2, "12.server"), (3, "99")],
             ),
-            // value containing '='
-            (b"LSB_JOBID=a=b\0", &[(3, "a=b")]),
+            // value containing '=' is not a job id
+            (b"LSB_JOBID=a=b\0", &[]),
             (b"JOB_ID=\xff\xfe\0", &[]),
             (long.as_bytes(), &[]),
+            // not job ids: a newline (a forged log line), an ESC, a space, a namespace
+            (b"SLURM_JOB_ID=1\nINFO forged\0", &[]),
+            (b"SLURM_JOB_ID=1\x1b[2J\0", &[]),
+            (b"SLURM_JOB_ID=1 2\0", &[]),
+            (b"SLURM_JOB_ID=slurm:1\0", &[]),
         ];
         for (env, want) in cases {
             let got = env_ids(env, &rules());
@@ -195,48 +284,73 @@ mod tests {
         }
     }
 
+    fn t<'a>(key: i64, ns: &'a str, id: &'a str, uid: u32, registered: bool) -> Target<'a> {
+        Target {
+            key,
+            ns,
+            id,
+            uid,
+            registered,
+        }
+    }
+
     #[test]
     fn decide_table() {
         let jobs = [
-            Target {
-                key: 1,
-                id: "42",
-                uid: 1000,
-            },
-            Target {
-                key: 2,
-                id: "7",
-                uid: 0,
-            },
+            t(1, "slurm", "42", 1000, true),
+            t(2, "sge", "7", 0, true),
+            // a user's `pjw run --from-env lsf` job, and a squatter's claim on slurm's 42
+            t(3, "lsf", "9", 1000, false),
+            t(4, "slurm", "42", 1001, false),
         ];
+        let rule_ns = [Some("slurm"), Some("sge"), Some("pbs"), Some("lsf"), None];
         let ids = |v: &[(usize, &str)]| -> Vec<(usize, String)> {
             v.iter().map(|(r, s)| (*r, s.to_string())).collect()
         };
-        let cases: Vec<DecideCase<'_>> = vec![
-            // (hook cases are below)
+        let step = |id: &str| Lineage::Step {
+            ns: "slurm".into(),
+            id: id.into(),
+        };
+        let out = Lineage::Outside;
+        type Case<'a> = (u32, Vec<(usize, String)>, Option<&'a str>, Lineage, Verdict);
+        let cases: Vec<Case<'_>> = vec![
             (
                 1000,
                 ids(&[(0, "42")]),
                 None,
-                Verdict::Adopt { key: 1, rule: 0 },
+                out.clone(),
+                Verdict::Adopt {
+                    key: 1,
+                    rule: Some(0),
+                },
             ),
             (
                 0,
                 ids(&[(1, "7")]),
                 None,
-                Verdict::Adopt { key: 2, rule: 1 },
+                out.clone(),
+                Verdict::Adopt {
+                    key: 2,
+                    rule: Some(1),
+                },
             ),
             // already in a job (its own, or another): never moved
-            (1000, ids(&[(0, "42")]), Some("job-42"), Verdict::Inside),
-            (1000, ids(&[(0, "42")]), Some("job-9"), Verdict::Inside),
-            (1000, vec![], None, Verdict::NotAJob),
+            (
+                1000,
+                ids(&[(0, "42")]),
+                Some("job-42"),
+                step("42"),
+                Verdict::Inside,
+            ),
+            (1000, vec![], None, out.clone(), Verdict::NotAJob),
             (
                 1000,
                 ids(&[(0, "43")]),
                 None,
+                out.clone(),
                 Verdict::Unknown {
-                    rule: 0,
-                    id: "43".into(),
+                    rule: Some(0),
+                    id: "slurm:43".into(),
                 },
             ),
             // the first rule naming a live job decides, even after an unknown one
@@ -244,76 +358,150 @@ mod tests {
                 0,
                 ids(&[(0, "99"), (1, "7")]),
                 None,
-                Verdict::Adopt { key: 2, rule: 1 },
+                out.clone(),
+                Verdict::Adopt {
+                    key: 2,
+                    rule: Some(1),
+                },
             ),
             // another user's process naming a job is not moved into it
             (
-                1001,
+                1002,
                 ids(&[(0, "42")]),
                 None,
-                Verdict::WrongOwner { key: 1, uid: 1001 },
+                out.clone(),
+                Verdict::WrongOwner { key: 1, uid: 1002 },
             ),
             (
                 1000,
                 ids(&[(1, "7")]),
                 None,
+                out.clone(),
                 Verdict::WrongOwner { key: 2, uid: 1000 },
             ),
+            // a Slurm id names a Slurm job only: JOB_ID=42 is sge's 42, which does not exist
+            (
+                1000,
+                ids(&[(1, "42")]),
+                None,
+                out.clone(),
+                Verdict::Unknown {
+                    rule: Some(1),
+                    id: "sge:42".into(),
+                },
+            ),
+            // a variable pjw does not know matches any manager's job
+            (
+                1000,
+                ids(&[(4, "9")]),
+                None,
+                out.clone(),
+                Verdict::Adopt {
+                    key: 3,
+                    rule: Some(4),
+                },
+            ),
+            // the owner's registered job wins over another user's claim on the same id
+            (
+                1001,
+                ids(&[(0, "42")]),
+                None,
+                out.clone(),
+                Verdict::Adopt {
+                    key: 4,
+                    rule: Some(0),
+                },
+            ),
+            // a task of slurmstepd [42.x] is job 42's whatever its environment says
+            (
+                1000,
+                vec![],
+                None,
+                step("42"),
+                Verdict::Adopt { key: 1, rule: None },
+            ),
+            (
+                1000,
+                ids(&[(0, "77")]),
+                None,
+                step("42"),
+                Verdict::Adopt { key: 1, rule: None },
+            ),
+            (
+                1000,
+                vec![],
+                None,
+                step("43"),
+                Verdict::Unknown {
+                    rule: None,
+                    id: "slurm:43".into(),
+                },
+            ),
+            (
+                1002,
+                vec![],
+                None,
+                step("42"),
+                Verdict::WrongOwner { key: 1, uid: 1002 },
+            ),
+            // only root below the manager's daemon is a hook; a user there is judged as usual
+            (0, ids(&[(0, "42")]), None, Lineage::Daemon, Verdict::Hook),
+            (
+                1000,
+                ids(&[(0, "42")]),
+                None,
+                Lineage::Daemon,
+                Verdict::Adopt {
+                    key: 1,
+                    rule: Some(0),
+                },
+            ),
         ];
-        for (uid, ids, inside, want) in cases {
+        for (uid, ids, inside, lineage, want) in cases {
             let c = Candidate {
                 uid,
                 ids: &ids,
+                rule_ns: &rule_ns,
                 inside,
-                hook: false,
+                lineage: &lineage,
             };
             assert_eq!(
                 decide(&c, &jobs),
                 want,
-                "uid {uid} ids {ids:?} inside {inside:?}"
+                "uid {uid} ids {ids:?} inside {inside:?} lineage {lineage:?}"
             );
         }
-        // A hook naming a live job of its own user is still left alone.
-        let hook_ids = ids(&[(0, "7")]);
-        let c = Candidate {
-            uid: 0,
-            ids: &hook_ids,
-            inside: None,
-            hook: true,
-        };
-        assert_eq!(decide(&c, &jobs), Verdict::Hook);
         // No jobs: every id is unknown.
         let ids = ids(&[(0, "42")]);
         let c = Candidate {
             uid: 1000,
             ids: &ids,
+            rule_ns: &rule_ns,
             inside: None,
-            hook: false,
+            lineage: &out,
         };
         assert!(matches!(decide(&c, &[]), Verdict::Unknown { .. }));
     }
 
     #[test]
-    fn env_has_table() {
-        let names = vec!["SLURM_SCRIPT_CONTEXT".to_string()];
-        for (env, want) in [
-            (
-                &b"SLURM_JOB_ID=1\0SLURM_SCRIPT_CONTEXT=epilog_slurmd\0"[..],
-                true,
-            ),
-            (b"SLURM_SCRIPT_CONTEXT=\0", true),
-            (b"SLURM_SCRIPT_CONTEXT", false),
-            (b"SLURM_SCRIPT_CONTEXTX=1\0", false),
-            (b"", false),
+    fn step_daemon_argv() {
+        for (argv, want) in [
+            (&b"slurmstepd: [4242.0]\0"[..], Some("4242")),
+            (b"slurmstepd: [4242.batch]\0", Some("4242")),
+            (b"slurmstepd: [4242.extern]", Some("4242")),
+            (b"slurmstepd: [4242]\0", Some("4242")),
+            (b"slurmstepd\0", None),
+            (b"slurmstepd: [x\n1.0]\0", None),
+            (b"slurmstepd: [.0]\0", None),
+            (b"", None),
         ] {
             assert_eq!(
-                env_has(env, &names),
+                step_job(argv).as_deref(),
                 want,
                 "{:?}",
-                String::from_utf8_lossy(env)
+                String::from_utf8_lossy(argv)
             );
         }
-        assert!(!env_has(b"A=1\0", &[]));
     }
 
     #[test]

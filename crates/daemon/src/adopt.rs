@@ -1,10 +1,19 @@
-//! The `/proc` side of adoption: what a process's environment and cgroups say, and which
-//! processes the periodic sweep has not looked at yet. The decision is
-//! [`pjw_core::adopt::decide`]; the engine moves the process. The root is injectable.
+//! The `/proc` side of adoption: what a process's ancestry, environment and cgroups say, and
+//! what has been decided about which process. The decision is [`pjw_core::adopt::decide`]; the
+//! engine moves the process. The root is injectable.
+//!
+//! A process is read once per (pid, start time): its verdict is remembered, and it is looked at
+//! again only on an event — it execs (its environment and uid may change), its parent of a
+//! known job forks it, the job it names is registered, or the kernel dropped events. The
+//! periodic sweep reads only processes it has never seen, so its cost grows with new processes,
+//! not with processes × sweeps. Ancestries are remembered the same way, so finding a new
+//! process's lineage costs its own `stat` and its parent's.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use pjw_core::adopt::{Lineage, STEP_DAEMONS};
 use pjw_kernelfs::proc_cgroup::CgroupLine;
 
 /// What adoption needs to know about one process.
@@ -18,28 +27,49 @@ pub struct Facts {
     pub ids: Vec<(usize, String)>,
     /// Its `/proc/PID/cgroup`.
     pub cgroups: Vec<CgroupLine>,
-    /// A manager's hook (an `[adopt] exclude_env` variable is set).
-    pub hook: bool,
+    /// What its ancestry says.
+    pub lineage: Lineage,
 }
 
-/// Reads process facts below a `/proc` root and remembers which pids the sweep has settled.
+/// What was decided about a process, until an event says to look again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// Nothing to do (not a job process, inside a job, adopted, a hook, another user's).
+    Settled,
+    /// It names job `id` (`ns:id`), which no live job has: looked at again when it is.
+    Unknown(String),
+}
+
+/// Deepest ancestry followed.
+const MAX_DEPTH: usize = 64;
+
+/// Reads process facts below a `/proc` root and remembers what was decided per process.
 #[derive(Debug)]
 pub struct Scanner {
     proc_root: PathBuf,
     rules: Vec<String>,
-    exclude: Vec<String>,
-    /// Pids looked at and settled (not a job process, inside a job, or adopted). A pid naming
-    /// an unknown job is not settled: its job may be registered later.
-    settled: HashSet<u32>,
+    rule_ns: Vec<Option<&'static str>>,
+    /// Executable names of the managers' own daemons whose root children are hooks.
+    hook_daemons: Vec<String>,
+    /// Per pid: its start time and what was decided.
+    seen: HashMap<u32, (u64, Seen)>,
+    /// Per pid: its start time and its lineage (ancestors included).
+    lineages: HashMap<u32, (u64, Lineage)>,
 }
 
 impl Scanner {
-    pub fn new(proc_root: &Path, rules: Vec<String>, exclude: Vec<String>) -> Scanner {
+    pub fn new(proc_root: &Path, rules: Vec<String>, hook_daemons: Vec<String>) -> Scanner {
+        let rule_ns = rules
+            .iter()
+            .map(|r| pjw_core::adopt::var_namespace(r))
+            .collect();
         Scanner {
             proc_root: proc_root.to_path_buf(),
             rules,
-            exclude,
-            settled: HashSet::new(),
+            rule_ns,
+            hook_daemons,
+            seen: HashMap::new(),
+            lineages: HashMap::new(),
         }
     }
 
@@ -48,63 +78,228 @@ impl Scanner {
         &self.rules
     }
 
-    /// Facts of `pid`, or None when it has no rule variable in its environment (or is gone,
-    /// or is a kernel thread). The environment is read first: most processes stop there.
-    pub fn facts(&self, pid: u32) -> Option<Facts> {
-        let dir = self.proc_root.join(pid.to_string());
-        let environ = std::fs::read(dir.join("environ")).ok()?;
-        let ids = pjw_core::adopt::env_ids(&environ, &self.rules);
-        if ids.is_empty() {
+    /// The manager namespace of each rule.
+    pub fn rule_ns(&self) -> &[Option<&'static str>] {
+        &self.rule_ns
+    }
+
+    fn dir(&self, pid: u32) -> PathBuf {
+        self.proc_root.join(pid.to_string())
+    }
+
+    /// (ppid, start time) of `pid`.
+    fn stat(&self, pid: u32) -> Option<(u32, u64)> {
+        let text = std::fs::read_to_string(self.dir(pid).join("stat")).ok()?;
+        let s = pjw_kernelfs::proc_stat::parse(&text).ok()?;
+        Some((s.ppid, s.starttime))
+    }
+
+    /// The start time of `pid`, if it exists.
+    pub fn start_time(&self, pid: u32) -> Option<u64> {
+        self.stat(pid).map(|(_, s)| s)
+    }
+
+    /// What `pid` itself is, when it is a manager's daemon running as root: its executable's
+    /// name (never its argv, which any process sets) and real uid decide.
+    fn daemon_kind(&self, pid: u32) -> Option<Lineage> {
+        let dir = self.dir(pid);
+        // The owner of /proc/PID is the process's effective uid; the real one is checked too.
+        if std::fs::metadata(&dir).ok()?.uid() != 0 {
             return None;
         }
+        let exe = std::fs::read_link(dir.join("exe")).ok()?;
+        let name = exe.file_name()?.to_str()?;
+        let name = name.strip_suffix(" (deleted)").unwrap_or(name);
+        let step = STEP_DAEMONS.iter().find(|(n, _)| *n == name);
+        let hook = self.hook_daemons.iter().any(|h| h == name);
+        if step.is_none() && !hook {
+            return None;
+        }
+        if os_real_uid(&dir)? != 0 {
+            return None;
+        }
+        if let Some((_, ns)) = step {
+            let cmdline = std::fs::read(dir.join("cmdline")).ok()?;
+            return Some(match pjw_core::adopt::step_job(&cmdline) {
+                Some(id) => Lineage::Step {
+                    ns: ns.to_string(),
+                    id,
+                },
+                // A step daemon that names no job (starting): its children are the manager's.
+                None => Lineage::Daemon,
+            });
+        }
+        Some(Lineage::Daemon)
+    }
+
+    /// The lineage of `pid` (a process whose start time is `start`): the nearest root-owned
+    /// manager daemon above it decides. Remembered per (pid, start time) for it and every
+    /// ancestor walked.
+    pub fn lineage(&mut self, pid: u32, start: u64) -> Lineage {
+        let mut walked: Vec<(u32, u64)> = Vec::new();
+        let (mut cur, mut cur_start) = (pid, start);
+        let found = loop {
+            if let Some((s, l)) = self.lineages.get(&cur) {
+                if *s == cur_start {
+                    break l.clone();
+                }
+            }
+            if walked.len() >= MAX_DEPTH {
+                break Lineage::Outside;
+            }
+            walked.push((cur, cur_start));
+            let Some((ppid, _)) = self.stat(cur) else {
+                break Lineage::Outside;
+            };
+            if ppid <= 1 {
+                break Lineage::Outside;
+            }
+            let Some((_, pstart)) = self.stat(ppid) else {
+                break Lineage::Outside;
+            };
+            // A parent that started after its child is not its parent (the pid was reused).
+            if pstart > cur_start {
+                break Lineage::Outside;
+            }
+            if let Some(l) = self.daemon_kind(ppid) {
+                break l;
+            }
+            cur = ppid;
+            cur_start = pstart;
+        };
+        for (p, s) in walked {
+            self.lineages.insert(p, (s, found.clone()));
+        }
+        found
+    }
+
+    /// Record that `child` (started at `start`) was forked by `parent`: it inherits what is
+    /// known of the parent's lineage, also when it is re-parented later (a double fork).
+    /// Returns the inherited lineage when it is a job step's.
+    pub fn forked(&mut self, parent: u32, child: u32) -> Option<Lineage> {
+        let (pstart, l) = self.lineages.get(&parent)?;
+        if !matches!(l, Lineage::Step { .. }) {
+            return None;
+        }
+        let (pstart, l) = (*pstart, l.clone());
+        // The same parent, not another process that got its pid.
+        if self.start_time(parent) != Some(pstart) {
+            return None;
+        }
+        let start = self.start_time(child)?;
+        self.lineages.insert(child, (start, l.clone()));
+        Some(l)
+    }
+
+    /// Facts of `pid` (started at `start`), or None when it is gone, a kernel thread, or
+    /// neither a task of a step nor naming a job in its environment (nothing to decide).
+    /// Its lineage is decided first (remembered); the environment is read only when the
+    /// lineage leaves the decision to it.
+    pub fn facts(&mut self, pid: u32, start: u64) -> Option<Facts> {
+        let lineage = self.lineage(pid, start);
+        let dir = self.dir(pid);
+        let ids = if matches!(lineage, Lineage::Step { .. }) {
+            Vec::new()
+        } else {
+            let environ = std::fs::read(dir.join("environ")).ok()?;
+            let ids = pjw_core::adopt::env_ids(&environ, &self.rules);
+            // Outside every step and naming no job (most processes): nothing more to read.
+            // (A root one below a manager's daemon is a hook; a user's there, no job's: both
+            // are left alone, as for None.)
+            if ids.is_empty() {
+                return None;
+            }
+            ids
+        };
         let status = std::fs::read_to_string(dir.join("status")).ok()?;
         let status = pjw_kernelfs::proc_status::parse(&status).ok()?;
         let cgroup = std::fs::read_to_string(dir.join("cgroup")).ok()?;
         let cgroups = pjw_kernelfs::proc_cgroup::parse(&cgroup).ok()?;
-        let hook = pjw_core::adopt::env_has(&environ, &self.exclude);
         Some(Facts {
-            hook,
             pid,
             uid: status.uid[0],
             threads: status.threads,
             ids,
             cgroups,
+            lineage,
         })
     }
 
-    /// Pids that exist now and have not been settled; forgets settled pids that are gone.
-    pub fn unsettled(&mut self) -> Vec<u32> {
+    /// Pids that exist now and were never looked at (or whose pid was reused); forgets what
+    /// was decided about pids that are gone.
+    pub fn unseen(&mut self) -> Vec<u32> {
         let Ok(rd) = std::fs::read_dir(&self.proc_root) else {
             return Vec::new();
         };
-        let now: HashSet<u32> = rd
+        let now: std::collections::HashSet<u32> = rd
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
             .collect();
-        self.settled.retain(|p| now.contains(p));
+        self.seen.retain(|p, _| now.contains(p));
+        self.lineages.retain(|p, _| now.contains(p));
         let mut out: Vec<u32> = now
             .into_iter()
-            .filter(|p| !self.settled.contains(p))
+            .filter(|p| !self.seen.contains_key(p))
             .collect();
         out.sort_unstable();
         out
     }
 
-    /// Remember that `pid` needs no further look from the sweep.
-    pub fn settle(&mut self, pid: u32) {
-        self.settled.insert(pid);
+    /// Remember what was decided about `pid` (started at `start`).
+    pub fn remember(&mut self, pid: u32, start: u64, seen: Seen) {
+        self.seen.insert(pid, (start, seen));
     }
 
-    /// Forget everything settled (no job adopts now: the next sweep with a job looks at every
-    /// process again, including those started meanwhile).
-    pub fn reset(&mut self) {
-        self.settled.clear();
+    /// What was decided about `pid`, if it is the same process (start time `start`).
+    pub fn decided(&self, pid: u32, start: u64) -> Option<&Seen> {
+        self.seen
+            .get(&pid)
+            .filter(|(s, _)| *s == start)
+            .map(|(_, v)| v)
     }
+
+    /// Pids remembered as naming job `id` (`ns:id`, or a bare id for a rule of no manager).
+    pub fn waiting_for(&self, ns: &str, id: &str) -> Vec<u32> {
+        let full = format!("{ns}:{id}");
+        let mut out: Vec<u32> = self
+            .seen
+            .iter()
+            .filter(|(_, (_, v))| matches!(v, Seen::Unknown(u) if *u == full || u == id))
+            .map(|(p, _)| *p)
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Processes remembered, and how many of them name an unknown job.
+    pub fn counts(&self) -> (usize, usize) {
+        let unknown = self
+            .seen
+            .values()
+            .filter(|(_, v)| matches!(v, Seen::Unknown(_)))
+            .count();
+        (self.seen.len(), unknown)
+    }
+
+    /// Forget every decision (no job adopts now, or the kernel dropped events): the next sweep
+    /// looks at every process once again. Lineages stay: a process's ancestry does not change.
+    pub fn reset(&mut self) {
+        self.seen.clear();
+    }
+}
+
+/// The real uid in `DIR/status`.
+fn os_real_uid(dir: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(dir.join("status")).ok()?;
+    pjw_kernelfs::proc_status::parse(&text)
+        .ok()
+        .map(|s| s.uid[0])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
 
     fn proc_tree(procs: &[(u32, &[u8], u32, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -125,33 +320,132 @@ mod tests {
         dir
     }
 
+    fn write_stat(dir: &Path, pid: u32, ppid: u32, start: u64) {
+        std::fs::write(
+            dir.join(pid.to_string()).join("stat"),
+            format!("{pid} (x) S {ppid} 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0"),
+        )
+        .unwrap();
+    }
+
     #[test]
-    fn facts_and_the_sweep_set() {
+    fn facts_and_what_is_remembered() {
         let t = proc_tree(&[
             (10, b"PATH=/bin\0", 0, "0::/\n"),
             (11, b"SLURM_JOB_ID=5\0", 1000, "0::/user\n"),
-            (12, b"", 0, "0::/\n"),
+            (12, b"SLURM_JOB_ID=5\nforged\0", 0, "0::/\n"),
         ]);
-        let mut s = Scanner::new(
-            t.path(),
-            vec!["SLURM_JOB_ID".into()],
-            vec!["SLURM_SCRIPT_CONTEXT".into()],
+        for p in [10, 11, 12] {
+            write_stat(t.path(), p, 1, 100 + p as u64);
+        }
+        let mut s = Scanner::new(t.path(), vec!["SLURM_JOB_ID".into()], vec!["slurmd".into()]);
+        assert_eq!(s.rule_ns(), &[Some("slurm")]);
+        assert!(
+            s.facts(10, 110).is_none(),
+            "no job in its environment, outside every step"
         );
-        assert_eq!(s.facts(10), None);
-        assert_eq!(s.facts(12), None);
-        assert_eq!(s.facts(99), None);
-        let f = s.facts(11).unwrap();
+        assert!(s.facts(99, 1).is_none());
+        let f = s.facts(11, 111).unwrap();
         assert_eq!((f.uid, f.ids.clone()), (1000, vec![(0, "5".to_string())]));
         assert_eq!(f.cgroups[0].path, "/user");
-        assert!(!f.hook);
-        assert_eq!(s.unsettled(), vec![10, 11, 12]);
-        s.settle(10);
-        s.settle(12);
-        assert_eq!(s.unsettled(), vec![11]);
-        std::fs::remove_dir_all(t.path().join("12")).unwrap();
-        s.unsettled();
-        assert!(!s.settled.contains(&12), "gone pids are forgotten");
+        assert!(s.facts(12, 112).is_none(), "not a job id");
+        assert_eq!(s.unseen(), vec![10, 11, 12]);
+        s.remember(10, 110, Seen::Settled);
+        s.remember(11, 111, Seen::Unknown("slurm:5".into()));
+        assert_eq!(
+            s.unseen(),
+            vec![12],
+            "an unknown job's process is not read again"
+        );
+        assert_eq!(s.waiting_for("slurm", "5"), vec![11]);
+        assert_eq!(s.waiting_for("sge", "5"), Vec::<u32>::new());
+        assert_eq!(s.decided(11, 111), Some(&Seen::Unknown("slurm:5".into())));
+        assert_eq!(
+            s.decided(11, 999),
+            None,
+            "another process with a reused pid"
+        );
+        std::fs::remove_dir_all(t.path().join("11")).unwrap();
+        s.unseen();
+        assert_eq!(s.counts(), (1, 0), "gone pids are forgotten");
         s.reset();
-        assert_eq!(s.unsettled(), vec![10, 11]);
+        assert_eq!(s.unseen(), vec![10, 12]);
+    }
+
+    /// Lineages of real processes: copies of `sh` named `slurmd` and `slurmstepd` (root, as
+    /// this test runs) stand for the manager's daemons. Root only (reads other processes'
+    /// `exe`); skipped otherwise.
+    #[test]
+    fn lineage_of_real_processes() {
+        use std::process::{Command, Stdio};
+        if rustix::process::geteuid().as_raw() != 0 {
+            eprintln!("skipped: not root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["slurmd", "slurmstepd"] {
+            std::fs::copy("/bin/bash", dir.path().join(name)).unwrap();
+        }
+        let out = dir.path().join("pids");
+        let task = dir.path().join("task.sh");
+        std::fs::write(
+            &task,
+            format!("sleep 60 & echo task $! >> {}; wait\n", out.display()),
+        )
+        .unwrap();
+        // slurmd ─┬─ sleep (a hook: root below slurmd)
+        //         └─ slurmstepd: [42.0] ─ sleep (a task of job 42)
+        let script = format!(
+            "(exec -a 'slurmstepd: [42.0]' {d}/slurmstepd {t}) & sleep 60 & echo hook $! >> {o}; wait",
+            o = out.display(),
+            d = dir.path().display(),
+            t = task.display()
+        );
+        let mut daemon = Command::new(dir.path().join("slurmd"))
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut pids = std::collections::HashMap::new();
+        for _ in 0..200 {
+            let t = std::fs::read_to_string(&out).unwrap_or_default();
+            pids = t
+                .lines()
+                .filter_map(|l| l.split_once(' '))
+                .map(|(k, v)| (k.to_string(), v.trim().parse::<u32>().unwrap()))
+                .collect();
+            if pids.len() == 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let mut s = Scanner::new(Path::new("/proc"), vec![], vec!["slurmd".into()]);
+        let got: Vec<(String, Lineage)> = ["hook", "task"]
+            .iter()
+            .map(|k| {
+                let pid = pids[*k];
+                let start = s.start_time(pid).unwrap();
+                (k.to_string(), s.lineage(pid, start))
+            })
+            .collect();
+        let me = std::process::id();
+        let mine = s.lineage(me, s.start_time(me).unwrap());
+        // SAFETY: kill(2) on the process group this test made.
+        let _ = rustix::process::kill_process_group(
+            rustix::process::Pid::from_raw(daemon.id() as i32).unwrap(),
+            rustix::process::Signal::Kill,
+        );
+        let _ = daemon.wait();
+        assert_eq!(got[0].1, Lineage::Daemon, "{got:?}");
+        assert_eq!(
+            got[1].1,
+            Lineage::Step {
+                ns: "slurm".into(),
+                id: "42".into()
+            },
+            "{got:?}"
+        );
+        assert_eq!(mine, Lineage::Outside);
     }
 }

@@ -224,7 +224,9 @@ pub fn parse_duration_ms(d: &RawDuration) -> Result<u64, String> {
 #[serde(deny_unknown_fields)]
 pub struct RawAdopt {
     pub env: Option<Vec<String>>,
+    /// Removed: an environment variable is no fact (any process sets it); an error says so.
     pub exclude_env: Option<Vec<String>>,
+    pub hook_daemons: Option<Vec<String>>,
     pub sweep_interval_ms: Option<u64>,
 }
 
@@ -356,8 +358,9 @@ pub struct Config {
     pub central: Option<CentralConfig>,
     /// Environment variables that name a registered job's id (`[adopt] env`), in order.
     pub adopt_env: Vec<String>,
-    /// Processes with one of these variables set are never adopted (`[adopt] exclude_env`).
-    pub adopt_exclude_env: Vec<String>,
+    /// Executable names of the managers' daemons whose root children are their hooks, never
+    /// adopted (`[adopt] hook_daemons`).
+    pub adopt_hook_daemons: Vec<String>,
     /// How often the adoption sweep looks at new processes (ms); 0 = never.
     pub adopt_sweep_ms: u64,
 }
@@ -380,8 +383,10 @@ pub const DEFAULT_MAX_QUEUED_PER_USER: usize = 200;
 
 /// The variables that carry a workload manager's job id, in the order they are tried.
 pub const DEFAULT_ADOPT_ENV: [&str; 4] = ["SLURM_JOB_ID", "JOB_ID", "PBS_JOBID", "LSB_JOBID"];
-/// Variables that mark a manager's own hook (Slurm's Prolog/Epilog), never adopted.
-pub const DEFAULT_ADOPT_EXCLUDE_ENV: [&str; 1] = ["SLURM_SCRIPT_CONTEXT"];
+/// The managers' daemons whose root children are their hooks (Slurm's Prolog and Epilog run
+/// as root children of slurmd), never adopted. Debian's slurmd is `slurmd-wlm` (the kernel's
+/// `exe` names the file the alternatives link points to).
+pub const DEFAULT_ADOPT_HOOK_DAEMONS: [&str; 2] = ["slurmd", "slurmd-wlm"];
 
 /// A configuration error, naming file, key and reason.
 #[derive(Debug, thiserror::Error)]
@@ -863,16 +868,33 @@ impl Config {
             .adopt
             .env
             .unwrap_or_else(|| DEFAULT_ADOPT_ENV.iter().map(|s| s.to_string()).collect());
-        let adopt_exclude_env = raw.adopt.exclude_env.unwrap_or_else(|| {
-            DEFAULT_ADOPT_EXCLUDE_ENV
+        if raw.adopt.exclude_env.is_some() {
+            return Err(err(
+                "adopt.exclude_env",
+                "was removed: any process can set an environment variable, so a hook is now \
+                 known by its ancestry (a root process below one of [adopt] hook_daemons)"
+                    .to_string(),
+            ));
+        }
+        let adopt_hook_daemons = raw.adopt.hook_daemons.unwrap_or_else(|| {
+            DEFAULT_ADOPT_HOOK_DAEMONS
                 .iter()
                 .map(|s| s.to_string())
                 .collect()
         });
-        for (key, list) in [
-            ("adopt.env", &adopt_env),
-            ("adopt.exclude_env", &adopt_exclude_env),
-        ] {
+        for v in &adopt_hook_daemons {
+            let ok = !v.is_empty()
+                && v.len() <= 64
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+            if !ok {
+                return Err(err(
+                    "adopt.hook_daemons",
+                    format!("{v:?} is not an executable's file name"),
+                ));
+            }
+        }
+        for (key, list) in [("adopt.env", &adopt_env)] {
             for v in list {
                 let ok = !v.is_empty()
                     && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
@@ -897,7 +919,7 @@ impl Config {
             central,
             profile,
             adopt_env,
-            adopt_exclude_env,
+            adopt_hook_daemons,
             adopt_sweep_ms,
             origin: origin.to_string(),
             socket,
@@ -1155,7 +1177,8 @@ mod tests {
             ("max_priority = 17", "max_priority"),
             ("[adopt]\nenv = [\"A-B\"]", "adopt.env"),
             ("[adopt]\nenv = [\"\"]", "adopt.env"),
-            ("[adopt]\nexclude_env = [\"1X\"]", "adopt.exclude_env"),
+            ("[adopt]\nexclude_env = [\"X\"]", "adopt.exclude_env"),
+            ("[adopt]\nhook_daemons = [\"a/b\"]", "adopt.hook_daemons"),
             ("[adopt]\nsweep_interval_ms = 10", "adopt.sweep_interval_ms"),
             ("[job]\ntmp = \"big\"", "job.tmp"),
             ("[job]\ntmp = \"4K\"", "job.tmp: \"4K\" is below 1M"),

@@ -412,7 +412,7 @@ impl Engine {
         let scanner = Scanner::new(
             &cfg.proc_root,
             cfg.adopt_env.clone(),
-            cfg.adopt_exclude_env.clone(),
+            cfg.adopt_hook_daemons.clone(),
         );
         Engine {
             scanner,
@@ -639,6 +639,17 @@ impl Engine {
         }
         let id = match &req.job_id {
             Some(text) => match JobId::new(text) {
+                // A manager's namespace is made by `pjw job register` (root) only.
+                Ok(id) if id.namespace().is_some() => {
+                    let _ = reply.send(err(
+                        ErrorCode::Denied,
+                        format!(
+                            "job id {id} is in the {} namespace: only `pjw job register` makes ids there",
+                            id.namespace().unwrap_or_default()
+                        ),
+                    ));
+                    return;
+                }
                 Ok(id) => id,
                 Err(e) => {
                     let _ = reply.send(err(ErrorCode::Invalid, e.to_string()));
@@ -1962,12 +1973,21 @@ impl Engine {
             ProcMsg::Events(events) => {
                 for ev in &events {
                     self.note_exit(ev);
-                    if let Some(Unknown::Exec { pid, tgid }) = self.procs.apply(ev) {
-                        self.on_unknown_exec(pid, tgid);
+                    match self.procs.apply(ev) {
+                        Some(Unknown::Exec { pid, tgid }) => self.on_unknown_exec(pid, tgid),
+                        Some(Unknown::Fork { parent, child }) => {
+                            self.on_unknown_fork(parent, child)
+                        }
+                        Some(Unknown::EarlyFork { job, child }) => self.on_early_fork(job, child),
+                        None => {}
                     }
                 }
             }
-            ProcMsg::Overrun => self.reseed_procs(),
+            ProcMsg::Overrun => {
+                self.reseed_procs();
+                // Events were lost: every process is looked at once more by the next sweep.
+                self.scanner.reset();
+            }
         }
     }
 

@@ -48,6 +48,12 @@ struct JobProcs {
 pub enum Unknown {
     /// A process outside every job called exec (candidate for adoption).
     Exec { pid: u32, tgid: u32 },
+    /// A process outside every job forked a child process (it may be a job step's task
+    /// escaping its parent before adoption).
+    Fork { parent: u32, child: u32 },
+    /// An adopted process of job `job` forked `child` before it was moved into the job: the
+    /// child did not inherit the job's cgroups and must be moved too.
+    EarlyFork { job: i64, child: u32 },
 }
 
 /// Which job each jailed process belongs to, and per-job counts. Pure: fed events, no I/O.
@@ -55,6 +61,9 @@ pub enum Unknown {
 pub struct ProcTracker {
     owner: HashMap<u32, i64>,
     jobs: HashMap<i64, JobProcs>,
+    /// Adopted processes: when they were moved into their job (CLOCK_MONOTONIC ns, the clock
+    /// of the proc connector's timestamps). A fork stamped before it escaped the move.
+    moved_at: HashMap<u32, u64>,
 }
 
 impl ProcTracker {
@@ -93,6 +102,12 @@ impl ProcTracker {
         j.counts.threads_ever += threads.max(1);
         j.counts.procs_now += 1;
         j.counts.procs_max = j.counts.procs_max.max(j.counts.procs_now);
+    }
+
+    /// `tgid` was moved into its job at `ns` (CLOCK_MONOTONIC): forks it made before are
+    /// reported as [`Unknown::EarlyFork`].
+    pub fn moved(&mut self, tgid: u32, ns: u64) {
+        self.moved_at.insert(tgid, ns);
     }
 
     /// Replace what the tracker believes a job's processes are with `pids` (from its
@@ -149,6 +164,7 @@ impl ProcTracker {
                 parent_tgid,
                 child_pid,
                 child_tgid,
+                timestamp_ns,
                 ..
             } => {
                 if child_pid != child_tgid {
@@ -158,7 +174,12 @@ impl ProcTracker {
                     self.jobs.get_mut(&job)?.counts.threads_ever += 1;
                     return None;
                 }
-                let job = *self.owner.get(&parent_tgid)?;
+                let Some(&job) = self.owner.get(&parent_tgid) else {
+                    return Some(Unknown::Fork {
+                        parent: parent_tgid,
+                        child: child_tgid,
+                    });
+                };
                 let j = self.jobs.get_mut(&job)?;
                 if j.tgids.insert(child_tgid) {
                     j.counts.threads_ever += 1;
@@ -167,10 +188,18 @@ impl ProcTracker {
                     j.counts.procs_max = j.counts.procs_max.max(j.counts.procs_now);
                     self.owner.insert(child_tgid, job);
                 }
-                None
+                let early = self
+                    .moved_at
+                    .get(&parent_tgid)
+                    .is_some_and(|&t| timestamp_ns <= t);
+                early.then_some(Unknown::EarlyFork {
+                    job,
+                    child: child_tgid,
+                })
             }
             ProcEvent::Exit { pid, tgid, .. } => {
                 if pid == tgid {
+                    self.moved_at.remove(&tgid);
                     if let Some(job) = self.owner.remove(&tgid) {
                         if let Some(j) = self.jobs.get_mut(&job) {
                             if j.tgids.remove(&tgid) {
@@ -394,7 +423,10 @@ mod tests {
             let mut t = ProcTracker::new();
             t.start_job(1, 100);
             for e in &events {
-                assert_eq!(t.apply(e), None, "{what}");
+                match t.apply(e) {
+                    None | Some(Unknown::Fork { .. }) => {}
+                    other => panic!("{what}: {other:?}"),
+                }
             }
             let c = t.counts(1).unwrap();
             assert_eq!(
@@ -404,6 +436,54 @@ mod tests {
             );
             assert!(!c.lossy, "{what}");
         }
+    }
+
+    #[test]
+    fn forks_before_an_adoption_are_reported() {
+        let stamped = |parent: u32, child: u32, ns: u64| ProcEvent::Fork {
+            cpu: 0,
+            seq: 0,
+            parent_pid: parent,
+            parent_tgid: parent,
+            child_pid: child,
+            child_tgid: child,
+            timestamp_ns: ns,
+        };
+        let mut t = ProcTracker::new();
+        t.start_job(1, 100);
+        t.adopt(1, 500, 1);
+        t.moved(500, 1_000);
+        // Forked at 900, before the move at 1000: it did not inherit the job's cgroups.
+        assert_eq!(
+            t.apply(&stamped(500, 501, 900)),
+            Some(Unknown::EarlyFork { job: 1, child: 501 })
+        );
+        assert_eq!(
+            t.apply(&stamped(500, 502, 1_100)),
+            None,
+            "after the move: inherited"
+        );
+        assert_eq!(t.apply(&stamped(100, 103, 10)), None, "born in the job");
+        assert_eq!(t.counts(1).unwrap().procs_now, 5);
+    }
+
+    #[test]
+    fn forks_outside_jobs_are_reported() {
+        let mut t = ProcTracker::new();
+        t.start_job(1, 100);
+        assert_eq!(
+            t.apply(&fork(100, 101, 101)),
+            None,
+            "inside: counted, not reported"
+        );
+        assert_eq!(
+            t.apply(&fork(7, 8, 8)),
+            Some(Unknown::Fork {
+                parent: 7,
+                child: 8
+            })
+        );
+        assert_eq!(t.apply(&thread(7, 70)), None, "a thread is no new process");
     }
 
     #[test]

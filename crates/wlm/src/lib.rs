@@ -364,6 +364,59 @@ pub fn sge(env: &Env, config: Option<&Env>) -> Result<WlmJob, WlmError> {
     Ok(job)
 }
 
+/// The job a root-run Grid Engine shepherd wrapper registers, from the text of the `config`
+/// file sge_execd writes into the job's spool directory — and from nothing else: `environment`
+/// holds the user's own `qsub -v` variables (`NSLOTS`, `USER`, even `JOB_ID`), which must not
+/// size or name a job root registers. A key read here that the file holds twice (a value with
+/// a newline could add a line) makes it refuse: the file is ambiguous.
+pub fn sge_shepherd(config: &str) -> Result<WlmJob, WlmError> {
+    let m = Manager::Sge;
+    let used = [
+        "job_id",
+        "ja_task_id",
+        "job_owner",
+        "host_slots",
+        "pe_slots",
+        "h_vmem",
+    ];
+    let mut cfg = Env::new();
+    for line in config.lines() {
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        let k = k.trim();
+        if used.contains(&k) && cfg.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(bad(
+                m,
+                k,
+                v,
+                "set twice in config: refusing an ambiguous file",
+            ));
+        }
+    }
+    let id = get(&cfg, "job_id").ok_or_else(|| missing(m, "job_id in config"))?;
+    if !id.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad(m, "job_id", id, "not a Grid Engine job number"));
+    }
+    let full = match get(&cfg, "ja_task_id").filter(|t| *t != "0") {
+        Some(t) if t.bytes().all(|b| b.is_ascii_digit()) => format!("{id}.{t}"),
+        Some(t) => return Err(bad(m, "ja_task_id", t, "not a task number")),
+        None => id.to_string(),
+    };
+    let mut job = WlmJob::new(m, full);
+    job.user = get(&cfg, "job_owner").map(String::from);
+    job.cpus = match (get(&cfg, "host_slots"), get(&cfg, "pe_slots")) {
+        (Some(v), _) => Some(count(m, "host_slots", v)?),
+        (None, Some(v)) => Some(count(m, "pe_slots", v)?),
+        (None, None) => Some(1),
+    };
+    if let Some(v) = get(&cfg, "h_vmem") {
+        let per = sge_size(v).map_err(|r| bad(m, "h_vmem", v, &r))?;
+        job.mem = per.map(|b| b.saturating_mul(job.cpus.unwrap_or(1) as u64));
+    }
+    Ok(job)
+}
+
 // ---- PBS ---------------------------------------------------------------------------------------
 
 /// The short form of a host name (`n1.cluster` → `n1`), how managers' host lists are matched.
@@ -534,6 +587,29 @@ pub fn condor(env: &Env, job_ad: &str, machine_ad: Option<&str>) -> Result<WlmJo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sge_shepherd_reads_config_only_and_refuses_ambiguity() {
+        let j = sge_shepherd("job_owner=alice\njob_id=12\nja_task_id=0\npe_slots=2\nh_vmem=1G\n")
+            .unwrap();
+        assert_eq!(
+            (j.pjw_id.as_str(), j.user.as_deref(), j.cpus, j.mem),
+            ("12", Some("alice"), Some(2), Some(2 << 30))
+        );
+        assert_eq!(
+            sge_shepherd("job_id=12\nja_task_id=3\n").unwrap().pjw_id,
+            "12.3"
+        );
+        for bad in [
+            "job_owner=alice\njob_id=12\njob_owner=root\n",
+            "job_id=12\nhost_slots=1\nhost_slots=64\n",
+            "job_id=12 x\n",
+            "job_id=12\nja_task_id=1x\n",
+            "job_owner=alice\n",
+        ] {
+            assert!(sge_shepherd(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn ids_become_pjw_ids() {

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info};
 
 use super::{cgroup_name, err, now_ms, Cred, Engine, Waiter};
+use crate::adopt::Seen;
 use crate::os;
 
 /// At most one log line per unknown job id per minute.
@@ -33,26 +34,17 @@ impl Engine {
             ));
             return;
         }
-        let id = match JobId::new(&req.job) {
+        // The job lives in its manager's namespace (`slurm:4242`), where only root makes ids:
+        // no user's `pjw run --job-id 4242` can take the id the manager registers.
+        let wlm = req.wlm.to_ascii_lowercase();
+        let local = req.job.strip_prefix(&format!("{wlm}:")).unwrap_or(&req.job);
+        let id = match JobId::in_namespace(&wlm, local) {
             Ok(id) => id,
             Err(e) => {
                 let _ = reply.send(err(ErrorCode::Invalid, e.to_string()));
                 return;
             }
         };
-        let wlm: String = req
-            .wlm
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
-            .take(16)
-            .collect();
-        if wlm.is_empty() {
-            let _ = reply.send(err(
-                ErrorCode::Invalid,
-                "the workload manager's name is empty",
-            ));
-            return;
-        }
         let Some((uid, gid)) = os::lookup_user(&req.user) else {
             let _ = reply.send(err(
                 ErrorCode::Invalid,
@@ -119,7 +111,7 @@ impl Engine {
             role: "primary".into(),
         };
         let starter = StarterRecord {
-            wlm: Some(format!("{wlm}:{id}")),
+            wlm: Some(id.to_string()),
             client_uid: cred.uid,
             tmp_size: None,
             tmpdir: None,
@@ -147,6 +139,7 @@ impl Engine {
         self.scanner_wake();
         self.replan();
         self.tell_queued(seq);
+        self.examine_waiting(seq);
     }
 
     /// End a registered job: kill what is left, answer once its cgroups are gone.
@@ -158,10 +151,11 @@ impl Engine {
             ));
             return;
         }
+        // Only a job registered by root (in a manager's namespace) is ended here.
         let Some(seq) = self
             .jobs
             .values()
-            .find(|j| j.id.as_str() == job && j.wlm.is_some())
+            .find(|j| j.id.as_str() == job && j.id.namespace().is_some() && j.wlm.is_some())
             .map(|j| j.seq)
         else {
             let _ = reply.send(err(
@@ -200,7 +194,8 @@ impl Engine {
                 .any(|j| j.wlm.is_some() && j.started.is_some() && !j.ending)
     }
 
-    /// A job was registered: the next sweep looks at every process again.
+    /// No job adopted until now: what was decided about processes meanwhile is forgotten, so
+    /// the next sweep looks at every process once.
     fn scanner_wake(&mut self) {
         if !self
             .jobs
@@ -211,84 +206,162 @@ impl Engine {
         }
     }
 
-    /// The periodic backstop: look at every process not settled yet.
+    /// Job `seq` can adopt now: look again at the processes remembered as naming it (an event:
+    /// only those, not every process).
+    pub(super) fn examine_waiting(&mut self, seq: i64) {
+        let Some(j) = self.jobs.get(&seq) else { return };
+        if j.started.is_none() {
+            return;
+        }
+        let (ns, id) = target_names(j.id.as_str(), j.wlm.as_deref());
+        for pid in self.scanner.waiting_for(&ns, &id) {
+            self.examine(pid, "registered");
+        }
+    }
+
+    /// The periodic backstop: look at every process never looked at.
     pub(super) fn sweep(&mut self) {
         if !self.adopting() {
             self.scanner.reset();
             return;
         }
-        for pid in self.scanner.unsettled() {
+        for pid in self.scanner.unseen() {
             self.examine(pid, "sweep");
+        }
+    }
+
+    /// A process outside every job forked `child`: when its parent is known as a task of a job
+    /// step, the child is that job's too, even if it is re-parented before it is looked at.
+    pub(super) fn on_unknown_fork(&mut self, parent: u32, child: u32) {
+        if self.adopting() && self.scanner.forked(parent, child).is_some() {
+            self.examine(child, "fork");
+        }
+    }
+
+    /// An adopted process forked `child` before it was moved into job `seq`: the child is
+    /// outside the job's cgroups, though it is the job's. Moved now (a task that forks at once
+    /// and lets its parent be adopted does not leave a child behind).
+    pub(super) fn on_early_fork(&mut self, seq: i64, child: u32) {
+        let Some(j) = self.jobs.get(&seq) else { return };
+        if j.ending {
+            return;
+        }
+        match self.driver.add_process(&j.cgroup, child) {
+            Ok(()) => {
+                info!(job = %j.id, pid = child, via = "fork", "adopted a child forked before its parent's adoption");
+                self.procs.moved(child, monotonic_ns());
+            }
+            Err(e) => debug!(job = %j.id, pid = child, error = %e, "cannot adopt early child"),
         }
     }
 
     /// Look at one process and adopt it if it belongs to a registered job.
     pub(super) fn examine(&mut self, pid: u32, via: &'static str) {
-        let Some(facts) = self.scanner.facts(pid) else {
-            self.scanner.settle(pid);
+        let Some(start) = self.scanner.start_time(pid) else {
+            return;
+        };
+        let Some(facts) = self.scanner.facts(pid, start) else {
+            self.scanner.remember(pid, start, Seen::Settled);
             return;
         };
         let inside = self.driver.job_of(&facts.cgroups);
-        let targets: Vec<Target<'_>> = self
+        let names: Vec<(i64, String, String, u32, bool)> = self
             .jobs
             .values()
             .filter(|j| j.wlm.is_some() && j.started.is_some() && !j.ending)
-            .map(|j| Target {
-                key: j.seq,
-                id: j.id.as_str(),
-                uid: j.uid,
+            .map(|j| {
+                let (ns, id) = target_names(j.id.as_str(), j.wlm.as_deref());
+                (j.seq, ns, id, j.uid, j.id.namespace().is_some())
+            })
+            .collect();
+        let targets: Vec<Target<'_>> = names
+            .iter()
+            .map(|(key, ns, id, uid, registered)| Target {
+                key: *key,
+                ns,
+                id,
+                uid: *uid,
+                registered: *registered,
             })
             .collect();
         let c = Candidate {
             uid: facts.uid,
             ids: &facts.ids,
+            rule_ns: self.scanner.rule_ns(),
             inside: inside.as_deref(),
-            hook: facts.hook,
+            lineage: &facts.lineage,
         };
         let verdict = adopt::decide(&c, &targets);
         drop(targets);
+        debug!(pid, uid = facts.uid, lineage = ?facts.lineage, verdict = ?verdict, via, "examined");
+        let var = |rule: Option<usize>, s: &Self| match rule {
+            Some(r) => s.scanner.rules().get(r).cloned().unwrap_or_default(),
+            None => "ancestry".to_string(),
+        };
         match verdict {
             Verdict::Adopt { key, rule } => {
+                let var = var(rule, self);
                 let Some(j) = self.jobs.get(&key) else { return };
-                let var = self.scanner.rules().get(rule).cloned().unwrap_or_default();
                 let t0 = Instant::now();
                 match self.driver.add_process(&j.cgroup, pid) {
                     Ok(()) => {
-                        // From now on its forks and exits count for the job.
+                        // From now on its forks and exits count for the job; forks stamped
+                        // before now did not inherit its cgroups (see on_early_fork).
                         self.procs.adopt(key, pid, facts.threads);
+                        self.procs.moved(pid, monotonic_ns());
                         info!(
                             job = %j.id, user = %j.user, cpus = %j.cpus, pid, var = %var, via,
                             move_us = t0.elapsed().as_micros() as u64, "adopted process"
                         );
-                        self.scanner.settle(pid);
+                        self.scanner.remember(pid, start, Seen::Settled);
                     }
                     // It may have exited meanwhile; the next sweep looks again if not.
                     Err(e) => debug!(job = %j.id, pid, error = %e, "cannot adopt process"),
                 }
             }
-            Verdict::Inside | Verdict::NotAJob => self.scanner.settle(pid),
+            Verdict::Inside | Verdict::NotAJob => self.scanner.remember(pid, start, Seen::Settled),
             Verdict::Hook => {
                 debug!(pid, via, "workload-manager hook left alone");
-                self.scanner.settle(pid);
+                self.scanner.remember(pid, start, Seen::Settled);
             }
             Verdict::WrongOwner { key, uid } => {
                 if let Some(j) = self.jobs.get(&key) {
                     info!(job = %j.id, pid, uid, owner = j.uid, via, "process names a job of another user; left alone");
                 }
-                self.scanner.settle(pid);
+                self.scanner.remember(pid, start, Seen::Settled);
             }
             Verdict::Unknown { rule, id } => {
                 let now = now_ms();
                 let last = self.unknown_logged.get(&id).copied();
                 if adopt::should_log(last, now, UNKNOWN_LOG_EVERY_MS) {
-                    let var = self.scanner.rules().get(rule).cloned().unwrap_or_default();
-                    info!(pid, var = %var, wlm_job = %id, via, "process of an unknown job left alone");
+                    // `id` passed the job-id check (no control character, ≤ 64 + namespace).
+                    info!(pid, var = %var(rule, self), wlm_job = ?id, via, "process of an unknown job left alone");
                     if self.unknown_logged.len() > 4096 {
                         self.unknown_logged.clear();
                     }
-                    self.unknown_logged.insert(id, now);
+                    self.unknown_logged.insert(id.clone(), now);
                 }
+                // Not read again by the sweep: looked at again when it execs or `id` is
+                // registered.
+                self.scanner.remember(pid, start, Seen::Unknown(id));
             }
         }
     }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of the proc connector's event timestamps.
+fn monotonic_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The (manager, id) a job is found under by adoption: from its tag (`slurm:4242`) and its pjw
+/// id's part inside the namespace; a job without a tag has manager "".
+fn target_names(id: &str, tag: Option<&str>) -> (String, String) {
+    let ns = tag
+        .and_then(|t| t.split_once(':'))
+        .map(|(m, _)| m.to_string())
+        .unwrap_or_default();
+    let local = id.split_once(':').map(|(_, l)| l).unwrap_or(id);
+    (ns, local.to_string())
 }
