@@ -4,7 +4,7 @@ CARGO ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all deps build release demo test test-host test-vm test-vm-build test-vm-selfcheck test-unit test-root bench bench-quick bench-alloc lint install uninstall clean
+.PHONY: all deps build release demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-unit test-root bench bench-quick bench-alloc lint install uninstall clean
 
 all: release
 
@@ -43,6 +43,11 @@ test-vm-build: deps
 
 test-vm: test-vm-build
 	VM_INJECT_FAILURE=$(VM_INJECT_FAILURE) vm/vmtest.sh $(VM_BINS)
+
+# The same executables in a guest with pure cgroup v1 (legacy mode: the v1 hierarchies only, no
+# cgroup2); summary line "VM-busybox-v1: N passed, M failed, K skipped".
+test-vm-v1: test-vm-build
+	VM_CGROUP=v1 VM_INJECT_FAILURE=$(VM_INJECT_FAILURE) vm/vmtest.sh $(VM_BINS)
 
 # A deliberately failing guest test must fail the tier.
 test-vm-selfcheck: test-vm-build
