@@ -556,7 +556,12 @@ impl Driver {
             Ok(()) => true,
             Err(CgroupError::Unsupported { .. }) => false,
             Err(e) => {
+                // The v1 freezer may be left FREEZING (a task that would not stop in time):
+                // thaw it, or the processes already frozen would never act on the SIGKILL.
                 tracing::warn!(job = name, error = %e, "cannot freeze before killing, killing anyway");
+                if let Err(e) = self.freeze(name, false) {
+                    tracing::warn!(job = name, error = %e, "cannot thaw after a failed freeze");
+                }
                 false
             }
         };
@@ -564,7 +569,11 @@ impl Driver {
         let rounds = if frozen { 1 } else { KILL_ROUNDS };
         let mut result = Ok(());
         for _ in 0..rounds {
-            let pids = self.procs(name)?;
+            // Legacy: every process in any of the job's cgroups, as `is_populated` counts them.
+            let pids = match self.v2() {
+                Some(_) => self.procs(name)?,
+                None => self.v1_procs_everywhere(name)?,
+            };
             if pids.is_empty() {
                 break;
             }
@@ -614,13 +623,49 @@ impl Driver {
         }
     }
 
-    /// Whether any process is left in the job (cgroup.events `populated`, or cgroup.procs).
+    /// Whether any process is left in the job: `populated` in cgroup.events where there is a
+    /// cgroup2 tree; in legacy mode, whether the `cgroup.procs` of any of the job's v1 cgroups
+    /// lists a process (v1 has no populated flag, and a process moved into some hierarchies
+    /// only still keeps the job's cgroups from going).
+    ///
+    /// A job cgroup that does not exist holds nothing (`Ok(false)`); any other failure to read
+    /// the kernel is an error, never "empty": a caller that took it as empty would end a job
+    /// that still runs and hand its CPUs to another.
     pub fn is_populated(&self, name: &str) -> Result<bool, CgroupError> {
         parent::validate_job_name(name)?;
         match self.v2() {
-            Some(v2) => Ok(unified::events(&self.fs, &v2.job(name))?.populated),
-            None => Ok(!self.procs(name)?.is_empty()),
+            Some(v2) => {
+                let dir = v2.job(name);
+                match unified::events(&self.fs, &dir) {
+                    Ok(ev) => Ok(ev.populated),
+                    Err(e) if is_not_found(&e) && !self.fs.exists(&dir) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            }
+            None => Ok(!self.v1_procs_everywhere(name)?.is_empty()),
         }
+    }
+
+    /// The processes in any of job `name`'s v1 cgroups (sorted, without repeats); a hierarchy
+    /// where the job has no cgroup counts none.
+    fn v1_procs_everywhere(&self, name: &str) -> Result<Vec<u32>, CgroupError> {
+        let mut all = BTreeSet::new();
+        for h in self.hierarchies() {
+            let dir = h.job(name);
+            let path = dir.join("cgroup.procs");
+            match self.fs.read(&path) {
+                Ok(text) => {
+                    let pids = parse_pids(&text).ok_or(CgroupError::BadContent {
+                        path,
+                        text: text.clone(),
+                    })?;
+                    all.extend(pids);
+                }
+                Err(e) if is_not_found(&e) && !self.fs.exists(&dir) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(all.into_iter().collect())
     }
 
     /// The `cgroup.events` file of the job, when the mode has one (for inotify).
@@ -756,6 +801,11 @@ impl Driver {
     fn tracking(&self) -> &Hierarchy {
         self.v2().unwrap_or_else(|| self.cpuset_hierarchy())
     }
+}
+
+/// Whether `e` is a read of a file that does not exist (ENOENT).
+fn is_not_found(e: &CgroupError) -> bool {
+    matches!(e, CgroupError::Read { source, .. } if source.kind() == io::ErrorKind::NotFound)
 }
 
 /// Pids from `cgroup.procs` text, one per line; `None` on a line that is not a pid.

@@ -580,3 +580,51 @@ fn usage_is_read_from_the_right_files_in_every_mode() {
         d.remove_job("job-1").unwrap();
     }
 }
+
+/// A job whose cgroup is gone holds nothing; a job whose tracking file cannot be read is an
+/// error, never "empty" (the daemon would end a running job and give its CPUs away).
+#[test]
+fn an_unreadable_job_is_an_error_not_empty() {
+    for mode in ALL_MODES {
+        let (_tmp, m) = machine(FakeSpec::new(mode));
+        let d = driver(&m, "/pjw").unwrap();
+        d.prepare_parent().unwrap();
+        assert!(!d.is_populated("never-made").unwrap(), "{mode}");
+        d.create_job("j", &limits("0")).unwrap();
+        d.add_process("j", 31).unwrap();
+        let tracking = if mode == Mode::Legacy {
+            dir_of(&d.job_dirs("j"), "cpuset").join("cgroup.procs")
+        } else {
+            dir_of(&d.job_dirs("j"), "unified").join("cgroup.events")
+        };
+        fs::remove_file(&tracking).unwrap();
+        assert!(
+            d.is_populated("j").is_err(),
+            "{mode}: an unreadable {} read as {:?}",
+            tracking.display(),
+            d.is_populated("j")
+        );
+    }
+}
+
+/// Legacy mode has no populated flag: a process in any of the job's v1 cgroups keeps the job
+/// populated (it keeps the cgroups from going), and kill reaches it there too.
+#[test]
+fn legacy_counts_a_process_in_any_hierarchy() {
+    let (_tmp, m) = machine(FakeSpec::new(Mode::Legacy));
+    let d = driver(&m, "/pjw").unwrap();
+    d.prepare_parent().unwrap();
+    d.create_job("j", &limits("0")).unwrap();
+    // Only in the memory hierarchy (e.g. a move into the others failed half-way).
+    let mem = dir_of(&d.job_dirs("j"), "memory");
+    fs::write(mem.join("cgroup.procs"), "52\n").unwrap();
+    assert!(d.procs("j").unwrap().is_empty(), "cpuset holds nothing");
+    assert!(d.is_populated("j").unwrap(), "a process in memory only");
+    assert!(matches!(
+        d.remove_job("j"),
+        Err(CgroupError::Populated { .. })
+    ));
+    d.kill("j").unwrap();
+    assert!(!d.is_populated("j").unwrap());
+    d.remove_job("j").unwrap();
+}
