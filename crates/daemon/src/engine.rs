@@ -185,6 +185,12 @@ struct Job {
     ended_by: Option<String>,
     /// `end` requests waiting for the cgroups to be gone.
     end_waiters: Vec<oneshot::Sender<Response>>,
+    /// A look at its cgroup is scheduled (where no event says when it empties: cgroup v1, or
+    /// the kernel could not be read); one at a time, however many callers asked.
+    recheck_pending: bool,
+    /// The last delay between such looks: 20 ms after the job's end, doubling up to 1 s while
+    /// leftovers keep running.
+    recheck_delay: Duration,
 }
 
 impl Job {
@@ -567,7 +573,12 @@ impl Engine {
                     self.check_empty(seq);
                 }
             }
-            Event::Recheck { seq } => self.check_empty(seq),
+            Event::Recheck { seq } => {
+                if let Some(j) = self.jobs.get_mut(&seq) {
+                    j.recheck_pending = false;
+                }
+                self.check_empty(seq)
+            }
             Event::Govern => self.govern(),
             Event::Register {
                 conn,
@@ -1486,14 +1497,23 @@ impl Engine {
     }
 
     /// End the job if its cgroup is empty; where no event will tell us, look again shortly.
+    ///
+    /// A cgroup the kernel could not be read for is not empty: the job keeps its CPUs and its
+    /// cgroup is looked at again (an event may never come for it).
     fn check_empty(&mut self, seq: i64) {
-        let Some(job) = self.jobs.get(&seq) else {
+        let Some(job) = self.jobs.get_mut(&seq) else {
             return;
         };
         if job.started.is_none() || job.held {
             return;
         }
-        let populated = self.driver.is_populated(&job.cgroup).unwrap_or(false);
+        let (populated, unknown) = match self.driver.is_populated(&job.cgroup) {
+            Ok(p) => (p, false),
+            Err(e) => {
+                warn!(job = %job.id, error = %e, "cannot tell whether the job's cgroup is empty; it keeps running, looking again in 1 s");
+                (true, true)
+            }
+        };
         if !populated {
             let reason = match (&job.killed_by, &job.ended_by) {
                 (Some(by), _) => format!("killed by {by}"),
@@ -1501,13 +1521,15 @@ impl Engine {
                 (None, None) => "exited".to_string(),
             };
             self.finish(seq, &reason);
-        } else if job.watch.is_none() {
+        } else if (job.watch.is_none() || unknown) && !job.recheck_pending {
             let tx = self.tx.clone();
-            let delay = if job.ending {
-                Duration::from_millis(20)
+            let delay = if job.ending && !unknown {
+                (job.recheck_delay * 2).clamp(Duration::from_millis(20), Duration::from_secs(1))
             } else {
                 Duration::from_secs(1)
             };
+            job.recheck_delay = delay;
+            job.recheck_pending = true;
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
                 let _ = tx.send(Event::Recheck { seq });
@@ -1600,7 +1622,11 @@ impl Engine {
             // Registered by a manager without a process: it lives until the manager ends it.
             let held = rec.pid.is_none()
                 && matches!(self.store.starter(rec.seq), Ok(Some(st)) if st.wlm.is_some());
-            let populated = self.driver.is_populated(&rec.cgroup).unwrap_or(false);
+            // A cgroup that cannot be read may hold processes: kept, so its CPUs stay taken.
+            let populated = self.driver.is_populated(&rec.cgroup).unwrap_or_else(|e| {
+                warn!(job = %rec.job_id, error = %e, "cannot tell whether the job's cgroup is empty; kept");
+                true
+            });
             // A held job lives on empty; one that never got its cgroups ("starting") does not.
             let keep = populated || (held && rec.state == StoredState::Running);
             if !keep {
@@ -1685,7 +1711,12 @@ impl Engine {
             if known.contains(&name) {
                 continue;
             }
-            if !self.driver.is_populated(&name).unwrap_or(false) {
+            // Unreadable: adopted like a populated one (its CPUs stay taken until it empties).
+            let populated = self.driver.is_populated(&name).unwrap_or_else(|e| {
+                warn!(cgroup = %name, error = %e, "cannot tell whether a leftover cgroup is empty; adopted");
+                true
+            });
+            if !populated {
                 match self.driver.remove_job(&name) {
                     Ok(()) => info!(cgroup = %name, "removed empty leftover cgroup"),
                     Err(e) => warn!(cgroup = %name, error = %e, "cannot remove leftover cgroup"),
@@ -1790,6 +1821,8 @@ impl Engine {
             held: false,
             ended_by: None,
             end_waiters: Vec::new(),
+            recheck_pending: false,
+            recheck_delay: Duration::ZERO,
         }
     }
 
