@@ -265,7 +265,12 @@ pub(crate) mod fake {
                             put(&dir.join("cpuset.mems"), "\n")?;
                         }
                         "memory" => {
-                            put(&dir.join("memory.limit_in_bytes"), "9223372036854771712\n")?
+                            put(&dir.join("memory.limit_in_bytes"), "9223372036854771712\n")?;
+                            // Swap accounting on (the default of current kernels).
+                            put(
+                                &dir.join("memory.memsw.limit_in_bytes"),
+                                "9223372036854771712\n",
+                            )?;
                         }
                         "pids" => put(&dir.join("pids.max"), "max\n")?,
                         "freezer" => put(&dir.join("freezer.state"), "THAWED\n")?,

@@ -130,7 +130,9 @@ pub struct JobLimits {
     pub memory_max: Option<u64>,
     /// Task limit (`pids.max`).
     pub pids_max: Option<u64>,
-    /// Swap limit in bytes (`memory.swap.max`, cgroup v2 only); `None` = no limit (`max`).
+    /// Swap limit in bytes (`memory.swap.max`); `None` = no limit (`max`). cgroup v1 caps
+    /// memory and swap together: a job with a memory limit gets `memory.memsw.limit_in_bytes` =
+    /// its memory limit + this; one without is not limited there.
     pub swap_max: Option<u64>,
 }
 
@@ -388,6 +390,10 @@ impl Driver {
                 memory::apply(&self.fs, &dir, h.v2, limits.memory_max)?;
                 if h.v2 {
                     memory::apply_swap_max(&self.fs, &dir, limits.swap_max)?;
+                } else if limits.swap_max.is_some()
+                    && !memory::apply_memsw_v1(&self.fs, &dir, limits.memory_max, limits.swap_max)?
+                {
+                    tracing::debug!(job = name, "cgroup v1: swap not limited (the job has no memory limit, or the kernel does not account swap)");
                 }
             }
             if h.has("pids") {

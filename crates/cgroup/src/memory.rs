@@ -27,6 +27,28 @@ pub(crate) fn apply_swap_max(fs: &Fs, dir: &Path, max: Option<u64>) -> Result<()
     fs.write(&path, &value)
 }
 
+/// v1's swap limit: `memory.memsw.limit_in_bytes` caps memory and swap together, so a job
+/// with a memory limit `mem` gets `mem + swap` there (its memory limit keeps its meaning, swap
+/// is capped at `swap`). Without a memory limit v1 cannot cap swap alone: nothing is written
+/// (`Ok(false)`), and neither where the kernel does not account swap (no such file).
+/// `Ok(true)` when the limit was written.
+pub(crate) fn apply_memsw_v1(
+    fs: &Fs,
+    dir: &Path,
+    mem: Option<u64>,
+    swap: Option<u64>,
+) -> Result<bool, CgroupError> {
+    let (Some(mem), Some(swap)) = (mem, swap) else {
+        return Ok(false);
+    };
+    let path = dir.join("memory.memsw.limit_in_bytes");
+    if !fs.exists(&path) {
+        return Ok(false);
+    }
+    fs.write(&path, &mem.saturating_add(swap).to_string())?;
+    Ok(true)
+}
+
 /// Memory charged to the cgroup now: `memory.usage_in_bytes` (v1) or `memory.current` (v2).
 pub(crate) fn usage(fs: &Fs, dir: &Path, v2: bool) -> Result<u64, CgroupError> {
     let path = usage_path(dir, v2);

@@ -628,3 +628,42 @@ fn legacy_counts_a_process_in_any_hierarchy() {
     assert!(!d.is_populated("j").unwrap());
     d.remove_job("j").unwrap();
 }
+
+/// `swap_max` on v1: memory and swap are capped together, so a job with a memory limit gets
+/// memory.memsw.limit_in_bytes = memory limit + swap_max; without a memory limit, or without
+/// swap accounting, nothing is written. (v2's memory.swap.max: numa.rs in the guest.)
+#[test]
+fn legacy_swap_max_is_memsw_on_top_of_the_memory_limit() {
+    for mode in [Mode::Hybrid, Mode::Legacy] {
+        let (_tmp, m) = machine(FakeSpec::new(mode));
+        let d = driver(&m, "/pjw").unwrap();
+        d.prepare_parent().unwrap();
+        let mut l = limits("0");
+        l.swap_max = Some(16 << 20);
+        d.create_job("j", &l).unwrap();
+        let mem = dir_of(&d.job_dirs("j"), "memory");
+        assert_eq!(
+            read(&mem.join("memory.limit_in_bytes")),
+            (64u64 << 20).to_string()
+        );
+        assert_eq!(
+            read(&mem.join("memory.memsw.limit_in_bytes")),
+            (80u64 << 20).to_string(),
+            "{mode}"
+        );
+        // No memory limit: v1 cannot cap swap alone.
+        l.memory_max = None;
+        d.create_job("k", &l).unwrap();
+        let mem = dir_of(&d.job_dirs("k"), "memory");
+        assert_eq!(
+            read(&mem.join("memory.memsw.limit_in_bytes")),
+            "9223372036854771712"
+        );
+        // No swap accounting (no memsw files): the job is still made.
+        l.memory_max = Some(64 << 20);
+        d.create_job("n", &l).unwrap();
+        let mem = dir_of(&d.job_dirs("n"), "memory");
+        fs::remove_file(mem.join("memory.memsw.limit_in_bytes")).unwrap();
+        d.create_job("n", &l).unwrap();
+    }
+}
