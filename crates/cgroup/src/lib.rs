@@ -290,6 +290,9 @@ impl Driver {
                 if !h.v2 && h.has("cpuset") {
                     cpuset::inherit_v1(&self.fs, &cur, &next)?;
                 }
+                if !h.v2 && h.has("memory") {
+                    memory::use_hierarchy_v1(&self.fs, &next);
+                }
                 if enable {
                     unified::enable_controllers(&self.fs, &next, &h.controllers)?;
                 }

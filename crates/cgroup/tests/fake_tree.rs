@@ -667,3 +667,22 @@ fn legacy_swap_max_is_memsw_on_top_of_the_memory_limit() {
         d.create_job("n", &l).unwrap();
     }
 }
+
+/// Old v1 kernels: a memory cgroup with use_hierarchy 0 does not charge its children, so the
+/// job partition's limit would not cover the jobs; the parent levels pjw makes turn it on.
+#[test]
+fn legacy_parent_levels_are_hierarchical_memory_cgroups() {
+    let (_tmp, m) = machine(FakeSpec::new(Mode::Legacy));
+    let root = m.mount_point("memory").unwrap();
+    fs::write(root.join("memory.use_hierarchy"), "0\n").unwrap();
+    let d = driver(&m, "/pjw/jobs").unwrap();
+    // Children of a non-hierarchical root start with 0 (the fake tree inherits, as the kernel).
+    d.prepare_parent().unwrap();
+    for level in ["pjw", "pjw/jobs"] {
+        assert_eq!(
+            read(&root.join(level).join("memory.use_hierarchy")),
+            "1",
+            "{level}"
+        );
+    }
+}
