@@ -580,6 +580,15 @@ impl Driver {
                 return Ok(());
             }
         }
+        // Legacy: every process in any of the job's cgroups, as `is_populated` counts them.
+        let procs = |d: &Driver| match d.v2() {
+            Some(_) => d.procs(name),
+            None => d.v1_procs_everywhere(name),
+        };
+        // Nothing left (the usual case when a job's main process ends): no freeze and thaw.
+        if procs(self)?.is_empty() {
+            return Ok(());
+        }
         // No cgroup.kill: freeze so nothing forks, SIGKILL each process, thaw so they die.
         let frozen = match self.freeze(name, true) {
             Ok(()) => true,
@@ -598,11 +607,7 @@ impl Driver {
         let rounds = if frozen { 1 } else { KILL_ROUNDS };
         let mut result = Ok(());
         for _ in 0..rounds {
-            // Legacy: every process in any of the job's cgroups, as `is_populated` counts them.
-            let pids = match self.v2() {
-                Some(_) => self.procs(name)?,
-                None => self.v1_procs_everywhere(name)?,
-            };
+            let pids = procs(self)?;
             if pids.is_empty() {
                 break;
             }

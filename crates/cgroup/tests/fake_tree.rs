@@ -627,6 +627,13 @@ fn legacy_counts_a_process_in_any_hierarchy() {
     d.kill("j").unwrap();
     assert!(!d.is_populated("j").unwrap());
     d.remove_job("j").unwrap();
+    // Killing an empty job (every job end) does not freeze and thaw it.
+    d.create_job("e", &limits("0")).unwrap();
+    let freezer = dir_of(&d.job_dirs("e"), "freezer").join("freezer.state");
+    fs::write(&freezer, "untouched\n").unwrap();
+    d.kill("e").unwrap();
+    assert_eq!(read(&freezer), "untouched");
+    d.remove_job("e").unwrap();
 }
 
 /// `swap_max` on v1: memory and swap are capped together, so a job with a memory limit gets
