@@ -7,7 +7,7 @@
 #
 # usage: vm/vmtest.sh <dir>   <dir> holds the static test executables (one per file), plus
 #                                 pjw and pjw-wl; vm/build.sh fills it.
-# Env: VM_TIMEOUT (s, default 900), VM_WORK (cache, default /var/tmp/pjw-vm),
+# Env: VM_TIMEOUT (s, default 1800), VM_WORK (cache, default /var/tmp/pjw-vm),
 #      VM_INJECT_FAILURE=1 (the guest also runs a step that fails; the tier must then fail),
 #      VM_ONLY=PATTERN (only the test executables matching it, e.g. 'numa-*'),
 #      VM_CGROUP=v2|v1 (the guest's cgroup layout, default v2).
@@ -113,7 +113,7 @@ boot_limit=${VM_BOOT_TIMEOUT:-240}
 boot() {
   rm -f "$run/console.raw"; : > "$run/console.raw"
   # shellcheck disable=SC2086
-  timeout "${VM_TIMEOUT:-900}" qemu-system-x86_64 $acc -m 2G -smp 16,sockets=2,cores=4,threads=2 \
+  timeout "${VM_TIMEOUT:-1800}" qemu-system-x86_64 $acc -m 2G -smp 16,sockets=2,cores=4,threads=2 \
     -object memory-backend-ram,id=m0,size=1G -object memory-backend-ram,id=m1,size=1G \
     -numa node,nodeid=0,cpus=0-7,memdev=m0 -numa node,nodeid=1,cpus=8-15,memdev=m1 \
     -kernel "$W/vmlinux" -initrd "$initrd" \
@@ -136,7 +136,7 @@ boot() {
 start=$(date +%s)
 set +e
 for try in 1 2; do
-  echo "vmtest: booting the $tier guest (log: $run/console.log, timeout ${VM_TIMEOUT:-900} s, boot ${boot_limit} s)"
+  echo "vmtest: booting the $tier guest (log: $run/console.log, timeout ${VM_TIMEOUT:-1800} s, boot ${boot_limit} s)"
   boot; qrc=$?
   [ "$qrc" = 200 ] || break
   echo "vmtest: the guest did not reach init within ${boot_limit} s (try $try); console so far:"
@@ -150,7 +150,7 @@ code=$(sed -n 's/^@@EXIT_CODE=\([0-9]*\)$/\1/p' "$run/console.log" | tail -1)
 summary=$(grep '^VM-[a-z0-9-]*: [0-9]* passed, [0-9]* failed' "$run/console.log" | tail -1 || true)
 if [ -z "$code" ]; then
   case $qrc in
-    124) why="timed out after ${VM_TIMEOUT:-900} s" ;;
+    124) why="timed out after ${VM_TIMEOUT:-1800} s" ;;
     200) why="the guest did not reach init within ${boot_limit} s, twice" ;;
     *) why="no exit marker (panic or crash; qemu status $qrc)" ;;
   esac
