@@ -672,7 +672,7 @@ impl Driver {
                 let dir = v2.job(name);
                 match unified::events(&self.fs, &dir) {
                     Ok(ev) => Ok(ev.populated),
-                    Err(e) if is_not_found(&e) && !self.fs.exists(&dir) => Ok(false),
+                    Err(e) if e.is_not_found() && !self.fs.exists(&dir) => Ok(false),
                     Err(e) => Err(e),
                 }
             }
@@ -695,7 +695,7 @@ impl Driver {
                     })?;
                     all.extend(pids);
                 }
-                Err(e) if is_not_found(&e) && !self.fs.exists(&dir) => {}
+                Err(e) if e.is_not_found() && !self.fs.exists(&dir) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -835,11 +835,6 @@ impl Driver {
     fn tracking(&self) -> &Hierarchy {
         self.v2().unwrap_or_else(|| self.cpuset_hierarchy())
     }
-}
-
-/// Whether `e` is a read of a file that does not exist (ENOENT).
-fn is_not_found(e: &CgroupError) -> bool {
-    matches!(e, CgroupError::Read { source, .. } if source.kind() == io::ErrorKind::NotFound)
 }
 
 /// Pids from `cgroup.procs` text, one per line; `None` on a line that is not a pid.
