@@ -39,6 +39,7 @@ setup() {
   command -v qemu-system-x86_64 >/dev/null || need="$need qemu-system-x86"
   dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need="$need busybox-static"
   command -v cpio >/dev/null || need="$need cpio"
+  [ -x /usr/bin/setpriv ] || need="$need util-linux"
   if [ -n "$need" ]; then
     echo "vmtest: installing$need"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $need >/dev/null 2>&1 || {
@@ -70,6 +71,14 @@ setup() {
     root=$W/root-$tier-$$
     rm -rf "$root"; mkdir -p "$root/bin" "$root/lib" "$root/etc"
     cp /bin/busybox "$root/bin/"; cp "$W"/modules/*.ko "$root/lib/"
+    # util-linux's setpriv (busybox's has no --reuid): the multi-user tests run jobs as other
+    # users with it. Dynamically linked: its libraries and loader come along.
+    if [ -x /usr/bin/setpriv ]; then
+      cp /usr/bin/setpriv "$root/bin/"
+      ldd /usr/bin/setpriv | grep -o '/[^ ]*' | while read -r lib; do
+        mkdir -p "$root$(dirname "$lib")"; cp -L "$lib" "$root$lib"
+      done
+    fi
     # A minimal user database, as on any real machine (pjw names users with getpwuid).
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$root/etc/passwd"
     printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
