@@ -1,28 +1,45 @@
 #!/bin/sh
-# The VM test tier: boot a qemu guest with pure cgroup v2 and two NUMA nodes, run pjw's static
-# test executables inside it, print the guest's output and the skipped tests and one line
-# "VM-busybox-v2: N passed, M failed, K skipped".
+# The VM test tier: boot a qemu guest with two NUMA nodes and pure cgroup v2 (VM_CGROUP=v2, the
+# default) or pure cgroup v1 (VM_CGROUP=v1: the v1 hierarchies mounted as a legacy distribution
+# does, no cgroup2 at all), run pjw's static test executables inside it, print the guest's output
+# and the skipped tests and one line "VM-busybox-v2: N passed, M failed, K skipped" (or
+# "VM-busybox-v1: ...").
 #
 # usage: vm/vmtest.sh <dir>   <dir> holds the static test executables (one per file), plus
 #                                 pjw and pjw-wl; vm/build.sh fills it.
-# Env: VM_TIMEOUT (s, default 900), VM_WORK (cache, default /var/tmp/pjw-vm),
+# Env: VM_TIMEOUT (s, default 1800), VM_WORK (cache, default /var/tmp/pjw-vm),
 #      VM_INJECT_FAILURE=1 (the guest also runs a step that fails; the tier must then fail),
-#      VM_ONLY=PATTERN (only the test executables matching it, e.g. 'numa-*').
+#      VM_ONLY=PATTERN (only the test executables matching it, e.g. 'numa-*'),
+#      VM_CGROUP=v2|v1 (the guest's cgroup layout, default v2).
 #
-# The kernel, busybox initramfs and qemu are set up once and cached in VM_WORK; every run gets
-# its own directory VM_WORK/runs/<stamp> with the share, the console log and the summary.
+# The kernel, one busybox initramfs per layout (initrd-busybox-v2.gz, initrd-busybox-v1.gz) and
+# qemu are set up once and cached in VM_WORK; every run gets its own directory
+# VM_WORK/runs/<stamp> with the share, the console log and the summary.
 # A guest that panics, hangs (timeout) or prints no exit marker is a failure.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 bins=${1:?usage: vmtest.sh <dir-with-static-test-executables>}
 W=${VM_WORK:-/var/tmp/pjw-vm}
 mkdir -p "$W"
+cg=${VM_CGROUP:-v2}
+case $cg in
+  v2) cmdline='cgroup_no_v1=all psi=1' ;;
+  # v1: the v1 controllers stay available (no cgroup_no_v1); swap accounting on, so the memory
+  # controller has memory.memsw.* on kernels that do not count swap by default.
+  v1) cmdline='psi=1 swapaccount=1' ;;
+  *) echo "vmtest: VM_CGROUP must be v1 or v2, not '$cg'" >&2; exit 2 ;;
+esac
+# The tier's name: in the initramfs's /etc/pjw-guest (tests read it, testkit::skip; guest-init.sh
+# mounts the cgroup layout it names) and in the summary line.
+tier=busybox-$cg
+initrd=$W/initrd-$tier.gz
 
 setup() {
   need=""
   command -v qemu-system-x86_64 >/dev/null || need="$need qemu-system-x86"
   dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need="$need busybox-static"
   command -v cpio >/dev/null || need="$need cpio"
+  [ -x /usr/bin/setpriv ] || need="$need util-linux"
   if [ -n "$need" ]; then
     echo "vmtest: installing$need"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $need >/dev/null 2>&1 || {
@@ -48,22 +65,34 @@ setup() {
        $M/drivers/virtio/virtio_pci.ko $M/fs/netfs/netfs.ko $M/fs/fscache/fscache.ko $M/net/9p/9pnet.ko \
        $M/net/9p/9pnet_virtio.ko $M/fs/9p/9p.ko "$W/modules.new/"
     mv "$W/modules.new" "$W/modules"; mv "$W/vmlinux.new" "$W/vmlinux"
-    rm -rf "$W/k" "$W"/*.deb "$W/initrd.gz"
+    rm -rf "$W/k" "$W"/*.deb "$W"/initrd*.gz
   fi
-  if [ ! -f "$W/initrd.gz" ] || [ "$W/initrd.gz" -ot "$here/guest-init.sh" ] || [ "$W/initrd.gz" -ot "$here/vmtest.sh" ] || [ "$W/initrd.gz" -ot /bin/busybox ]; then
-    rm -rf "$W/root"; mkdir -p "$W/root/bin" "$W/root/lib" "$W/root/etc"
-    cp /bin/busybox "$W/root/bin/"; cp "$W"/modules/*.ko "$W/root/lib/"
+  if [ ! -f "$initrd" ] || [ "$initrd" -ot "$here/guest-init.sh" ] || [ "$initrd" -ot "$here/vmtest.sh" ] || [ "$initrd" -ot /bin/busybox ]; then
+    root=$W/root-$tier-$$
+    rm -rf "$root"; mkdir -p "$root/bin" "$root/lib" "$root/etc"
+    cp /bin/busybox "$root/bin/"; cp "$W"/modules/*.ko "$root/lib/"
+    # util-linux's setpriv (busybox's has no --reuid): the multi-user tests run jobs as other
+    # users with it. Dynamically linked: its libraries and loader come along.
+    if [ -x /usr/bin/setpriv ]; then
+      cp /usr/bin/setpriv "$root/bin/"
+      ldd /usr/bin/setpriv | grep -o '/[^ ]*' | while read -r lib; do
+        mkdir -p "$root$(dirname "$lib")"; cp -L "$lib" "$root$lib"
+      done
+    fi
     # A minimal user database, as on any real machine (pjw names users with getpwuid).
-    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$W/root/etc/passwd"
-    printf 'root:x:0:\nnogroup:x:65534:\n' > "$W/root/etc/group"
-    # The tier's name: tests read it (testkit::skip) to tell a guest from the host.
-    echo busybox-v2 > "$W/root/etc/pjw-guest"
-    cp "$here/guest-init.sh" "$W/root/init"; chmod +x "$W/root/init"
-    (cd "$W/root" && find . | cpio -o -H newc 2>/dev/null | gzip -1) > "$W/initrd.gz.new"
-    mv "$W/initrd.gz.new" "$W/initrd.gz"; rm -rf "$W/root"
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$root/etc/passwd"
+    printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
+    echo "$tier" > "$root/etc/pjw-guest"
+    cp "$here/guest-init.sh" "$root/init"; chmod +x "$root/init"
+    (cd "$root" && find . | cpio -o -H newc 2>/dev/null | gzip -1) > "$initrd.new.$$"
+    mv "$initrd.new.$$" "$initrd"; rm -rf "$root"
   fi
 }
+# One setup at a time: two tiers (or engineers) starting together must not build the same cache.
+exec 9>"$W/.setup.lock"
+flock 9
 setup
+flock -u 9; exec 9>&-
 
 run=$W/runs/$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$run/share/bin"
@@ -93,11 +122,11 @@ boot_limit=${VM_BOOT_TIMEOUT:-240}
 boot() {
   rm -f "$run/console.raw"; : > "$run/console.raw"
   # shellcheck disable=SC2086
-  timeout "${VM_TIMEOUT:-900}" qemu-system-x86_64 $acc -m 2G -smp 16,sockets=2,cores=4,threads=2 \
+  timeout "${VM_TIMEOUT:-1800}" qemu-system-x86_64 $acc -m 2G -smp 16,sockets=2,cores=4,threads=2 \
     -object memory-backend-ram,id=m0,size=1G -object memory-backend-ram,id=m1,size=1G \
     -numa node,nodeid=0,cpus=0-7,memdev=m0 -numa node,nodeid=1,cpus=8-15,memdev=m1 \
-    -kernel "$W/vmlinux" -initrd "$W/initrd.gz" \
-    -append 'console=ttyS0 quiet panic=-1 oops=panic cgroup_no_v1=all psi=1' \
+    -kernel "$W/vmlinux" -initrd "$initrd" \
+    -append "console=ttyS0 quiet panic=-1 oops=panic $cmdline" \
     -display none -nodefaults -no-reboot -serial file:"$run/console.raw" -monitor none \
     -virtfs local,path="$run/share",mount_tag=host,security_model=none \
     -virtfs local,path="$src",mount_tag=src,security_model=none,readonly=on \
@@ -116,7 +145,7 @@ boot() {
 start=$(date +%s)
 set +e
 for try in 1 2; do
-  echo "vmtest: booting (log: $run/console.log, timeout ${VM_TIMEOUT:-900} s, boot ${boot_limit} s)"
+  echo "vmtest: booting the $tier guest (log: $run/console.log, timeout ${VM_TIMEOUT:-1800} s, boot ${boot_limit} s)"
   boot; qrc=$?
   [ "$qrc" = 200 ] || break
   echo "vmtest: the guest did not reach init within ${boot_limit} s (try $try); console so far:"
@@ -130,15 +159,15 @@ code=$(sed -n 's/^@@EXIT_CODE=\([0-9]*\)$/\1/p' "$run/console.log" | tail -1)
 summary=$(grep '^VM-[a-z0-9-]*: [0-9]* passed, [0-9]* failed' "$run/console.log" | tail -1 || true)
 if [ -z "$code" ]; then
   case $qrc in
-    124) why="timed out after ${VM_TIMEOUT:-900} s" ;;
+    124) why="timed out after ${VM_TIMEOUT:-1800} s" ;;
     200) why="the guest did not reach init within ${boot_limit} s, twice" ;;
     *) why="no exit marker (panic or crash; qemu status $qrc)" ;;
   esac
   cat "$run/qemu.err" >&2
-  summary="VM-busybox-v2: FAILED, $why"
+  summary="VM-$tier: FAILED, $why"
   code=1
 elif [ -z "$summary" ]; then
-  summary="VM-busybox-v2: FAILED, no summary from the guest"
+  summary="VM-$tier: FAILED, no summary from the guest"
   [ "$code" != 0 ] || code=1
 fi
 echo "$summary (guest exit $code, $((end - start)) s)" | tee "$run/summary"

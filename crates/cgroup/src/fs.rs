@@ -265,7 +265,20 @@ pub(crate) mod fake {
                             put(&dir.join("cpuset.mems"), "\n")?;
                         }
                         "memory" => {
-                            put(&dir.join("memory.limit_in_bytes"), "9223372036854771712\n")?
+                            put(&dir.join("memory.limit_in_bytes"), "9223372036854771712\n")?;
+                            // A child inherits use_hierarchy (1 on current kernels).
+                            let inherited = dir
+                                .parent()
+                                .and_then(|p| {
+                                    fs::read_to_string(p.join("memory.use_hierarchy")).ok()
+                                })
+                                .unwrap_or_else(|| "1\n".into());
+                            put(&dir.join("memory.use_hierarchy"), &inherited)?;
+                            // Swap accounting on (the default of current kernels).
+                            put(
+                                &dir.join("memory.memsw.limit_in_bytes"),
+                                "9223372036854771712\n",
+                            )?;
                         }
                         "pids" => put(&dir.join("pids.max"), "max\n")?,
                         "freezer" => put(&dir.join("freezer.state"), "THAWED\n")?,

@@ -130,7 +130,9 @@ pub struct JobLimits {
     pub memory_max: Option<u64>,
     /// Task limit (`pids.max`).
     pub pids_max: Option<u64>,
-    /// Swap limit in bytes (`memory.swap.max`, cgroup v2 only); `None` = no limit (`max`).
+    /// Swap limit in bytes (`memory.swap.max`); `None` = no limit (`max`). cgroup v1 caps
+    /// memory and swap together: a job with a memory limit gets `memory.memsw.limit_in_bytes` =
+    /// its memory limit + this; one without is not limited there.
     pub swap_max: Option<u64>,
 }
 
@@ -288,6 +290,9 @@ impl Driver {
                 if !h.v2 && h.has("cpuset") {
                     cpuset::inherit_v1(&self.fs, &cur, &next)?;
                 }
+                if !h.v2 && h.has("memory") {
+                    memory::use_hierarchy_v1(&self.fs, &next);
+                }
                 if enable {
                     unified::enable_controllers(&self.fs, &next, &h.controllers)?;
                 }
@@ -388,6 +393,10 @@ impl Driver {
                 memory::apply(&self.fs, &dir, h.v2, limits.memory_max)?;
                 if h.v2 {
                     memory::apply_swap_max(&self.fs, &dir, limits.swap_max)?;
+                } else if limits.swap_max.is_some()
+                    && !memory::apply_memsw_v1(&self.fs, &dir, limits.memory_max, limits.swap_max)?
+                {
+                    tracing::debug!(job = name, "cgroup v1: swap not limited (the job has no memory limit, or the kernel does not account swap)");
                 }
             }
             if h.has("pids") {
@@ -571,12 +580,26 @@ impl Driver {
                 return Ok(());
             }
         }
+        // Legacy: every process in any of the job's cgroups, as `is_populated` counts them.
+        let procs = |d: &Driver| match d.v2() {
+            Some(_) => d.procs(name),
+            None => d.v1_procs_everywhere(name),
+        };
+        // Nothing left (the usual case when a job's main process ends): no freeze and thaw.
+        if procs(self)?.is_empty() {
+            return Ok(());
+        }
         // No cgroup.kill: freeze so nothing forks, SIGKILL each process, thaw so they die.
         let frozen = match self.freeze(name, true) {
             Ok(()) => true,
             Err(CgroupError::Unsupported { .. }) => false,
             Err(e) => {
+                // The v1 freezer may be left FREEZING (a task that would not stop in time):
+                // thaw it, or the processes already frozen would never act on the SIGKILL.
                 tracing::warn!(job = name, error = %e, "cannot freeze before killing, killing anyway");
+                if let Err(e) = self.freeze(name, false) {
+                    tracing::warn!(job = name, error = %e, "cannot thaw after a failed freeze");
+                }
                 false
             }
         };
@@ -584,7 +607,7 @@ impl Driver {
         let rounds = if frozen { 1 } else { KILL_ROUNDS };
         let mut result = Ok(());
         for _ in 0..rounds {
-            let pids = self.procs(name)?;
+            let pids = procs(self)?;
             if pids.is_empty() {
                 break;
             }
@@ -634,13 +657,49 @@ impl Driver {
         }
     }
 
-    /// Whether any process is left in the job (cgroup.events `populated`, or cgroup.procs).
+    /// Whether any process is left in the job: `populated` in cgroup.events where there is a
+    /// cgroup2 tree; in legacy mode, whether the `cgroup.procs` of any of the job's v1 cgroups
+    /// lists a process (v1 has no populated flag, and a process moved into some hierarchies
+    /// only still keeps the job's cgroups from going).
+    ///
+    /// A job cgroup that does not exist holds nothing (`Ok(false)`); any other failure to read
+    /// the kernel is an error, never "empty": a caller that took it as empty would end a job
+    /// that still runs and hand its CPUs to another.
     pub fn is_populated(&self, name: &str) -> Result<bool, CgroupError> {
         parent::validate_job_name(name)?;
         match self.v2() {
-            Some(v2) => Ok(unified::events(&self.fs, &v2.job(name))?.populated),
-            None => Ok(!self.procs(name)?.is_empty()),
+            Some(v2) => {
+                let dir = v2.job(name);
+                match unified::events(&self.fs, &dir) {
+                    Ok(ev) => Ok(ev.populated),
+                    Err(e) if e.is_not_found() && !self.fs.exists(&dir) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            }
+            None => Ok(!self.v1_procs_everywhere(name)?.is_empty()),
         }
+    }
+
+    /// The processes in any of job `name`'s v1 cgroups (sorted, without repeats); a hierarchy
+    /// where the job has no cgroup counts none.
+    fn v1_procs_everywhere(&self, name: &str) -> Result<Vec<u32>, CgroupError> {
+        let mut all = BTreeSet::new();
+        for h in self.hierarchies() {
+            let dir = h.job(name);
+            let path = dir.join("cgroup.procs");
+            match self.fs.read(&path) {
+                Ok(text) => {
+                    let pids = parse_pids(&text).ok_or(CgroupError::BadContent {
+                        path,
+                        text: text.clone(),
+                    })?;
+                    all.extend(pids);
+                }
+                Err(e) if e.is_not_found() && !self.fs.exists(&dir) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(all.into_iter().collect())
     }
 
     /// The `cgroup.events` file of the job, when the mode has one (for inotify).

@@ -27,6 +27,44 @@ pub(crate) fn apply_swap_max(fs: &Fs, dir: &Path, max: Option<u64>) -> Result<()
     fs.write(&path, &value)
 }
 
+/// v1's swap limit: `memory.memsw.limit_in_bytes` caps memory and swap together, so a job
+/// with a memory limit `mem` gets `mem + swap` there (its memory limit keeps its meaning, swap
+/// is capped at `swap`). Without a memory limit v1 cannot cap swap alone: nothing is written
+/// (`Ok(false)`), and neither where the kernel does not account swap (no such file).
+/// `Ok(true)` when the limit was written.
+pub(crate) fn apply_memsw_v1(
+    fs: &Fs,
+    dir: &Path,
+    mem: Option<u64>,
+    swap: Option<u64>,
+) -> Result<bool, CgroupError> {
+    let (Some(mem), Some(swap)) = (mem, swap) else {
+        return Ok(false);
+    };
+    let path = dir.join("memory.memsw.limit_in_bytes");
+    if !fs.exists(&path) {
+        return Ok(false);
+    }
+    fs.write(&path, &mem.saturating_add(swap).to_string())?;
+    Ok(true)
+}
+
+/// v1 before Linux 5.x: a memory cgroup whose `memory.use_hierarchy` is 0 does not charge its
+/// children, so the job partition's limit on the parent would not cover the jobs. Switch it on
+/// for a parent level (possible while it has no children; the kernel refuses when its own
+/// parent is hierarchical already, where it is on anyway). Current kernels always show 1.
+pub(crate) fn use_hierarchy_v1(fs: &Fs, dir: &Path) {
+    let path = dir.join("memory.use_hierarchy");
+    match fs.read(&path) {
+        Ok(t) if t.trim() == "0" => {
+            if let Err(e) = fs.write(&path, "1") {
+                tracing::warn!(error = %e, "the memory limit of the job partition will not cover the jobs (memory.use_hierarchy is 0)");
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Memory charged to the cgroup now: `memory.usage_in_bytes` (v1) or `memory.current` (v2).
 pub(crate) fn usage(fs: &Fs, dir: &Path, v2: bool) -> Result<u64, CgroupError> {
     let path = usage_path(dir, v2);

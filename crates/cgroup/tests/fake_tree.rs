@@ -580,3 +580,116 @@ fn usage_is_read_from_the_right_files_in_every_mode() {
         d.remove_job("job-1").unwrap();
     }
 }
+
+/// A job whose cgroup is gone holds nothing; a job whose tracking file cannot be read is an
+/// error, never "empty" (the daemon would end a running job and give its CPUs away).
+#[test]
+fn an_unreadable_job_is_an_error_not_empty() {
+    for mode in ALL_MODES {
+        let (_tmp, m) = machine(FakeSpec::new(mode));
+        let d = driver(&m, "/pjw").unwrap();
+        d.prepare_parent().unwrap();
+        assert!(!d.is_populated("never-made").unwrap(), "{mode}");
+        d.create_job("j", &limits("0")).unwrap();
+        d.add_process("j", 31).unwrap();
+        let tracking = if mode == Mode::Legacy {
+            dir_of(&d.job_dirs("j"), "cpuset").join("cgroup.procs")
+        } else {
+            dir_of(&d.job_dirs("j"), "unified").join("cgroup.events")
+        };
+        fs::remove_file(&tracking).unwrap();
+        assert!(
+            d.is_populated("j").is_err(),
+            "{mode}: an unreadable {} read as {:?}",
+            tracking.display(),
+            d.is_populated("j")
+        );
+    }
+}
+
+/// Legacy mode has no populated flag: a process in any of the job's v1 cgroups keeps the job
+/// populated (it keeps the cgroups from going), and kill reaches it there too.
+#[test]
+fn legacy_counts_a_process_in_any_hierarchy() {
+    let (_tmp, m) = machine(FakeSpec::new(Mode::Legacy));
+    let d = driver(&m, "/pjw").unwrap();
+    d.prepare_parent().unwrap();
+    d.create_job("j", &limits("0")).unwrap();
+    // Only in the memory hierarchy (e.g. a move into the others failed half-way).
+    let mem = dir_of(&d.job_dirs("j"), "memory");
+    fs::write(mem.join("cgroup.procs"), "52\n").unwrap();
+    assert!(d.procs("j").unwrap().is_empty(), "cpuset holds nothing");
+    assert!(d.is_populated("j").unwrap(), "a process in memory only");
+    assert!(matches!(
+        d.remove_job("j"),
+        Err(CgroupError::Populated { .. })
+    ));
+    d.kill("j").unwrap();
+    assert!(!d.is_populated("j").unwrap());
+    d.remove_job("j").unwrap();
+    // Killing an empty job (every job end) does not freeze and thaw it.
+    d.create_job("e", &limits("0")).unwrap();
+    let freezer = dir_of(&d.job_dirs("e"), "freezer").join("freezer.state");
+    fs::write(&freezer, "untouched\n").unwrap();
+    d.kill("e").unwrap();
+    assert_eq!(read(&freezer), "untouched");
+    d.remove_job("e").unwrap();
+}
+
+/// `swap_max` on v1: memory and swap are capped together, so a job with a memory limit gets
+/// memory.memsw.limit_in_bytes = memory limit + swap_max; without a memory limit, or without
+/// swap accounting, nothing is written. (v2's memory.swap.max: numa.rs in the guest.)
+#[test]
+fn legacy_swap_max_is_memsw_on_top_of_the_memory_limit() {
+    for mode in [Mode::Hybrid, Mode::Legacy] {
+        let (_tmp, m) = machine(FakeSpec::new(mode));
+        let d = driver(&m, "/pjw").unwrap();
+        d.prepare_parent().unwrap();
+        let mut l = limits("0");
+        l.swap_max = Some(16 << 20);
+        d.create_job("j", &l).unwrap();
+        let mem = dir_of(&d.job_dirs("j"), "memory");
+        assert_eq!(
+            read(&mem.join("memory.limit_in_bytes")),
+            (64u64 << 20).to_string()
+        );
+        assert_eq!(
+            read(&mem.join("memory.memsw.limit_in_bytes")),
+            (80u64 << 20).to_string(),
+            "{mode}"
+        );
+        // No memory limit: v1 cannot cap swap alone.
+        l.memory_max = None;
+        d.create_job("k", &l).unwrap();
+        let mem = dir_of(&d.job_dirs("k"), "memory");
+        assert_eq!(
+            read(&mem.join("memory.memsw.limit_in_bytes")),
+            "9223372036854771712"
+        );
+        // No swap accounting (no memsw files): the job is still made.
+        l.memory_max = Some(64 << 20);
+        d.create_job("n", &l).unwrap();
+        let mem = dir_of(&d.job_dirs("n"), "memory");
+        fs::remove_file(mem.join("memory.memsw.limit_in_bytes")).unwrap();
+        d.create_job("n", &l).unwrap();
+    }
+}
+
+/// Old v1 kernels: a memory cgroup with use_hierarchy 0 does not charge its children, so the
+/// job partition's limit would not cover the jobs; the parent levels pjw makes turn it on.
+#[test]
+fn legacy_parent_levels_are_hierarchical_memory_cgroups() {
+    let (_tmp, m) = machine(FakeSpec::new(Mode::Legacy));
+    let root = m.mount_point("memory").unwrap();
+    fs::write(root.join("memory.use_hierarchy"), "0\n").unwrap();
+    let d = driver(&m, "/pjw/jobs").unwrap();
+    // Children of a non-hierarchical root start with 0 (the fake tree inherits, as the kernel).
+    d.prepare_parent().unwrap();
+    for level in ["pjw", "pjw/jobs"] {
+        assert_eq!(
+            read(&root.join(level).join("memory.use_hierarchy")),
+            "1",
+            "{level}"
+        );
+    }
+}

@@ -86,6 +86,15 @@ fn job_lifecycle_on_the_real_cgroupfs() {
     if looks_hybrid {
         assert_eq!(driver.mode(), Mode::Hybrid);
     }
+    // Pure v1 (the busybox-v1 guest): no cgroup2 mounted, so legacy mode, for real.
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    if Path::new("/sys/fs/cgroup/cpuset").is_dir()
+        && !mounts
+            .lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("cgroup2"))
+    {
+        assert_eq!(driver.mode(), Mode::Legacy, "{}", driver.describe());
+    }
     let mut g = Guard {
         driver,
         child: None,

@@ -1,9 +1,11 @@
-//! Pure cgroup v2 + NUMA tests (the VM tier: 2 sockets × 4 cores × 2 threads, one NUMA node of
-//! 1 GiB per socket, CPUs 0-7 and 8-15, cgroup2 the only cgroup filesystem).
+//! NUMA tests on pure cgroup v2 and pure v1 (the VM tiers: 2 sockets × 4 cores × 2 threads, one
+//! NUMA node of 1 GiB per socket, CPUs 0-7 and 8-15; busybox-v2 has cgroup2 as the only cgroup
+//! filesystem, busybox-v1 the v1 hierarchies only).
 //!
 //! Each test needs root (what `make test` provides: missing on the host, it fails) and is
 //! recorded as skipped, saying why, unless the machine has at least 2 NUMA nodes, at least 16
-//! CPUs and cgroup2 as the only cgroup filesystem. The tests run
+//! CPUs and one kind of cgroup filesystem; the placement tests run on both, those of cgroup v2
+//! features skip on v1 saying so. The tests run
 //! one at a time (they place jobs on whole NUMA nodes), each with its own daemon through
 //! `pjw_testkit::TestDaemon`, which kills what a test left and removes its cgroups.
 //!
@@ -54,22 +56,44 @@ fn unsuitable() -> Option<String> {
             n.len()
         ));
     }
+    let (v1, v2) = cgroup_fs();
+    if v1 == v2 {
+        return Some("needs pure cgroup v2 or pure v1 (one kind of cgroup filesystem)".into());
+    }
+    None
+}
+
+/// Whether cgroup v1 and cgroup2 filesystems are mounted.
+fn cgroup_fs() -> (bool, bool) {
     let mounts = read("/proc/self/mountinfo");
     let fstypes: Vec<&str> = mounts
         .lines()
         .filter_map(|l| l.split(" - ").nth(1)?.split_whitespace().next())
         .collect();
-    if fstypes.contains(&"cgroup") || !fstypes.contains(&"cgroup2") {
-        return Some("needs cgroup2 as the only cgroup filesystem".into());
-    }
-    None
+    (fstypes.contains(&"cgroup"), fstypes.contains(&"cgroup2"))
 }
 
-macro_rules! require_numa_v2 {
+/// Pure cgroup v1 (the busybox-v1 guest).
+fn pure_v1() -> bool {
+    cgroup_fs() == (true, false)
+}
+
+/// Skip unless this machine suits the NUMA tests (pure v2 or pure v1).
+macro_rules! require_numa {
     () => {
         pjw_testkit::require!(pjw_testkit::Component::Root);
         if let Some(why) = unsuitable() {
             pjw_testkit::skip!("{why}");
+        }
+    };
+}
+
+/// The same, and pure cgroup v2: `$why` says what the test needs that v1 has not.
+macro_rules! require_numa_v2 {
+    ($why:literal) => {
+        require_numa!();
+        if pure_v1() {
+            pjw_testkit::skip!("cgroup v1: {}", $why);
         }
     };
 }
@@ -82,14 +106,34 @@ fn hold(dir: &Path, tag: &str) -> String {
     )
 }
 
-/// The job's cgroup directory, from the `0::/path` line it recorded.
+/// The job's cgroup directory (v1: in the cpuset hierarchy), from the /proc/self/cgroup it
+/// recorded.
 fn job_cgroup(dir: &Path, tag: &str) -> PathBuf {
+    job_cgroup_of(dir, tag, "cpuset")
+}
+
+/// The job's cgroup directory holding `controller`: the `0::/path` line on v2; on v1 the line
+/// of the hierarchy with `controller`, mounted at /sys/fs/cgroup/<controller>.
+fn job_cgroup_of(dir: &Path, tag: &str, controller: &str) -> PathBuf {
     let f = dir.join(format!("{tag}.cg"));
     assert!(
         TestDaemon::wait_for(Duration::from_secs(120), || f.exists()),
         "job {tag} did not start"
     );
     let text = read(&f);
+    if pure_v1() {
+        let rel = text
+            .lines()
+            .find_map(|l| {
+                let mut p = l.splitn(3, ':');
+                let (_, cs, path) = (p.next()?, p.next()?, p.next()?);
+                cs.split(',').any(|c| c == controller).then_some(path)
+            })
+            .unwrap_or_else(|| panic!("no {controller} line in {text:?}"));
+        return Path::new("/sys/fs/cgroup")
+            .join(controller)
+            .join(rel.trim_start_matches('/'));
+    }
     let rel = text
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
@@ -97,12 +141,16 @@ fn job_cgroup(dir: &Path, tag: &str) -> PathBuf {
     Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/'))
 }
 
-/// (cpuset.cpus.effective, cpuset.mems.effective) of a cgroup.
+/// The CPUs and memory nodes a cgroup's tasks may use: cpuset.cpus.effective and
+/// cpuset.mems.effective (v2), cpuset.effective_cpus and cpuset.effective_mems (v1).
 fn cpuset_of(cg: &Path) -> (CpuSet, CpuSet) {
     let f = |n: &str| {
         CpuSet::parse_list(read(cg.join(n)).trim())
             .unwrap_or_else(|e| panic!("{}/{n}: {e}", cg.display()))
     };
+    if cg.join("cpuset.effective_cpus").exists() {
+        return (f("cpuset.effective_cpus"), f("cpuset.effective_mems"));
+    }
     (f("cpuset.cpus.effective"), f("cpuset.mems.effective"))
 }
 
@@ -145,7 +193,7 @@ fn l3_of(cpu: u32) -> Option<CpuSet> {
 
 #[test]
 fn four_cpu_jobs_spread_over_the_nodes_and_an_eight_cpu_job_takes_a_whole_one() {
-    require_numa_v2!();
+    require_numa!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = TestDaemon::start(&pjw_bin(), "");
     let dir = d.dir().to_path_buf();
@@ -193,7 +241,7 @@ fn four_cpu_jobs_spread_over_the_nodes_and_an_eight_cpu_job_takes_a_whole_one() 
 
 #[test]
 fn an_eight_cpu_job_on_an_idle_machine_takes_exactly_one_node() {
-    require_numa_v2!();
+    require_numa!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = TestDaemon::start(&pjw_bin(), "");
     let dir = d.dir().to_path_buf();
@@ -230,25 +278,31 @@ fn an_eight_cpu_job_on_an_idle_machine_takes_exactly_one_node() {
     stop(&d, &["eight"], vec![j]);
 }
 
-/// `anon N0=… N1=…` of memory.numa_stat, in bytes per node.
+/// The anonymous memory per node of memory.numa_stat, in bytes: v2 `anon N0=bytes …`, v1
+/// `anon=total N0=pages …` (4 KiB pages on x86-64).
 fn anon_per_node(cg: &Path) -> Vec<(u32, u64)> {
     let text = read(cg.join("memory.numa_stat"));
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("anon "))
-        .unwrap_or_else(|| panic!("no anon line in memory.numa_stat: {text:?}"));
+    let (line, unit) = match text.lines().find(|l| l.starts_with("anon ")) {
+        Some(l) => (l, 1),
+        None => (
+            text.lines()
+                .find(|l| l.starts_with("anon="))
+                .unwrap_or_else(|| panic!("no anon line in memory.numa_stat: {text:?}")),
+            4096,
+        ),
+    };
     line.split_whitespace()
         .skip(1)
         .filter_map(|w| {
             let (n, v) = w.strip_prefix('N')?.split_once('=')?;
-            Some((n.parse().ok()?, v.parse().ok()?))
+            Some((n.parse().ok()?, v.parse::<u64>().ok()? * unit))
         })
         .collect()
 }
 
 #[test]
 fn a_jobs_memory_lands_on_its_node() {
-    require_numa_v2!();
+    require_numa!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = TestDaemon::start(&pjw_bin(), "");
     let dir = d.dir().to_path_buf();
@@ -265,6 +319,7 @@ fn a_jobs_memory_lands_on_its_node() {
     );
     let m = d.run_sh(&["--cpus", "2", "--job-id", "mem"], &script);
     let cg = job_cgroup(&dir, "m");
+    let memcg = job_cgroup_of(&dir, "m", "memory");
     let (c, mems) = cpuset_of(&cg);
     let n = node_of(&c).unwrap_or_else(|| panic!("job spans nodes: {c}"));
     assert_ne!(Some(n), node_of(&cf), "job shares the filler's node");
@@ -273,7 +328,7 @@ fn a_jobs_memory_lands_on_its_node() {
         TestDaemon::wait_for(Duration::from_secs(120), || dir.join("m.touched").exists()),
         "the job did not touch its memory"
     );
-    let anon = anon_per_node(&cg);
+    let anon = anon_per_node(&memcg);
     let total: u64 = anon.iter().map(|(_, v)| v).sum();
     let mine = anon
         .iter()
@@ -291,7 +346,7 @@ fn a_jobs_memory_lands_on_its_node() {
 /// `pjw run --mem` sets memory.max on v2, and a job that goes beyond it is OOM-killed.
 #[test]
 fn mem_limit_is_memory_max_on_v2() {
-    require_numa_v2!();
+    require_numa_v2!("memory.max and memory.swap.max are v2 files (v1's memory.limit_in_bytes: jail.rs's exit_status_memory_limit_and_environment_reach_the_command)");
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = TestDaemon::start(&pjw_bin(), "");
     let dir = d.dir().to_path_buf();
@@ -360,7 +415,9 @@ fn remove_tree(dir: &Path) {
 /// `Delegate=yes`, where the service's cgroup holds only the daemon.
 #[test]
 fn daemon_alone_in_its_cgroup_moves_into_a_leaf() {
-    require_numa_v2!();
+    require_numa_v2!(
+        "the no-internal-process rule, which the daemon's leaf answers, is cgroup v2's"
+    );
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // A cgroup of the daemon's own, below this test's.
     let own = own_cgroup();
@@ -438,19 +495,30 @@ fn daemon_alone_in_its_cgroup_moves_into_a_leaf() {
     let _ = std::fs::remove_file(&wrapper);
 }
 
-/// `[job] swap_max` becomes each job's `memory.swap.max`.
+/// `[job] swap_max` becomes each job's `memory.swap.max` (v2), or on v1, where memory and swap
+/// are capped together, `memory.memsw.limit_in_bytes` = the job's `--mem` + swap_max.
 #[test]
 fn swap_max_is_set_per_job() {
-    require_numa_v2!();
+    require_numa!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = TestDaemon::start(&pjw_bin(), "[job]\nswap_max = \"16M\"\n");
     let dir = d.dir().to_path_buf();
-    let j = d.run_sh(&["--cpus", "1", "--job-id", "sw"], &hold(&dir, "sw"));
-    let cg = job_cgroup(&dir, "sw");
-    assert_eq!(
-        read(cg.join("memory.swap.max")).trim(),
-        (16u64 << 20).to_string()
+    let j = d.run_sh(
+        &["--cpus", "1", "--mem", "32M", "--job-id", "sw"],
+        &hold(&dir, "sw"),
     );
+    let cg = job_cgroup_of(&dir, "sw", "memory");
+    if pure_v1() {
+        assert_eq!(
+            read(cg.join("memory.memsw.limit_in_bytes")).trim(),
+            (48u64 << 20).to_string()
+        );
+    } else {
+        assert_eq!(
+            read(cg.join("memory.swap.max")).trim(),
+            (16u64 << 20).to_string()
+        );
+    }
     stop(&d, &["sw"], vec![j]);
 }
 
@@ -459,7 +527,7 @@ fn swap_max_is_set_per_job() {
 /// takes its CPUs out of the root cgroup's, so nothing else is balanced onto them.
 #[test]
 fn exclusive_job_is_a_cpuset_partition() {
-    require_numa_v2!();
+    require_numa_v2!("cpuset partitions (cpuset.cpus.partition) are cgroup v2 only");
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let root_cpus = || {
         CpuSet::parse_list(read("/sys/fs/cgroup/cpuset.cpus.effective").trim()).unwrap_or_default()

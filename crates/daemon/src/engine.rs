@@ -185,6 +185,12 @@ struct Job {
     ended_by: Option<String>,
     /// `end` requests waiting for the cgroups to be gone.
     end_waiters: Vec<oneshot::Sender<Response>>,
+    /// A look at its cgroup is scheduled (where no event says when it empties: cgroup v1, or
+    /// the kernel could not be read); one at a time, however many callers asked.
+    recheck_pending: bool,
+    /// The last delay between such looks: 20 ms after the job's end, doubling up to 1 s while
+    /// leftovers keep running.
+    recheck_delay: Duration,
 }
 
 impl Job {
@@ -568,7 +574,12 @@ impl Engine {
                     self.check_empty(seq);
                 }
             }
-            Event::Recheck { seq } => self.check_empty(seq),
+            Event::Recheck { seq } => {
+                if let Some(j) = self.jobs.get_mut(&seq) {
+                    j.recheck_pending = false;
+                }
+                self.check_empty(seq)
+            }
             Event::Govern => self.govern(),
             Event::Register {
                 conn,
@@ -1599,6 +1610,9 @@ impl Engine {
     }
 
     /// End the job if its cgroup is empty; where no event will tell us, look again shortly.
+    ///
+    /// A cgroup the kernel could not be read for is not empty: the job keeps its CPUs and its
+    /// cgroup is looked at again (an event may never come for it).
     fn check_empty(&mut self, seq: i64) {
         let Some(job) = self.jobs.get(&seq) else {
             return;
@@ -1607,20 +1621,14 @@ impl Engine {
             return;
         }
         // Only the kernel saying "empty" ends a job; a failed read is not an answer (a job
-        // ended on a read error would hand its CPUs out while it runs). A cgroup that no
-        // longer exists holds no process.
-        let populated = match self.driver.is_populated(&job.cgroup) {
-            Ok(p) => p,
-            Err(e) if e.is_not_found() => false,
+        // ended on a read error would hand its CPUs out while it runs). A job cgroup that no
+        // longer exists holds no process: the driver says so (Ok(false)), not an error.
+        let (populated, unknown) = match self.driver.is_populated(&job.cgroup) {
+            Ok(p) => (p, false),
             Err(e) => {
-                warn!(job = %job.id, error = %e, "cannot tell whether the job's cgroup is empty; looking again");
+                warn!(job = %job.id, error = %e, "cannot tell whether the job's cgroup is empty; it keeps its CPUs, looking again in 1 s");
                 self.metrics.kernel_read_error();
-                let tx = self.tx.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    let _ = tx.send(Event::Recheck { seq });
-                });
-                return;
+                (true, true)
             }
         };
         if !populated {
@@ -1630,13 +1638,20 @@ impl Engine {
                 (None, None) => "exited".to_string(),
             };
             self.finish(seq, &reason);
-        } else if job.watch.is_none() {
+            return;
+        }
+        let Some(job) = self.jobs.get_mut(&seq) else {
+            return;
+        };
+        if (job.watch.is_none() || unknown) && !job.recheck_pending {
             let tx = self.tx.clone();
-            let delay = if job.ending {
-                Duration::from_millis(20)
+            let delay = if job.ending && !unknown {
+                (job.recheck_delay * 2).clamp(Duration::from_millis(20), Duration::from_secs(1))
             } else {
                 Duration::from_secs(1)
             };
+            job.recheck_delay = delay;
+            job.recheck_pending = true;
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
                 let _ = tx.send(Event::Recheck { seq });
@@ -1729,7 +1744,11 @@ impl Engine {
             // Registered by a manager without a process: it lives until the manager ends it.
             let held = rec.pid.is_none()
                 && matches!(self.store.starter(rec.seq), Ok(Some(st)) if st.wlm.is_some());
-            let populated = self.driver.is_populated(&rec.cgroup).unwrap_or(false);
+            // A cgroup that cannot be read may hold processes: kept, so its CPUs stay taken.
+            let populated = self.driver.is_populated(&rec.cgroup).unwrap_or_else(|e| {
+                warn!(job = %rec.job_id, error = %e, "cannot tell whether the job's cgroup is empty; kept");
+                true
+            });
             // A held job lives on empty; one that never got its cgroups ("starting") does not.
             let keep = populated || (held && rec.state == StoredState::Running);
             if !keep {
@@ -1814,7 +1833,12 @@ impl Engine {
             if known.contains(&name) {
                 continue;
             }
-            if !self.driver.is_populated(&name).unwrap_or(false) {
+            // Unreadable: adopted like a populated one (its CPUs stay taken until it empties).
+            let populated = self.driver.is_populated(&name).unwrap_or_else(|e| {
+                warn!(cgroup = %name, error = %e, "cannot tell whether a leftover cgroup is empty; adopted");
+                true
+            });
+            if !populated {
                 match self.driver.remove_job(&name) {
                     Ok(()) => info!(cgroup = %name, "removed empty leftover cgroup"),
                     Err(e) => warn!(cgroup = %name, error = %e, "cannot remove leftover cgroup"),
@@ -1919,6 +1943,8 @@ impl Engine {
             held: false,
             ended_by: None,
             end_waiters: Vec::new(),
+            recheck_pending: false,
+            recheck_delay: Duration::ZERO,
         }
     }
 
