@@ -21,14 +21,18 @@ release: deps
 demo: release
 	scripts/demo.sh
 
-# Everything: unit, property and fake-tree tests, and root tests on the real cgroupfs (each
-# below the test's own cgroup, removed even when a test fails); then the VM tier.
-test: test-host
-	$(MAKE) test-vm test-vm-selfcheck
+# Everything (scripts/test-all.sh): the host tier — unit, property and fake-tree tests, root tests
+# on the real cgroupfs (each below the test's own cgroup or its delegated scope, removed even when
+# a test fails), live Slurm, Grid Engine, PostgreSQL — then the guests: busybox with pure cgroup
+# v2 and 2 NUMA nodes, busybox with pure v1, Debian 12 with systemd; then the self-checks. Each
+# tier ends "TIER: N passed, M failed, K skipped" with its skips' reasons; a grand total closes.
+test: build
+	scripts/wlm/install.sh
+	scripts/test-all.sh
 
 test-host: build
 	scripts/wlm/install.sh
-	scripts/test-summary.sh --workspace
+	TEST_TIERS=host scripts/test-all.sh
 
 # The VM tier: static test executables run in a qemu guest with pure cgroup v2 and two NUMA
 # nodes (vm/vmtest.sh; kernel and initramfs cached in /var/tmp/pjw-vm, one log per run).
@@ -79,6 +83,9 @@ lint:
 install: release
 	install -D -m 0755 target/release/pjw $(DESTDIR)$(PREFIX)/bin/pjw
 	install -D -m 0644 packaging/pjw.service $(DESTDIR)/etc/systemd/system/pjw.service
+	install -D -m 0644 packaging/pjw.slice $(DESTDIR)/etc/systemd/system/pjw.slice
+	install -D -m 0755 scripts/pjw-scope $(DESTDIR)$(PREFIX)/lib/pjw/pjw-scope
+	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/pjw/README.md
 	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/pjw-prolog.sh packaging/slurm/pjw-epilog.sh
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/slurm.conf packaging/slurm/cgroup.conf
 	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/sge packaging/sge/pjw-shepherd.sh
@@ -89,9 +96,11 @@ install: release
 	 else echo "keeping existing $(DESTDIR)/etc/pjw/pjw.toml"; fi
 	@echo "installed; with systemd: systemctl daemon-reload && systemctl enable --now pjw"
 
+# Jobs still running in pjw-jobs.scope (pure v2 under systemd) are left alone: stop them first
+# (`systemctl stop pjw-jobs.scope` kills them).
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/pjw $(DESTDIR)/etc/systemd/system/pjw.service
-	rm -rf $(DESTDIR)$(PREFIX)/lib/pjw
+	rm -f $(DESTDIR)$(PREFIX)/bin/pjw $(DESTDIR)/etc/systemd/system/pjw.service $(DESTDIR)/etc/systemd/system/pjw.slice
+	rm -rf $(DESTDIR)$(PREFIX)/lib/pjw $(DESTDIR)$(PREFIX)/share/doc/pjw
 
 clean:
 	$(CARGO) clean

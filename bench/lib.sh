@@ -107,7 +107,19 @@ log_secs() { date -d "$1" +%s.%N; }
 # ---------------------------------------------------------------------------------------------
 # Daemons, background processes, cgroups.
 
-# start_daemon CONFIG-LINE...: a private daemon on $WORK/pjw.sock below self/<unique>.
+# bench_parent SUB: the daemon's --cgroup-parent: self/SUB, or SUB in the bench's delegated scope
+# pjw-bench-<pid>.scope where systemd runs on pure cgroup v2 (scripts/pjw-scope; a login
+# session's own cgroup cannot hold job cgroups there). The scope is stopped on exit.
+BENCH_SCOPE=""
+BENCH_PARENT=""
+bench_parent() {   # sets BENCH_PARENT (not in a subshell: BENCH_SCOPE must stick)
+  if [ -z "$BENCH_SCOPE" ] && "$BENCH_ROOT/scripts/pjw-scope" --needed; then
+    BENCH_SCOPE=$("$BENCH_ROOT/scripts/pjw-scope" --watch $$ "pjw-bench-$$")
+  fi
+  if [ -n "$BENCH_SCOPE" ]; then BENCH_PARENT="$BENCH_SCOPE/$1"; else BENCH_PARENT="self/$1"; fi
+}
+
+# start_daemon CONFIG-LINE...: a private daemon on $WORK/pjw.sock below bench_parent <unique>.
 start_daemon() {
   stop_daemon
   local sub="pjw-bench-$SCENARIO-$$-$RANDOM"
@@ -115,8 +127,9 @@ start_daemon() {
   export PJW_SOCKET=$WORK/pjw.sock
   printf '%s\n' "$@" > "$WORK/pjw.toml"
   : > "$DAEMON_LOG"
+  bench_parent "$sub"
   "$PJW" daemon --config "$WORK/pjw.toml" --socket "$PJW_SOCKET" --state-dir "$WORK/state-$sub" \
-    --cgroup-parent "self/$sub" 2>>"$DAEMON_LOG" &
+    --cgroup-parent "$BENCH_PARENT" 2>>"$DAEMON_LOG" &
   DAEMON_PID=$!
   DAEMON_SUB=$sub
   for _ in $(seq 500); do
@@ -163,9 +176,11 @@ PGROUPS=()
 spawn_group() { setsid "$@" & PGROUPS+=("$!"); }
 kill_group() { kill -KILL -- "-$1" 2>/dev/null || true; { wait "$1"; } 2>/dev/null || true; }
 
-# The directories of cgroup SUB below this process's cgroup, one per hierarchy that has it.
+# The directories of cgroup SUB below this process's cgroup (or in the bench's scope), one per
+# hierarchy that has it.
 cgroup_dirs() {
   local sub=$1
+  if [ -n "$BENCH_SCOPE" ]; then echo "/sys/fs/cgroup$BENCH_SCOPE/$sub"; return; fi
   BENCH_SELF_CG=$(cat /proc/$$/cgroup) awk -v sub_="$sub" '
     BEGIN {
       n = split(ENVIRON["BENCH_SELF_CG"], lines, "\n")
@@ -230,6 +245,8 @@ cleanup() {
   for p in "${BGPIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
   for p in "${BGPIDS[@]}"; do wait "$p" 2>/dev/null; done
   for s in "${SUBS[@]}"; do remove_cgroups "$s"; done
+  # The delegated scope (systemd + pure v2): stopping it kills what is left in it and removes it.
+  [ -z "$BENCH_SCOPE" ] || "$BENCH_ROOT/scripts/pjw-scope" --stop "pjw-bench-$$"
   disable_swap
   step_done
   if [ $rc -ne 0 ]; then

@@ -4,8 +4,9 @@
 # processes per CPU of the node. Prints the run times (median of DEMO_REPS rounds) and slowdowns.
 #
 # It starts a private daemon (socket and state in a temp dir, cgroups below this script's own
-# cgroup), and on exit — also on failure or Ctrl-C — kills what it started and removes the
-# daemon's cgroups and files.
+# cgroup — or, where systemd runs on pure cgroup v2, in a delegated scope pjw-demo-<pid>.scope
+# made by scripts/pjw-scope, since a login session's own cgroup cannot hold them), and on exit —
+# also on failure or Ctrl-C — kills what it started and removes the daemon's cgroups and files.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +23,13 @@ fi
 
 work=$(mktemp -d /tmp/pjw-demo.XXXXXX)
 sub="pjw-demo-$$"
+scope=""
+if "$root/scripts/pjw-scope" --needed; then
+  scope=$sub
+  parent="$("$root/scripts/pjw-scope" --watch $$ "$scope")/demo"
+else
+  parent="self/$sub"
+fi
 export PJW_SOCKET=$work/pjw.sock
 daemon_pid=""
 noisy_pgid=""
@@ -46,12 +54,14 @@ cleanup() {
       if [ -d "$d" ]; then find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null; fi
     done
   done
+  # The delegated scope (systemd + pure v2): stopping it ends its holder and removes it.
+  if [ -n "$scope" ]; then "$root/scripts/pjw-scope" --stop "$scope"; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-"$PJW" daemon --socket "$PJW_SOCKET" --state-dir "$work/state" --cgroup-parent "self/$sub" 2>"$work/daemon.log" &
+"$PJW" daemon --socket "$PJW_SOCKET" --state-dir "$work/state" --cgroup-parent "$parent" 2>"$work/daemon.log" &
 daemon_pid=$!
 for _ in $(seq 100); do
   [ -S "$PJW_SOCKET" ] && break

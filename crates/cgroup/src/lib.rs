@@ -328,6 +328,26 @@ impl Driver {
         }
     }
 
+    /// The CPUs the parent may give its children: `cpuset.cpus.effective` (v2) or
+    /// `cpuset.effective_cpus` (v1, else `cpuset.cpus`) of the prepared parent. A slice a site
+    /// restricts with systemd's `AllowedCPUs=` shows here, not in the daemon's own affinity.
+    /// `None` when the parent has no such file (no cpuset there); a read error is an error.
+    pub fn parent_cpus(&self) -> Result<Option<CpuSet>, CgroupError> {
+        let h = self.cpuset_hierarchy();
+        let dir = h.parent();
+        let names: &[&str] = if h.v2 {
+            &["cpuset.cpus.effective"]
+        } else {
+            &["cpuset.effective_cpus", "cpuset.cpus"]
+        };
+        for name in names {
+            if self.fs.exists(&dir.join(name)) {
+                return cpuset::read(&self.fs, &dir, name).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
     /// Create job cgroup `name` below the parent in every hierarchy and apply `limits`.
     /// Idempotent on an existing job cgroup (re-applies limits).
     ///

@@ -22,6 +22,7 @@ use std::path::Path;
 use futures_util::StreamExt;
 use pjw_cgroup::Driver;
 use pjw_core::alloc::Allocator;
+use pjw_core::cpuset::CpuSet;
 use pjw_store::Store;
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
@@ -105,28 +106,59 @@ fn bind_socket(path: &Path, mode: u32) -> Result<tokio::net::UnixListener, Daemo
     Ok(l)
 }
 
+/// The CPUs jobs get: the configured `cpus` or else every CPU both the daemon and the job parent
+/// may use. A site that reserves CPUs for the system with `AllowedCPUs=` on the jobs' slice
+/// restricts the parent's cpuset, not the daemon's affinity.
+fn job_pool(cfg: &Config, daemon_cpus: &CpuSet, driver: &Driver) -> Result<CpuSet, DaemonError> {
+    let allowed = match driver.parent_cpus()? {
+        Some(p) => {
+            let both = daemon_cpus.intersection(&p);
+            if &both != daemon_cpus {
+                info!(parent_cpus = %p, daemon_cpus = %daemon_cpus, pool = %both, "the job parent's cpuset limits the pool");
+            }
+            both
+        }
+        None => daemon_cpus.clone(),
+    };
+    if allowed.is_empty() {
+        return Err(DaemonError::Other(format!(
+            "no CPU left for jobs: the daemon may use {daemon_cpus} and the job parent's cpuset allows none of them"
+        )));
+    }
+    match &cfg.cpus {
+        Some(c) => {
+            let bad = c.difference(&allowed);
+            if !bad.is_empty() {
+                return Err(DaemonError::Other(format!(
+                    "config {}: cpus: {} are not cpus jobs may use here (allowed: {})",
+                    cfg.origin, bad, allowed
+                )));
+            }
+            Ok(c.clone())
+        }
+        None => Ok(allowed),
+    }
+}
+
 async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     let _lock = lock_state_dir(&cfg.state_dir)?;
     let topo = pjw_topology::discover(&cfg.sys_root, &cfg.proc_root)?;
-    let pool = match cfg.cpus {
-        Some(c) => {
-            let bad = c.difference(&topo.allowed);
-            if !bad.is_empty() {
-                return Err(DaemonError::Other(format!(
-                    "config {}: cpus: {} are not cpus this daemon may use (allowed: {})",
-                    cfg.origin, bad, topo.allowed
-                )));
-            }
-            c
-        }
-        None => topo.allowed,
-    };
     let mut driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
     let nofile = os::raise_nofile_limit();
     driver.keep_stat_files_open(os::stat_files_budget(nofile));
     if let Some(leaf) = driver.prepare_parent_for_daemon(std::process::id())? {
         info!(cgroup = %leaf.display(), "daemon runs in a leaf cgroup; job cgroups go beside it");
     }
+    let pool = match job_pool(&cfg, &topo.allowed, &driver) {
+        Ok(p) => p,
+        Err(e) => {
+            // Leave no empty parent behind for a daemon that never ran.
+            if let Err(re) = driver.remove_parent_if_empty() {
+                warn!(error = %re, "cannot remove the job parent");
+            }
+            return Err(e);
+        }
+    };
     let store = Store::open(&cfg.state_dir)?;
     let alloc = Allocator::new(&topo).with_spread(cfg.spread);
     // Only the daemon reads the store; reports go through the socket (docs/decisions.md).

@@ -20,12 +20,12 @@ pub use skip::{guest_tier, in_vm_guest, Component};
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 static SWEEP: std::sync::Once = std::sync::Once::new();
 
-/// Kill the processes of a test parent below our own cgroup and remove its cgroups.
-fn clean_parent(sub: &str) {
-    let Ok(d) = Driver::detect(
-        Path::new("/proc"),
-        &ParentSpec::SelfRelative(Some(sub.to_string())),
-    ) else {
+/// Kill the processes of a test parent and remove its cgroups.
+fn clean_parent(spec: &str) {
+    let Ok(spec) = ParentSpec::parse(spec) else {
+        return;
+    };
+    let Ok(d) = Driver::detect(Path::new("/proc"), &spec) else {
         return;
     };
     for job in d.list_jobs().unwrap_or_default() {
@@ -39,23 +39,101 @@ fn clean_parent(sub: &str) {
     let _ = d.remove_parent_if_empty();
 }
 
+/// `scripts/pjw-scope` of this source tree (the guests mount the tree at the same path).
+fn scope_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pjw-scope")
+}
+
+/// Where this test process's daemons put their job parents, said once per process:
+/// `None` for below our own cgroup (`self/...`: hybrid and v1, the busybox guests' root
+/// cgroup), or the cgroup path of a delegated systemd scope where systemd runs on pure v2.
+///
+/// There our own cgroup is a login session's scope or a service's cgroup, shared with other
+/// processes, and the no-internal-process rule forbids enabling controllers in it: the tests
+/// then get a scope `pjw-test-<pid>.scope` (scripts/pjw-scope), whose holder ends with this
+/// process, so systemd removes the scope when the tests are done (docs/decisions.md).
+pub fn scope_base() -> Option<&'static str> {
+    static BASE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        let script = scope_script();
+        let needed = Command::new("sh")
+            .arg(&script)
+            .arg("--needed")
+            .status()
+            .is_ok_and(|s| s.success());
+        if !needed {
+            return None;
+        }
+        let pid = std::process::id();
+        let out = Command::new("sh")
+            .arg(&script)
+            .args(["--watch", &pid.to_string(), &format!("pjw-test-{pid}")])
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run scripts/pjw-scope");
+        assert!(
+            out.status.success(),
+            "cannot make a delegated scope for the tests ({}): {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(path.starts_with('/'), "pjw-scope printed {path:?}");
+        Some(path)
+    })
+    .as_deref()
+}
+
+/// The cgroup parent (`--cgroup-parent` text) for a test's cgroups named `name`: below our own
+/// cgroup, or in this process's delegated scope ([`scope_base`]).
+pub fn test_parent(name: &str) -> String {
+    match scope_base() {
+        Some(base) => format!("{base}/{name}"),
+        None => format!("self/{name}"),
+    }
+}
+
 /// Remove what an earlier test run left when it was killed before its cleanup ran: parents
-/// named `pjw-test-<pid>-<n>` or `pjw-demo-<pid>` whose process is gone. Everything in them
-/// was started by those runs.
+/// named `pjw-test-<pid>-<n>` or `pjw-demo-<pid>` whose process is gone, below our own cgroup
+/// or in the delegated scopes of such runs. Everything in them was started by those runs.
 pub fn sweep_stale() {
+    let dead = |name: &str| -> bool {
+        let pid = name
+            .strip_prefix("pjw-test-")
+            .and_then(|r| r.split(['-', '.']).next())
+            .or_else(|| name.strip_prefix("pjw-demo-"));
+        pid.and_then(|p| p.parse::<u32>().ok())
+            .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    };
+    if let Some(base) = scope_base() {
+        // Scopes of earlier test processes beside ours, in the same slice.
+        let slice = base.rsplit_once('/').map(|(s, _)| s).unwrap_or("");
+        let dir = PathBuf::from(format!("/sys/fs/cgroup{slice}"));
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let scope = e.file_name().to_string_lossy().into_owned();
+            if !(scope.starts_with("pjw-test-") && scope.ends_with(".scope") && dead(&scope)) {
+                continue;
+            }
+            for c in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                let child = c.file_name().to_string_lossy().into_owned();
+                if child.starts_with("pjw-test-") {
+                    clean_parent(&format!("{slice}/{scope}/{child}"));
+                }
+            }
+            let unit = scope.trim_end_matches(".scope").to_string();
+            let _ = Command::new("sh")
+                .arg(scope_script())
+                .args(["--stop", &unit])
+                .status();
+        }
+        return;
+    }
     let Ok(d) = Driver::detect(Path::new("/proc"), &ParentSpec::SelfRelative(None)) else {
         return;
     };
     for name in d.list_jobs().unwrap_or_default() {
-        let pid = name
-            .strip_prefix("pjw-test-")
-            .and_then(|r| r.split('-').next())
-            .or_else(|| name.strip_prefix("pjw-demo-"));
-        let Some(pid) = pid.and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            clean_parent(&name);
+        if dead(&name) {
+            clean_parent(&format!("self/{name}"));
         }
     }
 }
@@ -92,7 +170,7 @@ pub struct TestDaemon {
     bin: PathBuf,
     child: Option<Child>,
     dir: tempfile::TempDir,
-    /// The `self/...` parent given to the daemon.
+    /// The parent given to the daemon ([`test_parent`]).
     pub parent: String,
     extra_config: String,
 }
@@ -102,7 +180,7 @@ impl TestDaemon {
     pub fn start(bin: &Path, extra_config: &str) -> TestDaemon {
         SWEEP.call_once(sweep_stale);
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let parent = format!("self/pjw-test-{}-{n}", std::process::id());
+        let parent = test_parent(&format!("pjw-test-{}-{n}", std::process::id()));
         let dir = tempfile::Builder::new()
             .prefix("pjw-test")
             .tempdir()
@@ -247,8 +325,8 @@ impl TestDaemon {
 
     /// The cgroup driver for this daemon's parent (to inspect job cgroups).
     pub fn driver(&self) -> Driver {
-        let sub = self.parent.strip_prefix("self/").map(String::from);
-        Driver::detect(Path::new("/proc"), &ParentSpec::SelfRelative(sub)).expect("detect cgroups")
+        let spec = ParentSpec::parse(&self.parent).expect("test parent");
+        Driver::detect(Path::new("/proc"), &spec).expect("detect cgroups")
     }
 
     /// Wait until `f` holds, up to `limit` (a correctness bound, not a timing assertion).
@@ -285,8 +363,6 @@ impl Drop for TestDaemon {
         }
         // Everything left below the test's parent was started by this test: kill it and
         // remove the cgroups.
-        if let Some(sub) = self.parent.strip_prefix("self/") {
-            clean_parent(sub);
-        }
+        clean_parent(&self.parent);
     }
 }
