@@ -17,6 +17,7 @@ no_compiling "$log" "make demo"
 sleep 1
 left=$(stray_pjw_cgroups)
 if [ -z "$left" ]; then ok "make demo left no pjw-* cgroup"; else fail "make demo left cgroups: $(echo "$left" | tr '\n' ' ')"; fi
+settle cg_new /tmp/pjw-cg-before-demo
 left=$(cg_new /tmp/pjw-cg-before-demo)
 if [ -z "$left" ]; then ok "make demo left no new cgroup"; else fail "make demo left new cgroups: $(echo "$left" | tr '\n' ' ')"; fi
 left=$(ls -d /tmp/pjw-demo.* 2>/dev/null)

@@ -25,7 +25,7 @@ session_check() {
 # slice and scopes); one per line.
 stray_pjw_cgroups() {
   find /sys/fs/cgroup -mindepth 1 -type d -name 'pjw-*' 2>/dev/null \
-    | grep -v -e '^/sys/fs/cgroup/system.slice/pjw.service' -e '^/sys/fs/cgroup/pjw.slice' || true
+    | grep -v -e '^/sys/fs/cgroup/system.slice/pjw.service' -e '^/sys/fs/cgroup/pjw.slice/pjw-jobs.scope' || true
 }
 
 # Processes of pjw's binaries (pjw, pjw-wl), "pid comm args", except the service's daemon.
@@ -45,6 +45,9 @@ no_compiling() {
     ok "cargo found the host's build fresh ($2)"
   fi
 }
+
+# systemd removes an emptied scope asynchronously: give it (under emulation) up to 20 s.
+settle() { i=0; while [ "$i" -lt 20 ] && [ -n "$("$@")" ]; do sleep 1; i=$((i + 1)); done; }
 
 # Every cgroup directory now, and later the ones that are new since (other logins' session
 # scopes and user managers aside): what a step left behind, whatever its name.

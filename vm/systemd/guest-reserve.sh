@@ -74,10 +74,12 @@ j=$(timeout 20 pjw status --json 2>/dev/null | python3 -c 'import json, sys; pri
 [ "$j" = 0 ] || fail "the daemon still lists $j jobs"
 
 check "systemctl disable --now pjw" timeout 120 systemctl disable --now pjw
+systemctl stop pjw-jobs.scope 2>/dev/null
 make uninstall >/dev/null 2>&1
 rm -rf /etc/pjw /var/lib/pjw
 systemctl daemon-reload
 sleep 2
+settle cg_new /tmp/pjw-cg-before-reserve
 left=$(cg_new /tmp/pjw-cg-before-reserve)
 if [ -z "$left" ]; then ok "no cgroup left"; else fail "cgroups left: $(echo "$left" | tr '\n' ' ')"; fi
 left=$(pjw_processes)

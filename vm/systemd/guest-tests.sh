@@ -37,6 +37,7 @@ echo "=== $n test executables"
 sleep 1
 left=$(stray_pjw_cgroups)
 if [ -n "$left" ]; then echo "=== cgroups left behind (counted as a failure):"; echo "$left" | head -20; extra=$((extra + 1)); fi
+settle cg_new /tmp/pjw-cg-before-tests
 left=$(cg_new /tmp/pjw-cg-before-tests)
 if [ -n "$left" ]; then echo "=== new cgroups left behind (counted as a failure):"; echo "$left" | head -20; extra=$((extra + 1)); fi
 left=$(pjw_processes)
