@@ -2,6 +2,7 @@
 # The systemd guest tier (make test-vm-systemd): boot the Debian 12 guest of build-image.sh
 # (systemd as PID 1, pure cgroup v2, 16 vCPUs in two NUMA nodes) and, each step over its own ssh
 # login as root (a logind session-N.scope), run the guest-side checks of vm/systemd/guest-*.sh:
+#   session  the guest is what the tier claims; the shell is in a logind session scope
 #   demo     `make demo` runs to the end and leaves nothing behind
 #   tests    every test executable of the workspace (the host's build, target/debug/deps)
 #   service  the packaged service: `make install`, enable --now, two users' jobs through
@@ -11,14 +12,15 @@
 # with "VM-systemd-v2: N passed, M failed, K skipped" and exits non-zero on any failure, a
 # timeout or a missing summary.
 #
-# usage: vm/systemd/run.sh [step ...]     (default: demo tests service reserve)
+# usage: vm/systemd/run.sh [step ...]     (default: session demo tests service reserve)
 # Env: VM_WORK (default /var/tmp/pjw-vm), VM_TIMEOUT (s, the whole guest, default 3600),
+#      VM_HOST_BUILD=0 (skip the host's build: debugging this script only),
 #      VM_BOOT_TIMEOUT (s, until ssh answers, default 600), VM_STEP_TIMEOUT (s per step, 1800).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
 W=${VM_WORK:-/var/tmp/pjw-vm}/systemd
-steps=${*:-demo tests service reserve}
+steps=${*:-session demo tests service reserve}
 label=VM-systemd-v2
 total_limit=${VM_TIMEOUT:-3600}
 boot_limit=${VM_BOOT_TIMEOUT:-600}
@@ -28,11 +30,14 @@ step_limit=${VM_STEP_TIMEOUT:-1800}
 
 # The host builds everything the guest runs; cargo in the guest must find it fresh.
 cd "$src"
+if [ "${VM_HOST_BUILD:-1}" = 1 ]; then
 echo "$label: building on the host (release binaries, test executables)"
 cargo build --release --workspace --bins
 cargo test --workspace --no-run --message-format=json > "$W/tests.json.tmp"
 mv "$W/tests.json.tmp" "$W/tests.json"
+fi   # VM_HOST_BUILD=0: reuse the last build (only to debug this script)
 
+[ -f "$W/tests.json" ] || : > "$W/tests.json"
 run=$W/runs/$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$run"
 ls "$W/runs" | sort | head -n -5 | while read -r old; do rm -rf "${W:?}/runs/$old"; done   # keep 5
@@ -122,9 +127,9 @@ step() {
 for st in $steps; do
   case $st in
     tests)
-      $SSH root@127.0.0.1 "cat > /tmp/pjw-tests.list" < "$run/tests.list"
+      $SSH root@127.0.0.1 "cat > /tmp/pjw-tests.list" < "$run/tests.list" || true
       step tests "sh $src/vm/systemd/guest-tests.sh $src /tmp/pjw-tests.list $label" ;;
-    demo|service|reserve)
+    session|demo|service|reserve)
       step "$st" "sh $src/vm/systemd/guest-$st.sh $src" ;;
     *) fail "unknown step $st" ;;
   esac
