@@ -50,9 +50,11 @@ no_compiling() {
 settle() { i=0; while [ "$i" -lt 20 ] && [ -n "$("$@")" ]; do sleep 1; i=$((i + 1)); done; }
 
 # Every cgroup directory now, and later the ones that are new since (other logins' session
-# scopes and user managers aside): what a step left behind, whatever its name.
+# scopes and user managers aside): what a step left behind, whatever its name. pjw.slice itself
+# is systemd's: started for the first scope in it, it stays active when empty (stopping it would
+# kill the service's jobs), so an empty pjw.slice is no leftover.
 cg_snapshot() { find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sort > "$1"; }
 cg_new() {
   find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sort | comm -13 "$1" - \
-    | grep -v -e '/session-[0-9]*\.scope$' -e '/user@[0-9]*\.service' -e '^/sys/fs/cgroup/user\.slice/user-[0-9]*\.slice$' || true
+    | grep -v -e '/session-[0-9]*\.scope$' -e '/user@[0-9]*\.service' -e '^/sys/fs/cgroup/user\.slice/user-[0-9]*\.slice$' -e '^/sys/fs/cgroup/pjw\.slice$' || true
 }
