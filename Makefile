@@ -92,7 +92,7 @@ install: release
 	install -D -m 0755 packaging/lsf/pjw-job-starter $(DESTDIR)$(PREFIX)/lib/pjw/lsf/pjw-job-starter
 	install -D -m 0755 packaging/condor/pjw-job-wrapper $(DESTDIR)$(PREFIX)/lib/pjw/condor/pjw-job-wrapper
 	install -D -m 0644 packaging/pbs/pjw_hook.py $(DESTDIR)$(PREFIX)/lib/pjw/pbs/pjw_hook.py
-	@if [ ! -e $(DESTDIR)/etc/pjw/pjw.toml ]; then install -D -m 0644 packaging/pjw.toml $(DESTDIR)/etc/pjw/pjw.toml; \
+	@if [ ! -e $(DESTDIR)/etc/pjw/pjw.toml ]; then install -D -m 0600 packaging/pjw.toml $(DESTDIR)/etc/pjw/pjw.toml; \
 	 else echo "keeping existing $(DESTDIR)/etc/pjw/pjw.toml"; fi
 	@echo "installed; with systemd: systemctl daemon-reload && systemctl enable --now pjw"
 

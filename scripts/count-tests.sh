@@ -10,7 +10,8 @@ label=${3:-tests}
 set -- $(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
      END { printf "%d %d %d\n", p, f, g }' "$log")
 passed=$1; failed=$2; ignored=$3
-skipped=$(grep -c . "$skips" 2>/dev/null || echo 0)
+# grep -c prints 0 and exits 1 when nothing was skipped: no "|| echo 0" (that made "0\n0").
+skipped=$(grep -c . "$skips" 2>/dev/null); skipped=${skipped:-0}
 passed=$((passed - skipped))
 echo
 if [ "$((skipped + ignored))" -gt 0 ]; then

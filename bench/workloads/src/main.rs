@@ -20,8 +20,13 @@
 //!   child processes (`pjw-wl noop`, one at a time); no threads. A job of known shape for
 //!   profile tests: 1 + CHILDREN processes, a peak of MIB MiB, STEPS plateaus.
 //! - `noop` — exits at once.
+//! - `flood SOCKET N` — opens up to N connections to the Unix socket SOCKET and holds them (a
+//!   hostile user exhausting the daemon's descriptors, for the security tests); prints
+//!   "opened O" once it has tried, then, once stdin closes, "alive A" — how many of them the
+//!   daemon still held open — and exits. Its open-file limit is raised to the hard limit first.
 
 use std::hint::black_box;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 fn spin(iters: u64) -> u64 {
@@ -36,8 +41,23 @@ fn spin(iters: u64) -> u64 {
     x
 }
 
+/// Raise the soft open-file limit to the hard one (flood needs thousands of descriptors).
+fn raise_nofile() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit get a valid pointer to an rlimit of libc's layout.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
 fn usage() -> ! {
-    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop");
+    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N");
     std::process::exit(2);
 }
 
@@ -233,6 +253,40 @@ fn main() {
             black_box(&blocks);
         }
         Some("noop") => {}
+        Some("flood") => {
+            use std::io::Read;
+            let sock: String = arg(&args, 2);
+            let n: usize = arg(&args, 3);
+            raise_nofile();
+            let mut held = Vec::new();
+            for _ in 0..n {
+                match std::os::unix::net::UnixStream::connect(&sock) {
+                    Ok(s) => held.push(s),
+                    Err(_) => break,
+                }
+            }
+            println!("opened {}", held.len());
+            let _ = std::io::stdout().flush();
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            // A connection the daemon closed reads EOF (or its one error frame, then EOF).
+            let alive = held
+                .iter()
+                .filter(|s| {
+                    let mut s: &std::os::unix::net::UnixStream = s;
+                    let _ = s.set_nonblocking(true);
+                    let mut b = [0u8; 512];
+                    loop {
+                        match s.read(&mut b) {
+                            Ok(0) => return false,
+                            Ok(_) => continue,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                            Err(_) => return false,
+                        }
+                    }
+                })
+                .count();
+            println!("alive {alive}");
+        }
         _ => usage(),
     }
 }

@@ -53,6 +53,8 @@ pub enum CentralError {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ShipConfig {
     pub url: String,
+    /// The password, when it is kept apart from the URL (`[central] password_file`).
+    pub password: Option<String>,
     /// Also send the samples of running jobs, every `retry` (finished jobs always go with their
     /// series).
     pub ship_samples: bool,
@@ -202,10 +204,18 @@ pub struct CentralFilter {
 impl Central {
     /// Connect (5 s timeout) and make sure the schema exists.
     pub fn connect(url: &str) -> Result<Central, CentralError> {
+        Self::connect_with(url, None)
+    }
+
+    /// [`Central::connect`] with a password kept apart from the URL (a root-only file).
+    pub fn connect_with(url: &str, password: Option<&str>) -> Result<Central, CentralError> {
         let target = target_of(url);
         let mut cfg: postgres::Config = url
             .parse()
             .map_err(|e: postgres::Error| CentralError::Url(e.to_string()))?;
+        if let Some(p) = password {
+            cfg.password(p);
+        }
         cfg.connect_timeout(Duration::from_secs(5));
         if cfg.get_application_name().is_none() {
             cfg.application_name("pjw");
@@ -669,7 +679,7 @@ fn run(db: PathBuf, cfg: ShipConfig, rx: mpsc::Receiver<Msg>) {
                 store = Some(Store::open_file(&db)?);
             }
             if central.is_none() {
-                central = Some(Central::connect(&cfg.url)?);
+                central = Some(Central::connect_with(&cfg.url, cfg.password.as_deref())?);
             }
             match (store.as_mut(), central.as_mut()) {
                 (Some(s), Some(c)) => {

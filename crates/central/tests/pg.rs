@@ -89,6 +89,7 @@ fn finish(store: &mut Store, id: &str, user: &str, uid: u32, node: &str) -> i64 
 fn cfg(url: &str) -> ShipConfig {
     ShipConfig {
         url: url.into(),
+        password: None,
         ship_samples: true,
         batch_size: 2,
         retry: Duration::from_millis(200),

@@ -96,6 +96,14 @@ pub enum CgroupError {
     Signal { pid: u32, source: io::Error },
 }
 
+impl CgroupError {
+    /// A read of a file that does not exist (the cgroup is gone): a fact about the cgroup,
+    /// unlike other read errors, which say nothing about it.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, CgroupError::Read { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+}
+
 fn join(errors: &[CgroupError]) -> String {
     errors
         .iter()

@@ -5,6 +5,7 @@
 //! jobs); this module only asks and renders. Rendering is pure (`render_*`), with the time
 //! zone passed in, so it is tested on literal text.
 
+use pjw_core::text::printable;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::Duration;
@@ -203,10 +204,10 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
     let _ = writeln!(
         o,
         "Job {} ({}) of {} on {}: {}",
-        j.id,
-        j.name,
-        j.user,
-        j.node,
+        printable(&j.id, 64),
+        printable(&j.name, 64),
+        printable(&j.user, 32),
+        printable(&j.node, 64),
         outcome(j)
     );
     let at_least = if j.counts_exact == Some(false) {
@@ -269,7 +270,7 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
     ];
     let mut rows: Vec<(&str, String)> = rows;
     if let Some(r) = &j.end_reason {
-        rows.push(("Reason", r.clone()));
+        rows.push(("Reason", printable(r, 200).into_owned()));
     }
     for (k, v) in rows {
         let _ = writeln!(o, "  {k:<16}{v}");
@@ -305,10 +306,10 @@ pub fn render_list(jobs: &[JobReport], tz: &FixedOffset) -> String {
     .to_vec()];
     for j in jobs {
         rows.push(vec![
-            j.id.clone(),
-            j.user.clone(),
-            j.name.clone(),
-            j.node.clone(),
+            printable(&j.id, 64).into_owned(),
+            printable(&j.user, 32).into_owned(),
+            printable(&j.name, 64).into_owned(),
+            printable(&j.node, 64).into_owned(),
             j.state.clone(),
             opt(j.end.clone()),
             opt(j.exit_status),

@@ -23,6 +23,22 @@ fn reconnect_window() -> Duration {
         .unwrap_or(Duration::from_secs(60))
 }
 
+/// How long a new client waits for a daemon that is not there yet (being restarted: socket
+/// missing or refusing), instead of failing at once. `PJW_CONNECT_WAIT` seconds, default 30.
+fn connect_window() -> Duration {
+    std::env::var("PJW_CONNECT_WAIT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(30))
+}
+
+/// Whether a failed connect means "no daemon right now" (worth waiting for), not a fault.
+fn daemon_absent(e: &ProtoError) -> bool {
+    matches!(e, ProtoError::Connect { source, .. }
+        if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused))
+}
+
 fn fail(msg: impl std::fmt::Display) -> i32 {
     eprintln!("pjw: {msg}");
     EXIT_PJW
@@ -120,9 +136,31 @@ pub fn run(a: RunArgs) -> i32 {
 
     let mut said_queued = false;
     let mut lost_since: Option<Instant> = None;
+    let mut waiting_since: Option<Instant> = None;
     let started = loop {
         let mut client = match Client::connect(&path) {
             Ok(c) => c,
+            // No daemon yet (restarting): a new job waits for it, bounded, saying so once.
+            Err(e) if lost_since.is_none() && daemon_absent(&e) => {
+                let since = *waiting_since.get_or_insert_with(|| {
+                    if !a.quiet {
+                        eprintln!(
+                            "pjw: no pjw daemon at {} yet; waiting up to {} s",
+                            path.display(),
+                            connect_window().as_secs()
+                        );
+                    }
+                    Instant::now()
+                });
+                if since.elapsed() >= connect_window() {
+                    return fail(format!(
+                        "no pjw daemon came up within {} s: {e}",
+                        connect_window().as_secs()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
             Err(e) => match lost_since {
                 Some(t) if t.elapsed() < reconnect_window() => {
                     std::thread::sleep(Duration::from_millis(200));

@@ -1,6 +1,7 @@
 //! `pjw status`: a cpurep-style view of the node.
 
 use pjw_core::format_size;
+use pjw_core::text::printable;
 use pjw_proto::{Client, JobState, Request, Response, StatusReport};
 
 use crate::cli::StatusArgs;
@@ -71,17 +72,23 @@ pub fn render(s: &StatusReport) -> String {
                 }
             }
         }
+        // Ids, names and labels come from users: shown bounded and with control characters
+        // escaped, so no job can move another user's terminal (pjw_core::text).
         if let Some(w) = &j.wlm {
-            reasons.push(format!("{}: workload manager job {w}", j.id));
+            reasons.push(format!(
+                "{}: workload manager job {}",
+                j.id,
+                printable(w, 128)
+            ));
         }
         if let Some(r) = &j.reason {
-            reasons.push(format!("{}: {r}", j.id));
+            reasons.push(format!("{}: {}", j.id, printable(r, 200)));
         }
         rows.push(vec![
             m.to_string(),
-            j.id.clone(),
-            j.user.clone(),
-            j.name.clone(),
+            printable(&j.id, 64).into_owned(),
+            printable(&j.user, 32).into_owned(),
+            printable(&j.name, 64).into_owned(),
             j.priority.to_string(),
             if j.cpus.is_empty() {
                 format!("({})", j.ncpus)

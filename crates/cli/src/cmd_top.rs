@@ -7,6 +7,7 @@
 //! same key again reverses), `q`, Esc or Ctrl-C quit. Works in 80×24 (over ssh too: plain
 //! terminal escapes, no mouse, no true colour needed).
 
+use pjw_core::text::printable;
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -287,15 +288,15 @@ impl View {
                         .get(j.id.as_str())
                         .map(|m| m.to_string())
                         .unwrap_or_default(),
-                    j.id.clone(),
-                    j.user.clone(),
+                    printable(&j.id, 64).into_owned(),
+                    printable(&j.user, 32).into_owned(),
                     j.state.as_str().to_string(),
                     cpus,
                     pct,
                     mem,
                     j.procs.to_string(),
                     age(j.age_secs),
-                    j.name.clone(),
+                    printable(&j.name, 64).into_owned(),
                 ])
             })
             .collect();

@@ -20,6 +20,7 @@ pub mod sched;
 pub mod sim;
 pub mod size;
 pub mod synthetic;
+pub mod text;
 pub mod topology;
 
 pub use cpuset::{CpuSet, MAX_CPUS};

@@ -93,6 +93,10 @@ pub struct QueuePolicy {
     pub backfill: bool,
     /// Whether a higher-priority job may take CPUs from lower-priority primaries.
     pub hard_preemption: bool,
+    /// The lowest priority that preempts (with `hard_preemption`): jobs below it wait like
+    /// everyone else. Set above the users' ceiling, only root, registered workload-manager jobs
+    /// and admins preempt, and users cannot displace each other.
+    pub preempt_min_priority: u8,
     /// How long a job may wait in the queue (None = forever).
     pub queue_ttl_ms: Option<i64>,
 }
@@ -182,7 +186,10 @@ pub fn plan(
         }
 
         // 2. Preemption of lower-priority primaries.
-        if wants_primary && policy.hard_preemption {
+        if wants_primary
+            && policy.hard_preemption
+            && cur.req.priority >= policy.preempt_min_priority
+        {
             if let Some((victims, cpus)) =
                 preempt_fit(alloc, scratch, pool, &state, &cur, n, policy.vcpus)
             {
@@ -434,6 +441,7 @@ mod tests {
             vcpus,
             backfill: true,
             hard_preemption: true,
+            preempt_min_priority: 1,
             queue_ttl_ms: None,
         }
     }
@@ -610,6 +618,44 @@ mod tests {
                 ],
                 now: 0,
                 want: vec![],
+            },
+            Case {
+                what: "below the preemption threshold a higher priority waits",
+                policy: QueuePolicy {
+                    backfill: false,
+                    preempt_min_priority: 13,
+                    ..policy(2)
+                },
+                jobs: vec![
+                    job(1, req(2, 10, 0), p, "0-1"),
+                    job(2, req(1, 12, 1), q, ""),
+                ],
+                now: 0,
+                want: vec![],
+            },
+            Case {
+                what: "at the preemption threshold it preempts",
+                policy: QueuePolicy {
+                    backfill: false,
+                    preempt_min_priority: 13,
+                    ..policy(2)
+                },
+                jobs: vec![
+                    job(1, req(2, 10, 0), p, "0-1"),
+                    job(2, req(1, 13, 1), q, ""),
+                ],
+                now: 0,
+                want: vec![
+                    Action::Preempt {
+                        key: 1,
+                        by: 2,
+                        to_backfill: false,
+                    },
+                    Action::StartPrimary {
+                        key: 2,
+                        cpus: cs("0"),
+                    },
+                ],
             },
             Case {
                 what: "preemption off: waits",

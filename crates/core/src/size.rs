@@ -24,6 +24,7 @@ pub fn parse_size(text: &str) -> Result<u64, CoreError> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
+        "p" | "pb" | "pib" => 1 << 50,
         _ => return Err(bad()),
     };
     if num.contains('.') {
@@ -41,7 +42,8 @@ pub fn parse_size(text: &str) -> Result<u64, CoreError> {
 
 /// Format bytes compactly with a binary suffix ("512M", "1.5G", "1023").
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
+    const UNITS: [(&str, u64); 5] = [
+        ("P", 1 << 50),
         ("T", 1 << 40),
         ("G", 1 << 30),
         ("M", 1 << 20),

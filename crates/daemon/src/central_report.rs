@@ -108,7 +108,7 @@ pub fn spawn(
     let spawned = std::thread::Builder::new()
         .name("pjw-central-report".into())
         .spawn(move || {
-            let mut c = match Central::connect(&cfg.url) {
+            let mut c = match Central::connect_with(&cfg.url, cfg.password.as_deref()) {
                 Ok(c) => c,
                 Err(e) => {
                     warn!(error = %e, "central report: cannot connect");

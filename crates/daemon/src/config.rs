@@ -29,6 +29,10 @@ pub struct RawConfig {
     pub queue_ttl: Option<u64>,
     pub default_priority: Option<u8>,
     pub max_priority: Option<u8>,
+    pub preempt_priority: Option<u8>,
+    pub exclusive: Option<String>,
+    pub max_connections_per_user: Option<usize>,
+    pub max_queued_per_user: Option<usize>,
     #[serde(default)]
     pub cgroup: RawCgroup,
     #[serde(default)]
@@ -61,16 +65,21 @@ pub struct RawMetrics {
 #[serde(deny_unknown_fields)]
 pub struct RawCentral {
     pub url: Option<String>,
+    pub password_file: Option<PathBuf>,
     pub ship_samples: Option<bool>,
     pub batch_size: Option<usize>,
     pub retry_secs: Option<f64>,
 }
 
 /// The validated `[central]` section.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct CentralConfig {
     /// `postgres://user@host:port/db`.
     pub url: String,
+    /// Where the password is kept apart from the URL (root's, mode 0600), and the password
+    /// read from it at load.
+    pub password_file: Option<PathBuf>,
+    pub password: Option<String>,
     /// Also ship the samples of running jobs, every `retry` (finished jobs always go with
     /// their series).
     pub ship_samples: bool,
@@ -79,6 +88,57 @@ pub struct CentralConfig {
     /// Wait before retrying after PostgreSQL was unreachable; with `ship_samples`, also the
     /// time between shipments of live samples.
     pub retry: std::time::Duration,
+}
+
+impl std::fmt::Debug for CentralConfig {
+    /// Never prints a password (the URL's is masked, the file's is not shown).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CentralConfig")
+            .field("url", &mask_password(&self.url))
+            .field("password_file", &self.password_file)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("ship_samples", &self.ship_samples)
+            .field("batch_size", &self.batch_size)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+/// The password of a `postgres://user:password@host/db` URL, if it has one.
+pub fn url_password(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let userinfo = rest.split(['/', '?']).next()?.rsplit_once('@')?.0;
+    let pw = userinfo.split_once(':')?.1;
+    (!pw.is_empty()).then_some(pw)
+}
+
+/// The URL with its password replaced by `***` (for logs and errors).
+pub fn mask_password(url: &str) -> String {
+    match url_password(url) {
+        Some(pw) => url.replacen(&format!(":{pw}@"), ":***@", 1),
+        None => url.to_string(),
+    }
+}
+
+/// A file holding a secret must be root's and closed to group and others.
+fn check_secret_file(path: &Path) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if md.uid() != 0 || md.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} must be owned by root with mode 0600 (it is uid {}, mode {:04o})",
+            path.display(),
+            md.uid(),
+            md.mode() & 0o7777
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let pw = text.trim_end_matches(['\n', '\r']).to_string();
+    if pw.is_empty() {
+        return Err(format!("{} is empty", path.display()));
+    }
+    Ok(pw)
 }
 
 /// A duration: a number of seconds or text with a unit (`500ms`, `10s`, `5m`, `2h`, `30d`).
@@ -182,6 +242,7 @@ pub struct RawJob {
     pub kill_leftovers: Option<bool>,
     pub pids_max: Option<u64>,
     pub tmp: Option<String>,
+    pub tmp_max: Option<String>,
     pub tmp_root: Option<PathBuf>,
     pub swap_max: Option<String>,
     pub partition: Option<String>,
@@ -250,7 +311,18 @@ pub struct Config {
     /// Seconds a job may wait in the queue; `None` = forever.
     pub queue_ttl: Option<u64>,
     pub default_priority: u8,
+    /// The highest priority users may ask for; root, registered workload-manager jobs and
+    /// `[profile] admin_group` get up to 16.
     pub max_priority: u8,
+    /// The lowest priority that preempts (default: one above `max_priority`, so users cannot
+    /// displace each other).
+    pub preempt_priority: u8,
+    /// Who may ask for `--exclusive` (the whole node).
+    pub exclusive: ExclusiveRight,
+    /// Open connections one user other than root may hold.
+    pub max_connections_per_user: usize,
+    /// Jobs one user other than root may have queued at once.
+    pub max_queued_per_user: usize,
     pub cgroup_parent: ParentSpec,
     /// The job partition (bytes); `None` = all memory minus `memory_reserve`, found at start.
     pub memory_limit: Option<u64>,
@@ -264,6 +336,9 @@ pub struct Config {
     pub pids_max: Option<u64>,
     /// Default size of a job's private /tmp (bytes); `None` = none unless `pjw run --tmp`.
     pub tmp: Option<u64>,
+    /// The largest private /tmp a job may ask for; `None` = the job partition's size. A job
+    /// with `--mem` gets at most its memory (its tmpfs pages are charged to it).
+    pub tmp_max: Option<u64>,
     /// Where the daemon mounts per-job tmpfs for unprivileged clients (`<state_dir>/tmp`).
     pub tmp_root: PathBuf,
     /// `[job] swap_max`: per-job `memory.swap.max` (v2); `None` = `max`.
@@ -286,6 +361,22 @@ pub struct Config {
     /// How often the adoption sweep looks at new processes (ms); 0 = never.
     pub adopt_sweep_ms: u64,
 }
+
+/// Who may ask for `--exclusive`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExclusiveRight {
+    /// Root, registered workload-manager jobs and `[profile] admin_group` (the default).
+    Privileged,
+    /// Every user.
+    All,
+}
+
+/// Default `max_priority`: users' ceiling, below root's 16.
+pub const DEFAULT_MAX_PRIORITY: u8 = 12;
+/// Default `max_connections_per_user`: enough for a user's queued `pjw run` clients.
+pub const DEFAULT_MAX_CONNECTIONS_PER_USER: usize = 256;
+/// Default `max_queued_per_user`.
+pub const DEFAULT_MAX_QUEUED_PER_USER: usize = 200;
 
 /// The variables that carry a workload manager's job id, in the order they are tried.
 pub const DEFAULT_ADOPT_ENV: [&str; 4] = ["SLURM_JOB_ID", "JOB_ID", "PBS_JOBID", "LSB_JOBID"];
@@ -335,7 +426,45 @@ impl Config {
                 }
             },
         };
-        Self::parse(&origin, &text, ov)
+        let mut cfg = Self::parse(&origin, &text, ov)?;
+        cfg.load_secrets(
+            path.map(Path::to_path_buf)
+                .or_else(|| (origin == DEFAULT_CONFIG).then(|| PathBuf::from(DEFAULT_CONFIG))),
+        )?;
+        Ok(cfg)
+    }
+
+    /// Secrets: a password in `central.url` is refused when the config file can be read by
+    /// group or others (any local user would learn it); `central.password_file` must be root's
+    /// and mode 0600, and is read now.
+    fn load_secrets(&mut self, file: Option<PathBuf>) -> Result<(), ConfigError> {
+        let err = |key: &str, reason: String| ConfigError {
+            file: self.origin.clone(),
+            key: key.into(),
+            reason,
+        };
+        let Some(c) = self.central.as_mut() else {
+            return Ok(());
+        };
+        if url_password(&c.url).is_some() {
+            if let Some(f) = &file {
+                use std::os::unix::fs::MetadataExt;
+                let mode = std::fs::metadata(f).map(|m| m.mode() & 0o7777).unwrap_or(0);
+                if mode & 0o044 != 0 {
+                    return Err(err(
+                        "central.url",
+                        format!(
+                            "holds a password and this file is readable by others (mode {mode:04o}): make it 0600, or move the password to central.password_file"
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(p) = c.password_file.clone() {
+            c.password =
+                Some(check_secret_file(&p).map_err(|why| err("central.password_file", why))?);
+        }
+        Ok(())
     }
 
     /// Parse and validate config text.
@@ -402,7 +531,7 @@ impl Config {
         if raw.vcpus == Some(0) {
             return Err(err("vcpus", "must be at least 1".into()));
         }
-        let max_priority = raw.max_priority.unwrap_or(16);
+        let max_priority = raw.max_priority.unwrap_or(DEFAULT_MAX_PRIORITY);
         if !(1..=16).contains(&max_priority) {
             return Err(err(
                 "max_priority",
@@ -420,6 +549,43 @@ impl Config {
             return Err(err(
                 "default_priority",
                 format!("{default_priority} is above max_priority {max_priority}"),
+            ));
+        }
+        let preempt_priority = raw
+            .preempt_priority
+            .unwrap_or_else(|| (max_priority + 1).min(16));
+        if !(1..=16).contains(&preempt_priority) {
+            return Err(err(
+                "preempt_priority",
+                format!("{preempt_priority} is not in 1-16"),
+            ));
+        }
+        let exclusive = match raw.exclusive.as_deref() {
+            None | Some("privileged") => ExclusiveRight::Privileged,
+            Some("all") => ExclusiveRight::All,
+            Some(other) => {
+                return Err(err(
+                    "exclusive",
+                    format!("{other:?} is not \"privileged\" or \"all\""),
+                ))
+            }
+        };
+        let max_connections_per_user = raw
+            .max_connections_per_user
+            .unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_USER);
+        if !(4..=100_000).contains(&max_connections_per_user) {
+            return Err(err(
+                "max_connections_per_user",
+                format!("{max_connections_per_user} is not in 4-100000"),
+            ));
+        }
+        let max_queued_per_user = raw
+            .max_queued_per_user
+            .unwrap_or(DEFAULT_MAX_QUEUED_PER_USER);
+        if !(1..=100_000).contains(&max_queued_per_user) {
+            return Err(err(
+                "max_queued_per_user",
+                format!("{max_queued_per_user} is not in 1-100000"),
             ));
         }
         let m = &raw.memory;
@@ -508,6 +674,22 @@ impl Config {
                 Err(e) => return Err(err("job.tmp", format!("{e} (or \"none\")"))),
             },
         };
+        let tmp_max = match raw.job.tmp_max.as_deref().map(str::trim) {
+            None => None,
+            Some(t) => match pjw_core::parse_size(t) {
+                Ok(n) if n >= 1 << 20 => Some(n),
+                Ok(_) => return Err(err("job.tmp_max", format!("{t:?} is below 1M"))),
+                Err(e) => return Err(err("job.tmp_max", e.to_string())),
+            },
+        };
+        if let (Some(t), Some(m)) = (tmp, tmp_max) {
+            if t > m {
+                return Err(err(
+                    "job.tmp",
+                    format!("{} is above job.tmp_max", pjw_core::format_size(t)),
+                ));
+            }
+        }
         let tmp_root = match raw.job.tmp_root {
             Some(p) if !p.is_absolute() => {
                 return Err(err(
@@ -653,7 +835,23 @@ impl Config {
                         format!("{retry} is not 0.05-86400"),
                     ));
                 }
+                if c.password_file.is_some() && url_password(&url).is_some() {
+                    return Err(err(
+                        "central.password_file",
+                        "set, and central.url holds a password too: keep it in one place".into(),
+                    ));
+                }
+                if let Some(p) = &c.password_file {
+                    if !p.is_absolute() {
+                        return Err(err(
+                            "central.password_file",
+                            format!("{} is not an absolute path", p.display()),
+                        ));
+                    }
+                }
                 Some(CentralConfig {
+                    password_file: c.password_file.clone(),
+                    password: None,
                     url,
                     ship_samples: c.ship_samples.unwrap_or(false),
                     batch_size,
@@ -713,6 +911,10 @@ impl Config {
             queue_ttl: raw.queue_ttl.filter(|t| *t > 0),
             default_priority,
             max_priority,
+            preempt_priority,
+            exclusive,
+            max_connections_per_user,
+            max_queued_per_user,
             cgroup_parent,
             memory_limit,
             memory_reserve,
@@ -722,6 +924,7 @@ impl Config {
             kill_leftovers: raw.job.kill_leftovers.unwrap_or(true),
             pids_max,
             tmp,
+            tmp_max,
             tmp_root,
             swap_max,
             partition,
@@ -825,7 +1028,9 @@ mod tests {
             (c.vcpus, c.backfill, c.hard_preemption, c.queue_ttl),
             (None, true, true, None)
         );
-        assert_eq!((c.default_priority, c.max_priority), (10, 16));
+        assert_eq!((c.default_priority, c.max_priority), (10, 12));
+        assert_eq!(c.preempt_priority, 13);
+        assert_eq!(c.exclusive, ExclusiveRight::Privileged);
     }
 
     #[test]
@@ -979,6 +1184,59 @@ mod tests {
                 .to_string();
             assert!(e.starts_with("config /etc/pjw/pjw.toml: "), "{e}");
             assert!(e.contains(want), "{text:?} gave {e:?}");
+        }
+    }
+
+    #[test]
+    fn passwords_are_found_and_masked() {
+        assert_eq!(
+            url_password("postgres://pjw:s3cret@db:5432/pjw"),
+            Some("s3cret")
+        );
+        assert_eq!(url_password("postgres://pjw@db/pjw"), None);
+        assert_eq!(url_password("postgres://db/pjw?user=a:b"), None);
+        assert_eq!(
+            mask_password("postgres://pjw:s3cret@db/pjw"),
+            "postgres://pjw:***@db/pjw"
+        );
+        let c = Config::parse(
+            "t.toml",
+            "[central]\nurl = \"postgres://pjw:s3cret@db/pjw\"\n",
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert!(!format!("{c:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn a_password_in_a_world_readable_config_is_refused_and_a_password_file_must_be_roots_0600() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("pjw.toml");
+        std::fs::write(&f, "[central]\nurl = \"postgres://pjw:s3cret@db/pjw\"\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = Config::load(Some(&f), &Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains("readable by others"), "{e}");
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(Config::load(Some(&f), &Overrides::default()).is_ok());
+
+        let pw = dir.path().join("central.pass");
+        std::fs::write(&pw, "s3cret\n").unwrap();
+        std::fs::write(
+            &f,
+            format!(
+                "[central]\nurl = \"postgres://pjw@db/pjw\"\npassword_file = \"{}\"\n",
+                pw.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let e = Config::load(Some(&f), &Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains("mode 0600"), "{e}");
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if rustix::process::geteuid().is_root() {
+            let c = Config::load(Some(&f), &Overrides::default()).unwrap();
+            assert_eq!(c.central.unwrap().password.as_deref(), Some("s3cret"));
         }
     }
 }

@@ -402,6 +402,7 @@ impl Engine {
             vcpus,
             backfill: cfg.backfill,
             hard_preemption: cfg.hard_preemption,
+            preempt_min_priority: cfg.preempt_priority,
             queue_ttl_ms: cfg.queue_ttl.map(|s| s as i64 * 1000),
         };
         let governor = cfg.governor.then_some(GovernorConfig {
@@ -770,8 +771,81 @@ impl Engine {
         if req.argv.len() > pjw_proto::MAX_ARGS {
             return Err(refuse(ErrorCode::Invalid, "too many arguments"));
         }
+        // What a client sends is shown to others and logged: bounded, no control characters.
+        if let Some(w) = &req.wlm {
+            pjw_core::text::check_label(w)
+                .map_err(|why| refuse(ErrorCode::Invalid, format!("wlm label {why}")))?;
+        }
+        if let Some(n) = &req.name {
+            if n.len() > 256 {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    "--name is longer than 256 bytes",
+                ));
+            }
+        }
+        if let Some(m) = req.mem {
+            if m > self.mem_limit {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    format!(
+                        "--mem {} can never fit: the job partition of this node is {}",
+                        pjw_core::format_size(m),
+                        pjw_core::format_size(self.mem_limit)
+                    ),
+                ));
+            }
+        }
+        if let Some(t) = req.tmp.or(self.cfg.tmp).filter(|t| *t > 0) {
+            // A tmpfs of any size mounts; its pages come out of the node's memory. At most the
+            // node's maximum (default: the job partition), and with --mem, the job's memory.
+            let cap = self.cfg.tmp_max.unwrap_or(self.mem_limit);
+            let cap = req.mem.map_or(cap, |m| cap.min(m));
+            if t > cap {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    format!(
+                        "--tmp {} is more than this job may have ({}: {})",
+                        pjw_core::format_size(t),
+                        if req
+                            .mem
+                            .is_some_and(|m| m < self.cfg.tmp_max.unwrap_or(self.mem_limit))
+                        {
+                            "its --mem"
+                        } else {
+                            "job.tmp_max, by default the job partition"
+                        },
+                        pjw_core::format_size(cap)
+                    ),
+                ));
+            }
+        }
         if let Some(p) = req.priority {
             self.check_priority(cred, p)?;
+        }
+        if req.exclusive
+            && self.cfg.exclusive == crate::config::ExclusiveRight::Privileged
+            && !self.privileged(cred)
+        {
+            return Err(refuse(
+                ErrorCode::Denied,
+                "--exclusive (the whole node) is for root, workload-manager jobs and the admin group on this node (exclusive = \"privileged\")",
+            ));
+        }
+        if cred.uid != 0 {
+            let queued = self
+                .jobs
+                .values()
+                .filter(|j| j.client_uid == cred.uid && j.started.is_none())
+                .count();
+            if queued >= self.cfg.max_queued_per_user {
+                return Err(refuse(
+                    ErrorCode::Denied,
+                    format!(
+                        "you have {queued} jobs waiting, this node's limit per user (max_queued_per_user)"
+                    ),
+                ));
+            }
         }
         if req.placement == Placement::BackfillOnly && !self.cfg.backfill {
             return Err(refuse(
@@ -795,7 +869,7 @@ impl Engine {
                 format!("priority {p} is not in 1-16"),
             ));
         }
-        if cred.uid != 0 && p > self.cfg.max_priority {
+        if p > self.cfg.max_priority && !self.privileged(cred) {
             return Err(refuse(
                 ErrorCode::Denied,
                 format!(
@@ -805,6 +879,17 @@ impl Engine {
             ));
         }
         Ok(())
+    }
+
+    /// Root or a member of the admin group (`[profile] admin_group`): may ask for priorities
+    /// above `max_priority` and, by default, for `--exclusive`.
+    fn privileged(&self, cred: &Cred) -> bool {
+        cred.uid == 0
+            || crate::report::in_admin_group(
+                cred,
+                self.cfg.profile.admin_group.as_deref(),
+                &self.cfg.proc_root,
+            )
     }
 
     /// Say once that a job waits, with its place and why.
@@ -903,13 +988,18 @@ impl Engine {
 
     /// Ask the policy what changes now and carry it out, until nothing does.
     fn replan(&mut self) {
-        // A failed start removes the job; plan again so the next one gets its chance.
+        // A failed start removes the job; plan again so the next one gets its chance. A queued
+        // job that memory holds back is left out of the next plan, so the CPUs it was planned
+        // on go to jobs that memory admits instead of idling (it starts when memory frees).
+        let mut held: Vec<i64> = Vec::new();
         for _ in 0..64 {
             let views: Vec<JobView> = self
                 .jobs
                 .values()
-                // Not a job that is ending, nor a recovered queued job whose client has not come back.
+                // Not a job that is ending, nor a recovered queued job whose client has not come
+                // back, nor one memory holds back.
                 .filter(|j| !j.ending && (j.phase != Phase::Queued || j.waiter.is_some()))
+                .filter(|j| !held.contains(&j.seq))
                 .map(Job::view)
                 .collect();
             // An ending job keeps its CPUs until its cgroup is empty (its leftovers may run on,
@@ -943,7 +1033,8 @@ impl Engine {
                 })
                 .filter(|k| !self.memory_admits(*k))
                 .collect();
-            let mut failed = false;
+            let mut failed = !held_back.is_empty();
+            held.extend(&held_back);
             for a in actions {
                 let skip = match a {
                     Action::StartPrimary { key, .. } | Action::StartBackfill { key, .. } => {
@@ -1320,9 +1411,20 @@ impl Engine {
         match (main_alive, job.pid) {
             (true, Some(pid)) => match os::pidfd_open(pid) {
                 Ok(fd) => spawn_pidfd_watch(fd, seq, self.tx.clone()),
-                Err(e) => {
-                    debug!(seq, pid, error = %e, "pidfd_open failed; main process already gone");
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) => {
+                    debug!(seq, pid, "main process already gone");
                     self.main_exited(seq);
+                }
+                // Out of descriptors or memory is not "the process is gone": keep trying.
+                Err(e) => {
+                    warn!(job = %job.id, pid, error = %e, "cannot watch the main process yet; trying again");
+                    spawn_pidfd_retry(
+                        pid,
+                        job.pid_start,
+                        self.cfg.proc_root.clone(),
+                        seq,
+                        self.tx.clone(),
+                    );
                 }
             },
             (false, Some(_)) => self.main_exited(seq),
@@ -1493,7 +1595,23 @@ impl Engine {
         if job.started.is_none() || job.held {
             return;
         }
-        let populated = self.driver.is_populated(&job.cgroup).unwrap_or(false);
+        // Only the kernel saying "empty" ends a job; a failed read is not an answer (a job
+        // ended on a read error would hand its CPUs out while it runs). A cgroup that no
+        // longer exists holds no process.
+        let populated = match self.driver.is_populated(&job.cgroup) {
+            Ok(p) => p,
+            Err(e) if e.is_not_found() => false,
+            Err(e) => {
+                warn!(job = %job.id, error = %e, "cannot tell whether the job's cgroup is empty; looking again");
+                self.metrics.kernel_read_error();
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let _ = tx.send(Event::Recheck { seq });
+                });
+                return;
+            }
+        };
         if !populated {
             let reason = match (&job.killed_by, &job.ended_by) {
                 (Some(by), _) => format!("killed by {by}"),
@@ -2170,16 +2288,72 @@ impl Engine {
 /// Wait for the process behind `fd` to exit, then report it.
 fn spawn_pidfd_watch(fd: OwnedFd, seq: i64, tx: mpsc::UnboundedSender<Event>) {
     tokio::spawn(async move {
-        // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it is a valid open descriptor
-        // that nobody else can close or replace while the AsyncFd owns it.
-        let registered =
-            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
-        match registered {
-            Ok(afd) => {
-                let _ = afd.readable().await;
+        wait_pidfd(fd, seq).await;
+        let _ = tx.send(Event::MainExited { seq });
+    });
+}
+
+/// Wait until the process behind `fd` exits: on the reactor, or — when the fd cannot be
+/// registered (out of memory) — by looking at a duplicate every half second. An error is never
+/// taken for "exited".
+async fn wait_pidfd(fd: OwnedFd, seq: i64) {
+    let spare = fd.try_clone().ok();
+    // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it is a valid open descriptor
+    // that nobody else can close or replace while the AsyncFd owns it.
+    match unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) } {
+        Ok(afd) => {
+            let _ = afd.readable().await;
+        }
+        Err(e) => {
+            warn!(seq, error = %e, "cannot register the pidfd; polling it instead");
+            let Some(fd) = spare else {
+                // Not even a duplicate: fall back to the cgroup (the job ends when it empties).
+                warn!(
+                    seq,
+                    "no pidfd to poll; the job ends when its cgroup empties"
+                );
+                std::future::pending::<()>().await;
+                return;
+            };
+            loop {
+                let mut fds = [rustix::event::PollFd::new(
+                    &fd,
+                    rustix::event::PollFlags::IN,
+                )];
+                if matches!(rustix::event::poll(&mut fds, 0), Ok(n) if n > 0) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            Err(e) => {
-                warn!(seq, error = %e, "cannot register pidfd; treating main process as exited")
+        }
+    }
+}
+
+/// `pidfd_open` failed for a reason other than "no such process" (EMFILE, ENOMEM): try again
+/// with backoff until it works or the process is gone; a pid reused meanwhile (another start
+/// time) means the main process is gone.
+fn spawn_pidfd_retry(
+    pid: u32,
+    start: Option<u64>,
+    proc_root: std::path::PathBuf,
+    seq: i64,
+    tx: mpsc::UnboundedSender<Event>,
+) {
+    tokio::spawn(async move {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+            match os::pidfd_open(pid) {
+                Ok(fd) => {
+                    if start.is_some() && os::start_time(&proc_root, pid) != start {
+                        break; // the pid now names another process
+                    }
+                    wait_pidfd(fd, seq).await;
+                    break;
+                }
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) => break,
+                Err(e) => debug!(seq, pid, error = %e, "pidfd_open failed again"),
             }
         }
         let _ = tx.send(Event::MainExited { seq });

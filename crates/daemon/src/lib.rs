@@ -16,7 +16,7 @@ pub mod report;
 pub mod server;
 pub mod tmp;
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use futures_util::StreamExt;
@@ -70,14 +70,24 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
 }
 
 /// Hold an exclusive lock on the state directory, so two daemons never share it.
+///
+/// Nothing a user can open may be something the daemon needs: the directory is made 0711
+/// (users reach their jobs' /tmp below it, but cannot list it) and the lock file 0600, also
+/// when an older version left them more open, so no user can take the lock (flock works on
+/// any open descriptor) and keep the daemon from starting.
 fn lock_state_dir(dir: &Path) -> Result<std::fs::File, DaemonError> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(io_err(dir))?;
     let path = dir.join("pjw.lock");
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&path)
+        .map_err(io_err(&path))?;
+    // An existing file keeps its mode through open(): narrow it before locking.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
         .map_err(io_err(&path))?;
     rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(|_| {
         DaemonError::Other(format!(
@@ -316,6 +326,7 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         // Its own thread and SQLite connection: shipping never runs on the engine's path.
         let ship = pjw_central::ShipConfig {
             url: c.url.clone(),
+            password: c.password.clone(),
             ship_samples: c.ship_samples,
             batch_size: c.batch_size,
             retry: c.retry,
@@ -352,7 +363,8 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         topology = %format!("{} pus", topo.online().len()),
         "pjw daemon ready"
     );
-    tokio::spawn(server::serve(listener, tx.clone()));
+    let limits = server::ConnLimits::new(cfg.max_connections_per_user, nofile);
+    tokio::spawn(server::serve(listener, tx.clone(), limits, eng.metrics()));
     if let Some(l) = metrics_listener {
         if let Ok(addr) = l.local_addr() {
             info!(listen = %addr, "metrics served at http://{addr}/metrics");

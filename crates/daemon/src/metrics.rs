@@ -76,6 +76,8 @@ pub struct Metrics {
     launch_latency: Histogram,
     sampler_duration: Histogram,
     store_write_errors: Counter,
+    kernel_read_errors: Counter,
+    connections_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -93,6 +95,8 @@ impl Metrics {
             // 0.1 ms to ~0.8 s.
             sampler_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 14)),
             store_write_errors: Counter::default(),
+            kernel_read_errors: Counter::default(),
+            connections_refused: Counter::default(),
         };
         // Every kind shows, with 0, from the first scrape.
         for kind in [
@@ -126,6 +130,16 @@ impl Metrics {
     /// A write to the local store failed.
     pub fn store_write_error(&self) {
         self.store_write_errors.inc();
+    }
+
+    /// Reading a job's state from the kernel failed (and was not taken as an answer).
+    pub fn kernel_read_error(&self) {
+        self.kernel_read_errors.inc();
+    }
+
+    /// A connection was refused (a user over their limit, or the daemon out of descriptors).
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
     }
 }
 
@@ -267,6 +281,16 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         "store_write_errors",
         "Failed writes to the local store",
         total,
+    );
+    reg.register(
+        "kernel_read_errors",
+        "Reads of a job's state from the kernel that failed and were retried",
+        metrics.kernel_read_errors.clone(),
+    );
+    reg.register(
+        "connections_refused",
+        "Client connections refused: a user over their limit or no descriptor left",
+        metrics.connections_refused.clone(),
     );
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &reg) {

@@ -40,7 +40,7 @@ pub struct LiveJob {
 
 /// Whether `cred` is in the admin group (a name or a gid): its primary group, a supplementary
 /// group of the calling process (`/proc/PID/status`), or a listed member in the group database.
-fn in_admin_group(cred: &Cred, group: Option<&str>, proc_root: &Path) -> bool {
+pub(crate) fn in_admin_group(cred: &Cred, group: Option<&str>, proc_root: &Path) -> bool {
     let Some(group) = group else { return false };
     let gid = match group.parse::<u32>() {
         Ok(g) => g,

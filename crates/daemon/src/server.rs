@@ -3,8 +3,16 @@
 //! It never touches state. Each connection is its own task, so a slow or silent client holds
 //! up nobody; the first request must arrive within [`FIRST_REQUEST_TIMEOUT`]. A frame that does
 //! not decode gets an error answer and the connection is closed.
+//!
+//! Every local user may connect, so no user may hold what the daemon needs: a user other than
+//! root holds at most [`ConnLimits::per_user`] connections, and all of them together at most
+//! [`ConnLimits::non_root_total`], so descriptors are always left for root and for the jobs'
+//! pidfds and files. A connection over a limit is answered with one error frame and closed at
+//! once (counted in the metrics, logged once per user per minute); root is never refused.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use pjw_proto::{
     decode_request, encode_response, ErrorCode, Request, Response, MAX_FRAME, VERSION,
@@ -19,27 +27,158 @@ use crate::engine::{Control, Cred, Event};
 /// How long a new connection may take to send its request.
 pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Limits on what users other than root may hold open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Open connections of one user.
+    pub per_user: usize,
+    /// Open connections of all users but root together.
+    pub non_root_total: usize,
+}
+
+impl ConnLimits {
+    /// Limits for a daemon allowed `nofile` descriptors: a quarter of them for users' connections
+    /// (the rest: the sampler's open statistics files, pidfds, inotify, the store, root).
+    pub fn new(per_user: usize, nofile: u64) -> ConnLimits {
+        let quarter = (nofile / 4).min(1 << 20) as usize;
+        ConnLimits {
+            per_user,
+            non_root_total: quarter.max(per_user.min(64)),
+        }
+    }
+}
+
+/// Open connections per uid (root is not counted).
+#[derive(Debug, Default)]
+struct Open {
+    by_uid: HashMap<u32, usize>,
+    total: usize,
+}
+
+/// One counted connection; dropping it (the connection's task ends) gives the slot back.
+#[derive(Debug)]
+struct Slot {
+    open: Arc<Mutex<Open>>,
+    uid: u32,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut o = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = o.by_uid.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                o.by_uid.remove(&self.uid);
+            }
+        }
+        o.total = o.total.saturating_sub(1);
+    }
+}
+
+/// Take a slot for `uid`, or say which limit it is over. Root needs none.
+fn take_slot(
+    open: &Arc<Mutex<Open>>,
+    uid: u32,
+    limits: ConnLimits,
+) -> Result<Option<Slot>, String> {
+    if uid == 0 {
+        return Ok(None);
+    }
+    let mut o = open.lock().unwrap_or_else(|e| e.into_inner());
+    let mine = o.by_uid.get(&uid).copied().unwrap_or(0);
+    if mine >= limits.per_user {
+        return Err(format!(
+            "too many connections: you hold {mine}, this node's limit per user (max_connections_per_user)"
+        ));
+    }
+    if o.total >= limits.non_root_total {
+        return Err("the pjw daemon has no connection left for users; try again later".into());
+    }
+    *o.by_uid.entry(uid).or_insert(0) += 1;
+    o.total += 1;
+    Ok(Some(Slot {
+        open: open.clone(),
+        uid,
+    }))
+}
+
 /// Accept connections forever.
-pub async fn serve(listener: UnixListener, tx: mpsc::UnboundedSender<Event>) {
+pub async fn serve(
+    listener: UnixListener,
+    tx: mpsc::UnboundedSender<Event>,
+    limits: ConnLimits,
+    metrics: Arc<crate::metrics::Metrics>,
+) {
     let mut next_conn: u64 = 1;
+    let open = Arc::new(Mutex::new(Open::default()));
+    // When each refused uid (and accept errors, under u32::MAX) was last logged, and how many
+    // refusals since: one line per minute, not one per connection.
+    let mut logged: HashMap<u32, (Instant, u64)> = HashMap::new();
+    let mut note = |key: u32, what: &dyn Fn(u64)| {
+        let now = Instant::now();
+        let e = logged
+            .entry(key)
+            .or_insert((now - Duration::from_secs(3600), 0));
+        e.1 += 1;
+        if now.duration_since(e.0) >= Duration::from_secs(60) {
+            what(e.1);
+            *e = (now, 0);
+        }
+        if logged.len() > 4096 {
+            logged.retain(|_, (t, _)| now.duration_since(*t) < Duration::from_secs(60));
+        }
+    };
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
+                let uid = match stream.peer_cred() {
+                    Ok(c) => c.uid(),
+                    Err(e) => {
+                        debug!(error = %e, "no peer credentials; connection closed");
+                        continue;
+                    }
+                };
+                let slot = match take_slot(&open, uid, limits) {
+                    Ok(s) => s,
+                    Err(msg) => {
+                        metrics.connection_refused();
+                        note(uid, &|n| {
+                            warn!(uid, refused = n, "connections refused: {msg}");
+                        });
+                        refuse_now(&stream, &msg);
+                        continue;
+                    }
+                };
                 let conn = next_conn;
                 next_conn += 1;
                 let tx = tx.clone();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     if let Err(e) = handle(stream, conn, tx).await {
                         debug!(conn, error = %e, "connection ended with an error");
                     }
                 });
             }
             Err(e) => {
-                warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Out of descriptors: the limits above keep users from causing it; say so
+                // once a minute, not once per try.
+                note(u32::MAX, &|n| warn!(error = %e, times = n, "accept failed"));
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
     }
+}
+
+/// Write one error frame without waiting (a refused client gets a reason, if its buffer has
+/// room) and let the connection close.
+fn refuse_now(stream: &UnixStream, msg: &str) {
+    let payload = encode_response(&Response::Error {
+        code: ErrorCode::Denied,
+        message: msg.to_string(),
+    });
+    let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&payload);
+    let _ = stream.try_write(&frame);
 }
 
 async fn read_frame(stream: &mut UnixStream) -> std::io::Result<Option<Vec<u8>>> {
@@ -277,5 +416,45 @@ fn shutting_down() -> Response {
     Response::Error {
         code: ErrorCode::ShuttingDown,
         message: "the pjw daemon is stopping".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_over_the_limit_is_refused_root_never_and_slots_come_back() {
+        let open = Arc::new(Mutex::new(Open::default()));
+        let limits = ConnLimits {
+            per_user: 2,
+            non_root_total: 3,
+        };
+        let a1 = take_slot(&open, 1000, limits).unwrap();
+        let a2 = take_slot(&open, 1000, limits).unwrap();
+        assert!(take_slot(&open, 1000, limits)
+            .unwrap_err()
+            .contains("max_connections_per_user"));
+        let b1 = take_slot(&open, 1001, limits).unwrap();
+        // All users together are at their total: another user is refused too.
+        assert!(take_slot(&open, 1002, limits)
+            .unwrap_err()
+            .contains("no connection left"));
+        // Root is never counted nor refused.
+        for _ in 0..10 {
+            assert!(take_slot(&open, 0, limits).unwrap().is_none());
+        }
+        drop(a1);
+        let a3 = take_slot(&open, 1000, limits).unwrap();
+        drop((a2, a3, b1));
+        let o = open.lock().unwrap();
+        assert!(o.by_uid.is_empty() && o.total == 0, "{o:?}");
+    }
+
+    #[test]
+    fn limits_leave_most_descriptors_to_the_daemon() {
+        let l = ConnLimits::new(256, 1 << 20);
+        assert_eq!(l.non_root_total, 1 << 18);
+        assert_eq!(ConnLimits::new(256, 1024).non_root_total, 256);
     }
 }

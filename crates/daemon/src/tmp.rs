@@ -76,11 +76,24 @@ pub fn mount_job_tmp(
     Ok(dir)
 }
 
-/// Unmount (lazily: a process that still has it open cannot block the job's end) and remove a
-/// job's tmpfs directory. A directory that is already gone is fine.
+/// Empty, shrink, unmount (lazily: a process that still has it open cannot block the job's end)
+/// and remove a job's tmpfs directory. A directory that is already gone is fine.
+///
+/// A lazily unmounted tmpfs lives on while any process outside the job (a user's shell with its
+/// working directory there) holds it, and its pages stay charged to the ended job. So its files
+/// are deleted first and it is remounted at the smallest size, which frees the pages now and
+/// refuses new writes; only files still open elsewhere keep theirs until closed.
 pub fn remove_job_tmp(dir: &Path) -> Result<(), TmpError> {
     if !dir.exists() {
         return Ok(());
+    }
+    if is_tmpfs_mount(dir) {
+        empty_dir(dir);
+        let _ = rustix::mount::mount_remount(
+            dir,
+            MountFlags::NOSUID | MountFlags::NODEV,
+            "size=4k,nr_inodes=1",
+        );
     }
     // EINVAL: not a mount point any more (unmounted before a crash); go on to rmdir.
     let _ = unmount(dir, UnmountFlags::DETACH);
@@ -88,6 +101,34 @@ pub fn remove_job_tmp(dir: &Path) -> Result<(), TmpError> {
         path: dir.to_path_buf(),
         source,
     })
+}
+
+/// Whether `dir` is the root of a mount of its own (a different device than its parent).
+fn is_tmpfs_mount(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (
+        std::fs::symlink_metadata(dir),
+        dir.parent().map(std::fs::metadata),
+    ) {
+        (Ok(d), Some(Ok(p))) => d.dev() != p.dev(),
+        _ => false,
+    }
+}
+
+/// Delete what is in `dir` (not `dir`): the user's files in the job's tmpfs. std's
+/// remove_dir_all does not follow symlinks, so a link planted there cannot send root elsewhere;
+/// errors (a file vanishing meanwhile) are ignored, the unmount follows anyway.
+fn empty_dir(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let _ = match e.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&p),
+            _ => std::fs::remove_file(&p),
+        };
+    }
 }
 
 /// Directories below `root` (job tmpfs mount points), for the sweep after a restart.

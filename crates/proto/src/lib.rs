@@ -420,6 +420,8 @@ pub fn socket_path() -> PathBuf {
 #[derive(Debug)]
 pub struct Client {
     stream: UnixStream,
+    /// The daemon's refusal, read when sending failed because it had closed the connection.
+    refusal: Option<Response>,
 }
 
 impl Client {
@@ -429,7 +431,10 @@ impl Client {
             path: path.to_path_buf(),
             source,
         })?;
-        Ok(Client { stream })
+        Ok(Client {
+            stream,
+            refusal: None,
+        })
     }
 
     /// Limit how long a read may wait (None = forever).
@@ -438,13 +443,34 @@ impl Client {
         Ok(())
     }
 
-    /// Send a request.
+    /// Send a request. A daemon that refused the connection (a user over their limit) wrote
+    /// one error frame and closed it: then sending fails, and that frame is what
+    /// [`Client::recv`] returns, so the user reads the daemon's reason, not "broken pipe".
     pub fn send(&mut self, req: &Request) -> Result<(), ProtoError> {
-        write_frame(&mut self.stream, &encode_request(req))
+        match write_frame(&mut self.stream, &encode_request(req)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = self.stream.set_read_timeout(Some(Duration::from_secs(1)));
+                match read_frame(&mut self.stream)
+                    .ok()
+                    .flatten()
+                    .map(|p| decode_response(&p))
+                {
+                    Some(Ok(r @ Response::Error { .. })) => {
+                        self.refusal = Some(r);
+                        Ok(())
+                    }
+                    _ => Err(e),
+                }
+            }
+        }
     }
 
     /// Wait for the next response.
     pub fn recv(&mut self) -> Result<Response, ProtoError> {
+        if let Some(r) = self.refusal.take() {
+            return Ok(r);
+        }
         match read_frame(&mut self.stream)? {
             Some(p) => decode_response(&p),
             None => Err(ProtoError::Closed),

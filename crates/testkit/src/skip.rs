@@ -22,7 +22,11 @@ pub const GUEST_MARKER: &str = "/etc/pjw-guest";
 pub fn guest_tier() -> Option<String> {
     let text = std::fs::read_to_string(GUEST_MARKER).ok()?;
     let t = text.trim();
-    Some(if t.is_empty() { "guest".to_string() } else { t.to_string() })
+    Some(if t.is_empty() {
+        "guest".to_string()
+    } else {
+        t.to_string()
+    })
 }
 
 /// Whether this test runs inside one of the project's test guests.
@@ -44,7 +48,11 @@ pub fn record_skip(fallback_name: &str, reason: &str) {
     let name = current_test(fallback_name);
     let bin = std::env::args()
         .next()
-        .and_then(|a| Path::new(&a).file_name().map(|f| f.to_string_lossy().into_owned()))
+        .and_then(|a| {
+            Path::new(&a)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+        })
         .unwrap_or_default();
     let reason = reason.replace(['\n', '\t'], " ");
     eprintln!("SKIPPED {name}: {reason}");
@@ -57,7 +65,10 @@ pub fn record_skip(fallback_name: &str, reason: &str) {
             .open(&log)
             .and_then(|mut f| f.write_all(line.as_bytes()));
         if let Err(e) = res {
-            panic!("cannot record the skip in {}: {e}", Path::new(&log).display());
+            panic!(
+                "cannot record the skip in {}: {e}",
+                Path::new(&log).display()
+            );
         }
     }
 }

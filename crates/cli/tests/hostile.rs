@@ -1,0 +1,571 @@
+//! The hostile local user, written as the attack (docs/security.md names each test here).
+//!
+//! Root tests on the real cgroupfs with a private daemon (`TestDaemon`) and two real
+//! unprivileged users: uids that no account uses, reached with util-linux `setpriv`, so the
+//! kernel — not pjw — says who is calling (SO_PEERCRED). Every attack must fail for the
+//! attacker and leave root and the other user served. Waits are correctness bounds, never
+//! timings.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use pjw_testkit::{require_root, TestDaemon};
+
+fn pjw_bin() -> &'static Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw")))
+}
+
+fn wl() -> PathBuf {
+    let p = pjw_bin().with_file_name("pjw-wl");
+    assert!(p.exists(), "pjw-wl not built at {}", p.display());
+    p
+}
+
+/// Two uids no account on this machine uses: the attacker and the bystander.
+fn users() -> (u32, u32) {
+    let free = (61_000u32..65_000).filter(|&u| {
+        // SAFETY: getpwuid with any uid is sound; the result is only compared with null.
+        unsafe { libc::getpwuid(u).is_null() }
+    });
+    let v: Vec<u32> = free.take(2).collect();
+    (v[0], v[1])
+}
+
+/// A daemon whose socket unprivileged users can reach (the temp dir is root's 0700).
+fn daemon(extra: &str) -> TestDaemon {
+    let d = TestDaemon::start(pjw_bin(), extra);
+    std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    d
+}
+
+/// `cmd` as `uid` (its own gid, no supplementary groups).
+fn as_user(uid: u32, cmd: &Path) -> Command {
+    let mut c = Command::new("setpriv");
+    c.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
+        .arg(cmd)
+        .current_dir("/");
+    c
+}
+
+/// `pjw ARGS` as `uid` against `d`.
+fn pjw_as(d: &TestDaemon, uid: u32, args: &[&str]) -> Output {
+    as_user(uid, pjw_bin())
+        .args(args)
+        .env("PJW_SOCKET", d.socket())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run pjw as a user")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The attack must have been refused, saying why.
+fn refused(o: &Output, why: &str) {
+    assert!(!o.status.success(), "the attack succeeded:\n{}", text(o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(why),
+        "refused, but not with {why:?}:\n{}",
+        text(o)
+    );
+}
+
+fn jobs(d: &TestDaemon) -> Vec<serde_json::Value> {
+    d.status()["jobs"].as_array().cloned().unwrap_or_default()
+}
+
+fn state_of(d: &TestDaemon, id: &str) -> Option<String> {
+    jobs(d)
+        .iter()
+        .find(|j| j["id"] == id)
+        .and_then(|j| j["state"].as_str().map(String::from))
+}
+
+fn wait_state(d: &TestDaemon, id: &str, want: &str) {
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || state_of(d, id).as_deref()
+            == Some(want)),
+        "job {id} never got to {want}: {:?}\n{}",
+        state_of(d, id),
+        d.log()
+    );
+}
+
+/// `pjw run ARGS -- sh -c SCRIPT` as `uid`, in the background.
+fn spawn_as(d: &TestDaemon, uid: u32, args: &[&str], script: &str) -> Child {
+    as_user(uid, pjw_bin())
+        .arg("run")
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .env("PJW_SOCKET", d.socket())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pjw run as a user")
+}
+
+/// Wait for a background client and return its output (killed after a bound).
+fn finish(mut c: Child) -> Output {
+    let end = Instant::now() + Duration::from_secs(120);
+    while c.try_wait().ok().flatten().is_none() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    c.wait_with_output().expect("wait for pjw run")
+}
+
+fn cpus_for_jobs(d: &TestDaemon) -> usize {
+    d.status()["total_cpus"].as_u64().expect("total_cpus") as usize
+}
+
+/// Item 4: one user opens 20,000 connections and holds them. The daemon keeps at most
+/// `max_connections_per_user` of them, so root's `pjw status` is answered meanwhile, another
+/// user is served too, and the log gets one line about it, not thousands.
+#[test]
+fn a_user_holding_20000_connections_cannot_starve_root_or_other_users() {
+    require_root!();
+    let (attacker, bystander) = users();
+    let d = daemon("max_connections_per_user = 64");
+    let mut flood = as_user(attacker, &wl())
+        .args(["flood", &d.socket().display().to_string(), "20000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the flood");
+    let mut out = BufReader::new(flood.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let opened: usize = line
+        .trim()
+        .strip_prefix("opened ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("flood said {line:?}"));
+    assert!(
+        opened >= 1000,
+        "the attack opened only {opened} connections"
+    );
+    // While the attacker holds what it could: root is answered, so is the bystander.
+    let t = Instant::now();
+    let st = d.pjw().args(["status", "--json"]).output().unwrap();
+    let root_took = t.elapsed();
+    assert!(st.status.success(), "root's status failed:\n{}", text(&st));
+    let other = pjw_as(&d, bystander, &["status"]);
+    assert!(
+        other.status.success(),
+        "another user was starved:\n{}",
+        text(&other)
+    );
+    // A new connection of the attacker is refused with a reason (or was already dropped).
+    let more = pjw_as(&d, attacker, &["status"]);
+    drop(flood.stdin.take());
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let alive: usize = line
+        .trim()
+        .strip_prefix("alive ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("flood said {line:?}"));
+    let _ = flood.wait();
+    eprintln!(
+        "attacker opened {opened}, daemon held {alive}; root's status answered in {root_took:?}; attacker's next status: {}",
+        String::from_utf8_lossy(&more.stderr).trim()
+    );
+    assert!(
+        alive <= 64,
+        "the daemon held {alive} of one user's connections"
+    );
+    let log = d.log();
+    let lines = log.matches("connections refused").count();
+    assert!(
+        (1..=3).contains(&lines),
+        "{lines} log lines about refused connections"
+    );
+    assert_eq!(log.matches("accept failed").count(), 0, "{log}");
+}
+
+/// Item 5: a user cannot take the state directory's lock (flock works on any descriptor the
+/// user can open), so the daemon can always start again; an older, more open lock file is
+/// narrowed at start.
+#[test]
+fn a_user_cannot_hold_the_lock_that_keeps_the_daemon_from_restarting() {
+    require_root!();
+    let (attacker, _) = users();
+    let mut d = daemon("");
+    let state = d.dir().join("state");
+    let lock = state.join("pjw.lock");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&state), 0o711, "state dir");
+    assert_eq!(mode(&lock), 0o600, "lock file");
+    assert_eq!(mode(&state.join("pjw.db")), 0o600, "store");
+    let o = as_user(attacker, Path::new("flock"))
+        .args(["-s", "-n", &lock.display().to_string(), "true"])
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success(),
+        "the user locked {}:\n{}",
+        lock.display(),
+        text(&o)
+    );
+    // As an older version left it (readable by all): the next start narrows it again.
+    std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o644)).unwrap();
+    d.restart();
+    assert_eq!(mode(&lock), 0o600, "lock file after restart");
+    let o = as_user(attacker, Path::new("flock"))
+        .args(["-s", "-n", &lock.display().to_string(), "true"])
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success(),
+        "the user locked {} after the restart",
+        lock.display()
+    );
+}
+
+/// Item 6: what a client sends is bounded and shown without control characters: a megabyte
+/// label is refused (it once made `pjw status` fail for everyone), an escape sequence in a job
+/// name reaches other users' terminals as text.
+#[test]
+fn user_text_can_neither_break_status_nor_reach_other_terminals() {
+    require_root!();
+    let (attacker, _) = users();
+    let d = daemon("");
+    // A huge wlm label, sent raw (the CLI would not make one).
+    let req = pjw_proto::Request::Run(pjw_proto::RunRequest {
+        cpus: 1,
+        mem: None,
+        job_id: None,
+        name: None,
+        argv: vec!["true".into()],
+        priority: None,
+        placement: Default::default(),
+        exclusive: false,
+        user: None,
+        wlm: Some("x".repeat(900_000)),
+        tmp: None,
+    });
+    let payload = pjw_proto::encode_request(&req);
+    let mut s = std::os::unix::net::UnixStream::connect(d.socket()).unwrap();
+    s.write_all(&(payload.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(&payload).unwrap();
+    let mut len = [0u8; 4];
+    std::io::Read::read_exact(&mut s, &mut len).unwrap();
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    std::io::Read::read_exact(&mut s, &mut buf).unwrap();
+    let answer = String::from_utf8_lossy(&buf);
+    assert!(answer.contains("longer than 128 bytes"), "{answer}");
+    // An escape sequence in a name.
+    let evil = "x\u{1b}[2J\u{1b}]0;pwned\u{7}\nforged line";
+    let c = spawn_as(
+        &d,
+        attacker,
+        &["--name", evil, "--job-id", "esc"],
+        "sleep 30",
+    );
+    wait_state(&d, "esc", "running");
+    let st = d.pjw().arg("status").output().unwrap();
+    assert!(st.status.success(), "{}", text(&st));
+    let shown = String::from_utf8_lossy(&st.stdout);
+    assert!(
+        !shown.contains('\u{1b}'),
+        "an ESC reached the terminal:\n{shown:?}"
+    );
+    assert!(!shown.contains("\nforged line"), "{shown}");
+    let k = d.pjw().args(["kill", "esc"]).output().unwrap();
+    assert!(k.status.success(), "{}", text(&k));
+    let o = finish(c);
+    assert!(!o.status.success(), "a killed job exited 0:\n{}", text(&o));
+}
+
+/// Item 7: a job that can never fit is refused at once; a job waiting for memory does not keep
+/// CPUs idle that a job behind it could use.
+#[test]
+fn impossible_memory_is_refused_and_a_job_waiting_for_memory_blocks_nobody() {
+    require_root!();
+    let (attacker, bystander) = users();
+    let d = daemon("[memory]\nlimit = \"512M\"\ngovernor = false\n");
+    let o = pjw_as(&d, attacker, &["run", "--mem", "1P", "--", "true"]);
+    refused(&o, "can never fit");
+    if cpus_for_jobs(&d) < 2 {
+        pjw_testkit::skip!("the rest needs 2 CPUs for jobs; this node has 1");
+    }
+    let n = cpus_for_jobs(&d);
+    // A holds most of the memory and all CPUs but one; B waits for memory; C needs no
+    // memory promise and must get the CPU B was planned on.
+    let a_cpus = (n - 1).to_string();
+    let a = spawn_as(
+        &d,
+        attacker,
+        &["--cpus", &a_cpus, "--mem", "400M", "--job-id", "a"],
+        "sleep 60",
+    );
+    wait_state(&d, "a", "running");
+    let b = spawn_as(
+        &d,
+        attacker,
+        &["--cpus", "1", "--mem", "300M", "--job-id", "b"],
+        "true",
+    );
+    wait_state(&d, "b", "queued");
+    let c = spawn_as(&d, bystander, &["--cpus", "1", "--job-id", "c"], "exit 7");
+    let oc = finish(c);
+    assert_eq!(
+        oc.status.code(),
+        Some(7),
+        "C did not run:\n{}\n{}",
+        text(&oc),
+        d.log()
+    );
+    assert_eq!(state_of(&d, "b").as_deref(), Some("queued"));
+    let k = d.pjw().args(["kill", "a"]).output().unwrap();
+    assert!(k.status.success(), "{}", text(&k));
+    let ob = finish(b);
+    assert!(
+        ob.status.success(),
+        "B never ran once memory freed:\n{}",
+        text(&ob)
+    );
+    let oa = finish(a);
+    assert!(!oa.status.success(), "{}", text(&oa));
+}
+
+/// Item 8: users cannot take priorities above theirs or the whole node, and cannot displace
+/// each other; root (like WLM jobs and the admin group) still preempts.
+#[test]
+fn users_cannot_take_root_priorities_the_whole_node_or_preempt_each_other() {
+    require_root!();
+    let (attacker, victim) = users();
+    let d = daemon("");
+    refused(
+        &pjw_as(&d, attacker, &["run", "--priority", "16", "--", "true"]),
+        "above this node's maximum for users (12)",
+    );
+    refused(
+        &pjw_as(&d, attacker, &["run", "--exclusive", "--", "true"]),
+        "--exclusive",
+    );
+    let n = cpus_for_jobs(&d).to_string();
+    let v = spawn_as(
+        &d,
+        victim,
+        &["--cpus", &n, "--priority", "10", "--job-id", "victim"],
+        "sleep 60",
+    );
+    wait_state(&d, "victim", "running");
+    let a = spawn_as(
+        &d,
+        attacker,
+        &["--cpus", "1", "--priority", "12", "--job-id", "pushy"],
+        "true",
+    );
+    wait_state(&d, "pushy", "queued");
+    // Planning happens on submission; a later status sees its outcome.
+    assert_eq!(state_of(&d, "victim").as_deref(), Some("running"));
+    assert_eq!(state_of(&d, "pushy").as_deref(), Some("queued"));
+    // Root at 14 preempts.
+    let r = d.run_sh(
+        &["--cpus", "1", "--priority", "14", "--job-id", "urgent"],
+        "exit 3",
+    );
+    let or = r.wait_with_output().unwrap();
+    assert_eq!(
+        or.status.code(),
+        Some(3),
+        "root's job did not preempt:\n{}",
+        text(&or)
+    );
+    for id in ["victim", "pushy"] {
+        let _ = d.pjw().args(["kill", id]).output();
+    }
+    let _ = finish(v);
+    let _ = finish(a);
+}
+
+/// Item 9: a job's private /tmp is capped (a tmpfs mounts at any size), and at the job's end
+/// its files are gone and its pages free even when a process outside the job holds it.
+#[test]
+fn a_private_tmp_is_capped_and_freed_at_the_end_even_when_held_from_outside() {
+    require_root!();
+    let (attacker, _) = users();
+    let d = daemon("[memory]\nlimit = \"1G\"\n");
+    refused(
+        &pjw_as(&d, attacker, &["run", "--tmp", "1P", "--", "true"]),
+        "more than this job may have",
+    );
+    refused(
+        &pjw_as(
+            &d,
+            attacker,
+            &["run", "--mem", "64M", "--tmp", "128M", "--", "true"],
+        ),
+        "its --mem",
+    );
+    let dir = d.dir().to_path_buf();
+    let tmpdir_file = dir.join("tmpdir");
+    std::fs::write(&tmpdir_file, "").unwrap();
+    std::fs::set_permissions(&tmpdir_file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let script = format!(
+        "head -c 33554432 /dev/zero > \"$TMPDIR/fill\" && echo \"$TMPDIR\" > {f} && while [ ! -e \"$TMPDIR/go\" ]; do sleep 0.05; done",
+        f = tmpdir_file.display()
+    );
+    let j = spawn_as(
+        &d,
+        attacker,
+        &["--tmp", "64M", "--job-id", "tmpjob"],
+        &script,
+    );
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || std::fs::read_to_string(
+            &tmpdir_file
+        )
+        .is_ok_and(|t| !t.trim().is_empty())),
+        "the job never wrote its TMPDIR:\n{}",
+        d.log()
+    );
+    let tmpdir = std::fs::read_to_string(&tmpdir_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    // The attacker's process outside the job keeps the tmpfs: its working directory.
+    let mut holder = as_user(attacker, Path::new("sleep"))
+        .arg("300")
+        .current_dir(&tmpdir)
+        .spawn()
+        .unwrap();
+    std::fs::write(Path::new(&tmpdir).join("go"), "").unwrap();
+    let o = finish(j);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || state_of(&d, "tmpjob").is_none()),
+        "the job did not end"
+    );
+    let cwd = format!("/proc/{}/cwd", holder.id());
+    let left: Vec<String> = std::fs::read_dir(&cwd)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let df = Command::new("stat")
+        .args(["-f", "-c", "%b %f %S", &cwd])
+        .output()
+        .unwrap();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(
+        left.is_empty(),
+        "files left in the ended job's tmpfs: {left:?}"
+    );
+    let v: Vec<u64> = String::from_utf8_lossy(&df.stdout)
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    assert_eq!(v.len(), 3, "stat -f said {}", text(&df));
+    let used = (v[0] - v[1]) * v[2];
+    assert!(
+        used < 1 << 20,
+        "{used} bytes still used in the ended job's tmpfs"
+    );
+}
+
+/// A process inside a job (here an unprivileged user's) cannot leave its cgroup, widen its
+/// cpuset or run on CPUs outside it: the job's cgroup files are root's, and the kernel bounds
+/// affinity by the cpuset.
+#[test]
+fn a_process_inside_a_job_cannot_leave_its_cgroup_or_widen_its_cpus() {
+    require_root!();
+    let (attacker, _) = users();
+    let d = daemon("");
+    let all = d.status()["cpus"]
+        .as_str()
+        .map(String::from)
+        .expect("the pool in status");
+    assert!(!all.is_empty());
+    let script = format!(
+        r#"cg=$(sed -n 's/^0:://p' /proc/self/cgroup); v1=$(sed -n 's/^[0-9]*:cpuset:\(.*\)/\1/p' /proc/self/cgroup)
+for f in /sys/fs/cgroup$cg/../cgroup.procs /sys/fs/cgroup/unified$cg/../cgroup.procs /sys/fs/cgroup/cpuset$v1/../cgroup.procs /sys/fs/cgroup/cpuset$v1/../tasks /sys/fs/cgroup/cgroup.procs; do
+  [ -e "$f" ] || continue
+  if echo $$ > "$f" 2>/dev/null; then echo "ESCAPED via $f"; fi
+done
+for f in /sys/fs/cgroup$cg/cpuset.cpus /sys/fs/cgroup/cpuset$v1/cpuset.cpus; do
+  [ -e "$f" ] || continue
+  if echo {all} > "$f" 2>/dev/null; then echo "WIDENED via $f"; fi
+done
+taskset -a -p -c {all} $$ >/dev/null 2>&1
+echo "allowed $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+[ "$(sed -n 's/^0:://p' /proc/self/cgroup)" = "$cg" ] && echo "still in $cg""#
+    );
+    let o = finish(spawn_as(
+        &d,
+        attacker,
+        &["--cpus", "1", "--job-id", "jailed"],
+        &script,
+    ));
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !out.contains("ESCAPED") && !out.contains("WIDENED"),
+        "{out}"
+    );
+    assert!(out.contains("still in"), "{out}");
+    let allowed = out
+        .lines()
+        .find_map(|l| l.strip_prefix("allowed "))
+        .and_then(|l| pjw_core::CpuSet::parse_list(l.trim()).ok())
+        .unwrap_or_else(|| panic!("no affinity line in {out}"));
+    assert_eq!(
+        allowed.len(),
+        1,
+        "the job runs on {allowed} after asking for {all}"
+    );
+    eprintln!("job asked for {all}, runs on {allowed}; output: {out}");
+}
+
+/// U5: one user cannot fill the queue; another user still gets in.
+#[test]
+fn a_user_cannot_fill_the_queue() {
+    require_root!();
+    let (attacker, bystander) = users();
+    let d = daemon("max_queued_per_user = 3");
+    let n = cpus_for_jobs(&d).to_string();
+    let hog = spawn_as(&d, attacker, &["--cpus", &n, "--job-id", "hog"], "sleep 60");
+    wait_state(&d, "hog", "running");
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        let id = format!("q{i}");
+        waiting.push(spawn_as(
+            &d,
+            attacker,
+            &["--cpus", "1", "--job-id", &id],
+            "true",
+        ));
+        wait_state(&d, &id, "queued");
+    }
+    refused(
+        &pjw_as(&d, attacker, &["run", "--cpus", "1", "--", "true"]),
+        "max_queued_per_user",
+    );
+    let other = spawn_as(&d, bystander, &["--cpus", "1", "--job-id", "other"], "true");
+    wait_state(&d, "other", "queued");
+    for id in ["hog", "q0", "q1", "q2", "other"] {
+        let _ = d.pjw().args(["kill", id]).output();
+    }
+    for c in waiting.into_iter().chain([hog, other]) {
+        let _ = finish(c);
+    }
+}

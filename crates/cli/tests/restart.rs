@@ -1,0 +1,53 @@
+//! A `pjw run` that arrives while the daemon is down or restarting waits for it (bounded)
+//! instead of failing at once: under a workload manager's prolog a failed run drains the node.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use pjw_testkit::{require_root, TestDaemon};
+
+fn pjw_bin() -> &'static Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw")))
+}
+
+#[test]
+fn a_new_job_waits_for_a_daemon_that_is_restarting() {
+    require_root!();
+    let mut d = TestDaemon::start(pjw_bin(), "");
+    d.kill9();
+    // The socket file is still there, and refuses: the daemon is gone.
+    let client = d
+        .pjw()
+        .args(["run", "--job-id", "patient", "--", "sh", "-c", "exit 5"])
+        .env("PJW_CONNECT_WAIT", "120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It said it waits (its first line), then the daemon comes back.
+    std::thread::sleep(Duration::from_millis(300));
+    d.restart();
+    let out = client.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}\n{}", d.log());
+    assert!(err.contains("waiting up to 120 s"), "{err}");
+}
+
+#[test]
+fn with_no_daemon_at_all_a_run_fails_clearly_after_its_wait() {
+    require_root!();
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(pjw_bin())
+        .args(["run", "--", "true"])
+        .env("PJW_SOCKET", dir.path().join("none.sock"))
+        .env("PJW_CONNECT_WAIT", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("no pjw daemon came up within 1 s"), "{err}");
+    assert_eq!(err.lines().count(), 2, "{err}");
+}
