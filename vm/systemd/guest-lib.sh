@@ -7,7 +7,7 @@ export LC_ALL=C.UTF-8
 ok() { echo "ok: $*"; }
 fail() { echo "FAIL: $*"; }
 # check DESCRIPTION COMMAND...: ok when the command succeeds.
-check() { d=$1; shift; if "$@"; then ok "$d"; else fail "$d"; fi; }
+check() { _what=$1; shift; if "$@"; then ok "$_what"; else fail "$_what"; fi; }
 
 # The checks run as root in a real login (sshd, PAM, logind): say where this shell is.
 session_check() {

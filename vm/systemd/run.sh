@@ -63,6 +63,7 @@ SSH="ssh -i $key -p $port -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev
 
 qpid=""
 stop_guest() {
+  [ -z "${spid:-}" ] || kill "$spid" 2>/dev/null || true
   [ -n "$qpid" ] || return 0
   if kill -0 "$qpid" 2>/dev/null; then
     # A clean shutdown first; qemu exits by itself when the guest powers off.
@@ -122,7 +123,14 @@ step() {
   echo "=== $name"
   s=$(date +%s)
   set +e
-  timeout "$step_limit" $SSH root@127.0.0.1 "$@" < /dev/null 2>&1 | tee "$run/$name.log"
+  # In the background and waited for: a signal to this script is then handled at once (sh
+  # runs traps only between foreground commands), and the trap stops the guest.
+  timeout "$step_limit" $SSH root@127.0.0.1 "$@" < /dev/null > "$run/$name.log" 2>&1 &
+  spid=$!
+  tail -f --pid="$spid" "$run/$name.log" &
+  tpid=$!
+  wait "$spid"
+  wait "$tpid"
   set -e
   echo "=== $name: $(( $(date +%s) - s )) s"
 }
