@@ -35,6 +35,9 @@ cd "$src"
 if [ "${VM_HOST_BUILD:-1}" = 1 ]; then
 echo "$label: building on the host (release binaries, test executables)"
 cargo build --release --workspace --bins
+# Debug binaries too (pjw-wl is another package's: cargo test --no-run does not build it, and the
+# tests run it from target/debug), as make test-host's build step does.
+cargo build --workspace --bins
 cargo test --workspace --no-run --message-format=json > "$W/tests.json.tmp"
 mv "$W/tests.json.tmp" "$W/tests.json"
 fi   # VM_HOST_BUILD=0: reuse the last build (only to debug this script)
@@ -125,6 +128,7 @@ step() {
   set +e
   # In the background and waited for: a signal to this script is then handled at once (sh
   # runs traps only between foreground commands), and the trap stops the guest.
+  : > "$run/$name.log"
   timeout "$step_limit" $SSH root@127.0.0.1 "$@" < /dev/null > "$run/$name.log" 2>&1 &
   spid=$!
   tail -f --pid="$spid" "$run/$name.log" &
