@@ -8,19 +8,17 @@ use pjw_central::{Central, CentralFilter, ShipConfig, Shipper};
 use pjw_core::CpuSet;
 use pjw_store::{EndClass, JobRecord, JobSummary, Sample, Store, StoredState};
 use pjw_testkit::pg::PgServer;
-use pjw_testkit::{in_vm_guest, TestDaemon};
+use pjw_testkit::TestDaemon;
 
-fn can_run() -> bool {
-    if in_vm_guest() {
-        eprintln!("skipped: PostgreSQL is host-only");
-        return false;
-    }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (to run PostgreSQL as the postgres user)");
-        return false;
-    }
-    true
+/// PostgreSQL (scripts/install-deps.sh) and root (to run it as the postgres user) are what
+/// `make test` provides: missing on the host, the test fails; in a test guest, it skips.
+macro_rules! require_pg {
+    () => {
+        pjw_testkit::require!(
+            pjw_testkit::Component::Root,
+            pjw_testkit::Component::Postgres
+        )
+    };
 }
 
 /// A running job in the local store (no samples yet).
@@ -103,9 +101,7 @@ fn count(c: &mut Central, f: &CentralFilter) -> usize {
 
 #[test]
 fn jobs_ship_once_and_wait_in_the_spool_while_postgres_is_down() {
-    if !can_run() {
-        return;
-    }
+    require_pg!();
     let mut pg = PgServer::start();
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path()).unwrap();
@@ -246,9 +242,7 @@ fn a_bad_url_or_dead_server_is_a_clear_error() {
 
 #[test]
 fn live_samples_ship_incrementally_and_never_twice() {
-    if !can_run() {
-        return;
-    }
+    require_pg!();
     let pg = PgServer::start();
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path()).unwrap();

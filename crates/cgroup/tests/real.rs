@@ -3,15 +3,18 @@
 //! Everything is created below this test process's own cgroup in each hierarchy
 //! (`self/pjw-cgtest-<pid>`), only the `sleep` child this test starts is moved, frozen or
 //! killed, and a guard removes what was created even when an assertion fails. Nothing is
-//! mounted or reconfigured. Skipped (passes with a message) when not root or without
-//! /sys/fs/cgroup.
+//! mounted or reconfigured. Root and a cgroup filesystem are what `make test` provides: without
+//! them the tests fail on the host (testkit's `require!`). A test whose own cgroup cannot have
+//! children with controllers (pure v2, the process shares its cgroup with others: the
+//! no-internal-process rule) is recorded as skipped, saying so.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use pjw_cgroup::{CpuSet, Driver, JobLimits, Mode, ParentSpec};
+use pjw_cgroup::{CgroupError, CpuSet, Driver, JobLimits, Mode, ParentSpec};
+use pjw_testkit::{require, skip, Component};
 
 const JOB: &str = "job";
 
@@ -36,9 +39,23 @@ impl Drop for Guard {
     }
 }
 
-fn is_root() -> bool {
-    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    pjw_kernelfs::proc_status::parse(&text).is_ok_and(|s| s.uid[1] == 0)
+/// Why `prepare_parent` cannot work below this process's own cgroup here, if that is the
+/// reason it failed: in unified mode a cgroup with processes of its own (other than the root)
+/// cannot enable controllers for children. Any other failure is a failure.
+fn shared_own_cgroup(d: &Driver, e: &CgroupError) -> Option<String> {
+    match e {
+        CgroupError::SubtreeBusy { path, .. } if d.mode() == Mode::Unified => Some(format!(
+            "this process's cgroup {} has other processes, so no controllers can be enabled \
+             below it (cgroup v2 no-internal-process rule); these tests need a delegated cgroup",
+            path.display()
+        )),
+        _ => None,
+    }
+}
+
+/// The first CPU this process may use (the job's cpuset), and the CPUs' list.
+fn first_cpu() -> CpuSet {
+    pjw_testkit::machine::first_cpus(1).expect("a CPU this process may use")
 }
 
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
@@ -60,14 +77,7 @@ fn procs_of(dir: &Path) -> Vec<u32> {
 
 #[test]
 fn job_lifecycle_on_the_real_cgroupfs() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    if !Path::new("/sys/fs/cgroup").is_dir() {
-        eprintln!("skipped: no /sys/fs/cgroup");
-        return;
-    }
+    require!(Component::Root);
     let parent = ParentSpec::parse(&format!("self/pjw-cgtest-{}", std::process::id())).unwrap();
     let driver = Driver::detect(Path::new("/proc"), &parent).unwrap();
     eprintln!("{}", driver.describe());
@@ -83,21 +93,21 @@ fn job_lifecycle_on_the_real_cgroupfs() {
     let d = &g.driver;
     let parents = d.parent_dirs();
     if let Err(e) = d.prepare_parent() {
-        if d.mode() == Mode::Unified {
-            eprintln!("skipped: cannot prepare below our own cgroup in unified mode: {e}");
-            return;
+        match shared_own_cgroup(d, &e) {
+            Some(why) => skip!("{why}"),
+            None => panic!("prepare_parent: {e}"),
         }
-        panic!("prepare_parent: {e}");
     }
     for (k, p) in &parents {
         assert!(p.is_dir(), "{k}: {}", p.display());
     }
     let mems = match dir(&parents, "cpuset") {
         Some(p) => std::fs::read_to_string(p.join("cpuset.mems")).unwrap(),
-        None => "0".into(),
+        // No cpuset hierarchy: the mems are not written anywhere.
+        None => String::new(),
     };
     let limits = JobLimits {
-        cpus: CpuSet::parse_list("0").unwrap(),
+        cpus: first_cpu(),
         mems: CpuSet::parse_list(&mems).unwrap(),
         memory_max: Some(64 << 20),
         pids_max: Some(100),
@@ -105,7 +115,7 @@ fn job_lifecycle_on_the_real_cgroupfs() {
     };
     d.create_job(JOB, &limits).unwrap();
     assert_eq!(d.list_jobs().unwrap(), [JOB]);
-    assert_eq!(d.job_cpus(JOB).unwrap().to_string(), "0");
+    assert_eq!(d.job_cpus(JOB).unwrap(), first_cpu());
     let jobs = d.job_dirs(JOB);
     if let Some(mem) = dir(&jobs, "memory") {
         let f = if d.mode() == Mode::Unified {
@@ -134,7 +144,7 @@ fn job_lifecycle_on_the_real_cgroupfs() {
 
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let status = pjw_kernelfs::proc_status::parse(&status).unwrap();
-    assert_eq!(status.cpus_allowed_list.to_string(), "0");
+    assert_eq!(status.cpus_allowed_list, first_cpu());
     for key in ["memory", "unified", "cpuset"] {
         if let Some(j) = dir(&jobs, key) {
             assert!(
@@ -207,10 +217,7 @@ fn job_lifecycle_on_the_real_cgroupfs() {
 /// numbers, and removing the job closes its files (its cgroup goes away cleanly).
 #[test]
 fn statistics_files_kept_open_read_fresh_values_and_close_with_the_job() {
-    if !is_root() || !Path::new("/sys/fs/cgroup").is_dir() {
-        eprintln!("skipped: needs root and /sys/fs/cgroup");
-        return;
-    }
+    require!(Component::Root);
     let parent =
         ParentSpec::parse(&format!("self/pjw-cgtest-stat-{}", std::process::id())).unwrap();
     let mut driver = Driver::detect(Path::new("/proc"), &parent).unwrap();
@@ -220,18 +227,18 @@ fn statistics_files_kept_open_read_fresh_values_and_close_with_the_job() {
         child: None,
     };
     if let Err(e) = g.driver.prepare_parent() {
-        if g.driver.mode() == Mode::Unified {
-            eprintln!("skipped: cannot prepare below our own cgroup in unified mode: {e}");
-            return;
+        match shared_own_cgroup(&g.driver, &e) {
+            Some(why) => skip!("{why}"),
+            None => panic!("prepare_parent: {e}"),
         }
-        panic!("prepare_parent: {e}");
     }
     let mems = match dir(&g.driver.parent_dirs(), "cpuset") {
         Some(p) => std::fs::read_to_string(p.join("cpuset.mems")).unwrap(),
-        None => "0".into(),
+        // No cpuset hierarchy: the mems are not written anywhere.
+        None => String::new(),
     };
     let limits = JobLimits {
-        cpus: CpuSet::parse_list("0").unwrap(),
+        cpus: first_cpu(),
         mems: CpuSet::parse_list(&mems).unwrap(),
         memory_max: None,
         pids_max: None,

@@ -9,8 +9,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use pjw_central::{Central, CentralFilter};
+use pjw_testkit::machine::one_cpu_config;
 use pjw_testkit::pg::PgServer;
-use pjw_testkit::{in_vm_guest, require_root, TestDaemon};
+use pjw_testkit::{require, require_root, Component, TestDaemon};
 
 fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
@@ -27,6 +28,22 @@ fn report(d: &TestDaemon, args: &[&str]) -> Output {
     d.pjw().arg("report").args(args).output().unwrap()
 }
 
+/// `pjw ARGS` as nobody: its real and effective ids, no supplementary groups (std drops them
+/// when root sets a uid).
+fn as_nobody(d: &TestDaemon, args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt;
+    let nb = pjw_testkit::machine::nobody();
+    Command::new(pjw_bin())
+        .uid(nb.uid)
+        .gid(nb.gid)
+        .args(args)
+        .env("PJW_SOCKET", d.socket())
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -37,16 +54,13 @@ fn text(o: &Output) -> String {
 
 #[test]
 fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
-    require_root!();
-    if in_vm_guest() {
-        eprintln!("skipped: PostgreSQL is host-only");
-        return;
-    }
+    require!(Component::Root, Component::Postgres);
     let mut pg = PgServer::start();
     let d = TestDaemon::start(
         &pjw_bin(),
         &format!(
-            "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n[central]\nurl = \"{}\"\nretry_secs = 0.3\nbatch_size = 10\nship_samples = true\n",
+            "{}[profile]\ninterval = \"1s\"\n[central]\nurl = \"{}\"\nretry_secs = 0.3\nbatch_size = 10\nship_samples = true\n",
+            one_cpu_config(),
             pg.url()
         ),
     );
@@ -54,8 +68,17 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
     let node = d.status()["node"].as_str().unwrap().to_string();
 
     // A first job ships while PostgreSQL is up.
-    let mut a = d.run_sh(&["-c", "1", "--job-id", "up1"], "sleep 0.2");
-    assert!(a.wait().unwrap().success());
+    pjw_testkit::job::run_ok(d.pjw().args([
+        "run",
+        "-c",
+        "1",
+        "--job-id",
+        "up1",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.2",
+    ]));
     let mut central = None;
     assert!(
         TestDaemon::wait_for(Duration::from_secs(60), || {
@@ -68,7 +91,7 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
     drop(central);
 
     // The second job runs; PostgreSQL stops; the job ends.
-    let mut b = d.run_sh(&["-c", "1", "--job-id", "down1"], &hold(&dir, "b"));
+    let b = d.run_sh(&["-c", "1", "--job-id", "down1"], &hold(&dir, "b"));
     assert!(
         TestDaemon::wait_for(Duration::from_secs(30), || dir.join("b.up").exists()),
         "job did not start:\n{}",
@@ -88,7 +111,7 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
     drop(c);
     pg.stop();
     std::fs::write(dir.join("b.go"), "").unwrap();
-    assert!(b.wait().unwrap().success());
+    pjw_testkit::job::wait(b, "job down1").ok();
     let ended = std::time::Instant::now();
     // It is recorded locally (ended, with its summary) ...
     assert!(TestDaemon::wait_for(Duration::from_secs(30), || {
@@ -126,8 +149,9 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
         d.log()
     );
     // Wake the shipper again (another job ends): nothing is sent twice.
-    let mut e = d.run_sh(&["-c", "1", "--job-id", "after1"], "true");
-    assert!(e.wait().unwrap().success());
+    pjw_testkit::job::run_ok(d.pjw().args([
+        "run", "-c", "1", "--job-id", "after1", "--", "sh", "-c", "true",
+    ]));
     assert!(TestDaemon::wait_for(Duration::from_secs(60), || c
         .jobs(&CentralFilter::default())
         .unwrap()
@@ -143,7 +167,10 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
     assert!(d.log().contains("central store reachable again"));
 
     // pjw report --central lists it with its node (table and JSON).
-    let o = report(&d, &["--central", "--user", "root"]);
+    let o = report(
+        &d,
+        &["--central", "--user", &pjw_testkit::machine::me().name],
+    );
     assert!(o.status.success(), "{}", text(&o));
     let table = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -163,14 +190,7 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
     // Another user cannot read root's jobs from the central store either.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(pjw_bin())
-        .args(["report", "--central", "-J", "down1"])
-        .env("PJW_SOCKET", d.socket())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let o = as_nobody(&d, &["report", "--central", "-J", "down1"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("belongs to another user"),
@@ -178,14 +198,7 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
         text(&o)
     );
     // And a list of "all" jobs for them is only theirs: none.
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(pjw_bin())
-        .args(["report", "--central"])
-        .env("PJW_SOCKET", d.socket())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let o = as_nobody(&d, &["report", "--central"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(!String::from_utf8_lossy(&o.stdout).contains("down1"));
 }
@@ -193,7 +206,7 @@ fn a_job_ending_while_postgres_is_down_reaches_it_once_later() {
 #[test]
 fn central_without_a_central_store_is_a_clear_error() {
     require_root!();
-    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n");
+    let d = TestDaemon::start(&pjw_bin(), &one_cpu_config());
     let o = report(&d, &["--central"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);

@@ -5,14 +5,21 @@
 //! bounds: they check that something happens, never how fast.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use pjw_core::CpuSet;
+use pjw_testkit::job::{describe, run, wait};
+use pjw_testkit::machine::{allowed_cpus, nobody};
 use pjw_testkit::{require_root, TestDaemon};
 
-/// Two CPUs for jobs, whatever the machine (the VM tier has 16).
-const TWO_CPUS: &str = "cpus = \"0-1\"";
+/// A daemon configuration with exactly two CPUs for jobs (the first two this process may use),
+/// whatever the machine (the guests have 16); on a machine with one CPU the test is skipped.
+macro_rules! two_cpus {
+    () => {
+        format!("cpus = \"{}\"", pjw_testkit::need_cpus!(2))
+    };
+}
 
 fn pjw_bin() -> &'static Path {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -82,6 +89,17 @@ struct Ended {
     code: i32,
     stdout: String,
     stderr: String,
+    /// Status, stdout and stderr, for messages.
+    desc: String,
+}
+
+impl Ended {
+    /// Assert the job exited 0.
+    #[track_caller]
+    fn ok(self) -> Ended {
+        assert_eq!(self.code, 0, "{}", self.desc);
+        self
+    }
 }
 
 /// Wait for a `pjw run` client (bounded: a hung job fails the test instead of hanging it).
@@ -106,17 +124,26 @@ fn finish(mut c: Child) -> Ended {
     if let Some(mut e) = c.stderr.take() {
         let _ = e.read_to_string(&mut stderr);
     }
+    let desc = describe(
+        "pjw run",
+        &std::process::Output {
+            status: st,
+            stdout: stdout.clone().into_bytes(),
+            stderr: stderr.clone().into_bytes(),
+        },
+    );
     Ended {
         code: st.code().unwrap_or(-1),
         stdout,
         stderr,
+        desc,
     }
 }
 
 #[test]
 fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
     require_root!();
-    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let d = TestDaemon::start(pjw_bin(), &two_cpus!());
     let dir = d.dir().to_path_buf();
     let a = d.run_sh(&["--cpus", "1", "--job-id", "a"], &hold(&dir, "a"));
     let b = d.run_sh(&["--cpus", "1", "--job-id", "b"], &hold(&dir, "b"));
@@ -148,7 +175,7 @@ fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
         d.status()
     );
     touch(&dir.join("a.go"));
-    assert_eq!(finish(a).code, 0);
+    finish(a).ok();
     // One CPU is free now, but c needs two: it keeps waiting.
     assert!(TestDaemon::wait_for(Duration::from_secs(10), || d.status()
         ["free_cpus"]
@@ -161,7 +188,7 @@ fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
         "queued"
     );
     touch(&dir.join("b.go"));
-    assert_eq!(finish(b).code, 0);
+    finish(b).ok();
     let Ended {
         code, stderr: err, ..
     } = finish(c);
@@ -185,7 +212,7 @@ fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
 #[test]
 fn daemonized_children_and_threads_stay_jailed_and_die_with_the_job() {
     require_root!();
-    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let d = TestDaemon::start(pjw_bin(), "");
     let dir = d.dir().to_path_buf();
     let pidfile = dir.join("escapee.pid");
     // The job double-forks a setsid daemon running 16 threads, starts 8 threads itself, and
@@ -266,7 +293,7 @@ fn daemonized_children_and_threads_stay_jailed_and_die_with_the_job() {
 #[test]
 fn kill_9_of_the_daemon_loses_nothing_and_gives_no_cpu_twice() {
     require_root!();
-    let mut d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let mut d = TestDaemon::start(pjw_bin(), &two_cpus!());
     let dir = d.dir().to_path_buf();
     let a = d.run_sh(&["--cpus", "1", "--job-id", "a"], &hold(&dir, "a"));
     let b = d.run_sh(&["--cpus", "1", "--job-id", "b"], &hold(&dir, "b"));
@@ -309,8 +336,8 @@ fn kill_9_of_the_daemon_loses_nothing_and_gives_no_cpu_twice() {
     assert_eq!(code, 0, "{cerr}");
     assert_eq!(allowed(&dir.join("c.cpus")), ca);
     touch(&dir.join("b.go"));
-    assert_eq!(finish(a).code, 0);
-    assert_eq!(finish(b).code, 0);
+    finish(a).ok();
+    finish(b).ok();
     assert!(TestDaemon::wait_for(Duration::from_secs(10), || {
         let s = d.status();
         jobs(&s).is_empty()
@@ -329,13 +356,13 @@ fn kill_9_of_the_daemon_loses_nothing_and_gives_no_cpu_twice() {
 #[test]
 fn jobs_that_end_while_the_daemon_is_down_are_cleaned_up_at_restart() {
     require_root!();
-    let mut d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let mut d = TestDaemon::start(pjw_bin(), &two_cpus!());
     let dir = d.dir().to_path_buf();
     let a = d.run_sh(&["--cpus", "2", "--job-id", "gone"], &hold(&dir, "a"));
     wait_file(&dir.join("a.cpus"));
     d.kill9();
     touch(&dir.join("a.go"));
-    assert_eq!(finish(a).code, 0);
+    finish(a).ok();
     d.restart();
     let s = d.status();
     assert!(jobs(&s).is_empty(), "{s}");
@@ -351,7 +378,7 @@ fn jobs_that_end_while_the_daemon_is_down_are_cleaned_up_at_restart() {
 #[test]
 fn a_client_queued_when_the_daemon_dies_is_served_after_the_restart() {
     require_root!();
-    let mut d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let mut d = TestDaemon::start(pjw_bin(), &two_cpus!());
     let dir = d.dir().to_path_buf();
     let a = d.run_sh(&["--cpus", "2", "--job-id", "big"], &hold(&dir, "a"));
     wait_file(&dir.join("a.cpus"));
@@ -364,46 +391,31 @@ fn a_client_queued_when_the_daemon_dies_is_served_after_the_restart() {
     d.kill9();
     d.restart();
     touch(&dir.join("a.go"));
-    assert_eq!(finish(a).code, 0);
-    let q = finish(q);
-    assert_eq!(q.code, 0, "{}", q.stderr);
+    finish(a).ok();
+    let q = finish(q).ok();
     assert!(q.stdout.contains("served"), "{}", q.stdout);
 }
 
 #[test]
 fn exit_status_memory_limit_and_environment_reach_the_command() {
     require_root!();
-    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
-    let st = d
-        .pjw()
-        .args(["run", "--", "sh", "-c", "exit 7"])
-        .status()
-        .unwrap();
-    assert_eq!(st.code(), Some(7));
-    let out = d
-        .pjw()
-        .args(["run", "--", "/nonexistent/cmd"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(127));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("command not found"));
+    let d = TestDaemon::start(pjw_bin(), "");
+    run(d.pjw().args(["run", "--", "sh", "-c", "exit 7"])).code(7);
+    let out = run(d.pjw().args(["run", "--", "/nonexistent/cmd"])).code(127);
+    assert!(
+        out.stderr().contains("command not found"),
+        "{}",
+        out.describe()
+    );
     // The memory limit is set on the job's own memory cgroup.
     let script = r#"p=$(grep -E '^[0-9]+:(memory|):' /proc/self/cgroup | head -1 | cut -d: -f3-)
         for f in /sys/fs/cgroup/memory$p/memory.limit_in_bytes /sys/fs/cgroup$p/memory.max; do [ -r $f ] && cat $f && break; done
         echo "$PJW_JOB_ID $PJW_CPUS""#;
-    let out = d
-        .pjw()
-        .args([
-            "run", "--mem", "64M", "--job-id", "memjob", "--", "sh", "-c", script,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let out = run(d.pjw().args([
+        "run", "--mem", "64M", "--job-id", "memjob", "--", "sh", "-c", script,
+    ]))
+    .ok();
+    let text = out.stdout();
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("67108864"), "{text}");
     let env = lines.next().unwrap_or_default();
@@ -413,11 +425,13 @@ fn exit_status_memory_limit_and_environment_reach_the_command() {
 #[test]
 fn bad_input_gets_one_line_errors_and_the_daemon_survives() {
     require_root!();
-    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let d = TestDaemon::start(pjw_bin(), "");
+    let pool = d.pool();
+    let too_many = (pool.len() + 1).to_string();
     let cases: &[(&[&str], &str)] = &[
         (&["run", "--cpus", "0", "--", "true"], "at least 1"),
         (
-            &["run", "--cpus", "99", "--", "true"],
+            &["run", "--cpus", &too_many, "--", "true"],
             "more than this node has",
         ),
         (&["run", "--mem", "12Q", "--", "true"], "invalid size"),
@@ -425,9 +439,8 @@ fn bad_input_gets_one_line_errors_and_the_daemon_survives() {
         (&["kill", "nosuchjob"], "no job nosuchjob"),
     ];
     for (args, want) in cases {
-        let out = d.pjw().args(*args).output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} succeeded");
+        let out = run(d.pjw().args(*args)).failed();
+        let err = out.stderr();
         assert!(err.contains(want), "{args:?}: {err:?}");
         assert_eq!(
             err.trim_end().lines().count(),
@@ -466,45 +479,37 @@ fn bad_input_gets_one_line_errors_and_the_daemon_survives() {
     // A silent client does not block others.
     let _silent = std::os::unix::net::UnixStream::connect(d.socket()).unwrap();
     let st = d.status();
-    assert_eq!(st["total_cpus"], 2);
-    let ok = d.pjw().args(["run", "--", "true"]).status().unwrap();
-    assert!(ok.success());
+    assert_eq!(st["total_cpus"], pool.len());
+    assert_eq!(pool, allowed_cpus());
+    run(d.pjw().args(["run", "--", "true"])).ok();
 }
 
 #[test]
 fn a_user_cannot_kill_another_users_job() {
     require_root!();
-    // util-linux setpriv (busybox's has no --reuid).
-    let usable = Command::new("setpriv")
-        .args(["--reuid=0", "--regid=0", "--clear-groups", "true"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !usable {
-        eprintln!("skipped: util-linux setpriv missing");
-        return;
-    }
-    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let nb = nobody();
+    let d = TestDaemon::start(pjw_bin(), "");
     let dir = d.dir().to_path_buf();
     // Let the unprivileged user reach the socket.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let a = d.run_sh(&["--cpus", "1", "--job-id", "roots"], &hold(&dir, "a"));
     wait_file(&dir.join("a.cpus"));
+    // nobody's real and effective ids, no supplementary groups (std drops them when root
+    // sets a uid), as setpriv --reuid --regid --clear-groups would (busybox's cannot).
     let as_nobody = |args: &[&str]| {
-        Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(pjw_bin())
+        use std::os::unix::process::CommandExt;
+        run(Command::new(pjw_bin())
+            .uid(nb.uid)
+            .gid(nb.gid)
             .args(args)
             .env("PJW_SOCKET", d.socket())
-            .output()
-            .unwrap()
+            .current_dir("/"))
     };
-    let out = as_nobody(&["kill", "roots"]);
-    assert!(!out.status.success());
+    let out = as_nobody(&["kill", "roots"]).failed();
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("belongs to root"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains(&format!("belongs to {}", pjw_testkit::machine::me().name)),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -513,17 +518,12 @@ fn a_user_cannot_kill_another_users_job() {
         "job was killed"
     );
     // nobody can run a job of its own and see it by its user.
-    let out = as_nobody(&["run", "--job-id", "nob", "--", "id", "-u"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "65534");
+    let out = as_nobody(&["run", "--job-id", "nob", "--", "id", "-u"]).ok();
+    assert_eq!(out.stdout().trim(), nb.uid.to_string());
     // root may kill anyone's job; the job's processes die.
-    let st = d.pjw().args(["kill", "roots"]).status().unwrap();
-    assert!(st.success());
-    assert_ne!(finish(a).code, 0, "killed job exited 0");
+    run(d.pjw().args(["kill", "roots"])).ok();
+    let a = finish(a);
+    assert_ne!(a.code, 0, "killed job exited 0: {}", a.desc);
     assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
         &d.status()
     )
@@ -531,18 +531,21 @@ fn a_user_cannot_kill_another_users_job() {
     // The store says how each job ended.
     let store = pjw_store::Store::open_file(&dir.join("state/pjw.db")).unwrap();
     let rec = store.latest_by_id("roots").unwrap().unwrap();
-    assert_eq!(rec.end_reason.as_deref(), Some("killed by root"));
+    assert_eq!(
+        rec.end_reason,
+        Some(format!("killed by {}", pjw_testkit::machine::me().name))
+    );
     let rec = store.latest_by_id("nob").unwrap().unwrap();
     assert_eq!(
         (rec.uid, rec.end_reason.as_deref()),
-        (65534, Some("exited"))
+        (nb.uid, Some("exited"))
     );
 }
 
 #[test]
 fn a_queued_client_that_gives_up_leaves_the_queue() {
     require_root!();
-    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let d = TestDaemon::start(pjw_bin(), &two_cpus!());
     let dir = d.dir().to_path_buf();
     let a = d.run_sh(&["--cpus", "2", "--job-id", "big"], &hold(&dir, "a"));
     wait_file(&dir.join("a.cpus"));
@@ -553,7 +556,7 @@ fn a_queued_client_that_gives_up_leaves_the_queue() {
     .iter()
     .any(|j| j["id"] == "impatient")));
     q.kill().unwrap();
-    q.wait().unwrap();
+    wait(q, "the impatient client (killed)").signal(libc::SIGKILL);
     assert!(TestDaemon::wait_for(Duration::from_secs(10), || !jobs(
         &d.status()
     )
@@ -561,27 +564,22 @@ fn a_queued_client_that_gives_up_leaves_the_queue() {
     .any(|j| j["id"] == "impatient")));
     // The same id can be used again at once.
     touch(&dir.join("a.go"));
-    assert_eq!(finish(a).code, 0);
-    assert!(d
-        .pjw()
-        .args(["run", "--job-id", "impatient", "--", "true"])
-        .status()
-        .unwrap()
-        .success());
+    finish(a).ok();
+    run(d.pjw().args(["run", "--job-id", "impatient", "--", "true"])).ok();
 }
 
 #[test]
 fn status_text_shows_the_table_and_node_map() {
     require_root!();
-    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let d = TestDaemon::start(pjw_bin(), &two_cpus!());
     let dir = d.dir().to_path_buf();
     let a = d.run_sh(
         &["--cpus", "1", "--job-id", "shown", "--name", "demo"],
         &hold(&dir, "a"),
     );
     wait_file(&dir.join("a.cpus"));
-    let out = d.pjw().arg("status").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let out = run(d.pjw().arg("status")).ok();
+    let text = out.stdout();
     assert!(text.lines().next().unwrap().contains("JOB"), "{text}");
     assert!(
         text.contains("shown") && text.contains("demo") && text.contains("running"),
@@ -594,23 +592,18 @@ fn status_text_shows_the_table_and_node_map() {
     assert_eq!(inside.matches('.').count(), 1, "{map}");
     assert!(text.contains("1 free, 1 allocated"), "{text}");
     touch(&dir.join("a.go"));
-    finish(a);
+    finish(a).ok();
 }
 
 #[test]
 fn duplicate_live_job_ids_are_refused() {
     require_root!();
-    let d = TestDaemon::start(pjw_bin(), TWO_CPUS);
+    let d = TestDaemon::start(pjw_bin(), "");
     let dir = d.dir().to_path_buf();
     let a = d.run_sh(&["--cpus", "1", "--job-id", "same"], &hold(&dir, "a"));
     wait_file(&dir.join("a.cpus"));
-    let out = d
-        .pjw()
-        .args(["run", "--job-id", "same", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("already in use"));
+    let out = run(d.pjw().args(["run", "--job-id", "same", "--", "true"])).code(125);
+    assert!(out.stderr().contains("already in use"));
     touch(&dir.join("a.go"));
-    finish(a);
+    finish(a).ok();
 }

@@ -4,7 +4,7 @@
 //! jobs' colours drawn.
 
 use std::path::PathBuf;
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 use pjw_testkit::{require_root, TestDaemon};
 
@@ -74,19 +74,17 @@ fn three_equal_steps(levels: &[f64]) -> bool {
 #[test]
 fn plots_show_the_memory_steps_of_several_jobs_as_svg_and_png() {
     require_root!();
-    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0-1\"\n[profile]\ninterval = \"1s\"\n");
+    let d = TestDaemon::start(&pjw_bin(), "[profile]\ninterval = \"1s\"\n");
     let dir = d.dir().to_path_buf();
     // 300 MiB and 150 MiB, three steps each, every step held 2.5 s (two or more samples).
     for (id, mib) in [("plot1", "300"), ("plot2", "150")] {
-        let st = d
-            .pjw()
-            .args(["run", "-c", "1", "-j", id, "-n", "plotsteps", "--"])
-            .arg(wl())
-            .args(["steps", mib, "3", "0", "2500"])
-            .stdin(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(st.success(), "job {id} failed:\n{}", d.log());
+        let out = pjw_testkit::job::run(
+            d.pjw()
+                .args(["run", "-c", "1", "-j", id, "-n", "plotsteps", "--"])
+                .arg(wl())
+                .args(["steps", mib, "3", "0", "2500"]),
+        );
+        assert!(out.status.success(), "{}\n{}", out.describe(), d.log());
     }
 
     let svg_path = dir.join("jobs.svg");

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use pjw_testkit::{require_root, TestDaemon};
+use pjw_testkit::job::{run, wait};
+use pjw_testkit::machine::{me, nobody, one_cpu_config, unused_id};
+use pjw_testkit::{require_root, skip, TestDaemon};
 
 const MIB: f64 = 1048576.0;
 
@@ -38,23 +40,31 @@ fn report_json(d: &TestDaemon, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("report json")
 }
 
+/// The report of job `id` once the daemon has recorded its end. The client sees the job's
+/// process die before the daemon has seen its cgroup empty and recorded the end: a bounded wait
+/// for that, not a timing assertion.
+fn ended_report(d: &TestDaemon, id: &str) -> serde_json::Value {
+    let mut j = serde_json::Value::Null;
+    let ended = TestDaemon::wait_for(Duration::from_secs(20), || {
+        j = report_json(d, &["-J", id])[0].clone();
+        !j["end"].is_null()
+    });
+    assert!(ended, "job {id} not recorded ended: {j:#}\n{}", d.log());
+    j
+}
+
 fn run_job(d: &TestDaemon, args: &[&str], cmd: &[&str]) {
-    let st = d
-        .pjw()
-        .arg("run")
-        .args(args)
-        .arg("--")
-        .args(cmd)
-        .stdin(Stdio::null())
-        .status()
-        .expect("pjw run");
-    assert!(st.success(), "job failed: {st}\n{}", d.log());
+    let out = run(d.pjw().arg("run").args(args).arg("--").args(cmd));
+    assert!(out.status.success(), "{}\n{}", out.describe(), d.log());
 }
 
 #[test]
 fn a_job_in_three_steps_with_25_children_is_reported_exactly() {
     require_root!();
-    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
+    let d = TestDaemon::start(
+        &pjw_bin(),
+        &format!("{}[profile]\ninterval = \"1s\"\n", one_cpu_config()),
+    );
     let wl = wl();
     // 300 MiB in three steps held 2.5 s each (two or more samples per plateau at 1 s), 25
     // short-lived children, no threads: 26 processes in all.
@@ -64,12 +74,20 @@ fn a_job_in_three_steps_with_25_children_is_reported_exactly() {
         &[wl.to_str().unwrap(), "steps", "300", "3", "25", "2500"],
     );
     // The exit status comes with the last process event, which may follow the job's end.
+    // The summary counts the samples the sampler took; their rows reach the store through the
+    // writer thread in batches, so the series may lag that count for a moment: wait (bounded)
+    // until they agree.
     let mut j = serde_json::Value::Null;
     let complete = TestDaemon::wait_for(Duration::from_secs(20), || {
         j = report_json(&d, &["-J", "steps1", "--series"])[0].clone();
         !j["exit_status"].is_null()
+            && j["series"].as_array().map(|s| s.len() as u64) == j["samples"].as_u64()
     });
-    assert!(complete, "no exit status: {j:#}\n{}", d.log());
+    assert!(
+        complete,
+        "no exit status, or a series shorter than its sample count: {j:#}\n{}",
+        d.log()
+    );
     assert_eq!(j["state"], "ended", "{j:#}");
     assert_eq!(j["end"], "completed", "{j:#}");
     assert_eq!(j["exit_status"], 0, "{j:#}");
@@ -143,9 +161,12 @@ fn killed_jobs_and_live_jobs_are_reported() {
     require_root!();
     let d = TestDaemon::start(
         &pjw_bin(),
-        "cpus = \"0\"\n[profile]\ninterval = \"1s\"\nprocesses = 3\n",
+        &format!(
+            "{}[profile]\ninterval = \"1s\"\nprocesses = 3\n",
+            one_cpu_config()
+        ),
     );
-    let mut child = d.run_sh(&["-j", "k1", "-n", "sleeper"], "sleep 600");
+    let child = d.run_sh(&["-j", "k1", "-n", "sleeper"], "sleep 600");
     // Until it has started and been sampled twice (the report fails until it is submitted).
     let sampled = TestDaemon::wait_for(Duration::from_secs(30), || {
         let out = report(&d, &["-J", "k1", "--format", "json"]);
@@ -162,12 +183,11 @@ fn killed_jobs_and_live_jobs_are_reported() {
         j["processes"].as_array().is_some_and(|p| !p.is_empty()),
         "{j:#}"
     );
-    let out = d.pjw().args(["kill", "k1"]).output().unwrap();
-    assert!(out.status.success());
-    let _ = child.wait();
-    let j = report_json(&d, &["-J", "k1"])[0].clone();
+    run(d.pjw().args(["kill", "k1"])).ok();
+    wait(child, "job k1 (killed)").signal(libc::SIGKILL);
+    let j = ended_report(&d, "k1");
     assert_eq!(j["end"], "killed", "{j:#}");
-    assert_eq!(j["end_reason"], "killed by root", "{j:#}");
+    assert_eq!(j["end_reason"], format!("killed by {}", me().name), "{j:#}");
     // `--watch` on a job that has ended draws it once and stops.
     let out = report(&d, &["-J", "k1", "--watch", "1"]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -214,15 +234,19 @@ fn as_user(d: &TestDaemon, uid: u32, gid: u32, args: &[&str]) -> Output {
 #[test]
 fn a_second_user_cannot_read_the_first_users_report_but_root_can() {
     require_root!();
-    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
+    let d = TestDaemon::start(
+        &pjw_bin(),
+        &format!("{}[profile]\ninterval = \"1s\"\n", one_cpu_config()),
+    );
     // Let other users reach the socket in the test's private directory.
     std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    // nobody, and a uid without a passwd entry (the VM guest has only root and nobody).
-    let (first, second) = (65534, 4242);
+    // nobody, and a uid without a passwd entry.
+    let nb = nobody();
+    let (first, second) = (nb.uid, unused_id(4242));
     let out = as_user(
         &d,
         first,
-        first,
+        nb.gid,
         &["run", "-j", "secret", "-n", "private", "--", "true"],
     );
     assert!(
@@ -235,7 +259,7 @@ fn a_second_user_cannot_read_the_first_users_report_but_root_can() {
     let out = as_user(
         &d,
         first,
-        first,
+        nb.gid,
         &["report", "-J", "secret", "--format", "json"],
     );
     assert!(
@@ -257,14 +281,14 @@ fn a_second_user_cannot_read_the_first_users_report_but_root_can() {
     let out = as_user(&d, second, second, &["report"]);
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout), "no jobs\n");
-    let out = as_user(&d, second, second, &["report", "--user", "nobody"]);
+    let out = as_user(&d, second, second, &["report", "--user", &nb.name]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("only your own jobs"));
     // Root reads it.
     let j = report_json(&d, &["-J", "secret"]);
-    assert_eq!(j[0]["user"], "nobody");
+    assert_eq!(j[0]["user"], nb.name.as_str());
     assert_eq!(
-        report_json(&d, &["--user", "nobody"])
+        report_json(&d, &["--user", &nb.name])
             .as_array()
             .unwrap()
             .len(),
@@ -279,25 +303,31 @@ fn a_second_user_cannot_read_the_first_users_report_but_root_can() {
 #[test]
 fn the_admin_group_reads_every_report() {
     require_root!();
-    // gid 4243 is the admin group; uid 4242 runs with it as its group.
+    // An unused gid is the admin group; an unused uid runs with it as its group.
+    let nb = nobody();
+    let admin = unused_id(4243);
+    let other = unused_id(admin + 1);
     let d = TestDaemon::start(
         &pjw_bin(),
-        "cpus = \"0\"\n[profile]\ninterval = \"1s\"\nadmin_group = \"4243\"\n",
+        &format!(
+            "{}[profile]\ninterval = \"1s\"\nadmin_group = \"{admin}\"\n",
+            one_cpu_config()
+        ),
     );
     std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = as_user(&d, 65534, 65534, &["run", "-j", "theirs", "--", "true"]);
+    let out = as_user(&d, nb.uid, nb.gid, &["run", "-j", "theirs", "--", "true"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     // Not in the group: refused.
-    let out = as_user(&d, 4242, 4242, &["report", "-J", "theirs"]);
+    let out = as_user(&d, other, other, &["report", "-J", "theirs"]);
     assert_eq!(out.status.code(), Some(1));
     let out = as_user(
         &d,
-        4242,
-        4243,
+        other,
+        admin,
         &["report", "-J", "theirs", "--format", "json"],
     );
     assert!(
@@ -306,34 +336,34 @@ fn the_admin_group_reads_every_report() {
         String::from_utf8_lossy(&out.stderr)
     );
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(j[0]["user"], "nobody");
+    assert_eq!(j[0]["user"], nb.name.as_str());
 }
 
 #[test]
 fn a_job_killed_for_memory_inside_its_limit_ends_oom() {
     require_root!();
-    if std::fs::read_to_string("/proc/meminfo")
+    if let Some(swap) = std::fs::read_to_string("/proc/meminfo")
         .unwrap_or_default()
         .lines()
-        .any(|l| l.starts_with("SwapTotal:") && !l.ends_with(" 0 kB"))
+        .find(|l| l.starts_with("SwapTotal:") && !l.ends_with(" 0 kB"))
     {
         // With swap the job would swap instead of being killed.
-        eprintln!("skipped: this node has swap");
-        return;
+        skip!("this node has swap ({swap}): the job would swap instead of being OOM-killed");
     }
-    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
+    let d = TestDaemon::start(
+        &pjw_bin(),
+        &format!("{}[profile]\ninterval = \"1s\"\n", one_cpu_config()),
+    );
     let wl = wl();
-    let st = d
-        .pjw()
-        .args(["run", "-j", "big", "-m", "64M", "--"])
-        .args([wl.to_str().unwrap(), "grow", "200", "1", "1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
     // `pjw run` became the command: it died of the OOM killer's SIGKILL.
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(st.signal(), Some(9), "not OOM-killed: {st}");
+    run(d.pjw().args(["run", "-j", "big", "-m", "64M", "--"]).args([
+        wl.to_str().unwrap(),
+        "grow",
+        "200",
+        "1",
+        "1",
+    ]))
+    .signal(libc::SIGKILL);
     let mut j = serde_json::Value::Null;
     let done = TestDaemon::wait_for(Duration::from_secs(20), || {
         j = report_json(&d, &["-J", "big"])[0].clone();
@@ -357,7 +387,10 @@ fn a_job_killed_for_memory_inside_its_limit_ends_oom() {
 #[test]
 fn io_is_counted_where_the_kernel_counts_it_and_said_so_elsewhere() {
     require_root!();
-    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
+    let d = TestDaemon::start(
+        &pjw_bin(),
+        &format!("{}[profile]\ninterval = \"1s\"\n", one_cpu_config()),
+    );
     let f = d.dir().join("io.dat");
     let f = f.to_str().unwrap();
     // 8 MiB written and read back with O_DIRECT: block I/O the job's cgroup is charged for
@@ -395,22 +428,20 @@ fn io_is_counted_where_the_kernel_counts_it_and_said_so_elsewhere() {
 #[test]
 fn counts_across_a_daemon_restart_are_a_lower_bound() {
     require_root!();
-    let mut d = TestDaemon::start(&pjw_bin(), "cpus = \"0\"\n[profile]\ninterval = \"1s\"\n");
-    let mut child = d.run_sh(&["-j", "r1"], "sleep 600");
+    let mut d = TestDaemon::start(
+        &pjw_bin(),
+        &format!("{}[profile]\ninterval = \"1s\"\n", one_cpu_config()),
+    );
+    let child = d.run_sh(&["-j", "r1"], "sleep 600");
     let running = TestDaemon::wait_for(Duration::from_secs(30), || {
         report(&d, &["-J", "r1"]).status.success()
     });
     assert!(running, "{}", d.log());
     // A crash: the job keeps running and is recovered; events it missed are lost.
     d.restart();
-    let out = d.pjw().args(["kill", "r1"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = child.wait();
-    let j = report_json(&d, &["-J", "r1"])[0].clone();
+    run(d.pjw().args(["kill", "r1"])).ok();
+    wait(child, "job r1 (killed)").signal(libc::SIGKILL);
+    let j = ended_report(&d, "r1");
     assert_eq!(j["end"], "killed", "{j:#}");
     assert_eq!(j["counts_exact"], false, "{j:#}");
     let out = report(&d, &["-J", "r1"]);

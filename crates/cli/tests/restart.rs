@@ -1,9 +1,9 @@
 //! A `pjw run` that arrives while the daemon is down or restarting waits for it (bounded)
 //! instead of failing at once: under a workload manager's prolog a failed run drains the node.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
 
 use pjw_testkit::{require_root, TestDaemon};
 
@@ -27,13 +27,23 @@ fn a_new_job_waits_for_a_daemon_that_is_restarting() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // It said it waits (its first line), then the daemon comes back.
-    std::thread::sleep(Duration::from_millis(300));
+    // It says it waits (its first line); only then does the daemon come back. (A fixed
+    // sleep here let a slow client reach the restarted daemon without ever waiting.)
+    let mut client = client;
+    let mut first = String::new();
+    BufReader::new(client.stderr.take().expect("piped stderr"))
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("waiting up to 120 s"), "{first:?}");
     d.restart();
-    let out = client.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(5), "{err}\n{}", d.log());
-    assert!(err.contains("waiting up to 120 s"), "{err}");
+    let out = pjw_testkit::job::wait(client, "pjw run (waiting for the daemon)");
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}\n{}",
+        out.describe(),
+        d.log()
+    );
 }
 
 #[test]

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use pjw_testkit::job::{run, wait};
+use pjw_testkit::machine::{first_cpus, nobody};
 use pjw_testkit::{require_root, TestDaemon};
-
-const NOBODY: u32 = 65534;
 
 fn pjw_bin() -> &'static Path {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -66,8 +66,7 @@ fn wait_gone(d: &TestDaemon, id: &str) {
 }
 
 fn kill_job(d: &TestDaemon, id: &str) {
-    let st = d.pjw().args(["kill", id]).status().unwrap();
-    assert!(st.success());
+    run(d.pjw().args(["kill", id])).ok();
     wait_gone(d, id);
 }
 
@@ -86,11 +85,12 @@ fn groups_of(user: &str) -> String {
 #[test]
 fn root_runs_a_job_as_nobody_with_nobodys_groups_in_its_cgroup() {
     require_root!();
+    let nb = nobody();
     let d = TestDaemon::start(pjw_bin(), "");
     open_to_users(&d);
     let mut c = d
         .pjw()
-        .args(["run", "--user", "nobody", "-j", "asnobody", "--"])
+        .args(["run", "--user", &nb.name, "-j", "asnobody", "--"])
         .args([
             "sh",
             "-c",
@@ -104,22 +104,17 @@ fn root_runs_a_job_as_nobody_with_nobodys_groups_in_its_cgroup() {
         .spawn()
         .unwrap();
     let lines = lines_until_end(&mut c);
-    assert_eq!(field(&lines, "user="), "nobody", "{lines:#?}");
-    assert_eq!(field(&lines, "groups="), groups_of("nobody"));
+    assert_eq!(field(&lines, "user="), nb.name, "{lines:#?}");
+    assert_eq!(field(&lines, "groups="), groups_of(&nb.name));
     // Real, effective, saved and filesystem ids are all nobody's; no capability is left.
-    assert_eq!(
-        field(&lines, "Uid:"),
-        format!("{NOBODY} {NOBODY} {NOBODY} {NOBODY}")
-    );
-    assert_eq!(
-        field(&lines, "Gid:"),
-        format!("{NOBODY} {NOBODY} {NOBODY} {NOBODY}")
-    );
+    let (u, g) = (nb.uid, nb.gid);
+    assert_eq!(field(&lines, "Uid:"), format!("{u} {u} {u} {u}"));
+    assert_eq!(field(&lines, "Gid:"), format!("{g} {g} {g} {g}"));
     assert_eq!(field(&lines, "CapEff:"), "0000000000000000");
     assert_eq!(field(&lines, "CapPrm:"), "0000000000000000");
-    assert_eq!(field(&lines, "env_user="), "nobody");
-    assert_eq!(field(&lines, "logname="), "nobody");
-    assert_eq!(field(&lines, "home="), "/nonexistent");
+    assert_eq!(field(&lines, "env_user="), nb.name);
+    assert_eq!(field(&lines, "logname="), nb.name);
+    assert_eq!(field(&lines, "home="), nb.home.display().to_string());
     assert!(field(&lines, "cg=").contains("/job-asnobody"), "{lines:#?}");
     // The daemon records nobody as the owner; the job's process is in the job's cgroups.
     let st = d.status();
@@ -129,75 +124,60 @@ fn root_runs_a_job_as_nobody_with_nobodys_groups_in_its_cgroup() {
         .unwrap();
     assert_eq!(
         (j["user"].as_str(), j["uid"].as_u64()),
-        (Some("nobody"), Some(NOBODY as u64))
+        (Some(nb.name.as_str()), Some(nb.uid as u64))
     );
     let procs = d.driver().procs("job-asnobody").unwrap();
     assert!(procs.contains(&c.id()), "{procs:?} lacks {}", c.id());
     // nobody may kill the job: its owner is nobody, not root who started it.
-    let out = d
+    run(d
         .pjw()
         .args(["kill", "asnobody"])
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .current_dir("/")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .uid(nb.uid)
+        .gid(nb.gid)
+        .current_dir("/"))
+    .ok();
     wait_gone(&d, "asnobody");
-    let _ = c.wait();
+    wait(c, "the job asnobody (killed)").signal(libc::SIGKILL);
 }
 
 #[test]
 fn only_root_may_name_another_user_and_unknown_users_are_refused() {
     require_root!();
+    let nb = nobody();
+    let root = pjw_testkit::machine::user_by_uid(0).expect("uid 0 in the user database");
     let d = TestDaemon::start(pjw_bin(), "");
     open_to_users(&d);
-    let as_nobody = |args: &[&str]| {
-        d.pjw()
-            .args(args)
-            .uid(NOBODY)
-            .gid(NOBODY)
-            .current_dir("/")
-            .output()
-            .unwrap()
-    };
-    let out = as_nobody(&["run", "--user", "root", "--", "id", "-u"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "{err}");
+    let as_nobody =
+        |args: &[&str]| run(d.pjw().args(args).uid(nb.uid).gid(nb.gid).current_dir("/"));
+    let out = as_nobody(&["run", "--user", &root.name, "--", "id", "-u"]).code(125);
+    let err = out.stderr();
     assert!(
-        err.contains("only root may run a job as another user (root)"),
+        err.contains(&format!(
+            "only root may run a job as another user ({})",
+            root.name
+        )),
         "{err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     // Naming oneself is fine.
-    let out = as_nobody(&["run", "--user", "nobody", "--", "id", "-u"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        NOBODY.to_string()
-    );
+    let out = as_nobody(&["run", "--user", &nb.name, "--", "id", "-u"]).ok();
+    assert_eq!(out.stdout().trim(), nb.uid.to_string());
     // An unknown user, from root.
-    let out = d
+    let out = run(d
         .pjw()
-        .args(["run", "--user", "no-such-user-pjw", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no such user: no-such-user-pjw"));
+        .args(["run", "--user", "no-such-user-pjw", "--", "true"]))
+    .code(125);
+    assert!(out.stderr().contains("no such user: no-such-user-pjw"));
     assert!(jobs(&d.status()).is_empty());
 }
 
 #[test]
 fn from_env_takes_id_user_cpus_and_memory_from_the_manager() {
     require_root!();
+    let nb = nobody();
+    // Unique to this run: the daemon adopts processes naming it node-wide.
+    let id = pjw_testkit::machine::wlm_job_id(4242);
+    let wlm_tmp = format!("/tmp/slurm-{id}");
     let d = TestDaemon::start(pjw_bin(), "");
     // A Slurm task's environment as slurmstepd sets it, for a job of nobody's.
     let mut c = d
@@ -206,52 +186,54 @@ fn from_env_takes_id_user_cpus_and_memory_from_the_manager() {
         .args([
             "sh",
             "-c",
-            "echo user=$(id -un); echo wlmtmp=$(stat -c '%U %a' /tmp/slurm-4242); echo END; exec sleep 600",
+            &format!("echo user=$(id -un); echo wlmtmp=$(stat -c '%U %a' {wlm_tmp}); echo END; exec sleep 600"),
         ])
-        .env("TMPDIR", "/tmp/slurm-4242")
-        .env("SLURM_JOB_ID", "4242")
-        .env("SLURM_JOB_USER", "nobody")
+        .env("TMPDIR", &wlm_tmp)
+        .env("SLURM_JOB_ID", &id)
+        .env("SLURM_JOB_USER", &nb.name)
         .env("SLURM_CPUS_ON_NODE", "1")
         .env("SLURM_MEM_PER_CPU", "64")
         .env("SLURM_JOB_NAME", "wrap")
         .current_dir("/")
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let lines = lines_until_end(&mut c);
-    assert_eq!(field(&lines, "user="), "nobody");
+    assert_eq!(field(&lines, "user="), nb.name);
     // The manager's TMPDIR under /tmp exists again inside the private /tmp, the user's.
-    assert_eq!(field(&lines, "wlmtmp="), "nobody 700");
-    assert!(!Path::new("/tmp/slurm-4242").exists());
+    assert_eq!(field(&lines, "wlmtmp="), format!("{} 700", nb.name));
+    assert!(!Path::new(&wlm_tmp).exists());
     let j = jobs(&d.status())
         .into_iter()
-        .find(|j| j["id"] == "4242")
-        .unwrap_or_else(|| panic!("no job 4242: {}", d.log()));
-    assert_eq!(j["user"], "nobody");
+        .find(|j| j["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("no job {id}: {}", d.log()));
+    assert_eq!(j["user"], nb.name.as_str());
     assert_eq!(j["ncpus"], 1);
     assert_eq!(j["mem"], 64u64 << 20);
     assert_eq!(j["name"], "wrap");
-    assert_eq!(j["wlm"], "slurm:4242");
-    let text = d.pjw().arg("status").output().unwrap();
-    assert!(String::from_utf8_lossy(&text.stdout).contains("4242: workload manager job slurm:4242"));
-    kill_job(&d, "4242");
-    let _ = c.wait();
+    assert_eq!(j["wlm"], format!("slurm:{id}"));
+    let text = run(d.pjw().arg("status")).ok();
+    assert!(text
+        .stdout()
+        .contains(&format!("{id}: workload manager job slurm:{id}")));
+    kill_job(&d, &id);
+    wait(c, format!("the job {id} (killed)")).signal(libc::SIGKILL);
     // No manager in sight: a clear error.
-    let out = d
+    let out = run(d
         .pjw()
         .args(["run", "--from-env", "--", "true"])
         .env_clear()
         .env("PJW_SOCKET", d.socket())
-        .current_dir("/")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no workload manager job found"));
+        .current_dir("/"))
+    .code(125);
+    assert!(out.stderr().contains("no workload manager job found"));
 }
 
 #[test]
 fn a_root_jobs_private_tmp_is_limited_owned_by_the_user_and_leaves_the_host_alone() {
     require_root!();
+    let nb = nobody();
     let d = TestDaemon::start(pjw_bin(), "");
     let marker = format!("pjw-private-tmp-{}", std::process::id());
     let script = format!(
@@ -264,7 +246,7 @@ fn a_root_jobs_private_tmp_is_limited_owned_by_the_user_and_leaves_the_host_alon
     let mut c = d
         .pjw()
         .args([
-            "run", "--user", "nobody", "--tmp", "16M", "-j", "tmpjob", "--", "sh", "-c",
+            "run", "--user", &nb.name, "--tmp", "16M", "-j", "tmpjob", "--", "sh", "-c",
         ])
         .arg(&script)
         .current_dir("/")
@@ -276,11 +258,11 @@ fn a_root_jobs_private_tmp_is_limited_owned_by_the_user_and_leaves_the_host_alon
     assert_eq!(field(&lines, "tmpdir="), "/tmp");
     // /var/tmp shares the tmpfs where the machine has a /var/tmp (the VM guest has none).
     let var_tmp = if Path::new("/var/tmp").is_dir() {
-        "nobody"
+        nb.name.as_str()
     } else {
         "none"
     };
-    assert_eq!(field(&lines, "owner="), format!("nobody {var_tmp}"));
+    assert_eq!(field(&lines, "owner="), format!("{} {var_tmp}", nb.name));
     assert_eq!(field(&lines, "fs="), "tmpfs");
     assert_eq!(bytes(field(&lines, "size=")), 16 << 20);
     assert!(
@@ -306,12 +288,12 @@ fn a_root_jobs_private_tmp_is_limited_owned_by_the_user_and_leaves_the_host_alon
         "{theirs}"
     );
     kill_job(&d, "tmpjob");
-    let _ = c.wait();
+    wait(c, "the job tmpjob (killed)").signal(libc::SIGKILL);
     assert!(!Path::new("/tmp").join(&marker).exists());
     assert!(!Path::new("/var/tmp").join(&marker).exists());
     // --tmp 0 turns it off even where the node has a default.
     let d2 = TestDaemon::start(pjw_bin(), "[job]\ntmp = \"32M\"");
-    let out = d2
+    let out = run(d2
         .pjw()
         .args([
             "run",
@@ -323,28 +305,30 @@ fn a_root_jobs_private_tmp_is_limited_owned_by_the_user_and_leaves_the_host_alon
             "stat -c %d:%i /tmp; echo ${TMPDIR:-unset}",
         ])
         .env_remove("TMPDIR")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+        .current_dir("/"))
+    .ok();
+    let text = out.stdout();
     let host = std::fs::metadata("/tmp").unwrap();
     assert_eq!(
         text.lines().collect::<Vec<_>>(),
         [format!("{}:{}", host.dev(), host.ino()).as_str(), "unset"],
-        "the job without a private /tmp sees the host's"
+        "the job without a private /tmp sees the host's:\n{}",
+        out.describe()
     );
     // The node default applies without --tmp.
-    let out = d2
+    let out = run(d2
         .pjw()
         .args(["run", "--", "sh", "-c", "stat -f -c '%b*%S' /tmp"])
-        .output()
-        .unwrap();
-    assert_eq!(bytes(String::from_utf8_lossy(&out.stdout).trim()), 32 << 20);
+        .current_dir("/"))
+    .ok();
+    assert_eq!(bytes(out.stdout().trim()), 32 << 20, "{}", out.describe());
 }
 
 #[test]
 fn an_unprivileged_jobs_tmpdir_is_a_limited_tmpfs_of_its_own_removed_at_the_end_and_after_a_crash()
 {
     require_root!();
+    let nb = nobody();
     let base = tempfile::Builder::new()
         .prefix("pjw-tmproot")
         .tempdir()
@@ -365,8 +349,8 @@ fn an_unprivileged_jobs_tmpdir_is_a_limited_tmpfs_of_its_own_removed_at_the_end_
                  dd if=/dev/zero of=$TMPDIR/fill bs=1M count=32 2>&1 | head -1; \
                  echo END; exec sleep 600",
             )
-            .uid(NOBODY)
-            .gid(NOBODY)
+            .uid(nb.uid)
+            .gid(nb.gid)
             .current_dir("/")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -377,7 +361,7 @@ fn an_unprivileged_jobs_tmpdir_is_a_limited_tmpfs_of_its_own_removed_at_the_end_
     let lines = lines_until_end(&mut c);
     let dir = PathBuf::from(field(&lines, "tmpdir="));
     assert_eq!(dir, root.join("job-usertmp"));
-    assert_eq!(field(&lines, "owner="), format!("{NOBODY} 700"));
+    assert_eq!(field(&lines, "owner="), format!("{} 700", nb.uid));
     assert_eq!(bytes(field(&lines, "size=")), 16 << 20);
     assert!(
         lines.iter().any(|l| l.contains("No space left on device")),
@@ -386,9 +370,9 @@ fn an_unprivileged_jobs_tmpdir_is_a_limited_tmpfs_of_its_own_removed_at_the_end_
     // On the host: a tmpfs mount owned by the user.
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(mounts.contains(&format!(" {} ", dir.display())), "{mounts}");
-    assert_eq!(std::fs::metadata(&dir).unwrap().uid(), NOBODY);
+    assert_eq!(std::fs::metadata(&dir).unwrap().uid(), nb.uid);
     kill_job(&d, "usertmp");
-    let _ = c.wait();
+    wait(c, "the job usertmp (killed)").signal(libc::SIGKILL);
     assert!(!dir.exists(), "{} left after the job", dir.display());
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&format!(" {} ", dir.display())));
@@ -400,7 +384,7 @@ fn an_unprivileged_jobs_tmpdir_is_a_limited_tmpfs_of_its_own_removed_at_the_end_
     assert!(dir.is_dir());
     d.kill9();
     let _ = c.kill();
-    let _ = c.wait();
+    wait(c, "the job crashtmp (killed by the test)").signal(libc::SIGKILL);
     assert!(dir.exists(), "nothing removed it yet");
     d.restart();
     assert!(
@@ -435,6 +419,7 @@ fn a_job_writing_2g_into_a_256m_tmp_gets_enospc_and_disturbs_no_other_job() {
         .current_dir("/")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut b_out = BufReader::new(b.stdout.take().unwrap());
@@ -442,15 +427,14 @@ fn a_job_writing_2g_into_a_256m_tmp_gets_enospc_and_disturbs_no_other_job() {
     b_out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "END");
     // Job A fills its 256M /tmp with 2 GiB.
-    let a = d
+    let a = run(d
         .pjw()
-        .args(["run", "--user", "nobody", "--tmp", "256M", "-j", "filler", "--", "sh", "-c"])
+        .args(["run", "--user", &nobody().name, "--tmp", "256M", "-j", "filler", "--", "sh", "-c"])
         .arg("echo ns=$(readlink /proc/self/ns/mnt); dd if=/dev/zero of=/tmp/big bs=1M count=2048; echo dd=$?; echo used=$(du -sk /tmp/big | cut -f1)")
-        .current_dir("/")
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&a.stdout);
-    let err = String::from_utf8_lossy(&a.stderr);
+        .current_dir("/"))
+    .ok();
+    let out = a.stdout();
+    let err = a.stderr();
     assert!(err.contains("No space left on device"), "{err}");
     let lines: Vec<String> = out.lines().map(String::from).collect();
     assert_ne!(field(&lines, "dd="), "0");
@@ -481,19 +465,23 @@ fn a_job_writing_2g_into_a_256m_tmp_gets_enospc_and_disturbs_no_other_job() {
     }
     assert_eq!(field(&rest, "mine="), "kept");
     assert_eq!(field(&rest, "big="), "0");
-    assert!(b.wait().unwrap().success());
+    drop(b_out);
+    wait(b, "the job quiet").ok();
 }
 
 #[test]
 fn a_queued_job_for_another_user_keeps_its_place_across_a_daemon_crash() {
     require_root!();
-    let mut d = TestDaemon::start(pjw_bin(), "cpus = \"0\"");
+    let nb = nobody();
+    let one = first_cpus(1).expect("a CPU to run on");
+    let mut d = TestDaemon::start(pjw_bin(), &format!("cpus = \"{one}\""));
     // A holds the only CPU until it reads a line.
     let mut a = d
         .pjw()
         .args(["run", "-j", "holder", "--", "sh", "-c", "echo END; read x"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     lines_until_end(&mut a);
@@ -503,7 +491,7 @@ fn a_queued_job_for_another_user_keeps_its_place_across_a_daemon_crash() {
         .args([
             "run",
             "--user",
-            "nobody",
+            &nb.name,
             "-j",
             "queued-nobody",
             "--",
@@ -525,19 +513,15 @@ fn a_queued_job_for_another_user_keeps_its_place_across_a_daemon_crash() {
     assert!(
         TestDaemon::wait_for(Duration::from_secs(30), || jobs(&d.status())
             .iter()
-            .any(|j| j["id"] == "queued-nobody" && j["user"] == "nobody")),
+            .any(|j| j["id"] == "queued-nobody" && j["user"] == nb.name.as_str())),
         "{}",
         d.log()
     );
     use std::io::Write;
     writeln!(a.stdin.as_mut().unwrap(), "go").unwrap();
-    let out = b.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        d.log()
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "nobody");
-    let _ = a.wait();
+    let out = wait(b, "the queued job of nobody");
+    assert!(out.status.success(), "{}\n{}", out.describe(), d.log());
+    assert_eq!(out.stdout().trim(), nb.name);
+    drop(a.stdin.take());
+    wait(a, "the job holder").ok();
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use pjw_testkit::{in_vm_guest, require_root, TestDaemon};
+use pjw_testkit::{require, require_root, Component, TestDaemon};
 
 fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
@@ -67,14 +67,11 @@ fn hold(dir: &Path, tag: &str) -> String {
 
 #[test]
 fn top_renders_in_80x24_sorts_and_quits_cleanly() {
-    require_root!();
-    if in_vm_guest() {
-        eprintln!("skipped: tmux is host-only");
-        return;
-    }
-    let d = TestDaemon::start(&pjw_bin(), "cpus = \"0-1\"\n");
+    require!(Component::Root, Component::Tmux);
+    let two = pjw_testkit::need_cpus!(2);
+    let d = TestDaemon::start(&pjw_bin(), &format!("cpus = \"{two}\"\n"));
     let dir = d.dir().to_path_buf();
-    let mut a = d.run_sh(&["-c", "1", "--job-id", "topjob1"], &hold(&dir, "a"));
+    let a = d.run_sh(&["-c", "1", "--job-id", "topjob1"], &hold(&dir, "a"));
     assert!(
         TestDaemon::wait_for(Duration::from_secs(30), || dir.join("a.up").exists()),
         "job did not start:\n{}",
@@ -140,7 +137,7 @@ fn top_renders_in_80x24_sorts_and_quits_cleanly() {
     );
 
     std::fs::write(dir.join("a.go"), "").unwrap();
-    assert!(a.wait().unwrap().success());
+    pjw_testkit::job::wait(a, "job topjob1").ok();
 }
 
 #[test]

@@ -4,13 +4,16 @@
 //! task forked by slurmstepd does). The live Slurm and Grid Engine tests are in wlm_live.rs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pjw_core::CpuSet;
+use pjw_testkit::job::{run, wait, KillOnDrop};
+use pjw_testkit::machine::{allowed_cpus, me, nobody};
 use pjw_testkit::{require_root, TestDaemon};
 
-const CONFIG: &str = "cpus = \"0-1\"\n[adopt]\nsweep_interval_ms = 50\n";
+/// Adoption swept every 50 ms; the daemon's pool is every CPU this process may use.
+const CONFIG: &str = "[adopt]\nsweep_interval_ms = 50\n";
 
 fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
@@ -30,13 +33,18 @@ fn job_of(d: &TestDaemon, pid: u32) -> Option<String> {
 }
 
 /// `env VAR=ID setsid sleep 600`, started by the test outside every job.
-fn outsider(var: &str, id: &str) -> Child {
-    Command::new("setsid")
-        .args(["sleep", "600"])
-        .env(var, id)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn setsid sleep")
+/// Killed when dropped (also when the test fails); its output goes nowhere.
+fn outsider(var: &str, id: &str) -> KillOnDrop {
+    KillOnDrop::new(
+        Command::new("setsid")
+            .args(["sleep", "600"])
+            .env(var, id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn setsid sleep"),
+    )
 }
 
 /// Poll (every 100 µs) until `pid` is in job cgroup `name`; the time since the call.
@@ -70,11 +78,15 @@ fn cgroups_exist(d: &TestDaemon, name: &str) -> bool {
 #[test]
 fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     require_root!();
+    // Unique to this run: the daemon adopts processes naming its jobs node-wide.
+    let id = pjw_testkit::machine::wlm_job_id(91);
+    let unknown = pjw_testkit::machine::wlm_job_id(92);
+    let root = me().name;
     let d = TestDaemon::start(&pjw_bin(), CONFIG);
     let out = d
         .pjw()
         .args([
-            "job", "register", "--wlm", "slurm", "-j", "9101", "-u", "root", "-c", "1",
+            "job", "register", "--wlm", "slurm", "-j", &id, "-u", &root, "-c", "1",
         ])
         .output()
         .unwrap();
@@ -83,9 +95,9 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("job 9101 registered on cpus"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("job {id} registered on cpus")));
     let st = d.status();
-    let j = job(&st, "9101").expect("registered job listed");
+    let j = job(&st, &id).expect("registered job listed");
     assert_eq!(j["wlm"], format!("slurm:{}", j["id"].as_str().unwrap()));
     assert_eq!(j["state"], "running");
     assert_eq!(j["procs"], 0);
@@ -94,32 +106,43 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     // Held while empty: still there after several sweeps.
     std::thread::sleep(Duration::from_millis(300));
     assert!(
-        job(&d.status(), "9101").is_some(),
+        job(&d.status(), &id).is_some(),
         "an empty registered job must be held"
     );
-    assert!(cgroups_exist(&d, "job-9101"));
+    assert!(cgroups_exist(&d, &format!("job-{id}")));
 
     // A process of the job started outside it is adopted; one of an unknown job is not.
     let t0 = Instant::now();
-    let mut mine = outsider("SLURM_JOB_ID", "9101");
-    let mut stranger = outsider("SLURM_JOB_ID", "424242");
+    let mine = outsider("SLURM_JOB_ID", &id);
+    let stranger = outsider("SLURM_JOB_ID", &unknown);
     assert!(
         TestDaemon::wait_for(Duration::from_secs(10), || job_of(&d, mine.id()).as_deref()
-            == Some("job-9101")),
-        "process naming job 9101 was not adopted:\n{}",
+            == Some(format!("job-{id}").as_str())),
+        "process naming job {id} was not adopted:\n{}",
         d.log()
     );
     eprintln!(
         "adoption latency (spawn to moved, sweep every 50 ms): {:?}",
         t0.elapsed()
     );
-    let status = std::fs::read_to_string(format!("/proc/{}/status", mine.id())).unwrap();
-    let allowed = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(|v| CpuSet::parse_list(v.trim()).unwrap())
-        .unwrap();
-    assert_eq!(allowed, cpus, "the adopted process runs on the job's cpus");
+    // The move is one write per hierarchy, cgroup2 (which job_of reads) first and the v1
+    // cpuset last on a hybrid machine: the affinity follows within a bound.
+    let allowed_of = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .and_then(|v| CpuSet::parse_list(v.trim()).ok())
+    };
+    let mut allowed = None;
+    let on_job_cpus = TestDaemon::wait_for(Duration::from_secs(10), || {
+        allowed = allowed_of(mine.id());
+        allowed.as_ref() == Some(&cpus)
+    });
+    assert!(
+        on_job_cpus,
+        "the adopted process runs on {allowed:?}, not the job's cpus {cpus}"
+    );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
         job_of(&d, stranger.id()),
@@ -133,29 +156,32 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         "unknown job id not logged:\n{}",
         d.log()
     );
-    assert_eq!(job(&d.status(), "9101").unwrap()["procs"], 1);
+    assert_eq!(job(&d.status(), &id).unwrap()["procs"], 1);
 
     // The epilog's end: the adopted process is killed, the cgroups are gone when it answers.
-    let out = d.pjw().args(["job", "end", "9101"]).output().unwrap();
+    run(d.pjw().args(["job", "end", &id])).ok();
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        !cgroups_exist(&d, &format!("job-{id}")),
+        "cgroups left after end"
     );
-    assert!(!cgroups_exist(&d, "job-9101"), "cgroups left after end");
-    assert!(job(&d.status(), "9101").is_none());
-    let st = mine.wait().unwrap();
-    assert!(!st.success(), "adopted process should have been killed");
+    assert!(job(&d.status(), &id).is_none());
+    // The adopted process was killed with the job.
+    wait(mine.into_inner(), "the adopted process").signal(libc::SIGKILL);
     // Ending it again is not an error (the epilog may run for a job never registered).
-    let out = d.pjw().args(["job", "end", "9101"]).output().unwrap();
-    assert!(out.status.success());
-    let _ = stranger.kill();
-    let _ = stranger.wait();
+    run(d.pjw().args(["job", "end", &id])).ok();
+    drop(stranger);
 }
 
 #[test]
 fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
     require_root!();
+    let (id, id56, id57) = (
+        pjw_testkit::machine::wlm_job_id(55),
+        pjw_testkit::machine::wlm_job_id(56),
+        pjw_testkit::machine::wlm_job_id(57),
+    );
+    let root = me().name;
+    let too_many = (allowed_cpus().len() + 1).to_string();
     let mut d = TestDaemon::start(&pjw_bin(), CONFIG);
     let reg = |d: &TestDaemon, args: &[&str]| {
         d.pjw()
@@ -164,20 +190,20 @@ fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
             .output()
             .unwrap()
     };
-    let out = reg(&d, &["-j", "55", "-u", "root", "-c", "1", "-m", "256M"]);
+    let out = reg(&d, &["-j", &id, "-u", &root, "-c", "1", "-m", "256M"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     for (args, want) in [
-        (&["-j", "55", "-u", "root", "-c", "1"][..], "already in use"),
+        (&["-j", &id, "-u", &root, "-c", "1"][..], "already in use"),
         (
-            &["-j", "56", "-u", "no-such-user-pjw", "-c", "1"][..],
+            &["-j", &id56, "-u", "no-such-user-pjw", "-c", "1"][..],
             "no user",
         ),
-        (&["-j", "57", "-u", "root", "-c", "64"][..], "cpus"),
-        (&["-j", "../x", "-u", "root", "-c", "1"][..], "job id"),
+        (&["-j", &id57, "-u", &root, "-c", &too_many][..], "cpus"),
+        (&["-j", "../x", "-u", &root, "-c", "1"][..], "job id"),
     ] {
         let out = reg(&d, args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -187,26 +213,23 @@ fn registered_job_survives_a_daemon_crash_and_bad_registrations_are_refused() {
     }
     d.restart();
     let st = d.status();
-    let j = job(&st, "55").expect("held job recovered after a crash");
+    let j = job(&st, &id).expect("held job recovered after a crash");
     assert_eq!(j["wlm"], format!("slurm:{}", j["id"].as_str().unwrap()));
     assert_eq!(j["mem"], 256u64 << 20);
-    let out = d.pjw().args(["job", "end", "55"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!cgroups_exist(&d, "job-55"));
+    run(d.pjw().args(["job", "end", &id])).ok();
+    assert!(!cgroups_exist(&d, &format!("job-{id}")));
 }
 
 #[test]
 fn attached_registration_runs_the_command_inside_and_ends_with_it() {
     require_root!();
+    let id = pjw_testkit::machine::wlm_job_id(77);
+    let nb = nobody();
     let d = TestDaemon::start(&pjw_bin(), CONFIG);
     let out = d
         .pjw()
         .args([
-            "job", "register", "--wlm", "sge", "-j", "77", "-u", "nobody", "-c", "1", "--",
+            "job", "register", "--wlm", "sge", "-j", &id, "-u", &nb.name, "-c", "1", "--",
         ])
         .args(["sh", "-c", "cat /proc/self/cgroup; echo pid=$$"])
         .output()
@@ -217,14 +240,18 @@ fn attached_registration_runs_the_command_inside_and_ends_with_it() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("/job-77"), "not inside its job: {text}");
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(10), || job(&d.status(), "77").is_none()),
+        text.contains(&format!("/job-{id}")),
+        "not inside its job: {text}"
+    );
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(10), || job(&d.status(), &id).is_none()),
         "job did not end with its command"
     );
-    assert!(!cgroups_exist(&d, "job-77"));
+    assert!(!cgroups_exist(&d, &format!("job-{id}")));
     assert!(
-        d.log().contains("user=nobody") || d.log().contains("user=\"nobody\""),
+        d.log().contains(&format!("user={}", nb.name))
+            || d.log().contains(&format!("user=\"{}\"", nb.name)),
         "{}",
         d.log()
     );
@@ -235,14 +262,13 @@ fn attached_registration_runs_the_command_inside_and_ends_with_it() {
 #[test]
 fn exec_events_adopt_without_the_sweep() {
     require_root!();
-    let d = TestDaemon::start(
-        &pjw_bin(),
-        "cpus = \"0-1\"\n[adopt]\nsweep_interval_ms = 0\n",
-    );
+    let id = pjw_testkit::machine::wlm_job_id(31);
+    let root = me().name;
+    let d = TestDaemon::start(&pjw_bin(), "[adopt]\nsweep_interval_ms = 0\n");
     let out = d
         .pjw()
         .args([
-            "job", "register", "--wlm", "slurm", "-j", "31", "-u", "root", "-c", "1",
+            "job", "register", "--wlm", "slurm", "-j", &id, "-u", &root, "-c", "1",
         ])
         .output()
         .unwrap();
@@ -255,23 +281,19 @@ fn exec_events_adopt_without_the_sweep() {
     let mut kids = Vec::new();
     for _ in 0..5 {
         // spawn() returns once the child has exec'd: the figure is exec to moved.
-        let c = outsider("SLURM_JOB_ID", "31");
+        let c = outsider("SLURM_JOB_ID", &id);
         let pid = c.id();
         kids.push(c);
         times.push(
-            moved_within(&d, pid, "job-31", Duration::from_secs(10))
+            moved_within(&d, pid, &format!("job-{id}"), Duration::from_secs(10))
                 .unwrap_or_else(|| panic!("not adopted from its exec event:\n{}", d.log())),
         );
     }
     assert!(d.log().contains("via=\"exec\""), "{}", d.log());
     eprintln!("adoption latency from exec events, spawn to moved: {times:?}");
-    let out = d.pjw().args(["job", "end", "31"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for mut c in kids {
-        let _ = c.wait();
+    run(d.pjw().args(["job", "end", &id])).ok();
+    // The adopted processes were killed with the job.
+    for c in kids {
+        wait(c.into_inner(), "an adopted process").signal(libc::SIGKILL);
     }
 }

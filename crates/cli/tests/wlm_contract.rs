@@ -13,7 +13,10 @@ use std::time::Duration;
 use pjw_testkit::{require_root, TestDaemon};
 use serde_json::{json, Value};
 
-const NOBODY: u32 = 65534;
+/// The jobs' owner in these contracts: nobody, its ids from the user database.
+fn nb() -> pjw_testkit::User {
+    pjw_testkit::machine::nobody()
+}
 const MIB: u64 = 1 << 20;
 
 const PBS_HOOK: &str = include_str!("../../../packaging/pbs/pjw_hook.py");
@@ -104,7 +107,7 @@ fn check_job(d: &TestDaemon, id: &str, wlm: &str, mem: u64, pid: u32, lines: &[S
     );
     let j = job(d, id);
     assert_eq!(j["user"], "nobody", "{j}");
-    assert_eq!(j["uid"], NOBODY);
+    assert_eq!(j["uid"], nb().uid);
     assert_eq!(j["ncpus"], 1);
     assert_eq!(j["cpus"].as_str().map(|c| c.is_empty()), Some(false));
     assert_eq!(j["mem"], mem);
@@ -177,13 +180,8 @@ fn find_python() -> Option<PathBuf> {
 #[test]
 fn pbs_hook_runs_the_job_under_pjw_and_ends_it() {
     require_root!();
-    let Some(python) = find_python() else {
-        if pjw_testkit::in_vm_guest() {
-            eprintln!("skipped: no python3 in the VM guest");
-            return;
-        }
-        panic!("python3 is needed for the PBS hook test (scripts/install-deps.sh installs it)");
-    };
+    pjw_testkit::require!(pjw_testkit::Component::Python3);
+    let python = find_python().expect("python3 on PATH");
     let d = TestDaemon::start(pjw_bin(), "");
     let dir = scratch(&d, "pbs");
     std::fs::create_dir_all(dir.join("fake")).unwrap();
@@ -247,8 +245,8 @@ fn pbs_hook_runs_the_job_under_pjw_and_ends_it() {
         .args(&argv[1..])
         .env_clear()
         .envs(launched)
-        .uid(NOBODY)
-        .gid(NOBODY)
+        .uid(nb().uid)
+        .gid(nb().gid)
         .current_dir("/")
         .stdout(Stdio::piped())
         .spawn()
@@ -274,7 +272,8 @@ fn pbs_hook_runs_the_job_under_pjw_and_ends_it() {
     );
     assert_eq!(r["accepted"], true, "{r}");
     assert!(gone(&d, "1234.pbs01"), "{}", d.log());
-    assert!(!c.wait().unwrap().success());
+    // The job's process was killed at execjob_end.
+    pjw_testkit::job::wait(c, "the PBS job").killed();
     // A node whose daemon does not answer rejects the job rather than run it unconfined.
     let r = pbs.event(
         "begin-down",
@@ -326,8 +325,8 @@ fn lsf_job_starter_runs_the_job_under_pjw() {
         .arg(format!("{} {}", starter.display(), jobfile.display()))
         .env_clear()
         .envs(env)
-        .uid(NOBODY)
-        .gid(NOBODY)
+        .uid(nb().uid)
+        .gid(nb().gid)
         .current_dir("/")
         .stdout(Stdio::piped());
     // SAFETY: setrlimit is async-signal-safe; the closure touches no shared state.
@@ -354,9 +353,10 @@ fn lsf_job_starter_runs_the_job_under_pjw() {
         c.id()
     );
     check_job(&d, "4711", "lsf:4711", 64 * MIB, main, &lines);
-    assert!(d.pjw().args(["kill", "4711"]).status().unwrap().success());
+    pjw_testkit::job::run_ok(d.pjw().args(["kill", "4711"]));
     assert!(gone(&d, "4711"));
-    let _ = c.wait();
+    // The starter shell execs pjw or (dash) forks it: killed itself, or reporting 137.
+    pjw_testkit::job::wait(c, "job 4711 (killed)").killed();
 }
 
 // ---- HTCondor --------------------------------------------------------------------------------
@@ -372,7 +372,7 @@ fn condor_job_wrapper_runs_the_job_under_pjw_or_holds_it() {
     let exec = dir.join("execute/dir_31337");
     std::fs::create_dir_all(&exec).unwrap();
     // The starter makes the scratch directory the job user's.
-    std::os::unix::fs::chown(&exec, Some(NOBODY), Some(NOBODY)).unwrap();
+    std::os::unix::fs::chown(&exec, Some(nb().uid), Some(nb().gid)).unwrap();
     let ad = CONDOR_JOB_AD
         .replace("Owner = \"carol\"", "Owner = \"nobody\"")
         .replace("RequestCpus = 2", "RequestCpus = 1")
@@ -401,25 +401,25 @@ fn condor_job_wrapper_runs_the_job_under_pjw_or_holds_it() {
         .args(["/bin/sh", "-c", JOB_SCRIPT])
         .env_clear()
         .envs(env(&d.socket()))
-        .uid(NOBODY)
-        .gid(NOBODY)
+        .uid(nb().uid)
+        .gid(nb().gid)
         .current_dir(&exec)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let lines = lines_until_end(&mut c);
     check_job(&d, "42.0", "condor:42.0", 64 * MIB, c.id(), &lines);
-    assert!(d.pjw().args(["kill", "42.0"]).status().unwrap().success());
+    pjw_testkit::job::run_ok(d.pjw().args(["kill", "42.0"]));
     assert!(gone(&d, "42.0"));
-    let _ = c.wait();
+    pjw_testkit::job::wait(c, "job 42.0 (killed)").killed();
     assert!(!exec.join(".wrapper_error").exists());
     // No daemon: the wrapper fails and says why in the error file (HTCondor holds the job).
     let out = Command::new(&wrapper)
         .args(["/bin/true"])
         .env_clear()
         .envs(env(&dir.join("no-daemon.sock")))
-        .uid(NOBODY)
-        .gid(NOBODY)
+        .uid(nb().uid)
+        .gid(nb().gid)
         .current_dir(&exec)
         .output()
         .unwrap();

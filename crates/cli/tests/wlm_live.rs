@@ -9,18 +9,20 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use pjw_core::CpuSet;
-use pjw_testkit::{require_root, TestDaemon};
+use pjw_testkit::{need_cpus, require, Component, TestDaemon};
 
 /// Both managers see the whole node; pjw hands out two CPUs (the test machine has two). The
 /// two tests run at once, each with its own daemon: each adopts by its own manager's variable
 /// only, so neither daemon looks at the other manager's job ids (both number jobs from 1).
-const SLURM_CONFIG: &str =
-    "cpus = \"0-1\"\n[adopt]\nenv = [\"SLURM_JOB_ID\"]\nsweep_interval_ms = 100\n";
-const SGE_CONFIG: &str = "cpus = \"0-1\"\n[adopt]\nenv = [\"JOB_ID\"]\nsweep_interval_ms = 100\n";
+/// The daemon's configuration under a manager: `cpus` (two jobs on disjoint sets need two) and
+/// adoption by the manager's job id variable.
+fn wlm_config(cpus: &pjw_core::CpuSet, var: &str) -> String {
+    format!("cpus = \"{cpus}\"\n[adopt]\nenv = [\"{var}\"]\nsweep_interval_ms = 100\n")
+}
 
 fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
@@ -135,14 +137,6 @@ fn ok(o: &Output, what: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn skip_in_guest() -> bool {
-    if pjw_testkit::in_vm_guest() {
-        eprintln!("skipped: no Slurm or Grid Engine in the VM guest");
-        return true;
-    }
-    false
-}
-
 /// A job script: wait (bounded) until the job runs inside a pjw job cgroup, write where it
 /// runs to OUT, then wait for GO (bounded) so that jobs overlap while the test looks.
 fn job_script(out: &Path, go: &Path) -> String {
@@ -223,22 +217,25 @@ fn no_job_cgroups(d: &TestDaemon) -> bool {
         .unwrap_or(false)
 }
 
-fn spawn_outsider(id: &str) -> Child {
-    Command::new("setsid")
-        .args(["sleep", "600"])
-        .env("SLURM_JOB_ID", id)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn setsid sleep")
+/// Killed when dropped (also when the test fails); its output goes nowhere.
+fn spawn_outsider(id: &str) -> pjw_testkit::job::KillOnDrop {
+    pjw_testkit::job::KillOnDrop::new(
+        Command::new("setsid")
+            .args(["sleep", "600"])
+            .env("SLURM_JOB_ID", id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn setsid sleep"),
+    )
 }
 
 #[test]
 fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
-    require_root!();
-    if skip_in_guest() {
-        return;
-    }
-    let d = TestDaemon::start(&pjw_bin(), SLURM_CONFIG);
+    require!(Component::Root, Component::Slurm);
+    let two = need_cpus!(2);
+    let d = TestDaemon::start(&pjw_bin(), &wlm_config(&two, "SLURM_JOB_ID"));
     let w = Wlm::up("slurm-up.sh", &d);
     let out = w.out();
 
@@ -346,9 +343,9 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     let id = text.trim().rsplit(' ').next().unwrap().to_string();
     job_report(&out.join("hold.out"));
     // spawn() returns once the child has exec'd: the figure is exec to moved.
-    let mut rank = spawn_outsider(&id);
+    let rank = spawn_outsider(&id);
     let t0 = Instant::now();
-    let mut stranger = spawn_outsider("987654");
+    let stranger = spawn_outsider("987654");
     let mut latency = None;
     let end = Instant::now() + Duration::from_secs(10);
     while Instant::now() < end {
@@ -368,8 +365,8 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     );
     std::fs::write(&go2, "").unwrap();
     // The epilog ends the job: the adopted rank is killed with it, the cgroups are removed.
-    let st = rank.wait().unwrap();
-    assert!(!st.success(), "the adopted rank outlived its job");
+    // The adopted rank was killed with its job (it would have slept on).
+    pjw_testkit::job::wait(rank.into_inner(), "the adopted rank").signal(libc::SIGKILL);
     assert!(
         TestDaemon::wait_for(Duration::from_secs(60), || jobs_of(&d.status(), "slurm")
             .is_empty()
@@ -377,17 +374,17 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         "job {id} left behind:\n{:#}",
         d.status()
     );
-    let _ = stranger.kill();
-    let _ = stranger.wait();
+    drop(stranger);
 }
 
 #[test]
 fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
-    require_root!();
-    if skip_in_guest() {
-        return;
-    }
-    let d = TestDaemon::start(&pjw_bin(), SGE_CONFIG);
+    require!(Component::Root, Component::GridEngine);
+    let two = need_cpus!(2);
+    // The jobs' owner: nobody, with its primary group, both from the user database.
+    let nb = pjw_testkit::machine::nobody();
+    let nb_group = pjw_testkit::machine::group_name(nb.gid).expect("nobody's group has a name");
+    let d = TestDaemon::start(&pjw_bin(), &wlm_config(&two, "JOB_ID"));
     let w = Wlm::up("sge-up.sh", &d);
     let out = w.out();
     let go = out.join("go");
@@ -398,7 +395,7 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
         set_mode(&script, 0o755);
         let child = w
             .cmd("setpriv")
-            .args(["--reuid", "nobody", "--regid", "nogroup", "--clear-groups"])
+            .args(["--reuid", &nb.name, "--regid", &nb_group, "--clear-groups"])
             .args([
                 "qsub",
                 "-sync",
@@ -428,7 +425,7 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
             d.log(),
             w.logs()
         );
-        assert_eq!(uid, 65534, "the job runs as its owner, nobody");
+        assert_eq!(uid, nb.uid, "the job runs as its owner, {}", nb.name);
         seen.push((cg.rsplit("/job-").next().unwrap().to_string(), allowed));
     }
     let st = d.status();
@@ -439,7 +436,7 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
             .iter()
             .find(|j| j["id"] == id.as_str())
             .unwrap_or_else(|| panic!("no pjw job {id}: {st:#}"));
-        assert_eq!(j["user"], "nobody");
+        assert_eq!(j["user"], nb.name.as_str());
         assert_eq!(&cpus_of(j), allowed);
         assert_eq!(allowed.len(), 1);
     }

@@ -12,9 +12,14 @@ use std::time::{Duration, Instant};
 
 use pjw_cgroup::{Driver, ParentSpec};
 
+pub mod job;
+pub mod machine;
 pub mod pg;
+pub mod pool;
 pub mod skip;
 
+pub use job::{assert_job_ok, expect_exit, JobOutput};
+pub use machine::User;
 pub use skip::{guest_tier, in_vm_guest, Component};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
