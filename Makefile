@@ -4,7 +4,7 @@ CARGO ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all deps build release demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-unit test-root bench bench-quick bench-alloc lint install uninstall clean
+.PHONY: all deps build release demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd test-fuzz test-unit test-root bench bench-quick bench-alloc lint install uninstall clean
 
 all: release
 
@@ -58,6 +58,13 @@ test-vm-v1: test-vm-build
 # A deliberately failing guest test must fail the tier.
 test-vm-selfcheck: test-vm-build
 	vm/selfcheck.sh $(VM_BINS)
+
+# The systemd guest tier (vm/systemd/run.sh): a Debian 12 guest with systemd as PID 1 and pure
+# cgroup v2 (image built once by vm/systemd/build-image.sh, cached in /var/tmp/pjw-vm/systemd);
+# over ssh logins as root: make demo, every test executable, the packaged service with two users'
+# jobs through daemon-reload/restart/stop+start, and a slice with AllowedCPUs=.
+test-vm-systemd: deps
+	vm/systemd/run.sh
 
 test-unit: build
 	$(CARGO) test --workspace --lib

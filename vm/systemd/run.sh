@@ -1,0 +1,175 @@
+#!/bin/sh
+# The systemd guest tier (make test-vm-systemd): boot the Debian 12 guest of build-image.sh
+# (systemd as PID 1, pure cgroup v2, 16 vCPUs in two NUMA nodes) and, each step over its own ssh
+# login as root (a logind session-N.scope), run the guest-side checks of vm/systemd/guest-*.sh:
+#   session  the guest is what the tier claims; the shell is in a logind session scope
+#   demo     `make demo` runs to the end and leaves nothing behind
+#   tests    every test executable of the workspace (the host's build, target/debug/deps)
+#   service  the packaged service: `make install`, enable --now, two users' jobs through
+#            daemon-reload, restart, stop + start (same CPUs, own exit statuses, nothing left)
+#   reserve  a slice with AllowedCPUs=: pjw's pool follows it
+# Each check prints "ok: ..." or "FAIL: ..."; the tests print libtest's counts. The tier ends
+# with "VM-systemd-v2: N passed, M failed, K skipped" and exits non-zero on any failure, a
+# timeout or a missing summary.
+#
+# usage: vm/systemd/run.sh [step ...]     (default: session demo tests service reserve)
+# Env: VM_WORK (default /var/tmp/pjw-vm), VM_SYSTEMD_TIMEOUT (s, the whole guest, default 5400),
+#      VM_DEMO_REPS (the demo's rounds in the guest, default 2: its timings under emulation
+#      are not judged, only that it runs to the end and cleans up),
+#      VM_HOST_BUILD=0 (skip the host's build: debugging this script only),
+#      VM_BOOT_TIMEOUT (s, until ssh answers, default 600), VM_STEP_TIMEOUT (s per step, 1800).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+W=${VM_WORK:-/var/tmp/pjw-vm}/systemd
+steps=${*:-session demo tests service reserve}
+label=VM-systemd-v2
+total_limit=${VM_SYSTEMD_TIMEOUT:-5400}   # not VM_TIMEOUT: the Makefile exports that for the busybox tier
+boot_limit=${VM_BOOT_TIMEOUT:-600}
+step_limit=${VM_STEP_TIMEOUT:-1800}
+
+"$here/build-image.sh"
+
+# The host builds everything the guest runs; cargo in the guest must find it fresh.
+cd "$src"
+if [ "${VM_HOST_BUILD:-1}" = 1 ]; then
+echo "$label: building on the host (release binaries, test executables)"
+cargo build --release --workspace --bins
+# Debug binaries too (pjw-wl is another package's: cargo test --no-run does not build it, and the
+# tests run it from target/debug), as make test-host's build step does.
+cargo build --workspace --bins
+cargo test --workspace --no-run --message-format=json > "$W/tests.json.tmp"
+mv "$W/tests.json.tmp" "$W/tests.json"
+fi   # VM_HOST_BUILD=0: reuse the last build (only to debug this script)
+
+[ -f "$W/tests.json" ] || : > "$W/tests.json"
+run=$W/runs/$(date +%Y%m%d-%H%M%S)-$$
+mkdir -p "$run"
+ls "$W/runs" | sort | head -n -5 | while read -r old; do rm -rf "${W:?}/runs/$old"; done   # keep 5
+# The test executables, like vm/build.sh collects them (here the ordinary dynamic ones).
+python3 - "$W/tests.json" > "$run/tests.list" <<'PY'
+import json, os, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
+        print(m["executable"] + "\t" + os.path.dirname(m["manifest_path"]))
+PY
+echo "$label: $(wc -l < "$run/tests.list") test executables; run directory $run"
+
+qemu-img create -q -f qcow2 -b "$W/rootfs.img" -F raw "$run/overlay.qcow2"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+key=$W/id_ed25519
+SSH="ssh -i $key -p $port -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -o ServerAliveCountMax=8"
+
+qpid=""
+stop_guest() {
+  [ -z "${spid:-}" ] || kill "$spid" 2>/dev/null || true
+  [ -n "$qpid" ] || return 0
+  if kill -0 "$qpid" 2>/dev/null; then
+    # A clean shutdown first; qemu exits by itself when the guest powers off.
+    timeout 30 $SSH root@127.0.0.1 'systemctl poweroff' >/dev/null 2>&1 || true
+    i=0
+    while kill -0 "$qpid" 2>/dev/null && [ "$i" -lt 120 ]; do sleep 1; i=$((i + 1)); done
+    if kill -0 "$qpid" 2>/dev/null; then
+      echo "$label: the guest did not power off within 120 s; stopping qemu (pid $qpid)"
+      kill "$qpid" 2>/dev/null || true
+      sleep 3
+      kill -KILL "$qpid" 2>/dev/null || true
+    fi
+  fi
+  wait "$qpid" 2>/dev/null || true
+  qpid=""
+}
+trap 'stop_guest' EXIT
+trap 'exit 130' INT TERM
+
+kv=$(cat "$W/kernel-version")
+echo "$label: booting Debian 12 ($kv) with systemd, 16 vCPUs in 2 NUMA nodes (console: $run/console.log)"
+boot_start=$(date +%s)
+# Software emulation (no usable KVM here). The user-mode network is restricted: the guest
+# reaches nothing; only the host's loopback port forwards to its sshd.
+timeout "$total_limit" qemu-system-x86_64 -accel tcg -cpu max,vendor=GenuineIntel \
+  -m 4G -smp 16,sockets=2,cores=4,threads=2 \
+  -object memory-backend-ram,id=m0,size=2G -object memory-backend-ram,id=m1,size=2G \
+  -numa node,nodeid=0,cpus=0-7,memdev=m0 -numa node,nodeid=1,cpus=8-15,memdev=m1 \
+  -kernel "$W/vmlinux" -initrd "$W/initrd.img" \
+  -append "root=/dev/vda rw console=ttyS0 psi=1 systemd.unified_cgroup_hierarchy=1 panic=-1 pjw.src=$src" \
+  -drive file="$run/overlay.qcow2",if=virtio,format=qcow2,cache=unsafe \
+  -netdev user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$port-:22 -device virtio-net-pci,netdev=n0 \
+  -virtfs local,path="$src",mount_tag=pjwsrc,security_model=none \
+  -virtfs local,path=/root/.cargo,mount_tag=pjwcargo,security_model=none \
+  -virtfs local,path=/root/.rustup,mount_tag=pjwrustup,security_model=none \
+  -display none -nodefaults -no-reboot -serial file:"$run/console.log" -monitor none \
+  </dev/null >/dev/null 2>"$run/qemu.err" &
+qpid=$!
+
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+up=0
+while [ $(( $(date +%s) - boot_start )) -lt "$boot_limit" ] && kill -0 "$qpid" 2>/dev/null; do
+  if timeout 30 $SSH root@127.0.0.1 true 2>/dev/null; then up=1; break; fi
+  sleep 5
+done
+if [ "$up" != 1 ]; then
+  echo "$label: no ssh within $boot_limit s; console:"; tail -30 "$run/console.log"; cat "$run/qemu.err"
+  echo "$label: FAILED, the guest did not come up (ssh) within $boot_limit s" | tee "$run/summary"
+  exit 1
+fi
+echo "$label: ssh up after $(( $(date +%s) - boot_start )) s"
+
+# One ssh login per step; the guest scripts run from the shared source tree.
+step() {
+  name=$1; shift
+  echo "=== $name"
+  s=$(date +%s)
+  set +e
+  # In the background and waited for: a signal to this script is then handled at once (sh
+  # runs traps only between foreground commands), and the trap stops the guest.
+  : > "$run/$name.log"
+  timeout "$step_limit" $SSH root@127.0.0.1 "$@" < /dev/null > "$run/$name.log" 2>&1 &
+  spid=$!
+  tail -f --pid="$spid" "$run/$name.log" &
+  tpid=$!
+  wait "$spid"
+  wait "$tpid"
+  set -e
+  echo "=== $name: $(( $(date +%s) - s )) s"
+}
+for st in $steps; do
+  case $st in
+    tests)
+      $SSH root@127.0.0.1 "cat > /tmp/pjw-tests.list" < "$run/tests.list" || true
+      step tests "sh $src/vm/systemd/guest-tests.sh $src /tmp/pjw-tests.list $label" ;;
+    session|demo|service|reserve)
+      step "$st" "DEMO_REPS=${VM_DEMO_REPS:-2} sh $src/vm/systemd/guest-$st.sh $src" ;;
+    *) fail "unknown step $st" ;;
+  esac
+done
+stop_guest
+
+# The summary: the checks' ok/FAIL lines and the test executables' counts.
+ok=0; bad=$fails; tp=0; tf=0; tk=0; missing=""
+for st in $steps; do
+  f=$run/$st.log
+  [ -f "$f" ] || { missing="$missing $st"; continue; }
+  ok=$((ok + $(grep -c '^ok: ' "$f" || true)))
+  bad=$((bad + $(grep -c '^FAIL: ' "$f" || true)))
+  if [ "$st" = tests ]; then
+    line=$(grep "^$label: [0-9]* passed, [0-9]* failed, [0-9]* skipped" "$f" | tail -1 || true)
+    if [ -z "$line" ]; then missing="$missing tests(summary)"; continue; fi
+    set -- $(echo "$line" | sed 's/.*: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped.*/\1 \2 \3/')
+    tp=$1; tf=$2; tk=$3
+  elif ! grep -q '^=== done' "$f"; then
+    missing="$missing $st(end)"
+  fi
+done
+if [ -n "$missing" ]; then
+  echo "FAIL: no result from:$missing (timeout or the guest went away)"
+  bad=$((bad + 1))
+fi
+echo "$label: checks $ok ok, $bad failed; test executables $tp passed, $tf failed, $tk skipped (run $run)"
+echo "$label: $((ok + tp)) passed, $((bad + tf)) failed, $tk skipped" | tee "$run/summary"
+[ "$bad" = 0 ] && [ "$tf" = 0 ] && [ -z "$missing" ]
