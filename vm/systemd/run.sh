@@ -47,14 +47,18 @@ run=$W/runs/$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$run"
 ls "$W/runs" | sort | head -n -5 | while read -r old; do rm -rf "${W:?}/runs/$old"; done   # keep 5
 # The test executables, like vm/build.sh collects them (here the ordinary dynamic ones).
-python3 - "$W/tests.json" > "$run/tests.list" <<'PY'
+# Only the root tests of vm/guest-tests: the pure ones run on the host tier.
+python3 - "$W/tests.json" "$here/../guest-tests" > "$run/tests.list" <<'PY'
 import json, os, sys
+want = {l.strip() for l in open(sys.argv[2]) if l.strip() and not l.startswith("#")}
 for line in open(sys.argv[1]):
     try:
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
+    if (m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test")
+            and m.get("executable") and m.get("target", {}).get("name") in want
+            and "test" in m.get("target", {}).get("kind", [])):
         print(m["executable"] + "\t" + os.path.dirname(m["manifest_path"]))
 PY
 echo "$label: $(wc -l < "$run/tests.list") test executables; run directory $run"
