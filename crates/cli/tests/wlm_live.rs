@@ -321,6 +321,10 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         d.status(),
         w.logs()
     );
+    // A job Slurm ended normally (its Epilog's `pjw job end`) is recorded completed, not failed.
+    for id in &ids {
+        assert_ended_as(&d, &format!("slurm:{id}"), "completed");
+    }
 
     // Prolog and Epilog succeeded (a failed one drains the node): pjw's hooks carry the job's
     // SLURM_JOB_ID but are never adopted into the job they end.
@@ -618,4 +622,30 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
         "grid engine jobs or their cgroups left:\n{:#}",
         d.status()
     );
+    for (id, _) in &seen {
+        assert_ended_as(&d, id, "completed");
+    }
+}
+
+/// The job's report says it ended as `want` (`pjw report -J ID --json`), waiting (bounded) for
+/// the record the daemon writes when the job ends.
+fn assert_ended_as(d: &TestDaemon, id: &str, want: &str) {
+    let mut last = String::new();
+    let ok = TestDaemon::wait_for(Duration::from_secs(30), || {
+        let o = d
+            .pjw()
+            .args(["report", "-J", id, "--format", "json"])
+            .output()
+            .unwrap();
+        last = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&o.stdout)
+            .ok()
+            .and_then(|v| v.as_array().and_then(|a| a.first().cloned()))
+            .is_some_and(|j| j["end"] == want)
+    });
+    assert!(ok, "job {id} not recorded {want}: {last}");
 }
