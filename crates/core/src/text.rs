@@ -17,8 +17,7 @@ pub fn printable(text: &str, max: usize) -> Cow<'_, str> {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len().min(max * 2));
-    let mut n = 0;
-    for c in text.chars() {
+    for (n, c) in text.chars().enumerate() {
         if n >= max {
             out.push('…');
             break;
@@ -28,7 +27,6 @@ pub fn printable(text: &str, max: usize) -> Cow<'_, str> {
         } else {
             out.push(c);
         }
-        n += 1;
     }
     Cow::Owned(out)
 }

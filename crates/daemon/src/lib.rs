@@ -128,7 +128,7 @@ fn job_pool(cfg: &Config, daemon_cpus: &CpuSet, driver: &Driver) -> Result<CpuSe
             }
             both
         }
-        None => daemon_cpus.clone(),
+        None => *daemon_cpus,
     };
     if allowed.is_empty() {
         return Err(DaemonError::Other(format!(
@@ -144,7 +144,7 @@ fn job_pool(cfg: &Config, daemon_cpus: &CpuSet, driver: &Driver) -> Result<CpuSe
                     cfg.origin, bad, allowed
                 )));
             }
-            Ok(c.clone())
+            Ok(*c)
         }
         None => Ok(allowed),
     }
