@@ -1,7 +1,7 @@
 //! The hostile local user, written as the attack (docs/security.md names each test here).
 //!
 //! Root tests on the real cgroupfs with a private daemon (`TestDaemon`) and two real
-//! unprivileged users: uids that no account uses, reached with util-linux `setpriv`, so the
+//! unprivileged users: uids that no account uses, set for the child by the kernel, so the
 //! kernel — not pjw — says who is calling (SO_PEERCRED). Every attack must fail for the
 //! attacker and leave root and the other user served. Waits are correctness bounds, never
 //! timings.
@@ -42,14 +42,14 @@ fn daemon(extra: &str) -> TestDaemon {
     d
 }
 
-/// `cmd` as `uid` (its own gid, no supplementary groups).
+/// `cmd` as `uid` (its own gid, no supplementary groups): real and effective ids set by the
+/// kernel before exec (std drops the supplementary groups when root sets a uid), as util-linux
+/// `setpriv --reuid --regid --clear-groups` would — busybox's setpriv, in the test guests, has
+/// no --reuid.
 fn as_user(uid: u32, cmd: &Path) -> Command {
-    let mut c = Command::new("setpriv");
-    c.arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={uid}"))
-        .arg("--clear-groups")
-        .arg(cmd)
-        .current_dir("/");
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(cmd);
+    c.uid(uid).gid(uid).current_dir("/");
     c
 }
 
