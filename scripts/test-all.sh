@@ -7,11 +7,12 @@
 #
 # Tiers: host (unit, property, fake trees, root tests on the real cgroupfs, live Slurm, Grid
 # Engine, PostgreSQL, tmux), busybox-v2 (pure cgroup v2, 2 NUMA nodes), busybox-v1 (pure v1),
-# systemd-v2 (Debian 12 with systemd, tests from an ssh login session, the packaged service).
+# systemd-v2 (Debian 12 with systemd, tests from an ssh login session, the packaged service);
+# fuzz (the protocol decoder and the workload managers' parsers, bounded).
 # TEST_TIERS="host busybox-v2 ..." runs a subset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-tiers=${TEST_TIERS:-host busybox-v2 busybox-v1 systemd-v2 selfcheck}
+tiers=${TEST_TIERS:-host fuzz busybox-v2 busybox-v1 systemd-v2 selfcheck}
 logs=$(mktemp -d /tmp/pjw-test-all.XXXXXX)
 trap 'rm -rf "$logs"' EXIT
 status=0
@@ -38,6 +39,7 @@ run_tier() {
 for t in $tiers; do
   case $t in
     host) run_tier host scripts/test-summary.sh --workspace ;;
+    fuzz) run_tier fuzz make -s test-fuzz ;;
     busybox-v2) run_tier busybox-v2 make -s test-vm ;;
     busybox-v1) run_tier busybox-v1 make -s test-vm-v1 ;;
     systemd-v2) run_tier systemd-v2 make -s test-vm-systemd ;;
