@@ -78,7 +78,12 @@ fn procs_of(dir: &Path) -> Vec<u32> {
 #[test]
 fn job_lifecycle_on_the_real_cgroupfs() {
     require!(Component::Root);
-    let parent = ParentSpec::parse(&format!("self/pjw-cgtest-{}", std::process::id())).unwrap();
+    // Below our own cgroup, or in the tests' delegated scope under systemd on pure v2.
+    let parent = ParentSpec::parse(&pjw_testkit::test_parent(&format!(
+        "pjw-cgtest-{}",
+        std::process::id()
+    )))
+    .unwrap();
     let driver = Driver::detect(Path::new("/proc"), &parent).unwrap();
     eprintln!("{}", driver.describe());
     let looks_hybrid =
@@ -227,8 +232,11 @@ fn job_lifecycle_on_the_real_cgroupfs() {
 #[test]
 fn statistics_files_kept_open_read_fresh_values_and_close_with_the_job() {
     require!(Component::Root);
-    let parent =
-        ParentSpec::parse(&format!("self/pjw-cgtest-stat-{}", std::process::id())).unwrap();
+    let parent = ParentSpec::parse(&pjw_testkit::test_parent(&format!(
+        "pjw-cgtest-stat-{}",
+        std::process::id()
+    )))
+    .unwrap();
     let mut driver = Driver::detect(Path::new("/proc"), &parent).unwrap();
     driver.keep_stat_files_open(64);
     let mut g = Guard {

@@ -470,7 +470,7 @@ fn daemon_alone_in_its_cgroup_moves_into_a_leaf() {
     )
     .unwrap();
     {
-        let mut d = TestDaemon::start(&wrapper, "");
+        let mut d = TestDaemon::start_below_self(&wrapper, "");
         let dir = d.dir().to_path_buf();
         let pid = d.pid().expect("daemon pid");
         let leaf = y.join("pjw-daemon");

@@ -183,9 +183,25 @@ pub struct TestDaemon {
 impl TestDaemon {
     /// Start a daemon with the `pjw` binary at `bin` and extra TOML config lines.
     pub fn start(bin: &Path, extra_config: &str) -> TestDaemon {
-        SWEEP.call_once(sweep_stale);
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let parent = test_parent(&format!("pjw-test-{}-{n}", std::process::id()));
+        Self::start_with_parent(bin, extra_config, parent)
+    }
+
+    /// [`TestDaemon::start`] with the parent `self/pjw-test-<pid>-<n>`: below the daemon's own
+    /// cgroup whatever the machine (the test of the daemon's leaf puts the daemon in a cgroup of
+    /// its own first; under systemd the usual parent is absolute, in the tests' scope).
+    pub fn start_below_self(bin: &Path, extra_config: &str) -> TestDaemon {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        Self::start_with_parent(
+            bin,
+            extra_config,
+            format!("self/pjw-test-{}-{n}", std::process::id()),
+        )
+    }
+
+    fn start_with_parent(bin: &Path, extra_config: &str, parent: String) -> TestDaemon {
+        SWEEP.call_once(sweep_stale);
         let dir = tempfile::Builder::new()
             .prefix("pjw-test")
             .tempdir()
