@@ -144,12 +144,12 @@ pub fn cpus_on_node(per_node: &str, nodelist: &str, node: &str) -> Result<u32, S
         let times: usize = times
             .parse()
             .map_err(|_| format!("SLURM_JOB_CPUS_PER_NODE {per_node:?}: not N or N(xM),…"))?;
-        if at < seen + times {
+        if at < seen.saturating_add(times) {
             return (n > 0)
                 .then_some(n)
                 .ok_or_else(|| "no CPUs on this node".to_string());
         }
-        seen += times;
+        seen = seen.saturating_add(times);
     }
     Err(format!(
         "SLURM_JOB_CPUS_PER_NODE {per_node:?} has no count for node {node} (#{at})"
@@ -182,7 +182,11 @@ pub fn scontrol_mem(text: &str, node: &str, cpus: u32) -> Option<u64> {
         for (k, v) in &t {
             match *k {
                 "MinMemoryNode" => min(&mut per_node, slurm_mem(v)),
-                "MinMemoryCPU" => min(&mut per_cpu, slurm_mem(v).map(|m| m * cpus as u64)),
+                // Both numbers are the job's: saturate rather than overflow.
+                "MinMemoryCPU" => min(
+                    &mut per_cpu,
+                    slurm_mem(v).map(|m| m.saturating_mul(cpus as u64)),
+                ),
                 _ => {}
             }
         }
@@ -275,6 +279,14 @@ mod tests {
    Comment=c
      Nodes=vm CPU_IDs=0-1 Mem=99999 GRES=
 ";
+
+    #[test]
+    fn huge_numbers_in_the_job_s_text_saturate_instead_of_overflowing() {
+        // Both are the job's numbers (fuzz seed attack-mem-overflow).
+        let text = "JobId=2 MinMemoryCPU=17179869184T\n";
+        assert_eq!(scontrol_mem(text, "vm", u32::MAX), Some(u64::MAX));
+        assert!(cpus_on_node("1(x18446744073709551615),2", "vm", "vm").is_ok());
+    }
 
     #[test]
     fn scontrol_memory_cannot_be_raised_by_user_text() {

@@ -222,8 +222,10 @@ pub fn pjw_id(id: &str) -> String {
 pub fn env_from_lines(text: &str) -> Env {
     text.lines()
         .filter_map(|l| l.split_once('='))
+        // Trimmed before the checks: `  =x` has no name, ` # X=1` is a comment.
+        .map(|(k, v)| (k.trim(), v))
         .filter(|(k, _)| !k.is_empty() && !k.starts_with('#'))
-        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
 
@@ -281,7 +283,12 @@ pub fn slurm(env: &Env) -> Result<WlmJob, WlmError> {
     job.mem = if let Some(v) = get(env, "SLURM_MEM_PER_NODE") {
         Some(mib(m, "SLURM_MEM_PER_NODE", v)?)
     } else if let (Some(v), Some(n)) = (get(env, "SLURM_MEM_PER_CPU"), job.cpus) {
-        Some(mib(m, "SLURM_MEM_PER_CPU", v)? * n as u64)
+        // Both numbers are the job's to pick: 10^9 MiB × 4·10^9 CPUs overflows u64.
+        let per = mib(m, "SLURM_MEM_PER_CPU", v)?;
+        Some(
+            per.checked_mul(n as u64)
+                .ok_or_else(|| bad(m, "SLURM_MEM_PER_CPU", v, "times the CPUs is out of range"))?,
+        )
     } else {
         None
     };
@@ -314,11 +321,12 @@ pub fn sge_size(text: &str) -> Result<Option<u64>, String> {
         _ => return Err("unknown unit (expected k, K, m, M, g, G, t, T)".into()),
     };
     let v: f64 = num.parse().map_err(|_| "not a number".to_string())?;
-    let bytes = v * mult;
-    if !bytes.is_finite() || bytes <= 0.0 || bytes >= u64::MAX as f64 {
+    let bytes = (v * mult).round();
+    // Below one byte once rounded (".43" bytes) is no limit a job can run in, not a 0-byte one.
+    if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
         return Err("out of range".into());
     }
-    Ok(Some(bytes.round() as u64))
+    Ok(Some(bytes as u64))
 }
 
 /// A Grid Engine job from its environment (the job's, or the `environment` file in the
@@ -628,6 +636,24 @@ mod tests {
         assert_eq!(pjw_id(&"9".repeat(100)).len(), 64);
     }
 
+    /// Seen writing the fuzz target wlm_env (fuzz/): memory per CPU times CPUs overflowed.
+    #[test]
+    fn slurm_memory_per_cpu_times_cpus_out_of_range_is_an_error() {
+        let env = env_from_lines(
+            "SLURM_JOB_ID=1\nSLURM_CPUS_ON_NODE=4000000000\nSLURM_MEM_PER_CPU=1000000000\n",
+        );
+        assert!(matches!(slurm(&env), Err(WlmError::Bad { .. })));
+    }
+
+    /// Seen writing the fuzz target wlm_files (fuzz/): a blank name or an indented
+    /// comment became a variable.
+    #[test]
+    fn env_lines_with_blank_names_or_indented_comments_are_skipped() {
+        let env = env_from_lines("  =x\n  # X=1\n Y = 2\n");
+        assert_eq!(env.len(), 1, "{env:?}");
+        assert_eq!(env.get("Y").map(String::as_str), Some(" 2"));
+    }
+
     #[test]
     fn proc_environ_blocks() {
         let env = env_from_environ(b"SLURM_JOB_ID=7\0PATH=/bin\0=odd\0NOEQUALS\0X=a=b\0");
@@ -650,6 +676,10 @@ mod tests {
     fn sizes() {
         assert_eq!(sge_size("2G"), Ok(Some(2 << 30)));
         assert_eq!(sge_size("2g"), Ok(Some(2_000_000_000)));
+        // Found by the fuzzer: a value that rounds to 0 bytes is refused, not a 0-byte limit.
+        assert!(sge_size(" .43").is_err());
+        assert!(sge_size("0.4").is_err());
+        assert_eq!(sge_size("0.6"), Ok(Some(1)));
         assert_eq!(sge_size("1.5M"), Ok(Some(1_572_864)));
         assert_eq!(sge_size("INFINITY"), Ok(None));
         assert!(sge_size("2X").is_err());
