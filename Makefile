@@ -70,9 +70,9 @@ test-unit: build
 	$(CARGO) test --workspace --lib
 
 # Fuzz the protocol decoder and the WLM parsers (fuzz/, scripts/fuzz.sh): every seed of
-# fuzz/corpus/ replayed, then FUZZ_SECONDS (25) of libFuzzer per target; a crash fails and its
+# fuzz/corpus/ replayed, then FUZZ_SECONDS (15) of libFuzzer per target; a crash fails and its
 # input is kept in fuzz/artifacts/. Ends "fuzz: N passed, M failed, 0 skipped".
-FUZZ_SECONDS ?= 25
+FUZZ_SECONDS ?= 15
 test-fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
 
