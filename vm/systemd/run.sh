@@ -4,7 +4,7 @@
 # login as root (a logind session-N.scope), run the guest-side checks of vm/systemd/guest-*.sh:
 #   session  the guest is what the tier claims; the shell is in a logind session scope
 #   demo     `make demo` runs to the end and leaves nothing behind
-#   tests    every test executable of the workspace (the host's build, target/debug/deps)
+#   tests    the root tests of vm/guest-tests (the host's build, target/debug/deps)
 #   service  the packaged service: `make install`, enable --now, two users' jobs through
 #            daemon-reload, restart, stop + start (same CPUs, own exit statuses, nothing left)
 #   reserve  a slice with AllowedCPUs=: pjw's pool follows it
