@@ -41,11 +41,11 @@ fn slurm_mem(v: &str) -> Option<u64> {
     (n > 0.0).then_some((n * mult as f64) as u64)
 }
 
-/// Whether Slurm host list `list` (`vm`, `n[1-4,7]`, `a,b`) names `node`.
-pub fn hostlist_contains(list: &str, node: &str) -> bool {
-    // Split at commas outside brackets.
+/// The parts of a Slurm host list, split at commas outside brackets (`n[1-2,5],x` →
+/// `n[1-2,5]`, `x`).
+fn hostlist_parts(list: &str) -> Vec<&str> {
     let mut parts = Vec::new();
-    let (mut depth, mut start) = (0, 0);
+    let (mut depth, mut start) = (0i32, 0);
     for (i, c) in list.char_indices() {
         match c {
             '[' => depth += 1,
@@ -58,6 +58,12 @@ pub fn hostlist_contains(list: &str, node: &str) -> bool {
         }
     }
     parts.push(&list[start..]);
+    parts
+}
+
+/// Whether Slurm host list `list` (`vm`, `n[1-4,7]`, `a,b`) names `node`.
+pub fn hostlist_contains(list: &str, node: &str) -> bool {
+    let parts = hostlist_parts(list);
     parts.iter().any(|p| {
         let Some((prefix, rest)) = p.split_once('[') else {
             return *p == node;
@@ -85,20 +91,7 @@ pub fn hostlist_contains(list: &str, node: &str) -> bool {
 /// The position of `node` in Slurm host list `list`, expanded in order (`n[1-3],x` → n1, n2,
 /// n3, x). None when it is not there or the list is malformed or longer than 100,000 names.
 pub fn hostlist_index(list: &str, node: &str) -> Option<usize> {
-    let mut parts = Vec::new();
-    let (mut depth, mut start) = (0i32, 0);
-    for (i, c) in list.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth -= 1,
-            ',' if depth == 0 => {
-                parts.push(&list[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    parts.push(&list[start..]);
+    let parts = hostlist_parts(list);
     let mut index = 0usize;
     for p in parts {
         let Some((prefix, rest)) = p.split_once('[') else {

@@ -19,59 +19,7 @@ fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
 }
 
-/// The uid of test user `name`, created when missing: `useradd --system` on the host; in a
-/// test guest without it (busybox), a line in the guest's own /etc/passwd and /etc/group.
-fn test_user(name: &str) -> u32 {
-    let id = |n: &str| {
-        Command::new("id")
-            .args(["-u", n])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-    };
-    if let Some(uid) = id(name) {
-        return uid;
-    }
-    let o = Command::new("useradd")
-        .args([
-            "--system",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-        ])
-        .arg(name)
-        .output();
-    match o {
-        // Another test may have created it meanwhile (exit 9: exists).
-        Ok(o) => assert!(
-            o.status.success() || o.status.code() == Some(9),
-            "useradd {name}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        ),
-        Err(_) if pjw_testkit::in_vm_guest() => {
-            let uid = (61_500u32..65_000)
-                .find(|u| id(&u.to_string()).is_none())
-                .expect("a free uid");
-            for (f, line) in [
-                (
-                    "/etc/passwd",
-                    format!("{name}:x:{uid}:{uid}::/:/sbin/nologin\n"),
-                ),
-                ("/etc/group", format!("{name}:x:{uid}:\n")),
-            ] {
-                use std::io::Write;
-                std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(f)
-                    .and_then(|mut h| h.write_all(line.as_bytes()))
-                    .unwrap_or_else(|e| panic!("{f}: {e}"));
-            }
-        }
-        Err(e) => panic!("useradd {name}: {e}"),
-    }
-    id(name).expect("test user exists")
-}
+use pjw_testkit::machine::test_user;
 
 /// A daemon whose socket unprivileged users can reach.
 fn daemon() -> TestDaemon {

@@ -400,38 +400,6 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     drop(stranger);
 }
 
-/// The uid of test user `name`, created when missing (idempotent; a system account with no
-/// home and no shell, left for the next run).
-fn test_user(name: &str) -> u32 {
-    let id = || {
-        Command::new("id")
-            .args(["-u", name])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-    };
-    if let Some(uid) = id() {
-        return uid;
-    }
-    let o = Command::new("useradd")
-        .args([
-            "--system",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-            name,
-        ])
-        .output()
-        .expect("useradd");
-    assert!(
-        o.status.success() || o.status.code() == Some(9),
-        "useradd {name}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    id().expect("test user")
-}
-
 /// Items 1 and 2 of issue 12, as a user of the live Slurm: (1) a task that exports
 /// `SLURM_SCRIPT_CONTEXT` (a forged hook) and one that re-execs at once without
 /// `SLURM_JOB_ID` are adopted all the same (their ancestry is `slurmstepd: [ID.0]`); (2) a job
@@ -441,7 +409,7 @@ fn test_user(name: &str) -> u32 {
 fn slurm_user_cannot_dodge_adoption_or_steer_the_prolog() {
     require!(Component::Root, Component::Slurm);
     let two = need_cpus!(2);
-    let uid = test_user("pjwatk1");
+    let uid = pjw_testkit::machine::test_user("pjwatk1");
     let _turn = slurm_turn();
     let d = TestDaemon::start(&pjw_bin(), &wlm_config(&two, "SLURM_JOB_ID"));
     let w = Wlm::up("slurm-up.sh", &d);
