@@ -55,6 +55,8 @@ show_crash() {
   local art
   art=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$2" | tail -1)
   [ -n "$art" ] || return 0
+  # The property that broke (the backtrace above can push it out of the tail).
+  grep -m1 -A1 'panicked at' "$2" | sed "s/^/fuzz: $1: /"
   echo "fuzz: $1: crashing input kept in $art ($(wc -c < "$art") bytes):"
   if [ "$(wc -c < "$art")" -le 4096 ]; then od -c "$art" | head -64; else head -c 2048 "$art" | od -c | head -40; echo "  ..."; fi
   echo "fuzz: reproduce with: scripts/fuzz.sh $1 $art"

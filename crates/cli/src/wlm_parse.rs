@@ -151,10 +151,13 @@ pub fn cpus_on_node(per_node: &str, nodelist: &str, node: &str) -> Result<u32, S
 
 /// The job's memory on node `node` (bytes) from `scontrol show job -d`, for a job with `cpus`
 /// CPUs here: the `Mem=` of this node's detail line (`     Nodes=… CPU_IDs=… Mem=… GRES=`),
-/// else `MinMemoryNode`, else `MinMemoryCPU` × `cpus`. User text can forge any of these lines
-/// (a job name with newlines), but not remove the real one slurmd's answer holds: of all the
-/// candidates of the first kind found, the smallest is taken, so forged text can only lower
-/// the job's own limit. None when scontrol names no memory.
+/// `MinMemoryNode` or `MinMemoryCPU` × `cpus` (slurmd's answer holds the detail line and one
+/// of the two others, and they agree). User text can forge any of these (a job name, with or
+/// without newlines), but not remove the real one slurmd's answer holds: the smallest of every
+/// candidate of every kind is taken — never one kind in preference to another, or a forged
+/// `MinMemoryNode=4G` in a job name would outrank the real `MinMemoryCPU=1G` (found by the
+/// scontrol fuzz target) — so forged text can only lower the job's own limit. None when
+/// scontrol names no memory.
 pub fn scontrol_mem(text: &str, node: &str, cpus: u32) -> Option<u64> {
     let mut detail: Option<u64> = None;
     let mut per_node: Option<u64> = None;
@@ -184,7 +187,7 @@ pub fn scontrol_mem(text: &str, node: &str, cpus: u32) -> Option<u64> {
             }
         }
     }
-    detail.or(per_node).or(per_cpu)
+    [detail, per_node, per_cpu].into_iter().flatten().min()
 }
 
 /// What slurmd tells the Prolog about its job, from the Prolog's environment (slurmd sets it;
@@ -299,6 +302,10 @@ mod tests {
         );
         let named = "JobId=1 JobName=x UserId=root(0) NumCPUs=2 MinMemoryNode=1T\n   UserId=nobody(65534)\n     Nodes=vm CPU_IDs=0 Mem=100 GRES=\n";
         assert_eq!(scontrol_mem(named, "vm", 1), Some(100 << 20));
+        // A job name cannot make one kind outrank another: the real MinMemoryCPU stands.
+        let other_kind = "JobId=1 JobName=x MinMemoryNode=4G\n   NumCPUs=1 MinMemoryCPU=1G\n";
+        assert_eq!(scontrol_mem(other_kind, "vm", 1), Some(1 << 30));
+        assert_eq!(scontrol_mem(other_kind, "vm", 8), Some(4 << 30));
     }
 
     #[test]
