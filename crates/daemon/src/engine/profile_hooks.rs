@@ -204,31 +204,13 @@ impl Engine {
             });
         }
         let took = t0.elapsed();
-        self.last_sample = Some((took, jobs));
         self.metrics.sampler_pass(took.as_secs_f64());
         debug!(jobs, took_us = took.as_micros() as u64, "sampled");
-    }
-
-    /// Every started job's latest sample with its id, user and state (for metrics and
-    /// `pjw top`; no file is read).
-    pub fn latest_samples(&self) -> Vec<(String, String, &'static str, Sample)> {
-        self.jobs
-            .values()
-            .filter_map(|j| {
-                let s = j.prof.last.clone()?;
-                Some((j.id.to_string(), j.user.clone(), j.state().as_str(), s))
-            })
-            .collect()
     }
 
     /// Process events are flowing (the proc connector is open): process totals are reported.
     pub fn set_proc_events(&mut self, on: bool) {
         self.proc_events = on;
-    }
-
-    /// The last sampler tick's duration and number of jobs sampled (for metrics).
-    pub fn last_sample(&self) -> Option<(Duration, usize)> {
-        self.last_sample
     }
 
     /// Answer a `report` request: access check here, store reads on a blocking thread.
