@@ -245,15 +245,8 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     if cfg.governor {
         let tx = tx.clone();
         let every = std::time::Duration::from_millis(cfg.governor_interval_ms);
-        tokio::spawn(async move {
-            let mut t = tokio::time::interval(every);
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                t.tick().await;
-                if tx.send(engine::Event::Govern).is_err() {
-                    break;
-                }
-            }
+        spawn_ticker(tx, every, tokio::time::MissedTickBehavior::Delay, || {
+            engine::Event::Govern
         });
     }
     // The metrics endpoint reads job cgroups with its own copy of the driver, off the engine.
@@ -271,15 +264,8 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         // The adoption backstop; it does nothing while no registered job runs.
         let tx = tx.clone();
         let every = std::time::Duration::from_millis(cfg.adopt_sweep_ms);
-        tokio::spawn(async move {
-            let mut t = tokio::time::interval(every);
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                t.tick().await;
-                if tx.send(engine::Event::Sweep).is_err() {
-                    break;
-                }
-            }
+        spawn_ticker(tx, every, tokio::time::MissedTickBehavior::Delay, || {
+            engine::Event::Sweep
         });
     }
     let mut cfg = cfg;
@@ -341,15 +327,8 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         // The sampler's tick; a tick missed while the engine was busy is skipped, not bunched.
         let tx = tx.clone();
         let every = std::time::Duration::from_millis(cfg.profile.interval_ms);
-        tokio::spawn(async move {
-            let mut t = tokio::time::interval(every);
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                t.tick().await;
-                if tx.send(engine::Event::Sample).is_err() {
-                    break;
-                }
-            }
+        spawn_ticker(tx, every, tokio::time::MissedTickBehavior::Skip, || {
+            engine::Event::Sample
         });
     }
     let listener = bind_socket(&cfg.socket, cfg.socket_mode)?;
@@ -392,4 +371,24 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     // Let answers to queued clients go out.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     Ok(())
+}
+
+/// Send `event()` down the engine's channel every `every` (the governor's, the adoption sweep's
+/// and the sampler's timers), until the engine is gone.
+fn spawn_ticker(
+    tx: tokio::sync::mpsc::UnboundedSender<engine::Event>,
+    every: std::time::Duration,
+    missed: tokio::time::MissedTickBehavior,
+    event: fn() -> engine::Event,
+) {
+    tokio::spawn(async move {
+        let mut t = tokio::time::interval(every);
+        t.set_missed_tick_behavior(missed);
+        loop {
+            t.tick().await;
+            if tx.send(event()).is_err() {
+                break;
+            }
+        }
+    });
 }

@@ -24,19 +24,18 @@ impl Engine {
             let Ok(usage) = self.driver.memory_usage(&j.cgroup) else {
                 continue;
             };
-            if let Some(at) = j.mem_at {
+            if let Some(at) = j.mem_at.filter(|_| !j.mem_frozen) {
                 let dt = now.duration_since(at).as_secs_f64();
-                if dt > 0.0 && !j.mem_frozen {
-                    let rate = (usage as f64 - j.mem_usage as f64) / dt;
-                    j.mem_growth = 0.5 * j.mem_growth + 0.5 * rate;
-                }
+                j.mem_growth = governor::smoothed_growth(j.mem_growth, j.mem_usage, usage, dt);
             }
             j.mem_usage = usage;
             j.mem_at = Some(now);
             // Long after a thaw its pages are back: count what it uses, not what it used.
             if !j.mem_frozen
-                && j.thawed_at
-                    .is_some_and(|t| now.duration_since(t) > 5 * cooldown)
+                && j.thawed_at.is_some_and(|t| {
+                    let since = now.duration_since(t).as_millis() as i64;
+                    governor::footprint_expired(since, cfg.thaw_cooldown_ms)
+                })
             {
                 j.footprint = 0;
             }
@@ -153,9 +152,12 @@ impl Engine {
                             self.metrics
                                 .governor_action(crate::metrics::GovernorKind::freeze);
                             j.mem_frozen = true;
-                            let predicted =
-                                j.mem_usage as f64 + j.mem_growth.max(0.0) * cfg.prediction_secs;
-                            j.footprint = (predicted as u64).max(j.footprint);
+                            j.footprint = governor::predicted_footprint(
+                                &cfg,
+                                j.mem_usage,
+                                j.mem_growth,
+                                j.footprint,
+                            );
                             info!(
                                 job = %j.id, user = %j.user, usage = j.mem_usage, growth = j.mem_growth as i64,
                                 psi_some = snap.psi_some, "memory pressure: job frozen"
