@@ -33,7 +33,6 @@ use pjw_core::governor::GovernorConfig;
 use pjw_core::sched::QueuePolicy;
 use pjw_core::{CpuSet, JobId};
 use pjw_proto::{ErrorCode, Response};
-use pjw_store::Store;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -42,6 +41,7 @@ use crate::config::Config;
 use crate::os;
 use crate::procs::{ProcCounts, ProcTracker};
 use crate::profile::{Finals, Writer};
+use crate::store_port::StorePort;
 
 mod admission;
 mod control;
@@ -55,6 +55,9 @@ mod proc_events;
 mod profile_hooks;
 mod recovery;
 mod status;
+#[cfg(test)]
+mod store_tests;
+mod store_writes;
 mod wlm;
 
 pub use events::{Control, Cred, Event};
@@ -64,7 +67,7 @@ use job::{placement_from, placement_name, role_name, sched_placement, Job, Waite
 pub struct Engine {
     cfg: Config,
     driver: Driver,
-    store: Store,
+    store: Box<dyn StorePort>,
     alloc: Allocator,
     /// Reused working memory of the allocator: no heap allocation per decision.
     scratch: Scratch,
@@ -107,6 +110,12 @@ pub struct Engine {
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// The central-store shipper (`[central]`), woken when a job's summary is recorded.
     shipper: Option<pjw_central::Shipper>,
+    /// Ends and exit statuses of jobs gone from memory that the store did not take yet.
+    unrecorded: Vec<store_writes::Unrecorded>,
+    /// Something waits to be written again (a dirty job or an unrecorded write).
+    store_backlog: bool,
+    /// A [`Event::StoreRetry`] timer is running.
+    store_retry_armed: bool,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -162,7 +171,7 @@ impl Engine {
     pub fn new(
         cfg: Config,
         driver: Driver,
-        store: Store,
+        store: impl StorePort + 'static,
         alloc: Allocator,
         pool: CpuSet,
         vcpus: usize,
@@ -196,7 +205,7 @@ impl Engine {
             last_swap_in: None,
             cfg,
             driver,
-            store,
+            store: Box::new(store),
             alloc,
             scratch: Scratch::new(),
             pool,
@@ -216,6 +225,9 @@ impl Engine {
             partition: None,
             metrics: Default::default(),
             shipper: None,
+            unrecorded: Vec::new(),
+            store_backlog: false,
+            store_retry_armed: false,
         }
     }
 
@@ -241,12 +253,13 @@ impl Engine {
 
     /// The profile writer's failed writes so far (for metrics).
     pub fn store_write_errors(&self) -> u64 {
-        self.writer.as_ref().map(Writer::errors).unwrap_or(0)
+        self.writer.as_ref().map(Writer::errors).unwrap_or(0) + self.metrics.store_write_errors()
     }
 
     /// Handle one event.
     pub fn handle(&mut self, ev: Event) {
         self.handle_event(ev);
+        self.flush_store();
         // Time per state comes from the transitions, which only happen in events.
         let now = now_ms();
         for j in self.jobs.values_mut() {
@@ -319,6 +332,7 @@ impl Engine {
                 let _ = reply.send(self.metrics_snapshot());
             }
             Event::Report { cred, query, reply } => self.report(cred, query, reply),
+            Event::StoreRetry => self.store_retry(),
             Event::Tick { generation } => {
                 if generation == self.tick_generation {
                     self.drop_unclaimed();

@@ -14,6 +14,9 @@ pub mod procs;
 pub mod profile;
 pub mod report;
 pub mod server;
+pub mod store_port;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod tmp;
 
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};

@@ -122,6 +122,11 @@ impl Metrics {
         self.store_write_errors.inc();
     }
 
+    /// Failed writes the engine counted so far.
+    pub fn store_write_errors(&self) -> u64 {
+        self.store_write_errors.get()
+    }
+
     /// Reading a job's state from the kernel failed (and was not taken as an answer).
     pub fn kernel_read_error(&self) {
         self.kernel_read_errors.inc();

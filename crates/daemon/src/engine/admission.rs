@@ -8,6 +8,7 @@ use pjw_store::{JobRecord, StoredState};
 use tokio::sync::mpsc;
 use tracing::{error, info};
 
+use super::store_writes::OnFail;
 use super::{cgroup_name, err, now_ms, placement_name, refuse, Cred, Engine, Job, Refusal, Waiter};
 use crate::os;
 
@@ -150,7 +151,7 @@ impl Engine {
             exclusive: req.exclusive,
             role: "primary".into(),
         };
-        let seq = match self.store.insert_job(&rec) {
+        let seq = match self.store_write(0, "insert_job", OnFail::Refuse, |s| s.insert_job(&rec)) {
             Ok(s) => s,
             Err(e) => {
                 error!(job = %id, error = %e, "cannot record job");
@@ -164,9 +165,12 @@ impl Engine {
         job.wlm = req.wlm.clone();
         job.tmp_size = tmp_size;
         if job.client_uid != job.uid || job.wlm.is_some() || job.tmp_size.is_some() {
-            if let Err(e) = self.store.set_starter(seq, &job.starter_record()) {
+            let st = job.starter_record();
+            if let Err(e) = self.store_write(seq, "set_starter", OnFail::Refuse, |s| {
+                s.set_starter(seq, &st)
+            }) {
                 error!(job = %job.id, error = %e, "cannot record job");
-                let _ = self.store.set_ended(seq, now_ms(), "start failed: store");
+                self.store_end(seq, now_ms(), "start failed: store", None);
                 let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
                 return;
             }
@@ -394,7 +398,11 @@ impl Engine {
 
     pub(super) fn generate_id(&mut self) -> Result<JobId, String> {
         loop {
-            let n = self.store.next_job_number().map_err(|e| e.to_string())?;
+            let n = self
+                .store_write(0, "next_job_number", OnFail::Refuse, |s| {
+                    s.next_job_number()
+                })
+                .map_err(|e| e.to_string())?;
             let id = JobId::new(&n.to_string()).map_err(|e| e.to_string())?;
             if !self.jobs.values().any(|j| j.id == id) {
                 return Ok(id);

@@ -4,6 +4,7 @@ use pjw_core::sched::Phase;
 use pjw_proto::{ErrorCode, Response};
 use tracing::info;
 
+use super::store_writes::OnFail;
 use super::{err, Control, Cred, End, Engine};
 use crate::os;
 
@@ -43,11 +44,20 @@ impl Engine {
                         format!("job {job} is already suspended"),
                     ),
                     Phase::Preempted => {
-                        // Frozen already; it now stays frozen until resumed.
+                        // Frozen already; it now stays frozen until resumed. Recorded first:
+                        // nothing has acted on it yet, so a store that refuses refuses it.
+                        let (cpus, mems) = (j.cpus, j.mems);
+                        if let Err(e) = self.store_write(seq, "set_role", OnFail::Refuse, |s| {
+                            s.set_role(seq, "suspended", &cpus, &mems)
+                        }) {
+                            return err(
+                                ErrorCode::Internal,
+                                format!("cannot record the suspension of job {job}, so it was not suspended: {e}"),
+                            );
+                        }
                         if let Some(j) = self.jobs.get_mut(&seq) {
                             j.phase = Phase::Suspended;
                             j.reason = Some(format!("suspended by {by}"));
-                            let _ = self.store.set_role(seq, "suspended", &j.cpus, &j.mems);
                         }
                         Response::Done {
                             message: format!("job {job} suspended"),
@@ -91,11 +101,19 @@ impl Engine {
                 if let Err((code, message)) = self.check_priority(&cred, p) {
                     return err(code, message);
                 }
+                // Recorded first: a store that refuses the change refuses the request.
+                if let Err(e) = self.store_write(seq, "set_priority", OnFail::Refuse, |s| {
+                    s.set_priority(seq, p)
+                }) {
+                    return err(
+                        ErrorCode::Internal,
+                        format!("cannot record the new priority of job {job}, so it keeps its priority: {e}"),
+                    );
+                }
                 if let Some(j) = self.jobs.get_mut(&seq) {
                     info!(job = %j.id, from = j.req.priority, to = p, by = %by, "priority changed");
                     j.req.priority = p;
                 }
-                let _ = self.store.set_priority(seq, p);
                 self.replan();
                 Response::Done {
                     message: format!("job {job} now has priority {p}"),

@@ -55,6 +55,8 @@ pub enum Event {
     Recheck { seq: i64 },
     /// A timer: look at the queue again (TTL expiry, clients that never reconnected).
     Tick { generation: u64 },
+    /// A timer: write again what the store did not take (see `engine/store_writes.rs`).
+    StoreRetry,
     /// The memory governor's tick: sample memory and PSI, freeze or thaw.
     Govern,
     /// A `register` request from a workload manager's prolog or job starter (root only).

@@ -86,6 +86,8 @@ pub(super) struct Job {
     /// The last delay between such looks: 20 ms after the job's end, doubling up to 1 s while
     /// leftovers keep running.
     pub(super) recheck_delay: Duration,
+    /// Its row lags behind memory (a write failed): written again after the next event.
+    pub(super) store_dirty: bool,
 }
 
 impl Job {

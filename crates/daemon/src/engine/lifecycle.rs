@@ -11,6 +11,7 @@ use pjw_proto::{ErrorCode, Response};
 use tracing::{debug, error, info, warn};
 
 use super::pidfd::{spawn_pidfd_retry, spawn_pidfd_watch};
+use super::store_writes::OnFail;
 use super::{err, now_ms, role_name, End, Engine, Event};
 use crate::os;
 use crate::profile::{self};
@@ -45,11 +46,14 @@ impl Engine {
         } else {
             Phase::Primary
         };
-        // Durable first: after a crash from here on, recovery finds the job.
-        if let Err(e) = self
-            .store
-            .set_starting(seq, &cpus, &mems, role_name(phase), now_ms())
-        {
+        // Durable first: after a crash from here on, recovery finds the job. A store that
+        // refuses refuses the start (nothing is in the kernel yet).
+        let started_ms = now_ms();
+        let recorded = self.store_write(seq, "set_starting", OnFail::Refuse, |s| {
+            s.set_starting(seq, &cpus, &mems, role_name(phase), started_ms)
+        });
+        let j = &self.jobs[&seq];
+        if let Err(e) = recorded {
             error!(job = %j.id, error = %e, "cannot record job start");
             let _ = waiter
                 .reply
@@ -116,12 +120,13 @@ impl Engine {
                     info!(job = %j.id, user = %j.user, dir = %dir.display(), size, "job tmpfs mounted");
                     let mut st = j.starter_record();
                     st.tmpdir = Some(dir.display().to_string());
-                    if let Err(e) = self.store.set_starter(seq, &st) {
-                        warn!(job = %j.id, error = %e, "cannot record the job's tmpfs");
-                    }
                     if let Some(j) = self.jobs.get_mut(&seq) {
                         j.tmpdir = Some(dir);
                     }
+                    // Mounted: kept in memory if the store refuses, and written again.
+                    let _ = self.store_write(seq, "set_starter", OnFail::Rewrite, |s| {
+                        s.set_starter(seq, &st)
+                    });
                 }
                 Err(e) => {
                     // The client is already in the job's cgroups: tell it, and let the job end
@@ -131,7 +136,8 @@ impl Engine {
                         ErrorCode::Internal,
                         format!("cannot set up the job's /tmp: {e}"),
                     ));
-                    let _ = self.store.set_running(seq);
+                    let _ = self
+                        .store_write(seq, "set_running", OnFail::Rewrite, |s| s.set_running(seq));
                     if let Some(j) = self.jobs.get_mut(&seq) {
                         j.phase = phase;
                         j.cpus = cpus;
@@ -143,12 +149,11 @@ impl Engine {
                 }
             }
         }
-        let Some(j) = self.jobs.get(&seq) else {
+        if !self.jobs.contains_key(&seq) {
             return false;
-        };
-        if let Err(e) = self.store.set_running(seq) {
-            warn!(job = %j.id, error = %e, "cannot mark job running in the store");
         }
+        // In its cgroups now: kept in memory if the store refuses, and written again.
+        let _ = self.store_write(seq, "set_running", OnFail::Rewrite, |s| s.set_running(seq));
         let Some(j) = self.jobs.get_mut(&seq) else {
             return false;
         };
@@ -218,8 +223,11 @@ impl Engine {
         j.reason = reason.or_else(|| {
             (phase == Phase::Backfill).then(|| "backfill on cpus other jobs hold".into())
         });
-        let _ = self.store.set_role(seq, role_name(phase), &cpus, &mems);
         info!(job = %j.id, user = %j.user, cpus = %cpus, from = role_name(was), to = role_name(phase), "job moved");
+        // Moved in the kernel already: kept in memory if the store refuses, and written again.
+        let _ = self.store_write(seq, "set_role", OnFail::Rewrite, |s| {
+            s.set_role(seq, role_name(phase), &cpus, &mems)
+        });
         true
     }
 
@@ -237,8 +245,12 @@ impl Engine {
         j.phase = phase;
         j.cpus = CpuSet::new();
         j.reason = reason;
-        let _ = self.store.set_role(seq, role_name(phase), &j.cpus, &j.mems);
         info!(job = %j.id, user = %j.user, role = role_name(phase), reason = j.reason.as_deref().unwrap_or(""), "job frozen");
+        // Frozen in the kernel already: kept in memory if the store refuses, and written again.
+        let (cpus, mems) = (j.cpus, j.mems);
+        let _ = self.store_write(seq, "set_role", OnFail::Rewrite, |s| {
+            s.set_role(seq, role_name(phase), &cpus, &mems)
+        });
         true
     }
 

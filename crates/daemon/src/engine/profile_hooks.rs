@@ -8,7 +8,7 @@ use pjw_proto::{ErrorCode, ReportQuery, Response};
 use pjw_store::{JobRecord, JobSummary, Sample};
 use proc_connector::ProcEvent;
 use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::{err, now_ms, Cred, End, Engine, Job};
 use crate::profile::{self, JobProf, WriteOp};
@@ -80,13 +80,10 @@ impl Engine {
     }
 
     fn write_end(&mut self, seq: i64, now: i64, reason: &str, summary: &JobSummary) {
-        if let Err(e) = self.store.finish_job(now, reason, summary) {
-            warn!(seq, error = %e, "cannot record the job's summary; marking it ended");
-            if let Err(e) = self.store.set_ended(seq, now, reason) {
-                warn!(seq, error = %e, "cannot mark job ended in the store");
+        if self.store_end(seq, now, reason, Some(summary.clone())) {
+            if let Some(s) = &self.shipper {
+                s.wake();
             }
-        } else if let Some(s) = &self.shipper {
-            s.wake();
         }
     }
 
@@ -113,9 +110,7 @@ impl Engine {
             }
         } else if let Some((seq, _)) = self.late_exits.remove(&tgid) {
             // The job was recorded ended before its main process's exit event arrived.
-            if let Err(e) = self.store.set_exit_status(seq, status) {
-                warn!(seq, error = %e, "cannot record exit status");
-            }
+            self.store_exit_status(seq, status);
         }
     }
 

@@ -9,6 +9,7 @@ use pjw_core::{CpuSet, JobId};
 use pjw_store::{JobRecord, StoredState};
 use tracing::{info, warn};
 
+use super::store_writes::OnFail;
 use super::{now_ms, placement_from, role_name, sched_placement, Engine, Job};
 use crate::os;
 use crate::profile::JobProf;
@@ -74,9 +75,6 @@ impl Engine {
                     _ => rec.cpus,
                 }
             };
-            if rec.state == StoredState::Starting {
-                let _ = self.store.set_running(rec.seq);
-            }
             let main_alive = rec
                 .pid
                 .is_some_and(|p| os::process_alive(&self.cfg.proc_root, p, rec.pid_start));
@@ -102,6 +100,11 @@ impl Engine {
             );
             let seq = job.seq;
             self.jobs.insert(seq, job);
+            if rec.state == StoredState::Starting {
+                // Its cgroups exist: kept running if the store refuses, and written again.
+                let _ =
+                    self.store_write(seq, "set_running", OnFail::Rewrite, |s| s.set_running(seq));
+            }
             self.track(seq, main_alive);
         }
         // Per-job tmpfs whose job is gone (ended while the daemon was down, or never started).
@@ -238,6 +241,7 @@ impl Engine {
             end_waiters: Vec::new(),
             recheck_pending: false,
             recheck_delay: Duration::ZERO,
+            store_dirty: false,
         }
     }
 
@@ -275,7 +279,9 @@ impl Engine {
             exclusive: false,
             role: "primary".into(),
         };
-        let seq = self.store.insert_job(&rec).map_err(|e| e.to_string())?;
+        let seq = self
+            .store_write(0, "insert_job", OnFail::Refuse, |s| s.insert_job(&rec))
+            .map_err(|e| e.to_string())?;
         warn!(job = %id, cpus = %cpus, "adopted a populated job cgroup the store did not know");
         let rec = JobRecord { seq, ..rec };
         // Adopted jobs get the top priority: nobody may preempt work pjw knows nothing about.

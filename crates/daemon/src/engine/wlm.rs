@@ -11,6 +11,7 @@ use pjw_store::{JobRecord, StarterRecord, StoredState};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info};
 
+use super::store_writes::OnFail;
 use super::{cgroup_name, err, now_ms, Cred, Engine, Waiter};
 use crate::adopt::Seen;
 use crate::os;
@@ -116,11 +117,11 @@ impl Engine {
             tmp_size: None,
             tmpdir: None,
         };
-        let seq = match self
-            .store
-            .insert_job(&rec)
-            .and_then(|seq| self.store.set_starter(seq, &starter).map(|_| seq))
-        {
+        let seq = match self.store_write(0, "insert_job", OnFail::Refuse, |s| {
+            let seq = s.insert_job(&rec)?;
+            s.set_starter(seq, &starter)?;
+            Ok(seq)
+        }) {
             Ok(s) => s,
             Err(e) => {
                 error!(job = %id, error = %e, "cannot record job");

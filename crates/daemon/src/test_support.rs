@@ -1,0 +1,266 @@
+//! Test support: a recording fake of the job store ([`FakeStore`]) that can be told to fail
+//! like a full disk, and an engine built on a fake cgroup tree with it ([`TestEngine`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pjw_cgroup::fake_tree::{FakeMachine, FakeSpec};
+use pjw_cgroup::{Backend, Driver, Mode, ParentSpec};
+use pjw_core::alloc::Allocator;
+use pjw_core::{CpuSet, JobId};
+use pjw_store::{JobRecord, JobSummary, StarterRecord, StoreError, StoredState};
+use tokio::sync::mpsc;
+
+use crate::config::{Config, Overrides};
+use crate::engine::{Engine, Event};
+use crate::store_port::StorePort;
+
+/// What the fake store holds and what it was asked.
+#[derive(Debug, Default)]
+pub struct FakeState {
+    /// Every call, as `op seq` (`set_role 3 suspended`), in order; failed ones end in ` !`.
+    pub calls: Vec<String>,
+    /// Rows by seq.
+    pub rows: BTreeMap<i64, JobRecord>,
+    /// Fail every write until cleared (a full disk).
+    pub full: bool,
+    /// Fail the next this many writes.
+    pub fail_next: usize,
+    next_seq: i64,
+    next_number: u64,
+}
+
+/// A job store in memory that records its calls and fails on request.
+#[derive(Clone, Debug, Default)]
+pub struct FakeStore {
+    state: Arc<Mutex<FakeState>>,
+    path: PathBuf,
+}
+
+impl FakeStore {
+    pub fn new() -> FakeStore {
+        FakeStore {
+            state: Arc::default(),
+            path: PathBuf::from("/nonexistent/fake-pjw.db"),
+        }
+    }
+
+    /// What it holds and was asked (the engine keeps its own handle).
+    pub fn state(&self) -> MutexGuard<'_, FakeState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes fail from now on (like ENOSPC), or work again.
+    pub fn set_full(&self, full: bool) {
+        self.state().full = full;
+    }
+
+    /// The calls made to `op`, as recorded.
+    pub fn calls_to(&self, op: &str) -> Vec<String> {
+        self.state()
+            .calls
+            .iter()
+            .filter(|c| c.split(' ').next() == Some(op))
+            .cloned()
+            .collect()
+    }
+
+    fn write<T>(
+        &self,
+        call: String,
+        apply: impl FnOnce(&mut FakeState) -> T,
+    ) -> Result<T, StoreError> {
+        let mut st = self.state();
+        if st.full || st.fail_next > 0 {
+            st.fail_next = st.fail_next.saturating_sub(1);
+            st.calls.push(format!("{call} !"));
+            return Err(disk_full(&self.path));
+        }
+        st.calls.push(call);
+        Ok(apply(&mut st))
+    }
+}
+
+/// The error SQLite gives when the disk is full.
+pub fn disk_full(path: &Path) -> StoreError {
+    StoreError::Sqlite {
+        path: path.to_path_buf(),
+        source: rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            Some("database or disk is full".into()),
+        ),
+    }
+}
+
+impl StorePort for FakeStore {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn next_job_number(&mut self) -> Result<u64, StoreError> {
+        self.write("next_job_number".into(), |st| {
+            st.next_number += 1;
+            st.next_number
+        })
+    }
+    fn insert_job(&mut self, j: &JobRecord) -> Result<i64, StoreError> {
+        self.write(format!("insert_job {}", j.job_id), |st| {
+            st.next_seq += 1;
+            let seq = st.next_seq;
+            st.rows.insert(seq, JobRecord { seq, ..j.clone() });
+            seq
+        })
+    }
+    fn set_starting(
+        &mut self,
+        seq: i64,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+        role: &str,
+        started_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.write(format!("set_starting {seq} {role} {cpus}"), |st| {
+            if let Some(r) = st.rows.get_mut(&seq) {
+                r.state = StoredState::Starting;
+                r.cpus = *cpus;
+                r.mems = *mems;
+                r.role = role.into();
+                r.started_ms = Some(started_ms);
+            }
+        })
+    }
+    fn set_role(
+        &mut self,
+        seq: i64,
+        role: &str,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+    ) -> Result<(), StoreError> {
+        self.write(format!("set_role {seq} {role} {cpus}"), |st| {
+            if let Some(r) = st.rows.get_mut(&seq) {
+                r.role = role.into();
+                r.cpus = *cpus;
+                r.mems = *mems;
+            }
+        })
+    }
+    fn set_priority(&mut self, seq: i64, priority: u8) -> Result<(), StoreError> {
+        self.write(format!("set_priority {seq} {priority}"), |st| {
+            if let Some(r) = st.rows.get_mut(&seq) {
+                r.priority = priority;
+            }
+        })
+    }
+    fn set_running(&mut self, seq: i64) -> Result<(), StoreError> {
+        self.write(format!("set_running {seq}"), |st| {
+            if let Some(r) = st.rows.get_mut(&seq) {
+                r.state = StoredState::Running;
+            }
+        })
+    }
+    fn set_ended(&mut self, seq: i64, ended_ms: i64, reason: &str) -> Result<(), StoreError> {
+        self.write(format!("set_ended {seq} {reason}"), |st| {
+            if let Some(r) = st.rows.get_mut(&seq) {
+                r.state = StoredState::Ended;
+                r.ended_ms = Some(ended_ms);
+                r.end_reason = Some(reason.into());
+            }
+        })
+    }
+    fn set_starter(&mut self, seq: i64, _s: &StarterRecord) -> Result<(), StoreError> {
+        self.write(format!("set_starter {seq}"), |_| ())
+    }
+    fn finish_job(
+        &mut self,
+        ended_ms: i64,
+        reason: &str,
+        summary: &JobSummary,
+    ) -> Result<(), StoreError> {
+        let seq = summary.seq;
+        self.write(format!("finish_job {seq} {reason}"), |st| {
+            if let Some(r) = st.rows.get_mut(&seq) {
+                r.state = StoredState::Ended;
+                r.ended_ms = Some(ended_ms);
+                r.end_reason = Some(reason.into());
+            }
+        })
+    }
+    fn set_exit_status(&mut self, seq: i64, status: i32) -> Result<(), StoreError> {
+        self.write(format!("set_exit_status {seq} {status}"), |_| ())
+    }
+    fn starter(&self, _seq: i64) -> Result<Option<StarterRecord>, StoreError> {
+        Ok(None)
+    }
+    fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        Ok(self
+            .state()
+            .rows
+            .values()
+            .filter(|r| r.state != StoredState::Ended)
+            .cloned()
+            .collect())
+    }
+}
+
+/// An engine on a fake cgroup v2 tree (in a temp dir) with a [`FakeStore`]: 4 CPUs, no
+/// inotify, no governor, no profiles.
+pub struct TestEngine {
+    pub engine: Engine,
+    pub store: FakeStore,
+    /// What the engine sends itself (timers, watchers); kept open so sends succeed.
+    pub _events: mpsc::UnboundedReceiver<Event>,
+    _machine: FakeMachine,
+    _dir: tempfile::TempDir,
+}
+
+impl TestEngine {
+    pub fn new() -> TestEngine {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let machine = FakeSpec::new(Mode::Unified)
+            .build(dir.path())
+            .expect("fake cgroup tree");
+        let driver = Driver::detect_with(
+            &machine.proc_root,
+            &ParentSpec::parse("/pjw").expect("parent"),
+            Backend::FakeTree,
+        )
+        .expect("driver on the fake tree");
+        driver
+            .prepare_parent()
+            .expect("parent cgroups on the fake tree");
+        let text = format!(
+            "[paths]\nproc = {:?}\n[memory]\ngovernor = false\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
+            machine.proc_root,
+            dir.path().join("tmp")
+        );
+        let cfg = Config::parse("test", &text, &Overrides::default()).expect("config");
+        let topo = pjw_core::synthetic::parse("package:1 core:4 pu:1").expect("topology");
+        let pool = CpuSet::parse_list("0-3").expect("cpus");
+        let alloc = Allocator::new(&topo);
+        let store = FakeStore::new();
+        let (tx, events) = mpsc::unbounded_channel();
+        let engine = Engine::new(
+            cfg,
+            driver,
+            store.clone(),
+            alloc,
+            pool,
+            4,
+            1 << 30,
+            None,
+            tx,
+        );
+        TestEngine {
+            engine,
+            store,
+            _events: events,
+            _machine: machine,
+            _dir: dir,
+        }
+    }
+
+    /// A job id for tests.
+    pub fn id(text: &str) -> JobId {
+        JobId::new(text).expect("job id")
+    }
+}
