@@ -60,7 +60,7 @@ mod store_tests;
 mod store_writes;
 mod wlm;
 
-pub use events::{Control, Cred, Event};
+pub use events::{Control, Cred, Event, Who};
 use job::{placement_from, placement_name, role_name, sched_placement, Job, Waiter};
 
 /// The daemon's state.
@@ -273,14 +273,16 @@ impl Engine {
             Event::Submit {
                 conn,
                 cred,
+                who,
                 req,
                 reply,
-            } => self.submit(conn, cred, req, reply),
+            } => self.submit(conn, cred, &who, req, reply),
             Event::Status { reply } => {
                 let _ = reply.send(Response::Status(self.status()));
             }
             Event::Control {
                 cred,
+                who,
                 job,
                 what,
                 reply,
@@ -288,7 +290,7 @@ impl Engine {
                 if what == Control::End {
                     self.end(cred, &job, reply);
                 } else {
-                    let r = self.control(cred, &job, what);
+                    let r = self.control(cred, &who, &job, what);
                     let _ = reply.send(r);
                 }
             }
@@ -322,16 +324,22 @@ impl Engine {
             Event::Register {
                 conn,
                 cred,
+                who,
                 req,
                 reply,
-            } => self.register(conn, cred, req, reply),
+            } => self.register(conn, cred, &who, req, reply),
             Event::Sweep => self.sweep(),
             Event::Proc(msg) => self.proc_events(msg),
             Event::Sample => self.sample(),
             Event::Metrics { reply } => {
                 let _ = reply.send(self.metrics_snapshot());
             }
-            Event::Report { cred, query, reply } => self.report(cred, query, reply),
+            Event::Report {
+                cred,
+                who,
+                query,
+                reply,
+            } => self.report(cred, &who, query, reply),
             Event::StoreRetry => self.store_retry(),
             Event::Tick { generation } => {
                 if generation == self.tick_generation {

@@ -18,6 +18,7 @@ pub mod store_port;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod tmp;
+pub mod users;
 
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
@@ -346,7 +347,20 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         "pjw daemon ready"
     );
     let limits = server::ConnLimits::new(cfg.max_connections_per_user, nofile);
-    tokio::spawn(server::serve(listener, tx.clone(), limits, eng.metrics()));
+    // User and group lookups (NSS may stall on LDAP or SSSD) run off the engine thread.
+    let users = users::Resolver::new(
+        std::sync::Arc::new(users::Nss),
+        users::LOOKUP_TIMEOUT,
+        cfg.profile.admin_group.clone(),
+        cfg.proc_root.clone(),
+    );
+    tokio::spawn(server::serve(
+        listener,
+        tx.clone(),
+        limits,
+        eng.metrics(),
+        users,
+    ));
     if let Some(l) = metrics_listener {
         if let Ok(addr) = l.local_addr() {
             info!(listen = %addr, "metrics served at http://{addr}/metrics");

@@ -259,6 +259,22 @@ impl TestEngine {
         }
     }
 
+    /// The fake `/proc`.
+    pub fn proc_root(&self) -> PathBuf {
+        self._machine.proc_root.clone()
+    }
+
+    /// Make process `pid` of user `uid` known in the fake `/proc` (its `status`).
+    pub fn fake_process(&self, pid: u32, uid: u32) {
+        let dir = self._machine.proc_root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).expect("fake /proc/PID");
+        std::fs::write(
+            dir.join("status"),
+            format!("Name:\tpjw\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nThreads:\t1\nCpus_allowed_list:\t0-3\n"),
+        )
+        .expect("fake /proc/PID/status");
+    }
+
     /// A job id for tests.
     pub fn id(text: &str) -> JobId {
         JobId::new(text).expect("job id")

@@ -9,7 +9,9 @@ use tokio::sync::mpsc;
 use tracing::{error, info};
 
 use super::store_writes::OnFail;
-use super::{cgroup_name, err, now_ms, placement_name, refuse, Cred, Engine, Job, Refusal, Waiter};
+use super::{
+    cgroup_name, err, now_ms, placement_name, refuse, Cred, Engine, Job, Refusal, Waiter, Who,
+};
 use crate::os;
 
 impl Engine {
@@ -17,6 +19,7 @@ impl Engine {
         &mut self,
         conn: u64,
         cred: Cred,
+        who: &Who,
         req: RunRequest,
         reply: mpsc::UnboundedSender<Response>,
     ) {
@@ -52,7 +55,7 @@ impl Engine {
             self.tell_queued(seq);
             return;
         }
-        if let Err((code, message)) = self.validate(&cred, &req) {
+        if let Err((code, message)) = self.validate(&cred, who, &req) {
             let _ = reply.send(err(code, message));
             return;
         }
@@ -92,8 +95,8 @@ impl Engine {
         }
         // The owner: the caller, or (root only) the user it names.
         let (uid, gid, user) = match &req.user {
-            None => (cred.uid, cred.gid, os::user_name(cred.uid)),
-            Some(name) => match os::lookup_user(name) {
+            None => (cred.uid, cred.gid, who.name.clone()),
+            Some(name) => match who.named {
                 None => {
                     let _ = reply.send(err(ErrorCode::Invalid, format!("no such user: {name}")));
                     return;
@@ -103,7 +106,7 @@ impl Engine {
                         ErrorCode::Denied,
                         format!(
                             "only root may run a job as another user ({name}); you are {}",
-                            os::user_name(cred.uid)
+                            who.name
                         ),
                     ));
                     return;
@@ -184,7 +187,7 @@ impl Engine {
         self.tell_queued(seq);
     }
 
-    pub(super) fn validate(&self, cred: &Cred, req: &RunRequest) -> Result<(), Refusal> {
+    pub(super) fn validate(&self, cred: &Cred, who: &Who, req: &RunRequest) -> Result<(), Refusal> {
         let total = self.pool.len();
         if req.cpus == 0 {
             return Err(refuse(ErrorCode::Invalid, "--cpus must be at least 1"));
@@ -254,11 +257,11 @@ impl Engine {
             }
         }
         if let Some(p) = req.priority {
-            self.check_priority(cred, p)?;
+            self.check_priority(cred, who, p)?;
         }
         if req.exclusive
             && self.cfg.exclusive == crate::config::ExclusiveRight::Privileged
-            && !self.privileged(cred)
+            && !self.privileged(cred, who)
         {
             return Err(refuse(
                 ErrorCode::Denied,
@@ -295,14 +298,14 @@ impl Engine {
         Ok(())
     }
 
-    pub(super) fn check_priority(&self, cred: &Cred, p: u8) -> Result<(), Refusal> {
+    pub(super) fn check_priority(&self, cred: &Cred, who: &Who, p: u8) -> Result<(), Refusal> {
         if !(sched::MIN_PRIORITY..=sched::MAX_PRIORITY).contains(&p) {
             return Err(refuse(
                 ErrorCode::Invalid,
                 format!("priority {p} is not in 1-16"),
             ));
         }
-        if p > self.cfg.max_priority && !self.privileged(cred) {
+        if p > self.cfg.max_priority && !self.privileged(cred, who) {
             return Err(refuse(
                 ErrorCode::Denied,
                 format!(
@@ -316,13 +319,8 @@ impl Engine {
 
     /// Root or a member of the admin group (`[profile] admin_group`): may ask for priorities
     /// above `max_priority` and, by default, for `--exclusive`.
-    pub(super) fn privileged(&self, cred: &Cred) -> bool {
-        cred.uid == 0
-            || crate::report::in_admin_group(
-                cred,
-                self.cfg.profile.admin_group.as_deref(),
-                &self.cfg.proc_root,
-            )
+    pub(super) fn privileged(&self, cred: &Cred, who: &Who) -> bool {
+        cred.uid == 0 || who.admin
     }
 
     /// Say once that a job waits, with its place and why.

@@ -5,11 +5,10 @@ use pjw_proto::{ErrorCode, Response};
 use tracing::info;
 
 use super::store_writes::OnFail;
-use super::{err, Control, Cred, End, Engine};
-use crate::os;
+use super::{err, Control, Cred, End, Engine, Who};
 
 impl Engine {
-    pub(super) fn control(&mut self, cred: Cred, job: &str, what: Control) -> Response {
+    pub(super) fn control(&mut self, cred: Cred, who: &Who, job: &str, what: Control) -> Response {
         let Some(seq) = self
             .jobs
             .values()
@@ -25,7 +24,7 @@ impl Engine {
                 format!("job {job} belongs to {}", j.user),
             );
         }
-        let by = os::user_name(cred.uid);
+        let by = who.name.clone();
         match what {
             // Handled by `end` (it answers later); never reaches here.
             Control::End => err(ErrorCode::Invalid, "end is answered elsewhere"),
@@ -98,7 +97,7 @@ impl Engine {
                 }
             }
             Control::Priority(p) => {
-                if let Err((code, message)) = self.check_priority(&cred, p) {
+                if let Err((code, message)) = self.check_priority(&cred, who, p) {
                     return err(code, message);
                 }
                 // Recorded first: a store that refuses the change refuses the request.

@@ -15,6 +15,20 @@ pub struct Cred {
     pub gid: u32,
 }
 
+/// What the connection task resolved about the caller before handing its request over, off the
+/// engine thread (user and group lookups may stall on LDAP or SSSD; see [`crate::users`]): the
+/// engine never looks a user up itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Who {
+    /// The caller's user name (its uid as text when it has none).
+    pub name: String,
+    /// Whether the caller is in `[profile] admin_group`.
+    pub admin: bool,
+    /// The user the request names (`run --user`, `register`, `report --user`): uid and primary
+    /// gid; None when it names none or no such user exists.
+    pub named: Option<(u32, u32)>,
+}
+
 /// A request about one job (kill, suspend, resume, priority).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Control {
@@ -33,6 +47,7 @@ pub enum Event {
     Submit {
         conn: u64,
         cred: Cred,
+        who: Who,
         req: RunRequest,
         reply: mpsc::UnboundedSender<Response>,
     },
@@ -41,6 +56,7 @@ pub enum Event {
     /// A request about one job.
     Control {
         cred: Cred,
+        who: Who,
         job: String,
         what: Control,
         reply: oneshot::Sender<Response>,
@@ -63,6 +79,7 @@ pub enum Event {
     Register {
         conn: u64,
         cred: Cred,
+        who: Who,
         req: RegisterRequest,
         reply: mpsc::UnboundedSender<Response>,
     },
@@ -80,6 +97,7 @@ pub enum Event {
     /// (the store is read on a blocking thread, never in the engine).
     Report {
         cred: Cred,
+        who: Who,
         query: pjw_proto::ReportQuery,
         reply: mpsc::UnboundedSender<Response>,
     },

@@ -10,7 +10,7 @@ use proc_connector::ProcEvent;
 use tokio::sync::mpsc;
 use tracing::{debug, info};
 
-use super::{err, now_ms, Cred, End, Engine, Job};
+use super::{err, now_ms, Cred, End, Engine, Job, Who};
 use crate::profile::{self, JobProf, WriteOp};
 use crate::report::{self, Access, LiveJob};
 
@@ -212,11 +212,12 @@ impl Engine {
     pub(super) fn report(
         &mut self,
         cred: Cred,
+        who: &Who,
         query: ReportQuery,
         reply: mpsc::UnboundedSender<Response>,
     ) {
         let admin = self.cfg.profile.admin_group.as_deref();
-        let access = match report::access(&cred, admin, &self.cfg.proc_root, &query) {
+        let access = match report::access(&cred, who.admin, admin, who.named.map(|u| u.0), &query) {
             Ok(a) => a,
             Err(msg) => {
                 let _ = reply.send(err(ErrorCode::Denied, msg));

@@ -10,7 +10,7 @@ use pjw_proto::{ErrorCode, Placement, Response, RunRequest};
 use pjw_store::{JobRecord, StoredState};
 use tokio::sync::mpsc;
 
-use super::{cgroup_name, Control, Cred, Event};
+use super::{cgroup_name, Control, Cred, Event, Who};
 use crate::store_port::StorePort;
 use crate::test_support::TestEngine;
 
@@ -19,6 +19,13 @@ const ROOT: Cred = Cred {
     uid: 0,
     gid: 0,
 };
+
+fn root() -> Who {
+    Who {
+        name: "root".into(),
+        ..Who::default()
+    }
+}
 
 fn cpus(list: &str) -> CpuSet {
     CpuSet::parse_list(list).expect("cpu list")
@@ -89,7 +96,7 @@ async fn a_priority_change_the_store_refuses_is_refused_to_the_client_and_counte
     let seq = add_job(&mut t, "7", None);
     t.store.set_full(true);
 
-    let r = t.engine.control(ROOT, "7", Control::Priority(3));
+    let r = t.engine.control(ROOT, &root(), "7", Control::Priority(3));
 
     let Response::Error { code, message } = r else {
         panic!("expected an error, got {r:?}");
@@ -136,6 +143,7 @@ async fn a_run_the_store_cannot_record_gets_a_clear_error_and_leaves_no_job() {
     t.engine.handle(Event::Submit {
         conn: 1,
         cred: ROOT,
+        who: root(),
         req,
         reply,
     });

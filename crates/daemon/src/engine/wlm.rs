@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info};
 
 use super::store_writes::OnFail;
-use super::{cgroup_name, err, now_ms, Cred, Engine, Waiter};
+use super::{cgroup_name, err, now_ms, Cred, Engine, Waiter, Who};
 use crate::adopt::Seen;
 use crate::os;
 
@@ -25,6 +25,7 @@ impl Engine {
         &mut self,
         conn: u64,
         cred: Cred,
+        who: &Who,
         req: RegisterRequest,
         reply: mpsc::UnboundedSender<Response>,
     ) {
@@ -46,7 +47,7 @@ impl Engine {
                 return;
             }
         };
-        let Some((uid, gid)) = os::lookup_user(&req.user) else {
+        let Some((uid, gid)) = who.named else {
             let _ = reply.send(err(
                 ErrorCode::Invalid,
                 format!("no user {:?} on this node", req.user),
@@ -66,7 +67,7 @@ impl Engine {
             wlm: None,
             tmp: None,
         };
-        if let Err((code, message)) = self.validate(&cred, &run) {
+        if let Err((code, message)) = self.validate(&cred, who, &run) {
             let _ = reply.send(err(code, message));
             return;
         }
