@@ -58,6 +58,8 @@ mod status;
 #[cfg(test)]
 mod store_tests;
 mod store_writes;
+#[cfg(test)]
+mod table_tests;
 mod wlm;
 
 pub use events::{Control, Cred, Event, Who};

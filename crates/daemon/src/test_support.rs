@@ -275,6 +275,17 @@ impl TestEngine {
         .expect("fake /proc/PID/status");
     }
 
+    /// Give process `pid` a `stat` in the fake `/proc` (it is alive there).
+    pub fn fake_stat(&self, pid: u32) {
+        let dir = self._machine.proc_root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).expect("fake /proc/PID");
+        std::fs::write(
+            dir.join("stat"),
+            format!("{pid} (pjw) S 1 {pid} {pid} 0 -1 4194560 98 0 0 0 3 5 0 0 20 0 1 0 987654 5578752 130 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"),
+        )
+        .expect("fake /proc/PID/stat");
+    }
+
     /// A job id for tests.
     pub fn id(text: &str) -> JobId {
         JobId::new(text).expect("job id")
