@@ -1,4 +1,5 @@
-//! Admission: checking a `run` request, making its job id and owner, recording it as queued,
+//! Admission: checking a `run` request, making its job id and owner, recording it as queued
+//! (the one path a manager's `register` shares: [`Engine::enqueue`]),
 //! and telling the client its place and why it waits.
 
 use pjw_core::sched::{self, Phase};
@@ -13,6 +14,19 @@ use super::{
     cgroup_name, err, now_ms, placement_name, refuse, Cred, Engine, Job, Refusal, Waiter, Who,
 };
 use crate::os;
+
+/// How a new job differs from what its stored row says.
+#[derive(Debug)]
+pub(super) struct Starter {
+    /// uid of the process that asked: root for a job starter or a manager, else the owner.
+    pub(super) client_uid: u32,
+    /// The workload manager's name for the job (`slurm:42`).
+    pub(super) wlm: Option<String>,
+    /// Size of its private /tmp.
+    pub(super) tmp_size: Option<u64>,
+    /// Registered without a process: it lives until the manager ends it.
+    pub(super) held: bool,
+}
 
 impl Engine {
     pub(super) fn submit(
@@ -154,37 +168,63 @@ impl Engine {
             exclusive: req.exclusive,
             role: "primary".into(),
         };
+        let starter = Starter {
+            client_uid: cred.uid,
+            wlm: req.wlm.clone(),
+            tmp_size,
+            held: false,
+        };
+        let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
+            return;
+        };
+        let job = &self.jobs[&seq];
+        if job.client_uid != job.uid || job.wlm.is_some() {
+            info!(job = %job.id, user = %job.user, wlm = job.wlm.as_deref().unwrap_or(""), client_uid = job.client_uid, "job submitted by a job starter");
+        }
+        self.replan();
+        self.tell_queued(seq);
+    }
+
+    /// Record a new job as queued and put it in the queue with its waiting client: the one path
+    /// of `run` and of a manager's `register`. Its row first, then its starter details (owner
+    /// and client, manager tag, /tmp) when it has any; a store that refuses either is an error
+    /// to the client and no job. The job's seq, once queued.
+    pub(super) fn enqueue(
+        &mut self,
+        rec: JobRecord,
+        id: JobId,
+        st: Starter,
+        conn: u64,
+        reply: mpsc::UnboundedSender<Response>,
+    ) -> Option<i64> {
         let seq = match self.store_write(0, "insert_job", OnFail::Refuse, |s| s.insert_job(&rec)) {
             Ok(s) => s,
             Err(e) => {
                 error!(job = %id, error = %e, "cannot record job");
                 let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
-                return;
+                return None;
             }
         };
         let rec = JobRecord { seq, ..rec };
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
-        job.client_uid = cred.uid;
-        job.wlm = req.wlm.clone();
-        job.tmp_size = tmp_size;
+        job.client_uid = st.client_uid;
+        job.wlm = st.wlm;
+        job.tmp_size = st.tmp_size;
+        job.held = st.held;
         if job.client_uid != job.uid || job.wlm.is_some() || job.tmp_size.is_some() {
-            let st = job.starter_record();
+            let record = job.starter_record();
             if let Err(e) = self.store_write(seq, "set_starter", OnFail::Refuse, |s| {
-                s.set_starter(seq, &st)
+                s.set_starter(seq, &record)
             }) {
                 error!(job = %job.id, error = %e, "cannot record job");
                 self.store_end(seq, now_ms(), "start failed: store", None);
                 let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
-                return;
+                return None;
             }
-        }
-        if job.client_uid != job.uid || job.wlm.is_some() {
-            info!(job = %job.id, user = %job.user, wlm = job.wlm.as_deref().unwrap_or(""), client_uid = job.client_uid, "job submitted by a job starter");
         }
         job.waiter = Some(Waiter { conn, reply });
         self.jobs.insert(seq, job);
-        self.replan();
-        self.tell_queued(seq);
+        Some(seq)
     }
 
     pub(super) fn validate(&self, cred: &Cred, who: &Who, req: &RunRequest) -> Result<(), Refusal> {
@@ -349,7 +389,7 @@ impl Engine {
         if j.waiter.is_none() && j.started.is_none() {
             return "waiting for its client to reconnect".into();
         }
-        if self.jobs.values().any(|x| x.mem_frozen) {
+        if self.jobs.values().any(|x| x.memory.frozen) {
             return "waiting for memory (the governor has frozen jobs)".into();
         }
         if let Some(m) = j.mem {

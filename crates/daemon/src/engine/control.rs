@@ -64,7 +64,7 @@ impl Engine {
                     }
                     Phase::Primary | Phase::Backfill => {
                         if let Some(j) = self.jobs.get_mut(&seq) {
-                            j.mem_frozen = false;
+                            j.memory.frozen = false;
                         }
                         self.freeze_job(seq, Phase::Suspended, Some(format!("suspended by {by}")));
                         self.replan();

@@ -20,6 +20,22 @@ pub(super) struct Waiter {
     pub(super) reply: mpsc::UnboundedSender<Response>,
 }
 
+/// What the memory governor tracks about a job.
+#[derive(Debug, Default)]
+pub(super) struct MemTrack {
+    /// Memory as last sampled, its growth (bytes/s) and when.
+    pub(super) usage: u64,
+    pub(super) growth: f64,
+    pub(super) at: Option<Instant>,
+    /// Frozen by the memory governor (it keeps its CPUs), and what it is expected to need.
+    pub(super) frozen: bool,
+    pub(super) footprint: u64,
+    /// When the governor last thawed it.
+    pub(super) thawed_at: Option<Instant>,
+    /// Throttled by the governor (`memory.high`).
+    pub(super) throttled: bool,
+}
+
 /// A job, from queued to ended.
 #[derive(Debug)]
 pub(super) struct Job {
@@ -61,17 +77,8 @@ pub(super) struct Job {
     pub(super) waiter: Option<Waiter>,
     /// Until when a recovered queued job waits for its client to reconnect.
     pub(super) reconnect_by: Option<Instant>,
-    /// Memory as last sampled, its growth (bytes/s) and when.
-    pub(super) mem_usage: u64,
-    pub(super) mem_growth: f64,
-    pub(super) mem_at: Option<Instant>,
-    /// Frozen by the memory governor (it keeps its CPUs), and what it used then.
-    pub(super) mem_frozen: bool,
-    pub(super) footprint: u64,
-    /// When the governor last thawed it.
-    pub(super) thawed_at: Option<Instant>,
-    /// Throttled by the governor (`memory.high`).
-    pub(super) throttled: bool,
+    /// What the memory governor tracks about it.
+    pub(super) memory: MemTrack,
     /// Profile totals: time per state, latest sample, maxima, exit status.
     pub(super) prof: JobProf,
     /// Registered without a process: it lives until the manager ends it, even when empty.
@@ -136,7 +143,7 @@ impl Job {
         if self.ending {
             return JobState::Ending;
         }
-        if self.mem_frozen {
+        if self.memory.frozen {
             return JobState::Frozen;
         }
         match self.phase {

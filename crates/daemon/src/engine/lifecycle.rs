@@ -241,7 +241,7 @@ impl Engine {
             return true;
         }
         // Frozen now for another reason (preempted, suspended): no longer the governor's to thaw.
-        j.mem_frozen = false;
+        j.memory.frozen = false;
         j.phase = phase;
         j.cpus = CpuSet::new();
         j.reason = reason;

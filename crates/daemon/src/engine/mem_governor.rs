@@ -24,30 +24,35 @@ impl Engine {
             let Ok(usage) = self.driver.memory_usage(&j.cgroup) else {
                 continue;
             };
-            if let Some(at) = j.mem_at.filter(|_| !j.mem_frozen) {
+            if let Some(at) = j.memory.at.filter(|_| !j.memory.frozen) {
                 let dt = now.duration_since(at).as_secs_f64();
-                j.mem_growth = governor::smoothed_growth(j.mem_growth, j.mem_usage, usage, dt);
+                j.memory.growth =
+                    governor::smoothed_growth(j.memory.growth, j.memory.usage, usage, dt);
             }
-            j.mem_usage = usage;
-            j.mem_at = Some(now);
+            j.memory.usage = usage;
+            j.memory.at = Some(now);
             // Long after a thaw its pages are back: count what it uses, not what it used.
-            if !j.mem_frozen
-                && j.thawed_at.is_some_and(|t| {
+            if !j.memory.frozen
+                && j.memory.thawed_at.is_some_and(|t| {
                     let since = now.duration_since(t).as_millis() as i64;
                     governor::footprint_expired(since, cfg.thaw_cooldown_ms)
                 })
             {
-                j.footprint = 0;
+                j.memory.footprint = 0;
             }
             jobs.push(MemJob {
                 key: j.seq,
                 priority: j.req.priority,
                 submitted_ms: j.req.submitted_ms,
                 usage,
-                growth: if j.mem_frozen { 0.0 } else { j.mem_growth },
-                frozen: j.mem_frozen,
-                throttled: j.throttled,
-                footprint: j.footprint,
+                growth: if j.memory.frozen {
+                    0.0
+                } else {
+                    j.memory.growth
+                },
+                frozen: j.memory.frozen,
+                throttled: j.memory.throttled,
+                footprint: j.memory.footprint,
             });
         }
         let node = std::fs::read_to_string(self.cfg.proc_root.join("pressure/memory"))
@@ -58,7 +63,7 @@ impl Engine {
         let worst_job = self
             .jobs
             .values()
-            .filter(|j| j.started.is_some() && !j.ending && !j.mem_frozen)
+            .filter(|j| j.started.is_some() && !j.ending && !j.memory.frozen)
             .filter_map(|j| self.driver.memory_pressure(Some(&j.cgroup)))
             .fold(None, |acc: Option<pjw_kernelfs::psi::Psi>, p| match acc {
                 Some(a) if a.some.avg10 >= p.some.avg10 => Some(a),
@@ -111,7 +116,7 @@ impl Engine {
             thawing: self
                 .jobs
                 .values()
-                .filter(|j| j.thawed_at.is_some_and(|t| t.elapsed() < cooldown))
+                .filter(|j| j.memory.thawed_at.is_some_and(|t| t.elapsed() < cooldown))
                 .count(),
             jobs,
         };
@@ -126,8 +131,8 @@ impl Engine {
                         Ok(()) => {
                             self.metrics
                                 .governor_action(crate::metrics::GovernorKind::throttle);
-                            j.throttled = true;
-                            info!(job = %j.id, user = %j.user, high, growth = j.mem_growth as i64, "memory pressure: job throttled");
+                            j.memory.throttled = true;
+                            info!(job = %j.id, user = %j.user, high, growth = j.memory.growth as i64, "memory pressure: job throttled");
                         }
                         Err(e) => warn!(job = %j.id, error = %e, "cannot throttle job"),
                     }
@@ -139,7 +144,7 @@ impl Engine {
                     if self.driver.set_memory_high(&j.cgroup, None).is_ok() {
                         self.metrics
                             .governor_action(crate::metrics::GovernorKind::unthrottle);
-                        j.throttled = false;
+                        j.memory.throttled = false;
                         info!(job = %j.id, "memory pressure gone: throttle lifted");
                     }
                 }
@@ -151,15 +156,15 @@ impl Engine {
                         Ok(()) => {
                             self.metrics
                                 .governor_action(crate::metrics::GovernorKind::freeze);
-                            j.mem_frozen = true;
-                            j.footprint = governor::predicted_footprint(
+                            j.memory.frozen = true;
+                            j.memory.footprint = governor::predicted_footprint(
                                 &cfg,
-                                j.mem_usage,
-                                j.mem_growth,
-                                j.footprint,
+                                j.memory.usage,
+                                j.memory.growth,
+                                j.memory.footprint,
                             );
                             info!(
-                                job = %j.id, user = %j.user, usage = j.mem_usage, growth = j.mem_growth as i64,
+                                job = %j.id, user = %j.user, usage = j.memory.usage, growth = j.memory.growth as i64,
                                 psi_some = snap.psi_some, "memory pressure: job frozen"
                             );
                         }
@@ -174,19 +179,19 @@ impl Engine {
                         Ok(()) => {
                             self.metrics
                                 .governor_action(crate::metrics::GovernorKind::thaw);
-                            j.mem_frozen = false;
-                            j.thawed_at = Some(now);
-                            j.mem_growth = 0.0;
+                            j.memory.frozen = false;
+                            j.memory.thawed_at = Some(now);
+                            j.memory.growth = 0.0;
                             self.last_thaw_ms = Some(now_ms());
                             thawed = true;
-                            info!(job = %j.id, user = %j.user, footprint = j.footprint, "memory is free again: job thawed");
+                            info!(job = %j.id, user = %j.user, footprint = j.memory.footprint, "memory is free again: job thawed");
                         }
                         Err(e) => warn!(job = %j.id, error = %e, "cannot thaw job"),
                     }
                 }
             }
         }
-        if thawed && !self.jobs.values().any(|j| j.mem_frozen) {
+        if thawed && !self.jobs.values().any(|j| j.memory.frozen) {
             // Memory is free again: held-back jobs may start.
             self.replan();
         }

@@ -94,7 +94,7 @@ impl Engine {
     /// Whether a queued job may start as far as memory goes: no job is frozen for memory, and
     /// its `--mem` fits in the partition next to the `--mem` of the jobs that hold memory.
     pub(super) fn memory_admits(&self, key: i64) -> bool {
-        if self.jobs.values().any(|j| j.mem_frozen) {
+        if self.jobs.values().any(|j| j.memory.frozen) {
             return false;
         }
         let Some(want) = self.jobs.get(&key).and_then(|j| j.mem) else {

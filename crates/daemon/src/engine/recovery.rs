@@ -9,6 +9,7 @@ use pjw_core::{CpuSet, JobId};
 use pjw_store::{JobRecord, StoredState};
 use tracing::{info, warn};
 
+use super::job::MemTrack;
 use super::store_writes::OnFail;
 use super::{now_ms, placement_from, role_name, sched_placement, Engine, Job};
 use crate::os;
@@ -91,12 +92,12 @@ impl Engine {
             if matches!(phase, Phase::Primary | Phase::Backfill)
                 && self.driver.is_frozen(&rec.cgroup).unwrap_or(false)
             {
-                job.mem_frozen = true;
-                job.footprint = self.driver.memory_usage(&rec.cgroup).unwrap_or(0);
+                job.memory.frozen = true;
+                job.memory.footprint = self.driver.memory_usage(&rec.cgroup).unwrap_or(0);
             }
             info!(
                 job = %job.id, user = %job.user, cpus = %job.cpus, role = role_name(phase), main_alive,
-                memory_frozen = job.mem_frozen, "recovered running job"
+                memory_frozen = job.memory.frozen, "recovered running job"
             );
             let seq = job.seq;
             self.jobs.insert(seq, job);
@@ -223,13 +224,7 @@ impl Engine {
             watch: None,
             waiter: None,
             reconnect_by: None,
-            mem_usage: 0,
-            mem_growth: 0.0,
-            mem_at: None,
-            mem_frozen: false,
-            footprint: 0,
-            thawed_at: None,
-            throttled: false,
+            memory: MemTrack::default(),
             // Time queued before a restart, from the record.
             prof: JobProf::with_queued(
                 rec.started_ms

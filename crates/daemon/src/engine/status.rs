@@ -42,7 +42,7 @@ impl Engine {
                 state: j.state(),
                 reason: if j.phase == Phase::Queued {
                     Some(self.wait_reason(j))
-                } else if j.mem_frozen {
+                } else if j.memory.frozen {
                     Some("frozen by the memory governor (memory pressure)".into())
                 } else {
                     j.reason.clone()

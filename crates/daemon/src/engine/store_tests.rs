@@ -220,3 +220,64 @@ async fn an_end_the_store_refuses_is_not_lost() {
     assert_eq!(row.state, StoredState::Ended);
     assert_eq!(row.end_reason.as_deref(), Some("exited"));
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_register_takes_the_run_path_and_a_full_store_refuses_it_to_the_manager() {
+    let mut t = TestEngine::new();
+    let (reply, mut answers) = mpsc::unbounded_channel();
+    let who = Who {
+        name: "root".into(),
+        admin: false,
+        named: Some((1000, 1000)),
+    };
+    let store = t.store.clone();
+    t.engine.handle(Event::Register {
+        conn: 1,
+        cred: ROOT,
+        who: who.clone(),
+        req: pjw_proto::RegisterRequest {
+            job: "42".into(),
+            wlm: "slurm".into(),
+            user: "someone".into(),
+            cpus: 1,
+            mem: None,
+            name: None,
+            attach: false,
+        },
+        reply: reply.clone(),
+    });
+    // With a store that works, the job is queued or started, its manager tag recorded.
+    assert_eq!(store.calls_to("set_starter").len(), 1);
+    let first = answers.try_recv().expect("an answer");
+    assert!(
+        matches!(first, Response::Queued { .. } | Response::Started { .. }),
+        "{first:?}"
+    );
+
+    // A second manager job while the disk is full: refused, no job, counted.
+    store.set_full(true);
+    let before = t.engine.jobs.len();
+    t.engine.handle(Event::Register {
+        conn: 2,
+        cred: ROOT,
+        who,
+        req: pjw_proto::RegisterRequest {
+            job: "43".into(),
+            wlm: "slurm".into(),
+            user: "someone".into(),
+            cpus: 1,
+            mem: None,
+            name: None,
+            attach: false,
+        },
+        reply,
+    });
+    let r = answers.try_recv().expect("an answer");
+    let Response::Error { code, message } = r else {
+        panic!("expected an error, got {r:?}");
+    };
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(message.starts_with("cannot record job: "), "{message}");
+    assert_eq!(t.engine.jobs.len(), before);
+    assert!(t.engine.store_write_errors() >= 1);
+}

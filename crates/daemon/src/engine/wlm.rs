@@ -4,15 +4,15 @@
 use std::time::Instant;
 
 use pjw_core::adopt::{self, Candidate, Target, Verdict};
-use pjw_core::sched::{self, Phase};
+use pjw_core::sched::{self};
 use pjw_core::{CpuSet, JobId};
 use pjw_proto::{ErrorCode, Placement, RegisterRequest, Response, RunRequest};
-use pjw_store::{JobRecord, StarterRecord, StoredState};
+use pjw_store::{JobRecord, StoredState};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, error, info};
+use tracing::{debug, info};
 
-use super::store_writes::OnFail;
-use super::{cgroup_name, err, now_ms, Cred, Engine, Waiter, Who};
+use super::admission::Starter;
+use super::{cgroup_name, err, now_ms, Cred, Engine, Who};
 use crate::adopt::Seen;
 use crate::os;
 
@@ -112,32 +112,17 @@ impl Engine {
             exclusive: false,
             role: "primary".into(),
         };
-        let starter = StarterRecord {
-            wlm: Some(id.to_string()),
+        let starter = Starter {
             client_uid: cred.uid,
+            wlm: Some(id.to_string()),
             tmp_size: None,
-            tmpdir: None,
+            held: !req.attach,
         };
-        let seq = match self.store_write(0, "insert_job", OnFail::Refuse, |s| {
-            let seq = s.insert_job(&rec)?;
-            s.set_starter(seq, &starter)?;
-            Ok(seq)
-        }) {
-            Ok(s) => s,
-            Err(e) => {
-                error!(job = %id, error = %e, "cannot record job");
-                let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
-                return;
-            }
+        let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
+            return;
         };
-        let rec = JobRecord { seq, ..rec };
-        let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
-        job.waiter = Some(Waiter { conn, reply });
-        job.wlm = starter.wlm;
-        job.held = !req.attach;
-        job.client_uid = cred.uid;
+        let job = &self.jobs[&seq];
         info!(job = %job.id, user = %job.user, cpus = req.cpus, wlm = %wlm, attach = req.attach, "job registered");
-        self.jobs.insert(seq, job);
         self.scanner_wake();
         self.replan();
         self.tell_queued(seq);
