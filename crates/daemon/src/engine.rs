@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use inotify::{WatchDescriptor, Watches};
 use pjw_cgroup::Driver;
@@ -37,6 +37,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::adopt::Scanner;
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::os;
 use crate::procs::{ProcCounts, ProcTracker};
@@ -118,6 +119,8 @@ pub struct Engine {
     store_backlog: bool,
     /// A [`Event::StoreRetry`] timer is running.
     store_retry_armed: bool,
+    /// The wall clock (stored timestamps, queue deadlines).
+    clock: Box<dyn Clock>,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -137,13 +140,6 @@ impl std::fmt::Debug for Engine {
             .field("jobs", &self.jobs.len())
             .finish()
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Why a request is refused, before it becomes a [`Response::Error`].
@@ -230,7 +226,14 @@ impl Engine {
             unrecorded: Vec::new(),
             store_backlog: false,
             store_retry_armed: false,
+            clock: Box::new(SystemClock),
         }
+    }
+
+    /// Read the wall clock from `clock` (tests move a fake one by hand).
+    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Engine {
+        self.clock = Box::new(clock);
+        self
     }
 
     /// Ship finished jobs to the central store with `s` (woken at every job end).
@@ -263,7 +266,7 @@ impl Engine {
         self.handle_event(ev);
         self.flush_store();
         // Time per state comes from the transitions, which only happen in events.
-        let now = now_ms();
+        let now = self.clock.now_ms();
         for j in self.jobs.values_mut() {
             let st = j.prof_state();
             j.prof.observe(st, now);

@@ -12,6 +12,7 @@ use pjw_core::{CpuSet, JobId};
 use pjw_store::{JobRecord, JobSummary, StarterRecord, StoreError, StoredState};
 use tokio::sync::mpsc;
 
+use crate::clock::Clock;
 use crate::config::{Config, Overrides};
 use crate::engine::{Engine, Event};
 use crate::store_port::StorePort;
@@ -202,11 +203,31 @@ impl StorePort for FakeStore {
     }
 }
 
+/// A wall clock that moves only when told (shared by its clones).
+#[derive(Clone, Debug)]
+pub struct FakeClock(Arc<std::sync::atomic::AtomicI64>);
+
+impl FakeClock {
+    pub fn at(ms: i64) -> FakeClock {
+        FakeClock(Arc::new(std::sync::atomic::AtomicI64::new(ms)))
+    }
+    pub fn advance(&self, ms: i64) {
+        self.0.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for FakeClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// An engine on a fake cgroup v2 tree (in a temp dir) with a [`FakeStore`]: 4 CPUs, no
 /// inotify, no governor, no profiles.
 pub struct TestEngine {
     pub engine: Engine,
     pub store: FakeStore,
+    pub clock: FakeClock,
     /// What the engine sends itself (timers, watchers); kept open so sends succeed.
     pub _events: mpsc::UnboundedReceiver<Event>,
     _machine: FakeMachine,
@@ -215,6 +236,11 @@ pub struct TestEngine {
 
 impl TestEngine {
     pub fn new() -> TestEngine {
+        TestEngine::with_config("")
+    }
+
+    /// With top-level config keys `extra` (`"queue_ttl = 10\n"`).
+    pub fn with_config(extra: &str) -> TestEngine {
         let dir = tempfile::tempdir().expect("temp dir");
         let machine = FakeSpec::new(Mode::Unified)
             .build(dir.path())
@@ -229,7 +255,7 @@ impl TestEngine {
             .prepare_parent()
             .expect("parent cgroups on the fake tree");
         let text = format!(
-            "[paths]\nproc = {:?}\n[memory]\ngovernor = false\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
+            "{extra}[paths]\nproc = {:?}\n[memory]\ngovernor = false\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
             machine.proc_root,
             dir.path().join("tmp")
         );
@@ -239,6 +265,7 @@ impl TestEngine {
         let alloc = Allocator::new(&topo);
         let store = FakeStore::new();
         let (tx, events) = mpsc::unbounded_channel();
+        let clock = FakeClock::at(1_700_000_000_000);
         let engine = Engine::new(
             cfg,
             driver,
@@ -249,10 +276,12 @@ impl TestEngine {
             1 << 30,
             None,
             tx,
-        );
+        )
+        .with_clock(clock.clone());
         TestEngine {
             engine,
             store,
+            clock,
             _events: events,
             _machine: machine,
             _dir: dir,

@@ -10,9 +10,7 @@ use tokio::sync::mpsc;
 use tracing::{error, info};
 
 use super::store_writes::OnFail;
-use super::{
-    cgroup_name, err, now_ms, placement_name, refuse, Cred, Engine, Job, Refusal, Waiter, Who,
-};
+use super::{cgroup_name, err, placement_name, refuse, Cred, Engine, Job, Refusal, Waiter, Who};
 use crate::os;
 
 /// How a new job differs from what its stored row says.
@@ -140,7 +138,7 @@ impl Engine {
                     .unwrap_or_else(|| "job".into())
             });
         let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
-        let submitted_ms = now_ms();
+        let submitted_ms = self.clock.now_ms();
         let priority = req.priority.unwrap_or(self.cfg.default_priority);
         let cgroup = cgroup_name(&id);
         let rec = JobRecord {
@@ -217,7 +215,7 @@ impl Engine {
                 s.set_starter(seq, &record)
             }) {
                 error!(job = %job.id, error = %e, "cannot record job");
-                self.store_end(seq, now_ms(), "start failed: store", None);
+                self.store_end(seq, self.clock.now_ms(), "start failed: store", None);
                 let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
                 return None;
             }

@@ -12,7 +12,7 @@ use tracing::{debug, error, info, warn};
 
 use super::pidfd::{spawn_pidfd_retry, spawn_pidfd_watch};
 use super::store_writes::OnFail;
-use super::{err, now_ms, role_name, End, Engine, Event};
+use super::{err, role_name, End, Engine, Event};
 use crate::os;
 use crate::profile::{self};
 
@@ -48,7 +48,7 @@ impl Engine {
         };
         // Durable first: after a crash from here on, recovery finds the job. A store that
         // refuses refuses the start (nothing is in the kernel yet).
-        let started_ms = now_ms();
+        let started_ms = self.clock.now_ms();
         let recorded = self.store_write(seq, "set_starting", OnFail::Refuse, |s| {
             s.set_starting(seq, &cpus, &mems, role_name(phase), started_ms)
         });

@@ -7,7 +7,7 @@ use pjw_core::governor::{self, MemAction, MemJob, MemSnapshot};
 use pjw_core::sched::Phase;
 use tracing::{info, warn};
 
-use super::{now_ms, Engine};
+use super::Engine;
 
 impl Engine {
     /// Sample memory and PSI, then freeze or thaw what the governor says.
@@ -107,7 +107,7 @@ impl Engine {
                 .unwrap_or(0.0)
         };
         let snap = MemSnapshot {
-            now_ms: now_ms(),
+            now_ms: self.clock.now_ms(),
             psi_some: some(&node).max(some(&part)).max(some(&worst_job)),
             psi_full: full(&node).max(full(&part)).max(full(&worst_job)),
             available,
@@ -182,7 +182,7 @@ impl Engine {
                             j.memory.frozen = false;
                             j.memory.thawed_at = Some(now);
                             j.memory.growth = 0.0;
-                            self.last_thaw_ms = Some(now_ms());
+                            self.last_thaw_ms = Some(self.clock.now_ms());
                             thawed = true;
                             info!(job = %j.id, user = %j.user, footprint = j.memory.footprint, "memory is free again: job thawed");
                         }

@@ -8,7 +8,7 @@ use pjw_core::CpuSet;
 use pjw_proto::ErrorCode;
 use tracing::info;
 
-use super::{err, now_ms, End, Engine, Event, Job};
+use super::{err, End, Engine, Event, Job};
 
 impl Engine {
     /// Ask the policy what changes now and carry it out, until nothing does.
@@ -41,7 +41,7 @@ impl Engine {
                 &mut self.scratch,
                 &pool,
                 &views,
-                now_ms(),
+                self.clock.now_ms(),
             );
             if actions.is_empty() {
                 break;
@@ -151,7 +151,7 @@ impl Engine {
 
     /// Wake up when the next queued job would expire or a recovered client's grace ends.
     pub(super) fn arm_timer(&mut self) {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut next: Option<Duration> = None;
         let mut consider = |d: Duration| next = Some(next.map_or(d, |n: Duration| n.min(d)));
         if let Some(ttl) = self.policy.queue_ttl_ms {

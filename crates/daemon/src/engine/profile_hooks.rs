@@ -10,7 +10,7 @@ use proc_connector::ProcEvent;
 use tokio::sync::mpsc;
 use tracing::{debug, info};
 
-use super::{err, now_ms, Cred, End, Engine, Job, Who};
+use super::{err, Cred, End, Engine, Job, Who};
 use crate::profile::{self, JobProf, WriteOp};
 use crate::report::{self, Access, LiveJob};
 
@@ -34,7 +34,7 @@ impl End {
 impl Engine {
     /// Record that `job` ended: its summary and `ended` in one transaction.
     pub(super) fn record_end(&mut self, job: &Job, end: End) {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut prof = job.prof.clone();
         prof.observe(job.prof_state(), now);
         let class = profile::end_class(&end.reason, end.killed, end.ooms, prof.exit_status);
@@ -62,7 +62,7 @@ impl Engine {
 
     /// Record that a job known only from its store record ended (found at recovery).
     pub(super) fn record_end_rec(&mut self, rec: &JobRecord, reason: &str) {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut prof = JobProf::default();
         let start = rec.started_ms.unwrap_or(now);
         prof.queued_ms = (start - rec.submitted_ms).max(0);
@@ -120,7 +120,7 @@ impl Engine {
             return;
         };
         let t0 = Instant::now();
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let n_procs = self.cfg.profile.processes;
         // The kernel updates the PSI averages every 2 s (PSI_FREQ): reading them more often
         // reads the same numbers again, so between updates a sample carries the last values.

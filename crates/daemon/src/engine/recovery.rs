@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use super::job::MemTrack;
 use super::store_writes::OnFail;
-use super::{now_ms, placement_from, role_name, sched_placement, Engine, Job};
+use super::{placement_from, role_name, sched_placement, Engine, Job};
 use crate::os;
 use crate::profile::JobProf;
 
@@ -81,7 +81,8 @@ impl Engine {
                 .is_some_and(|p| os::process_alive(&self.cfg.proc_root, p, rec.pid_start));
             let started = Instant::now()
                 .checked_sub(Duration::from_millis(
-                    (now_ms() - rec.started_ms.unwrap_or(rec.submitted_ms)).max(0) as u64,
+                    (self.clock.now_ms() - rec.started_ms.unwrap_or(rec.submitted_ms)).max(0)
+                        as u64,
                 ))
                 .unwrap_or_else(Instant::now);
             let mut job = self.job_from_record(&rec, id, phase, cpus, Some(started));
@@ -265,8 +266,8 @@ impl Engine {
             cgroup: name,
             argv: vec![],
             state: StoredState::Running,
-            submitted_ms: now_ms(),
-            started_ms: Some(now_ms()),
+            submitted_ms: self.clock.now_ms(),
+            started_ms: Some(self.clock.now_ms()),
             ended_ms: None,
             end_reason: None,
             priority: sched::MAX_PRIORITY,

@@ -212,3 +212,83 @@ async fn a_run_is_placed_in_its_cgroup_answered_and_ended_when_its_main_process_
     );
     assert_eq!(t.engine.free(), cpus("0-3"));
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_queued_job_expires_at_its_ttl_on_the_tick_and_its_client_is_told() {
+    let mut t = TestEngine::with_config("queue_ttl = 10\n");
+    let me = Cred {
+        pid: std::process::id(),
+        uid: 1000,
+        gid: 1000,
+    };
+    t.fake_process(me.pid, me.uid);
+    let who = || Who {
+        name: "user1000".into(),
+        ..Who::default()
+    };
+    let run = |id: &str, cpus: u32| RunRequest {
+        cpus,
+        mem: None,
+        job_id: Some(id.into()),
+        name: None,
+        argv: vec!["sleep".into()],
+        priority: None,
+        placement: Placement::PrimaryOnly,
+        exclusive: false,
+        user: None,
+        wlm: None,
+        tmp: None,
+    };
+    // The whole node to one job; a second one waits.
+    let (a_reply, mut a) = mpsc::unbounded_channel();
+    t.engine.handle(Event::Submit {
+        conn: 1,
+        cred: me,
+        who: who(),
+        req: run("a", 4),
+        reply: a_reply,
+    });
+    assert!(matches!(a.recv().await, Some(Response::Started { .. })));
+    let (b_reply, mut b) = mpsc::unbounded_channel();
+    t.engine.handle(Event::Submit {
+        conn: 2,
+        cred: Cred { pid: 1, ..me },
+        who: who(),
+        req: run("b", 1),
+        reply: b_reply,
+    });
+    assert!(matches!(b.recv().await, Some(Response::Queued { .. })));
+
+    // Not yet: a tick before the deadline changes nothing.
+    t.clock.advance(9_000);
+    t.engine.handle(Event::Tick {
+        generation: t.engine.tick_generation,
+    });
+    assert_eq!(t.engine.jobs.len(), 2);
+
+    t.clock.advance(2_000);
+    t.engine.handle(Event::Tick {
+        generation: t.engine.tick_generation,
+    });
+    let r = b.recv().await.expect("b is told");
+    let Response::Error { message, .. } = r else {
+        panic!("expected an error, got {r:?}");
+    };
+    assert!(
+        message.starts_with("job b expired after waiting") && message.ends_with("(queue_ttl)"),
+        "{message}"
+    );
+    assert_eq!(t.engine.jobs.len(), 1);
+    let ended: Vec<_> = t
+        .store
+        .state()
+        .rows
+        .values()
+        .filter(|r| r.job_id == "b")
+        .map(|r| (r.state, r.end_reason.clone()))
+        .collect();
+    assert_eq!(
+        ended,
+        [(StoredState::Ended, Some("expired in queue".to_string()))]
+    );
+}

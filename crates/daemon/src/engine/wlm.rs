@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info};
 
 use super::admission::Starter;
-use super::{cgroup_name, err, now_ms, Cred, Engine, Who};
+use super::{cgroup_name, err, Cred, Engine, Who};
 use crate::adopt::Seen;
 use crate::os;
 
@@ -102,7 +102,7 @@ impl Engine {
             cgroup: cgroup_name(&id),
             argv: vec![],
             state: StoredState::Queued,
-            submitted_ms: now_ms(),
+            submitted_ms: self.clock.now_ms(),
             started_ms: None,
             ended_ms: None,
             end_reason: None,
@@ -318,7 +318,7 @@ impl Engine {
                 self.scanner.remember(pid, start, Seen::Settled);
             }
             Verdict::Unknown { rule, id } => {
-                let now = now_ms();
+                let now = self.clock.now_ms();
                 let last = self.unknown_logged.get(&id).copied();
                 if adopt::should_log(last, now, UNKNOWN_LOG_EVERY_MS) {
                     // `id` passed the job-id check (no control character, ≤ 64 + namespace).
