@@ -321,7 +321,7 @@ impl Engine {
             }
             Event::Recheck { seq } => {
                 if let Some(j) = self.jobs.get_mut(&seq) {
-                    j.recheck_pending = false;
+                    j.end.recheck_pending = false;
                 }
                 self.check_empty(seq)
             }

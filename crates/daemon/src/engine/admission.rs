@@ -38,7 +38,10 @@ impl Engine {
         // A client whose process is already a live job's main process reconnected after a
         // daemon crash between being moved and being told: tell it again.
         if let Some(j) = self.jobs.values().find(|j| {
-            j.started.is_some() && j.pid == Some(cred.pid) && j.client_uid == cred.uid && !j.ending
+            j.started.is_some()
+                && j.pid == Some(cred.pid)
+                && j.client_uid == cred.uid
+                && !j.end.ending
         }) {
             info!(job = %j.id, pid = cred.pid, "client reconnected; job already running");
             let _ = reply.send(Response::Started {

@@ -30,7 +30,7 @@ impl Engine {
             Control::End => err(ErrorCode::Invalid, "end is answered elsewhere"),
             Control::Kill => self.kill(seq, by),
             Control::Suspend => {
-                if j.ending {
+                if j.end.ending {
                     return err(ErrorCode::Invalid, format!("job {job} is ending"));
                 }
                 match j.phase {
@@ -147,7 +147,7 @@ impl Engine {
             };
         }
         info!(job = %j.id, user = %j.user, by = %by, "killing job");
-        j.killed_by = Some(by);
+        j.end.killed_by = Some(by);
         j.held = false;
         if let Err(e) = self.driver.kill(&j.cgroup) {
             return err(ErrorCode::Internal, format!("cannot kill job {job}: {e}"));

@@ -20,6 +20,27 @@ pub(super) struct Waiter {
     pub(super) reply: mpsc::UnboundedSender<Response>,
 }
 
+/// How a started job's end is watched for: its main process gone, its cgroup empty.
+#[derive(Debug, Default)]
+pub(super) struct EndWatch {
+    /// Its main process exited (or it was killed): it ends once its cgroup is empty.
+    pub(super) ending: bool,
+    /// Who killed it, for the record.
+    pub(super) killed_by: Option<String>,
+    /// Who ended it (a manager's epilog), for the record.
+    pub(super) ended_by: Option<String>,
+    /// The inotify watch on its `cgroup.events`.
+    pub(super) watch: Option<WatchDescriptor>,
+    /// `end` requests waiting for the cgroups to be gone.
+    pub(super) waiters: Vec<oneshot::Sender<Response>>,
+    /// A look at its cgroup is scheduled (where no event says when it empties: cgroup v1, or
+    /// the kernel could not be read); one at a time, however many callers asked.
+    pub(super) recheck_pending: bool,
+    /// The last delay between such looks: 20 ms after the job's end, doubling up to 1 s while
+    /// leftovers keep running.
+    pub(super) recheck_delay: Duration,
+}
+
 /// What the memory governor tracks about a job.
 #[derive(Debug, Default)]
 pub(super) struct MemTrack {
@@ -67,11 +88,8 @@ pub(super) struct Job {
     /// Whether its cgroups exist (it has started).
     pub(super) started: Option<Instant>,
     pub(super) queued_at: Instant,
-    pub(super) ending: bool,
-    pub(super) killed_by: Option<String>,
     /// Why it is frozen or backfilling, for `pjw status`.
     pub(super) reason: Option<String>,
-    pub(super) watch: Option<WatchDescriptor>,
     /// The waiting client while queued; None for a queued job recovered after a restart whose
     /// client has not reconnected yet (it is not planned until it does).
     pub(super) waiter: Option<Waiter>,
@@ -83,16 +101,8 @@ pub(super) struct Job {
     pub(super) prof: JobProf,
     /// Registered without a process: it lives until the manager ends it, even when empty.
     pub(super) held: bool,
-    /// Who ended it (a manager's epilog), for the record.
-    pub(super) ended_by: Option<String>,
-    /// `end` requests waiting for the cgroups to be gone.
-    pub(super) end_waiters: Vec<oneshot::Sender<Response>>,
-    /// A look at its cgroup is scheduled (where no event says when it empties: cgroup v1, or
-    /// the kernel could not be read); one at a time, however many callers asked.
-    pub(super) recheck_pending: bool,
-    /// The last delay between such looks: 20 ms after the job's end, doubling up to 1 s while
-    /// leftovers keep running.
-    pub(super) recheck_delay: Duration,
+    /// How its end is watched for and who waits for it.
+    pub(super) end: EndWatch,
     /// Its row lags behind memory (a write failed): written again after the next event.
     pub(super) store_dirty: bool,
 }
@@ -140,7 +150,7 @@ impl Job {
     }
 
     pub(super) fn state(&self) -> JobState {
-        if self.ending {
+        if self.end.ending {
             return JobState::Ending;
         }
         if self.memory.frozen {

@@ -264,7 +264,7 @@ impl Engine {
                 match watches.add(&path, WatchMask::MODIFY) {
                     Ok(wd) => {
                         self.by_watch.insert(wd.clone(), seq);
-                        job.watch = Some(wd);
+                        job.end.watch = Some(wd);
                     }
                     Err(e) => {
                         warn!(job = %job.id, path = %path.display(), error = %e, "cannot watch cgroup.events")
@@ -302,8 +302,8 @@ impl Engine {
         let Some(job) = self.jobs.get_mut(&seq) else {
             return;
         };
-        if !job.ending {
-            job.ending = true;
+        if !job.end.ending {
+            job.end.ending = true;
             debug!(job = %job.id, "main process exited");
             if kill {
                 if let Err(e) = self.driver.kill(&job.cgroup) {
@@ -337,7 +337,7 @@ impl Engine {
             }
         };
         if !populated {
-            let reason = match (&job.killed_by, &job.ended_by) {
+            let reason = match (&job.end.killed_by, &job.end.ended_by) {
                 (Some(by), _) => format!("killed by {by}"),
                 (None, Some(by)) => format!("ended by {by}"),
                 (None, None) => "exited".to_string(),
@@ -348,15 +348,15 @@ impl Engine {
         let Some(job) = self.jobs.get_mut(&seq) else {
             return;
         };
-        if (job.watch.is_none() || unknown) && !job.recheck_pending {
+        if (job.end.watch.is_none() || unknown) && !job.end.recheck_pending {
             let tx = self.tx.clone();
-            let delay = if job.ending && !unknown {
-                (job.recheck_delay * 2).clamp(Duration::from_millis(20), Duration::from_secs(1))
+            let delay = if job.end.ending && !unknown {
+                (job.end.recheck_delay * 2).clamp(Duration::from_millis(20), Duration::from_secs(1))
             } else {
                 Duration::from_secs(1)
             };
-            job.recheck_delay = delay;
-            job.recheck_pending = true;
+            job.end.recheck_delay = delay;
+            job.end.recheck_pending = true;
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
                 let _ = tx.send(Event::Recheck { seq });
@@ -368,7 +368,7 @@ impl Engine {
         let Some(job) = self.jobs.remove(&seq) else {
             return;
         };
-        if let Some(wd) = job.watch.clone() {
+        if let Some(wd) = job.end.watch.clone() {
             self.by_watch.remove(&wd);
             if let Some(w) = self.watches.as_mut() {
                 let _ = w.remove(wd);
@@ -407,7 +407,7 @@ impl Engine {
             &job,
             End {
                 reason: reason.to_string(),
-                killed: job.killed_by.is_some(),
+                killed: job.end.killed_by.is_some(),
                 ooms,
                 running_ms: runtime_ms as i64,
                 finals,
@@ -419,7 +419,7 @@ impl Engine {
             processes = counts.procs_ever, threads = counts.threads_ever,
             max_processes = counts.procs_max, counts_exact = !counts.lossy, "job ended"
         );
-        for w in job.end_waiters {
+        for w in job.end.waiters {
             let _ = w.send(Response::Done {
                 message: format!("job {} ended; its cgroups are gone", job.id),
             });

@@ -18,7 +18,7 @@ impl Engine {
         let mut jobs = Vec::new();
         for j in self.jobs.values_mut() {
             let runs = matches!(j.phase, Phase::Primary | Phase::Backfill);
-            if j.started.is_none() || j.ending || !runs {
+            if j.started.is_none() || j.end.ending || !runs {
                 continue;
             }
             let Ok(usage) = self.driver.memory_usage(&j.cgroup) else {
@@ -63,7 +63,7 @@ impl Engine {
         let worst_job = self
             .jobs
             .values()
-            .filter(|j| j.started.is_some() && !j.ending && !j.memory.frozen)
+            .filter(|j| j.started.is_some() && !j.end.ending && !j.memory.frozen)
             .filter_map(|j| self.driver.memory_pressure(Some(&j.cgroup)))
             .fold(None, |acc: Option<pjw_kernelfs::psi::Psi>, p| match acc {
                 Some(a) if a.some.avg10 >= p.some.avg10 => Some(a),

@@ -23,7 +23,7 @@ impl Engine {
                 .values()
                 // Not a job that is ending, nor a recovered queued job whose client has not come
                 // back, nor one memory holds back.
-                .filter(|j| !j.ending && (j.phase != Phase::Queued || j.waiter.is_some()))
+                .filter(|j| !j.end.ending && (j.phase != Phase::Queued || j.waiter.is_some()))
                 .filter(|j| !held.contains(&j.seq))
                 .map(Job::view)
                 .collect();
@@ -33,7 +33,7 @@ impl Engine {
             let pool = self
                 .jobs
                 .values()
-                .filter(|j| j.ending && j.phase == Phase::Primary)
+                .filter(|j| j.end.ending && j.phase == Phase::Primary)
                 .fold(self.pool, |p, j| p.difference(&j.cpus));
             let actions = sched::plan(
                 &self.policy,

@@ -9,7 +9,7 @@ use pjw_core::{CpuSet, JobId};
 use pjw_store::{JobRecord, StoredState};
 use tracing::{info, warn};
 
-use super::job::MemTrack;
+use super::job::{EndWatch, MemTrack};
 use super::store_writes::OnFail;
 use super::{placement_from, role_name, sched_placement, Engine, Job};
 use crate::os;
@@ -215,14 +215,11 @@ impl Engine {
             cgroup: rec.cgroup.clone(),
             started,
             queued_at: Instant::now(),
-            ending: false,
-            killed_by: None,
             reason: match phase {
                 Phase::Preempted => Some("preempted".into()),
                 Phase::Suspended => Some("suspended".into()),
                 _ => None,
             },
-            watch: None,
             waiter: None,
             reconnect_by: None,
             memory: MemTrack::default(),
@@ -233,10 +230,7 @@ impl Engine {
                     .unwrap_or(0),
             ),
             held: false,
-            ended_by: None,
-            end_waiters: Vec::new(),
-            recheck_pending: false,
-            recheck_delay: Duration::ZERO,
+            end: EndWatch::default(),
             store_dirty: false,
         }
     }

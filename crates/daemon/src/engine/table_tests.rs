@@ -132,7 +132,7 @@ async fn recovery_matrix() {
             Want::Running => {
                 let j = &t.engine.jobs[&seq];
                 assert_eq!((j.phase, j.cpus), (Phase::Primary, cpus("0-1")), "{case}");
-                assert!(!j.ending, "{case}");
+                assert!(!j.end.ending, "{case}");
                 assert_eq!(row.state, Running, "{case}");
                 // A `starting` row whose cgroup holds the job is written `running`.
                 let rewritten = t.store.calls_to("set_running");

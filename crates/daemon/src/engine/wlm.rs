@@ -167,8 +167,8 @@ impl Engine {
         }
         info!(job = %j.id, user = %j.user, wlm = j.wlm.as_deref().unwrap_or(""), "ending registered job");
         j.held = false;
-        j.ended_by = Some(by);
-        j.end_waiters.push(reply);
+        j.end.ended_by = Some(by);
+        j.end.waiters.push(reply);
         self.main_exited(seq);
     }
 
@@ -178,7 +178,7 @@ impl Engine {
             && self
                 .jobs
                 .values()
-                .any(|j| j.wlm.is_some() && j.started.is_some() && !j.ending)
+                .any(|j| j.wlm.is_some() && j.started.is_some() && !j.end.ending)
     }
 
     /// No job adopted until now: what was decided about processes meanwhile is forgotten, so
@@ -230,7 +230,7 @@ impl Engine {
     /// and lets its parent be adopted does not leave a child behind).
     pub(super) fn on_early_fork(&mut self, seq: i64, child: u32) {
         let Some(j) = self.jobs.get(&seq) else { return };
-        if j.ending {
+        if j.end.ending {
             return;
         }
         match self.driver.add_process(&j.cgroup, child) {
@@ -255,7 +255,7 @@ impl Engine {
         let names: Vec<(i64, String, String, u32, bool)> = self
             .jobs
             .values()
-            .filter(|j| j.wlm.is_some() && j.started.is_some() && !j.ending)
+            .filter(|j| j.wlm.is_some() && j.started.is_some() && !j.end.ending)
             .map(|j| {
                 let (ns, id) = target_names(j.id.as_str(), j.wlm.as_deref());
                 (j.seq, ns, id, j.uid, j.id.namespace().is_some())
