@@ -27,7 +27,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use inotify::{WatchDescriptor, Watches};
-use pjw_cgroup::Driver;
 use pjw_core::alloc::{Allocator, Scratch};
 use pjw_core::governor::GovernorConfig;
 use pjw_core::sched::QueuePolicy;
@@ -37,6 +36,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::adopt::Scanner;
+use crate::cgroup_port::CgroupPort;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::os;
@@ -47,6 +47,8 @@ use crate::store_port::StorePort;
 mod admission;
 mod control;
 mod events;
+#[cfg(test)]
+mod fault_tests;
 mod job;
 mod lifecycle;
 mod mem_governor;
@@ -69,7 +71,7 @@ use job::{placement_from, placement_name, role_name, sched_placement, Job, Waite
 /// The daemon's state.
 pub struct Engine {
     cfg: Config,
-    driver: Driver,
+    driver: Box<dyn CgroupPort>,
     store: Box<dyn StorePort>,
     alloc: Allocator,
     /// Reused working memory of the allocator: no heap allocation per decision.
@@ -168,7 +170,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         cfg: Config,
-        driver: Driver,
+        driver: impl CgroupPort + 'static,
         store: impl StorePort + 'static,
         alloc: Allocator,
         pool: CpuSet,
@@ -202,7 +204,7 @@ impl Engine {
             last_thaw_ms: None,
             last_swap_in: None,
             cfg,
-            driver,
+            driver: Box::new(driver),
             store: Box::new(store),
             alloc,
             scratch: Scratch::new(),

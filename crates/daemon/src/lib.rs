@@ -6,6 +6,7 @@
 
 pub mod adopt;
 pub mod central_report;
+pub mod cgroup_port;
 pub mod clock;
 pub mod config;
 pub mod engine;

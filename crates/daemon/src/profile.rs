@@ -11,10 +11,11 @@
 
 use std::path::Path;
 
-use pjw_cgroup::{Driver, Resource};
+use pjw_cgroup::Resource;
 use pjw_store::{EndClass, JobSummary, ProcessSample, Sample, SampleState};
 use tracing::debug;
 
+use crate::cgroup_port::CgroupPort;
 use crate::procs::ProcCounts;
 
 mod end;
@@ -157,7 +158,7 @@ pub struct Finals {
 }
 
 /// Read the end-of-job counters of `cgroup` (before it is removed).
-pub fn read_finals(driver: &Driver, cgroup: &str) -> Finals {
+pub fn read_finals(driver: &dyn CgroupPort, cgroup: &str) -> Finals {
     let cpu = driver.cpu_time(cgroup).ok();
     let io = driver.io_bytes(cgroup).ok().flatten();
     Finals {
@@ -174,7 +175,7 @@ pub fn read_finals(driver: &Driver, cgroup: &str) -> Finals {
 /// the process count from the process events, when they flow (then `cgroup.procs`, whose
 /// cost grows with the job's processes, is not read).
 pub fn read_sample(
-    driver: &Driver,
+    driver: &dyn CgroupPort,
     cgroup: &str,
     seq: i64,
     state: Option<SampleState>,

@@ -389,7 +389,7 @@ impl Engine {
         let reason = reason.as_str();
         let counts = self.procs.end_job(seq).unwrap_or_default();
         // The last counters (CPU, the memory high-water mark, I/O) before the cgroups go.
-        let finals = profile::read_finals(&self.driver, &job.cgroup);
+        let finals = profile::read_finals(self.driver.as_ref(), &job.cgroup);
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }

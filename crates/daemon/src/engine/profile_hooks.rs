@@ -143,7 +143,7 @@ impl Engine {
                 None
             };
             let mut s = profile::read_sample(
-                &self.driver,
+                self.driver.as_ref(),
                 &j.cgroup,
                 j.seq,
                 state,
@@ -254,7 +254,7 @@ impl Engine {
                     .map(|s| s.elapsed().as_millis() as i64)
                     .unwrap_or(0);
                 let finals = if fresh && j.started.is_some() {
-                    profile::read_finals(&self.driver, &j.cgroup)
+                    profile::read_finals(self.driver.as_ref(), &j.cgroup)
                 } else {
                     Default::default()
                 };
