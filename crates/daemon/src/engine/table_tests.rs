@@ -292,3 +292,49 @@ async fn a_queued_job_expires_at_its_ttl_on_the_tick_and_its_client_is_told() {
         [(StoredState::Ended, Some("expired in queue".to_string()))]
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn recovery_takes_each_stored_role_then_plans() {
+    // (stored role, phase after recovery and the plan that follows it, CPUs it holds, CPUs
+    // free for primaries, role stored). The node has room: a backfiller is promoted and a
+    // preempted job resumed on the CPUs its cgroup holds; a suspended one stays frozen.
+    let table = [
+        ("primary", Phase::Primary, "0-1", "2-3", "primary"),
+        ("backfill", Phase::Primary, "0-1", "2-3", "primary"),
+        ("preempted", Phase::Primary, "0-1", "2-3", "primary"),
+        ("suspended", Phase::Suspended, "", "0-3", "suspended"),
+    ];
+    for (role, phase, held, free, stored) in table {
+        let mut t = TestEngine::new();
+        let pid = std::process::id();
+        t.fake_process(pid, 1000);
+        t.fake_stat(pid);
+        let rec = JobRecord {
+            role: role.into(),
+            ..record("r1", StoredState::Running, pid)
+        };
+        let seq = t.store.clone().insert_job(&rec).expect("insert");
+        let limits = JobLimits {
+            cpus: cpus("0-1"),
+            mems: cpus("0"),
+            memory_max: None,
+            pids_max: None,
+            swap_max: None,
+        };
+        t.engine
+            .driver
+            .create_job(&rec.cgroup, &limits)
+            .expect("cgroup");
+        t.engine
+            .driver
+            .add_process(&rec.cgroup, pid)
+            .expect("process");
+
+        t.engine.recover().expect("recover");
+
+        let j = &t.engine.jobs[&seq];
+        assert_eq!((j.phase, j.cpus), (phase, cpus(held)), "{role}");
+        assert_eq!(t.engine.free(), cpus(free), "{role}");
+        assert_eq!(t.store.state().rows[&seq].role, stored, "{role}");
+    }
+}
