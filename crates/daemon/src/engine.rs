@@ -46,6 +46,8 @@ use crate::store_port::StorePort;
 
 mod admission;
 mod control;
+#[cfg(test)]
+mod event_tests;
 mod events;
 #[cfg(test)]
 mod fault_tests;
