@@ -59,6 +59,8 @@ struct Figures {
     clear_error: u64,
     other: u64,
     unconfined: u64,
+    /// Time spent bringing the daemon back (start to its socket answering).
+    restart_time: Duration,
 }
 
 /// The CPUs a job cgroup's tasks may run on, from the kernel: `cpuset.cpus.effective` (v2)
@@ -261,7 +263,16 @@ fn chaos_in(d: &mut TestDaemon, pool: &CpuSet, cycles: u64, seed: u64) -> (Figur
     let mut clients: Vec<Client> = Vec::new();
     let max_inflight = (ncpus + 3) as usize;
     let bound = Duration::from_secs(120);
+    let t0 = Instant::now();
     for i in 0..cycles {
+        if i > 0 && i % 100 == 0 {
+            eprintln!(
+                "chaos: {i} cycles in {:.0} s ({:.0} s of it restarting), {} kills",
+                t0.elapsed().as_secs_f64(),
+                f.restart_time.as_secs_f64(),
+                f.kills
+            );
+        }
         let wait_from = Instant::now();
         while clients.len() >= max_inflight && wait_from.elapsed() < bound {
             reap(&mut clients, &mut f, &mut log);
@@ -280,7 +291,9 @@ fn chaos_in(d: &mut TestDaemon, pool: &CpuSet, cycles: u64, seed: u64) -> (Figur
                 clients.push(spawn(d, &mut rng, cycles + f.kills * 10 + j, ncpus));
             }
             std::thread::sleep(Duration::from_millis(rng.range(0, 300)));
+            let t = Instant::now();
             d.restart();
+            f.restart_time += t.elapsed();
             check_node(d, pool, &mut f, &mut log);
             let missing = clients_accounted(d, &mut clients);
             if !missing.is_empty() {
