@@ -4,7 +4,7 @@ CARGO ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all deps build release demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd test-fuzz test-unit test-root bench bench-quick bench-alloc lint install uninstall clean
+.PHONY: all deps build release demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd test-fuzz test-unit test-root bench bench-quick bench-alloc chaos lint install uninstall clean
 
 all: release
 
@@ -86,6 +86,15 @@ bench: deps
 # The same in under 5 minutes: fewer rounds, shorter workloads.
 bench-quick: deps
 	bench/run.sh --quick $(SCENARIO)
+
+# Chaos (scripts/chaos.sh): CHAOS_CYCLES (1000) job cycles of mixed sizes, queued, preempting and
+# backfill-only, while the daemon is kill -9'd and restarted at random (seed printed); checks after
+# every restart that no CPU is in two primaries and every job runs confined or has ended, then that
+# every client got its exit status or a clear error and no cgroup is left. Figures into
+# bench/results/chaos-<date>T<time>.md. `make test` runs the same test with 100 cycles. Root.
+CHAOS_CYCLES ?= 1000
+chaos: build
+	PJW_CHAOS_CYCLES=$(CHAOS_CYCLES) scripts/chaos.sh
 
 bench-alloc: deps
 	$(CARGO) bench -p pjw-topology --bench alloc

@@ -439,12 +439,6 @@ impl Driver {
         self.fs.write(&h.job(name).join("memory.high"), &value)
     }
 
-    /// Memory charged to all jobs together (the parent) now (bytes).
-    pub fn partition_usage(&self) -> Result<u64, CgroupError> {
-        let h = self.memory_hierarchy()?;
-        memory::usage(&self.fs, &h.parent(), h.v2)
-    }
-
     /// Cap the memory of all jobs together: the limit of the parent (the node's job partition).
     pub fn set_partition_limit(&self, bytes: u64) -> Result<(), CgroupError> {
         let h = self.memory_hierarchy()?;

@@ -65,13 +65,6 @@ pub(crate) fn use_hierarchy_v1(fs: &Fs, dir: &Path) {
     }
 }
 
-/// Memory charged to the cgroup now: `memory.usage_in_bytes` (v1) or `memory.current` (v2).
-pub(crate) fn usage(fs: &Fs, dir: &Path, v2: bool) -> Result<u64, CgroupError> {
-    let path = usage_path(dir, v2);
-    let text = fs.read(&path)?;
-    parse_usage(path, &text)
-}
-
 /// The file holding a cgroup's charged memory.
 pub(crate) fn usage_path(dir: &Path, v2: bool) -> std::path::PathBuf {
     dir.join(if v2 {

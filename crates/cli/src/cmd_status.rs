@@ -24,12 +24,6 @@ pub fn run(a: StatusArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Marks for jobs in the node map: A–Z, a–z, 0–9, then '#'.
-fn mark(i: usize) -> char {
-    const MARKS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    MARKS.get(i).map(|b| *b as char).unwrap_or('#')
-}
-
 fn age(secs: u64) -> String {
     if secs >= 86400 {
         format!("{}d{:02}h", secs / 86400, secs % 86400 / 3600)
@@ -48,30 +42,10 @@ pub fn render(s: &StatusReport) -> String {
         "", "JOB", "USER", "NAME", "PRI", "CPUS", "MEMS", "MEM", "PROCS", "THREADS", "STATE", "AGE",
     ];
     let mut rows = vec![header.map(String::from).to_vec()];
-    let cpus: Vec<u32> = s.cpus.iter().collect();
-    let mut map: Vec<char> = vec!['.'; cpus.len()];
-    let mut marked = 0;
+    let map = crate::marks::cpu_marks(s);
     let mut reasons = Vec::new();
-    for j in &s.jobs {
-        let holds = matches!(
-            j.state,
-            JobState::Running | JobState::Backfill | JobState::Ending
-        );
-        let m = if holds { mark(marked) } else { ' ' };
-        if holds {
-            marked += 1;
-            for c in j.cpus.iter() {
-                if let Some(pos) = cpus.iter().position(|x| *x == c) {
-                    if j.state == JobState::Backfill {
-                        if map[pos] == '.' {
-                            map[pos] = m.to_ascii_lowercase();
-                        }
-                    } else {
-                        map[pos] = m;
-                    }
-                }
-            }
-        }
+    for (j, m) in s.jobs.iter().zip(crate::marks::job_marks(s)) {
+        let m = m.unwrap_or(' ');
         // Ids, names and labels come from users: shown bounded and with control characters
         // escaped, so no job can move another user's terminal (pjw_core::text).
         if let Some(w) = &j.wlm {

@@ -220,9 +220,8 @@ impl View {
         };
         s.jobs
             .iter()
-            .filter(|j| !j.cpus.is_empty())
-            .enumerate()
-            .map(|(i, j)| (j.id.as_str(), mark(i)))
+            .zip(crate::marks::job_marks(s))
+            .filter_map(|(j, m)| Some((j.id.as_str(), m?)))
             .collect()
     }
 
@@ -231,21 +230,13 @@ impl View {
         let Some(s) = &self.status else {
             return vec![Line::raw("")];
         };
-        let marks = self.marks();
         let cpus: Vec<u32> = s.cpus.iter().collect();
-        let mut holder: HashMap<u32, char> = HashMap::new();
-        for j in &s.jobs {
-            let Some(m) = marks.get(j.id.as_str()) else {
-                continue;
-            };
-            for c in j.cpus.iter() {
-                if j.state == JobState::Backfill {
-                    holder.entry(c).or_insert(m.to_ascii_lowercase());
-                } else {
-                    holder.insert(c, *m);
-                }
-            }
-        }
+        let holder: HashMap<u32, char> = cpus
+            .iter()
+            .copied()
+            .zip(crate::marks::cpu_marks(s))
+            .filter(|(_, m)| *m != '.')
+            .collect();
         let groups_per_line = ((width.saturating_sub(6)) / 9).clamp(1, 8);
         let per_line = groups_per_line * 8;
         cpus.chunks(per_line)
@@ -331,11 +322,6 @@ fn natural(a: &str, b: &str) -> std::cmp::Ordering {
         (Ok(x), Ok(y)) => x.cmp(&y),
         _ => a.cmp(b),
     }
-}
-
-fn mark(i: usize) -> char {
-    const MARKS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    MARKS.get(i).map(|b| *b as char).unwrap_or('#')
 }
 
 fn age(secs: u64) -> String {

@@ -14,6 +14,7 @@ mod cmd_status;
 mod cmd_top;
 mod cmd_topology;
 mod cmd_wlm;
+mod marks;
 mod plot;
 mod starter;
 mod wlm_parse;

@@ -214,9 +214,69 @@ pub fn govern(cfg: &GovernorConfig, snap: &MemSnapshot) -> Vec<MemAction> {
     out
 }
 
+/// A job's smoothed memory growth (bytes/s) after a new sample: half the previous average, half
+/// the rate since the last sample (`dt_secs` apart). No time elapsed keeps the average.
+pub fn smoothed_growth(prev_growth: f64, prev_usage: u64, usage: u64, dt_secs: f64) -> f64 {
+    if dt_secs <= 0.0 {
+        return prev_growth;
+    }
+    let rate = (usage as f64 - prev_usage as f64) / dt_secs;
+    0.5 * prev_growth + 0.5 * rate
+}
+
+/// Whether a thawed job's footprint (what it was expected to need when frozen) is forgotten:
+/// long after a thaw (five thaw cooldowns) its pages are back, so what it uses counts.
+pub fn footprint_expired(since_thaw_ms: i64, thaw_cooldown_ms: i64) -> bool {
+    since_thaw_ms > 5 * thaw_cooldown_ms
+}
+
+/// What a job frozen now is expected to need when thawed: its usage plus its growth over the
+/// prediction window (shrinking counts as none), and never less than its earlier footprint.
+pub fn predicted_footprint(cfg: &GovernorConfig, usage: u64, growth: f64, footprint: u64) -> u64 {
+    let predicted = usage as f64 + growth.max(0.0) * cfg.prediction_secs;
+    (predicted as u64).max(footprint)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn growth_is_half_the_old_average_and_half_the_new_rate() {
+        // (previous growth, previous usage, usage, seconds apart, expected)
+        let table = [
+            (0.0, 100, 300, 2.0, 50.0),
+            (100.0, 100, 300, 2.0, 100.0),
+            (100.0, 300, 100, 1.0, -50.0),
+            (80.0, 100, 900, 0.0, 80.0),
+            (80.0, 100, 900, -1.0, 80.0),
+        ];
+        for (g, before, now, dt, want) in table {
+            assert_eq!(
+                smoothed_growth(g, before, now, dt),
+                want,
+                "{g} {before} {now} {dt}"
+            );
+        }
+    }
+
+    #[test]
+    fn footprint_is_forgotten_after_five_cooldowns() {
+        assert!(!footprint_expired(0, 2000));
+        assert!(!footprint_expired(10_000, 2000));
+        assert!(footprint_expired(10_001, 2000));
+    }
+
+    #[test]
+    fn predicted_footprint_adds_growth_and_keeps_the_larger() {
+        let cfg = GovernorConfig {
+            prediction_secs: 10.0,
+            ..GovernorConfig::default()
+        };
+        assert_eq!(predicted_footprint(&cfg, 1000, 50.0, 0), 1500);
+        assert_eq!(predicted_footprint(&cfg, 1000, -50.0, 0), 1000);
+        assert_eq!(predicted_footprint(&cfg, 1000, 50.0, 4000), 4000);
+    }
 
     const MIB: u64 = 1 << 20;
 

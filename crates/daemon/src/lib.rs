@@ -6,6 +6,8 @@
 
 pub mod adopt;
 pub mod central_report;
+pub mod cgroup_port;
+pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod metrics;
@@ -14,7 +16,11 @@ pub mod procs;
 pub mod profile;
 pub mod report;
 pub mod server;
+pub mod store_port;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod tmp;
+pub mod users;
 
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
@@ -245,15 +251,8 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     if cfg.governor {
         let tx = tx.clone();
         let every = std::time::Duration::from_millis(cfg.governor_interval_ms);
-        tokio::spawn(async move {
-            let mut t = tokio::time::interval(every);
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                t.tick().await;
-                if tx.send(engine::Event::Govern).is_err() {
-                    break;
-                }
-            }
+        spawn_ticker(tx, every, tokio::time::MissedTickBehavior::Delay, || {
+            engine::Event::Govern
         });
     }
     // The metrics endpoint reads job cgroups with its own copy of the driver, off the engine.
@@ -271,15 +270,8 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         // The adoption backstop; it does nothing while no registered job runs.
         let tx = tx.clone();
         let every = std::time::Duration::from_millis(cfg.adopt_sweep_ms);
-        tokio::spawn(async move {
-            let mut t = tokio::time::interval(every);
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                t.tick().await;
-                if tx.send(engine::Event::Sweep).is_err() {
-                    break;
-                }
-            }
+        spawn_ticker(tx, every, tokio::time::MissedTickBehavior::Delay, || {
+            engine::Event::Sweep
         });
     }
     let mut cfg = cfg;
@@ -341,15 +333,8 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         // The sampler's tick; a tick missed while the engine was busy is skipped, not bunched.
         let tx = tx.clone();
         let every = std::time::Duration::from_millis(cfg.profile.interval_ms);
-        tokio::spawn(async move {
-            let mut t = tokio::time::interval(every);
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                t.tick().await;
-                if tx.send(engine::Event::Sample).is_err() {
-                    break;
-                }
-            }
+        spawn_ticker(tx, every, tokio::time::MissedTickBehavior::Skip, || {
+            engine::Event::Sample
         });
     }
     let listener = bind_socket(&cfg.socket, cfg.socket_mode)?;
@@ -364,7 +349,20 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         "pjw daemon ready"
     );
     let limits = server::ConnLimits::new(cfg.max_connections_per_user, nofile);
-    tokio::spawn(server::serve(listener, tx.clone(), limits, eng.metrics()));
+    // User and group lookups (NSS may stall on LDAP or SSSD) run off the engine thread.
+    let users = users::Resolver::new(
+        std::sync::Arc::new(users::Nss),
+        users::LOOKUP_TIMEOUT,
+        cfg.profile.admin_group.clone(),
+        cfg.proc_root.clone(),
+    );
+    tokio::spawn(server::serve(
+        listener,
+        tx.clone(),
+        limits,
+        eng.metrics(),
+        users,
+    ));
     if let Some(l) = metrics_listener {
         if let Ok(addr) = l.local_addr() {
             info!(listen = %addr, "metrics served at http://{addr}/metrics");
@@ -392,4 +390,24 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
     // Let answers to queued clients go out.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     Ok(())
+}
+
+/// Send `event()` down the engine's channel every `every` (the governor's, the adoption sweep's
+/// and the sampler's timers), until the engine is gone.
+fn spawn_ticker(
+    tx: tokio::sync::mpsc::UnboundedSender<engine::Event>,
+    every: std::time::Duration,
+    missed: tokio::time::MissedTickBehavior,
+    event: fn() -> engine::Event,
+) {
+    tokio::spawn(async move {
+        let mut t = tokio::time::interval(every);
+        t.set_missed_tick_behavior(missed);
+        loop {
+            t.tick().await;
+            if tx.send(event()).is_err() {
+                break;
+            }
+        }
+    });
 }

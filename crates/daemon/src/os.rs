@@ -1,4 +1,5 @@
-//! Thin adapters to the process world: pidfds, /proc facts, user names. Roots are injected.
+//! Thin adapters to the process world: pidfds, /proc facts. Roots are injected. (User names
+//! are looked up off the engine thread: [`crate::users`].)
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -42,18 +43,6 @@ pub fn hostname(proc_root: &Path) -> String {
     std::fs::read_to_string(proc_root.join("sys/kernel/hostname"))
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into())
-}
-
-/// User name of `uid`, or the number.
-pub fn user_name(uid: u32) -> String {
-    uzers::get_user_by_uid(uid)
-        .map(|u| u.name().to_string_lossy().into_owned())
-        .unwrap_or_else(|| uid.to_string())
-}
-
-/// uid and primary gid of the user `name`.
-pub fn lookup_user(name: &str) -> Option<(u32, u32)> {
-    uzers::get_user_by_name(name).map(|u| (u.uid(), u.primary_group_id()))
 }
 
 /// Raise the soft open-file limit to the hard one and return the soft limit now in force.

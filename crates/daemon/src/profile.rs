@@ -9,15 +9,20 @@
 //! the final counters (CPU, the kernel's memory high-water mark, I/O) before removing its
 //! cgroups and writes the [`JobSummary`] in the transaction that marks it ended.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::path::Path;
 
-use pjw_cgroup::{Driver, Resource};
-use pjw_store::{EndClass, JobSummary, ProcessSample, Sample, SampleState, Store};
-use tracing::{debug, warn};
+use pjw_cgroup::Resource;
+use pjw_store::{EndClass, JobSummary, ProcessSample, Sample, SampleState};
+use tracing::debug;
 
+use crate::cgroup_port::CgroupPort;
 use crate::procs::ProcCounts;
+
+mod end;
+mod writer;
+
+pub use end::{end_class, exit_status, EndReason};
+pub use writer::{WriteOp, Writer};
 
 /// Where a job is, for time accounting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,7 +158,7 @@ pub struct Finals {
 }
 
 /// Read the end-of-job counters of `cgroup` (before it is removed).
-pub fn read_finals(driver: &Driver, cgroup: &str) -> Finals {
+pub fn read_finals(driver: &dyn CgroupPort, cgroup: &str) -> Finals {
     let cpu = driver.cpu_time(cgroup).ok();
     let io = driver.io_bytes(cgroup).ok().flatten();
     Finals {
@@ -170,7 +175,7 @@ pub fn read_finals(driver: &Driver, cgroup: &str) -> Finals {
 /// the process count from the process events, when they flow (then `cgroup.procs`, whose
 /// cost grows with the job's processes, is not read).
 pub fn read_sample(
-    driver: &Driver,
+    driver: &dyn CgroupPort,
     cgroup: &str,
     seq: i64,
     state: Option<SampleState>,
@@ -280,181 +285,6 @@ fn clock_ticks() -> u64 {
 
 fn page_size() -> u64 {
     rustix::param::page_size() as u64
-}
-
-/// Why a job ended, as the daemon records it (typed; its stored text is [`EndReason::text`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EndReason {
-    /// Its main process exited, or its cgroup emptied.
-    Exited,
-    /// Killed by a user (`pjw kill`) or by pjw, named.
-    KilledBy(String),
-    /// Ended by the workload manager that registered it (its epilog: `pjw job end`), named.
-    EndedBy(String),
-    /// Withdrawn from the queue after `queue_ttl`.
-    Expired(String),
-    /// Its processes were gone when the daemon came back.
-    EndedWhileDown,
-    /// It never started: the start failed, the client left the queue, … (the text says).
-    NotStarted(String),
-}
-
-impl EndReason {
-    /// The typed reason of a stored text (texts of older versions included).
-    pub fn parse(text: &str) -> EndReason {
-        if text == "exited" {
-            EndReason::Exited
-        } else if let Some(by) = text.strip_prefix("killed by ") {
-            EndReason::KilledBy(by.to_string())
-        } else if let Some(by) = text.strip_prefix("ended by ") {
-            EndReason::EndedBy(by.to_string())
-        } else if text.starts_with("expired") {
-            EndReason::Expired(text.to_string())
-        } else if text == "ended while daemon was down" {
-            EndReason::EndedWhileDown
-        } else {
-            EndReason::NotStarted(text.to_string())
-        }
-    }
-
-    /// The stored text.
-    pub fn text(&self) -> String {
-        match self {
-            EndReason::Exited => "exited".into(),
-            EndReason::KilledBy(by) => format!("killed by {by}"),
-            EndReason::EndedBy(by) => format!("ended by {by}"),
-            EndReason::Expired(t) | EndReason::NotStarted(t) => t.clone(),
-            EndReason::EndedWhileDown => "ended while daemon was down".into(),
-        }
-    }
-}
-
-/// How a job ended, in one word (pure). `reason` is the daemon's text; `killed`: a user or
-/// pjw killed it; `ooms`: processes the kernel OOM-killed in it. A job its workload manager
-/// ended (its epilog) ended normally: its exit status, when known, says whether it failed.
-pub fn end_class(reason: &str, killed: bool, ooms: u64, exit_status: Option<i32>) -> EndClass {
-    let by_status = |s: Option<i32>| match s {
-        Some(s) if s != 0 => EndClass::Failed,
-        _ => EndClass::Completed,
-    };
-    match EndReason::parse(reason) {
-        EndReason::KilledBy(_) => EndClass::Killed,
-        _ if killed => EndClass::Killed,
-        _ if ooms > 0 => EndClass::Oom,
-        EndReason::Expired(_) => EndClass::Expired,
-        EndReason::Exited | EndReason::EndedWhileDown | EndReason::EndedBy(_) => {
-            by_status(exit_status)
-        }
-        EndReason::NotStarted(_) => EndClass::Failed,
-    }
-}
-
-/// The shell-style exit status from the kernel's wait status (`exit_code` of a proc-connector
-/// exit event): the exit code, or 128 + the signal that killed it (pure).
-pub fn exit_status(wait_status: u32) -> i32 {
-    let sig = wait_status & 0x7f;
-    if sig != 0 {
-        128 + sig as i32
-    } else {
-        ((wait_status >> 8) & 0xff) as i32
-    }
-}
-
-/// What the writer thread does.
-#[derive(Debug)]
-pub enum WriteOp {
-    Samples(Vec<Sample>),
-    Processes(Vec<ProcessSample>),
-    /// Apply retention and the size cap.
-    Retention {
-        now_ms: i64,
-        max_age_ms: Option<i64>,
-        max_bytes: Option<u64>,
-        keep_unshipped: bool,
-    },
-}
-
-/// The store writer: a thread with its own connection to the database, fed through a channel.
-/// Sending never blocks; failed writes are logged and counted ([`Writer::errors`]).
-#[derive(Debug, Clone)]
-pub struct Writer {
-    tx: mpsc::Sender<WriteOp>,
-    errors: Arc<AtomicU64>,
-}
-
-impl Writer {
-    /// Open a second connection to `db` and start the thread.
-    pub fn spawn(db: PathBuf) -> Result<Writer, pjw_store::StoreError> {
-        let mut store = Store::open_file(&db)?;
-        let (tx, rx) = mpsc::channel::<WriteOp>();
-        let errors = Arc::new(AtomicU64::new(0));
-        let errs = errors.clone();
-        let spawned = std::thread::Builder::new()
-            .name("pjw-store-writer".into())
-            .spawn(move || {
-                while let Ok(op) = rx.recv() {
-                    // Everything already queued goes in the same transaction.
-                    let mut samples = Vec::new();
-                    let mut procs = Vec::new();
-                    let mut other = Vec::new();
-                    for op in std::iter::once(op).chain(rx.try_iter()) {
-                        match op {
-                            WriteOp::Samples(s) => samples.extend(s),
-                            WriteOp::Processes(p) => procs.extend(p),
-                            o => other.push(o),
-                        }
-                    }
-                    let fail = |what: &str, e: pjw_store::StoreError| {
-                        errs.fetch_add(1, Ordering::Relaxed);
-                        warn!(what, error = %e, "profile store write failed");
-                    };
-                    if let Err(e) = store.insert_samples(&samples) {
-                        fail("samples", e);
-                    }
-                    if let Err(e) = store.insert_process_samples(&procs) {
-                        fail("processes", e);
-                    }
-                    for o in other {
-                        if let WriteOp::Retention {
-                            now_ms,
-                            max_age_ms,
-                            max_bytes,
-                            keep_unshipped,
-                        } = o
-                        {
-                            match store.apply_retention(
-                                now_ms,
-                                max_age_ms,
-                                max_bytes,
-                                keep_unshipped,
-                            ) {
-                                Ok(p) if p.jobs > 0 || p.samples > 0 => {
-                                    debug!(jobs = p.jobs, samples = p.samples, "retention applied")
-                                }
-                                Ok(_) => {}
-                                Err(e) => fail("retention", e),
-                            }
-                        }
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            warn!(error = %e, "cannot start the profile writer thread; samples are not stored");
-        }
-        Ok(Writer { tx, errors })
-    }
-
-    /// Queue a write (never blocks).
-    pub fn send(&self, op: WriteOp) {
-        if self.tx.send(op).is_err() {
-            self.errors.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Failed writes so far (for metrics).
-    pub fn errors(&self) -> u64 {
-        self.errors.load(Ordering::Relaxed)
-    }
 }
 
 #[cfg(test)]

@@ -38,54 +38,21 @@ pub struct LiveJob {
     pub summary: JobSummary,
 }
 
-/// Whether `cred` is in the admin group (a name or a gid): its primary group, a supplementary
-/// group of the calling process (`/proc/PID/status`), or a listed member in the group database.
-pub(crate) fn in_admin_group(cred: &Cred, group: Option<&str>, proc_root: &Path) -> bool {
-    let Some(group) = group else { return false };
-    let gid = match group.parse::<u32>() {
-        Ok(g) => g,
-        Err(_) => match uzers::get_group_by_name(group) {
-            Some(g) => g.gid(),
-            None => return false,
-        },
-    };
-    if cred.gid == gid {
-        return true;
-    }
-    let groups = std::fs::read_to_string(proc_root.join(cred.pid.to_string()).join("status"))
-        .ok()
-        .and_then(|t| pjw_kernelfs::proc_status::parse(&t).ok())
-        .filter(|s| s.uid[0] == cred.uid)
-        .map(|s| s.groups())
-        .unwrap_or_default();
-    if groups.contains(&gid) {
-        return true;
-    }
-    use uzers::os::unix::GroupExt;
-    match (
-        uzers::get_group_by_gid(gid),
-        uzers::get_user_by_uid(cred.uid),
-    ) {
-        (Some(g), Some(u)) => g.members().iter().any(|m| m == u.name()),
-        _ => false,
-    }
-}
-
 /// Decide what the caller may see, or refuse with a one-line reason.
+/// `admin` says whether the caller is in `admin_group` and `named_uid` who the query's user
+/// name is, both resolved before (off the engine thread, see [`crate::users`]).
 pub fn access(
     cred: &Cred,
+    admin: bool,
     admin_group: Option<&str>,
-    proc_root: &Path,
+    named_uid: Option<u32>,
     q: &ReportQuery,
 ) -> Result<Access, String> {
-    if cred.uid == 0 || in_admin_group(cred, admin_group, proc_root) {
+    if cred.uid == 0 || admin {
         return Ok(Access::All);
     }
     if let Some(u) = &q.user {
-        let uid = match u.parse::<u32>() {
-            Ok(n) => Some(n),
-            Err(_) => uzers::get_user_by_name(u).map(|x| x.uid()),
-        };
+        let uid = u.parse::<u32>().ok().or(named_uid);
         if uid != Some(cred.uid) {
             return Err(format!(
                 "you may read only your own jobs' reports; other users' ({u}) need root{}",
@@ -364,18 +331,19 @@ mod tests {
             gid: 4242,
         };
         let q = ReportQuery::default();
-        let access =
-            |c: &Cred, g: Option<&str>, q: &ReportQuery| access(c, g, Path::new("/nonexistent"), q);
-        assert_eq!(access(&root, None, &q), Ok(Access::All));
-        assert_eq!(access(&user, None, &q), Ok(Access::Uid(4242)));
-        // The admin group, by gid.
-        assert_eq!(access(&user, Some("4242"), &q), Ok(Access::All));
-        assert_eq!(access(&user, Some("4243"), &q), Ok(Access::Uid(4242)));
+        assert_eq!(access(&root, false, None, None, &q), Ok(Access::All));
+        assert_eq!(access(&user, false, None, None, &q), Ok(Access::Uid(4242)));
+        // In the admin group (resolved before, see crate::users).
+        assert_eq!(access(&user, true, Some("4242"), None, &q), Ok(Access::All));
+        assert_eq!(
+            access(&user, false, Some("4243"), None, &q),
+            Ok(Access::Uid(4242))
+        );
         let other = ReportQuery {
             user: Some("root".into()),
             ..Default::default()
         };
-        let e = access(&user, Some("4243"), &other).unwrap_err();
+        let e = access(&user, false, Some("4243"), Some(0), &other).unwrap_err();
         assert!(
             e.contains("only your own") && e.contains("group 4243"),
             "{e}"
@@ -384,6 +352,9 @@ mod tests {
             user: Some("4242".into()),
             ..Default::default()
         };
-        assert_eq!(access(&user, None, &own), Ok(Access::Uid(4242)));
+        assert_eq!(
+            access(&user, false, None, None, &own),
+            Ok(Access::Uid(4242))
+        );
     }
 }

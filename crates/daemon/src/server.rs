@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::engine::{Control, Cred, Event};
+use crate::users::Resolver;
 
 /// How long a new connection may take to send its request.
 pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -108,6 +109,7 @@ pub async fn serve(
     tx: mpsc::UnboundedSender<Event>,
     limits: ConnLimits,
     metrics: Arc<crate::metrics::Metrics>,
+    users: Resolver,
 ) {
     let mut next_conn: u64 = 1;
     let open = Arc::new(Mutex::new(Open::default()));
@@ -152,9 +154,10 @@ pub async fn serve(
                 let conn = next_conn;
                 next_conn += 1;
                 let tx = tx.clone();
+                let users = users.clone();
                 tokio::spawn(async move {
                     let _slot = slot;
-                    if let Err(e) = handle(stream, conn, tx).await {
+                    if let Err(e) = handle(stream, conn, tx, users).await {
                         debug!(conn, error = %e, "connection ended with an error");
                     }
                 });
@@ -213,6 +216,7 @@ async fn handle(
     mut stream: UnixStream,
     conn: u64,
     tx: mpsc::UnboundedSender<Event>,
+    users: Resolver,
 ) -> std::io::Result<()> {
     let cred = stream.peer_cred()?;
     let cred = Cred {
@@ -281,17 +285,36 @@ async fn handle(
             let resp = rrx.await.unwrap_or_else(|_| shutting_down());
             write(&mut stream, &resp).await
         }
-        Request::Kill { job } => control(&mut stream, &tx, cred, job, Control::Kill).await,
-        Request::Suspend { job } => control(&mut stream, &tx, cred, job, Control::Suspend).await,
-        Request::Resume { job } => control(&mut stream, &tx, cred, job, Control::Resume).await,
+        Request::Kill { job } => control(&mut stream, &tx, &users, cred, job, Control::Kill).await,
+        Request::Suspend { job } => {
+            control(&mut stream, &tx, &users, cred, job, Control::Suspend).await
+        }
+        Request::Resume { job } => {
+            control(&mut stream, &tx, &users, cred, job, Control::Resume).await
+        }
         Request::Priority { job, priority } => {
-            control(&mut stream, &tx, cred, job, Control::Priority(priority)).await
+            control(
+                &mut stream,
+                &tx,
+                &users,
+                cred,
+                job,
+                Control::Priority(priority),
+            )
+            .await
         }
         Request::Report(query) => {
+            // A user named by name is looked up here; by number it needs no lookup.
+            let named = query.user.as_deref().filter(|u| u.parse::<u32>().is_err());
+            let who = match users.who(&cred, named).await {
+                Ok(w) => w,
+                Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
+            };
             let (rtx, mut rrx) = mpsc::unbounded_channel();
             if tx
                 .send(Event::Report {
                     cred,
+                    who,
                     query,
                     reply: rtx,
                 })
@@ -309,15 +332,20 @@ async fn handle(
             }
             Ok(())
         }
-        Request::End { job } => control(&mut stream, &tx, cred, job, Control::End).await,
+        Request::End { job } => control(&mut stream, &tx, &users, cred, job, Control::End).await,
         Request::Run(run) => {
             if cred.pid == 0 {
                 return write(&mut stream, &no_pid()).await;
             }
+            let who = match users.who(&cred, run.user.as_deref()).await {
+                Ok(w) => w,
+                Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
+            };
             let (rtx, rrx) = mpsc::unbounded_channel();
             let ev = Event::Submit {
                 conn,
                 cred,
+                who,
                 req: run,
                 reply: rtx,
             };
@@ -327,10 +355,15 @@ async fn handle(
             if cred.pid == 0 {
                 return write(&mut stream, &no_pid()).await;
             }
+            let who = match users.who(&cred, Some(&reg.user)).await {
+                Ok(w) => w,
+                Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
+            };
             let (rtx, rrx) = mpsc::unbounded_channel();
             let ev = Event::Register {
                 conn,
                 cred,
+                who,
                 req: reg,
                 reply: rtx,
             };
@@ -392,14 +425,20 @@ async fn wait_for_start(
 async fn control(
     stream: &mut UnixStream,
     tx: &mpsc::UnboundedSender<Event>,
+    users: &Resolver,
     cred: Cred,
     job: String,
     what: Control,
 ) -> std::io::Result<()> {
+    let who = match users.who(&cred, None).await {
+        Ok(w) => w,
+        Err(msg) => return write(stream, &lookup_failed(msg)).await,
+    };
     let (rtx, rrx) = oneshot::channel();
     if tx
         .send(Event::Control {
             cred,
+            who,
             job,
             what,
             reply: rtx,
@@ -410,6 +449,14 @@ async fn control(
     }
     let resp = rrx.await.unwrap_or_else(|_| shutting_down());
     write(stream, &resp).await
+}
+
+/// The user database did not answer for this request (the others are served meanwhile).
+fn lookup_failed(msg: String) -> Response {
+    Response::Error {
+        code: ErrorCode::Internal,
+        message: msg,
+    }
 }
 
 fn shutting_down() -> Response {

@@ -4,14 +4,15 @@
 use std::time::Instant;
 
 use pjw_core::adopt::{self, Candidate, Target, Verdict};
-use pjw_core::sched::{self, Phase};
+use pjw_core::sched::{self};
 use pjw_core::{CpuSet, JobId};
 use pjw_proto::{ErrorCode, Placement, RegisterRequest, Response, RunRequest};
-use pjw_store::{JobRecord, StarterRecord, StoredState};
+use pjw_store::{JobRecord, StoredState};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, error, info};
+use tracing::{debug, info};
 
-use super::{cgroup_name, err, now_ms, Cred, Engine, Waiter};
+use super::admission::Starter;
+use super::{cgroup_name, err, Cred, Engine, Who};
 use crate::adopt::Seen;
 use crate::os;
 
@@ -24,6 +25,7 @@ impl Engine {
         &mut self,
         conn: u64,
         cred: Cred,
+        who: &Who,
         req: RegisterRequest,
         reply: mpsc::UnboundedSender<Response>,
     ) {
@@ -45,7 +47,7 @@ impl Engine {
                 return;
             }
         };
-        let Some((uid, gid)) = os::lookup_user(&req.user) else {
+        let Some((uid, gid)) = who.named else {
             let _ = reply.send(err(
                 ErrorCode::Invalid,
                 format!("no user {:?} on this node", req.user),
@@ -65,7 +67,7 @@ impl Engine {
             wlm: None,
             tmp: None,
         };
-        if let Err((code, message)) = self.validate(&cred, &run) {
+        if let Err((code, message)) = self.validate(&cred, who, &run) {
             let _ = reply.send(err(code, message));
             return;
         }
@@ -100,7 +102,7 @@ impl Engine {
             cgroup: cgroup_name(&id),
             argv: vec![],
             state: StoredState::Queued,
-            submitted_ms: now_ms(),
+            submitted_ms: self.clock.now_ms(),
             started_ms: None,
             ended_ms: None,
             end_reason: None,
@@ -110,32 +112,17 @@ impl Engine {
             exclusive: false,
             role: "primary".into(),
         };
-        let starter = StarterRecord {
-            wlm: Some(id.to_string()),
+        let starter = Starter {
             client_uid: cred.uid,
+            wlm: Some(id.to_string()),
             tmp_size: None,
-            tmpdir: None,
+            held: !req.attach,
         };
-        let seq = match self
-            .store
-            .insert_job(&rec)
-            .and_then(|seq| self.store.set_starter(seq, &starter).map(|_| seq))
-        {
-            Ok(s) => s,
-            Err(e) => {
-                error!(job = %id, error = %e, "cannot record job");
-                let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
-                return;
-            }
+        let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
+            return;
         };
-        let rec = JobRecord { seq, ..rec };
-        let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
-        job.waiter = Some(Waiter { conn, reply });
-        job.wlm = starter.wlm;
-        job.held = !req.attach;
-        job.client_uid = cred.uid;
+        let job = &self.jobs[&seq];
         info!(job = %job.id, user = %job.user, cpus = req.cpus, wlm = %wlm, attach = req.attach, "job registered");
-        self.jobs.insert(seq, job);
         self.scanner_wake();
         self.replan();
         self.tell_queued(seq);
@@ -180,8 +167,8 @@ impl Engine {
         }
         info!(job = %j.id, user = %j.user, wlm = j.wlm.as_deref().unwrap_or(""), "ending registered job");
         j.held = false;
-        j.ended_by = Some(by);
-        j.end_waiters.push(reply);
+        j.end.ended_by = Some(by);
+        j.end.waiters.push(reply);
         self.main_exited(seq);
     }
 
@@ -191,7 +178,7 @@ impl Engine {
             && self
                 .jobs
                 .values()
-                .any(|j| j.wlm.is_some() && j.started.is_some() && !j.ending)
+                .any(|j| j.wlm.is_some() && j.started.is_some() && !j.end.ending)
     }
 
     /// No job adopted until now: what was decided about processes meanwhile is forgotten, so
@@ -243,7 +230,7 @@ impl Engine {
     /// and lets its parent be adopted does not leave a child behind).
     pub(super) fn on_early_fork(&mut self, seq: i64, child: u32) {
         let Some(j) = self.jobs.get(&seq) else { return };
-        if j.ending {
+        if j.end.ending {
             return;
         }
         match self.driver.add_process(&j.cgroup, child) {
@@ -268,7 +255,7 @@ impl Engine {
         let names: Vec<(i64, String, String, u32, bool)> = self
             .jobs
             .values()
-            .filter(|j| j.wlm.is_some() && j.started.is_some() && !j.ending)
+            .filter(|j| j.wlm.is_some() && j.started.is_some() && !j.end.ending)
             .map(|j| {
                 let (ns, id) = target_names(j.id.as_str(), j.wlm.as_deref());
                 (j.seq, ns, id, j.uid, j.id.namespace().is_some())
@@ -331,7 +318,7 @@ impl Engine {
                 self.scanner.remember(pid, start, Seen::Settled);
             }
             Verdict::Unknown { rule, id } => {
-                let now = now_ms();
+                let now = self.clock.now_ms();
                 let last = self.unknown_logged.get(&id).copied();
                 if adopt::should_log(last, now, UNKNOWN_LOG_EVERY_MS) {
                     // `id` passed the job-id check (no control character, ≤ 64 + namespace).

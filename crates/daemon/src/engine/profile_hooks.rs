@@ -8,9 +8,9 @@ use pjw_proto::{ErrorCode, ReportQuery, Response};
 use pjw_store::{JobRecord, JobSummary, Sample};
 use proc_connector::ProcEvent;
 use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
-use super::{err, now_ms, Cred, End, Engine, Job};
+use super::{err, Cred, End, Engine, Job, Who};
 use crate::profile::{self, JobProf, WriteOp};
 use crate::report::{self, Access, LiveJob};
 
@@ -34,7 +34,7 @@ impl End {
 impl Engine {
     /// Record that `job` ended: its summary and `ended` in one transaction.
     pub(super) fn record_end(&mut self, job: &Job, end: End) {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut prof = job.prof.clone();
         prof.observe(job.prof_state(), now);
         let class = profile::end_class(&end.reason, end.killed, end.ooms, prof.exit_status);
@@ -62,7 +62,7 @@ impl Engine {
 
     /// Record that a job known only from its store record ended (found at recovery).
     pub(super) fn record_end_rec(&mut self, rec: &JobRecord, reason: &str) {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut prof = JobProf::default();
         let start = rec.started_ms.unwrap_or(now);
         prof.queued_ms = (start - rec.submitted_ms).max(0);
@@ -80,13 +80,10 @@ impl Engine {
     }
 
     fn write_end(&mut self, seq: i64, now: i64, reason: &str, summary: &JobSummary) {
-        if let Err(e) = self.store.finish_job(now, reason, summary) {
-            warn!(seq, error = %e, "cannot record the job's summary; marking it ended");
-            if let Err(e) = self.store.set_ended(seq, now, reason) {
-                warn!(seq, error = %e, "cannot mark job ended in the store");
+        if self.store_end(seq, now, reason, Some(summary.clone())) {
+            if let Some(s) = &self.shipper {
+                s.wake();
             }
-        } else if let Some(s) = &self.shipper {
-            s.wake();
         }
     }
 
@@ -113,9 +110,7 @@ impl Engine {
             }
         } else if let Some((seq, _)) = self.late_exits.remove(&tgid) {
             // The job was recorded ended before its main process's exit event arrived.
-            if let Err(e) = self.store.set_exit_status(seq, status) {
-                warn!(seq, error = %e, "cannot record exit status");
-            }
+            self.store_exit_status(seq, status);
         }
     }
 
@@ -125,7 +120,7 @@ impl Engine {
             return;
         };
         let t0 = Instant::now();
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let n_procs = self.cfg.profile.processes;
         // The kernel updates the PSI averages every 2 s (PSI_FREQ): reading them more often
         // reads the same numbers again, so between updates a sample carries the last values.
@@ -148,7 +143,7 @@ impl Engine {
                 None
             };
             let mut s = profile::read_sample(
-                &self.driver,
+                self.driver.as_ref(),
                 &j.cgroup,
                 j.seq,
                 state,
@@ -204,21 +199,8 @@ impl Engine {
             });
         }
         let took = t0.elapsed();
-        self.last_sample = Some((took, jobs));
         self.metrics.sampler_pass(took.as_secs_f64());
         debug!(jobs, took_us = took.as_micros() as u64, "sampled");
-    }
-
-    /// Every started job's latest sample with its id, user and state (for metrics and
-    /// `pjw top`; no file is read).
-    pub fn latest_samples(&self) -> Vec<(String, String, &'static str, Sample)> {
-        self.jobs
-            .values()
-            .filter_map(|j| {
-                let s = j.prof.last.clone()?;
-                Some((j.id.to_string(), j.user.clone(), j.state().as_str(), s))
-            })
-            .collect()
     }
 
     /// Process events are flowing (the proc connector is open): process totals are reported.
@@ -226,20 +208,16 @@ impl Engine {
         self.proc_events = on;
     }
 
-    /// The last sampler tick's duration and number of jobs sampled (for metrics).
-    pub fn last_sample(&self) -> Option<(Duration, usize)> {
-        self.last_sample
-    }
-
     /// Answer a `report` request: access check here, store reads on a blocking thread.
     pub(super) fn report(
         &mut self,
         cred: Cred,
+        who: &Who,
         query: ReportQuery,
         reply: mpsc::UnboundedSender<Response>,
     ) {
         let admin = self.cfg.profile.admin_group.as_deref();
-        let access = match report::access(&cred, admin, &self.cfg.proc_root, &query) {
+        let access = match report::access(&cred, who.admin, admin, who.named.map(|u| u.0), &query) {
             Ok(a) => a,
             Err(msg) => {
                 let _ = reply.send(err(ErrorCode::Denied, msg));
@@ -276,7 +254,7 @@ impl Engine {
                     .map(|s| s.elapsed().as_millis() as i64)
                     .unwrap_or(0);
                 let finals = if fresh && j.started.is_some() {
-                    profile::read_finals(&self.driver, &j.cgroup)
+                    profile::read_finals(self.driver.as_ref(), &j.cgroup)
                 } else {
                     Default::default()
                 };

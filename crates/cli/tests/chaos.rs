@@ -1,0 +1,382 @@
+//! Chaos on the real cgroupfs: job cycles (sizes 1..=ncpus, some queued behind others, some with
+//! a priority that preempts, some backfill-only) while the daemon is `kill -9`-ed and restarted
+//! at random points. After every restart: no CPU in two primaries' cpusets (read from the
+//! kernel), every job either running confined or ended; at the end every client got its job's
+//! exit status or a clear error, and no job cgroup is left.
+//!
+//! `PJW_CHAOS_CYCLES` (default 100, `make chaos` runs 1000) bounds the run; `PJW_CHAOS_SEED`
+//! replays one (the seed is printed first). The figures close the output on one `chaos:` line.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use pjw_core::CpuSet;
+use pjw_testkit::{require_root, TestDaemon};
+
+fn pjw_bin() -> PathBuf {
+    pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
+}
+
+/// splitmix64: a seeded generator, so a failing run can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+    /// True with probability `1/n`.
+    fn one_in(&mut self, n: u64) -> bool {
+        self.next().is_multiple_of(n)
+    }
+}
+
+/// One `pjw run` client and the exit code its job ends with.
+struct Client {
+    id: String,
+    code: i32,
+    child: Child,
+}
+
+/// How clients ended.
+#[derive(Default, Debug)]
+struct Figures {
+    cycles: u64,
+    kills: u64,
+    lost: u64,
+    doubled: u64,
+    leaked: u64,
+    exit_status: u64,
+    clear_error: u64,
+    other: u64,
+    unconfined: u64,
+    /// Time spent bringing the daemon back (start to its socket answering).
+    restart_time: Duration,
+}
+
+/// The CPUs a job cgroup's tasks may run on, from the kernel: `cpuset.cpus.effective` (v2)
+/// or `cpuset.cpus` (v1). `None` when the cgroup has no cpuset file (gone meanwhile).
+fn kernel_cpus(d: &TestDaemon, job: &str) -> Option<CpuSet> {
+    for (_, dir) in d.driver().job_dirs(job) {
+        for f in ["cpuset.cpus.effective", "cpuset.cpus"] {
+            if let Ok(t) = std::fs::read_to_string(dir.join(f)) {
+                return CpuSet::parse_list(t.trim()).ok();
+            }
+        }
+    }
+    None
+}
+
+/// A job cgroup whose tasks run now: populated and not frozen. An error reading the kernel
+/// counts as running (the check must not pass on an error).
+fn runs(d: &TestDaemon, job: &str) -> bool {
+    let drv = d.driver();
+    drv.is_populated(job).unwrap_or(true) && !drv.is_frozen(job).unwrap_or(false)
+}
+
+/// The daemon's view: job id → state.
+fn states(d: &TestDaemon) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    for j in d.status()["jobs"].as_array().into_iter().flatten() {
+        m.insert(
+            j["id"].as_str().unwrap_or("").to_string(),
+            j["state"].as_str().unwrap_or("").to_string(),
+        );
+    }
+    m
+}
+
+/// Check the node after a restart: pairs of primaries sharing a CPU (confirmed by a second
+/// read, so a job that ended between two reads is not counted), and job cgroups whose tasks
+/// run outside the pool or with no job the daemon knows.
+fn check_node(d: &TestDaemon, pool: &CpuSet, f: &mut Figures, log: &mut Vec<String>) {
+    let st = states(d);
+    let drv = d.driver();
+    let mut primaries: Vec<(String, CpuSet)> = Vec::new();
+    for cg in drv.list_jobs().unwrap_or_default() {
+        if !runs(d, &cg) {
+            continue;
+        }
+        let id = cg.strip_prefix("job-").unwrap_or(&cg).to_string();
+        let cpus = kernel_cpus(d, &cg).unwrap_or_default();
+        match st.get(&id).map(String::as_str) {
+            // Backfillers run in the idle class on CPUs primaries hold, by design.
+            Some("backfill") => {}
+            Some("running") | Some("ending") => primaries.push((cg.clone(), cpus)),
+            other => {
+                // Tasks in a job cgroup the daemon does not show as running: recheck once
+                // (it may have ended or started between the two reads).
+                std::thread::sleep(Duration::from_millis(200));
+                let now = states(d);
+                let state = now.get(&id).cloned();
+                if runs(d, &cg)
+                    && !matches!(state.as_deref(), Some("running" | "backfill" | "ending"))
+                {
+                    f.unconfined += 1;
+                    log.push(format!(
+                        "{cg} has running tasks; the daemon says {other:?} then {state:?}"
+                    ));
+                }
+            }
+        }
+        if !cpus.is_empty() && !cpus.is_subset(pool) {
+            f.unconfined += 1;
+            log.push(format!("{cg} runs on {cpus}, outside the pool {pool}"));
+        }
+    }
+    for (i, (a, ca)) in primaries.iter().enumerate() {
+        for (b, cb) in &primaries[i + 1..] {
+            if !ca.intersects(cb) {
+                continue;
+            }
+            // Confirm: both still run and still overlap (a job cgroup that emptied never
+            // fills again, so both ran at the moment of the second read).
+            let again = |n: &str| kernel_cpus(d, n).unwrap_or_default();
+            if runs(d, a) && runs(d, b) && again(a).intersects(&again(b)) {
+                let st = states(d);
+                let sa = st.get(a.trim_start_matches("job-")).cloned();
+                let sb = st.get(b.trim_start_matches("job-")).cloned();
+                if sa.as_deref() == Some("running") && sb.as_deref() == Some("running") {
+                    f.doubled += 1;
+                    log.push(format!("{a} ({ca}) and {b} ({cb}) share CPUs"));
+                }
+            }
+        }
+    }
+}
+
+/// Every live client's job is known to the daemon (queued, running, …) or the client has
+/// ended: waits within a bound, since a client reconnects after a restart.
+fn clients_accounted(d: &TestDaemon, clients: &mut [Client]) -> Vec<String> {
+    let mut missing = Vec::new();
+    let ok = TestDaemon::wait_for(Duration::from_secs(60), || {
+        let st = states(d);
+        missing.clear();
+        for c in clients.iter_mut() {
+            if matches!(c.child.try_wait(), Ok(None)) && !st.contains_key(&c.id) {
+                missing.push(c.id.clone());
+            }
+        }
+        missing.is_empty()
+    });
+    if ok {
+        Vec::new()
+    } else {
+        missing
+    }
+}
+
+/// Sort a finished client: its job's exit code, a clear error (pjw's own 125 with a message
+/// naming pjw), or anything else.
+fn classify(
+    id: &str,
+    code: i32,
+    out: &std::process::Output,
+    f: &mut Figures,
+    log: &mut Vec<String>,
+) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(got) if got == code => f.exit_status += 1,
+        Some(125) if err.contains("pjw") => {
+            f.clear_error += 1;
+            log.push(format!("{id}: clear error: {}", err.trim()));
+        }
+        _ => {
+            f.other += 1;
+            log.push(format!(
+                "{id}: wanted exit {code}, got {:?}: {}",
+                out.status,
+                err.trim()
+            ));
+        }
+    }
+}
+
+/// Reap the clients that have ended.
+fn reap(clients: &mut Vec<Client>, f: &mut Figures, log: &mut Vec<String>) {
+    let mut i = 0;
+    while i < clients.len() {
+        if matches!(clients[i].child.try_wait(), Ok(Some(_))) {
+            let Client { id, code, child } = clients.swap_remove(i);
+            let out = child.wait_with_output().expect("client output");
+            classify(&id, code, &out, f, log);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+fn spawn(d: &TestDaemon, rng: &mut Rng, i: u64, ncpus: u64) -> Client {
+    let id = format!("c{i}");
+    // Distinct exit codes (1..=120; 125-127 are pjw's own).
+    let code = (i % 120 + 1) as i32;
+    let size = rng.range(1, ncpus);
+    let sleep = rng.range(0, 30) * 10;
+    let mut args = vec![
+        "run".to_string(),
+        "-q".into(),
+        "--job-id".into(),
+        id.clone(),
+        "--cpus".into(),
+        size.to_string(),
+    ];
+    if rng.one_in(4) {
+        args.push("--priority".into());
+        args.push(rng.range(11, 16).to_string());
+    }
+    if rng.one_in(8) {
+        args.push("--backfill-only".into());
+    }
+    args.extend([
+        "--".into(),
+        "sh".into(),
+        "-c".into(),
+        format!("sleep {}.{:03}; exit {code}", sleep / 1000, sleep % 1000),
+    ]);
+    let child = d
+        .pjw()
+        .args(&args)
+        .env("PJW_CONNECT_WAIT", "120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pjw run");
+    Client { id, code, child }
+}
+
+fn chaos_in(d: &mut TestDaemon, pool: &CpuSet, cycles: u64, seed: u64) -> (Figures, Vec<String>) {
+    let mut rng = Rng(seed);
+    let mut f = Figures::default();
+    let mut log = Vec::new();
+    let ncpus = pool.len() as u64;
+    let mut clients: Vec<Client> = Vec::new();
+    let max_inflight = (ncpus + 3) as usize;
+    let bound = Duration::from_secs(120);
+    let t0 = Instant::now();
+    for i in 0..cycles {
+        if i > 0 && i % 100 == 0 {
+            eprintln!(
+                "chaos: {i} cycles in {:.0} s ({:.0} s of it restarting), {} kills",
+                t0.elapsed().as_secs_f64(),
+                f.restart_time.as_secs_f64(),
+                f.kills
+            );
+        }
+        let wait_from = Instant::now();
+        while clients.len() >= max_inflight && wait_from.elapsed() < bound {
+            reap(&mut clients, &mut f, &mut log);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        clients.push(spawn(d, &mut rng, i, ncpus));
+        f.cycles += 1;
+        std::thread::sleep(Duration::from_millis(rng.range(0, 60)));
+        if rng.one_in(10) {
+            d.kill9();
+            f.kills += 1;
+            // Clients that arrive while the daemon is down wait for it.
+            let mut j = 0;
+            while rng.one_in(2) && j < 2 && (i + 1) < cycles {
+                j += 1;
+                clients.push(spawn(d, &mut rng, cycles + f.kills * 10 + j, ncpus));
+            }
+            std::thread::sleep(Duration::from_millis(rng.range(0, 300)));
+            let t = Instant::now();
+            d.restart();
+            f.restart_time += t.elapsed();
+            check_node(d, pool, &mut f, &mut log);
+            let missing = clients_accounted(d, &mut clients);
+            if !missing.is_empty() {
+                f.lost += missing.len() as u64;
+                log.push(format!("after restart {}: jobs unknown to the daemon while their clients wait: {missing:?}", f.kills));
+            }
+        }
+        reap(&mut clients, &mut f, &mut log);
+    }
+    // Every client ends within a bound; one that does not is a lost job.
+    let end = Instant::now() + Duration::from_secs(180);
+    while !clients.is_empty() && Instant::now() < end {
+        reap(&mut clients, &mut f, &mut log);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for mut c in clients.drain(..) {
+        f.lost += 1;
+        log.push(format!("{}: client still waiting at the end", c.id));
+        let _ = c.child.kill();
+        let _ = c.child.wait();
+    }
+    // No job cgroup left once all ended (the daemon removes them after the end).
+    let drv = d.driver();
+    TestDaemon::wait_for(Duration::from_secs(30), || {
+        drv.list_jobs().map(|j| j.is_empty()).unwrap_or(false)
+    });
+    let left = drv.list_jobs().unwrap_or_default();
+    if !left.is_empty() {
+        f.leaked += left.len() as u64;
+        log.push(format!("job cgroups left: {left:?}"));
+    }
+    (f, log)
+}
+
+#[test]
+fn kill9_and_restart_at_random_lose_no_job_and_double_no_cpu() {
+    require_root!();
+    let pool = pjw_testkit::need_cpus!(2);
+    let all = pjw_testkit::machine::allowed_cpus();
+    let pool: CpuSet = all.iter().take(all.len().clamp(pool.len(), 4)).collect();
+    let cycles: u64 = std::env::var("PJW_CHAOS_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let seed: u64 = std::env::var("PJW_CHAOS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    eprintln!("chaos: seed {seed} (PJW_CHAOS_SEED replays it), {cycles} cycles on CPUs {pool}");
+    let started = Instant::now();
+    let mut d = TestDaemon::start(&pjw_bin(), &format!("cpus = \"{pool}\"\n"));
+    let (f, log) = chaos_in(&mut d, &pool, cycles, seed);
+    for l in &log {
+        eprintln!("chaos: {l}");
+    }
+    eprintln!(
+        "chaos: seed {seed}, cycles {}, kills {}, lost jobs {}, doubled CPUs {}, leaked cgroups {}, unconfined {}, clients: exit status {}, clear error {}, other {}, {:.0} s",
+        f.cycles,
+        f.kills,
+        f.lost,
+        f.doubled,
+        f.leaked,
+        f.unconfined,
+        f.exit_status,
+        f.clear_error,
+        f.other,
+        started.elapsed().as_secs_f64()
+    );
+    let bad = f.lost + f.doubled + f.leaked + f.other + f.unconfined;
+    assert_eq!(
+        bad,
+        0,
+        "chaos (seed {seed}): {f:?}\n{}",
+        d.log()
+            .lines()
+            .rev()
+            .take(60)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -1,0 +1,173 @@
+//! The engine's port to the cgroup trees: what it asks of a cgroup driver, as a trait, with
+//! [`pjw_cgroup::Driver`] (every mode, cgroupfs or a fake tree) as its adapter and a recording
+//! fake in [`crate::test_support`].
+
+use std::path::PathBuf;
+
+use pjw_cgroup::{
+    CgroupError, CpuSet, CpuStat, Driver, IoBytes, JobLimits, MemoryBreakdown, Partition, Resource,
+};
+use pjw_kernelfs::proc_cgroup::CgroupLine;
+use pjw_kernelfs::psi::Psi;
+
+/// What the engine asks of the cgroup trees (job `name` is its cgroup's name below the parent).
+pub trait CgroupPort: Send {
+    /// Create job `name`'s cgroups with its limits.
+    fn create_job(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError>;
+    /// Put the job in (or take it out of) the idle scheduling class.
+    fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError>;
+    /// Make the job (or the parent, with `None`) a cpuset partition.
+    fn set_partition(
+        &self,
+        name: Option<&str>,
+        kind: Partition,
+        cpus: Option<&CpuSet>,
+    ) -> Result<(), CgroupError>;
+    /// Move process `pid` into the job.
+    fn add_process(&self, name: &str, pid: u32) -> Result<(), CgroupError>;
+    /// Remove the job's cgroups.
+    fn remove_job(&self, name: &str) -> Result<(), CgroupError>;
+    /// Give the job these CPUs and memory nodes.
+    fn set_cpus(&self, name: &str, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError>;
+    /// Freeze or thaw the job.
+    fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError>;
+    /// Kill every process of the job.
+    fn kill(&self, name: &str) -> Result<(), CgroupError>;
+    /// Whether any process is left in the job (an error is never "empty").
+    fn is_populated(&self, name: &str) -> Result<bool, CgroupError>;
+    /// The job's `cgroup.events`, where the mode has one (for inotify).
+    fn events_path(&self, name: &str) -> Option<PathBuf>;
+    /// Processes of the job the kernel killed for memory.
+    fn oom_kills(&self, name: &str) -> u64;
+    /// The CPUs the job's cpuset holds.
+    fn job_cpus(&self, name: &str) -> Result<CpuSet, CgroupError>;
+    /// Whether the job is frozen.
+    fn is_frozen(&self, name: &str) -> Result<bool, CgroupError>;
+    /// Memory charged to the job now (bytes).
+    fn memory_usage(&self, name: &str) -> Result<u64, CgroupError>;
+    /// The job cgroups below the parent.
+    fn list_jobs(&self) -> Result<Vec<String>, CgroupError>;
+    /// The job's processes.
+    fn procs(&self, name: &str) -> Result<Vec<u32>, CgroupError>;
+    /// The job's threads.
+    fn thread_count(&self, name: &str) -> Result<usize, CgroupError>;
+    /// The job's CPU time.
+    fn cpu_time(&self, name: &str) -> Result<CpuStat, CgroupError>;
+    /// The mode and the hierarchies, for `pjw status`.
+    fn describe(&self) -> String;
+    /// Memory pressure of the job, or of all jobs with `None`.
+    fn memory_pressure(&self, name: Option<&str>) -> Option<Psi>;
+    /// Throttle the job's memory at `high` (None: no throttle).
+    fn set_memory_high(&self, name: &str, high: Option<u64>) -> Result<(), CgroupError>;
+    /// Remove the parent cgroups when no job is left.
+    fn remove_parent_if_empty(&self) -> Result<(), CgroupError>;
+    /// Whether I/O is counted per job.
+    fn counts_io(&self) -> bool;
+    /// The job a process belongs to, from its `/proc/PID/cgroup` lines.
+    fn job_of(&self, lines: &[CgroupLine]) -> Option<String>;
+    /// Bytes the job read and wrote.
+    fn io_bytes(&self, name: &str) -> Result<Option<IoBytes>, CgroupError>;
+    /// The job's memory by kind.
+    fn memory_breakdown(&self, name: &str) -> Result<MemoryBreakdown, CgroupError>;
+    /// The job's memory high-water mark.
+    fn memory_peak(&self, name: &str) -> Result<u64, CgroupError>;
+    /// The job's task count from the pids controller.
+    fn pids_current(&self, name: &str) -> Result<Option<u64>, CgroupError>;
+    /// The job's pressure (PSI) for `what`.
+    fn pressure(&self, name: &str, what: Resource) -> Option<Psi>;
+}
+
+impl CgroupPort for Driver {
+    fn create_job(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError> {
+        Driver::create_job(self, name, limits)
+    }
+    fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError> {
+        Driver::set_idle(self, name, idle)
+    }
+    fn set_partition(
+        &self,
+        name: Option<&str>,
+        kind: Partition,
+        cpus: Option<&CpuSet>,
+    ) -> Result<(), CgroupError> {
+        Driver::set_partition(self, name, kind, cpus)
+    }
+    fn add_process(&self, name: &str, pid: u32) -> Result<(), CgroupError> {
+        Driver::add_process(self, name, pid)
+    }
+    fn remove_job(&self, name: &str) -> Result<(), CgroupError> {
+        Driver::remove_job(self, name)
+    }
+    fn set_cpus(&self, name: &str, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
+        Driver::set_cpus(self, name, cpus, mems)
+    }
+    fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError> {
+        Driver::freeze(self, name, frozen)
+    }
+    fn kill(&self, name: &str) -> Result<(), CgroupError> {
+        Driver::kill(self, name)
+    }
+    fn is_populated(&self, name: &str) -> Result<bool, CgroupError> {
+        Driver::is_populated(self, name)
+    }
+    fn events_path(&self, name: &str) -> Option<PathBuf> {
+        Driver::events_path(self, name)
+    }
+    fn oom_kills(&self, name: &str) -> u64 {
+        Driver::oom_kills(self, name)
+    }
+    fn job_cpus(&self, name: &str) -> Result<CpuSet, CgroupError> {
+        Driver::job_cpus(self, name)
+    }
+    fn is_frozen(&self, name: &str) -> Result<bool, CgroupError> {
+        Driver::is_frozen(self, name)
+    }
+    fn memory_usage(&self, name: &str) -> Result<u64, CgroupError> {
+        Driver::memory_usage(self, name)
+    }
+    fn list_jobs(&self) -> Result<Vec<String>, CgroupError> {
+        Driver::list_jobs(self)
+    }
+    fn procs(&self, name: &str) -> Result<Vec<u32>, CgroupError> {
+        Driver::procs(self, name)
+    }
+    fn thread_count(&self, name: &str) -> Result<usize, CgroupError> {
+        Driver::thread_count(self, name)
+    }
+    fn cpu_time(&self, name: &str) -> Result<CpuStat, CgroupError> {
+        Driver::cpu_time(self, name)
+    }
+    fn describe(&self) -> String {
+        Driver::describe(self)
+    }
+    fn memory_pressure(&self, name: Option<&str>) -> Option<Psi> {
+        Driver::memory_pressure(self, name)
+    }
+    fn set_memory_high(&self, name: &str, high: Option<u64>) -> Result<(), CgroupError> {
+        Driver::set_memory_high(self, name, high)
+    }
+    fn remove_parent_if_empty(&self) -> Result<(), CgroupError> {
+        Driver::remove_parent_if_empty(self)
+    }
+    fn counts_io(&self) -> bool {
+        Driver::counts_io(self)
+    }
+    fn job_of(&self, lines: &[CgroupLine]) -> Option<String> {
+        Driver::job_of(self, lines)
+    }
+    fn io_bytes(&self, name: &str) -> Result<Option<IoBytes>, CgroupError> {
+        Driver::io_bytes(self, name)
+    }
+    fn memory_breakdown(&self, name: &str) -> Result<MemoryBreakdown, CgroupError> {
+        Driver::memory_breakdown(self, name)
+    }
+    fn memory_peak(&self, name: &str) -> Result<u64, CgroupError> {
+        Driver::memory_peak(self, name)
+    }
+    fn pids_current(&self, name: &str) -> Result<Option<u64>, CgroupError> {
+        Driver::pids_current(self, name)
+    }
+    fn pressure(&self, name: &str, what: Resource) -> Option<Psi> {
+        Driver::pressure(self, name, what)
+    }
+}

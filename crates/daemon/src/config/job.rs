@@ -1,0 +1,101 @@
+//! `[job]`: what every job gets: leftover killing, pids and swap limits, its private /tmp, and
+//! the partition type of exclusive jobs.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{ConfigError, Errs};
+
+/// `[job]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJob {
+    pub kill_leftovers: Option<bool>,
+    pub pids_max: Option<u64>,
+    pub tmp: Option<String>,
+    pub tmp_max: Option<String>,
+    pub tmp_root: Option<PathBuf>,
+    pub swap_max: Option<String>,
+    pub partition: Option<String>,
+}
+
+/// The validated `[job]` section.
+#[derive(Clone, Debug)]
+pub(super) struct Job {
+    pub kill_leftovers: bool,
+    pub pids_max: Option<u64>,
+    pub tmp: Option<u64>,
+    pub tmp_max: Option<u64>,
+    pub tmp_root: PathBuf,
+    pub swap_max: Option<u64>,
+    pub partition: Option<pjw_cgroup::Partition>,
+}
+
+/// Validate `[job]`; a job's /tmp lives below `state_dir` unless `tmp_root` says otherwise.
+pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigError> {
+    let err = |key: &str, reason: String| e.at(key, reason);
+    let pids_max = match j.pids_max {
+        None | Some(0) => None,
+        Some(n) => Some(n),
+    };
+    let tmp = match j.tmp.as_deref().map(str::trim) {
+        None | Some("") | Some("none") | Some("0") => None,
+        Some(t) => match pjw_core::parse_size(t) {
+            Ok(0) => None,
+            Ok(n) if n < 1 << 20 => return Err(err("job.tmp", format!("{t:?} is below 1M"))),
+            Ok(n) => Some(n),
+            Err(e) => return Err(err("job.tmp", format!("{e} (or \"none\")"))),
+        },
+    };
+    let tmp_max = match j.tmp_max.as_deref().map(str::trim) {
+        None => None,
+        Some(t) => match pjw_core::parse_size(t) {
+            Ok(n) if n >= 1 << 20 => Some(n),
+            Ok(_) => return Err(err("job.tmp_max", format!("{t:?} is below 1M"))),
+            Err(e) => return Err(err("job.tmp_max", e.to_string())),
+        },
+    };
+    if let (Some(t), Some(m)) = (tmp, tmp_max) {
+        if t > m {
+            return Err(err(
+                "job.tmp",
+                format!("{} is above job.tmp_max", pjw_core::format_size(t)),
+            ));
+        }
+    }
+    let tmp_root = match j.tmp_root {
+        Some(p) if !p.is_absolute() => {
+            return Err(err(
+                "job.tmp_root",
+                format!("{} is not an absolute path", p.display()),
+            ))
+        }
+        Some(p) => p,
+        None => state_dir.join("tmp"),
+    };
+    let swap_max = match j.swap_max.as_deref() {
+        None | Some("max") => None,
+        Some(t) => Some(pjw_core::parse_size(t).map_err(|e| err("job.swap_max", e.to_string()))?),
+    };
+    let partition = match j.partition.as_deref() {
+        None | Some("none") => None,
+        Some("root") => Some(pjw_cgroup::Partition::Root),
+        Some("isolated") => Some(pjw_cgroup::Partition::Isolated),
+        Some(other) => {
+            return Err(err(
+                "job.partition",
+                format!("{other:?} is not one of none, root, isolated"),
+            ))
+        }
+    };
+    Ok(Job {
+        kill_leftovers: j.kill_leftovers.unwrap_or(true),
+        pids_max,
+        tmp,
+        tmp_max,
+        tmp_root,
+        swap_max,
+        partition,
+    })
+}

@@ -1,0 +1,153 @@
+//! The top-level keys: the socket, the state directory, the CPU pool and the queue's rules
+//! (priorities, `--exclusive`, per-user limits), and `[cgroup] parent`.
+
+use std::path::PathBuf;
+
+use pjw_cgroup::ParentSpec;
+use pjw_core::CpuSet;
+
+use super::{
+    ConfigError, Errs, ExclusiveRight, Overrides, RawConfig, DEFAULT_MAX_CONNECTIONS_PER_USER,
+    DEFAULT_MAX_PRIORITY, DEFAULT_MAX_QUEUED_PER_USER, DEFAULT_STATE_DIR,
+};
+
+/// The validated top-level keys.
+#[derive(Clone, Debug)]
+pub(super) struct Node {
+    pub socket: PathBuf,
+    pub socket_mode: u32,
+    pub state_dir: PathBuf,
+    pub cpus: Option<CpuSet>,
+    pub cgroup_parent: ParentSpec,
+    pub default_priority: u8,
+    pub max_priority: u8,
+    pub preempt_priority: u8,
+    pub exclusive: ExclusiveRight,
+    pub max_connections_per_user: usize,
+    pub max_queued_per_user: usize,
+}
+
+/// Validate the top-level keys (with the command line's overrides).
+pub(super) fn parse(raw: &RawConfig, ov: &Overrides, e: Errs) -> Result<Node, ConfigError> {
+    let err = |key: &str, reason: String| e.at(key, reason);
+    let socket = ov
+        .socket
+        .clone()
+        .or_else(|| raw.socket.clone())
+        .unwrap_or_else(|| PathBuf::from(pjw_proto::DEFAULT_SOCKET));
+    if socket.as_os_str().is_empty() || socket.as_os_str().len() > 100 {
+        return Err(err(
+            "socket",
+            "must be a path of 1-100 bytes (Unix socket limit)".into(),
+        ));
+    }
+    let socket_mode = match &raw.socket_mode {
+        None => 0o666,
+        Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
+            .ok()
+            .filter(|v| *v <= 0o777)
+            .ok_or_else(|| {
+                err(
+                    "socket_mode",
+                    format!("{m:?} is not an octal mode such as \"0660\""),
+                )
+            })?,
+    };
+    let state_dir = ov
+        .state_dir
+        .clone()
+        .or_else(|| raw.state_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let cpus = match &raw.cpus {
+        None => None,
+        Some(c) => {
+            let s = CpuSet::parse_list(c).map_err(|e| err("cpus", e.to_string()))?;
+            if s.is_empty() {
+                return Err(err("cpus", "must name at least one cpu".into()));
+            }
+            Some(s)
+        }
+    };
+    let (parent_key, parent_text) = match &ov.cgroup_parent {
+        Some(p) => ("--cgroup-parent", p.clone()),
+        None => (
+            "cgroup.parent",
+            raw.cgroup.parent.clone().unwrap_or_else(|| "/pjw".into()),
+        ),
+    };
+    let cgroup_parent =
+        ParentSpec::parse(&parent_text).map_err(|e| err(parent_key, e.to_string()))?;
+    if raw.vcpus == Some(0) {
+        return Err(err("vcpus", "must be at least 1".into()));
+    }
+    let max_priority = raw.max_priority.unwrap_or(DEFAULT_MAX_PRIORITY);
+    if !(1..=16).contains(&max_priority) {
+        return Err(err(
+            "max_priority",
+            format!("{max_priority} is not in 1-16"),
+        ));
+    }
+    let default_priority = raw.default_priority.unwrap_or(10.min(max_priority));
+    if !(1..=16).contains(&default_priority) {
+        return Err(err(
+            "default_priority",
+            format!("{default_priority} is not in 1-16"),
+        ));
+    }
+    if default_priority > max_priority {
+        return Err(err(
+            "default_priority",
+            format!("{default_priority} is above max_priority {max_priority}"),
+        ));
+    }
+    let preempt_priority = raw
+        .preempt_priority
+        .unwrap_or_else(|| (max_priority + 1).min(16));
+    if !(1..=16).contains(&preempt_priority) {
+        return Err(err(
+            "preempt_priority",
+            format!("{preempt_priority} is not in 1-16"),
+        ));
+    }
+    let exclusive = match raw.exclusive.as_deref() {
+        None | Some("privileged") => ExclusiveRight::Privileged,
+        Some("all") => ExclusiveRight::All,
+        Some(other) => {
+            return Err(err(
+                "exclusive",
+                format!("{other:?} is not \"privileged\" or \"all\""),
+            ))
+        }
+    };
+    let max_connections_per_user = raw
+        .max_connections_per_user
+        .unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_USER);
+    if !(4..=100_000).contains(&max_connections_per_user) {
+        return Err(err(
+            "max_connections_per_user",
+            format!("{max_connections_per_user} is not in 4-100000"),
+        ));
+    }
+    let max_queued_per_user = raw
+        .max_queued_per_user
+        .unwrap_or(DEFAULT_MAX_QUEUED_PER_USER);
+    if !(1..=100_000).contains(&max_queued_per_user) {
+        return Err(err(
+            "max_queued_per_user",
+            format!("{max_queued_per_user} is not in 1-100000"),
+        ));
+    }
+    Ok(Node {
+        socket,
+        socket_mode,
+        state_dir,
+        cpus,
+        cgroup_parent,
+        default_priority,
+        max_priority,
+        preempt_priority,
+        exclusive,
+        max_connections_per_user,
+        max_queued_per_user,
+    })
+}

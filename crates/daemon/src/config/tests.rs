@@ -1,0 +1,276 @@
+//! Tests of config parsing: defaults, every section, errors naming file, key and reason.
+use super::*;
+
+#[test]
+fn metrics_and_central_keys() {
+    let c = Config::parse("t.toml", "", &Overrides::default()).unwrap();
+    assert_eq!((c.metrics_listen, c.central), (None, None));
+    let c = Config::parse(
+        "t.toml",
+        "[metrics]\nlisten = \"127.0.0.1:9810\"\n[central]\nurl = \"postgres://pjw@db/pjw\"\nretry_secs = 0.5\n",
+        &Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(c.metrics_listen, Some("127.0.0.1:9810".parse().unwrap()));
+    let central = c.central.unwrap();
+    assert_eq!(
+        (central.ship_samples, central.batch_size, central.retry),
+        (false, 100, std::time::Duration::from_millis(500))
+    );
+    let bad = [
+        ("[metrics]\nlisten = \"localhost\"", "metrics.listen"),
+        ("[metrics]\nport = 1", "metrics.port"),
+        ("[central]\nurl = \"mysql://x\"", "central.url"),
+        ("[central]\nbatch_size = 5", "central.url"),
+        (
+            "[central]\nurl = \"postgres://h/d\"\nbatch_size = 0",
+            "central.batch_size",
+        ),
+        (
+            "[central]\nurl = \"postgres://h/d\"\nretry_secs = 0",
+            "central.retry_secs",
+        ),
+    ];
+    for (text, key) in bad {
+        let e = Config::parse("t.toml", text, &Overrides::default()).unwrap_err();
+        assert!(e.key.starts_with(key), "{text}: {e}");
+    }
+}
+
+#[test]
+fn empty_config_gives_defaults() {
+    let c = Config::parse("t.toml", "", &Overrides::default()).unwrap();
+    assert_eq!(c.socket, PathBuf::from("/run/pjw/pjw.sock"));
+    assert_eq!(c.state_dir, PathBuf::from("/var/lib/pjw"));
+    assert_eq!(c.cgroup_parent, ParentSpec::Absolute("/pjw".into()));
+    assert!(c.kill_leftovers);
+    assert_eq!(c.pids_max, None);
+    assert_eq!(c.socket_mode, 0o666);
+    assert_eq!(c.adopt_env, DEFAULT_ADOPT_ENV.to_vec());
+    assert_eq!(c.adopt_sweep_ms, 1000);
+    let c = Config::parse(
+        "t.toml",
+        "[adopt]\nenv = [\"MY_JOB\"]\nsweep_interval_ms = 0",
+        &Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        (c.adopt_env, c.adopt_sweep_ms),
+        (vec!["MY_JOB".to_string()], 0)
+    );
+    assert_eq!(
+        (c.vcpus, c.backfill, c.hard_preemption, c.queue_ttl),
+        (None, true, true, None)
+    );
+    assert_eq!((c.default_priority, c.max_priority), (10, 12));
+    assert_eq!(c.preempt_priority, 13);
+    assert_eq!(c.exclusive, ExclusiveRight::Privileged);
+}
+
+#[test]
+fn full_config_and_overrides() {
+    let text = r#"
+        socket = "/tmp/x.sock"
+        socket_mode = "0660"
+        cpus = "0-3"
+        [cgroup]
+        parent = "self/pjw"
+        [job]
+        kill_leftovers = false
+        pids_max = 4096
+        [log]
+        level = "debug"
+        format = "json"
+    "#;
+    let ov = Overrides {
+        state_dir: Some("/tmp/st".into()),
+        ..Default::default()
+    };
+    let c = Config::parse("t.toml", text, &ov).unwrap();
+    assert_eq!(c.socket_mode, 0o660);
+    assert_eq!(c.cpus.unwrap().to_string(), "0-3");
+    assert_eq!(
+        c.cgroup_parent,
+        ParentSpec::SelfRelative(Some("pjw".into()))
+    );
+    assert!(!c.kill_leftovers);
+    assert_eq!(c.pids_max, Some(4096));
+    assert_eq!(c.state_dir, PathBuf::from("/tmp/st"));
+    assert_eq!(c.log_format, LogFormat::Json);
+}
+
+#[test]
+fn profile_section() {
+    let c = Config::parse("t.toml", "", &Overrides::default()).unwrap();
+    assert_eq!(c.profile, ProfileConfig::default());
+    assert_eq!(c.profile.interval_ms, 10_000);
+    assert_eq!(c.profile.retention_ms, Some(30 * 86_400_000));
+    let text = "[profile]\ninterval = 1\nprocesses = 5\nretention = \"12h\"\nmax_db_size = \"64M\"\nadmin_group = \"hpcadm\"\n";
+    let c = Config::parse("t.toml", text, &Overrides::default()).unwrap();
+    assert_eq!(
+        c.profile,
+        ProfileConfig {
+            enabled: true,
+            interval_ms: 1000,
+            processes: 5,
+            retention_ms: Some(12 * 3_600_000),
+            max_db_size: Some(64 << 20),
+            admin_group: Some("hpcadm".into()),
+        }
+    );
+    let c = Config::parse(
+        "t.toml",
+        "[profile]\nretention = 0\nmax_db_size = \"0\"\ninterval = \"2s\"",
+        &Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            c.profile.retention_ms,
+            c.profile.max_db_size,
+            c.profile.interval_ms
+        ),
+        (None, None, 2000)
+    );
+}
+
+#[test]
+fn durations() {
+    let t = |s: &str| parse_duration_ms(&RawDuration::Text(s.into()));
+    assert_eq!(t("500ms"), Ok(500));
+    assert_eq!(t("10s"), Ok(10_000));
+    assert_eq!(t("10"), Ok(10_000));
+    assert_eq!(t("5m"), Ok(300_000));
+    assert_eq!(t("30d"), Ok(30 * 86_400_000));
+    assert!(t("").is_err());
+    assert!(t("s").is_err());
+    assert!(t("1y").is_err());
+    assert_eq!(parse_duration_ms(&RawDuration::Secs(3)), Ok(3000));
+}
+
+#[test]
+fn job_tmp_size_and_root() {
+    let parse = |t: &str| Config::parse("x.toml", t, &Overrides::default()).unwrap();
+    let c = parse("");
+    assert_eq!(c.tmp, None);
+    assert_eq!(c.tmp_root, PathBuf::from("/var/lib/pjw/tmp"));
+    for (text, want) in [
+        ("[job]\ntmp = \"256M\"", Some(256 << 20)),
+        ("[job]\ntmp = \"none\"", None),
+        ("[job]\ntmp = \"0\"", None),
+    ] {
+        assert_eq!(parse(text).tmp, want, "{text}");
+    }
+    let c = parse("state_dir = \"/srv/pjw\"\n[job]\ntmp = \"1G\"");
+    assert_eq!(c.tmp_root, PathBuf::from("/srv/pjw/tmp"));
+    let c = parse("[job]\ntmp_root = \"/run/pjw/tmp\"");
+    assert_eq!(c.tmp_root, PathBuf::from("/run/pjw/tmp"));
+}
+
+#[test]
+fn errors_name_file_key_and_reason() {
+    let cases = [
+        ("bogus = 1", "unknown field"),
+        (
+            "[job]\nkill_leftovers = \"yes\"",
+            "job.kill_leftovers (line 2): invalid type",
+        ),
+        ("cpus = \"3-1\"", "cpus"),
+        ("cpus = \"\"", "cpus: must name"),
+        ("socket_mode = \"999\"", "socket_mode"),
+        ("[cgroup]\nparent = \"relative\"", "cgroup.parent"),
+        ("[log]\nlevel = \"loud\"", "log.level"),
+        ("[log]\nformat = \"xml\"", "log.format"),
+        ("vcpus = 0", "vcpus: must be at least 1"),
+        ("[memory]\nlimit = \"lots\"", "memory.limit"),
+        ("[memory]\nhigh = 1.5", "memory.high"),
+        ("[memory]\nlow = 0.95", "memory.low"),
+        ("[memory]\nswap_slots = 0", "memory.swap_slots"),
+        ("max_priority = 17", "max_priority"),
+        ("[adopt]\nenv = [\"A-B\"]", "adopt.env"),
+        ("[adopt]\nenv = [\"\"]", "adopt.env"),
+        ("[adopt]\nexclude_env = [\"X\"]", "adopt.exclude_env"),
+        ("[adopt]\nhook_daemons = [\"a/b\"]", "adopt.hook_daemons"),
+        ("[adopt]\nsweep_interval_ms = 10", "adopt.sweep_interval_ms"),
+        ("[job]\ntmp = \"big\"", "job.tmp"),
+        ("[job]\ntmp = \"4K\"", "job.tmp: \"4K\" is below 1M"),
+        ("[job]\ntmp_root = \"rel/tmp\"", "job.tmp_root"),
+        (
+            "[profile]\ninterval = \"500ms\"",
+            "profile.interval: 500 ms is not between 1s and 1h",
+        ),
+        ("[profile]\ninterval = \"ten\"", "profile.interval"),
+        (
+            "[profile]\nretention = \"3w\"",
+            "profile.retention: \"3w\": unknown unit",
+        ),
+        ("[profile]\nmax_db_size = \"10k\"", "profile.max_db_size"),
+        ("[profile]\nadmin_group = \"a b\"", "profile.admin_group"),
+        ("[profile]\nprocesses = 5000", "profile.processes"),
+        ("[profile]\nbogus = 1", "unknown field"),
+        (
+            "default_priority = 12\nmax_priority = 8",
+            "above max_priority",
+        ),
+    ];
+    for (text, want) in cases {
+        let e = Config::parse("/etc/pjw/pjw.toml", text, &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("config /etc/pjw/pjw.toml: "), "{e}");
+        assert!(e.contains(want), "{text:?} gave {e:?}");
+    }
+}
+
+#[test]
+fn passwords_are_found_and_masked() {
+    assert_eq!(
+        url_password("postgres://pjw:s3cret@db:5432/pjw"),
+        Some("s3cret")
+    );
+    assert_eq!(url_password("postgres://pjw@db/pjw"), None);
+    assert_eq!(url_password("postgres://db/pjw?user=a:b"), None);
+    assert_eq!(
+        mask_password("postgres://pjw:s3cret@db/pjw"),
+        "postgres://pjw:***@db/pjw"
+    );
+    let c = Config::parse(
+        "t.toml",
+        "[central]\nurl = \"postgres://pjw:s3cret@db/pjw\"\n",
+        &Overrides::default(),
+    )
+    .unwrap();
+    assert!(!format!("{c:?}").contains("s3cret"));
+}
+
+#[test]
+fn a_password_in_a_world_readable_config_is_refused_and_a_password_file_must_be_roots_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("pjw.toml");
+    std::fs::write(&f, "[central]\nurl = \"postgres://pjw:s3cret@db/pjw\"\n").unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = Config::load(Some(&f), &Overrides::default()).unwrap_err();
+    assert!(e.to_string().contains("readable by others"), "{e}");
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(Config::load(Some(&f), &Overrides::default()).is_ok());
+
+    let pw = dir.path().join("central.pass");
+    std::fs::write(&pw, "s3cret\n").unwrap();
+    std::fs::write(
+        &f,
+        format!(
+            "[central]\nurl = \"postgres://pjw@db/pjw\"\npassword_file = \"{}\"\n",
+            pw.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let e = Config::load(Some(&f), &Overrides::default()).unwrap_err();
+    assert!(e.to_string().contains("mode 0600"), "{e}");
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+    if rustix::process::geteuid().is_root() {
+        let c = Config::load(Some(&f), &Overrides::default()).unwrap();
+        assert_eq!(c.central.unwrap().password.as_deref(), Some("s3cret"));
+    }
+}

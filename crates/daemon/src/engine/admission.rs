@@ -1,0 +1,451 @@
+//! Admission: checking a `run` request, making its job id and owner, recording it as queued
+//! (the one path a manager's `register` shares: [`Engine::enqueue`]),
+//! and telling the client its place and why it waits.
+
+use pjw_core::sched::{self, Phase};
+use pjw_core::{CpuSet, JobId};
+use pjw_proto::{ErrorCode, Placement, Response, RunRequest};
+use pjw_store::{JobRecord, StoredState};
+use tokio::sync::mpsc;
+use tracing::{error, info};
+
+use super::store_writes::OnFail;
+use super::{cgroup_name, err, placement_name, refuse, Cred, Engine, Job, Refusal, Waiter, Who};
+use crate::os;
+
+/// How a new job differs from what its stored row says.
+#[derive(Debug)]
+pub(super) struct Starter {
+    /// uid of the process that asked: root for a job starter or a manager, else the owner.
+    pub(super) client_uid: u32,
+    /// The workload manager's name for the job (`slurm:42`).
+    pub(super) wlm: Option<String>,
+    /// Size of its private /tmp.
+    pub(super) tmp_size: Option<u64>,
+    /// Registered without a process: it lives until the manager ends it.
+    pub(super) held: bool,
+}
+
+impl Engine {
+    pub(super) fn submit(
+        &mut self,
+        conn: u64,
+        cred: Cred,
+        who: &Who,
+        req: RunRequest,
+        reply: mpsc::UnboundedSender<Response>,
+    ) {
+        // A client whose process is already a live job's main process reconnected after a
+        // daemon crash between being moved and being told: tell it again.
+        if let Some(j) = self.jobs.values().find(|j| {
+            j.started.is_some()
+                && j.pid == Some(cred.pid)
+                && j.client_uid == cred.uid
+                && !j.end.ending
+        }) {
+            info!(job = %j.id, pid = cred.pid, "client reconnected; job already running");
+            let _ = reply.send(Response::Started {
+                job: j.id.to_string(),
+                cpus: j.cpus,
+                mems: j.mems,
+                backfill: j.phase == Phase::Backfill,
+                tmp: j.tmp_reply(),
+            });
+            return;
+        }
+        // A queued client reconnecting after a restart takes its place back.
+        let pid_start = os::start_time(&self.cfg.proc_root, cred.pid);
+        if let Some(j) = self.jobs.values_mut().find(|j| {
+            j.started.is_none()
+                && j.waiter.is_none()
+                && j.pid == Some(cred.pid)
+                && j.pid_start == pid_start
+                && j.client_uid == cred.uid
+        }) {
+            info!(job = %j.id, pid = cred.pid, "queued client reconnected; place kept");
+            j.waiter = Some(Waiter { conn, reply });
+            j.reconnect_by = None;
+            let seq = j.seq;
+            self.replan();
+            self.tell_queued(seq);
+            return;
+        }
+        if let Err((code, message)) = self.validate(&cred, who, &req) {
+            let _ = reply.send(err(code, message));
+            return;
+        }
+        let id = match &req.job_id {
+            Some(text) => match JobId::new(text) {
+                // A manager's namespace is made by `pjw job register` (root) only.
+                Ok(id) if id.namespace().is_some() => {
+                    let _ = reply.send(err(
+                        ErrorCode::Denied,
+                        format!(
+                            "job id {id} is in the {} namespace: only `pjw job register` makes ids there",
+                            id.namespace().unwrap_or_default()
+                        ),
+                    ));
+                    return;
+                }
+                Ok(id) => id,
+                Err(e) => {
+                    let _ = reply.send(err(ErrorCode::Invalid, e.to_string()));
+                    return;
+                }
+            },
+            None => match self.generate_id() {
+                Ok(id) => id,
+                Err(e) => {
+                    let _ = reply.send(err(ErrorCode::Internal, e));
+                    return;
+                }
+            },
+        };
+        if self.jobs.values().any(|j| j.id == id) {
+            let _ = reply.send(err(
+                ErrorCode::Conflict,
+                format!("job id {id} is already in use by a live job"),
+            ));
+            return;
+        }
+        // The owner: the caller, or (root only) the user it names.
+        let (uid, gid, user) = match &req.user {
+            None => (cred.uid, cred.gid, who.name.clone()),
+            Some(name) => match who.named {
+                None => {
+                    let _ = reply.send(err(ErrorCode::Invalid, format!("no such user: {name}")));
+                    return;
+                }
+                Some((uid, _)) if cred.uid != 0 && uid != cred.uid => {
+                    let _ = reply.send(err(
+                        ErrorCode::Denied,
+                        format!(
+                            "only root may run a job as another user ({name}); you are {}",
+                            who.name
+                        ),
+                    ));
+                    return;
+                }
+                Some((uid, gid)) => (uid, gid, name.clone()),
+            },
+        };
+        let tmp_size = req.tmp.or(self.cfg.tmp).filter(|s| *s > 0);
+        let name = req
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| {
+                req.argv
+                    .first()
+                    .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+                    .unwrap_or_else(|| "job".into())
+            });
+        let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+        let submitted_ms = self.clock.now_ms();
+        let priority = req.priority.unwrap_or(self.cfg.default_priority);
+        let cgroup = cgroup_name(&id);
+        let rec = JobRecord {
+            seq: 0,
+            job_id: id.to_string(),
+            name: name.clone(),
+            uid,
+            gid,
+            user: user.clone(),
+            ncpus: req.cpus,
+            cpus: CpuSet::new(),
+            mems: CpuSet::new(),
+            mem_limit: req.mem,
+            pid: Some(cred.pid),
+            pid_start,
+            cgroup: cgroup.clone(),
+            argv: req.argv.clone(),
+            state: StoredState::Queued,
+            submitted_ms,
+            started_ms: None,
+            ended_ms: None,
+            end_reason: None,
+            priority,
+            placement: placement_name(req.placement).into(),
+            exclusive: req.exclusive,
+            role: "primary".into(),
+        };
+        let starter = Starter {
+            client_uid: cred.uid,
+            wlm: req.wlm.clone(),
+            tmp_size,
+            held: false,
+        };
+        let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
+            return;
+        };
+        let job = &self.jobs[&seq];
+        if job.client_uid != job.uid || job.wlm.is_some() {
+            info!(job = %job.id, user = %job.user, wlm = job.wlm.as_deref().unwrap_or(""), client_uid = job.client_uid, "job submitted by a job starter");
+        }
+        self.replan();
+        self.tell_queued(seq);
+    }
+
+    /// Record a new job as queued and put it in the queue with its waiting client: the one path
+    /// of `run` and of a manager's `register`. Its row first, then its starter details (owner
+    /// and client, manager tag, /tmp) when it has any; a store that refuses either is an error
+    /// to the client and no job. The job's seq, once queued.
+    pub(super) fn enqueue(
+        &mut self,
+        rec: JobRecord,
+        id: JobId,
+        st: Starter,
+        conn: u64,
+        reply: mpsc::UnboundedSender<Response>,
+    ) -> Option<i64> {
+        let seq = match self.store_write(0, "insert_job", OnFail::Refuse, |s| s.insert_job(&rec)) {
+            Ok(s) => s,
+            Err(e) => {
+                error!(job = %id, error = %e, "cannot record job");
+                let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
+                return None;
+            }
+        };
+        let rec = JobRecord { seq, ..rec };
+        let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
+        job.client_uid = st.client_uid;
+        job.wlm = st.wlm;
+        job.tmp_size = st.tmp_size;
+        job.held = st.held;
+        if job.client_uid != job.uid || job.wlm.is_some() || job.tmp_size.is_some() {
+            let record = job.starter_record();
+            if let Err(e) = self.store_write(seq, "set_starter", OnFail::Refuse, |s| {
+                s.set_starter(seq, &record)
+            }) {
+                error!(job = %job.id, error = %e, "cannot record job");
+                self.store_end(seq, self.clock.now_ms(), "start failed: store", None);
+                let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
+                return None;
+            }
+        }
+        job.waiter = Some(Waiter { conn, reply });
+        self.jobs.insert(seq, job);
+        Some(seq)
+    }
+
+    pub(super) fn validate(&self, cred: &Cred, who: &Who, req: &RunRequest) -> Result<(), Refusal> {
+        let total = self.pool.len();
+        if req.cpus == 0 {
+            return Err(refuse(ErrorCode::Invalid, "--cpus must be at least 1"));
+        }
+        if req.cpus as usize > total {
+            return Err(refuse(
+                ErrorCode::Invalid,
+                format!(
+                    "--cpus {} is more than this node has for jobs ({total} cpus: {})",
+                    req.cpus, self.pool
+                ),
+            ));
+        }
+        if req.mem == Some(0) {
+            return Err(refuse(ErrorCode::Invalid, "--mem must be more than 0"));
+        }
+        if req.argv.len() > pjw_proto::MAX_ARGS {
+            return Err(refuse(ErrorCode::Invalid, "too many arguments"));
+        }
+        // What a client sends is shown to others and logged: bounded, no control characters.
+        if let Some(w) = &req.wlm {
+            pjw_core::text::check_label(w)
+                .map_err(|why| refuse(ErrorCode::Invalid, format!("wlm label {why}")))?;
+        }
+        if let Some(n) = &req.name {
+            if n.len() > 256 {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    "--name is longer than 256 bytes",
+                ));
+            }
+        }
+        if let Some(m) = req.mem {
+            if m > self.mem_limit {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    format!(
+                        "--mem {} can never fit: the job partition of this node is {}",
+                        pjw_core::format_size(m),
+                        pjw_core::format_size(self.mem_limit)
+                    ),
+                ));
+            }
+        }
+        if let Some(t) = req.tmp.or(self.cfg.tmp).filter(|t| *t > 0) {
+            // A tmpfs of any size mounts; its pages come out of the node's memory. At most the
+            // node's maximum (default: the job partition), and with --mem, the job's memory.
+            let cap = self.cfg.tmp_max.unwrap_or(self.mem_limit);
+            let cap = req.mem.map_or(cap, |m| cap.min(m));
+            if t > cap {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    format!(
+                        "--tmp {} is more than this job may have ({}: {})",
+                        pjw_core::format_size(t),
+                        if req
+                            .mem
+                            .is_some_and(|m| m < self.cfg.tmp_max.unwrap_or(self.mem_limit))
+                        {
+                            "its --mem"
+                        } else {
+                            "job.tmp_max, by default the job partition"
+                        },
+                        pjw_core::format_size(cap)
+                    ),
+                ));
+            }
+        }
+        if let Some(p) = req.priority {
+            self.check_priority(cred, who, p)?;
+        }
+        if req.exclusive
+            && self.cfg.exclusive == crate::config::ExclusiveRight::Privileged
+            && !self.privileged(cred, who)
+        {
+            return Err(refuse(
+                ErrorCode::Denied,
+                "--exclusive (the whole node) is for root, workload-manager jobs and the admin group on this node (exclusive = \"privileged\")",
+            ));
+        }
+        if cred.uid != 0 {
+            let queued = self
+                .jobs
+                .values()
+                .filter(|j| j.client_uid == cred.uid && j.started.is_none())
+                .count();
+            if queued >= self.cfg.max_queued_per_user {
+                return Err(refuse(
+                    ErrorCode::Denied,
+                    format!(
+                        "you have {queued} jobs waiting, this node's limit per user (max_queued_per_user)"
+                    ),
+                ));
+            }
+        }
+        if req.placement == Placement::BackfillOnly && !self.cfg.backfill {
+            return Err(refuse(
+                ErrorCode::Invalid,
+                "backfill is disabled on this node (backfill = false)",
+            ));
+        }
+        if req.placement == Placement::BackfillOnly && req.exclusive {
+            return Err(refuse(
+                ErrorCode::Invalid,
+                "--exclusive and --backfill-only exclude each other",
+            ));
+        }
+        Ok(())
+    }
+
+    pub(super) fn check_priority(&self, cred: &Cred, who: &Who, p: u8) -> Result<(), Refusal> {
+        if !(sched::MIN_PRIORITY..=sched::MAX_PRIORITY).contains(&p) {
+            return Err(refuse(
+                ErrorCode::Invalid,
+                format!("priority {p} is not in 1-16"),
+            ));
+        }
+        if p > self.cfg.max_priority && !self.privileged(cred, who) {
+            return Err(refuse(
+                ErrorCode::Denied,
+                format!(
+                    "priority {p} is above this node's maximum for users ({})",
+                    self.cfg.max_priority
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Root or a member of the admin group (`[profile] admin_group`): may ask for priorities
+    /// above `max_priority` and, by default, for `--exclusive`.
+    pub(super) fn privileged(&self, cred: &Cred, who: &Who) -> bool {
+        cred.uid == 0 || who.admin
+    }
+
+    /// Say once that a job waits, with its place and why.
+    pub(super) fn tell_queued(&self, seq: i64) {
+        let Some(j) = self.jobs.get(&seq) else { return };
+        if j.phase != Phase::Queued {
+            return;
+        }
+        let Some(w) = &j.waiter else { return };
+        let position = self
+            .queue_order()
+            .iter()
+            .position(|s| *s == seq)
+            .map(|p| p as u32 + 1)
+            .unwrap_or(0);
+        let reason = self.wait_reason(j);
+        info!(job = %j.id, user = %j.user, cpus = j.req.ncpus, position, "job queued");
+        let _ = w.reply.send(Response::Queued {
+            job: j.id.to_string(),
+            position,
+            reason,
+        });
+    }
+
+    pub(super) fn wait_reason(&self, j: &Job) -> String {
+        if j.waiter.is_none() && j.started.is_none() {
+            return "waiting for its client to reconnect".into();
+        }
+        if self.jobs.values().any(|x| x.memory.frozen) {
+            return "waiting for memory (the governor has frozen jobs)".into();
+        }
+        if let Some(m) = j.mem {
+            let held = self.mem_promised();
+            if held + m > self.mem_limit {
+                return format!(
+                    "waiting for memory ({} requested, {} of {} promised)",
+                    pjw_core::format_size(m),
+                    pjw_core::format_size(held),
+                    pjw_core::format_size(self.mem_limit)
+                );
+            }
+        }
+        let order = self.queue_order();
+        match order.first() {
+            Some(first) if *first != j.seq => {
+                let head = &self.jobs[first];
+                format!("behind job {} in the queue", head.id)
+            }
+            _ if j.req.exclusive => "waiting for the whole node".into(),
+            _ => {
+                let running: usize = self
+                    .jobs
+                    .values()
+                    .filter(|x| matches!(x.phase, Phase::Primary | Phase::Backfill))
+                    .map(|x| x.cpus.len())
+                    .sum();
+                if running + j.req.ncpus > self.policy.vcpus && self.free().len() >= j.req.ncpus {
+                    format!(
+                        "waiting for job slots ({running} of {} vcpus in use)",
+                        self.policy.vcpus
+                    )
+                } else {
+                    format!(
+                        "waiting for {} cpus ({} of {} free)",
+                        j.req.ncpus,
+                        self.free().len(),
+                        self.pool.len()
+                    )
+                }
+            }
+        }
+    }
+
+    pub(super) fn generate_id(&mut self) -> Result<JobId, String> {
+        loop {
+            let n = self
+                .store_write(0, "next_job_number", OnFail::Refuse, |s| {
+                    s.next_job_number()
+                })
+                .map_err(|e| e.to_string())?;
+            let id = JobId::new(&n.to_string()).map_err(|e| e.to_string())?;
+            if !self.jobs.values().any(|j| j.id == id) {
+                return Ok(id);
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Control requests about one job: kill, suspend, resume and priority.
+
+use pjw_core::sched::Phase;
+use pjw_proto::{ErrorCode, Response};
+use tracing::info;
+
+use super::store_writes::OnFail;
+use super::{err, Control, Cred, End, Engine, Who};
+
+impl Engine {
+    pub(super) fn control(&mut self, cred: Cred, who: &Who, job: &str, what: Control) -> Response {
+        let Some(seq) = self
+            .jobs
+            .values()
+            .find(|j| j.id.as_str() == job)
+            .map(|j| j.seq)
+        else {
+            return err(ErrorCode::NotFound, format!("no job {job} on this node"));
+        };
+        let j = &self.jobs[&seq];
+        if cred.uid != 0 && cred.uid != j.uid {
+            return err(
+                ErrorCode::Denied,
+                format!("job {job} belongs to {}", j.user),
+            );
+        }
+        let by = who.name.clone();
+        match what {
+            // Handled by `end` (it answers later); never reaches here.
+            Control::End => err(ErrorCode::Invalid, "end is answered elsewhere"),
+            Control::Kill => self.kill(seq, by),
+            Control::Suspend => {
+                if j.end.ending {
+                    return err(ErrorCode::Invalid, format!("job {job} is ending"));
+                }
+                match j.phase {
+                    Phase::Queued => err(
+                        ErrorCode::Invalid,
+                        format!("job {job} is queued; kill it to withdraw it"),
+                    ),
+                    Phase::Suspended => err(
+                        ErrorCode::Invalid,
+                        format!("job {job} is already suspended"),
+                    ),
+                    Phase::Preempted => {
+                        // Frozen already; it now stays frozen until resumed. Recorded first:
+                        // nothing has acted on it yet, so a store that refuses refuses it.
+                        let (cpus, mems) = (j.cpus, j.mems);
+                        if let Err(e) = self.store_write(seq, "set_role", OnFail::Refuse, |s| {
+                            s.set_role(seq, "suspended", &cpus, &mems)
+                        }) {
+                            return err(
+                                ErrorCode::Internal,
+                                format!("cannot record the suspension of job {job}, so it was not suspended: {e}"),
+                            );
+                        }
+                        if let Some(j) = self.jobs.get_mut(&seq) {
+                            j.phase = Phase::Suspended;
+                            j.reason = Some(format!("suspended by {by}"));
+                        }
+                        Response::Done {
+                            message: format!("job {job} suspended"),
+                        }
+                    }
+                    Phase::Primary | Phase::Backfill => {
+                        if let Some(j) = self.jobs.get_mut(&seq) {
+                            j.memory.frozen = false;
+                        }
+                        self.freeze_job(seq, Phase::Suspended, Some(format!("suspended by {by}")));
+                        self.replan();
+                        Response::Done {
+                            message: format!("job {job} suspended; its cpus went to others"),
+                        }
+                    }
+                }
+            }
+            Control::Resume => {
+                if j.phase != Phase::Suspended {
+                    return err(ErrorCode::Invalid, format!("job {job} is not suspended"));
+                }
+                if let Some(j) = self.jobs.get_mut(&seq) {
+                    // It competes for CPUs like a preempted job and is thawed when it has them.
+                    j.phase = Phase::Preempted;
+                    j.reason = Some("resumed; waiting for cpus".into());
+                }
+                self.replan();
+                let resumed = self
+                    .jobs
+                    .get(&seq)
+                    .is_some_and(|j| j.phase != Phase::Preempted);
+                Response::Done {
+                    message: if resumed {
+                        format!("job {job} resumed")
+                    } else {
+                        format!("job {job} will resume when cpus are free")
+                    },
+                }
+            }
+            Control::Priority(p) => {
+                if let Err((code, message)) = self.check_priority(&cred, who, p) {
+                    return err(code, message);
+                }
+                // Recorded first: a store that refuses the change refuses the request.
+                if let Err(e) = self.store_write(seq, "set_priority", OnFail::Refuse, |s| {
+                    s.set_priority(seq, p)
+                }) {
+                    return err(
+                        ErrorCode::Internal,
+                        format!("cannot record the new priority of job {job}, so it keeps its priority: {e}"),
+                    );
+                }
+                if let Some(j) = self.jobs.get_mut(&seq) {
+                    info!(job = %j.id, from = j.req.priority, to = p, by = %by, "priority changed");
+                    j.req.priority = p;
+                }
+                self.replan();
+                Response::Done {
+                    message: format!("job {job} now has priority {p}"),
+                }
+            }
+        }
+    }
+
+    /// Kill a running job or withdraw a queued one.
+    pub(super) fn kill(&mut self, seq: i64, by: String) -> Response {
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return err(ErrorCode::NotFound, "no such job");
+        };
+        let job = j.id.to_string();
+        if j.started.is_none() {
+            let j = self.jobs.remove(&seq);
+            if let Some(j) = j {
+                info!(job = %j.id, user = %j.user, by = %by, "queued job withdrawn");
+                let mut end = End::reason(&format!("killed by {by}"));
+                end.killed = true;
+                self.record_end(&j, end);
+                if let Some(w) = j.waiter {
+                    let _ = w.reply.send(err(
+                        ErrorCode::Invalid,
+                        format!("job {job} was killed while queued"),
+                    ));
+                }
+            }
+            self.replan();
+            return Response::Done {
+                message: format!("job {job} withdrawn from the queue"),
+            };
+        }
+        info!(job = %j.id, user = %j.user, by = %by, "killing job");
+        j.end.killed_by = Some(by);
+        j.held = false;
+        if let Err(e) = self.driver.kill(&j.cgroup) {
+            return err(ErrorCode::Internal, format!("cannot kill job {job}: {e}"));
+        }
+        self.check_empty(seq);
+        Response::Done {
+            message: format!("job {job} killed"),
+        }
+    }
+}

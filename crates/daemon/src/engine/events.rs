@@ -1,0 +1,104 @@
+//! The engine's inputs: who asks ([`Cred`]), what about a job ([`Control`]) and every
+//! [`Event`] the connections, watchers and timers send down the engine's one channel.
+
+use inotify::WatchDescriptor;
+use pjw_proto::{RegisterRequest, Response, RunRequest};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::procs::ProcMsg;
+
+/// Who is asking (from `SO_PEERCRED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cred {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// What the connection task resolved about the caller before handing its request over, off the
+/// engine thread (user and group lookups may stall on LDAP or SSSD; see [`crate::users`]): the
+/// engine never looks a user up itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Who {
+    /// The caller's user name (its uid as text when it has none).
+    pub name: String,
+    /// Whether the caller is in `[profile] admin_group`.
+    pub admin: bool,
+    /// The user the request names (`run --user`, `register`, `report --user`): uid and primary
+    /// gid; None when it names none or no such user exists.
+    pub named: Option<(u32, u32)>,
+}
+
+/// A request about one job (kill, suspend, resume, priority).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Control {
+    Kill,
+    Suspend,
+    Resume,
+    Priority(u8),
+    /// End a registered job (root only); answered once its cgroups are gone.
+    End,
+}
+
+/// Everything the engine reacts to.
+#[derive(Debug)]
+pub enum Event {
+    /// A `run` request. Answers go to `reply` (Queued, then Started or Error).
+    Submit {
+        conn: u64,
+        cred: Cred,
+        who: Who,
+        req: RunRequest,
+        reply: mpsc::UnboundedSender<Response>,
+    },
+    /// A `status` request.
+    Status { reply: oneshot::Sender<Response> },
+    /// A request about one job.
+    Control {
+        cred: Cred,
+        who: Who,
+        job: String,
+        what: Control,
+        reply: oneshot::Sender<Response>,
+    },
+    /// A connection closed; if it was waiting in the queue, it leaves the queue.
+    ClientGone { conn: u64 },
+    /// The main process of job `seq` exited (its pidfd became readable).
+    MainExited { seq: i64 },
+    /// `cgroup.events` of a watched job changed.
+    CgroupChanged { wd: WatchDescriptor },
+    /// Re-check whether job `seq` is empty (only where no `cgroup.events` exists: pure v1).
+    Recheck { seq: i64 },
+    /// A timer: look at the queue again (TTL expiry, clients that never reconnected).
+    Tick { generation: u64 },
+    /// A timer: write again what the store did not take (see `engine/store_writes.rs`).
+    StoreRetry,
+    /// The memory governor's tick: sample memory and PSI, freeze or thaw.
+    Govern,
+    /// A `register` request from a workload manager's prolog or job starter (root only).
+    Register {
+        conn: u64,
+        cred: Cred,
+        who: Who,
+        req: RegisterRequest,
+        reply: mpsc::UnboundedSender<Response>,
+    },
+    /// The adoption sweep's timer: look at processes started since the last sweep.
+    Sweep,
+    /// Process events from the kernel's proc connector (see [`crate::procs`]).
+    Proc(ProcMsg),
+    /// The sampler's tick (`profile.interval`): sample every started job.
+    Sample,
+    /// A metrics scrape: answer with an in-memory snapshot (no I/O).
+    Metrics {
+        reply: oneshot::Sender<crate::metrics::Snapshot>,
+    },
+    /// A `report` request: the engine checks access and answers with frames on `reply`
+    /// (the store is read on a blocking thread, never in the engine).
+    Report {
+        cred: Cred,
+        who: Who,
+        query: pjw_proto::ReportQuery,
+        reply: mpsc::UnboundedSender<Response>,
+    },
+}

@@ -1,0 +1,199 @@
+//! One job as the engine holds it, from queued to ended: its fields, the client waiting for it,
+//! and how its phase maps to the state shown to users and the role stored.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use inotify::WatchDescriptor;
+use pjw_core::sched::{self, JobView, Phase, Request};
+use pjw_core::{CpuSet, JobId};
+use pjw_proto::{JobState, JobTmp, Placement, Response};
+use pjw_store::StarterRecord;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::profile::{JobProf, ProfState};
+
+/// The client waiting for a queued job.
+#[derive(Debug)]
+pub(super) struct Waiter {
+    pub(super) conn: u64,
+    pub(super) reply: mpsc::UnboundedSender<Response>,
+}
+
+/// How a started job's end is watched for: its main process gone, its cgroup empty.
+#[derive(Debug, Default)]
+pub(super) struct EndWatch {
+    /// Its main process exited (or it was killed): it ends once its cgroup is empty.
+    pub(super) ending: bool,
+    /// Who killed it, for the record.
+    pub(super) killed_by: Option<String>,
+    /// Who ended it (a manager's epilog), for the record.
+    pub(super) ended_by: Option<String>,
+    /// The inotify watch on its `cgroup.events`.
+    pub(super) watch: Option<WatchDescriptor>,
+    /// `end` requests waiting for the cgroups to be gone.
+    pub(super) waiters: Vec<oneshot::Sender<Response>>,
+    /// A look at its cgroup is scheduled (where no event says when it empties: cgroup v1, or
+    /// the kernel could not be read); one at a time, however many callers asked.
+    pub(super) recheck_pending: bool,
+    /// The last delay between such looks: 20 ms after the job's end, doubling up to 1 s while
+    /// leftovers keep running.
+    pub(super) recheck_delay: Duration,
+}
+
+/// What the memory governor tracks about a job.
+#[derive(Debug, Default)]
+pub(super) struct MemTrack {
+    /// Memory as last sampled, its growth (bytes/s) and when.
+    pub(super) usage: u64,
+    pub(super) growth: f64,
+    pub(super) at: Option<Instant>,
+    /// Frozen by the memory governor (it keeps its CPUs), and what it is expected to need.
+    pub(super) frozen: bool,
+    pub(super) footprint: u64,
+    /// When the governor last thawed it.
+    pub(super) thawed_at: Option<Instant>,
+    /// Throttled by the governor (`memory.high`).
+    pub(super) throttled: bool,
+}
+
+/// A job, from queued to ended.
+#[derive(Debug)]
+pub(super) struct Job {
+    pub(super) seq: i64,
+    pub(super) id: JobId,
+    pub(super) name: String,
+    /// The owner (the `--user` of a root client, else the client).
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+    pub(super) user: String,
+    /// uid of the process that asked: root in job starter mode, else `uid`.
+    pub(super) client_uid: u32,
+    /// The workload manager's name for the job (`slurm:42`).
+    pub(super) wlm: Option<String>,
+    /// Size of the job's /tmp (bytes), if it has one.
+    pub(super) tmp_size: Option<u64>,
+    /// The per-job tmpfs the daemon mounted for an unprivileged client.
+    pub(super) tmpdir: Option<PathBuf>,
+    pub(super) req: Request,
+    pub(super) mem: Option<u64>,
+    pub(super) phase: Phase,
+    /// CPUs it runs on (primary: exclusive; backfill: shared); empty while queued or frozen.
+    pub(super) cpus: CpuSet,
+    pub(super) mems: CpuSet,
+    /// The main process (the client that became the command); None for adopted cgroups.
+    pub(super) pid: Option<u32>,
+    pub(super) pid_start: Option<u64>,
+    pub(super) cgroup: String,
+    /// Whether its cgroups exist (it has started).
+    pub(super) started: Option<Instant>,
+    pub(super) queued_at: Instant,
+    /// Why it is frozen or backfilling, for `pjw status`.
+    pub(super) reason: Option<String>,
+    /// The waiting client while queued; None for a queued job recovered after a restart whose
+    /// client has not reconnected yet (it is not planned until it does).
+    pub(super) waiter: Option<Waiter>,
+    /// Until when a recovered queued job waits for its client to reconnect.
+    pub(super) reconnect_by: Option<Instant>,
+    /// What the memory governor tracks about it.
+    pub(super) memory: MemTrack,
+    /// Profile totals: time per state, latest sample, maxima, exit status.
+    pub(super) prof: JobProf,
+    /// Registered without a process: it lives until the manager ends it, even when empty.
+    pub(super) held: bool,
+    /// How its end is watched for and who waits for it.
+    pub(super) end: EndWatch,
+    /// Its row lags behind memory (a write failed): written again after the next event.
+    pub(super) store_dirty: bool,
+}
+
+impl Job {
+    /// What the client is told about its temporary space.
+    pub(super) fn tmp_reply(&self) -> Option<JobTmp> {
+        match (&self.tmpdir, self.tmp_size) {
+            (Some(dir), Some(size)) => Some(JobTmp::Dir {
+                dir: dir.display().to_string(),
+                size,
+            }),
+            (None, Some(size)) if size > 0 && self.client_uid == 0 => {
+                Some(JobTmp::Private { size })
+            }
+            _ => None,
+        }
+    }
+
+    pub(super) fn starter_record(&self) -> StarterRecord {
+        StarterRecord {
+            wlm: self.wlm.clone(),
+            client_uid: self.client_uid,
+            tmp_size: self.tmp_size,
+            tmpdir: self.tmpdir.as_ref().map(|d| d.display().to_string()),
+        }
+    }
+
+    pub(super) fn view(&self) -> JobView {
+        JobView {
+            key: self.seq,
+            req: self.req,
+            phase: self.phase,
+            cpus: self.cpus,
+        }
+    }
+
+    pub(super) fn prof_state(&self) -> ProfState {
+        match self.state() {
+            JobState::Queued => ProfState::Queued,
+            JobState::Backfill => ProfState::Backfill,
+            JobState::Frozen => ProfState::Frozen,
+            JobState::Running | JobState::Ending => ProfState::Running,
+        }
+    }
+
+    pub(super) fn state(&self) -> JobState {
+        if self.end.ending {
+            return JobState::Ending;
+        }
+        if self.memory.frozen {
+            return JobState::Frozen;
+        }
+        match self.phase {
+            Phase::Queued => JobState::Queued,
+            Phase::Primary => JobState::Running,
+            Phase::Backfill => JobState::Backfill,
+            Phase::Preempted | Phase::Suspended => JobState::Frozen,
+        }
+    }
+}
+
+pub(super) fn role_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Queued | Phase::Primary => "primary",
+        Phase::Backfill => "backfill",
+        Phase::Preempted => "preempted",
+        Phase::Suspended => "suspended",
+    }
+}
+
+pub(super) fn placement_name(p: Placement) -> &'static str {
+    match p {
+        Placement::Any => "any",
+        Placement::PrimaryOnly => "primary_only",
+        Placement::BackfillOnly => "backfill_only",
+    }
+}
+
+pub(super) fn placement_from(s: &str) -> Placement {
+    match s {
+        "primary_only" => Placement::PrimaryOnly,
+        "backfill_only" => Placement::BackfillOnly,
+        _ => Placement::Any,
+    }
+}
+
+pub(super) fn sched_placement(p: Placement) -> sched::Placement {
+    match p {
+        Placement::Any => sched::Placement::Any,
+        Placement::PrimaryOnly => sched::Placement::PrimaryOnly,
+        Placement::BackfillOnly => sched::Placement::BackfillOnly,
+    }
+}

@@ -1,0 +1,429 @@
+//! A job's life in the kernel: starting it in its cgroups, moving and freezing it, tracking its
+//! main process and cgroup, and ending it once the cgroup is empty.
+
+use std::time::{Duration, Instant};
+
+use inotify::WatchMask;
+use pjw_cgroup::JobLimits;
+use pjw_core::sched::Phase;
+use pjw_core::CpuSet;
+use pjw_proto::{ErrorCode, Response};
+use tracing::{debug, error, info, warn};
+
+use super::pidfd::{spawn_pidfd_retry, spawn_pidfd_watch};
+use super::store_writes::OnFail;
+use super::{err, role_name, End, Engine, Event};
+use crate::os;
+use crate::profile::{self};
+
+impl Engine {
+    pub(super) fn start(&mut self, seq: i64, cpus: CpuSet, backfill: bool) -> bool {
+        let Some(j) = self.jobs.get(&seq) else {
+            return false;
+        };
+        // A registered job may have no process yet; every other job has its client's.
+        let pid = j.pid;
+        if pid.is_none() && !j.held {
+            return false;
+        }
+        let Some(waiter) = self.jobs.get_mut(&seq).and_then(|j| j.waiter.take()) else {
+            return false;
+        };
+        let j = &self.jobs[&seq];
+        // The process must still be the caller's.
+        if waiter.reply.is_closed()
+            || pid.is_some_and(|p| os::process_uid(&self.cfg.proc_root, p) != Some(j.client_uid))
+        {
+            warn!(job = %j.id, pid = ?pid, "client process vanished before start");
+            if let Some(j) = self.jobs.remove(&seq) {
+                self.record_end(&j, End::reason("client left the queue"));
+            }
+            return false;
+        }
+        let mems = self.alloc.topology().mems_for(&cpus);
+        let phase = if backfill {
+            Phase::Backfill
+        } else {
+            Phase::Primary
+        };
+        // Durable first: after a crash from here on, recovery finds the job. A store that
+        // refuses refuses the start (nothing is in the kernel yet).
+        let started_ms = self.clock.now_ms();
+        let recorded = self.store_write(seq, "set_starting", OnFail::Refuse, |s| {
+            s.set_starting(seq, &cpus, &mems, role_name(phase), started_ms)
+        });
+        let j = &self.jobs[&seq];
+        if let Err(e) = recorded {
+            error!(job = %j.id, error = %e, "cannot record job start");
+            let _ = waiter
+                .reply
+                .send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
+            self.jobs.remove(&seq);
+            return false;
+        }
+        let limits = JobLimits {
+            cpus,
+            mems,
+            memory_max: j.mem,
+            pids_max: self.cfg.pids_max,
+            swap_max: self.cfg.swap_max,
+        };
+        let cgroup = j.cgroup.clone();
+        let placed = self
+            .driver
+            .create_job(&cgroup, &limits)
+            .and_then(|_| {
+                if backfill {
+                    self.driver.set_idle(&cgroup, true)
+                } else {
+                    Ok(())
+                }
+            })
+            .map(|_| {
+                if !j.req.exclusive {
+                    return;
+                }
+                if let Some(kind) = self.partition {
+                    // Its own scheduling domain: nothing else is balanced onto its CPUs.
+                    match self.driver.set_partition(Some(&cgroup), kind, None) {
+                        Ok(()) => info!(job = %j.id, cpus = %cpus, partition = kind.as_str(), "exclusive job is a cpuset partition"),
+                        Err(e) => warn!(job = %j.id, error = %e, "exclusive job stays a plain cpuset"),
+                    }
+                }
+            })
+            .and_then(|_| match pid {
+                // Known before the process can fork: its children are the job's.
+                Some(p) => {
+                    self.procs.start_job(seq, p);
+                    self.driver.add_process(&cgroup, p)
+                }
+                // A registered job without a process yet: its processes come by adoption.
+                None => Ok(()),
+            });
+        if let Err(e) = placed {
+            self.procs.end_job(seq);
+            error!(job = %j.id, error = %e, "cannot place job in its cgroups");
+            let _ = self.driver.remove_job(&cgroup);
+            let _ = waiter.reply.send(err(
+                ErrorCode::Internal,
+                format!("cannot set up the job's cgroups: {e}"),
+            ));
+            if let Some(j) = self.jobs.remove(&seq) {
+                self.record_end(&j, End::reason(&format!("start failed: {e}")));
+            }
+            return false;
+        }
+        // An unprivileged client's /tmp: a tmpfs the daemon mounts for it.
+        if let Some(size) = j.tmp_size.filter(|_| j.client_uid != 0) {
+            match crate::tmp::mount_job_tmp(&self.cfg.tmp_root, &cgroup, size, j.uid, j.gid) {
+                Ok(dir) => {
+                    info!(job = %j.id, user = %j.user, dir = %dir.display(), size, "job tmpfs mounted");
+                    let mut st = j.starter_record();
+                    st.tmpdir = Some(dir.display().to_string());
+                    if let Some(j) = self.jobs.get_mut(&seq) {
+                        j.tmpdir = Some(dir);
+                    }
+                    // Mounted: kept in memory if the store refuses, and written again.
+                    let _ = self.store_write(seq, "set_starter", OnFail::Rewrite, |s| {
+                        s.set_starter(seq, &st)
+                    });
+                }
+                Err(e) => {
+                    // The client is already in the job's cgroups: tell it, and let the job end
+                    // the usual way when it exits on the error.
+                    error!(job = %j.id, error = %e, "cannot mount the job's tmpfs");
+                    let _ = waiter.reply.send(err(
+                        ErrorCode::Internal,
+                        format!("cannot set up the job's /tmp: {e}"),
+                    ));
+                    let _ = self
+                        .store_write(seq, "set_running", OnFail::Rewrite, |s| s.set_running(seq));
+                    if let Some(j) = self.jobs.get_mut(&seq) {
+                        j.phase = phase;
+                        j.cpus = cpus;
+                        j.mems = mems;
+                        j.started = Some(Instant::now());
+                    }
+                    self.track(seq, true);
+                    return true;
+                }
+            }
+        }
+        if !self.jobs.contains_key(&seq) {
+            return false;
+        }
+        // In its cgroups now: kept in memory if the store refuses, and written again.
+        let _ = self.store_write(seq, "set_running", OnFail::Rewrite, |s| s.set_running(seq));
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return false;
+        };
+        j.phase = phase;
+        j.cpus = cpus;
+        j.mems = mems;
+        j.started = Some(Instant::now());
+        j.reason = backfill.then(|| "backfill on cpus other jobs hold".to_string());
+        info!(
+            job = %j.id, user = %j.user, cpus = %cpus, mems = %mems, pid = ?pid, role = role_name(phase),
+            wlm = j.wlm.as_deref().unwrap_or(""),
+            priority = j.req.priority, waited_ms = j.queued_at.elapsed().as_millis() as u64,
+            "job started"
+        );
+        self.metrics.launch(j.queued_at.elapsed().as_secs_f64());
+        let _ = waiter.reply.send(Response::Started {
+            job: j.id.to_string(),
+            cpus,
+            mems,
+            backfill,
+            tmp: j.tmp_reply(),
+        });
+        self.track(seq, true);
+        true
+    }
+
+    /// A running or frozen job moves to `cpus` in role `phase` (promotion, resume, demotion to
+    /// backfill).
+    pub(super) fn move_job(
+        &mut self,
+        seq: i64,
+        cpus: CpuSet,
+        phase: Phase,
+        reason: Option<String>,
+    ) -> bool {
+        let Some(j) = self.jobs.get(&seq) else {
+            return false;
+        };
+        let mems = self.alloc.topology().mems_for(&cpus);
+        let was = j.phase;
+        let cg = j.cgroup.clone();
+        let res = (|| {
+            // Order matters for the neighbours: a job leaving the idle class goes to its own CPUs
+            // first; a job entering it is made idle before it shares CPUs.
+            if phase == Phase::Backfill {
+                self.driver.set_idle(&cg, true)?;
+                self.driver.set_cpus(&cg, &cpus, &mems)?;
+            } else {
+                self.driver.set_cpus(&cg, &cpus, &mems)?;
+                self.driver.set_idle(&cg, false)?;
+            }
+            if matches!(was, Phase::Preempted | Phase::Suspended) {
+                self.driver.freeze(&cg, false)?;
+            }
+            Ok::<(), pjw_cgroup::CgroupError>(())
+        })();
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return false;
+        };
+        if let Err(e) = res {
+            warn!(job = %j.id, error = %e, "cannot move job");
+            return true;
+        }
+        j.phase = phase;
+        j.cpus = cpus;
+        j.mems = mems;
+        j.reason = reason.or_else(|| {
+            (phase == Phase::Backfill).then(|| "backfill on cpus other jobs hold".into())
+        });
+        info!(job = %j.id, user = %j.user, cpus = %cpus, from = role_name(was), to = role_name(phase), "job moved");
+        // Moved in the kernel already: kept in memory if the store refuses, and written again.
+        let _ = self.store_write(seq, "set_role", OnFail::Rewrite, |s| {
+            s.set_role(seq, role_name(phase), &cpus, &mems)
+        });
+        true
+    }
+
+    /// Freeze a running job; it gives up its CPUs.
+    pub(super) fn freeze_job(&mut self, seq: i64, phase: Phase, reason: Option<String>) -> bool {
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return false;
+        };
+        if let Err(e) = self.driver.freeze(&j.cgroup, true) {
+            warn!(job = %j.id, error = %e, "cannot freeze job");
+            return true;
+        }
+        // Frozen now for another reason (preempted, suspended): no longer the governor's to thaw.
+        j.memory.frozen = false;
+        j.phase = phase;
+        j.cpus = CpuSet::new();
+        j.reason = reason;
+        info!(job = %j.id, user = %j.user, role = role_name(phase), reason = j.reason.as_deref().unwrap_or(""), "job frozen");
+        // Frozen in the kernel already: kept in memory if the store refuses, and written again.
+        let (cpus, mems) = (j.cpus, j.mems);
+        let _ = self.store_write(seq, "set_role", OnFail::Rewrite, |s| {
+            s.set_role(seq, role_name(phase), &cpus, &mems)
+        });
+        true
+    }
+
+    /// Watch a job: its main process (pidfd) and its cgroup (inotify on cgroup.events).
+    pub(super) fn track(&mut self, seq: i64, main_alive: bool) {
+        let Some(job) = self.jobs.get_mut(&seq) else {
+            return;
+        };
+        if let Some(watches) = self.watches.as_mut() {
+            if let Some(path) = self.driver.events_path(&job.cgroup) {
+                match watches.add(&path, WatchMask::MODIFY) {
+                    Ok(wd) => {
+                        self.by_watch.insert(wd.clone(), seq);
+                        job.end.watch = Some(wd);
+                    }
+                    Err(e) => {
+                        warn!(job = %job.id, path = %path.display(), error = %e, "cannot watch cgroup.events")
+                    }
+                }
+            }
+        }
+        match (main_alive, job.pid) {
+            (true, Some(pid)) => match os::pidfd_open(pid) {
+                Ok(fd) => spawn_pidfd_watch(fd, seq, self.tx.clone()),
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) => {
+                    debug!(seq, pid, "main process already gone");
+                    self.main_exited(seq);
+                }
+                // Out of descriptors or memory is not "the process is gone": keep trying.
+                Err(e) => {
+                    warn!(job = %job.id, pid, error = %e, "cannot watch the main process yet; trying again");
+                    spawn_pidfd_retry(
+                        pid,
+                        job.pid_start,
+                        self.cfg.proc_root.clone(),
+                        seq,
+                        self.tx.clone(),
+                    );
+                }
+            },
+            (false, Some(_)) => self.main_exited(seq),
+            // Adopted cgroup without a known main process: it ends when it empties.
+            (_, None) => self.check_empty(seq),
+        }
+    }
+
+    pub(super) fn main_exited(&mut self, seq: i64) {
+        let kill = self.cfg.kill_leftovers;
+        let Some(job) = self.jobs.get_mut(&seq) else {
+            return;
+        };
+        if !job.end.ending {
+            job.end.ending = true;
+            debug!(job = %job.id, "main process exited");
+            if kill {
+                if let Err(e) = self.driver.kill(&job.cgroup) {
+                    warn!(job = %job.id, error = %e, "cannot kill leftover processes");
+                }
+            }
+        }
+        self.check_empty(seq);
+    }
+
+    /// End the job if its cgroup is empty; where no event will tell us, look again shortly.
+    ///
+    /// A cgroup the kernel could not be read for is not empty: the job keeps its CPUs and its
+    /// cgroup is looked at again (an event may never come for it).
+    pub(super) fn check_empty(&mut self, seq: i64) {
+        let Some(job) = self.jobs.get(&seq) else {
+            return;
+        };
+        if job.started.is_none() || job.held {
+            return;
+        }
+        // Only the kernel saying "empty" ends a job; a failed read is not an answer (a job
+        // ended on a read error would hand its CPUs out while it runs). A job cgroup that no
+        // longer exists holds no process: the driver says so (Ok(false)), not an error.
+        let (populated, unknown) = match self.driver.is_populated(&job.cgroup) {
+            Ok(p) => (p, false),
+            Err(e) => {
+                warn!(job = %job.id, error = %e, "cannot tell whether the job's cgroup is empty; it keeps its CPUs, looking again in 1 s");
+                self.metrics.kernel_read_error();
+                (true, true)
+            }
+        };
+        if !populated {
+            let reason = match (&job.end.killed_by, &job.end.ended_by) {
+                (Some(by), _) => format!("killed by {by}"),
+                (None, Some(by)) => format!("ended by {by}"),
+                (None, None) => "exited".to_string(),
+            };
+            self.finish(seq, &reason);
+            return;
+        }
+        let Some(job) = self.jobs.get_mut(&seq) else {
+            return;
+        };
+        if (job.end.watch.is_none() || unknown) && !job.end.recheck_pending {
+            let tx = self.tx.clone();
+            let delay = if job.end.ending && !unknown {
+                (job.end.recheck_delay * 2).clamp(Duration::from_millis(20), Duration::from_secs(1))
+            } else {
+                Duration::from_secs(1)
+            };
+            job.end.recheck_delay = delay;
+            job.end.recheck_pending = true;
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = tx.send(Event::Recheck { seq });
+            });
+        }
+    }
+
+    pub(super) fn finish(&mut self, seq: i64, reason: &str) {
+        let Some(job) = self.jobs.remove(&seq) else {
+            return;
+        };
+        if let Some(wd) = job.end.watch.clone() {
+            self.by_watch.remove(&wd);
+            if let Some(w) = self.watches.as_mut() {
+                let _ = w.remove(wd);
+            }
+        }
+        let ooms = self.driver.oom_kills(&job.cgroup);
+        let reason = if ooms > 0 {
+            let inside = if job.mem.is_some() {
+                "inside its own memory limit"
+            } else {
+                "at the node's job partition"
+            };
+            warn!(job = %job.id, user = %job.user, oom_kills = ooms, "job had processes killed for memory {inside}");
+            format!("{reason}; {ooms} process(es) OOM-killed {inside}")
+        } else {
+            reason.to_string()
+        };
+        let reason = reason.as_str();
+        let counts = self.procs.end_job(seq).unwrap_or_default();
+        // The last counters (CPU, the memory high-water mark, I/O) before the cgroups go.
+        let finals = profile::read_finals(self.driver.as_ref(), &job.cgroup);
+        if let Err(e) = self.driver.remove_job(&job.cgroup) {
+            warn!(job = %job.id, error = %e, "cannot remove job cgroups");
+        }
+        if let Some(dir) = &job.tmpdir {
+            match crate::tmp::remove_job_tmp(dir) {
+                Ok(()) => debug!(job = %job.id, dir = %dir.display(), "job tmpfs removed"),
+                Err(e) => warn!(job = %job.id, error = %e, "cannot remove the job's tmpfs"),
+            }
+        }
+        let runtime_ms = job
+            .started
+            .map(|s| s.elapsed().as_millis() as u64)
+            .unwrap_or(0);
+        self.record_end(
+            &job,
+            End {
+                reason: reason.to_string(),
+                killed: job.end.killed_by.is_some(),
+                ooms,
+                running_ms: runtime_ms as i64,
+                finals,
+                counts: self.proc_events.then_some(counts),
+            },
+        );
+        info!(
+            job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms, reason,
+            processes = counts.procs_ever, threads = counts.threads_ever,
+            max_processes = counts.procs_max, counts_exact = !counts.lossy, "job ended"
+        );
+        for w in job.end.waiters {
+            let _ = w.send(Response::Done {
+                message: format!("job {} ended; its cgroups are gone", job.id),
+            });
+        }
+        self.replan();
+    }
+}

@@ -1,0 +1,216 @@
+//! Planning: asking the node-queue policy what changes and carrying out its actions (start,
+//! promote, preempt, resume, expire), memory admission, and the queue's timer.
+
+use std::time::{Duration, Instant};
+
+use pjw_core::sched::{self, Action, JobView, Phase};
+use pjw_core::CpuSet;
+use pjw_proto::ErrorCode;
+use tracing::info;
+
+use super::{err, End, Engine, Event, Job};
+
+impl Engine {
+    /// Ask the policy what changes now and carry it out, until nothing does.
+    pub(super) fn replan(&mut self) {
+        // A failed start removes the job; plan again so the next one gets its chance. A queued
+        // job that memory holds back is left out of the next plan, so the CPUs it was planned
+        // on go to jobs that memory admits instead of idling (it starts when memory frees).
+        let mut held: Vec<i64> = Vec::new();
+        for _ in 0..64 {
+            let views: Vec<JobView> = self
+                .jobs
+                .values()
+                // Not a job that is ending, nor a recovered queued job whose client has not come
+                // back, nor one memory holds back.
+                .filter(|j| !j.end.ending && (j.phase != Phase::Queued || j.waiter.is_some()))
+                .filter(|j| !held.contains(&j.seq))
+                .map(Job::view)
+                .collect();
+            // An ending job keeps its CPUs until its cgroup is empty (its leftovers may run on,
+            // with `kill_leftovers = false`); the policy does not see it, so they are not in
+            // the pool it plans with.
+            let pool = self
+                .jobs
+                .values()
+                .filter(|j| j.end.ending && j.phase == Phase::Primary)
+                .fold(self.pool, |p, j| p.difference(&j.cpus));
+            let actions = sched::plan(
+                &self.policy,
+                &self.alloc,
+                &mut self.scratch,
+                &pool,
+                &views,
+                self.clock.now_ms(),
+            );
+            if actions.is_empty() {
+                break;
+            }
+            // A start that memory does not admit is dropped, and so are the preemptions planned
+            // to make room for it.
+            let held_back: Vec<i64> = actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::StartPrimary { key, .. } | Action::StartBackfill { key, .. } => {
+                        Some(*key)
+                    }
+                    _ => None,
+                })
+                .filter(|k| !self.memory_admits(*k))
+                .collect();
+            let mut failed = !held_back.is_empty();
+            held.extend(&held_back);
+            for a in actions {
+                let skip = match a {
+                    Action::StartPrimary { key, .. } | Action::StartBackfill { key, .. } => {
+                        held_back.contains(&key)
+                    }
+                    Action::Preempt { by, .. } => held_back.contains(&by),
+                    _ => false,
+                };
+                if skip {
+                    continue;
+                }
+                if !self.apply(a) {
+                    failed = true;
+                }
+            }
+            if !failed {
+                break;
+            }
+        }
+        self.arm_timer();
+    }
+
+    /// Memory promised to started jobs by their `--mem`.
+    pub(super) fn mem_promised(&self) -> u64 {
+        self.jobs
+            .values()
+            .filter(|j| j.started.is_some())
+            .filter_map(|j| j.mem)
+            .sum()
+    }
+
+    /// Whether a queued job may start as far as memory goes: no job is frozen for memory, and
+    /// its `--mem` fits in the partition next to the `--mem` of the jobs that hold memory.
+    pub(super) fn memory_admits(&self, key: i64) -> bool {
+        if self.jobs.values().any(|j| j.memory.frozen) {
+            return false;
+        }
+        let Some(want) = self.jobs.get(&key).and_then(|j| j.mem) else {
+            return true;
+        };
+        let held = self.mem_promised();
+        held.saturating_add(want) <= self.mem_limit
+    }
+
+    /// Carry out one action; false when it could not be done (the job is gone).
+    pub(super) fn apply(&mut self, a: Action) -> bool {
+        match a {
+            Action::StartPrimary { key, cpus } => self.start(key, cpus, false),
+            Action::StartBackfill { key, cpus } => self.start(key, cpus, true),
+            Action::Promote { key, cpus } => self.move_job(key, cpus, Phase::Primary, None),
+            Action::Resume { key, cpus } => self.move_job(key, cpus, Phase::Primary, None),
+            Action::Preempt {
+                key,
+                by,
+                to_backfill,
+            } => {
+                let by_id = self
+                    .jobs
+                    .get(&by)
+                    .map(|j| j.id.to_string())
+                    .unwrap_or_default();
+                let reason = Some(format!("preempted by job {by_id}"));
+                if to_backfill {
+                    let cpus = self.jobs.get(&key).map(|j| j.cpus).unwrap_or_default();
+                    self.move_job(key, cpus, Phase::Backfill, reason)
+                } else {
+                    self.freeze_job(key, Phase::Preempted, reason)
+                }
+            }
+            Action::Expire { key } => {
+                if let Some(j) = self.jobs.remove(&key) {
+                    let waited = j.queued_at.elapsed().as_secs();
+                    info!(job = %j.id, user = %j.user, waited_s = waited, "job expired in the queue");
+                    self.record_end(&j, End::reason("expired in queue"));
+                    if let Some(w) = j.waiter {
+                        let _ = w.reply.send(err(
+                            ErrorCode::Invalid,
+                            format!(
+                                "job {} expired after waiting {waited} s in the queue (queue_ttl)",
+                                j.id
+                            ),
+                        ));
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// Wake up when the next queued job would expire or a recovered client's grace ends.
+    pub(super) fn arm_timer(&mut self) {
+        let now = self.clock.now_ms();
+        let mut next: Option<Duration> = None;
+        let mut consider = |d: Duration| next = Some(next.map_or(d, |n: Duration| n.min(d)));
+        if let Some(ttl) = self.policy.queue_ttl_ms {
+            for j in self.jobs.values().filter(|j| j.phase == Phase::Queued) {
+                let left = (j.req.submitted_ms + ttl - now).max(0) as u64 + 1;
+                consider(Duration::from_millis(left));
+            }
+        }
+        for j in self.jobs.values() {
+            if let Some(by) = j.reconnect_by {
+                consider(by.saturating_duration_since(Instant::now()) + Duration::from_millis(1));
+            }
+        }
+        if let Some(d) = next {
+            self.tick_generation += 1;
+            let generation = self.tick_generation;
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(d).await;
+                let _ = tx.send(Event::Tick { generation });
+            });
+        }
+    }
+
+    /// Recovered queued jobs whose client did not come back in time are dropped.
+    pub(super) fn drop_unclaimed(&mut self) {
+        let now = Instant::now();
+        let gone: Vec<i64> = self
+            .jobs
+            .values()
+            .filter(|j| j.reconnect_by.is_some_and(|b| b <= now))
+            .map(|j| j.seq)
+            .collect();
+        for seq in gone {
+            if let Some(j) = self.jobs.remove(&seq) {
+                info!(job = %j.id, "queued client did not reconnect; job withdrawn");
+                self.record_end(&j, End::reason("client left the queue"));
+            }
+        }
+    }
+
+    /// Queued jobs in the order they will be served.
+    pub(super) fn queue_order(&self) -> Vec<i64> {
+        let mut q: Vec<&Job> = self
+            .jobs
+            .values()
+            .filter(|j| j.phase == Phase::Queued)
+            .collect();
+        q.sort_by_key(|j| (std::cmp::Reverse(j.req.priority), j.req.submitted_ms, j.seq));
+        q.into_iter().map(|j| j.seq).collect()
+    }
+
+    /// CPUs held by primaries.
+    pub(super) fn free(&self) -> CpuSet {
+        let held = self
+            .jobs
+            .values()
+            .filter(|j| j.phase == Phase::Primary)
+            .fold(CpuSet::new(), |acc, j| acc.union(&j.cpus));
+        self.pool.difference(&held)
+    }
+}

@@ -1,0 +1,283 @@
+//! Recovery after a (re)start: rebuilding the jobs from the store and the cgroup trees, and
+//! adopting populated cgroups the store does not know.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use pjw_core::sched::{self, Phase, Request};
+use pjw_core::{CpuSet, JobId};
+use pjw_store::{JobRecord, StoredState};
+use tracing::{info, warn};
+
+use super::job::{EndWatch, MemTrack};
+use super::store_writes::OnFail;
+use super::{placement_from, role_name, sched_placement, Engine, Job};
+use crate::os;
+use crate::profile::JobProf;
+
+/// How long a queued job recovered after a restart waits for its client to come back.
+const RECONNECT_GRACE: Duration = Duration::from_secs(120);
+
+impl Engine {
+    /// Rebuild the state after a (re)start from the store and the cgroup trees. Jobs that ended
+    /// meanwhile are closed, leftover empty cgroups removed, and populated cgroups the store does
+    /// not know are kept (with the CPUs their cpuset holds) until they empty: no CPU is ever
+    /// given to two jobs. Frozen jobs stay frozen; queued jobs keep their place for their
+    /// clients to reconnect.
+    pub fn recover(&mut self) -> Result<(), String> {
+        let live = self.store.live_jobs().map_err(|e| e.to_string())?;
+        let mut known = Vec::new();
+        for rec in live {
+            known.push(rec.cgroup.clone());
+            let Ok(id) = JobId::new(&rec.job_id) else {
+                continue;
+            };
+            if rec.state == StoredState::Queued {
+                self.recover_queued(rec, id);
+                continue;
+            }
+            // Registered by a manager without a process: it lives until the manager ends it.
+            let held = rec.pid.is_none()
+                && matches!(self.store.starter(rec.seq), Ok(Some(st)) if st.wlm.is_some());
+            // A cgroup that cannot be read may hold processes: kept, so its CPUs stay taken.
+            let populated = self.driver.is_populated(&rec.cgroup).unwrap_or_else(|e| {
+                warn!(job = %rec.job_id, error = %e, "cannot tell whether the job's cgroup is empty; kept");
+                true
+            });
+            // A held job lives on empty; one that never got its cgroups ("starting") does not.
+            let keep = populated || (held && rec.state == StoredState::Running);
+            if !keep {
+                let _ = self.driver.remove_job(&rec.cgroup);
+                let reason = if rec.state == StoredState::Starting {
+                    "start interrupted"
+                } else {
+                    "ended while daemon was down"
+                };
+                self.record_end_rec(&rec, reason);
+                info!(job = %rec.job_id, reason, "recovered job had ended");
+                continue;
+            }
+            let phase = match rec.role.as_str() {
+                "backfill" => Phase::Backfill,
+                "preempted" => Phase::Preempted,
+                "suspended" => Phase::Suspended,
+                _ => Phase::Primary,
+            };
+            let cpus = if matches!(phase, Phase::Preempted | Phase::Suspended) {
+                CpuSet::new()
+            } else {
+                match self.driver.job_cpus(&rec.cgroup) {
+                    Ok(c) if !c.is_empty() => {
+                        if c != rec.cpus {
+                            warn!(job = %rec.job_id, stored = %rec.cpus, cgroup = %c, "cpuset differs from the store; the cgroup wins");
+                        }
+                        c
+                    }
+                    _ => rec.cpus,
+                }
+            };
+            let main_alive = rec
+                .pid
+                .is_some_and(|p| os::process_alive(&self.cfg.proc_root, p, rec.pid_start));
+            let started = Instant::now()
+                .checked_sub(Duration::from_millis(
+                    (self.clock.now_ms() - rec.started_ms.unwrap_or(rec.submitted_ms)).max(0)
+                        as u64,
+                ))
+                .unwrap_or_else(Instant::now);
+            let mut job = self.job_from_record(&rec, id, phase, cpus, Some(started));
+            self.restore_starter(&mut job);
+            job.held = held;
+            // A running job that is frozen was frozen by the memory governor: it stays frozen
+            // until the governor finds room for it, with what it uses now as its footprint.
+            if matches!(phase, Phase::Primary | Phase::Backfill)
+                && self.driver.is_frozen(&rec.cgroup).unwrap_or(false)
+            {
+                job.memory.frozen = true;
+                job.memory.footprint = self.driver.memory_usage(&rec.cgroup).unwrap_or(0);
+            }
+            info!(
+                job = %job.id, user = %job.user, cpus = %job.cpus, role = role_name(phase), main_alive,
+                memory_frozen = job.memory.frozen, "recovered running job"
+            );
+            let seq = job.seq;
+            self.jobs.insert(seq, job);
+            if rec.state == StoredState::Starting {
+                // Its cgroups exist: kept running if the store refuses, and written again.
+                let _ =
+                    self.store_write(seq, "set_running", OnFail::Rewrite, |s| s.set_running(seq));
+            }
+            self.track(seq, main_alive);
+        }
+        // Per-job tmpfs whose job is gone (ended while the daemon was down, or never started).
+        let keep: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.tmpdir.is_some())
+            .map(|j| j.cgroup.clone())
+            .collect();
+        for name in crate::tmp::list(&self.cfg.tmp_root) {
+            if keep.contains(&name) {
+                continue;
+            }
+            let dir = self.cfg.tmp_root.join(&name);
+            match crate::tmp::remove_job_tmp(&dir) {
+                Ok(()) => info!(dir = %dir.display(), "removed the tmpfs of a job that ended"),
+                Err(e) => warn!(error = %e, "cannot remove a leftover job tmpfs"),
+            }
+        }
+        // Cgroups below the parent that the store does not know.
+        for name in self.driver.list_jobs().map_err(|e| e.to_string())? {
+            if known.contains(&name) {
+                continue;
+            }
+            // Unreadable: adopted like a populated one (its CPUs stay taken until it empties).
+            let populated = self.driver.is_populated(&name).unwrap_or_else(|e| {
+                warn!(cgroup = %name, error = %e, "cannot tell whether a leftover cgroup is empty; adopted");
+                true
+            });
+            if !populated {
+                match self.driver.remove_job(&name) {
+                    Ok(()) => info!(cgroup = %name, "removed empty leftover cgroup"),
+                    Err(e) => warn!(cgroup = %name, error = %e, "cannot remove leftover cgroup"),
+                }
+                continue;
+            }
+            self.adopt(name)?;
+        }
+        // Process counts start again from what is alive now (a lower bound).
+        self.reseed_procs();
+        self.replan();
+        Ok(())
+    }
+
+    pub(super) fn recover_queued(&mut self, rec: JobRecord, id: JobId) {
+        let alive = rec
+            .pid
+            .is_some_and(|p| os::process_alive(&self.cfg.proc_root, p, rec.pid_start));
+        if !alive {
+            self.record_end_rec(&rec, "client left the queue");
+            return;
+        }
+        let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
+        self.restore_starter(&mut job);
+        job.reconnect_by = Some(Instant::now() + RECONNECT_GRACE);
+        info!(job = %job.id, user = %job.user, "recovered queued job; waiting for its client");
+        self.jobs.insert(job.seq, job);
+    }
+
+    /// Take back a recovered job's starter details (owner vs client, WLM id, /tmp).
+    pub(super) fn restore_starter(&self, job: &mut Job) {
+        if let Ok(Some(st)) = self.store.starter(job.seq) {
+            job.client_uid = st.client_uid;
+            job.wlm = st.wlm;
+            job.tmp_size = st.tmp_size;
+            job.tmpdir = st.tmpdir.map(PathBuf::from);
+        }
+    }
+
+    pub(super) fn job_from_record(
+        &self,
+        rec: &JobRecord,
+        id: JobId,
+        phase: Phase,
+        cpus: CpuSet,
+        started: Option<Instant>,
+    ) -> Job {
+        Job {
+            seq: rec.seq,
+            id,
+            name: rec.name.clone(),
+            uid: rec.uid,
+            gid: rec.gid,
+            user: rec.user.clone(),
+            client_uid: rec.uid,
+            wlm: None,
+            tmp_size: None,
+            tmpdir: None,
+            req: Request {
+                ncpus: rec.ncpus as usize,
+                priority: rec.priority,
+                placement: sched_placement(placement_from(&rec.placement)),
+                exclusive: rec.exclusive,
+                submitted_ms: rec.submitted_ms,
+            },
+            mem: rec.mem_limit,
+            phase,
+            cpus,
+            mems: if cpus.is_empty() {
+                rec.mems
+            } else {
+                self.alloc.topology().mems_for(&cpus)
+            },
+            pid: rec.pid,
+            pid_start: rec.pid_start,
+            cgroup: rec.cgroup.clone(),
+            started,
+            queued_at: Instant::now(),
+            reason: match phase {
+                Phase::Preempted => Some("preempted".into()),
+                Phase::Suspended => Some("suspended".into()),
+                _ => None,
+            },
+            waiter: None,
+            reconnect_by: None,
+            memory: MemTrack::default(),
+            // Time queued before a restart, from the record.
+            prof: JobProf::with_queued(
+                rec.started_ms
+                    .map(|s| (s - rec.submitted_ms).max(0))
+                    .unwrap_or(0),
+            ),
+            held: false,
+            end: EndWatch::default(),
+            store_dirty: false,
+        }
+    }
+
+    /// Keep a populated job cgroup the store did not know, with the CPUs its cpuset holds.
+    pub(super) fn adopt(&mut self, name: String) -> Result<(), String> {
+        let cpus = self.driver.job_cpus(&name).unwrap_or_default();
+        let id_text = name.strip_prefix("job-").unwrap_or(&name);
+        let Ok(id) = JobId::new(id_text) else {
+            warn!(cgroup = %name, "populated cgroup with an unusable name left alone");
+            return Ok(());
+        };
+        let mems = self.alloc.topology().mems_for(&cpus);
+        let rec = JobRecord {
+            seq: 0,
+            job_id: id.to_string(),
+            name: "(adopted)".into(),
+            uid: 0,
+            gid: 0,
+            user: "?".into(),
+            ncpus: cpus.len() as u32,
+            cpus,
+            mems,
+            mem_limit: None,
+            pid: None,
+            pid_start: None,
+            cgroup: name,
+            argv: vec![],
+            state: StoredState::Running,
+            submitted_ms: self.clock.now_ms(),
+            started_ms: Some(self.clock.now_ms()),
+            ended_ms: None,
+            end_reason: None,
+            priority: sched::MAX_PRIORITY,
+            placement: "any".into(),
+            exclusive: false,
+            role: "primary".into(),
+        };
+        let seq = self
+            .store_write(0, "insert_job", OnFail::Refuse, |s| s.insert_job(&rec))
+            .map_err(|e| e.to_string())?;
+        warn!(job = %id, cpus = %cpus, "adopted a populated job cgroup the store did not know");
+        let rec = JobRecord { seq, ..rec };
+        // Adopted jobs get the top priority: nobody may preempt work pjw knows nothing about.
+        let job = self.job_from_record(&rec, id, Phase::Primary, cpus, Some(Instant::now()));
+        self.jobs.insert(seq, job);
+        self.track(seq, false);
+        Ok(())
+    }
+}

@@ -1,0 +1,283 @@
+//! Tests of the engine's store writes against a store that fails like a full disk: every
+//! failure is counted, no job is lost, and a request the store refuses is refused to its client.
+
+use std::time::Instant;
+
+use pjw_cgroup::JobLimits;
+use pjw_core::sched::Phase;
+use pjw_core::CpuSet;
+use pjw_proto::{ErrorCode, Placement, Response, RunRequest};
+use pjw_store::{JobRecord, StoredState};
+use tokio::sync::mpsc;
+
+use super::{cgroup_name, Control, Cred, Event, Who};
+use crate::store_port::StorePort;
+use crate::test_support::TestEngine;
+
+const ROOT: Cred = Cred {
+    pid: 1,
+    uid: 0,
+    gid: 0,
+};
+
+fn root() -> Who {
+    Who {
+        name: "root".into(),
+        ..Who::default()
+    }
+}
+
+fn cpus(list: &str) -> CpuSet {
+    CpuSet::parse_list(list).expect("cpu list")
+}
+
+/// A job as the store and the engine hold it: queued, or started on `on` (its cgroups made).
+fn add_job(t: &mut TestEngine, id: &str, on: Option<&str>) -> i64 {
+    let job_id = TestEngine::id(id);
+    let rec = JobRecord {
+        seq: 0,
+        job_id: job_id.to_string(),
+        name: "test".into(),
+        uid: 0,
+        gid: 0,
+        user: "root".into(),
+        ncpus: 2,
+        cpus: CpuSet::new(),
+        mems: CpuSet::new(),
+        mem_limit: None,
+        pid: None,
+        pid_start: None,
+        cgroup: cgroup_name(&job_id),
+        argv: vec![],
+        state: StoredState::Queued,
+        submitted_ms: 0,
+        started_ms: None,
+        ended_ms: None,
+        end_reason: None,
+        priority: 10,
+        placement: "any".into(),
+        exclusive: false,
+        role: "primary".into(),
+    };
+    let seq = t.store.clone().insert_job(&rec).expect("insert");
+    let rec = JobRecord { seq, ..rec };
+    let job = match on {
+        None => t
+            .engine
+            .job_from_record(&rec, job_id, Phase::Queued, CpuSet::new(), None),
+        Some(list) => {
+            let limits = JobLimits {
+                cpus: cpus(list),
+                mems: cpus("0"),
+                memory_max: None,
+                pids_max: None,
+                swap_max: None,
+            };
+            t.engine
+                .driver
+                .create_job(&rec.cgroup, &limits)
+                .expect("job cgroups on the fake tree");
+            t.engine.job_from_record(
+                &rec,
+                job_id,
+                Phase::Primary,
+                cpus(list),
+                Some(Instant::now()),
+            )
+        }
+    };
+    t.engine.jobs.insert(seq, job);
+    seq
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_priority_change_the_store_refuses_is_refused_to_the_client_and_counted() {
+    let mut t = TestEngine::new();
+    let seq = add_job(&mut t, "7", None);
+    t.store.set_full(true);
+
+    let r = t.engine.control(ROOT, &root(), "7", Control::Priority(3));
+
+    let Response::Error { code, message } = r else {
+        panic!("expected an error, got {r:?}");
+    };
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(
+        message.contains("cannot record the new priority of job 7")
+            && message.contains("database or disk is full"),
+        "{message}"
+    );
+    // Tried twice, refused: memory and store both keep the old priority.
+    assert_eq!(
+        t.store.calls_to("set_priority"),
+        ["set_priority 1 3 !", "set_priority 1 3 !"]
+    );
+    assert_eq!(t.engine.jobs[&seq].req.priority, 10);
+    assert_eq!(t.store.state().rows[&seq].priority, 10);
+    // Counted once (one refused write), and shown on the metrics page.
+    assert_eq!(t.engine.store_write_errors(), 1);
+    let page = crate::metrics::render(&t.engine.metrics_snapshot(), &t.engine.metrics(), None);
+    assert!(page.contains("pjw_store_write_errors_total 1"), "{page}");
+    assert_eq!(t.engine.store_backlog(), 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_run_the_store_cannot_record_gets_a_clear_error_and_leaves_no_job() {
+    let mut t = TestEngine::new();
+    t.store.set_full(true);
+    let (reply, mut answers) = mpsc::unbounded_channel();
+    let req = RunRequest {
+        cpus: 1,
+        mem: None,
+        job_id: Some("t1".into()),
+        name: None,
+        argv: vec!["true".into()],
+        priority: None,
+        placement: Placement::Any,
+        exclusive: false,
+        user: None,
+        wlm: None,
+        tmp: None,
+    };
+
+    t.engine.handle(Event::Submit {
+        conn: 1,
+        cred: ROOT,
+        who: root(),
+        req,
+        reply,
+    });
+
+    let r = answers.try_recv().expect("an answer");
+    let Response::Error { code, message } = r else {
+        panic!("expected an error, got {r:?}");
+    };
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(message.starts_with("cannot record job: "), "{message}");
+    assert!(message.contains("database or disk is full"), "{message}");
+    assert!(t.engine.jobs.is_empty());
+    assert_eq!(t.engine.store_write_errors(), 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_move_the_store_refuses_stays_in_memory_and_is_written_once_the_disk_has_room() {
+    let mut t = TestEngine::new();
+    let seq = add_job(&mut t, "8", Some("0-1"));
+    t.store.set_full(true);
+
+    // Moved in the kernel: the store's refusal does not undo it.
+    assert!(t.engine.move_job(seq, cpus("2-3"), Phase::Backfill, None));
+
+    let j = &t.engine.jobs[&seq];
+    assert_eq!((j.phase, j.cpus), (Phase::Backfill, cpus("2-3")));
+    assert_eq!(t.store.calls_to("set_role"), ["set_role 1 backfill 2-3 !"]);
+    assert_eq!(t.store.state().rows[&seq].role, "primary");
+    assert_eq!(t.engine.store_write_errors(), 1);
+    assert_eq!(t.engine.store_backlog(), 1);
+
+    // Still full at the retry: counted again, still pending.
+    t.engine.handle(Event::StoreRetry);
+    assert_eq!(t.engine.store_write_errors(), 2);
+    assert_eq!(t.engine.store_backlog(), 1);
+
+    t.store.set_full(false);
+    t.engine.handle(Event::StoreRetry);
+    assert_eq!(t.engine.store_backlog(), 0);
+    let row = t.store.state().rows[&seq].clone();
+    assert_eq!((row.role.as_str(), row.cpus), ("backfill", cpus("2-3")));
+    assert_eq!(row.state, StoredState::Running);
+    assert_eq!(t.engine.store_write_errors(), 2);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_end_the_store_refuses_is_not_lost() {
+    let mut t = TestEngine::new();
+    let seq = add_job(&mut t, "9", Some("0-1"));
+    t.store.set_full(true);
+
+    t.engine.finish(seq, "exited");
+
+    // Gone from memory (its cgroups are gone), its end kept until the store takes it.
+    assert!(!t.engine.jobs.contains_key(&seq));
+    assert_eq!(t.engine.store_backlog(), 1);
+    assert_eq!(t.store.live_jobs().expect("rows").len(), 1);
+    assert_eq!(
+        t.store.calls_to("finish_job"),
+        ["finish_job 1 exited !"],
+        "{:?}",
+        t.store.state().calls
+    );
+    assert_eq!(
+        t.engine.store_write_errors(),
+        2,
+        "finish_job, then set_ended"
+    );
+
+    t.store.set_full(false);
+    t.engine.handle(Event::StoreRetry);
+    assert_eq!(t.engine.store_backlog(), 0);
+    let row = t.store.state().rows[&seq].clone();
+    assert_eq!(row.state, StoredState::Ended);
+    assert_eq!(row.end_reason.as_deref(), Some("exited"));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_register_takes_the_run_path_and_a_full_store_refuses_it_to_the_manager() {
+    let mut t = TestEngine::new();
+    let (reply, mut answers) = mpsc::unbounded_channel();
+    let who = Who {
+        name: "root".into(),
+        admin: false,
+        named: Some((1000, 1000)),
+    };
+    let store = t.store.clone();
+    t.engine.handle(Event::Register {
+        conn: 1,
+        cred: ROOT,
+        who: who.clone(),
+        req: pjw_proto::RegisterRequest {
+            job: "42".into(),
+            wlm: "slurm".into(),
+            user: "someone".into(),
+            cpus: 1,
+            mem: None,
+            name: None,
+            attach: false,
+        },
+        reply: reply.clone(),
+    });
+    // With a store that works, the job is queued or started, its manager tag recorded.
+    assert_eq!(store.calls_to("set_starter").len(), 1);
+    let first = answers.try_recv().expect("an answer");
+    assert!(
+        matches!(first, Response::Queued { .. } | Response::Started { .. }),
+        "{first:?}"
+    );
+
+    // A second manager job while the disk is full: refused, no job, counted.
+    store.set_full(true);
+    let before = t.engine.jobs.len();
+    t.engine.handle(Event::Register {
+        conn: 2,
+        cred: ROOT,
+        who,
+        req: pjw_proto::RegisterRequest {
+            job: "43".into(),
+            wlm: "slurm".into(),
+            user: "someone".into(),
+            cpus: 1,
+            mem: None,
+            name: None,
+            attach: false,
+        },
+        reply,
+    });
+    let r = answers.try_recv().expect("an answer");
+    let Response::Error { code, message } = r else {
+        panic!("expected an error, got {r:?}");
+    };
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(message.starts_with("cannot record job: "), "{message}");
+    assert_eq!(t.engine.jobs.len(), before);
+    assert!(t.engine.store_write_errors() >= 1);
+}

@@ -1,0 +1,82 @@
+//! How a job ended: the typed [`EndReason`] with its stored text, the class derived from it,
+//! and the exit status from a wait status.
+
+use pjw_store::EndClass;
+
+/// Why a job ended, as the daemon records it (typed; its stored text is [`EndReason::text`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// Its main process exited, or its cgroup emptied.
+    Exited,
+    /// Killed by a user (`pjw kill`) or by pjw, named.
+    KilledBy(String),
+    /// Ended by the workload manager that registered it (its epilog: `pjw job end`), named.
+    EndedBy(String),
+    /// Withdrawn from the queue after `queue_ttl`.
+    Expired(String),
+    /// Its processes were gone when the daemon came back.
+    EndedWhileDown,
+    /// It never started: the start failed, the client left the queue, … (the text says).
+    NotStarted(String),
+}
+
+impl EndReason {
+    /// The typed reason of a stored text (texts of older versions included).
+    pub fn parse(text: &str) -> EndReason {
+        if text == "exited" {
+            EndReason::Exited
+        } else if let Some(by) = text.strip_prefix("killed by ") {
+            EndReason::KilledBy(by.to_string())
+        } else if let Some(by) = text.strip_prefix("ended by ") {
+            EndReason::EndedBy(by.to_string())
+        } else if text.starts_with("expired") {
+            EndReason::Expired(text.to_string())
+        } else if text == "ended while daemon was down" {
+            EndReason::EndedWhileDown
+        } else {
+            EndReason::NotStarted(text.to_string())
+        }
+    }
+
+    /// The stored text.
+    pub fn text(&self) -> String {
+        match self {
+            EndReason::Exited => "exited".into(),
+            EndReason::KilledBy(by) => format!("killed by {by}"),
+            EndReason::EndedBy(by) => format!("ended by {by}"),
+            EndReason::Expired(t) | EndReason::NotStarted(t) => t.clone(),
+            EndReason::EndedWhileDown => "ended while daemon was down".into(),
+        }
+    }
+}
+
+/// How a job ended, in one word (pure). `reason` is the daemon's text; `killed`: a user or
+/// pjw killed it; `ooms`: processes the kernel OOM-killed in it. A job its workload manager
+/// ended (its epilog) ended normally: its exit status, when known, says whether it failed.
+pub fn end_class(reason: &str, killed: bool, ooms: u64, exit_status: Option<i32>) -> EndClass {
+    let by_status = |s: Option<i32>| match s {
+        Some(s) if s != 0 => EndClass::Failed,
+        _ => EndClass::Completed,
+    };
+    match EndReason::parse(reason) {
+        EndReason::KilledBy(_) => EndClass::Killed,
+        _ if killed => EndClass::Killed,
+        _ if ooms > 0 => EndClass::Oom,
+        EndReason::Expired(_) => EndClass::Expired,
+        EndReason::Exited | EndReason::EndedWhileDown | EndReason::EndedBy(_) => {
+            by_status(exit_status)
+        }
+        EndReason::NotStarted(_) => EndClass::Failed,
+    }
+}
+
+/// The shell-style exit status from the kernel's wait status (`exit_code` of a proc-connector
+/// exit event): the exit code, or 128 + the signal that killed it (pure).
+pub fn exit_status(wait_status: u32) -> i32 {
+    let sig = wait_status & 0x7f;
+    if sig != 0 {
+        128 + sig as i32
+    } else {
+        ((wait_status >> 8) & 0xff) as i32
+    }
+}

@@ -1,0 +1,107 @@
+//! The engine's port to the job store: the reads and writes it makes, as a trait, with the
+//! SQLite [`Store`] as its adapter (a recording fake lives in [`crate::test_support`]).
+//!
+//! Every write the engine makes goes through one path that logs, counts and keeps memory and
+//! store consistent (`engine/store_writes.rs`; docs/decisions.md says how).
+
+use std::path::Path;
+
+use pjw_core::CpuSet;
+use pjw_store::{JobRecord, JobSummary, StarterRecord, Store, StoreError};
+
+/// What the engine asks of the job store.
+pub trait StorePort: Send {
+    /// The database file (for the profile writer, reports and logs).
+    fn path(&self) -> &Path;
+    fn next_job_number(&mut self) -> Result<u64, StoreError>;
+    fn insert_job(&mut self, j: &JobRecord) -> Result<i64, StoreError>;
+    fn set_starting(
+        &mut self,
+        seq: i64,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+        role: &str,
+        started_ms: i64,
+    ) -> Result<(), StoreError>;
+    fn set_role(
+        &mut self,
+        seq: i64,
+        role: &str,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+    ) -> Result<(), StoreError>;
+    fn set_priority(&mut self, seq: i64, priority: u8) -> Result<(), StoreError>;
+    fn set_running(&mut self, seq: i64) -> Result<(), StoreError>;
+    fn set_ended(&mut self, seq: i64, ended_ms: i64, reason: &str) -> Result<(), StoreError>;
+    fn set_starter(&mut self, seq: i64, s: &StarterRecord) -> Result<(), StoreError>;
+    /// Mark the job ended and write its summary, in one transaction.
+    fn finish_job(
+        &mut self,
+        ended_ms: i64,
+        reason: &str,
+        summary: &JobSummary,
+    ) -> Result<(), StoreError>;
+    fn set_exit_status(&mut self, seq: i64, status: i32) -> Result<(), StoreError>;
+    fn starter(&self, seq: i64) -> Result<Option<StarterRecord>, StoreError>;
+    fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError>;
+}
+
+impl StorePort for Store {
+    fn path(&self) -> &Path {
+        Store::path(self)
+    }
+    fn next_job_number(&mut self) -> Result<u64, StoreError> {
+        Store::next_job_number(self)
+    }
+    fn insert_job(&mut self, j: &JobRecord) -> Result<i64, StoreError> {
+        Store::insert_job(self, j)
+    }
+    fn set_starting(
+        &mut self,
+        seq: i64,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+        role: &str,
+        started_ms: i64,
+    ) -> Result<(), StoreError> {
+        Store::set_starting(self, seq, cpus, mems, role, started_ms)
+    }
+    fn set_role(
+        &mut self,
+        seq: i64,
+        role: &str,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+    ) -> Result<(), StoreError> {
+        Store::set_role(self, seq, role, cpus, mems)
+    }
+    fn set_priority(&mut self, seq: i64, priority: u8) -> Result<(), StoreError> {
+        Store::set_priority(self, seq, priority)
+    }
+    fn set_running(&mut self, seq: i64) -> Result<(), StoreError> {
+        Store::set_running(self, seq)
+    }
+    fn set_ended(&mut self, seq: i64, ended_ms: i64, reason: &str) -> Result<(), StoreError> {
+        Store::set_ended(self, seq, ended_ms, reason)
+    }
+    fn set_starter(&mut self, seq: i64, s: &StarterRecord) -> Result<(), StoreError> {
+        Store::set_starter(self, seq, s)
+    }
+    fn finish_job(
+        &mut self,
+        ended_ms: i64,
+        reason: &str,
+        summary: &JobSummary,
+    ) -> Result<(), StoreError> {
+        Store::finish_job(self, ended_ms, reason, summary)
+    }
+    fn set_exit_status(&mut self, seq: i64, status: i32) -> Result<(), StoreError> {
+        Store::set_exit_status(self, seq, status)
+    }
+    fn starter(&self, seq: i64) -> Result<Option<StarterRecord>, StoreError> {
+        Store::starter(self, seq)
+    }
+    fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        Store::live_jobs(self)
+    }
+}

@@ -1,0 +1,523 @@
+//! Test support: recording fakes of the job store ([`FakeStore`], fails like a full disk on
+//! request), the cgroup driver ([`FakeCgroups`]) and the clock ([`FakeClock`]), and an engine
+//! built on them or on a fake cgroup tree ([`TestEngine`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pjw_cgroup::fake_tree::{FakeMachine, FakeSpec};
+use pjw_cgroup::{
+    Backend, CgroupError, CpuStat, Driver, IoBytes, JobLimits, MemoryBreakdown, Mode, ParentSpec,
+    Partition, Resource,
+};
+use pjw_core::alloc::Allocator;
+use pjw_core::{CpuSet, JobId};
+use pjw_kernelfs::proc_cgroup::CgroupLine;
+use pjw_kernelfs::psi::Psi;
+use pjw_store::{JobRecord, JobSummary, StarterRecord, StoreError, StoredState};
+use tokio::sync::mpsc;
+
+use crate::cgroup_port::CgroupPort;
+use crate::clock::Clock;
+use crate::config::{Config, Overrides};
+use crate::engine::{Engine, Event};
+use crate::store_port::StorePort;
+
+/// What the fake store holds and what it was asked.
+#[derive(Debug, Default)]
+pub struct FakeState {
+    /// Every call, as `op seq` (`set_role 3 suspended`), in order; failed ones end in ` !`.
+    pub calls: Vec<String>,
+    /// Rows by seq.
+    pub rows: BTreeMap<i64, JobRecord>,
+    /// Fail every write until cleared (a full disk).
+    pub full: bool,
+    /// Fail the next this many writes.
+    pub fail_next: usize,
+    next_seq: i64,
+    next_number: u64,
+}
+
+/// A job store in memory that records its calls and fails on request.
+#[derive(Clone, Debug, Default)]
+pub struct FakeStore {
+    state: Arc<Mutex<FakeState>>,
+    path: PathBuf,
+}
+
+impl FakeStore {
+    pub fn new() -> FakeStore {
+        FakeStore {
+            state: Arc::default(),
+            path: PathBuf::from("/nonexistent/fake-pjw.db"),
+        }
+    }
+
+    /// What it holds and was asked (the engine keeps its own handle).
+    pub fn state(&self) -> MutexGuard<'_, FakeState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes fail from now on (like ENOSPC), or work again.
+    pub fn set_full(&self, full: bool) {
+        self.state().full = full;
+    }
+
+    /// The calls made to `op`, as recorded.
+    pub fn calls_to(&self, op: &str) -> Vec<String> {
+        self.state()
+            .calls
+            .iter()
+            .filter(|c| c.split(' ').next() == Some(op))
+            .cloned()
+            .collect()
+    }
+
+    fn write<T>(
+        &self,
+        call: String,
+        apply: impl FnOnce(&mut FakeState) -> T,
+    ) -> Result<T, StoreError> {
+        let mut st = self.state();
+        if st.full || st.fail_next > 0 {
+            st.fail_next = st.fail_next.saturating_sub(1);
+            st.calls.push(format!("{call} !"));
+            return Err(disk_full(&self.path));
+        }
+        st.calls.push(call);
+        Ok(apply(&mut st))
+    }
+}
+
+/// The error SQLite gives when the disk is full.
+pub fn disk_full(path: &Path) -> StoreError {
+    StoreError::Sqlite {
+        path: path.to_path_buf(),
+        source: rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            Some("database or disk is full".into()),
+        ),
+    }
+}
+
+impl StorePort for FakeStore {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn next_job_number(&mut self) -> Result<u64, StoreError> {
+        self.write("next_job_number".into(), |st| {
+            st.next_number += 1;
+            st.next_number
+        })
+    }
+    fn insert_job(&mut self, j: &JobRecord) -> Result<i64, StoreError> {
+        self.write(format!("insert_job {}", j.job_id), |st| {
+            st.next_seq += 1;
+            let seq = st.next_seq;
+            st.rows.insert(seq, JobRecord { seq, ..j.clone() });
+            seq
+        })
+    }
+    fn set_starting(
+        &mut self,
+        seq: i64,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+        role: &str,
+        started_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.write(format!("set_starting {seq} {role} {cpus}"), |st| {
+            if let Some(r) = st.rows.get_mut(&seq) {
+                r.state = StoredState::Starting;
+                r.cpus = *cpus;
+                r.mems = *mems;
+                r.role = role.into();
+                r.started_ms = Some(started_ms);
+            }
+        })
+    }
+    fn set_role(
+        &mut self,
+        seq: i64,
+        role: &str,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+    ) -> Result<(), StoreError> {
+        self.write(format!("set_role {seq} {role} {cpus}"), |st| {
+            if let Some(r) = st.rows.get_mut(&seq) {
+                r.role = role.into();
+                r.cpus = *cpus;
+                r.mems = *mems;
+            }
+        })
+    }
+    fn set_priority(&mut self, seq: i64, priority: u8) -> Result<(), StoreError> {
+        self.write(format!("set_priority {seq} {priority}"), |st| {
+            if let Some(r) = st.rows.get_mut(&seq) {
+                r.priority = priority;
+            }
+        })
+    }
+    fn set_running(&mut self, seq: i64) -> Result<(), StoreError> {
+        self.write(format!("set_running {seq}"), |st| {
+            if let Some(r) = st.rows.get_mut(&seq) {
+                r.state = StoredState::Running;
+            }
+        })
+    }
+    fn set_ended(&mut self, seq: i64, ended_ms: i64, reason: &str) -> Result<(), StoreError> {
+        self.write(format!("set_ended {seq} {reason}"), |st| {
+            if let Some(r) = st.rows.get_mut(&seq) {
+                r.state = StoredState::Ended;
+                r.ended_ms = Some(ended_ms);
+                r.end_reason = Some(reason.into());
+            }
+        })
+    }
+    fn set_starter(&mut self, seq: i64, _s: &StarterRecord) -> Result<(), StoreError> {
+        self.write(format!("set_starter {seq}"), |_| ())
+    }
+    fn finish_job(
+        &mut self,
+        ended_ms: i64,
+        reason: &str,
+        summary: &JobSummary,
+    ) -> Result<(), StoreError> {
+        let seq = summary.seq;
+        self.write(format!("finish_job {seq} {reason}"), |st| {
+            if let Some(r) = st.rows.get_mut(&seq) {
+                r.state = StoredState::Ended;
+                r.ended_ms = Some(ended_ms);
+                r.end_reason = Some(reason.into());
+            }
+        })
+    }
+    fn set_exit_status(&mut self, seq: i64, status: i32) -> Result<(), StoreError> {
+        self.write(format!("set_exit_status {seq} {status}"), |_| ())
+    }
+    fn starter(&self, _seq: i64) -> Result<Option<StarterRecord>, StoreError> {
+        Ok(None)
+    }
+    fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        Ok(self
+            .state()
+            .rows
+            .values()
+            .filter(|r| r.state != StoredState::Ended)
+            .cloned()
+            .collect())
+    }
+}
+
+/// A wall clock that moves only when told (shared by its clones).
+#[derive(Clone, Debug)]
+pub struct FakeClock(Arc<std::sync::atomic::AtomicI64>);
+
+impl FakeClock {
+    pub fn at(ms: i64) -> FakeClock {
+        FakeClock(Arc::new(std::sync::atomic::AtomicI64::new(ms)))
+    }
+    pub fn advance(&self, ms: i64) {
+        self.0.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for FakeClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// What the recording fake holds: job cgroups and the writes made, in order.
+#[derive(Debug, Default)]
+pub struct FakeCgState {
+    /// Every write, as `op job args` (`create_job job-a 0-1`); a failed one ends in ` !`.
+    pub calls: Vec<String>,
+    /// Job cgroups: their CPUs and processes.
+    pub jobs: BTreeMap<String, (CpuSet, Vec<u32>)>,
+    /// Writes that fail (by op name), like a kernel that refuses them.
+    pub fail: Vec<&'static str>,
+}
+
+/// A cgroup driver in memory that records its writes and fails the ones it is told to. A kill
+/// empties a job at once; stats are not there (reads of them fail).
+#[derive(Clone, Debug, Default)]
+pub struct FakeCgroups(Arc<Mutex<FakeCgState>>);
+
+impl FakeCgroups {
+    pub fn state(&self) -> MutexGuard<'_, FakeCgState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The writes so far.
+    pub fn calls(&self) -> Vec<String> {
+        self.state().calls.clone()
+    }
+
+    fn write(&self, op: &'static str, name: &str, args: String) -> Result<(), CgroupError> {
+        let mut st = self.state();
+        let call = format!(
+            "{op} {name}{}{args}",
+            if args.is_empty() { "" } else { " " }
+        );
+        if st.fail.contains(&op) {
+            st.calls.push(format!("{call} !"));
+            return Err(CgroupError::Write {
+                path: PathBuf::from(format!("/fake/{name}/{op}")),
+                value: args,
+                source: std::io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error()),
+            });
+        }
+        st.calls.push(call);
+        Ok(())
+    }
+
+    fn missing(name: &str) -> CgroupError {
+        CgroupError::Read {
+            path: PathBuf::from(format!("/fake/{name}")),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        }
+    }
+}
+
+impl CgroupPort for FakeCgroups {
+    fn create_job(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError> {
+        self.write("create_job", name, limits.cpus.to_string())?;
+        self.state()
+            .jobs
+            .insert(name.to_string(), (limits.cpus, Vec::new()));
+        Ok(())
+    }
+    fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError> {
+        self.write("set_idle", name, idle.to_string())
+    }
+    fn set_partition(
+        &self,
+        name: Option<&str>,
+        kind: Partition,
+        _cpus: Option<&CpuSet>,
+    ) -> Result<(), CgroupError> {
+        self.write(
+            "set_partition",
+            name.unwrap_or("(parent)"),
+            kind.as_str().into(),
+        )
+    }
+    fn add_process(&self, name: &str, pid: u32) -> Result<(), CgroupError> {
+        self.write("add_process", name, pid.to_string())?;
+        if let Some(j) = self.state().jobs.get_mut(name) {
+            j.1.push(pid);
+        }
+        Ok(())
+    }
+    fn remove_job(&self, name: &str) -> Result<(), CgroupError> {
+        if self.state().jobs.get(name).is_some_and(|j| !j.1.is_empty()) {
+            return Err(CgroupError::Populated {
+                path: PathBuf::from(format!("/fake/{name}")),
+            });
+        }
+        self.write("remove_job", name, String::new())?;
+        self.state().jobs.remove(name);
+        Ok(())
+    }
+    fn set_cpus(&self, name: &str, cpus: &CpuSet, _mems: &CpuSet) -> Result<(), CgroupError> {
+        self.write("set_cpus", name, cpus.to_string())?;
+        if let Some(j) = self.state().jobs.get_mut(name) {
+            j.0 = *cpus;
+        }
+        Ok(())
+    }
+    fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError> {
+        self.write("freeze", name, frozen.to_string())
+    }
+    fn kill(&self, name: &str) -> Result<(), CgroupError> {
+        self.write("kill", name, String::new())?;
+        if let Some(j) = self.state().jobs.get_mut(name) {
+            j.1.clear();
+        }
+        Ok(())
+    }
+    fn is_populated(&self, name: &str) -> Result<bool, CgroupError> {
+        Ok(self.state().jobs.get(name).is_some_and(|j| !j.1.is_empty()))
+    }
+    fn events_path(&self, _name: &str) -> Option<PathBuf> {
+        None
+    }
+    fn oom_kills(&self, _name: &str) -> u64 {
+        0
+    }
+    fn job_cpus(&self, name: &str) -> Result<CpuSet, CgroupError> {
+        self.state()
+            .jobs
+            .get(name)
+            .map(|j| j.0)
+            .ok_or_else(|| FakeCgroups::missing(name))
+    }
+    fn is_frozen(&self, _name: &str) -> Result<bool, CgroupError> {
+        Ok(false)
+    }
+    fn memory_usage(&self, _name: &str) -> Result<u64, CgroupError> {
+        Ok(0)
+    }
+    fn list_jobs(&self) -> Result<Vec<String>, CgroupError> {
+        Ok(self.state().jobs.keys().cloned().collect())
+    }
+    fn procs(&self, name: &str) -> Result<Vec<u32>, CgroupError> {
+        self.state()
+            .jobs
+            .get(name)
+            .map(|j| j.1.clone())
+            .ok_or_else(|| FakeCgroups::missing(name))
+    }
+    fn thread_count(&self, name: &str) -> Result<usize, CgroupError> {
+        self.procs(name).map(|p| p.len())
+    }
+    fn cpu_time(&self, name: &str) -> Result<CpuStat, CgroupError> {
+        Err(FakeCgroups::missing(name))
+    }
+    fn describe(&self) -> String {
+        "fake".into()
+    }
+    fn memory_pressure(&self, _name: Option<&str>) -> Option<Psi> {
+        None
+    }
+    fn set_memory_high(&self, name: &str, high: Option<u64>) -> Result<(), CgroupError> {
+        self.write("set_memory_high", name, format!("{high:?}"))
+    }
+    fn remove_parent_if_empty(&self) -> Result<(), CgroupError> {
+        Ok(())
+    }
+    fn counts_io(&self) -> bool {
+        false
+    }
+    fn job_of(&self, _lines: &[CgroupLine]) -> Option<String> {
+        None
+    }
+    fn io_bytes(&self, _name: &str) -> Result<Option<IoBytes>, CgroupError> {
+        Ok(None)
+    }
+    fn memory_breakdown(&self, name: &str) -> Result<MemoryBreakdown, CgroupError> {
+        Err(FakeCgroups::missing(name))
+    }
+    fn memory_peak(&self, name: &str) -> Result<u64, CgroupError> {
+        Err(FakeCgroups::missing(name))
+    }
+    fn pids_current(&self, _name: &str) -> Result<Option<u64>, CgroupError> {
+        Ok(None)
+    }
+    fn pressure(&self, _name: &str, _what: Resource) -> Option<Psi> {
+        None
+    }
+}
+
+/// An engine on a fake cgroup v2 tree (in a temp dir) with a [`FakeStore`]: 4 CPUs, no
+/// inotify, no governor, no profiles.
+pub struct TestEngine {
+    pub engine: Engine,
+    pub store: FakeStore,
+    pub clock: FakeClock,
+    /// What the engine sends itself (timers, watchers); kept open so sends succeed.
+    pub _events: mpsc::UnboundedReceiver<Event>,
+    _machine: FakeMachine,
+    _dir: tempfile::TempDir,
+}
+
+impl TestEngine {
+    pub fn new() -> TestEngine {
+        TestEngine::with_config("")
+    }
+
+    /// With top-level config keys `extra` (`"queue_ttl = 10\n"`).
+    pub fn with_config(extra: &str) -> TestEngine {
+        TestEngine::build(extra, None)
+    }
+
+    /// On the recording fake [`FakeCgroups`] instead of a fake tree.
+    pub fn recording(cgroups: FakeCgroups) -> TestEngine {
+        TestEngine::build("", Some(cgroups))
+    }
+
+    fn build(extra: &str, cgroups: Option<FakeCgroups>) -> TestEngine {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let machine = FakeSpec::new(Mode::Unified)
+            .build(dir.path())
+            .expect("fake cgroup tree");
+        let driver = Driver::detect_with(
+            &machine.proc_root,
+            &ParentSpec::parse("/pjw").expect("parent"),
+            Backend::FakeTree,
+        )
+        .expect("driver on the fake tree");
+        driver
+            .prepare_parent()
+            .expect("parent cgroups on the fake tree");
+        let text = format!(
+            "{extra}[paths]\nproc = {:?}\n[memory]\ngovernor = false\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
+            machine.proc_root,
+            dir.path().join("tmp")
+        );
+        let cfg = Config::parse("test", &text, &Overrides::default()).expect("config");
+        let topo = pjw_core::synthetic::parse("package:1 core:4 pu:1").expect("topology");
+        let pool = CpuSet::parse_list("0-3").expect("cpus");
+        let alloc = Allocator::new(&topo);
+        let store = FakeStore::new();
+        let (tx, events) = mpsc::unbounded_channel();
+        let clock = FakeClock::at(1_700_000_000_000);
+        let engine = match cgroups {
+            Some(fake) => Engine::new(cfg, fake, store.clone(), alloc, pool, 4, 1 << 30, None, tx),
+            None => Engine::new(
+                cfg,
+                driver,
+                store.clone(),
+                alloc,
+                pool,
+                4,
+                1 << 30,
+                None,
+                tx,
+            ),
+        }
+        .with_clock(clock.clone());
+        TestEngine {
+            engine,
+            store,
+            clock,
+            _events: events,
+            _machine: machine,
+            _dir: dir,
+        }
+    }
+
+    /// The fake `/proc`.
+    pub fn proc_root(&self) -> PathBuf {
+        self._machine.proc_root.clone()
+    }
+
+    /// Make process `pid` of user `uid` known in the fake `/proc` (its `status`).
+    pub fn fake_process(&self, pid: u32, uid: u32) {
+        let dir = self._machine.proc_root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).expect("fake /proc/PID");
+        std::fs::write(
+            dir.join("status"),
+            format!("Name:\tpjw\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nThreads:\t1\nCpus_allowed_list:\t0-3\n"),
+        )
+        .expect("fake /proc/PID/status");
+    }
+
+    /// Give process `pid` a `stat` in the fake `/proc` (it is alive there).
+    pub fn fake_stat(&self, pid: u32) {
+        let dir = self._machine.proc_root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).expect("fake /proc/PID");
+        std::fs::write(
+            dir.join("stat"),
+            format!("{pid} (pjw) S 1 {pid} {pid} 0 -1 4194560 98 0 0 0 3 5 0 0 20 0 1 0 987654 5578752 130 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"),
+        )
+        .expect("fake /proc/PID/stat");
+    }
+
+    /// A job id for tests.
+    pub fn id(text: &str) -> JobId {
+        JobId::new(text).expect("job id")
+    }
+}

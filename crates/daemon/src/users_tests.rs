@@ -1,0 +1,202 @@
+//! A stalled user lookup holds up only the request that needs it: the engine answers other
+//! clients meanwhile, and the stalled one gets a clear error after the timeout.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use pjw_proto::{Placement, Response, RunRequest};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Resolver, UserLookup};
+use crate::engine::{Cred, Event};
+use crate::test_support::TestEngine;
+
+/// The uid whose lookup stalls.
+const STALLED: u32 = 2000;
+
+/// A user database where looking up uid [`STALLED`] blocks until the test releases it; it says
+/// when such a lookup has begun.
+struct StallingLookup {
+    entered: mpsc::UnboundedSender<()>,
+    release: Mutex<std_mpsc::Receiver<()>>,
+    calls: AtomicUsize,
+}
+
+impl UserLookup for StallingLookup {
+    fn user_name(&self, uid: u32) -> Option<String> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if uid == STALLED {
+            let _ = self.entered.send(());
+            let _ = self
+                .release
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .recv();
+        }
+        Some(format!("user{uid}"))
+    }
+    fn user(&self, _name: &str) -> Option<(u32, u32)> {
+        None
+    }
+    fn group_gid(&self, _name: &str) -> Option<u32> {
+        None
+    }
+    fn group_members(&self, _gid: u32) -> Vec<String> {
+        vec![]
+    }
+}
+
+struct Stall {
+    lookup: Arc<StallingLookup>,
+    entered: mpsc::UnboundedReceiver<()>,
+    release: std_mpsc::Sender<()>,
+}
+
+fn stall() -> Stall {
+    let (entered_tx, entered) = mpsc::unbounded_channel();
+    let (release, release_rx) = std_mpsc::channel();
+    Stall {
+        lookup: Arc::new(StallingLookup {
+            entered: entered_tx,
+            release: Mutex::new(release_rx),
+            calls: AtomicUsize::new(0),
+        }),
+        entered,
+        release,
+    }
+}
+
+fn cred(pid: u32, uid: u32) -> Cred {
+    Cred { pid, uid, gid: uid }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn other_clients_are_answered_while_a_user_lookup_is_stalled() {
+    let mut t = TestEngine::new();
+    let mut s = stall();
+    let users = Resolver::new(
+        s.lookup.clone(),
+        Duration::from_secs(3600),
+        None,
+        t.proc_root(),
+    );
+
+    // Client A's request needs the stalled lookup: its connection task waits on it.
+    let a_users = users.clone();
+    let a = tokio::spawn(async move { a_users.who(&cred(4242, STALLED), None).await });
+    s.entered.recv().await.expect("A's lookup began");
+
+    // Client B asks for the status and launches a job; both are answered.
+    let mut order = Vec::new();
+    let (rtx, rrx) = oneshot::channel();
+    t.engine.handle(Event::Status { reply: rtx });
+    assert!(matches!(rrx.await, Ok(Response::Status(_))));
+    order.push(if a.is_finished() {
+        "status after A"
+    } else {
+        "status while A waits"
+    });
+
+    let b = cred(std::process::id(), 1000);
+    t.fake_process(b.pid, b.uid);
+    let who = users.who(&b, None).await.expect("B's lookup");
+    assert_eq!(who.name, "user1000");
+    let (reply, mut answers) = mpsc::unbounded_channel();
+    t.engine.handle(Event::Submit {
+        conn: 2,
+        cred: b,
+        who,
+        req: RunRequest {
+            cpus: 1,
+            mem: None,
+            job_id: Some("b1".into()),
+            name: None,
+            argv: vec!["true".into()],
+            priority: None,
+            placement: Placement::Any,
+            exclusive: false,
+            user: None,
+            wlm: None,
+            tmp: None,
+        },
+        reply,
+    });
+    let started = answers.recv().await.expect("an answer for B");
+    assert!(
+        matches!(&started, Response::Started { job, .. } if job == "b1"),
+        "{started:?}"
+    );
+    order.push(if a.is_finished() {
+        "launch after A"
+    } else {
+        "launch while A waits"
+    });
+
+    // Now A's lookup answers, and A is served.
+    s.release.send(()).expect("release A");
+    let who = a.await.expect("A's task").expect("A's lookup");
+    assert_eq!(who.name, format!("user{STALLED}"));
+    order.push("A answered");
+
+    assert_eq!(
+        order,
+        ["status while A waits", "launch while A waits", "A answered"]
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_lookup_that_does_not_answer_is_a_clear_error_for_that_request_only() {
+    let t = TestEngine::new();
+    let mut s = stall();
+    let users = Resolver::new(
+        s.lookup.clone(),
+        Duration::from_millis(50),
+        None,
+        t.proc_root(),
+    );
+
+    let e = users
+        .who(&cred(4242, STALLED), None)
+        .await
+        .expect_err("the stalled lookup gives up");
+    assert!(
+        e.contains("the user database did not answer within 0.05 s (the name of uid 2000)"),
+        "{e}"
+    );
+    s.entered.recv().await.expect("the lookup had begun");
+    // Another caller is answered (with a timeout no busy machine reaches: this is not about
+    // time), and answers are cached: a second ask makes no lookup.
+    let users = Resolver::new(
+        s.lookup.clone(),
+        Duration::from_secs(3600),
+        None,
+        t.proc_root(),
+    );
+    assert_eq!(
+        users.who(&cred(7, 1000), None).await.unwrap().name,
+        "user1000"
+    );
+    let calls = s.lookup.calls.load(Ordering::SeqCst);
+    assert_eq!(
+        users.who(&cred(7, 1000), None).await.unwrap().name,
+        "user1000"
+    );
+    assert_eq!(s.lookup.calls.load(Ordering::SeqCst), calls);
+    // Let the stalled thread finish so the runtime can stop.
+    s.release.send(()).expect("release");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_admin_group_is_found_by_gid_and_root_needs_no_group() {
+    let s = stall();
+    let users = Resolver::new(
+        s.lookup.clone(),
+        Duration::from_secs(5),
+        Some("4242".into()),
+        "/nonexistent".into(),
+    );
+    assert!(users.who(&cred(7, 4242), None).await.unwrap().admin);
+    assert!(!users.who(&cred(7, 4243), None).await.unwrap().admin);
+    assert!(!users.who(&cred(7, 0), None).await.unwrap().admin);
+}
