@@ -45,6 +45,25 @@ pub enum Command {
     /// Grid Engine hooks: `pjw sge shepherd -- sge_shepherd ARGS` (the shepherd_cmd wrapper).
     #[command(subcommand)]
     Sge(SgeCommand),
+    /// Man pages and shell completions, for packagers (`make install`, `make deb`).
+    #[command(subcommand, hide = true)]
+    Generate(GenerateCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GenerateCommand {
+    /// Write pjw.1, pjw-SUBCOMMAND.1 and pjw.toml.5 into DIR.
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Print the completion script for SHELL (or write it into DIR).
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@
 
 mod cli;
 mod cmd_control;
+mod cmd_generate;
 mod cmd_report;
 mod cmd_run;
 mod cmd_sim;
@@ -48,6 +49,7 @@ fn main() {
         cli::Command::Job(j) => cmd_wlm::job(j),
         cli::Command::Slurm(s) => cmd_wlm::slurm(s),
         cli::Command::Sge(s) => cmd_wlm::sge(s),
+        cli::Command::Generate(g) => report(cmd_generate::run(g)),
     };
     std::process::exit(code);
 }
