@@ -45,9 +45,27 @@ pub enum Command {
     /// Grid Engine hooks: `pjw sge shepherd -- sge_shepherd ARGS` (the shepherd_cmd wrapper).
     #[command(subcommand)]
     Sge(SgeCommand),
+    /// Preflight a node: cgroups, PSI, swap, proc connector, directories, config, topology,
+    /// workload-manager hooks and other cgroup managers; one line per check (OK, WARN, FAIL and
+    /// the fix); exits 1 on any FAIL.
+    Check(CheckArgs),
     /// Man pages and shell completions, for packagers (`make install`, `make deb`).
     #[command(subcommand, hide = true)]
     Generate(GenerateCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Config file [default: /etc/pjw/pjw.toml if it exists].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The job parent to check [default: PJW_CGROUP_PARENT, else the one pjw.service uses
+    /// (/run/pjw/cgroup-parent.env), else the config's].
+    #[arg(long, value_name = "P", env = "PJW_CGROUP_PARENT")]
+    pub cgroup_parent: Option<String>,
+    /// Machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -5,6 +5,7 @@
 //! with its command's status, or 125 when pjw itself failed, 126 when the command cannot be
 //! executed, 127 when it is not found (the conventions of `env`, `nice` and container runners).
 
+mod check;
 mod cli;
 mod cmd_control;
 mod cmd_generate;
@@ -49,6 +50,10 @@ fn main() {
         cli::Command::Job(j) => cmd_wlm::job(j),
         cli::Command::Slurm(s) => cmd_wlm::slurm(s),
         cli::Command::Sge(s) => cmd_wlm::sge(s),
+        cli::Command::Check(c) => match check::run(c) {
+            Ok(code) => code,
+            Err(e) => report(Err(e)),
+        },
         cli::Command::Generate(g) => report(cmd_generate::run(g)),
     };
     std::process::exit(code);
