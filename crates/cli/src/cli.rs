@@ -165,6 +165,11 @@ pub struct DaemonArgs {
     /// Validate the config and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// Log format: text (RFC 3339 timestamps), json, or journal (`<N>` priority prefixes, no
+    /// timestamps) [default: journal when stderr is the journal (JOURNAL_STREAM) and [log]
+    /// format is text, else [log] format].
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub log_format: Option<crate::logging::LogFormat>,
 }
 
 #[derive(Debug, Args)]

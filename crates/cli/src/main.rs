@@ -16,6 +16,7 @@ mod cmd_status;
 mod cmd_top;
 mod cmd_topology;
 mod cmd_wlm;
+mod logging;
 mod plot;
 mod starter;
 mod wlm_parse;
@@ -103,7 +104,7 @@ fn cmd_daemon(d: cli::DaemonArgs) -> i32 {
         println!("config {}: ok", cfg.origin);
         return 0;
     }
-    init_logging(&cfg);
+    init_logging(&cfg, d.log_format);
     match pjw_daemon::run(cfg) {
         Ok(()) => 0,
         Err(e) => {
@@ -114,18 +115,14 @@ fn cmd_daemon(d: cli::DaemonArgs) -> i32 {
     }
 }
 
-/// tracing to stderr, RFC 3339 timestamps with the local offset, structured fields.
-fn init_logging(cfg: &pjw_daemon::Config) {
-    use tracing_subscriber::fmt::time::ChronoLocal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PJW_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cfg.log_level));
-    let timer = ChronoLocal::new("%Y-%m-%dT%H:%M:%S%.6f%:z".to_string());
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_timer(timer)
-        .with_writer(std::io::stderr);
-    match cfg.log_format {
-        pjw_daemon::config::LogFormat::Json => b.json().init(),
-        pjw_daemon::config::LogFormat::Text => b.with_ansi(false).init(),
-    }
+/// The log format: `--log-format`, else the journal's when stderr is the journal and the
+/// config asks for text, else the config's.
+fn init_logging(cfg: &pjw_daemon::Config, flag: Option<logging::LogFormat>) {
+    use logging::LogFormat;
+    let format = flag.unwrap_or(match cfg.log_format {
+        pjw_daemon::config::LogFormat::Json => LogFormat::Json,
+        pjw_daemon::config::LogFormat::Text if logging::stderr_is_journal() => LogFormat::Journal,
+        pjw_daemon::config::LogFormat::Text => LogFormat::Text,
+    });
+    logging::init(&cfg.log_level, format);
 }
