@@ -4,7 +4,7 @@ CARGO ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all deps build release gen demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd test-fuzz test-unit test-root bench bench-quick bench-alloc lint install uninstall clean
+.PHONY: all deps build release gen deb test-deb demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd test-fuzz test-unit test-root bench bench-quick bench-alloc lint install uninstall clean
 
 all: release
 
@@ -122,6 +122,14 @@ install: release gen
 	@if [ ! -e $(DESTDIR)/etc/pjw/pjw.toml ]; then install -D -m 0600 packaging/pjw.toml $(DESTDIR)/etc/pjw/pjw.toml; \
 	 else echo "keeping existing $(DESTDIR)/etc/pjw/pjw.toml"; fi
 	@echo "installed; with systemd: systemctl daemon-reload && systemctl enable --now pjw"
+
+# The Debian package (scripts/build-deb.sh, dpkg-deb; docs/decisions.md (ae)):
+# target/deb/pjw_VERSION-1_ARCH.deb. test-deb checks its contents and runs lintian (no errors).
+deb: release
+	scripts/build-deb.sh
+
+test-deb: deb
+	scripts/deb-test.sh
 
 # Jobs still running in pjw-jobs.scope (pure v2 under systemd) are left alone: stop them first
 # (`systemctl stop pjw-jobs.scope` kills them).
