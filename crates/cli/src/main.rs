@@ -93,6 +93,10 @@ fn cmd_daemon(d: cli::DaemonArgs) -> i32 {
         state_dir: d.state_dir,
         cgroup_parent: d.cgroup_parent,
     };
+    let source = pjw_daemon::reload::ReloadSource {
+        path: d.config.clone(),
+        overrides: ov.clone(),
+    };
     let cfg = match pjw_daemon::Config::load(d.config.as_deref(), &ov) {
         Ok(c) => c,
         Err(e) => {
@@ -105,7 +109,7 @@ fn cmd_daemon(d: cli::DaemonArgs) -> i32 {
         return 0;
     }
     init_logging(&cfg, d.log_format);
-    match pjw_daemon::run(cfg) {
+    match pjw_daemon::run_reloadable(cfg, source) {
         Ok(()) => 0,
         Err(e) => {
             tracing::error!(error = %e, "pjw daemon failed");

@@ -34,6 +34,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
+mod reload;
 mod wlm;
 
 use crate::adopt::Scanner;
