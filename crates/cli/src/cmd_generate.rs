@@ -57,7 +57,12 @@ pub fn config_man_page(markdown: &str, version: &str) -> String {
     let mut in_code = false;
     let mut header: Vec<String> = Vec::new();
     let mut paragraph = false;
+    // A table's first row is its header (the names of the facts in each later row).
+    let mut in_table = false;
     for line in markdown.lines() {
+        let table_row = line.starts_with('|');
+        let first_row = table_row && !in_table;
+        in_table = table_row;
         if line.starts_with("```") {
             if in_code {
                 out.push_str(".fi\n.RE\n");
@@ -79,7 +84,7 @@ pub fn config_man_page(markdown: &str, version: &str) -> String {
             out.push_str(".SH DESCRIPTION\n");
             paragraph = false;
         } else if let Some(h) = line.strip_prefix("## ") {
-            out.push_str(&format!(".SH {}\n", inline(h).to_uppercase()));
+            out.push_str(&format!(".SH {}\n", inline(&h.to_uppercase())));
             paragraph = false;
         } else if let Some(h) = line.strip_prefix("### ") {
             out.push_str(&format!(".SS {}\n", inline(h)));
@@ -94,10 +99,7 @@ pub fn config_man_page(markdown: &str, version: &str) -> String {
                 .split(" | ")
                 .map(|c| c.trim().to_string())
                 .collect();
-            if cells.first().map(|c| c.as_str()) == Some("key")
-                || cells.first().map(|c| c.as_str()) == Some("flag")
-                || cells.first().map(|c| c.as_str()) == Some("variable")
-            {
+            if first_row {
                 header = cells;
                 continue;
             }
