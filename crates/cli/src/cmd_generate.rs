@@ -16,21 +16,53 @@ pub fn run(g: GenerateCommand) -> Result<()> {
     match g {
         GenerateCommand::Man { dir } => write_man_pages(&dir),
         GenerateCommand::Completions { shell, dir } => {
-            let mut cmd = Cli::command();
+            let text = completions(shell);
             match dir {
                 Some(dir) => {
                     std::fs::create_dir_all(&dir)
                         .with_context(|| format!("cannot create {}", dir.display()))?;
-                    let path = clap_complete::generate_to(shell, &mut cmd, "pjw", &dir)
-                        .with_context(|| format!("cannot write into {}", dir.display()))?;
+                    let path = dir.join(clap_complete::Generator::file_name(&shell, "pjw"));
+                    std::fs::write(&path, text)
+                        .with_context(|| format!("cannot write {}", path.display()))?;
                     println!("{}", path.display());
                 }
-                None => clap_complete::generate(shell, &mut cmd, "pjw", &mut std::io::stdout()),
+                None => print!("{text}"),
             }
             Ok(())
         }
     }
 }
+
+/// The completion script for `shell`. Bash also completes job ids after kill, suspend,
+/// resume and priority from `pjw status --json` (one cheap request to the local daemon).
+pub fn completions(shell: clap_complete::Shell) -> String {
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "pjw", &mut buf);
+    let mut text = String::from_utf8_lossy(&buf).into_owned();
+    if shell == clap_complete::Shell::Bash {
+        text.push_str(BASH_JOB_IDS);
+    }
+    text
+}
+
+const BASH_JOB_IDS: &str = r#"
+# Job ids for `pjw kill|suspend|resume|priority JOB`, from the daemon (pjw generate adds this).
+_pjw_with_jobs() {
+    _pjw "$@"
+    if [[ ${COMP_CWORD} -eq 2 ]]; then
+        case "${COMP_WORDS[1]}" in
+            kill|suspend|resume|priority)
+                if [[ "${COMP_WORDS[2]}" != -* ]]; then
+                    local ids
+                    ids=$(pjw status --json 2>/dev/null | tr ',{' '\n\n' | sed -n 's/^ *"id": *"\([^"]*\)".*/\1/p')
+                    COMPREPLY=( $(compgen -W "${ids}" -- "${COMP_WORDS[2]}") )
+                fi
+                ;;
+        esac
+    fi
+}
+complete -F _pjw_with_jobs -o bashdefault -o default pjw
+"#;
 
 /// pjw.1, pjw-SUB.1 for every visible subcommand (and pjw-SUB-SUB.1 below), and pjw.toml.5.
 pub fn write_man_pages(dir: &Path) -> Result<()> {

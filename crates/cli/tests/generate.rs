@@ -63,18 +63,32 @@ fn man_pages_are_generated_and_pjw_run_renders() {
 /// Drive bash's completion function as bash does on TAB: COMP_WORDS and COMP_CWORD set, the
 /// function called, COMPREPLY printed.
 fn bash_complete(script: &Path, words: &[&str]) -> Vec<String> {
+    bash_complete_with(script, words, "_pjw", &[])
+}
+
+fn bash_complete_with(
+    script: &Path,
+    words: &[&str],
+    func: &str,
+    env: &[(&str, String)],
+) -> Vec<String> {
     let words_q: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
     let line = words.join(" ");
     let prog = format!(
         "source '{}'\nCOMP_WORDS=({})\nCOMP_CWORD={}\nCOMP_LINE='{line}'\nCOMP_POINT=${{#COMP_LINE}}\n\
-         _pjw pjw '{}' '{}'\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+         {func} pjw '{}' '{}'\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
         script.display(),
         words_q.join(" "),
         words.len() - 1,
         words[words.len() - 1],
         if words.len() > 1 { words[words.len() - 2] } else { "" },
     );
-    let out = Command::new("bash").arg("-c").arg(&prog).output().unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c").arg(&prog);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
         "bash: {}",
@@ -111,4 +125,37 @@ fn bash_completes_pjw_r_to_run_report_resume() {
     // Options of a subcommand too.
     let got = bash_complete(&dir.path().join("pjw.bash"), &["pjw", "run", "--backf"]);
     assert_eq!(got, ["--backfill-only"]);
+}
+
+#[test]
+fn bash_completes_job_ids_from_the_daemon() {
+    pjw_testkit::require_root!();
+    let d = pjw_testkit::TestDaemon::start(pjw_bin(), "");
+    let mut job = d.run_sh(&["--job-id", "comp-42"], "sleep 60");
+    assert!(pjw_testkit::TestDaemon::wait_for(
+        std::time::Duration::from_secs(30),
+        || d.status()["jobs"].as_array().is_some_and(|j| !j.is_empty())
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(pjw_bin())
+        .args(["generate", "completions", "bash", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let bin_dir = pjw_bin().parent().unwrap().display().to_string();
+    let path = format!("{bin_dir}:{}", std::env::var("PATH").unwrap_or_default());
+    let env = [
+        ("PATH", path),
+        ("PJW_SOCKET", d.socket().display().to_string()),
+    ];
+    let script = dir.path().join("pjw.bash");
+    let got = bash_complete_with(&script, &["pjw", "kill", "comp"], "_pjw_with_jobs", &env);
+    assert_eq!(got, ["comp-42"]);
+    // Elsewhere the generated completion is unchanged.
+    let mut got = bash_complete_with(&script, &["pjw", "r"], "_pjw_with_jobs", &env);
+    got.sort();
+    assert_eq!(got, ["report", "resume", "run"]);
+    d.pjw().args(["kill", "comp-42"]).output().unwrap();
+    let _ = job.wait();
 }
