@@ -163,8 +163,39 @@ pub fn gather(roots: &Roots, req: &Request) -> Facts {
 
     let proc_root = cfg.proc_root.clone();
     let sys_root = cfg.sys_root.clone();
-    let (cgroup, parent_cpus, memory_dirs) =
-        cgroup_facts(&proc_root, &cfg.cgroup_parent, roots.backend);
+    // `self/...` means below the daemon's own cgroup: resolve it against the service's daemon
+    // where systemd runs one (a proc root whose `self` is that process), not against this shell.
+    let daemon_pid = match cfg.cgroup_parent {
+        pjw_cgroup::ParentSpec::SelfRelative(_)
+            if roots.commands && roots.run.join("systemd/system").is_dir() =>
+        {
+            service_main_pid()
+        }
+        _ => None,
+    };
+    let daemon_proc = daemon_pid.and_then(|pid| {
+        let dir = tempfile_dir()?;
+        std::os::unix::fs::symlink(proc_root.join(pid.to_string()), dir.join("self")).ok()?;
+        Some(dir)
+    });
+    let (mut cgroup, parent_cpus, memory_dirs) = cgroup_facts(
+        daemon_proc.as_deref().unwrap_or(&proc_root),
+        &cfg.cgroup_parent,
+        roots.backend,
+    );
+    if let Some(dir) = &daemon_proc {
+        let _ = std::fs::remove_file(dir.join("self"));
+        let _ = std::fs::remove_dir(dir);
+    }
+    if let pjw_cgroup::ParentSpec::SelfRelative(_) = cfg.cgroup_parent {
+        cgroup.parent = match daemon_pid {
+            Some(pid) => format!("{} of pjw.service's daemon (pid {pid})", cgroup.parent),
+            None => format!(
+                "{} of this process (the daemon resolves it against its own cgroup)",
+                cgroup.parent
+            ),
+        };
+    }
 
     let topology = pjw_topology::discover(&sys_root, &proc_root)
         .map(|t| TopoSummary {
@@ -386,6 +417,26 @@ fn sge_conf() -> Option<Result<String, String>> {
         Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().replace('\n', " ")),
         Err(e) => Err(e.to_string()),
     })
+}
+
+/// pjw.service's main process, when systemd runs it.
+fn service_main_pid() -> Option<u32> {
+    let out = Command::new("systemctl")
+        .args(["show", "-p", "MainPID", "--value", "pjw.service"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|p| *p > 0)
+}
+
+/// A fresh private directory for the daemon's proc-root view.
+fn tempfile_dir() -> Option<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("pjw-check-{}", std::process::id()));
+    std::fs::create_dir(&dir).ok()?;
+    Some(dir)
 }
 
 fn slice_allowed_cpus() -> Option<CpuSet> {

@@ -269,7 +269,7 @@ fn directories_and_pjw_scope_env_file() {
     assert!(
         line(&lines, "cgroup-mode")
             .detail
-            .contains("parent self/jobs ("),
+            .contains("parent self/jobs of this process"),
         "{lines:#?}"
     );
 }
