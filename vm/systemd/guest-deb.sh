@@ -3,7 +3,8 @@
 # the host into target/deb) installed as an admin would: apt install ./pjw_*.deb. Then the
 # service is active and answers, `pjw check` passes and fails naming a controller taken from
 # the job parent's subtree_control, an ordinary user's `pjw run -- true` works, `man pjw-run`
-# renders, bash completes `pjw r` to run, report, resume; an upgrade (the same package again)
+# renders, bash completes `pjw r` to run, report, resume; systemctl reload changes vcpus and refuses
+# an invalid file in the journal; an upgrade (the same package again)
 # restarts the daemon and leaves a running job alone; purge leaves no cgroup, socket or state.
 # usage: guest-deb.sh <source-dir>
 src=${1:?usage: guest-deb.sh <source-dir>}
@@ -66,6 +67,29 @@ fi
 check "man 5 pjw.toml renders" sh -c 'MANPAGER=cat man 5 pjw.toml | grep -q vcpus'
 got=$(bash -c '. /usr/share/bash-completion/completions/pjw; COMP_WORDS=(pjw r); COMP_CWORD=1; COMP_LINE="pjw r"; COMP_POINT=5; _pjw pjw r pjw; printf "%s\n" "${COMPREPLY[@]}"' | sort | tr '\n' ' ')
 if [ "$got" = "report resume run " ]; then ok "bash completes pjw r to: $got"; else fail "bash completes pjw r to: $got"; fi
+
+# systemctl reload: vcpus changes live; an invalid file changes nothing and the journal says why
+# (at priority err: the daemon's lines carry journald priorities).
+cp /etc/pjw/pjw.toml "$d/pjw.toml.orig"
+vcpus_now() { timeout 20 pjw status --json 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["vcpus"])'; }
+sed -i '1i vcpus = 7' /etc/pjw/pjw.toml   # top level: before the file's first [section]
+systemctl reload pjw
+i=0; while [ "$(vcpus_now)" != 7 ] && [ "$i" -lt 60 ]; do sleep 1; i=$((i + 1)); done
+if [ "$(vcpus_now)" = 7 ]; then ok "systemctl reload pjw: pjw status shows vcpus 7"; else fail "after reload vcpus is $(vcpus_now)"; fi
+sed -i 's/^vcpus = 7$/vcpus = 0/' /etc/pjw/pjw.toml
+systemctl reload pjw
+i=0; while ! journalctl -u pjw -p err --no-pager 2>/dev/null | grep -q 'reload refused'; do
+  [ "$i" -lt 60 ] || break; sleep 1; i=$((i + 1))
+done
+if journalctl -u pjw -p err --no-pager | grep -q 'reload refused: the config is invalid'; then
+  ok "an invalid config on reload is refused in the journal (priority err)"
+else
+  fail "no 'reload refused' at priority err in the journal"
+fi
+journalctl -u pjw --no-pager -n 3 | sed 's/^/  | /'
+if [ "$(vcpus_now)" = 7 ]; then ok "the invalid config changed nothing (vcpus 7)"; else fail "vcpus is $(vcpus_now) after an invalid reload"; fi
+cp "$d/pjw.toml.orig" /etc/pjw/pjw.toml
+systemctl reload pjw
 
 # Upgrade (the same package again): the daemon restarts, bob's running job is left alone.
 su - bob -c "exec pjw run --cpus 1 --name bob-job -- sh -c 'echo \$\$ > $d/bob.pid; while [ ! -e $d/bob.stop ]; do sleep 1; done; exit 4'" > "$d/bob.out" 2>&1 &
