@@ -30,6 +30,10 @@ wait_daemon() {
 }
 
 cp "$deb" "$d/"
+# The lean image drops every man page (dpkg path-exclude=/usr/share/man/*, build-image.sh) and with
+# them the man1/man5 directories; it re-includes pjw's pages but dpkg does not make their
+# directories. An admin's machine has them.
+mkdir -p /usr/share/man/man1 /usr/share/man/man5
 log=/tmp/pjw-deb-install.log
 (cd "$d" && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y "./$(basename "$deb")") > "$log" 2>&1; rc=$?
 sed 's/^/  | /' "$log" | tail -8
