@@ -4,7 +4,7 @@ CARGO ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all deps build release demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd test-fuzz test-unit test-root bench bench-quick bench-alloc chaos lint install uninstall clean
+.PHONY: all deps build release gen deb test-deb demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd test-fuzz test-unit test-root bench bench-quick bench-alloc chaos lint install uninstall clean
 
 all: release
 
@@ -103,8 +103,21 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-install: release
+# Man pages (pjw(1), pjw-SUBCOMMAND(1), pjw.toml(5)) and bash, zsh and fish completions, made by
+# the binary from its own clap definition (`pjw generate`, docs/decisions.md (ag)).
+GEN = target/gen
+gen: release
+	rm -rf $(GEN)
+	target/release/pjw generate man $(GEN)/man
+	for sh in bash zsh fish; do target/release/pjw generate completions $$sh --dir $(GEN)/completions >/dev/null || exit 1; done
+
+install: release gen
 	install -D -m 0755 target/release/pjw $(DESTDIR)$(PREFIX)/bin/pjw
+	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/man/man1 $(GEN)/man/*.1
+	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/man/man5 $(GEN)/man/*.5
+	install -D -m 0644 $(GEN)/completions/pjw.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/pjw
+	install -D -m 0644 $(GEN)/completions/_pjw $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_pjw
+	install -D -m 0644 $(GEN)/completions/pjw.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/pjw.fish
 	install -D -m 0644 packaging/pjw.service $(DESTDIR)/etc/systemd/system/pjw.service
 	install -D -m 0644 packaging/pjw.slice $(DESTDIR)/etc/systemd/system/pjw.slice
 	install -D -m 0755 scripts/pjw-scope $(DESTDIR)$(PREFIX)/lib/pjw/pjw-scope
@@ -119,11 +132,21 @@ install: release
 	 else echo "keeping existing $(DESTDIR)/etc/pjw/pjw.toml"; fi
 	@echo "installed; with systemd: systemctl daemon-reload && systemctl enable --now pjw"
 
+# The Debian package (scripts/build-deb.sh, dpkg-deb; docs/decisions.md (ah)):
+# target/deb/pjw_VERSION-1_ARCH.deb. test-deb checks its contents and runs lintian (no errors).
+deb: release
+	scripts/build-deb.sh
+
+test-deb: deb
+	scripts/deb-test.sh
+
 # Jobs still running in pjw-jobs.scope (pure v2 under systemd) are left alone: stop them first
 # (`systemctl stop pjw-jobs.scope` kills them).
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/pjw $(DESTDIR)/etc/systemd/system/pjw.service $(DESTDIR)/etc/systemd/system/pjw.slice
 	rm -rf $(DESTDIR)$(PREFIX)/lib/pjw $(DESTDIR)$(PREFIX)/share/doc/pjw
+	rm -f $(DESTDIR)$(PREFIX)/share/man/man1/pjw.1 $(DESTDIR)$(PREFIX)/share/man/man1/pjw-*.1 $(DESTDIR)$(PREFIX)/share/man/man5/pjw.toml.5
+	rm -f $(DESTDIR)$(PREFIX)/share/bash-completion/completions/pjw $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_pjw $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/pjw.fish
 
 clean:
 	$(CARGO) clean

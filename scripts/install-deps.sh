@@ -16,6 +16,9 @@ if [ ! -e /etc/pjw-guest ]; then
   [ -x /usr/bin/promtool ] || need+=(prometheus)
   command -v tmux >/dev/null || need+=(tmux)
   ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need+=(postgresql)
+  # man renders the generated pages in their test; lintian checks the package (make deb).
+  command -v man >/dev/null || need+=(man-db)
+  command -v lintian >/dev/null || need+=(lintian)
 fi
 # The PBS hook (packaging/pbs) is Python; its contract test runs it.
 command -v python3 >/dev/null || need+=(python3)

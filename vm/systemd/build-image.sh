@@ -53,12 +53,15 @@ done
 # kernel, and what the demo, the tests and `make install` call. No recommends.
 pkgs=systemd,systemd-sysv,dbus,libpam-systemd,openssh-server,linux-image-amd64,initramfs-tools
 pkgs=$pkgs,util-linux,procps,iproute2,python3,make,gcc,libc6-dev,kmod
+# The package step (guest-deb.sh) reads pjw's man pages: man-db, and dpkg keeps pjw's pages.
+pkgs=$pkgs,man-db
 # mmdebstrap mounts /proc, /sys and /dev in the chroot while it installs (root mode): it runs in
 # a private mount namespace of its own, so none of that reaches the host's mount table.
 unshare --mount --propagation private -- \
   mmdebstrap --mode=root --variant=minbase --include="$pkgs" \
     --aptopt='Acquire::Retries "3"' --aptopt='APT::Install-Recommends "false"' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+    --dpkgopt='path-include=/usr/share/man/man1/pjw*' --dpkgopt='path-include=/usr/share/man/man5/pjw*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
     bookworm "$root" "$@" 2> "$tmp/mmdebstrap.log" || { tail -30 "$tmp/mmdebstrap.log" >&2; exit 1; }
 

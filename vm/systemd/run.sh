@@ -8,6 +8,9 @@
 #   service  the packaged service: `make install`, enable --now, two users' jobs through
 #            daemon-reload, restart, stop + start (same CPUs, own exit statuses, nothing left)
 #   reserve  a slice with AllowedCPUs=: pjw's pool follows it
+#   deb      (optional, not in the default list) the Debian package of make deb: apt install
+#            ./pjw_*.deb, the service active, pjw check, a user's pjw run, man pjw-run, bash
+#            completion, an upgrade with a job running, then purge leaves nothing behind
 # Each check prints "ok: ..." or "FAIL: ..."; the tests print libtest's counts. The tier ends
 # with "VM-systemd-v2: N passed, M failed, K skipped" and exits non-zero on any failure, a
 # timeout or a missing summary.
@@ -40,6 +43,7 @@ cargo build --release --workspace --bins
 cargo build --workspace --bins
 cargo test --workspace --no-run --message-format=json > "$W/tests.json.tmp"
 mv "$W/tests.json.tmp" "$W/tests.json"
+case " $steps " in *" deb "*) scripts/build-deb.sh ;; esac
 fi   # VM_HOST_BUILD=0: reuse the last build (only to debug this script)
 
 [ -f "$W/tests.json" ] || : > "$W/tests.json"
@@ -147,7 +151,7 @@ for st in $steps; do
     tests)
       $SSH root@127.0.0.1 "cat > /tmp/pjw-tests.list" < "$run/tests.list" || true
       step tests "sh $src/vm/systemd/guest-tests.sh $src /tmp/pjw-tests.list $label" ;;
-    session|demo|service|reserve)
+    session|demo|service|reserve|deb)
       step "$st" "DEMO_REPS=${VM_DEMO_REPS:-2} sh $src/vm/systemd/guest-$st.sh $src" ;;
     *) fail "unknown step $st" ;;
   esac

@@ -45,6 +45,43 @@ pub enum Command {
     /// Grid Engine hooks: `pjw sge shepherd -- sge_shepherd ARGS` (the shepherd_cmd wrapper).
     #[command(subcommand)]
     Sge(SgeCommand),
+    /// Preflight a node: cgroups, PSI, swap, proc connector, directories, config, topology,
+    /// workload-manager hooks and other cgroup managers; one line per check (OK, WARN, FAIL and
+    /// the fix); exits 1 on any FAIL.
+    Check(CheckArgs),
+    /// Man pages and shell completions, for packagers (`make install`, `make deb`).
+    #[command(subcommand, hide = true)]
+    Generate(GenerateCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Config file [default: /etc/pjw/pjw.toml if it exists].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The job parent to check [default: PJW_CGROUP_PARENT, else the one pjw.service uses
+    /// (/run/pjw/cgroup-parent.env), else the config's].
+    #[arg(long, value_name = "P", env = "PJW_CGROUP_PARENT")]
+    pub cgroup_parent: Option<String>,
+    /// Machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GenerateCommand {
+    /// Write pjw.1, pjw-SUBCOMMAND.1 and pjw.toml.5 into DIR.
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Print the completion script for SHELL (or write it into DIR).
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +165,11 @@ pub struct DaemonArgs {
     /// Validate the config and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// Log format: text (RFC 3339 timestamps), json, or journal (`<N>` priority prefixes, no
+    /// timestamps) [default: journal when stderr is the journal (JOURNAL_STREAM) and [log]
+    /// format is text, else [log] format].
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub log_format: Option<crate::logging::LogFormat>,
 }
 
 #[derive(Debug, Args)]

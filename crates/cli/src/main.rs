@@ -5,8 +5,10 @@
 //! with its command's status, or 125 when pjw itself failed, 126 when the command cannot be
 //! executed, 127 when it is not found (the conventions of `env`, `nice` and container runners).
 
+mod check;
 mod cli;
 mod cmd_control;
+mod cmd_generate;
 mod cmd_report;
 mod cmd_run;
 mod cmd_sim;
@@ -14,6 +16,7 @@ mod cmd_status;
 mod cmd_top;
 mod cmd_topology;
 mod cmd_wlm;
+mod logging;
 mod marks;
 mod plot;
 mod starter;
@@ -49,6 +52,11 @@ fn main() {
         cli::Command::Job(j) => cmd_wlm::job(j),
         cli::Command::Slurm(s) => cmd_wlm::slurm(s),
         cli::Command::Sge(s) => cmd_wlm::sge(s),
+        cli::Command::Check(c) => match check::run(c) {
+            Ok(code) => code,
+            Err(e) => report(Err(e)),
+        },
+        cli::Command::Generate(g) => report(cmd_generate::run(g)),
     };
     std::process::exit(code);
 }
@@ -86,6 +94,10 @@ fn cmd_daemon(d: cli::DaemonArgs) -> i32 {
         state_dir: d.state_dir,
         cgroup_parent: d.cgroup_parent,
     };
+    let source = pjw_daemon::reload::ReloadSource {
+        path: d.config.clone(),
+        overrides: ov.clone(),
+    };
     let cfg = match pjw_daemon::Config::load(d.config.as_deref(), &ov) {
         Ok(c) => c,
         Err(e) => {
@@ -97,8 +109,8 @@ fn cmd_daemon(d: cli::DaemonArgs) -> i32 {
         println!("config {}: ok", cfg.origin);
         return 0;
     }
-    init_logging(&cfg);
-    match pjw_daemon::run(cfg) {
+    init_logging(&cfg, d.log_format);
+    match pjw_daemon::run_reloadable(cfg, source) {
         Ok(()) => 0,
         Err(e) => {
             tracing::error!(error = %e, "pjw daemon failed");
@@ -108,18 +120,14 @@ fn cmd_daemon(d: cli::DaemonArgs) -> i32 {
     }
 }
 
-/// tracing to stderr, RFC 3339 timestamps with the local offset, structured fields.
-fn init_logging(cfg: &pjw_daemon::Config) {
-    use tracing_subscriber::fmt::time::ChronoLocal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PJW_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cfg.log_level));
-    let timer = ChronoLocal::new("%Y-%m-%dT%H:%M:%S%.6f%:z".to_string());
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_timer(timer)
-        .with_writer(std::io::stderr);
-    match cfg.log_format {
-        pjw_daemon::config::LogFormat::Json => b.json().init(),
-        pjw_daemon::config::LogFormat::Text => b.with_ansi(false).init(),
-    }
+/// The log format: `--log-format`, else the journal's when stderr is the journal and the
+/// config asks for text, else the config's.
+fn init_logging(cfg: &pjw_daemon::Config, flag: Option<logging::LogFormat>) {
+    use logging::LogFormat;
+    let format = flag.unwrap_or(match cfg.log_format {
+        pjw_daemon::config::LogFormat::Json => LogFormat::Json,
+        pjw_daemon::config::LogFormat::Text if logging::stderr_is_journal() => LogFormat::Journal,
+        pjw_daemon::config::LogFormat::Text => LogFormat::Text,
+    });
+    logging::init(&cfg.log_level, format);
 }

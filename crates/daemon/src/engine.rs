@@ -59,6 +59,7 @@ mod planning;
 mod proc_events;
 mod profile_hooks;
 mod recovery;
+mod reload;
 mod status;
 #[cfg(test)]
 mod store_tests;

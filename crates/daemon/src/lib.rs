@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod os;
 pub mod procs;
 pub mod profile;
+pub mod reload;
 pub mod report;
 pub mod server;
 pub mod store_port;
@@ -66,13 +67,20 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> DaemonError + '_ {
     }
 }
 
-/// Run the daemon in the foreground until SIGTERM or SIGINT.
+/// Run the daemon in the foreground until SIGTERM or SIGINT; SIGHUP reloads `cfg`'s file
+/// (named by its origin) with the values now in effect for socket, state dir and parent.
 pub fn run(cfg: Config) -> Result<(), DaemonError> {
+    let source = reload::ReloadSource::pinned(&cfg);
+    run_reloadable(cfg, source)
+}
+
+/// [`run`], where SIGHUP re-reads the config from `source` ([`reload`]).
+pub fn run_reloadable(cfg: Config, source: reload::ReloadSource) -> Result<(), DaemonError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| DaemonError::Other(format!("cannot start the runtime: {e}")))?;
-    rt.block_on(run_async(cfg))
+    rt.block_on(run_async(cfg, source))
 }
 
 /// Hold an exclusive lock on the state directory, so two daemons never share it.
@@ -156,7 +164,7 @@ fn job_pool(cfg: &Config, daemon_cpus: &CpuSet, driver: &Driver) -> Result<CpuSe
     }
 }
 
-async fn run_async(cfg: Config) -> Result<(), DaemonError> {
+async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), DaemonError> {
     let _lock = lock_state_dir(&cfg.state_dir)?;
     let topo = pjw_topology::discover(&cfg.sys_root, &cfg.proc_root)?;
     let mut driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
@@ -374,6 +382,8 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
         .map_err(|e| DaemonError::Other(format!("cannot handle SIGTERM: {e}")))?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(|e| DaemonError::Other(format!("cannot handle SIGINT: {e}")))?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| DaemonError::Other(format!("cannot handle SIGHUP: {e}")))?;
     loop {
         tokio::select! {
             ev = rx.recv() => match ev {
@@ -382,6 +392,7 @@ async fn run_async(cfg: Config) -> Result<(), DaemonError> {
             },
             _ = term.recv() => break,
             _ = int.recv() => break,
+            _ = hup.recv() => eng.reload(&source),
         }
     }
     info!("pjw daemon stopping; running jobs keep running and are recovered at the next start");

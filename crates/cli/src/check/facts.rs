@@ -1,0 +1,452 @@
+//! What `pjw check` reads from the machine, below injectable roots ([`Roots`]), into plain
+//! [`Facts`]. The verdicts are in [`super::rules`]; tests point the roots at fake trees.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use pjw_cgroup::{Backend, Driver, Mode};
+use pjw_core::CpuSet;
+
+use super::rules::TopoSummary;
+
+/// Where to look. `proc` and `sys` come from the config's `[paths]`; `etc` and `run` default to
+/// `/etc` and `/run`.
+#[derive(Clone, Debug)]
+pub struct Roots {
+    pub etc: PathBuf,
+    pub run: PathBuf,
+    /// The cgroup backend (a fake tree in tests).
+    pub backend: Backend,
+    /// Run commands (qconf, systemctl) and open the proc connector; off in tests.
+    pub commands: bool,
+    /// Where the WLM hooks are installed (`/usr/lib/pjw`, `/usr/local/lib/pjw`).
+    pub hooks_dir: String,
+}
+
+/// What was asked on the command line.
+#[derive(Clone, Debug, Default)]
+pub struct Request {
+    pub config: Option<PathBuf>,
+    /// `--cgroup-parent`, else `PJW_CGROUP_PARENT`, else pjw-scope's env file, else the config.
+    pub cgroup_parent: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meta {
+    pub uid: u32,
+    pub mode: u32,
+    pub is_dir: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct PathFacts {
+    pub path: PathBuf,
+    pub meta: Option<Meta>,
+}
+
+#[derive(Clone, Debug)]
+pub struct CgroupFacts {
+    pub mode: Result<Mode, String>,
+    pub describe: String,
+    pub parent: String,
+    /// The parent's directory in the cgroup2 tree (unified mode).
+    pub parent_dir: PathBuf,
+    /// The parent, or its nearest existing ancestor.
+    pub nearest: PathBuf,
+    /// `cgroup.controllers` of `nearest` (unified).
+    pub available: Vec<String>,
+    /// `cgroup.subtree_control` of the parent, when it exists (unified).
+    pub parent_subtree: Option<Vec<String>>,
+    /// v1 controllers with a hierarchy pjw uses (hybrid, legacy).
+    pub v1_mounted: Vec<String>,
+    /// Controllers `/proc/cgroups` lists as disabled.
+    pub v1_disabled: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct WlmFacts {
+    /// slurm.conf's path and text.
+    pub slurm_conf: Option<(String, String)>,
+    /// `qconf -sconf`, where Grid Engine is installed.
+    pub sge_conf: Option<Result<String, String>>,
+    pub hooks_dir: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Facts {
+    pub config_origin: String,
+    pub config_error: Option<String>,
+    pub config_file: Option<Meta>,
+    pub config_has_secret: bool,
+    pub config_cpus: Option<CpuSet>,
+    pub cgroup: CgroupFacts,
+    pub psi_memory: Option<String>,
+    pub swaps: Option<String>,
+    pub swap_accounting: Option<bool>,
+    pub proc_connector: Result<(), String>,
+    pub socket_dir: PathFacts,
+    pub state_dir: PathFacts,
+    pub topology: Result<TopoSummary, String>,
+    /// The CPUs jobs may get here: the process's affinity within the parent's cpuset.
+    pub allowed_cpus: CpuSet,
+    pub nproc: usize,
+    pub wlm: WlmFacts,
+    pub slice_allowed_cpus: Option<CpuSet>,
+}
+
+fn meta(p: &Path) -> Option<Meta> {
+    std::fs::metadata(p).ok().map(|m| Meta {
+        uid: m.uid(),
+        mode: m.mode() & 0o7777,
+        is_dir: m.is_dir(),
+    })
+}
+
+fn words(p: &Path) -> Vec<String> {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The parent pjw-scope wrote for the service (`PJW_CGROUP_PARENT=...`).
+pub fn parse_env_file(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("PJW_CGROUP_PARENT="))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// Read everything `pjw check` looks at.
+pub fn gather(roots: &Roots, req: &Request) -> Facts {
+    let config_path = req.config.clone().or_else(|| {
+        let p = roots.etc.join("pjw/pjw.toml");
+        p.exists().then_some(p)
+    });
+    let parent = req.cgroup_parent.clone().or_else(|| {
+        std::fs::read_to_string(roots.run.join("pjw/cgroup-parent.env"))
+            .ok()
+            .and_then(|t| parse_env_file(&t))
+    });
+    let ov = pjw_daemon::Overrides {
+        cgroup_parent: parent,
+        ..Default::default()
+    };
+    let (cfg, config_error) = match pjw_daemon::Config::load(config_path.as_deref(), &ov) {
+        Ok(c) => (c, None),
+        Err(e) => {
+            // Go on with the defaults (and the parent asked for) so the other checks still run.
+            let fallback = pjw_daemon::Config::load(
+                Some(Path::new("/dev/null")),
+                &pjw_daemon::Overrides {
+                    cgroup_parent: ov
+                        .cgroup_parent
+                        .clone()
+                        .filter(|p| pjw_cgroup::ParentSpec::parse(p).is_ok()),
+                    ..Default::default()
+                },
+            )
+            .expect("the built-in defaults are valid");
+            (fallback, Some(e.to_string()))
+        }
+    };
+    let config_origin = config_path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "built-in defaults".into());
+    let config_has_secret = cfg
+        .central
+        .as_ref()
+        .is_some_and(|c| pjw_daemon::config::url_password(&c.url).is_some());
+
+    let proc_root = cfg.proc_root.clone();
+    let sys_root = cfg.sys_root.clone();
+    // `self/...` means below the daemon's own cgroup: resolve it against the service's daemon
+    // where systemd runs one (a proc root whose `self` is that process), not against this shell.
+    let daemon_pid = match cfg.cgroup_parent {
+        pjw_cgroup::ParentSpec::SelfRelative(_)
+            if roots.commands && roots.run.join("systemd/system").is_dir() =>
+        {
+            service_main_pid()
+        }
+        _ => None,
+    };
+    let daemon_proc = daemon_pid.and_then(|pid| {
+        let dir = tempfile_dir()?;
+        std::os::unix::fs::symlink(proc_root.join(pid.to_string()), dir.join("self")).ok()?;
+        Some(dir)
+    });
+    let (mut cgroup, parent_cpus, memory_dirs) = cgroup_facts(
+        daemon_proc.as_deref().unwrap_or(&proc_root),
+        &cfg.cgroup_parent,
+        roots.backend,
+    );
+    if let Some(dir) = &daemon_proc {
+        let _ = std::fs::remove_file(dir.join("self"));
+        let _ = std::fs::remove_dir(dir);
+    }
+    if let pjw_cgroup::ParentSpec::SelfRelative(_) = cfg.cgroup_parent {
+        cgroup.parent = match daemon_pid {
+            Some(pid) => format!("{} of pjw.service's daemon (pid {pid})", cgroup.parent),
+            None => format!(
+                "{} of this process (the daemon resolves it against its own cgroup)",
+                cgroup.parent
+            ),
+        };
+    }
+
+    let topology = pjw_topology::discover(&sys_root, &proc_root)
+        .map(|t| TopoSummary {
+            online: t.online(),
+            allowed: t.allowed,
+            numa_nodes: t.numa_nodes.len(),
+        })
+        .map_err(|e| e.to_string());
+    let affinity = topology.as_ref().map(|t| t.allowed).unwrap_or_default();
+    let allowed_cpus = match parent_cpus {
+        Some(p) => affinity.intersection(&p),
+        None => affinity,
+    };
+    let cmdline = std::fs::read_to_string(proc_root.join("cmdline")).unwrap_or_default();
+    let swap_accounting = if cmdline.split_whitespace().any(|w| w == "swapaccount=0") {
+        Some(false)
+    } else {
+        swap_accounting(&cgroup, &memory_dirs)
+    };
+
+    Facts {
+        config_origin,
+        config_error,
+        config_file: config_path.as_deref().and_then(meta),
+        config_has_secret,
+        config_cpus: cfg.cpus,
+        psi_memory: std::fs::read_to_string(proc_root.join("pressure/memory")).ok(),
+        swaps: std::fs::read_to_string(proc_root.join("swaps")).ok(),
+        swap_accounting,
+        proc_connector: if roots.commands {
+            open_proc_connector()
+        } else {
+            Ok(())
+        },
+        socket_dir: {
+            let d = cfg.socket.parent().unwrap_or(Path::new("/")).to_path_buf();
+            PathFacts {
+                meta: meta(&d),
+                path: d,
+            }
+        },
+        state_dir: PathFacts {
+            meta: meta(&cfg.state_dir),
+            path: cfg.state_dir.clone(),
+        },
+        nproc: affinity.len(),
+        topology,
+        allowed_cpus,
+        wlm: WlmFacts {
+            slurm_conf: ["slurm/slurm.conf", "slurm-llnl/slurm.conf"]
+                .iter()
+                .find_map(|rel| {
+                    let p = roots.etc.join(rel);
+                    std::fs::read_to_string(&p)
+                        .ok()
+                        .map(|t| (p.display().to_string(), t))
+                }),
+            sge_conf: if roots.commands { sge_conf() } else { None },
+            hooks_dir: roots.hooks_dir.clone(),
+        },
+        slice_allowed_cpus: if roots.commands && roots.run.join("systemd/system").is_dir() {
+            slice_allowed_cpus()
+        } else {
+            None
+        },
+        cgroup,
+    }
+}
+
+/// The cgroup facts, the parent's cpuset (if it exists) and the memory hierarchy's parent
+/// directory (for swap accounting).
+fn cgroup_facts(
+    proc_root: &Path,
+    parent: &pjw_cgroup::ParentSpec,
+    backend: Backend,
+) -> (CgroupFacts, Option<CpuSet>, Option<PathBuf>) {
+    let mut f = CgroupFacts {
+        mode: Err(String::new()),
+        describe: String::new(),
+        parent: parent.to_string(),
+        parent_dir: PathBuf::new(),
+        nearest: PathBuf::new(),
+        available: Vec::new(),
+        parent_subtree: None,
+        v1_mounted: Vec::new(),
+        v1_disabled: Vec::new(),
+    };
+    if let Ok(t) = std::fs::read_to_string(proc_root.join("cgroups")) {
+        // subsys_name hierarchy num_cgroups enabled
+        for l in t.lines().filter(|l| !l.starts_with('#')) {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            if cols.len() >= 4 && cols[3] == "0" {
+                f.v1_disabled.push(cols[0].to_string());
+            }
+        }
+    }
+    let driver = match Driver::detect_with(proc_root, parent, backend) {
+        Ok(d) => d,
+        Err(e) => {
+            f.mode = Err(e.to_string());
+            return (f, None, None);
+        }
+    };
+    f.mode = Ok(driver.mode());
+    f.describe = driver.describe();
+    let dirs = driver.parent_dirs();
+    let mut memory_dir = None;
+    for (key, dir) in &dirs {
+        if key == "unified" {
+            if driver.mode() == Mode::Unified {
+                memory_dir = Some(dir.clone());
+            }
+            f.parent_dir = dir.clone();
+            let mut nearest = dir.clone();
+            while !nearest.exists() {
+                match nearest.parent() {
+                    Some(p) => nearest = p.to_path_buf(),
+                    None => break,
+                }
+            }
+            f.available = words(&nearest.join("cgroup.controllers"));
+            if nearest == *dir {
+                f.parent_subtree = Some(words(&dir.join("cgroup.subtree_control")));
+            }
+            f.nearest = nearest;
+        } else {
+            for c in key.split(',') {
+                f.v1_mounted.push(c.to_string());
+                if c == "memory" {
+                    memory_dir = Some(dir.clone());
+                }
+            }
+        }
+    }
+    let cpus = driver.parent_cpus().ok().flatten();
+    (f, cpus, memory_dir)
+}
+
+/// Whether the memory controller accounts swap: its swap files exist in the memory
+/// hierarchy (v2 `memory.swap.max`, not in the root cgroup; v1 `memory.memsw.limit_in_bytes`).
+fn swap_accounting(c: &CgroupFacts, memory_dir: &Option<PathBuf>) -> Option<bool> {
+    let dir = memory_dir.as_ref()?;
+    let file = match c.mode {
+        Ok(Mode::Unified) => "memory.swap.max",
+        Ok(_) => "memory.memsw.limit_in_bytes",
+        Err(_) => return None,
+    };
+    let mut d = dir.clone();
+    while !d.exists() {
+        d = d.parent()?.to_path_buf();
+    }
+    if d.join(file).exists() {
+        return Some(true);
+    }
+    // The v2 root cgroup has no memory.swap.*: look at a child.
+    let child = std::fs::read_dir(&d)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir() && p.join("memory.current").exists())?;
+    Some(child.join(file).exists())
+}
+
+/// Open and bind a netlink socket to the proc connector's multicast group, as the daemon does.
+fn open_proc_connector() -> Result<(), String> {
+    const NETLINK_CONNECTOR: i32 = 11;
+    const CN_IDX_PROC: u32 = 1;
+    // SAFETY: socket(2) with constant arguments; the descriptor is checked and closed below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            NETLINK_CONNECTOR,
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "cannot open a netlink connector socket: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: sockaddr_nl is plain data; all-zero is a valid value before the fields are set.
+    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    addr.nl_family = libc::AF_NETLINK as u16;
+    addr.nl_pid = 0;
+    addr.nl_groups = CN_IDX_PROC;
+    // SAFETY: `addr` is a valid sockaddr_nl of the size passed, `fd` is our open socket.
+    let rc = unsafe {
+        libc::bind(
+            fd,
+            &addr as *const libc::sockaddr_nl as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_nl>() as u32,
+        )
+    };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: closing the descriptor opened above, once.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return Err(format!("cannot bind to the proc connector: {err}"));
+    }
+    Ok(())
+}
+
+fn on_path(cmd: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+        .unwrap_or(false)
+}
+
+fn sge_conf() -> Option<Result<String, String>> {
+    if !on_path("qconf") {
+        return None;
+    }
+    let out = Command::new("timeout")
+        .args(["5", "qconf", "-sconf"])
+        .output();
+    Some(match out {
+        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
+        Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().replace('\n', " ")),
+        Err(e) => Err(e.to_string()),
+    })
+}
+
+/// pjw.service's main process, when systemd runs it.
+fn service_main_pid() -> Option<u32> {
+    let out = Command::new("systemctl")
+        .args(["show", "-p", "MainPID", "--value", "pjw.service"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|p| *p > 0)
+}
+
+/// A fresh private directory for the daemon's proc-root view.
+fn tempfile_dir() -> Option<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("pjw-check-{}", std::process::id()));
+    std::fs::create_dir(&dir).ok()?;
+    Some(dir)
+}
+
+fn slice_allowed_cpus() -> Option<CpuSet> {
+    let out = Command::new("systemctl")
+        .args(["show", "-p", "AllowedCPUs", "--value", "pjw.slice"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if text.is_empty() {
+        return None;
+    }
+    CpuSet::parse_list(&text).ok()
+}

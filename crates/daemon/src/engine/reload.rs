@@ -1,0 +1,73 @@
+//! Applying a reloaded config to the running engine (SIGHUP); what may change is decided in
+//! [`crate::reload::plan`]. Running jobs are not touched: new limits and rules apply to what
+//! is planned, admitted and started from now on.
+
+use pjw_core::sched::QueuePolicy;
+use pjw_core::CpuSet;
+use tracing::{error, info, warn};
+
+use super::Engine;
+use crate::adopt::Scanner;
+use crate::reload::{self, ReloadSource};
+
+impl Engine {
+    /// Re-read the config from `source` and apply what may change live. An invalid file, or
+    /// one that changes what cannot change, leaves everything as it was (logged at error).
+    pub fn reload(&mut self, source: &ReloadSource) {
+        let mut new = match source.load() {
+            Ok(c) => c,
+            Err(e) => {
+                error!(error = %e, "reload refused: the config is invalid; nothing changed");
+                return;
+            }
+        };
+        // As at start: memory.high exists only in cgroup v2.
+        new.governor_cfg.throttle &= self.driver.mode() == pjw_cgroup::Mode::Unified;
+        let running = self
+            .jobs
+            .values()
+            .fold(CpuSet::default(), |acc, j| acc.union(&j.cpus));
+        let plan = match reload::plan(&self.cfg, &new, &self.pool, &running) {
+            Ok(p) => p,
+            Err(why) => {
+                error!(config = %new.origin, reason = %why, "reload refused; the old config stays");
+                return;
+            }
+        };
+        for key in &plan.at_restart {
+            warn!(config = %new.origin, key, "reload: this key changes only at the next restart; the old value stays");
+        }
+        let cfg = plan.config;
+        self.policy = QueuePolicy {
+            vcpus: cfg.vcpus.unwrap_or(self.pool.len()),
+            backfill: cfg.backfill,
+            hard_preemption: cfg.hard_preemption,
+            preempt_min_priority: cfg.preempt_priority,
+            queue_ttl_ms: cfg.queue_ttl.map(|s| s as i64 * 1000),
+        };
+        if let Some(g) = self.governor.as_mut() {
+            *g = pjw_core::governor::GovernorConfig {
+                limit: g.limit,
+                ..cfg.governor_cfg
+            };
+        }
+        if cfg.adopt_env != self.cfg.adopt_env
+            || cfg.adopt_hook_daemons != self.cfg.adopt_hook_daemons
+        {
+            self.scanner = Scanner::new(
+                &cfg.proc_root,
+                cfg.adopt_env.clone(),
+                cfg.adopt_hook_daemons.clone(),
+            );
+        }
+        self.cfg = cfg;
+        info!(
+            config = %self.cfg.origin,
+            changed = %plan.changed.join(","),
+            vcpus = self.policy.vcpus,
+            "config reloaded"
+        );
+        // More vcpus or a looser rule may let queued jobs start now.
+        self.replan();
+    }
+}

@@ -1,0 +1,254 @@
+//! Live reload (SIGHUP, `systemctl reload pjw`): what a new config may change while jobs run.
+//!
+//! The daemon re-reads its file with the same command-line overrides ([`ReloadSource`]) and the
+//! same validation as at start. [`plan`] (pure) compares the running config with the new one:
+//! - **fixed** keys (where things already are: socket, state directory, cgroup parent, the
+//!   kernel filesystem roots, tmp_root, cpuset partitions) refuse the whole reload, and so does a
+//!   pool (`cpus`) that would no longer hold the CPUs of running jobs; the old config is kept;
+//! - **restart-only** keys (timers, listeners and threads set up at start: intervals, metrics,
+//!   central store, log settings, the pool, the memory partition) keep their old value until the
+//!   next restart, said in the log; the rest of the reload applies;
+//! - every other key (vcpus, backfill, preemption, queue TTL, priorities, exclusive, per-user
+//!   queue limit, job limits and /tmp, governor thresholds, profile retention and size, admin
+//!   group, adoption rules) takes effect at once; running jobs are not touched.
+//!
+//! ```
+//! use pjw_daemon::{reload, Config, Overrides};
+//! let old = Config::parse("a", "vcpus = 4", &Overrides::default()).unwrap();
+//! let new = Config::parse("a", "vcpus = 8", &Overrides::default()).unwrap();
+//! let pool = "0-3".parse().unwrap();
+//! let plan = reload::plan(&old, &new, &pool, &Default::default()).unwrap();
+//! assert_eq!(plan.changed, ["vcpus"]);
+//! assert_eq!(plan.config.vcpus, Some(8));
+//! ```
+
+use std::path::PathBuf;
+
+use pjw_core::CpuSet;
+
+use crate::config::{Config, ConfigError, Overrides};
+
+/// Where the running config came from: the file (None: the default file if it exists) and the
+/// command line's overrides, applied again on every reload.
+#[derive(Clone, Debug, Default)]
+pub struct ReloadSource {
+    pub path: Option<PathBuf>,
+    pub overrides: Overrides,
+}
+
+impl ReloadSource {
+    /// The file `cfg` was read from, with its socket, state directory and cgroup parent pinned
+    /// to the values now in effect (for callers that do not keep their overrides).
+    pub fn pinned(cfg: &Config) -> ReloadSource {
+        ReloadSource {
+            path: (cfg.origin != "built-in defaults").then(|| PathBuf::from(&cfg.origin)),
+            overrides: Overrides {
+                socket: Some(cfg.socket.clone()),
+                state_dir: Some(cfg.state_dir.clone()),
+                cgroup_parent: Some(cfg.cgroup_parent.to_string()),
+            },
+        }
+    }
+
+    /// Read and validate the config again.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        Config::load(self.path.as_deref(), &self.overrides)
+    }
+}
+
+/// What a reload does.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The config to run with from now on (restart-only keys keep their old values).
+    pub config: Config,
+    /// Keys that change now.
+    pub changed: Vec<&'static str>,
+    /// Keys that changed in the file but apply only at the next restart.
+    pub at_restart: Vec<&'static str>,
+}
+
+/// Compare the running config with a new, valid one. `pool` is the CPUs jobs may get now and
+/// `running` the CPUs running jobs hold. Err: why the reload is refused (nothing changes).
+pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Result<Plan, String> {
+    fn differ<T: std::fmt::Debug>(a: &T, b: &T) -> bool {
+        format!("{a:?}") != format!("{b:?}")
+    }
+    // Where things already are: changing them needs a restart, and a reload that asks for it
+    // is refused whole, so the admin sees that the file and the daemon disagree.
+    let mut fixed = Vec::new();
+    macro_rules! fixed {
+        ($key:literal, $($f:ident).+) => {
+            if differ(&old.$($f).+, &new.$($f).+) {
+                fixed.push(format!("{} ({:?} -> {:?})", $key, old.$($f).+, new.$($f).+));
+            }
+        };
+    }
+    fixed!("socket", socket);
+    fixed!("state_dir", state_dir);
+    fixed!("cgroup.parent", cgroup_parent);
+    fixed!("paths.proc", proc_root);
+    fixed!("paths.sys", sys_root);
+    fixed!("job.tmp_root", tmp_root);
+    fixed!("job.partition", partition);
+    if !fixed.is_empty() {
+        return Err(format!(
+            "{} cannot change while the daemon runs (restart it: systemctl restart pjw; jobs keep running)",
+            fixed.join(", ")
+        ));
+    }
+    if let Some(cpus) = &new.cpus {
+        let lost = running.difference(cpus);
+        if !lost.is_empty() {
+            return Err(format!(
+                "cpus = {cpus} would take CPUs {lost} from running jobs (the pool cannot shrink under them)"
+            ));
+        }
+    }
+
+    let mut cfg = new.clone();
+    let mut at_restart = Vec::new();
+    macro_rules! at_restart {
+        ($key:literal, $($f:ident).+) => {
+            if differ(&old.$($f).+, &new.$($f).+) {
+                at_restart.push($key);
+                cfg.$($f).+ = old.$($f).+.clone();
+            }
+        };
+    }
+    at_restart!("cpus", cpus);
+    at_restart!("spread", spread);
+    at_restart!("socket_mode", socket_mode);
+    at_restart!("max_connections_per_user", max_connections_per_user);
+    at_restart!("memory.limit", memory_limit);
+    at_restart!("memory.reserve", memory_reserve);
+    at_restart!("memory.governor", governor);
+    at_restart!("memory.interval_ms", governor_interval_ms);
+    at_restart!("profile.enabled", profile.enabled);
+    at_restart!("profile.interval", profile.interval_ms);
+    at_restart!("adopt.sweep_interval_ms", adopt_sweep_ms);
+    at_restart!("metrics.listen", metrics_listen);
+    at_restart!("central", central);
+    at_restart!("log.level", log_level);
+    at_restart!("log.format", log_format);
+
+    let vcpus = cfg.vcpus.unwrap_or(pool.len());
+    if vcpus > crate::MAX_VCPUS_PER_CPU * pool.len() {
+        return Err(format!(
+            "vcpus: {vcpus} is more than {} times the {} cpus jobs may use",
+            crate::MAX_VCPUS_PER_CPU,
+            pool.len()
+        ));
+    }
+
+    let mut changed = Vec::new();
+    macro_rules! live {
+        ($key:literal, $($f:ident).+) => {
+            if differ(&old.$($f).+, &cfg.$($f).+) {
+                changed.push($key);
+            }
+        };
+    }
+    live!("vcpus", vcpus);
+    live!("backfill", backfill);
+    live!("hard_preemption", hard_preemption);
+    live!("queue_ttl", queue_ttl);
+    live!("default_priority", default_priority);
+    live!("max_priority", max_priority);
+    live!("preempt_priority", preempt_priority);
+    live!("exclusive", exclusive);
+    live!("max_queued_per_user", max_queued_per_user);
+    live!("job.kill_leftovers", kill_leftovers);
+    live!("job.pids_max", pids_max);
+    live!("job.swap_max", swap_max);
+    live!("job.tmp", tmp);
+    live!("job.tmp_max", tmp_max);
+    live!("memory (governor thresholds)", governor_cfg);
+    live!("profile.processes", profile.processes);
+    live!("profile.retention", profile.retention_ms);
+    live!("profile.max_db_size", profile.max_db_size);
+    live!("profile.admin_group", profile.admin_group);
+    live!("adopt.env", adopt_env);
+    live!("adopt.hook_daemons", adopt_hook_daemons);
+    cfg.origin = new.origin.clone();
+    Ok(Plan {
+        config: cfg,
+        changed,
+        at_restart,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(text: &str) -> Config {
+        Config::parse("pjw.toml", text, &Overrides::default()).unwrap()
+    }
+    fn set(s: &str) -> CpuSet {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn live_keys_change_and_restart_only_keys_keep_their_old_value() {
+        let old = cfg("vcpus = 4\n[memory]\nhigh = 0.9\ninterval_ms = 1000\n");
+        let new = cfg("vcpus = 8\nmax_priority = 8\ndefault_priority = 5\n[memory]\nhigh = 0.8\ninterval_ms = 500\n[metrics]\nlisten = \"127.0.0.1:9810\"\n");
+        let p = plan(&old, &new, &set("0-3"), &set("0-1")).unwrap();
+        assert_eq!(p.config.vcpus, Some(8));
+        assert_eq!(p.config.max_priority, 8);
+        assert_eq!(p.config.governor_cfg.high, 0.8);
+        assert_eq!(p.config.governor_interval_ms, 1000);
+        assert_eq!(p.config.metrics_listen, None);
+        assert!(p.changed.contains(&"vcpus") && p.changed.contains(&"max_priority"));
+        assert!(p.changed.contains(&"memory (governor thresholds)"));
+        assert_eq!(p.at_restart, ["memory.interval_ms", "metrics.listen"]);
+    }
+
+    #[test]
+    fn fixed_keys_refuse_the_whole_reload() {
+        let old = cfg("state_dir = \"/var/lib/pjw\"\n[cgroup]\nparent = \"/pjw\"\n");
+        for (text, key) in [
+            ("state_dir = \"/srv/pjw\"\n[cgroup]\nparent = \"/pjw\"\n", "state_dir"),
+            ("state_dir = \"/var/lib/pjw\"\n[cgroup]\nparent = \"/other\"\n", "cgroup.parent"),
+            ("state_dir = \"/var/lib/pjw\"\nsocket = \"/tmp/x.sock\"\n[cgroup]\nparent = \"/pjw\"\n", "socket"),
+        ] {
+            let e = plan(&old, &cfg(text), &set("0-3"), &CpuSet::default()).unwrap_err();
+            assert!(e.starts_with(key), "{key}: {e}");
+            assert!(e.contains("cannot change while the daemon runs"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_pool_cannot_shrink_under_running_jobs() {
+        let old = cfg("cpus = \"0-3\"\n");
+        let e = plan(&old, &cfg("cpus = \"0-1\"\n"), &set("0-3"), &set("2")).unwrap_err();
+        assert!(e.contains("would take CPUs 2 from running jobs"), "{e}");
+        // Not under a running job: the new pool waits for a restart.
+        let p = plan(&old, &cfg("cpus = \"0-1\"\n"), &set("0-3"), &set("0-1")).unwrap();
+        assert_eq!(p.at_restart, ["cpus"]);
+        assert_eq!(p.config.cpus, Some(set("0-3")));
+    }
+
+    #[test]
+    fn too_many_vcpus_for_the_pool_are_refused() {
+        let e = plan(
+            &cfg(""),
+            &cfg("vcpus = 1000\n"),
+            &set("0-3"),
+            &CpuSet::default(),
+        )
+        .unwrap_err();
+        assert!(e.starts_with("vcpus: 1000"), "{e}");
+    }
+
+    #[test]
+    fn an_unchanged_file_changes_nothing() {
+        let p = plan(
+            &cfg("vcpus = 3\n"),
+            &cfg("vcpus = 3\n"),
+            &set("0-3"),
+            &CpuSet::default(),
+        )
+        .unwrap();
+        assert!(p.changed.is_empty() && p.at_restart.is_empty());
+    }
+}
