@@ -85,15 +85,18 @@ busy0=$(busy_ticks)
 sampler=$!
 
 failed=()
+took=()   # "scenario N s", for the results file: where a suite's time goes
 i=0
 for s in "${want[@]}"; do
   i=$((i + 1))
   export BENCH_INDEX=$i
+  ts=$EPOCHREALTIME
   # The scenario prints its own table on stdout; the driver keeps it in the log.
   "$root/bench/scenarios/$s.sh" >> "$BENCH_OUT/scenarios.log" &
   child=$!
   if ! wait "$child"; then failed+=("$s"); fi
   child=""
+  took+=("$s $(awk -v a="$ts" -v b="$EPOCHREALTIME" 'BEGIN{printf "%d", b-a}') s")
 done
 [ -t 2 ] && printf '\r\033[K' >&2
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -140,13 +143,14 @@ cp "$BENCH_OUT"/plots/*.svg "$root/bench/results/$name/" 2>/dev/null || true
 cp -r "$BENCH_OUT/raw" "$root/bench/results/$name/"
 cp "$BENCH_OUT/load.txt" "$root/bench/results/$name/raw/load.txt"
 set -o noclobber
+took_list=$(printf '%s, ' "${took[@]}"); took_list=${took_list%, }
 cgmode=$(awk '{ t = ""; for (i = 7; i < NF; i++) if ($i == "-") { t = $(i + 1); break } }
   t == "cgroup" {v1++} t == "cgroup2" {v2++} END {
   if (v1 && v2) printf "hybrid (%d v1 hierarchies + cgroup2)", v1; else if (v2) print "pure cgroup v2"; else printf "legacy v1 (%d hierarchies)", v1 }' /proc/self/mountinfo)
 {
   echo "# Benchmarks — $day $(date -u -d "@${BENCH_T0%%.*}" +%H:%M:%S) UTC$([ $quick = 1 ] && echo ' (quick)' || true)$([ $whole = 1 ] || echo " (partial: ${want[*]})")"
   echo
-  echo "\`$([ $quick = 1 ] && echo 'make bench-quick' || echo 'make bench')\` on $(hostname): $ncpu CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), cgroup mounts: $cgmode. Commit $(cd "$root" && git rev-parse --short HEAD)$(cd "$root" && git diff --quiet HEAD -- crates bench ':!bench/results' || echo ' (with uncommitted changes)'), release build. $secs s."
+  echo "\`$([ $quick = 1 ] && echo 'make bench-quick' || echo 'make bench')\` on $(hostname): $ncpu CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), cgroup mounts: $cgmode. Commit $(cd "$root" && git rev-parse --short HEAD)$(cd "$root" && git diff --quiet HEAD -- crates bench ':!bench/results' || echo ' (with uncommitted changes)'), release build. $secs s ($took_list)."
   echo
   echo "Load: load average $load0 (1, 5, 15 min) at the start and $load1 at the end, on $ncpu CPUs; runnable processes outside the suite: $run0 at the start, $run1 at the end, mean $run_mean and max $run_max while it ran (every 2 s: [raw/load.txt]($name/raw/load.txt)); other work took about $other_pct% of the CPUs' time."
   echo

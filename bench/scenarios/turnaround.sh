@@ -15,7 +15,7 @@ SCENARIO=turnaround
 source "$(dirname "$0")/../lib.sh"
 
 REPS=${TA_REPS:-$([ "$QUICK" = 1 ] && echo 2 || echo 3)}
-UNIT=${TA_UNIT:-$([ "$QUICK" = 1 ] && echo 0.25 || echo 0.5)}
+UNIT=${TA_UNIT:-$([ "$QUICK" = 1 ] && echo 0.15 || echo 0.5)}
 EQUAL=(2 2 2 2 2 2 2 2)
 MIXED=(3 1 4 1 2 4 2 3)
 raw=$BENCH_OUT/raw/turnaround.txt
