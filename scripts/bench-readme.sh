@@ -46,7 +46,9 @@ trap 'rm -f "$block" "$block.new"' EXIT
   echo "From [$rel]($rel), $title — $kind. The machine and build:"
   echo
   # The machine line, the load line and every bold warning of the results file, as written there.
-  awk '/^`make bench/ { print "> " $0; print ">" } /^Load: / { print "> " $0; print ">" } /^\*\*/ { print "> " $0; print ">" }' "$file" | sed '$d'
+  # Links in the results file are relative to bench/results/: made relative to README's place.
+  awk '/^`make bench/ { print "> " $0; print ">" } /^Load: / { print "> " $0; print ">" } /^\*\*/ { print "> " $0; print ">" }' "$file" \
+    | sed '$d' | sed -E "s#\]\(([^)h/][^)]*)\)#](${rel%/*}/\1)#g"
   echo
   echo "Verdicts are the results file's, taken on the 95% bound in the unfavourable direction:"
   echo "**met**, **short** (even the favourable bound misses the goal) or **within noise**; (baseline)"
