@@ -76,14 +76,18 @@ FUZZ_SECONDS ?= 15
 test-fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
 
-# The benchmark suite (bench/run.sh): every scenario side by side against plain Linux, a table
-# and bench/results/<date>.md with plots. SCENARIO=name runs one (e.g. make bench SCENARIO=isolation).
+# The benchmark suite (bench/run.sh): every scenario beside the alternatives a user would pick
+# (plain Linux, taskset, a FIFO runner, nice/chrt -i, one memory cgroup, srun on a live Slurm),
+# a table and a new bench/results/<date>T<time>Z.md (never overwritten) with the machine's load
+# and plots; a run on a loaded machine is marked NOT PUBLISHABLE. scripts/bench-readme.sh puts
+# the latest full file's table in README. SCENARIO=name runs one (make bench SCENARIO=isolation).
 # Root; cgroups only below the bench's own cgroup, removed even on failure. Not part of make test.
 SCENARIO ?=
 bench: deps
 	bench/run.sh $(SCENARIO)
 
-# The same in under 5 minutes: fewer rounds, shorter workloads.
+# The same in under 5 minutes on an idle machine: fewer rounds, shorter workloads; it writes a
+# bench/results/<date>T<time>Z-quick.md of its own.
 bench-quick: deps
 	bench/run.sh --quick $(SCENARIO)
 

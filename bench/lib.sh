@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by bench/run.sh and every bench/scenarios/*.sh (sourced, not run).
 #
 # A scenario script sets SCENARIO, sources this file, and then:
@@ -14,6 +15,7 @@ set -euo pipefail
 BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PJW=${PJW:-$BENCH_ROOT/target/release/pjw}
 WL=${WL:-$BENCH_ROOT/target/release/pjw-wl}
+# shellcheck disable=SC2034 # read by the scenarios
 QUICK=${BENCH_QUICK:-0}
 # Where rows, notes, raw samples and plots go; run.sh shares one directory between scenarios.
 if [ -z "${BENCH_OUT:-}" ]; then
@@ -94,6 +96,21 @@ stats() {
     }'
 }
 median() { stats | awk '{print $5}'; }
+# Verdicts on the 95% bound in the unfavourable direction, not the mean (run.sh's header):
+#   verdict_le VALUE CI GOAL   a figure that must be at most GOAL
+#   verdict_ge VALUE CI GOAL   a figure that must be at least GOAL
+# met when the unfavourable bound meets the goal, short when even the favourable one misses it,
+# "within noise" in between.
+verdict_le() { calc "v = $1; c = $2; g = $3; print (v + c <= g) ? \"met\" : (v - c > g) ? \"short\" : \"within noise\""; }
+verdict_ge() { calc "v = $1; c = $2; g = $3; print (v - c >= g) ? \"met\" : (v + c < g) ? \"short\" : \"within noise\""; }
+# verdict_all V...: short if any is short, else within noise if any is, else met.
+verdict_all() {
+  local v r=met
+  for v in "$@"; do
+    case $v in short) r=short ;; "within noise") [ "$r" = short ] || r="within noise" ;; esac
+  done
+  echo "$r"
+}
 calc() { awk "BEGIN{ $1 }" </dev/null; }
 cpu_secs() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f\n", ($14+$15)/hz}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # CPU seconds of all live threads of a process, in ns resolution (schedstat).
@@ -208,16 +225,16 @@ remove_cgroups() {
   for d in $(cgroup_dirs "$sub"); do
     [ -d "$d" ] || continue
     # Deepest first.
-    for c in $(find "$d" -depth -type d 2>/dev/null); do
+    while read -r c; do
       [ -w "$c/freezer.state" ] && echo THAWED > "$c/freezer.state" 2>/dev/null || true
       [ -w "$c/cgroup.freeze" ] && echo 0 > "$c/cgroup.freeze" 2>/dev/null || true
       if [ -r "$c/cgroup.procs" ]; then
         while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done < "$c/cgroup.procs"
       fi
-    done
-    for c in $(find "$d" -depth -type d 2>/dev/null); do
+    done < <(find "$d" -depth -type d 2>/dev/null)
+    while read -r c; do
       for _ in 1 2 3 4 5 6 7 8 9 10; do rmdir "$c" 2>/dev/null && break; sleep 0.1; done
-    done
+    done < <(find "$d" -depth -type d 2>/dev/null)
   done
 }
 
@@ -235,10 +252,52 @@ disable_swap() {
   SWAPFILE=""
 }
 
+# ---------------------------------------------------------------------------------------------
+# Slurm, for the baseline rows: a live Slurm is measured, never typed in.
+#
+# slurm_live: 0 when srun answers, with SLURM_CONF exported; otherwise 1 and SLURM_WHY says why
+# (for a "not measured (...)" row). BENCH_SLURM_CONF=FILE uses a running Slurm's configuration;
+# BENCH_SLURM=up starts a private one (scripts/wlm/slurm-up.sh in $WORK, its Prolog and Epilog
+# no-ops: Slurm alone, without pjw) unless another of the project's is up (the live tests'
+# Slurm is theirs: the bench neither shares nor stops it), and cleanup stops it by its pids.
+BENCH_SLURM_DIR=""
+BENCH_SLURM_OK=""
+SLURM_WHY=""
+slurm_live() {
+  [ -z "$SLURM_WHY" ] || return 1
+  [ -z "$BENCH_SLURM_OK" ] || return 0
+  if ! command -v srun >/dev/null; then
+    SLURM_WHY="Slurm is not installed here (no srun; scripts/wlm/install.sh installs it)"; return 1
+  fi
+  if [ -n "${BENCH_SLURM_CONF:-}" ]; then
+    export SLURM_CONF=$BENCH_SLURM_CONF
+  elif [ "${BENCH_SLURM:-}" = up ]; then
+    if [ -e /var/tmp/pjw-wlm/slurm.dir ] || pgrep -x slurmctld >/dev/null; then
+      SLURM_WHY="another Slurm is up on this machine (the live tests'?), which the bench neither shares nor stops"; return 1
+    fi
+    BENCH_SLURM_DIR=$WORK/slurm
+    mkdir -p "$BENCH_SLURM_DIR"; chmod 755 "$WORK" "$BENCH_SLURM_DIR"
+    # The hooks exec "$PJW slurm prolog": /bin/true makes them no-ops (Slurm alone).
+    printf 'PJW=/bin/true\n' > "$BENCH_SLURM_DIR/env"
+    if ! "$BENCH_ROOT/scripts/wlm/slurm-up.sh" "$BENCH_SLURM_DIR" "$BENCH_SLURM_DIR/env" > "$WORK/slurm-up.log" 2>&1; then
+      SLURM_WHY="scripts/wlm/slurm-up.sh failed: $(tail -1 "$WORK/slurm-up.log")"; return 1
+    fi
+    export SLURM_CONF=$BENCH_SLURM_DIR/slurm.conf
+  else
+    SLURM_WHY="no live Slurm given to the bench (BENCH_SLURM_CONF=slurm.conf of a running one, or BENCH_SLURM=up to start a private one)"; return 1
+  fi
+  if ! timeout 30 srun -n1 /bin/true >/dev/null 2>"$WORK/srun.err"; then
+    SLURM_WHY="srun -n1 /bin/true failed with SLURM_CONF=$SLURM_CONF: $(head -c 160 "$WORK/srun.err" | tr '\n' ' ')"; return 1
+  fi
+  BENCH_SLURM_OK=1
+  return 0
+}
+
 cleanup() {
   local rc=$?
   set +e
   trap - EXIT INT TERM
+  [ -z "$BENCH_SLURM_DIR" ] || "$BENCH_ROOT/scripts/wlm/down.sh" "$BENCH_SLURM_DIR" >/dev/null 2>&1
   stop_daemon
   local p s
   for p in "${PGROUPS[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done

@@ -1,7 +1,8 @@
 # Tiny SVG plots for the benchmark results (see docs/decisions.md: why not plotters or gnuplot).
 #
 #   awk -f plot.awk -v mode=strip -v title=T -v ylabel=U  < "GROUP VALUE" lines  > out.svg
-#       every value as a dot in its group's column, the mean as a bar
+#       every value as a dot in its group's column (one column per alternative), the median as
+#       a bar and, from 4 values up, the box from the lower to the upper quartile
 #   awk -f plot.awk -v mode=lines -v title=T -v xlabel=X -v ylabel=Y < "SERIES X Y" lines > out.svg
 #       one poly-line per series (a time line)
 function esc(s) { gsub(/&/, "\\&amp;", s); gsub(/</, "\\&lt;", s); gsub(/>/, "\\&gt;", s); return s }
@@ -9,6 +10,10 @@ function nice(v,   e, f) { if (v <= 0) return 1; e = 10 ^ int(log(v) / log(10));
   return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e }
 function px(x) { return L + (x - x0) / (x1 - x0) * (W - L - R) }
 function py(y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B) }
+# q(k, p): the p-quantile of group k's values (sorted in place; linear between order statistics).
+function q(k, p,   i, j, t, n, h) { n = cnt[k]
+  for (i = 2; i <= n; i++) { t = ys[k, i]; for (j = i - 1; j >= 1 && ys[k, j] > t; j--) ys[k, j + 1] = ys[k, j]; ys[k, j + 1] = t }
+  h = (n - 1) * p + 1; i = int(h); return (i >= n) ? ys[k, n] : ys[k, i] + (h - i) * (ys[k, i + 1] - ys[k, i]) }
 BEGIN { W = 640; H = 360; L = 70; R = 20; T = 40; B = 50
   split("#1f77b4 #d62728 #2ca02c #ff7f0e #9467bd #8c564b #e377c2 #7f7f7f", col, " ") }
 NF >= 2 {
@@ -26,7 +31,7 @@ END {
   if (ymax <= y0) ymax = y0 + 1
   step = nice((ymax - y0) / 5); y0 = int(y0 / step) * step; if (y0 > ymin) y0 -= step
   y1 = y0 + step * (int((ymax - y0) / step) + 1)
-  if (mode == "lines") { x0 = xmin; x1 = (xmax > xmin ? xmax : xmin + 1) } else { x0 = 0; x1 = ng }
+  if (mode == "lines") { x0 = xmin; x1 = (xmax > xmin ? xmax : xmin + 1) } else { x0 = 0; x1 = ng; if (ng * 150 + L + R > W) W = ng * 150 + L + R }
   printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H
   printf "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
   printf "<text x=\"%d\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">%s</text>\n", W / 2, esc(title)
@@ -53,9 +58,11 @@ END {
       for (i = 1; i <= cnt[k]; i++) {
         jit = ((i * 37) % 11 - 5) * 4
         printf "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\" fill-opacity=\"0.6\"/>", cx + jit, py(ys[k, i]), c }
-      m = sum[k] / cnt[k]
+      m = q(k, 0.5)
+      if (cnt[k] >= 4) printf "\n<rect x=\"%.1f\" y=\"%.1f\" width=\"60\" height=\"%.1f\" fill=\"none\" stroke=\"black\"/>", cx - 30, py(q(k, 0.75)), py(q(k, 0.25)) - py(q(k, 0.75))
       printf "\n<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"black\" stroke-width=\"2\"/>", cx - 30, cx + 30, py(m), py(m)
-      printf "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s (n=%d, mean %.3g)</text>\n", cx, H - B + 16, esc(gname[k]), cnt[k], m
+      printf "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>", cx, H - B + 16, esc(gname[k])
+      printf "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\">n=%d, median %.3g</text>\n", cx, H - B + 30, cnt[k], m
     }
   }
   print "</svg>"

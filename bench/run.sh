@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# The benchmark suite (issue 7): builds the release binaries, runs the scenarios one after the
-# other with a progress line, prints the table (scenario | measured | anchor | pjw's goal |
-# result) and, for a whole-suite run, writes bench/results/<date>.md (or <date>-quick.md) with
-# the machine, the table, the notes on every goal missed, and the plots beside it.
+# The benchmark suite (issues 7 and 14): builds the release binaries, runs the scenarios one
+# after the other with a progress line, prints the table (scenario | measured | anchor | pjw's
+# goal | result) and, for a whole-suite run, writes bench/results/<date>T<time>Z.md (-quick.md
+# for the quick suite) with the machine, its load, the table, the notes on every goal missed,
+# and the plots and raw samples in the directory of the same name.
 #
 #   bench/run.sh [--quick] [SCENARIO...]      (make bench, make bench-quick, SCENARIO=name)
 #
+# A results file is never overwritten: its name is the run's start time (UTC), and the run
+# refuses to write over a file or directory that exists. Verdicts are taken on the 95%
+# confidence bound in the unfavourable direction (met / short / within noise), not the mean.
+# Load: the load average, the runnable processes outside this suite's session and the CPU time
+# other work took are recorded before, during (every 2 s) and after the run; on a loaded
+# machine every verdict is marked "NOT PUBLISHABLE: machine loaded (...)", and
+# scripts/bench-readme.sh carries the mark into README's Performance table.
+#
 # Scenarios live in bench/scenarios/NAME.sh; each also runs alone and prints its own table.
 # Sizes can be changed for an experiment through the variables at the top of each scenario
-# (ISO_REPS, ISO_SECS, BF_REPS, TA_UNIT, MEM_LIMIT_MIB, MEM_TIMEOUT, LAUNCH_N, JOBMEM_N, DCPU_N,
-# DCPU_WINDOW, REACT_REPS, ALLOC_REPS, ...); BENCH_SAVE=1 writes a results file for a partial
-# run; BENCH_NO_BUILD=1 skips the build; BENCH_PARENT_CPU_SHARES=N gives the daemons' parent
-# cgroup the CPU weight of N/1024 processes (an experiment: pjw leaves the default).
-# Every figure is a ratio or a paired comparison taken in the same run; absolute times are
-# shown, never judged. Root (pjw manages cgroups); cgroups only below this process's own.
+# (ISO_REPS, ISO_SECS, BF_REPS, TA_UNIT, MEM_LIMIT_MIB, MEM_TIMEOUT, MEM_REPS, LAUNCH_N, ...);
+# BENCH_SAVE=1 writes a results file for a partial run; BENCH_NO_BUILD=1 skips the build;
+# BENCH_SLURM_CONF=FILE (a live Slurm's slurm.conf) or BENCH_SLURM=up (start a private one with
+# scripts/wlm/slurm-up.sh when no other is up) gives the Slurm rows a Slurm to measure;
+# BENCH_PARENT_CPU_SHARES=N gives the daemons' parent cgroup the CPU weight of N/1024 processes
+# (an experiment: pjw leaves the default). Root; cgroups only below this process's own.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,7 +32,7 @@ want=()
 for a in "$@"; do
   case $a in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *)
       [ -f "$root/bench/scenarios/$a.sh" ] || { echo "bench: no scenario '$a' (have: ${ALL[*]})" >&2; exit 2; }
       want+=("$a") ;;
@@ -32,6 +41,15 @@ done
 whole=0
 [ ${#want[@]} -gt 0 ] || { want=("${ALL[@]}"); whole=1; }
 [ "$(id -u)" = 0 ] || { echo "bench: must run as root (pjw manages cgroups)" >&2; exit 1; }
+
+# The results file's name: the start time, so that no run replaces another's file.
+day=$(date -u +%F)
+name=$(date -u +%Y-%m-%dT%H%M%SZ)$([ $quick = 1 ] && echo -quick || true)
+[ $whole = 1 ] || name=$name-$(IFS=-; echo "${want[*]}")
+out=$root/bench/results/$name.md
+if [ -e "$out" ] || [ -e "$root/bench/results/$name" ]; then
+  echo "bench: $out exists; a results file is never overwritten" >&2; exit 1
+fi
 
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   echo "building release binaries (pjw, pjw-wl) ..." >&2
@@ -43,26 +61,70 @@ export BENCH_QUICK=$quick
 export BENCH_OUT
 BENCH_OUT=$(mktemp -d /var/tmp/pjw-bench-run.XXXXXX)
 child=""
+sampler=""
 # Pass an interrupt on to the running scenario, which cleans up after itself.
-trap '[ -z "$child" ] || { kill -TERM "$child" 2>/dev/null; wait "$child"; }; rm -rf "$BENCH_OUT"' EXIT
+trap '[ -z "$child" ] || { kill -TERM "$child" 2>/dev/null; wait "$child"; }; [ -z "$sampler" ] || kill "$sampler" 2>/dev/null; rm -rf "$BENCH_OUT"' EXIT
 trap 'exit 130' INT TERM
+
+# Load. Runnable threads (state R) outside this suite's session, but ps itself: "N (names)".
+mysid=$(ps -o sid= -p $$ | tr -d ' ')
+others_runnable() {
+  ps -eL -o stat=,sid=,comm= | awk -v me="$mysid" '$1 ~ /^R/ && $2 != me && $3 != "ps" { n++; c[$3]++ }
+    END { s = ""; for (k in c) s = s (s == "" ? "" : ", ") k (c[k] > 1 ? " x" c[k] : "")
+          printf "%d%s\n", n, (n ? " (" s ")" : "") }'
+}
+busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 export BENCH_T0=$EPOCHREALTIME
 export BENCH_TOTAL=${#want[@]}
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
+run0=$(others_runnable)
+busy0=$(busy_ticks)
+# Every 2 s while the suite runs: time, load average (1 min), other runnable processes.
+( while :; do echo "$EPOCHREALTIME $(cut -d' ' -f1 /proc/loadavg) $(others_runnable | cut -d' ' -f1)"; sleep 2; done ) \
+  > "$BENCH_OUT/load.txt" 2>/dev/null &
+sampler=$!
+
 failed=()
+took=()   # "scenario N s", for the results file: where a suite's time goes
 i=0
 for s in "${want[@]}"; do
   i=$((i + 1))
   export BENCH_INDEX=$i
+  ts=$EPOCHREALTIME
   # The scenario prints its own table on stdout; the driver keeps it in the log.
   "$root/bench/scenarios/$s.sh" >> "$BENCH_OUT/scenarios.log" &
   child=$!
   if ! wait "$child"; then failed+=("$s"); fi
   child=""
+  took+=("$s $(awk -v a="$ts" -v b="$EPOCHREALTIME" 'BEGIN{printf "%d", b-a}') s")
 done
 [ -t 2 ] && printf '\r\033[K' >&2
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
+run1=$(others_runnable)
+busy1=$(busy_ticks)
+kill "$sampler" 2>/dev/null || true
+wait "$sampler" 2>/dev/null || true
+sampler=""
 secs=$(awk -v a="$BENCH_T0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%d", b-a}')
+ncpu=$(nproc)
+# The CPU time other work took: the machine's busy time less the suite's own (what it waited
+# for: every scenario, daemon and job, from `times`; orphans are missed, which errs towards
+# "loaded"), as a share of all CPUs' time.
+times > "$BENCH_OUT/times.txt"   # not in a pipe: a subshell has no children's times
+other_pct=$(awk -v b0="$busy0" -v b1="$busy1" -v hz="$(getconf CLK_TCK)" -v s="$secs" -v n="$ncpu" '
+  function sec(t,   m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t); sub(/s$/, "", t); return m * 60 + t }
+  NR == 2 { own = sec($1) + sec($2) }
+  END { o = (b1 - b0) / hz - own; if (o < 0) o = 0; printf "%.0f", (s > 0) ? o / (s * n) * 100 : 0 }' "$BENCH_OUT/times.txt")
+read -r run_mean run_max < <(awk '{ s += $3; n++; if ($3 > m) m = $3 } END { printf "%.1f %d\n", n ? s / n : 0, m }' "$BENCH_OUT/load.txt")
+loaded=$(awk -v a="${load0%% *}" -v b="${load1%% *}" -v n="$ncpu" -v rm="$run_mean" -v o="$other_pct" \
+  'BEGIN { print (a > 0.25 * n || b > 0.25 * n || rm > 0.25 || o > 10) ? 1 : 0 }')
+load_why="load average ${load0%% *} at the start, ${load1%% *} at the end on $ncpu CPUs; other runnable processes: mean $run_mean, max $run_max; other work took about $other_pct% of the CPUs"
+# On a loaded machine no verdict stands: every one is marked.
+if [ "$loaded" = 1 ]; then
+  awk -F'\t' -v OFS='\t' -v why="$load_why" '{ if ($5 != "–" && $5 != "") $5 = $5 "; NOT PUBLISHABLE: machine loaded (" why ")"; print }' \
+    "$BENCH_OUT/rows.tsv" > "$BENCH_OUT/rows.marked"
+  mv "$BENCH_OUT/rows.marked" "$BENCH_OUT/rows.tsv"
+fi
 
 table() {
   printf '| scenario | measured | anchor | pjw'"'"'s goal | result |\n|---|---|---|---|---|\n'
@@ -71,33 +133,35 @@ table() {
 echo
 table
 [ ${#failed[@]} -eq 0 ] || echo "failed scenarios: ${failed[*]}"
-echo "$secs s; load average ${load0} at the start, ${load1} at the end"
+echo "$secs s; $load_why$([ "$loaded" = 1 ] && echo ': NOT PUBLISHABLE' || true)"
 
 [ $whole = 1 ] || [ "${BENCH_SAVE:-0}" = 1 ] || exit $(( ${#failed[@]} > 0 ))
 
-day=$(date +%F)
-name=$day$([ $quick = 1 ] && echo -quick || true)
-[ $whole = 1 ] || name=$name-$(IFS=-; echo "${want[*]}")
-mkdir -p "$root/bench/results/$name"
-rm -f "$root/bench/results/$name"/*.svg
+# mkdir without -p and noclobber: what appeared meanwhile is not replaced.
+mkdir "$root/bench/results/$name" || { echo "bench: $root/bench/results/$name exists; not overwritten" >&2; exit 1; }
 cp "$BENCH_OUT"/plots/*.svg "$root/bench/results/$name/" 2>/dev/null || true
 cp -r "$BENCH_OUT/raw" "$root/bench/results/$name/"
-out=$root/bench/results/$name.md
+cp "$BENCH_OUT/load.txt" "$root/bench/results/$name/raw/load.txt"
+set -o noclobber
+took_list=$(printf '%s, ' "${took[@]}"); took_list=${took_list%, }
 cgmode=$(awk '{ t = ""; for (i = 7; i < NF; i++) if ($i == "-") { t = $(i + 1); break } }
   t == "cgroup" {v1++} t == "cgroup2" {v2++} END {
   if (v1 && v2) printf "hybrid (%d v1 hierarchies + cgroup2)", v1; else if (v2) print "pure cgroup v2"; else printf "legacy v1 (%d hierarchies)", v1 }' /proc/self/mountinfo)
-busy=$(awk -v a="${load0%% *}" -v b="${load1%% *}" -v n="$(nproc)" 'BEGIN {print (a > 0.25 * n || b > 0.25 * n) ? 1 : 0}')
 {
-  echo "# Benchmarks — $day$([ $quick = 1 ] && echo ' (quick)' || true)"
+  echo "# Benchmarks — $day $(date -u -d "@${BENCH_T0%%.*}" +%H:%M:%S) UTC$([ $quick = 1 ] && echo ' (quick)' || true)$([ $whole = 1 ] || echo " (partial: ${want[*]})")"
   echo
-  echo "\`$([ $quick = 1 ] && echo 'make bench-quick' || echo 'make bench')\` on $(hostname): $(nproc) CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), cgroup mounts: $cgmode. Commit $(cd "$root" && git rev-parse --short HEAD)$(cd "$root" && git diff --quiet HEAD -- crates bench ':!bench/results' || echo ' (with uncommitted changes)'), release build. $secs s."
+  echo "\`$([ $quick = 1 ] && echo 'make bench-quick' || echo 'make bench')\` on $(hostname): $ncpu CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), cgroup mounts: $cgmode. Commit $(cd "$root" && git rev-parse --short HEAD)$(cd "$root" && git diff --quiet HEAD -- crates bench ':!bench/results' || echo ' (with uncommitted changes)'), release build. $secs s ($took_list)."
   echo
-  if [ "$busy" = 1 ]; then
-    echo "**The machine was not idle:** load average $load0 (1, 5, 15 min) at the start and $load1 at the end, on $(nproc) CPUs, from other work running beside the suite. Every figure below is a ratio or a paired comparison taken in the same run, but the rows that depend on a CPU being otherwise idle (isolation, backfill, launch, turnaround) carry that load's noise and should be judged again on an idle machine."
+  echo "Load: load average $load0 (1, 5, 15 min) at the start and $load1 at the end, on $ncpu CPUs; runnable processes outside the suite: $run0 at the start, $run1 at the end, mean $run_mean and max $run_max while it ran (every 2 s: [raw/load.txt]($name/raw/load.txt)); other work took about $other_pct% of the CPUs' time."
+  echo
+  if [ "$loaded" = 1 ]; then
+    echo "**NOT PUBLISHABLE: machine loaded ($load_why).** Every verdict below carries this mark. The figures are ratios or paired comparisons taken in the same run, but the rows that depend on a CPU being otherwise idle (isolation, backfill, launch, turnaround, memory) carry the load's noise: judge them again on an idle machine."
   else
-    echo "Load average $load0 (1, 5, 15 min) at the start and $load1 at the end, on $(nproc) CPUs. Every figure below is a ratio or a paired comparison taken in the same run."
+    echo "The machine was idle by this suite's measure (load average at most a quarter of the CPUs at both ends, on average fewer than 0.25 other runnable processes, other work under 10% of the CPUs)."
   fi
-  [ $quick = 0 ] || echo "Quick mode: fewer rounds and shorter workloads than \`make bench\`."
+  echo
+  echo "Verdicts are taken on the 95% confidence bound in the unfavourable direction, not on the mean: **met** when that bound meets the goal, **short** when even the favourable bound misses it, **within noise** in between. Rows marked (baseline) are the alternatives a user would pick instead, measured in the same run."
+  [ $quick = 0 ] || { echo; echo "Quick mode: fewer rounds and shorter workloads than \`make bench\`; not a full results file (scripts/bench-readme.sh ignores it)."; }
   echo
   table
   echo

@@ -7,6 +7,7 @@
 # jobs on the fewest domains that could hold them) against the baselines that place every job
 # without delaying it. Anchors: kubelet and Slurm baselines.
 SCENARIO=allocator
+# shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 
 REPS=${ALLOC_REPS:-$([ "$QUICK" = 1 ] && echo 3 || echo 7)}

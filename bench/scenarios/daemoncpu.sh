@@ -7,6 +7,7 @@
 # config accepts `[profile] interval`), the sampler at 1 s.
 # Anchor: pbs_mom's "excessive CPU use"; sites disable profilers.
 SCENARIO=daemoncpu
+# shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 
 N=${DCPU_N:-1000}

@@ -7,6 +7,7 @@
 # execs the command, so a running job's cgroup holds only the command's processes; checked.
 # Anchor: condor_shadow 516-972 KB private per running job.
 SCENARIO=jobmem
+# shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 
 N=${JOBMEM_N:-1000}

@@ -13,6 +13,7 @@
 # from killing the grower if the governor is late. Anchors: kubelet eviction >= 10 s,
 # systemd-oomd 30 s.
 SCENARIO=reaction
+# shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 
 REPS=${REACT_REPS:-$([ "$QUICK" = 1 ] && echo 4 || echo 10)}
@@ -84,14 +85,14 @@ done
 stop_daemon
 disable_swap
 
-read -r n em esd eci emed emin emax < <(awk '$1=="cpus"{print $3}' "$raw" | stats)
-read -r _ sm ssd sci smed smin smax < <(awk '$1=="cpus"{print $4}' "$raw" | stats)
+read -r n _ _ _ emed _ emax < <(awk '$1=="cpus"{print $3}' "$raw" | stats)
+read -r _ sm _ sci smed _ smax < <(awk '$1=="cpus"{print $4}' "$raw" | stats)
 row "$(calc "printf \"job ended %.1f ms after its last process (median; max %.1f), next job started on its CPUs %.1f ms after (median; mean %.1f ± %.1f, max %.1f; n=%d)\", $emed, $emax, $smed, $sm, $sci, $smax, $n")" \
   "kubelet eviction ≥ 10 s; systemd-oomd 30 s" "≤ 100 ms" \
   "$(calc "print ($smax <= 100) ? \"pass\" : \"short\"")" "reaction: last process exits → CPUs free"
 fn=$(awk '$1=="freeze" && $3 != "missing"' "$raw" | wc -l)
 if [ "$fn" -gt 0 ]; then
-  read -r n fm fsd fci fmed fmin fmax < <(awk '$1=="freeze" && $3 != "missing" {print $3}' "$raw" | stats)
+  read -r n fm _ _ fmed fmin fmax < <(awk '$1=="freeze" && $3 != "missing" {print $3}' "$raw" | stats)
   row "$(calc "printf \"%.0f ms median (mean %.0f, min %.0f, max %.0f; n=%d of %d) with interval_ms = 1000\", $fmed, $fm, $fmin, $fmax, $n, $FREPS")" \
     "kubelet eviction ≥ 10 s; systemd-oomd 30 s" "≤ 1 s" \
     "$(calc "print ($fmax <= 1000 && $n == $FREPS) ? \"pass\" : \"short\"")" "reaction: memory pressure crossing → victim frozen"

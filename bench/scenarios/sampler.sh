@@ -7,6 +7,7 @@
 # proc connector's share (it hears every fork on the machine) is in both and reported with the
 # machine's fork rate.
 SCENARIO=sampler
+# shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 
 N=${SAMPLER_N:-200}
