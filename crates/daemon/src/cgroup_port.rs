@@ -55,6 +55,8 @@ pub trait CgroupPort: Send {
     fn cpu_time(&self, name: &str) -> Result<CpuStat, CgroupError>;
     /// The mode and the hierarchies, for `pjw status`.
     fn describe(&self) -> String;
+    /// The cgroup mode (what a reload may switch on: memory throttling needs pure v2).
+    fn mode(&self) -> pjw_cgroup::Mode;
     /// Memory pressure of the job, or of all jobs with `None`.
     fn memory_pressure(&self, name: Option<&str>) -> Option<Psi>;
     /// Throttle the job's memory at `high` (None: no throttle).
@@ -78,6 +80,9 @@ pub trait CgroupPort: Send {
 }
 
 impl CgroupPort for Driver {
+    fn mode(&self) -> pjw_cgroup::Mode {
+        Driver::mode(self)
+    }
     fn create_job(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError> {
         Driver::create_job(self, name, limits)
     }

@@ -379,6 +379,9 @@ impl CgroupPort for FakeCgroups {
     fn describe(&self) -> String {
         "fake".into()
     }
+    fn mode(&self) -> pjw_cgroup::Mode {
+        pjw_cgroup::Mode::Unified
+    }
     fn memory_pressure(&self, _name: Option<&str>) -> Option<Psi> {
         None
     }
