@@ -21,8 +21,9 @@ use tokio::sync::mpsc;
 use crate::cgroup_port::CgroupPort;
 use crate::clock::Clock;
 use crate::config::{Config, Overrides};
-use crate::engine::{Engine, Event};
+use crate::engine::{Cred, Engine, Event, Who};
 use crate::store_port::StorePort;
+use pjw_proto::{Placement, RunRequest};
 
 /// What the fake store holds and what it was asked.
 #[derive(Debug, Default)]
@@ -522,5 +523,39 @@ impl TestEngine {
     /// A job id for tests.
     pub fn id(text: &str) -> JobId {
         JobId::new(text).expect("job id")
+    }
+}
+
+/// A test client's credentials: this process, as uid and gid `uid`.
+pub fn client(uid: u32) -> Cred {
+    Cred {
+        pid: std::process::id(),
+        uid,
+        gid: uid,
+    }
+}
+
+/// What the connection task resolved for uid 1000: `user1000`, no admin.
+pub fn who() -> Who {
+    Who {
+        name: "user1000".into(),
+        ..Who::default()
+    }
+}
+
+/// `pjw run --job-id ID --cpus CPUS -- sleep`, primaries only.
+pub fn run_request(id: &str, cpus: u32) -> RunRequest {
+    RunRequest {
+        cpus,
+        mem: None,
+        job_id: Some(id.into()),
+        name: None,
+        argv: vec!["sleep".into()],
+        priority: None,
+        placement: Placement::PrimaryOnly,
+        exclusive: false,
+        user: None,
+        wlm: None,
+        tmp: None,
     }
 }

@@ -4,44 +4,21 @@
 
 use pjw_core::sched::Phase;
 use pjw_core::CpuSet;
-use pjw_proto::{Placement, Response, RunRequest};
+use pjw_proto::{Response, RunRequest};
 use pjw_store::StoredState;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Control, Cred, Event, Who};
-use crate::test_support::{FakeCgroups, TestEngine};
+use super::{Control, Cred, Event};
+use crate::test_support::{client, run_request, who, FakeCgroups, TestEngine};
 
 const UID: u32 = 1000;
 
 fn me() -> Cred {
-    Cred {
-        pid: std::process::id(),
-        uid: UID,
-        gid: UID,
-    }
-}
-
-fn who() -> Who {
-    Who {
-        name: "user1000".into(),
-        ..Who::default()
-    }
+    client(UID)
 }
 
 fn run(id: &str, cpus: u32) -> RunRequest {
-    RunRequest {
-        cpus,
-        mem: None,
-        job_id: Some(id.into()),
-        name: None,
-        argv: vec!["sleep".into()],
-        priority: None,
-        placement: Placement::PrimaryOnly,
-        exclusive: false,
-        user: None,
-        wlm: None,
-        tmp: None,
-    }
+    run_request(id, cpus)
 }
 
 /// Submit `id` on connection `conn` from process `pid`; its first answer and its channel.

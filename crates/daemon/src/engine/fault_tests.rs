@@ -6,37 +6,17 @@ use pjw_proto::{ErrorCode, Placement, Response, RunRequest};
 use pjw_store::StoredState;
 use tokio::sync::mpsc;
 
-use super::{Cred, Event, Who};
-use crate::test_support::{FakeCgroups, TestEngine};
+use super::{Cred, Event};
+use crate::test_support::{client, run_request, who, FakeCgroups, TestEngine};
 
 fn me() -> Cred {
-    Cred {
-        pid: std::process::id(),
-        uid: 1000,
-        gid: 1000,
-    }
-}
-
-fn who() -> Who {
-    Who {
-        name: "user1000".into(),
-        ..Who::default()
-    }
+    client(1000)
 }
 
 fn run(id: &str, cpus: u32) -> RunRequest {
     RunRequest {
-        cpus,
-        mem: None,
-        job_id: Some(id.into()),
-        name: None,
-        argv: vec!["sleep".into()],
-        priority: None,
         placement: Placement::Any,
-        exclusive: false,
-        user: None,
-        wlm: None,
-        tmp: None,
+        ..run_request(id, cpus)
     }
 }
 

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use super::{cgroup_name, Cred, Event, Who};
 use crate::store_port::StorePort;
-use crate::test_support::TestEngine;
+use crate::test_support::{run_request, who, TestEngine};
 
 /// A pid no process has (above the kernel's pid_max).
 const DEAD_PID: u32 = 4_999_999;
@@ -222,23 +222,7 @@ async fn a_queued_job_expires_at_its_ttl_on_the_tick_and_its_client_is_told() {
         gid: 1000,
     };
     t.fake_process(me.pid, me.uid);
-    let who = || Who {
-        name: "user1000".into(),
-        ..Who::default()
-    };
-    let run = |id: &str, cpus: u32| RunRequest {
-        cpus,
-        mem: None,
-        job_id: Some(id.into()),
-        name: None,
-        argv: vec!["sleep".into()],
-        priority: None,
-        placement: Placement::PrimaryOnly,
-        exclusive: false,
-        user: None,
-        wlm: None,
-        tmp: None,
-    };
+    let run = run_request;
     // The whole node to one job; a second one waits.
     let (a_reply, mut a) = mpsc::unbounded_channel();
     t.engine.handle(Event::Submit {
