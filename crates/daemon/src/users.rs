@@ -19,6 +19,11 @@ use crate::engine::{Cred, Who};
 pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(4);
 /// How long an answer (found or not) is reused.
 const CACHE_FOR: Duration = Duration::from_secs(60);
+/// At most this many answers are kept: a request may name any user (`run --user`, `report
+/// --user`) before the engine decides whether its caller may, so a user sending ever new names
+/// must not grow the daemon's memory. Expired answers go first; when all are fresh, a new one
+/// is answered but not kept.
+const CACHE_MAX: usize = 4096;
 
 /// What pjw asks of the user and group databases. Calls may block.
 pub trait UserLookup: Send + Sync + 'static {
@@ -179,7 +184,13 @@ impl Resolver {
         });
         match tokio::time::timeout(self.timeout, task).await {
             Ok(Ok(a)) => {
-                self.cache().insert(key, (Instant::now(), a.clone()));
+                let mut cache = self.cache();
+                if cache.len() >= CACHE_MAX {
+                    cache.retain(|_, (at, _)| at.elapsed() < CACHE_FOR);
+                }
+                if cache.len() < CACHE_MAX || cache.contains_key(&key) {
+                    cache.insert(key, (Instant::now(), a.clone()));
+                }
                 Ok(a)
             }
             Ok(Err(e)) => Err(format!(

@@ -200,3 +200,61 @@ async fn the_admin_group_is_found_by_gid_and_root_needs_no_group() {
     assert!(!users.who(&cred(7, 4243), None).await.unwrap().admin);
     assert!(!users.who(&cred(7, 0), None).await.unwrap().admin);
 }
+
+/// A user database that knows nobody, and counts its calls.
+#[derive(Default)]
+struct Nobody(AtomicUsize);
+
+impl UserLookup for Nobody {
+    fn user_name(&self, uid: u32) -> Option<String> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Some(format!("user{uid}"))
+    }
+    fn user(&self, _name: &str) -> Option<(u32, u32)> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        None
+    }
+    fn group_gid(&self, _name: &str) -> Option<u32> {
+        None
+    }
+    fn group_members(&self, _gid: u32) -> Vec<String> {
+        vec![]
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn names_a_caller_sends_cannot_grow_the_cache_without_bound() {
+    let lookup = Arc::new(Nobody::default());
+    let r = Resolver::new(
+        lookup.clone(),
+        Duration::from_secs(5),
+        None,
+        std::path::PathBuf::from("/nonexistent"),
+    );
+    let cred = Cred {
+        pid: 1,
+        uid: 1000,
+        gid: 1000,
+    };
+    for i in 0..super::CACHE_MAX + 100 {
+        let who = r.who(&cred, Some(&format!("u{i}"))).await.unwrap();
+        assert_eq!(who.named, None);
+    }
+    assert_eq!(
+        r.cache().len(),
+        super::CACHE_MAX,
+        "the cache is full, not over"
+    );
+    // The caller's own name is still served from the cache: one lookup for it in all.
+    let before = lookup.0.load(Ordering::SeqCst);
+    r.who(&cred, None).await.unwrap();
+    assert_eq!(
+        lookup.0.load(Ordering::SeqCst),
+        before,
+        "the caller's name came from the cache"
+    );
+    // A name not kept is looked up again, and answered.
+    let again = r.who(&cred, Some("u-new")).await.unwrap();
+    assert_eq!(again.named, None);
+    assert_eq!(lookup.0.load(Ordering::SeqCst), before + 1);
+}
