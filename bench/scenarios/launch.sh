@@ -5,7 +5,8 @@
 # /bin/true` where systemd is PID 1. Measured: launches per second and milliseconds pjw adds per
 # launch (the difference of the paired loops over N), as medians over the rounds with their
 # range; the verdict is taken on the 95% bound of the mean. Anchors: HTCondor 55-95 jobs/s,
-# Slurm ~500/s published; every other figure is measured in this run.
+# Slurm ~500/s published; every other figure is measured in this run. Also C = LAUNCH_CLIENTS
+# (default 8) clients launching at once, against C bare loops, in the same rounds.
 SCENARIO=launch
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
@@ -32,7 +33,21 @@ for r in $(seq "$REPS"); do
   for _ in $(seq "$N"); do "$PJW" status >/dev/null; done; t3=$(now)
   echo "$r $(calc "printf \"%.4f %.4f %.4f\", $t1 - $t0, $t2 - $t1, $t3 - $t2")" >> "$raw"
 done
-read -r lat1 n1 < <(daemon_ms)
+read -r lat1 n1 < <(daemon_ms)   # the sequential launches only
+# Concurrent launches: C clients at once, each running N/C launches one after the other (as C
+# ranks of a job array or C users would); against C bare fork/exec loops, in the same rounds.
+C=${LAUNCH_CLIENTS:-8}
+per=$((N / C))
+rawc=$BENCH_OUT/raw/launch-concurrent.txt
+: > "$rawc"
+loop_pjw() { local i; for i in $(seq "$per"); do "$PJW" run -q -- /bin/true || echo "launch failed" >&2; done; }
+loop_bare() { local i; for i in $(seq "$per"); do /bin/true; done; }
+for r in $(seq "$REPS"); do
+  step "$r" "$REPS" "round $r/$REPS: $C concurrent clients × $per launches, bare and through pjw"
+  pids=(); t0=$(now); for _ in $(seq "$C"); do loop_bare & pids+=("$!"); done; wait "${pids[@]}"; t1=$(now)
+  pids=(); for _ in $(seq "$C"); do loop_pjw & pids+=("$!"); done; wait "${pids[@]}"; t2=$(now)
+  echo "$r $(calc "printf \"%.4f %.4f\", $t1 - $t0, $t2 - $t1")" >> "$rawc"
+done
 stop_daemon
 # Mean submission-to-start time inside the daemon over the measured launches, ms.
 dmn=$(calc "printf \"%.2f\", ($n1 > $n0) ? ($lat1 - $lat0) / ($n1 - $n0) * 1000 : -1")
@@ -51,6 +66,11 @@ row "$(calc "printf \"%.0f launches/s (median of %d rounds, range %.0f–%.0f; m
   "$ok" "launch: sequential \`pjw run -q -- /bin/true\`"
 row "$(calc "printf \"%.0f launches/s (median of %d rounds, range %.0f–%.0f; mean %.0f ± %.0f)\", $brate, $n, $bmin, $bmax, $brm, $bci")" \
   "the floor: fork and exec from the same shell loop" "(baseline)" "–" "launch: bare fork/exec of /bin/true"
+read -r cn crm _ cci crate cmin cmax < <(awk -v n="$((per * C))" '{print n / $3}' "$rawc" | stats)
+read -r _ cbm _ _ cbrate _ < <(awk -v n="$((per * C))" '{print n / $2}' "$rawc" | stats)
+row "$(calc "printf \"%.0f launches/s with %d clients at once (median of %d rounds of %d, range %.0f–%.0f; mean %.0f ± %.0f, 95%% CI) against %.0f/s for %d bare fork/exec loops on %d CPUs\", $crate, $C, $cn, $((per * C)), $cmin, $cmax, $crm, $cci, $cbrate, $C, $(nproc)")" \
+  "" "≥ the sequential rate (the daemon serves clients at once)" \
+  "$(verdict_ge "$crm" "$cci" "$ratem")" "launch: $C concurrent clients of \`pjw run -q -- /bin/true\`"
 
 SRUN_N=${LAUNCH_SRUN_N:-$([ "$QUICK" = 1 ] && echo 10 || echo 50)}
 if slurm_live; then
