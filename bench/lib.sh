@@ -79,6 +79,12 @@ print_table() {
 # ---------------------------------------------------------------------------------------------
 # Numbers.
 
+# http_get URL: the body on stdout; curl where it is installed, else python3 (the systemd guest's
+# lean image has python3 but no curl).
+http_get() {
+  if command -v curl >/dev/null; then curl -s "$1"
+  else python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "$1" 2>/dev/null; fi
+}
 now() { printf '%s\n' "$EPOCHREALTIME"; }
 # stats: numbers on stdin -> "n mean sd ci95 median min max" (ci95: half-width, Student t).
 stats() {

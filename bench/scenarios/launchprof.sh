@@ -24,7 +24,7 @@ port=$((20000 + RANDOM % 20000))
 start_daemon 'cpus = "0-1"' '[metrics]' "listen = \"127.0.0.1:$port\""
 "$PJW" run -q -- /bin/true
 daemon_ms() {
-  curl -s "http://127.0.0.1:$port/metrics" | awk '/^pjw_launch_latency_seconds_sum/ {s = $2} /^pjw_launch_latency_seconds_count/ {c = $2} END {printf "%.6f %d\n", s, c}'
+  http_get "http://127.0.0.1:$port/metrics" | awk '/^pjw_launch_latency_seconds_sum/ {s = $2} /^pjw_launch_latency_seconds_count/ {c = $2} END {printf "%.6f %d\n", s, c}'
 }
 dm=()
 for r in $(seq "$REPS"); do

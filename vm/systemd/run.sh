@@ -11,6 +11,8 @@
 #   deb      (optional, not in the default list) the Debian package of make deb: apt install
 #            ./pjw_*.deb, the service active, pjw check, a user's pjw run, man pjw-run, bash
 #            completion, an upgrade with a job running, then purge leaves nothing behind
+#   bench    (optional) the launch benchmark with systemd as PID 1: pjw, bare fork/exec and
+#            `systemd-run --scope` side by side; a results file in bench/results
 # Each check prints "ok: ..." or "FAIL: ..."; the tests print libtest's counts. The tier ends
 # with "VM-systemd-v2: N passed, M failed, K skipped" and exits non-zero on any failure, a
 # timeout or a missing summary.
@@ -151,7 +153,7 @@ for st in $steps; do
     tests)
       $SSH root@127.0.0.1 "cat > /tmp/pjw-tests.list" < "$run/tests.list" || true
       step tests "sh $src/vm/systemd/guest-tests.sh $src /tmp/pjw-tests.list $label" ;;
-    session|demo|service|reserve|deb)
+    session|demo|service|reserve|deb|bench)
       step "$st" "DEMO_REPS=${VM_DEMO_REPS:-2} sh $src/vm/systemd/guest-$st.sh $src" ;;
     *) fail "unknown step $st" ;;
   esac
