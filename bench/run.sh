@@ -42,6 +42,19 @@ whole=0
 [ ${#want[@]} -gt 0 ] || { want=("${ALL[@]}"); whole=1; }
 [ "$(id -u)" = 0 ] || { echo "bench: must run as root (pjw manages cgroups)" >&2; exit 1; }
 
+# The commit measured, and whether the tree differs from it; where git is missing (the systemd
+# guest's lean image) the hash is read from .git and the tree's state is not known.
+commit_desc() {
+  if command -v git >/dev/null; then
+    echo "$(cd "$root" && git rev-parse --short HEAD)$(cd "$root" && git diff --quiet HEAD -- crates bench ':!bench/results' || echo ' (with uncommitted changes)')"
+  else
+    local head ref
+    head=$(cat "$root/.git/HEAD" 2>/dev/null || true)
+    case $head in "ref: "*) ref=${head#ref: }; head=$(cat "$root/.git/$ref" 2>/dev/null || grep " $ref\$" "$root/.git/packed-refs" 2>/dev/null | cut -c1-40) ;; esac
+    echo "${head:0:7} (no git here: uncommitted changes not checked)"
+  fi
+}
+
 # The results file's name: the start time, so that no run replaces another's file.
 day=$(date -u +%F)
 name=$(date -u +%Y-%m-%dT%H%M%SZ)$([ $quick = 1 ] && echo -quick || true)
@@ -150,7 +163,7 @@ cgmode=$(awk '{ t = ""; for (i = 7; i < NF; i++) if ($i == "-") { t = $(i + 1); 
 {
   echo "# Benchmarks — $day $(date -u -d "@${BENCH_T0%%.*}" +%H:%M:%S) UTC$([ $quick = 1 ] && echo ' (quick)' || true)$([ $whole = 1 ] || echo " (partial: ${want[*]})")"
   echo
-  echo "\`$([ $quick = 1 ] && echo 'make bench-quick' || echo 'make bench')\` on $(hostname): $ncpu CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), cgroup mounts: $cgmode. Commit $(cd "$root" && git rev-parse --short HEAD)$(cd "$root" && git diff --quiet HEAD -- crates bench ':!bench/results' || echo ' (with uncommitted changes)'), release build. $secs s ($took_list)."
+  echo "\`$([ $quick = 1 ] && echo 'make bench-quick' || echo 'make bench')\` on $(hostname): $ncpu CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), cgroup mounts: $cgmode. Commit $(commit_desc), release build. $secs s ($took_list)."
   echo
   echo "Load: load average $load0 (1, 5, 15 min) at the start and $load1 at the end, on $ncpu CPUs; runnable processes outside the suite: $run0 at the start, $run1 at the end, mean $run_mean and max $run_max while it ran (every 2 s: [raw/load.txt]($name/raw/load.txt)); other work took about $other_pct% of the CPUs' time."
   echo
