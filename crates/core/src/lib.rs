@@ -16,6 +16,7 @@ pub mod cpuset;
 pub mod error;
 pub mod governor;
 pub mod gpu;
+pub mod gpu_alloc;
 pub mod jobid;
 pub mod sched;
 pub mod sim;
