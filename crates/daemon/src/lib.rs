@@ -10,6 +10,7 @@ pub mod cgroup_port;
 pub mod clock;
 pub mod config;
 pub mod engine;
+pub mod gpus;
 pub mod metrics;
 pub mod os;
 pub mod procs;
@@ -167,6 +168,10 @@ fn job_pool(cfg: &Config, daemon_cpus: &CpuSet, driver: &Driver) -> Result<CpuSe
 async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), DaemonError> {
     let _lock = lock_state_dir(&cfg.state_dir)?;
     let topo = pjw_topology::discover(&cfg.sys_root, &cfg.proc_root)?;
+    let node_gpus = gpus::resolve(&cfg, &topo)?;
+    if !node_gpus.is_empty() {
+        info!(gpus = node_gpus.len(), list = %node_gpus.all(), "gpus found");
+    }
     let mut driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
     let nofile = os::raise_nofile_limit();
     driver.keep_stat_files_open(os::stat_files_budget(nofile));
