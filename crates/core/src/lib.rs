@@ -17,6 +17,7 @@ pub mod error;
 pub mod governor;
 pub mod gpu;
 pub mod gpu_alloc;
+pub mod gpu_env;
 pub mod jobid;
 pub mod sched;
 pub mod sim;

@@ -51,6 +51,9 @@ mod event_tests;
 mod events;
 #[cfg(test)]
 mod fault_tests;
+#[cfg(test)]
+mod gpu_tests;
+mod gpus;
 mod job;
 mod lifecycle;
 mod mem_governor;
@@ -126,6 +129,8 @@ pub struct Engine {
     store_retry_armed: bool,
     /// The wall clock (stored timestamps, queue deadlines).
     clock: Box<dyn Clock>,
+    /// The node's GPUs ([`Engine::set_gpus`]).
+    gpus: pjw_core::Gpus,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -232,6 +237,7 @@ impl Engine {
             store_backlog: false,
             store_retry_armed: false,
             clock: Box::new(SystemClock),
+            gpus: pjw_core::Gpus::none(),
         }
     }
 

@@ -317,6 +317,7 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     if let Some(kind) = partition {
         eng.enable_partitions(kind);
     }
+    eng.set_gpus(node_gpus);
     // Exact process counts (and exec events for adoption) from the kernel's proc connector;
     // opened before recovery so that no event after the re-seed is missed.
     match procs::spawn_reader(tx.clone(), engine::Event::Proc) {
