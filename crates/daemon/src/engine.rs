@@ -131,6 +131,8 @@ pub struct Engine {
     clock: Box<dyn Clock>,
     /// The node's GPUs ([`Engine::set_gpus`]).
     gpus: pjw_core::Gpus,
+    /// Whether jobs are fenced off the GPUs they were not given (v1 devices controller).
+    gpus_fenced: bool,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -238,6 +240,7 @@ impl Engine {
             store_retry_armed: false,
             clock: Box::new(SystemClock),
             gpus: pjw_core::Gpus::none(),
+            gpus_fenced: false,
         }
     }
 

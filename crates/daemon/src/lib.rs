@@ -173,6 +173,11 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
         info!(gpus = node_gpus.len(), list = %node_gpus.all(), "gpus found");
     }
     let mut driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
+    // GPU device fence: the v1 devices controller (a cgroup v2 BPF program is not done yet).
+    let gpus_fenced = !node_gpus.is_empty() && driver.fence_devices();
+    if !node_gpus.is_empty() && !gpus_fenced {
+        warn!("gpu devices are not fenced: no cgroup v1 devices controller (the cgroup v2 device program is not implemented yet); jobs can open every gpu");
+    }
     let nofile = os::raise_nofile_limit();
     driver.keep_stat_files_open(os::stat_files_budget(nofile));
     if let Some(leaf) = driver.prepare_parent_for_daemon(std::process::id())? {
@@ -317,7 +322,7 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     if let Some(kind) = partition {
         eng.enable_partitions(kind);
     }
-    eng.set_gpus(node_gpus);
+    eng.set_gpus(node_gpus, gpus_fenced);
     // Exact process counts (and exec events for adoption) from the kernel's proc connector;
     // opened before recovery so that no event after the re-seed is missed.
     match procs::spawn_reader(tx.clone(), engine::Event::Proc) {

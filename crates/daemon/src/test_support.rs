@@ -308,6 +308,10 @@ impl CgroupPort for FakeCgroups {
     fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError> {
         self.write("set_idle", name, idle.to_string())
     }
+    fn deny_devices(&self, name: &str, devs: &[(u32, u32)]) -> Result<(), CgroupError> {
+        let list: Vec<String> = devs.iter().map(|(a, b)| format!("{a}:{b}")).collect();
+        self.write("deny_devices", name, list.join(","))
+    }
     fn set_partition(
         &self,
         name: Option<&str>,

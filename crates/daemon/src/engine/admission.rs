@@ -50,7 +50,7 @@ impl Engine {
                 mems: j.mems,
                 backfill: j.phase == Phase::Backfill,
                 tmp: j.tmp_reply(),
-                env: Engine::gpu_env_of(&self.gpus, j),
+                env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
             });
             return;
         }

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::{cgroup_name, Cred, Event};
 use crate::store_port::StorePort;
-use crate::test_support::{client, run_request, who, TestEngine};
+use crate::test_support::{client, run_request, who, FakeCgroups, TestEngine};
 
 const UID: u32 = 1000;
 
@@ -29,7 +29,11 @@ fn node_gpus() -> Gpus {
         pci: None,
         numa: None,
         cpus: cs(cpus),
-        devices: vec![],
+        devices: vec![pjw_core::DeviceNode {
+            path: format!("/dev/nvidia{i}"),
+            major: 195,
+            minor: i,
+        }],
     };
     Gpus {
         gpus: vec![gpu(0, "0-1"), gpu(1, "0-1"), gpu(2, "2-3"), gpu(3, "2-3")],
@@ -39,7 +43,7 @@ fn node_gpus() -> Gpus {
 
 fn engine() -> TestEngine {
     let mut t = TestEngine::new();
-    t.engine.set_gpus(node_gpus());
+    t.engine.set_gpus(node_gpus(), false);
     t
 }
 
@@ -194,4 +198,42 @@ async fn after_a_restart_a_recovered_job_keeps_its_gpus() {
     assert_eq!(env_of(&r, "PJW_GPUS"), Some("2,3"), "{r:?}");
     let (r, _late) = submit(&mut t, 2, 2, "late", 1, 1).await;
     assert!(matches!(r, Response::Queued { .. }), "{r:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_fenced_job_is_denied_the_other_gpus_and_counts_its_own_from_zero() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    t.engine.set_gpus(node_gpus(), true);
+    let (r, _a) = submit(&mut t, 1, std::process::id(), "g", 1, 1).await;
+    assert_eq!(env_of(&r, "PJW_GPUS"), Some("0"), "{r:?}");
+    assert_eq!(env_of(&r, "CUDA_VISIBLE_DEVICES"), Some("0"), "{r:?}");
+    let (r, _b) = submit(&mut t, 2, 1, "h", 1, 1).await;
+    // Fenced, GPU 1 is the only one the job's runtime sees: device 0.
+    assert_eq!(env_of(&r, "PJW_GPUS"), Some("1"), "{r:?}");
+    assert_eq!(env_of(&r, "CUDA_VISIBLE_DEVICES"), Some("0"), "{r:?}");
+    let (r, _c) = submit(&mut t, 3, 2, "cpu", 1, 0).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    assert_eq!(env_of(&r, "CUDA_VISIBLE_DEVICES"), None, "{r:?}");
+    let calls = fake.calls();
+    let deny: Vec<&String> = calls
+        .iter()
+        .filter(|c| c.starts_with("deny_devices"))
+        .collect();
+    assert_eq!(
+        deny,
+        [
+            "deny_devices job-g 195:1,195:2,195:3",
+            "deny_devices job-h 195:0,195:2,195:3",
+            "deny_devices job-cpu 195:0,195:1,195:2,195:3",
+        ]
+    );
+    // The fence comes before the client joins the job.
+    let fence = calls
+        .iter()
+        .position(|c| c == "deny_devices job-g 195:1,195:2,195:3");
+    let join = calls
+        .iter()
+        .position(|c| c.starts_with("add_process job-g "));
+    assert!(fence.expect("fenced") < join.expect("joined"), "{calls:?}");
 }

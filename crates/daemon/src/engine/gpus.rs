@@ -15,9 +15,34 @@ use super::{err, refuse, Engine, Job, Refusal};
 use crate::config::Config;
 
 impl Engine {
-    /// The node's GPUs (from `crate::gpus::resolve` at start; none until set).
-    pub fn set_gpus(&mut self, gpus: Gpus) {
+    /// The node's GPUs (from `crate::gpus::resolve` at start; none until set), and whether the
+    /// cgroup driver fences devices (`pjw_cgroup::Driver::fence_devices`).
+    pub fn set_gpus(&mut self, gpus: Gpus, fenced: bool) {
         self.gpus = gpus;
+        self.gpus_fenced = fenced;
+    }
+
+    /// The device nodes job `j` must not open: those of every GPU it was not given.
+    pub(super) fn denied_devices(&self, j: &Job) -> Vec<(u32, u32)> {
+        self.gpus
+            .gpus
+            .iter()
+            .filter(|g| !j.gpus.contains(g.id))
+            .flat_map(|g| g.devices.iter().map(|d| (d.major, d.minor)))
+            .collect()
+    }
+
+    /// Fence a job that is being created: on a node with GPUs whose devices pjw fences, deny
+    /// it the GPUs it was not given (a CPU-only job: all of them).
+    pub(super) fn fence_job(&self, j: &Job) -> Result<(), pjw_cgroup::CgroupError> {
+        if !self.gpus_fenced || self.gpus.is_empty() {
+            return Ok(());
+        }
+        let deny = self.denied_devices(j);
+        if deny.is_empty() {
+            return Ok(());
+        }
+        self.driver.deny_devices(&j.cgroup, &deny)
     }
 
     /// What the queue policy needs to know of the GPUs: the node's, the reserve, and those held
@@ -111,8 +136,8 @@ impl Engine {
     }
 
     /// The variables a started job's client sets for its command (`gpus`: the node's).
-    pub(super) fn gpu_env_of(gpus: &Gpus, j: &Job) -> Vec<(String, String)> {
-        gpu_env(gpus, &j.gpus, false)
+    pub(super) fn gpu_env_of(gpus: &Gpus, fenced: bool, j: &Job) -> Vec<(String, String)> {
+        gpu_env(gpus, &j.gpus, fenced)
     }
 
     /// Take back a recovered job's GPU request and the GPUs it holds.

@@ -74,6 +74,7 @@ impl Engine {
         let placed = self
             .driver
             .create_job(&cgroup, &limits)
+            .and_then(|_| self.fence_job(j))
             .and_then(|_| {
                 if backfill {
                     self.driver.set_idle(&cgroup, true)
@@ -177,7 +178,7 @@ impl Engine {
             mems,
             backfill,
             tmp: j.tmp_reply(),
-            env: Engine::gpu_env_of(&self.gpus, j),
+            env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
         });
         self.track(seq, true);
         true
