@@ -2,10 +2,13 @@
 //! GPUs — character devices 195:0-3 made with mknod in a temp dir and declared in `[gpus]` — and
 //! jobs that try to open each of them. No driver is loaded for major 195, so a device the fence
 //! lets through fails with ENXIO ("No such device or address"); one it stops fails with EPERM.
+//! And a `kill -9` of the daemon while a GPU job runs: after the restart its GPUs are not
+//! handed out again.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use pjw_testkit::{require_root, skip, TestDaemon};
 
@@ -69,12 +72,8 @@ fn probe(d: &TestDaemon, dev: &Path, args: &[&str]) -> (Vec<String>, String) {
     (opens, env)
 }
 
-#[test]
-fn a_job_given_one_of_four_gpus_can_open_only_its_own() {
-    require_root!();
-    if !Path::new("/sys/fs/cgroup/devices/devices.deny").exists() {
-        skip!("no cgroup v1 devices controller (pure cgroup v2: the BPF device program is not implemented yet)");
-    }
+/// Four fake NVIDIA GPUs in a temp dir, and the `[[gpus.device]]` lines declaring them.
+fn fake_gpus() -> (tempfile::TempDir, String) {
     let dev = tempfile::Builder::new()
         .prefix("pjw-gpu-dev")
         .tempdir()
@@ -88,6 +87,16 @@ fn a_job_given_one_of_four_gpus_can_open_only_its_own() {
             p.display()
         );
     }
+    (dev, config)
+}
+
+#[test]
+fn a_job_given_one_of_four_gpus_can_open_only_its_own() {
+    require_root!();
+    if !Path::new("/sys/fs/cgroup/devices/devices.deny").exists() {
+        skip!("no cgroup v1 devices controller (pure cgroup v2: the BPF device program is not implemented yet)");
+    }
+    let (dev, config) = fake_gpus();
     let d = TestDaemon::start(pjw_bin(), &config);
 
     let (opens, env) = probe(&d, dev.path(), &["--gpus", "1"]);
@@ -103,4 +112,77 @@ fn a_job_given_one_of_four_gpus_can_open_only_its_own() {
     let (opens, env) = probe(&d, dev.path(), &[]);
     assert_eq!(env, "unset unset");
     assert_eq!(opens, ["0 EPERM", "1 EPERM", "2 EPERM", "3 EPERM"]);
+}
+
+fn wait_line(p: &Path) -> String {
+    let mut text = String::new();
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || {
+            text = std::fs::read_to_string(p).unwrap_or_default();
+            text.ends_with('\n')
+        }),
+        "{} never written",
+        p.display()
+    );
+    text.trim().to_string()
+}
+
+fn state_of(d: &TestDaemon, id: &str) -> Option<String> {
+    d.status()["jobs"]
+        .as_array()?
+        .iter()
+        .find(|j| j["id"] == id)
+        .and_then(|j| j["state"].as_str().map(str::to_string))
+}
+
+#[test]
+fn after_a_kill_9_of_the_daemon_a_running_jobs_gpus_are_not_handed_out_again() {
+    require_root!();
+    let cpus = pjw_testkit::need_cpus!(2);
+    // Fencing is not the point here: on a pure v2 node this runs unfenced.
+    let (_dev, gpus) = fake_gpus();
+    let mut d = TestDaemon::start(pjw_bin(), &format!("cpus = \"{cpus}\"\n{gpus}"));
+    let dir = d.dir().to_path_buf();
+    let hold = |tag: &str| {
+        format!(
+            "echo \"$PJW_GPUS\" > {d}/{tag}.gpus; while [ ! -e {d}/{tag}.go ]; do sleep 0.02; done",
+            d = dir.display()
+        )
+    };
+    let a = d.run_sh(&["--gpus", "3", "--cpus", "1", "--job-id", "a"], &hold("a"));
+    let held = pjw_core::GpuSet::parse_list(&wait_line(&dir.join("a.gpus"))).unwrap();
+    assert_eq!(held.len(), 3);
+
+    d.kill9();
+    d.restart();
+
+    // One GPU is free: a 1-GPU job gets exactly that one.
+    let c = d.run_sh(
+        &["--gpus", "1", "--cpus", "1", "--job-id", "c"],
+        &format!("echo \"$PJW_GPUS\" > {}/c.gpus", dir.display()),
+    );
+    let got = pjw_core::GpuSet::parse_list(&wait_line(&dir.join("c.gpus"))).unwrap();
+    pjw_testkit::job::wait(c, "c").ok();
+    assert_eq!(got.len(), 1);
+    assert!(
+        !got.intersects(&held),
+        "gpu {got} of the recovered job {held} handed out again"
+    );
+
+    // A 2-GPU job waits until the recovered job ends, then gets two of its GPUs.
+    let b = d.run_sh(
+        &["--gpus", "2", "--cpus", "1", "--job-id", "b"],
+        &format!("echo \"$PJW_GPUS\" > {}/b.gpus", dir.display()),
+    );
+    assert!(TestDaemon::wait_for(Duration::from_secs(20), || state_of(
+        &d, "b"
+    )
+    .as_deref()
+        == Some("queued")));
+    assert!(!dir.join("b.gpus").exists());
+    std::fs::write(dir.join("a.go"), "").unwrap();
+    let got = pjw_core::GpuSet::parse_list(&wait_line(&dir.join("b.gpus"))).unwrap();
+    assert_eq!(got.len(), 2);
+    pjw_testkit::job::wait(b, "b").ok();
+    pjw_testkit::job::wait(a, "a").ok();
 }
