@@ -66,6 +66,8 @@ pub(crate) struct Detected {
     /// v1 hierarchies in use, one per mount, cpuset first.
     pub(crate) v1: Vec<Hierarchy>,
     pub(crate) v2: Option<Hierarchy>,
+    /// The v1 `devices` hierarchy, when mounted (used only once fencing is switched on).
+    pub(crate) devices: Option<Hierarchy>,
 }
 
 /// Components of cgroup path `path` below mount root `root`, or `None` when the mount does not
@@ -240,6 +242,36 @@ pub(crate) fn detect(
         }
     }
 
+    let mut devices = None;
+    if mode != Mode::Unified {
+        if let Some((controllers, m)) = v1_mounts
+            .iter()
+            .find(|(cs, _)| cs.iter().any(|x| x == "devices"))
+        {
+            let shared = v1
+                .iter()
+                .any(|h: &Hierarchy| h.mount_point == Path::new(&m.mount_point));
+            if !shared {
+                let own = lines
+                    .iter()
+                    .find(|l| same_set(&l.controllers, controllers))
+                    .or_else(|| {
+                        lines
+                            .iter()
+                            .find(|l| l.controllers.iter().any(|x| x == "devices"))
+                    });
+                devices = Some(resolve(
+                    m,
+                    false,
+                    controllers.clone(),
+                    own,
+                    parent,
+                    &cg_path,
+                )?);
+            }
+        }
+    }
+
     let v2 = match v2_mount {
         Some(m) => {
             let controllers: Vec<String> = if mode == Mode::Unified {
@@ -274,7 +306,12 @@ pub(crate) fn detect(
         }
         None => None,
     };
-    Ok(Detected { mode, v1, v2 })
+    Ok(Detected {
+        mode,
+        v1,
+        v2,
+        devices,
+    })
 }
 
 #[cfg(test)]

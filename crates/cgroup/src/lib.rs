@@ -37,6 +37,7 @@
 mod cpu;
 mod cpuset;
 mod detect;
+pub mod devices;
 mod error;
 pub mod fake_tree;
 mod freezer;
@@ -172,6 +173,10 @@ pub struct Driver {
     fs: Fs,
     /// Statistics files kept open for the sampler (off until [`Driver::keep_stat_files_open`]).
     stat_files: std::sync::Arc<statcache::StatFiles>,
+    /// The v1 devices hierarchy, if mounted; used (created, joined, removed with every job)
+    /// only after [`Driver::fence_devices`].
+    devices: Option<Hierarchy>,
+    devices_on: bool,
 }
 
 /// The leaf below its own cgroup that the daemon moves into on cgroup v2 with a `self` parent
@@ -196,6 +201,7 @@ impl Driver {
     ) -> Result<Driver, CgroupError> {
         let fs = Fs { backend };
         let d = detect::detect(proc_root, parent, &fs)?;
+        let devices = d.devices;
         let layout = match (d.mode, d.v2) {
             (Mode::Unified, Some(v2)) => Layout::Unified { v2 },
             (Mode::Hybrid, Some(v2)) => Layout::Hybrid { v1: d.v1, v2 },
@@ -205,6 +211,8 @@ impl Driver {
             layout,
             fs,
             stat_files: std::sync::Arc::new(statcache::StatFiles::new(0)),
+            devices,
+            devices_on: false,
         };
         tracing::debug!(layout = %driver.describe(), "cgroup layout detected");
         Ok(driver)
@@ -797,7 +805,35 @@ impl Driver {
             Layout::Hybrid { v1, v2 } => (Some(v2), v1),
             Layout::Legacy { v1 } => (None, v1),
         };
-        v2.into_iter().chain(v1.iter())
+        let devices = self.devices.as_ref().filter(|_| self.devices_on);
+        v2.into_iter().chain(v1.iter()).chain(devices)
+    }
+
+    /// Put every job from now on also in a v1 `devices` cgroup, so that
+    /// [`Driver::deny_devices`] can fence it. False (and nothing changes) when there is no v1
+    /// devices hierarchy (pure cgroup v2: a `BPF_CGROUP_DEVICE` program, not done yet).
+    /// Call before [`Driver::prepare_parent`].
+    pub fn fence_devices(&mut self) -> bool {
+        self.devices_on = self.devices.is_some();
+        self.devices_on
+    }
+
+    /// Whether jobs are fenced by the v1 devices controller ([`Driver::fence_devices`]).
+    pub fn fences_devices(&self) -> bool {
+        self.devices_on
+    }
+
+    /// Keep job `name` from opening the character devices `devs` (major, minor). An error when
+    /// devices are not fenced: a fence that is not there must not look as if it were.
+    pub fn deny_devices(&self, name: &str, devs: &[(u32, u32)]) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        match self.devices.as_ref().filter(|_| self.devices_on) {
+            Some(h) => devices::deny_v1(&self.fs, &h.job(name), devs),
+            None => Err(CgroupError::MissingController {
+                controller: "devices".into(),
+                where_: None,
+            }),
+        }
     }
 
     fn v2(&self) -> Option<&Hierarchy> {

@@ -177,6 +177,9 @@ pub struct RunArgs {
     /// Number of CPUs [default: the workload manager's with --from-env, else 1].
     #[arg(short = 'c', long, value_name = "N")]
     pub cpus: Option<u32>,
+    /// Whole GPUs, with CPUs local to them; the job can open only its own GPUs' devices.
+    #[arg(short = 'g', long, value_name = "N", default_value_t = 0)]
+    pub gpus: u32,
     /// Memory limit (e.g. 512M, 4G).
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,

@@ -120,6 +120,7 @@ pub fn run(a: RunArgs) -> i32 {
         Placement::Any
     };
     let mut req = RunRequest {
+        gpus: a.gpus,
         cpus,
         mem,
         job_id,
@@ -204,8 +205,9 @@ pub fn run(a: RunArgs) -> i32 {
                     cpus,
                     mems,
                     tmp,
+                    env,
                     ..
-                }) => break Ok((job, cpus, mems, tmp)),
+                }) => break Ok((job, cpus, mems, tmp, env)),
                 Ok(Response::Error {
                     code: ErrorCode::ShuttingDown,
                     ..
@@ -240,11 +242,12 @@ pub fn run(a: RunArgs) -> i32 {
             }
         }
     };
-    let (job, cpus, _mems, tmp) = started;
+    let (job, cpus, _mems, tmp, env) = started;
     let mut cmd = std::process::Command::new(&a.command[0]);
     cmd.args(&a.command[1..])
         .env("PJW_JOB_ID", &job)
-        .env("PJW_CPUS", cpus.to_string());
+        .env("PJW_CPUS", cpus.to_string())
+        .envs(env);
     // Job starter mode: private /tmp (needs root), then become the user.
     match &tmp {
         Some(JobTmp::Private { size }) if root => {

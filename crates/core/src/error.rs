@@ -21,4 +21,7 @@ pub enum CoreError {
     /// A topology that is inconsistent.
     #[error("invalid topology: {reason}")]
     BadTopology { reason: String },
+    /// A GPU, GPU list or GPU declaration that cannot be used.
+    #[error("invalid gpu {text:?}: {reason}")]
+    BadGpu { text: String, reason: String },
 }

@@ -15,6 +15,9 @@ pub mod alloc;
 pub mod cpuset;
 pub mod error;
 pub mod governor;
+pub mod gpu;
+pub mod gpu_alloc;
+pub mod gpu_env;
 pub mod jobid;
 pub mod sched;
 pub mod sim;
@@ -25,6 +28,7 @@ pub mod topology;
 
 pub use cpuset::{CpuSet, MAX_CPUS};
 pub use error::CoreError;
+pub use gpu::{DeviceNode, Gpu, GpuId, GpuSet, GpuVendor, Gpus, MAX_GPUS};
 pub use jobid::JobId;
 pub use size::{format_size, parse_size};
 pub use topology::{DomainNode, DomainTree, Level, NumaNode, Pu, Topology};

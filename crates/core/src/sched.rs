@@ -24,11 +24,21 @@
 //!      does not take CPUs the waiting job could use — to keep it simple they wait too.
 //!
 //! `vcpus` counts the CPUs of running primaries and backfillers; frozen jobs hold none.
+//!
+//! GPUs ([`plan_gpus`]; [`plan`] is a node without GPUs): a job that asks for GPUs starts only
+//! as a primary, on GPUs no primary holds and CPUs local to them ([`crate::gpu_alloc::place`]);
+//! [`Action::GrantGpus`] comes right before its start. GPUs stay with a job until it ends, also
+//! while it is frozen (its processes keep the devices open), and a resumed GPU job gets CPUs next
+//! to the GPUs it kept. It neither preempts nor is preempted, and never backfills
+//! (a GPU cannot be shared). When it does not fit it waits like any queued job, and so does
+//! every queued job behind it. An exclusive job gets every GPU with the whole node. CPU-only
+//! primaries are placed by [`crate::gpu_alloc::place_cpu_only`] on a node with GPUs.
 
 use std::collections::BTreeMap;
 
 use crate::alloc::{Allocator, Scratch};
-use crate::CpuSet;
+use crate::gpu_alloc::{place, place_cpu_only, GpuPolicy};
+use crate::{CpuSet, GpuSet, Gpus};
 
 /// The daemon's key for a job.
 pub type JobKey = i64;
@@ -67,6 +77,8 @@ pub enum Phase {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
     pub ncpus: usize,
+    /// Whole GPUs wanted (0: a CPU-only job).
+    pub ngpus: usize,
     pub priority: u8,
     pub placement: Placement,
     pub exclusive: bool,
@@ -82,6 +94,17 @@ pub struct JobView {
     pub phase: Phase,
     /// CPUs it runs on (primary: exclusive; backfill: shared with primaries); empty otherwise.
     pub cpus: CpuSet,
+    /// GPUs it holds (primaries only; ignored in any other phase).
+    pub gpus: GpuSet,
+}
+
+/// The node's GPUs and how jobs share them, for [`plan_gpus`].
+#[derive(Clone, Copy, Debug)]
+pub struct GpuNode<'a> {
+    pub gpus: &'a Gpus,
+    pub policy: GpuPolicy,
+    /// GPUs held by jobs the plan does not see (ending jobs whose cgroups are not empty yet).
+    pub busy: GpuSet,
 }
 
 /// The node's queue settings.
@@ -120,6 +143,8 @@ pub enum Action {
     Resume { key: JobKey, cpus: CpuSet },
     /// A queued job waited longer than the TTL.
     Expire { key: JobKey },
+    /// The job that starts next (the following [`Action::StartPrimary`]) gets these GPUs.
+    GrantGpus { key: JobKey, gpus: GpuSet },
 }
 
 /// Why a job that is not running waits, for `pjw status`.
@@ -132,6 +157,7 @@ pub enum WaitReason {
 }
 
 /// Decide what changes now. `pool` is the CPUs jobs may use; `jobs` every job the daemon knows.
+/// A node without GPUs: see [`plan_gpus`].
 pub fn plan(
     policy: &QueuePolicy,
     alloc: &Allocator,
@@ -139,6 +165,25 @@ pub fn plan(
     pool: &CpuSet,
     jobs: &[JobView],
     now_ms: i64,
+) -> Vec<Action> {
+    let none = Gpus::none();
+    let node = GpuNode {
+        gpus: &none,
+        policy: GpuPolicy::default(),
+        busy: GpuSet::new(),
+    };
+    plan_gpus(policy, alloc, scratch, pool, jobs, now_ms, &node)
+}
+
+/// [`plan`] on a node with `node`'s GPUs.
+pub fn plan_gpus(
+    policy: &QueuePolicy,
+    alloc: &Allocator,
+    scratch: &mut Scratch,
+    pool: &CpuSet,
+    jobs: &[JobView],
+    now_ms: i64,
+    node: &GpuNode,
 ) -> Vec<Action> {
     let mut actions = Vec::new();
     let mut state: BTreeMap<JobKey, JobView> = jobs.iter().map(|j| (j.key, *j)).collect();
@@ -176,13 +221,48 @@ pub fn plan(
         let slots_ok = running + needs_slots <= policy.vcpus;
         let wants_primary = cur.req.placement != Placement::BackfillOnly;
 
-        // 1. Primary on free CPUs.
+        let free_gpus = node
+            .gpus
+            .all()
+            .difference(&gpus_held(&state))
+            .difference(&node.busy);
+
+        // 1. Primary on free CPUs (and GPUs).
         if wants_primary && slots_ok {
-            if let Some(cpus) = primary_fit(alloc, scratch, pool, &state, &cur, n, &primary_cpus) {
+            let fit = if cur.req.exclusive {
+                primary_fit(alloc, scratch, pool, &state, &cur, n, &primary_cpus)
+                    .map(|cpus| (cpus, node.gpus.all()))
+            } else if cur.req.ngpus > 0 {
+                gpu_fit(alloc, node, pool, &state, &cur, &primary_cpus, &free_gpus)
+            } else if !node.gpus.is_empty() {
+                let free = pool.difference(&primary_cpus);
+                no_exclusive_primary(&state, &cur)
+                    .then(|| place_cpu_only(alloc, node.gpus, &free, &free_gpus, n, &node.policy))
+                    .flatten()
+                    .map(|cpus| (cpus, GpuSet::new()))
+            } else {
+                primary_fit(alloc, scratch, pool, &state, &cur, n, &primary_cpus)
+                    .map(|cpus| (cpus, GpuSet::new()))
+            };
+            if let Some((cpus, gpus)) = fit {
+                if !gpus.is_empty() {
+                    actions.push(Action::GrantGpus { key: cur.key, gpus });
+                }
                 actions.push(become_primary(&cur, cpus));
                 set(&mut state, cur.key, Phase::Primary, cpus);
+                if let Some(j) = state.get_mut(&cur.key) {
+                    j.gpus = gpus;
+                }
                 continue;
             }
+        }
+
+        // A GPU job neither preempts nor backfills: it waits.
+        if cur.req.ngpus > 0 {
+            if cur.phase == Phase::Queued {
+                break;
+            }
+            continue;
         }
 
         // 2. Preemption of lower-priority primaries.
@@ -212,6 +292,15 @@ pub fn plan(
                         by: cur.key,
                         to_backfill,
                     });
+                }
+                if cur.req.exclusive && !node.gpus.is_empty() {
+                    actions.push(Action::GrantGpus {
+                        key: cur.key,
+                        gpus: node.gpus.all(),
+                    });
+                    if let Some(j) = state.get_mut(&cur.key) {
+                        j.gpus = node.gpus.all();
+                    }
                 }
                 actions.push(become_primary(&cur, cpus));
                 set(&mut state, cur.key, Phase::Primary, cpus);
@@ -290,6 +379,53 @@ fn set(state: &mut BTreeMap<JobKey, JobView>, key: JobKey, phase: Phase, cpus: C
     }
 }
 
+/// GPUs held by started jobs, running or frozen (a frozen process keeps its devices open).
+fn gpus_held(state: &BTreeMap<JobKey, JobView>) -> GpuSet {
+    state
+        .values()
+        .filter(|j| j.phase != Phase::Queued)
+        .fold(GpuSet::new(), |a, j| a.union(&j.gpus))
+}
+
+/// Whether no other primary is exclusive (one keeps new primaries off the node).
+fn no_exclusive_primary(state: &BTreeMap<JobKey, JobView>, cur: &JobView) -> bool {
+    !state
+        .values()
+        .any(|j| j.key != cur.key && j.phase == Phase::Primary && j.req.exclusive)
+}
+
+/// GPUs and CPUs for a GPU job as a primary without displacing anyone: a queued job's from the
+/// free GPUs, a resumed one's CPUs next to the GPUs it kept.
+fn gpu_fit(
+    alloc: &Allocator,
+    node: &GpuNode,
+    pool: &CpuSet,
+    state: &BTreeMap<JobKey, JobView>,
+    cur: &JobView,
+    primary_cpus: &CpuSet,
+    free_gpus: &GpuSet,
+) -> Option<(CpuSet, GpuSet)> {
+    if !no_exclusive_primary(state, cur) {
+        return None;
+    }
+    let free = pool.difference(primary_cpus);
+    let from = if cur.phase == Phase::Queued {
+        *free_gpus
+    } else {
+        cur.gpus
+    };
+    place(
+        alloc,
+        node.gpus,
+        &free,
+        &from,
+        cur.req.ngpus,
+        cur.req.ncpus,
+        &node.policy,
+    )
+    .map(|p| (p.cpus, p.gpus))
+}
+
 fn cpus_of(state: &BTreeMap<JobKey, JobView>, f: impl Fn(Phase) -> bool) -> CpuSet {
     state
         .values()
@@ -347,7 +483,10 @@ fn preempt_fit(
     let mut victims_pool: Vec<JobView> = state
         .values()
         .filter(|j| {
-            j.key != cur.key && j.phase == Phase::Primary && j.req.priority < cur.req.priority
+            j.key != cur.key
+                && j.phase == Phase::Primary
+                && j.req.priority < cur.req.priority
+                && j.gpus.is_empty()
         })
         .copied()
         .collect();
@@ -420,6 +559,7 @@ mod tests {
     fn req(ncpus: usize, priority: u8, at: i64) -> Request {
         Request {
             ncpus,
+            ngpus: 0,
             priority,
             placement: Placement::Any,
             exclusive: false,
@@ -433,6 +573,7 @@ mod tests {
             req: r,
             phase,
             cpus: CpuSet::parse_list(cpus).unwrap(),
+            gpus: GpuSet::new(),
         }
     }
 

@@ -25,6 +25,8 @@ pub trait CgroupPort: Send {
     ) -> Result<(), CgroupError>;
     /// Move process `pid` into the job.
     fn add_process(&self, name: &str, pid: u32) -> Result<(), CgroupError>;
+    /// Keep the job from opening these character devices (major, minor): the GPU fence.
+    fn deny_devices(&self, name: &str, devs: &[(u32, u32)]) -> Result<(), CgroupError>;
     /// Remove the job's cgroups.
     fn remove_job(&self, name: &str) -> Result<(), CgroupError>;
     /// Give the job these CPUs and memory nodes.
@@ -88,6 +90,9 @@ impl CgroupPort for Driver {
     }
     fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError> {
         Driver::set_idle(self, name, idle)
+    }
+    fn deny_devices(&self, name: &str, devs: &[(u32, u32)]) -> Result<(), CgroupError> {
+        Driver::deny_devices(self, name, devs)
     }
     fn set_partition(
         &self,

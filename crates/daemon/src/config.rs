@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 mod adopt;
 mod central;
+mod gpu;
 mod job;
 mod memory;
 mod node;
@@ -21,6 +22,7 @@ mod tests;
 
 pub use adopt::{RawAdopt, DEFAULT_ADOPT_ENV, DEFAULT_ADOPT_HOOK_DAEMONS};
 pub use central::{mask_password, url_password, CentralConfig, RawCentral};
+pub use gpu::{DeclaredGpu, GpuConfig, RawGpuDevice, RawGpus};
 pub use job::RawJob;
 pub use memory::RawMemory;
 pub use output::{LogFormat, RawLog, RawMetrics};
@@ -68,6 +70,8 @@ pub struct RawConfig {
     pub central: RawCentral,
     #[serde(default)]
     pub adopt: RawAdopt,
+    #[serde(default)]
+    pub gpus: RawGpus,
 }
 
 /// `[cgroup]`
@@ -83,6 +87,7 @@ pub struct RawCgroup {
 pub struct RawPaths {
     pub proc: Option<PathBuf>,
     pub sys: Option<PathBuf>,
+    pub dev: Option<PathBuf>,
 }
 
 /// The validated configuration.
@@ -142,6 +147,10 @@ pub struct Config {
     pub partition: Option<pjw_cgroup::Partition>,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
+    /// Where the device nodes are (`[paths] dev`), for GPU discovery.
+    pub dev_root: PathBuf,
+    /// `[gpus]`.
+    pub gpus: GpuConfig,
     pub log_level: String,
     pub log_format: LogFormat,
     pub profile: ProfileConfig,
@@ -264,7 +273,10 @@ impl Config {
         let metrics_listen = output::parse_metrics(&raw.metrics, e)?;
         let central = central::parse(raw.central, e)?;
         let adopt = adopt::parse(raw.adopt, e)?;
+        let gpus = gpu::parse(raw.gpus, e)?;
         Ok(Config {
+            gpus,
+            dev_root: raw.paths.dev.unwrap_or_else(|| PathBuf::from("/dev")),
             metrics_listen,
             central,
             profile,

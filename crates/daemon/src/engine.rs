@@ -51,6 +51,9 @@ mod event_tests;
 mod events;
 #[cfg(test)]
 mod fault_tests;
+#[cfg(test)]
+mod gpu_tests;
+mod gpus;
 mod job;
 mod lifecycle;
 mod mem_governor;
@@ -126,6 +129,10 @@ pub struct Engine {
     store_retry_armed: bool,
     /// The wall clock (stored timestamps, queue deadlines).
     clock: Box<dyn Clock>,
+    /// The node's GPUs ([`Engine::set_gpus`]).
+    gpus: pjw_core::Gpus,
+    /// Whether jobs are fenced off the GPUs they were not given (v1 devices controller).
+    gpus_fenced: bool,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -232,6 +239,8 @@ impl Engine {
             store_backlog: false,
             store_retry_armed: false,
             clock: Box::new(SystemClock),
+            gpus: pjw_core::Gpus::none(),
+            gpus_fenced: false,
         }
     }
 

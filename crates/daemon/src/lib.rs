@@ -10,6 +10,7 @@ pub mod cgroup_port;
 pub mod clock;
 pub mod config;
 pub mod engine;
+pub mod gpus;
 pub mod metrics;
 pub mod os;
 pub mod procs;
@@ -167,7 +168,16 @@ fn job_pool(cfg: &Config, daemon_cpus: &CpuSet, driver: &Driver) -> Result<CpuSe
 async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), DaemonError> {
     let _lock = lock_state_dir(&cfg.state_dir)?;
     let topo = pjw_topology::discover(&cfg.sys_root, &cfg.proc_root)?;
+    let node_gpus = gpus::resolve(&cfg, &topo)?;
+    if !node_gpus.is_empty() {
+        info!(gpus = node_gpus.len(), list = %node_gpus.all(), "gpus found");
+    }
     let mut driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
+    // GPU device fence: the v1 devices controller (a cgroup v2 BPF program is not done yet).
+    let gpus_fenced = !node_gpus.is_empty() && driver.fence_devices();
+    if !node_gpus.is_empty() && !gpus_fenced {
+        warn!("gpu devices are not fenced: no cgroup v1 devices controller (the cgroup v2 device program is not implemented yet); jobs can open every gpu");
+    }
     let nofile = os::raise_nofile_limit();
     driver.keep_stat_files_open(os::stat_files_budget(nofile));
     if let Some(leaf) = driver.prepare_parent_for_daemon(std::process::id())? {
@@ -312,6 +322,7 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     if let Some(kind) = partition {
         eng.enable_partitions(kind);
     }
+    eng.set_gpus(node_gpus, gpus_fenced);
     // Exact process counts (and exec events for adoption) from the kernel's proc connector;
     // opened before recovery so that no event after the re-seed is missed.
     match procs::spawn_reader(tx.clone(), engine::Event::Proc) {

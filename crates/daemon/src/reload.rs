@@ -88,6 +88,7 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     fixed!("cgroup.parent", cgroup_parent);
     fixed!("paths.proc", proc_root);
     fixed!("paths.sys", sys_root);
+    fixed!("paths.dev", dev_root);
     fixed!("job.tmp_root", tmp_root);
     fixed!("job.partition", partition);
     if !fixed.is_empty() {
@@ -128,6 +129,7 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     at_restart!("adopt.sweep_interval_ms", adopt_sweep_ms);
     at_restart!("metrics.listen", metrics_listen);
     at_restart!("central", central);
+    at_restart!("gpus", gpus);
     at_restart!("log.level", log_level);
     at_restart!("log.format", log_format);
 

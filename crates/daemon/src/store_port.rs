@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use pjw_core::CpuSet;
+use pjw_core::{CpuSet, GpuSet};
 use pjw_store::{JobRecord, JobSummary, StarterRecord, Store, StoreError};
 
 /// What the engine asks of the job store.
@@ -44,11 +44,20 @@ pub trait StorePort: Send {
     fn set_exit_status(&mut self, seq: i64, status: i32) -> Result<(), StoreError>;
     fn starter(&self, seq: i64) -> Result<Option<StarterRecord>, StoreError>;
     fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError>;
+    /// A GPU job's request and the GPUs it holds.
+    fn set_gpus(&mut self, seq: i64, ngpus: u32, gpus: &GpuSet) -> Result<(), StoreError>;
+    fn gpus(&self, seq: i64) -> Result<Option<(u32, GpuSet)>, StoreError>;
 }
 
 impl StorePort for Store {
     fn path(&self) -> &Path {
         Store::path(self)
+    }
+    fn set_gpus(&mut self, seq: i64, ngpus: u32, gpus: &GpuSet) -> Result<(), StoreError> {
+        Store::set_gpus(self, seq, ngpus, gpus)
+    }
+    fn gpus(&self, seq: i64) -> Result<Option<(u32, GpuSet)>, StoreError> {
+        Store::gpus(self, seq)
     }
     fn next_job_number(&mut self) -> Result<u64, StoreError> {
         Store::next_job_number(self)

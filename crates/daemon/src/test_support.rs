@@ -32,6 +32,8 @@ pub struct FakeState {
     pub calls: Vec<String>,
     /// Rows by seq.
     pub rows: BTreeMap<i64, JobRecord>,
+    /// GPU rows by seq: GPUs asked for and held.
+    pub gpus: BTreeMap<i64, (u32, pjw_core::GpuSet)>,
     /// Fail every write until cleared (a full disk).
     pub full: bool,
     /// Fail the next this many writes.
@@ -200,6 +202,19 @@ impl StorePort for FakeStore {
     fn starter(&self, _seq: i64) -> Result<Option<StarterRecord>, StoreError> {
         Ok(None)
     }
+    fn set_gpus(
+        &mut self,
+        seq: i64,
+        ngpus: u32,
+        gpus: &pjw_core::GpuSet,
+    ) -> Result<(), StoreError> {
+        self.write(format!("set_gpus {seq} {ngpus} {gpus}"), |st| {
+            st.gpus.insert(seq, (ngpus, *gpus));
+        })
+    }
+    fn gpus(&self, seq: i64) -> Result<Option<(u32, pjw_core::GpuSet)>, StoreError> {
+        Ok(self.state().gpus.get(&seq).copied())
+    }
     fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         Ok(self
             .state()
@@ -292,6 +307,10 @@ impl CgroupPort for FakeCgroups {
     }
     fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError> {
         self.write("set_idle", name, idle.to_string())
+    }
+    fn deny_devices(&self, name: &str, devs: &[(u32, u32)]) -> Result<(), CgroupError> {
+        let list: Vec<String> = devs.iter().map(|(a, b)| format!("{a}:{b}")).collect();
+        self.write("deny_devices", name, list.join(","))
     }
     fn set_partition(
         &self,
@@ -546,6 +565,7 @@ pub fn who() -> Who {
 /// `pjw run --job-id ID --cpus CPUS -- sleep`, primaries only.
 pub fn run_request(id: &str, cpus: u32) -> RunRequest {
     RunRequest {
+        gpus: 0,
         cpus,
         mem: None,
         job_id: Some(id.into()),

@@ -108,6 +108,7 @@ async fn other_clients_are_answered_while_a_user_lookup_is_stalled() {
         cred: b,
         who,
         req: RunRequest {
+            gpus: 0,
             cpus: 1,
             mem: None,
             job_id: Some("b1".into()),

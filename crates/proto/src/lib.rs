@@ -153,6 +153,13 @@ pub struct RunRequest {
     /// Size of the job's private /tmp in bytes; None: the node's default (`[job] tmp`); 0: none.
     #[serde(default)]
     pub tmp: Option<u64>,
+    /// Whole GPUs wanted (0: none; not sent then, so older daemons still take the request).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpus: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What the daemon answers.
@@ -180,6 +187,10 @@ pub enum Response {
         /// per-job tmpfs; set TMPDIR to it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tmp: Option<JobTmp>,
+        /// Variables the client sets for the command: the job's GPUs (`PJW_GPUS`,
+        /// `CUDA_VISIBLE_DEVICES`, ...).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env: Vec<(String, String)>,
     },
     /// Answer to [`Request::Status`].
     Status(StatusReport),
@@ -513,6 +524,7 @@ mod tests {
     #[test]
     fn requests_decode_strictly() {
         let run = Request::Run(RunRequest {
+            gpus: 2,
             priority: Some(12),
             placement: Placement::BackfillOnly,
             exclusive: false,

@@ -62,6 +62,12 @@
 //!     tmp_size   INTEGER,              -- the job's /tmp size in bytes; NULL: none
 //!     tmpdir     TEXT                  -- the per-job tmpfs the daemon mounted, until removed
 //! );
+//! -- version 6: GPUs (a side table: only GPU jobs have a row)
+//! CREATE TABLE job_gpus (
+//!     seq   INTEGER PRIMARY KEY,  -- jobs.seq
+//!     ngpus INTEGER NOT NULL,     -- whole GPUs asked for
+//!     gpus  TEXT NOT NULL         -- the GPUs held, pjw's ids as a list ('0-1,3'); '' while queued
+//! );
 //! ```
 //! Samples are written in batches (one transaction each); a finished job's summary is written in
 //! the same transaction that marks it ended ([`Store::finish_job`]); retention and the size cap
@@ -81,11 +87,11 @@ pub use profile::{
 
 use std::path::{Path, PathBuf};
 
-use pjw_core::CpuSet;
+use pjw_core::{CpuSet, GpuSet};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -186,6 +192,12 @@ const MIGRATIONS: &[&str] = &[
          client_uid INTEGER NOT NULL,
          tmp_size   INTEGER,
          tmpdir     TEXT
+     );",
+    // 6: the GPUs a job asked for and holds (recovery must never hand one out twice).
+    "CREATE TABLE job_gpus (
+         seq   INTEGER PRIMARY KEY,
+         ngpus INTEGER NOT NULL,
+         gpus  TEXT NOT NULL
      );",
 ];
 
@@ -576,6 +588,40 @@ impl Store {
             )
             .optional()
             .map_err(self.err())
+    }
+
+    /// A GPU job's request and the GPUs it holds (written before the job starts on them).
+    pub fn set_gpus(&self, seq: i64, ngpus: u32, gpus: &GpuSet) -> Result<(), StoreError> {
+        exec_cached(
+            &self.conn,
+            "INSERT OR REPLACE INTO job_gpus (seq, ngpus, gpus) VALUES (?1, ?2, ?3)",
+            params![seq, ngpus, gpus.to_string()],
+        )
+        .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// What [`Store::set_gpus`] wrote for `seq`; `None` for a job without GPUs.
+    pub fn gpus(&self, seq: i64) -> Result<Option<(u32, GpuSet)>, StoreError> {
+        let row: Option<(u32, String)> = self
+            .conn
+            .query_row(
+                "SELECT ngpus, gpus FROM job_gpus WHERE seq = ?1",
+                params![seq],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(self.err())?;
+        match row {
+            None => Ok(None),
+            Some((n, text)) => GpuSet::parse_list(&text)
+                .map(|g| Some((n, g)))
+                .map_err(|e| StoreError::BadRow {
+                    path: self.path.clone(),
+                    seq,
+                    reason: format!("gpus {text:?}: {e}"),
+                }),
+        }
     }
 
     /// Jobs not ended, oldest first.

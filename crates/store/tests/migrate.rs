@@ -63,6 +63,7 @@ fn upgrades_a_version_1_database() {
     assert_eq!(all.len(), 2);
     assert!(all.iter().all(|p| p.summary.is_none()));
     profile_round_trip(&mut s, live[0].seq);
+    gpus_round_trip(&s, old.seq, live[0].seq);
 }
 
 #[test]
@@ -96,4 +97,17 @@ fn upgrades_a_version_2_database() {
         .unwrap();
     assert_eq!(queued.len(), 1);
     assert_eq!(queued[0].job.job_id, "7");
+    gpus_round_trip(&s, live[0].seq, live[1].seq);
+}
+
+/// After an upgrade (version 6) old jobs have no GPUs, and a job's GPUs are kept.
+fn gpus_round_trip(s: &Store, old: i64, other: i64) {
+    use pjw_core::GpuSet;
+    assert_eq!(s.gpus(old).unwrap(), None);
+    s.set_gpus(other, 2, &GpuSet::new()).unwrap();
+    assert_eq!(s.gpus(other).unwrap(), Some((2, GpuSet::new())));
+    let held = GpuSet::parse_list("1,3").unwrap();
+    s.set_gpus(other, 2, &held).unwrap();
+    assert_eq!(s.gpus(other).unwrap(), Some((2, held)));
+    assert_eq!(s.gpus(old).unwrap(), None);
 }

@@ -30,9 +30,11 @@ fn clean_parent(spec: &str) {
     let Ok(spec) = ParentSpec::parse(spec) else {
         return;
     };
-    let Ok(d) = Driver::detect(Path::new("/proc"), &spec) else {
+    let Ok(mut d) = Driver::detect(Path::new("/proc"), &spec) else {
         return;
     };
+    // A daemon on a node with GPUs puts jobs in the v1 devices hierarchy too.
+    d.fence_devices();
     for job in d.list_jobs().unwrap_or_default() {
         let _ = d.kill(&job);
         let end = Instant::now() + Duration::from_secs(10);

@@ -5,6 +5,8 @@
 //!   `allowed` = CPUs the process may use, read from `<proc_root>/self/status` (`Cpus_allowed_list`).
 //! - [`load_xml`] / [`parse_xml`]: hwloc XML v2.
 //! - [`render`]: the text `pjw topology` prints.
+//! - [`discover_gpus`] (`<sys>/bus/pci`, `<dev>`, `<proc>/driver/nvidia`), [`load_xml_gpus`] /
+//!   [`parse_xml_gpus`]: the node's GPUs; [`render_gpus`]: them under their NUMA nodes.
 //!
 //! pjw reads the few sysfs files it needs itself instead of linking libhwloc: the binary stays a
 //! static executable without libhwloc, and every root is injectable so tests run on fake trees. hwloc XML is
@@ -37,12 +39,16 @@
 use pjw_core::{CoreError, Topology};
 use std::path::{Path, PathBuf};
 
+mod gpu;
 mod render;
 mod sysfs;
 mod xml;
+mod xml_gpu;
 
+pub use gpu::{parse_hex, parse_numa_node, parse_nvidia_minor, DRM_MAJOR, NVIDIA_MAJOR};
 pub use sysfs::{parse_meminfo_total, parse_status_allowed};
 pub use xml::parse_hwloc_mask;
+pub use xml_gpu::parse_pci_type;
 
 /// One error enum for the crate; I/O errors carry the path.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +104,36 @@ pub fn load_xml(path: &Path) -> Result<Topology, TopologyError> {
 /// Parse hwloc v2 XML text; `source` names it in the result.
 pub fn parse_xml(text: &str, source: &str) -> Result<Topology, TopologyError> {
     xml::parse(text, source)
+}
+
+/// Discover the GPUs (normally `discover_gpus(Path::new("/sys"), Path::new("/dev"),
+/// Path::new("/proc"))`).
+pub fn discover_gpus(
+    sys_root: &Path,
+    dev_root: &Path,
+    proc_root: &Path,
+) -> Result<pjw_core::Gpus, TopologyError> {
+    gpu::discover(sys_root, dev_root, proc_root)
+}
+
+/// The GPUs of an hwloc v2 XML file (without device nodes).
+pub fn load_xml_gpus(path: &Path) -> Result<pjw_core::Gpus, TopologyError> {
+    let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_xml_gpus(&text, &path.display().to_string())
+}
+
+/// The GPUs of an hwloc v2 XML text; `source` names it in errors.
+pub fn parse_xml_gpus(text: &str, source: &str) -> Result<pjw_core::Gpus, TopologyError> {
+    xml_gpu::parse(text, source)
+}
+
+/// The GPU lines of `pjw topology`: each NUMA node's GPUs, then those of unknown node. Empty
+/// when there are none.
+pub fn render_gpus(gpus: &pjw_core::Gpus) -> String {
+    render::render_gpus(gpus)
 }
 
 /// Human-readable description for `pjw topology`.

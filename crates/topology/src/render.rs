@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use pjw_core::{CpuSet, Level, Topology};
+use pjw_core::{CpuSet, Gpus, Level, Topology};
 
 const WIDTH: usize = 80;
 
@@ -188,6 +188,46 @@ fn cores(out: &mut String, topo: &Topology, cpus: &CpuSet, indent: usize) {
         first = false;
     }
     let _ = writeln!(out, "{line}");
+}
+
+pub(crate) fn render_gpus(gpus: &Gpus) -> String {
+    let mut out = String::new();
+    if gpus.is_empty() {
+        return out;
+    }
+    let _ = writeln!(out, "GPUs by NUMA node:");
+    let mut nodes: Vec<Option<u32>> = gpus.gpus.iter().map(|g| g.numa).collect();
+    nodes.sort_by_key(|n| (n.is_none(), *n));
+    nodes.dedup();
+    for node in nodes {
+        match node {
+            Some(n) => {
+                let _ = writeln!(out, "  node {n}:");
+            }
+            None => {
+                let _ = writeln!(out, "  node unknown:");
+            }
+        }
+        for g in gpus.gpus.iter().filter(|g| g.numa == node) {
+            let mut line = format!("    gpu {} {}", g.id, g.vendor.name());
+            if let Some(p) = &g.pci {
+                let _ = write!(line, " {p}");
+            }
+            if !g.cpus.is_empty() {
+                let _ = write!(line, ", cpus {}", g.cpus);
+            }
+            let devs: Vec<&str> = g.devices.iter().map(|d| d.path.as_str()).collect();
+            if !devs.is_empty() {
+                let _ = write!(line, ", {}", devs.join(" "));
+            }
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    if !gpus.shared.is_empty() {
+        let devs: Vec<&str> = gpus.shared.iter().map(|d| d.path.as_str()).collect();
+        let _ = writeln!(out, "  shared: {}", devs.join(" "));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -50,6 +50,7 @@ impl Engine {
                 mems: j.mems,
                 backfill: j.phase == Phase::Backfill,
                 tmp: j.tmp_reply(),
+                env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
             });
             return;
         }
@@ -178,6 +179,9 @@ impl Engine {
         let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
             return;
         };
+        if !self.record_gpu_request(seq, req.gpus) {
+            return;
+        }
         let job = &self.jobs[&seq];
         if job.client_uid != job.uid || job.wlm.is_some() {
             info!(job = %job.id, user = %job.user, wlm = job.wlm.as_deref().unwrap_or(""), client_uid = job.client_uid, "job submitted by a job starter");
@@ -245,6 +249,7 @@ impl Engine {
         if req.mem == Some(0) {
             return Err(refuse(ErrorCode::Invalid, "--mem must be more than 0"));
         }
+        self.validate_gpus(req.gpus)?;
         if req.argv.len() > pjw_proto::MAX_ARGS {
             return Err(refuse(ErrorCode::Invalid, "too many arguments"));
         }

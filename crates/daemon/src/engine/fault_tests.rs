@@ -15,6 +15,7 @@ fn me() -> Cred {
 
 fn run(id: &str, cpus: u32) -> RunRequest {
     RunRequest {
+        gpus: 0,
         placement: Placement::Any,
         ..run_request(id, cpus)
     }

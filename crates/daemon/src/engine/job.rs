@@ -81,6 +81,8 @@ pub(super) struct Job {
     /// CPUs it runs on (primary: exclusive; backfill: shared); empty while queued or frozen.
     pub(super) cpus: CpuSet,
     pub(super) mems: CpuSet,
+    /// GPUs it holds (granted at start, kept until it ends).
+    pub(super) gpus: pjw_core::GpuSet,
     /// The main process (the client that became the command); None for adopted cgroups.
     pub(super) pid: Option<u32>,
     pub(super) pid_start: Option<u64>,
@@ -137,6 +139,7 @@ impl Job {
             req: self.req,
             phase: self.phase,
             cpus: self.cpus,
+            gpus: self.gpus,
         }
     }
 

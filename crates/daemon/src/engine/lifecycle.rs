@@ -49,8 +49,10 @@ impl Engine {
         // Durable first: after a crash from here on, recovery finds the job. A store that
         // refuses refuses the start (nothing is in the kernel yet).
         let started_ms = self.clock.now_ms();
-        let recorded = self.store_write(seq, "set_starting", OnFail::Refuse, |s| {
-            s.set_starting(seq, &cpus, &mems, role_name(phase), started_ms)
+        let recorded = self.record_gpu_grant(seq).and_then(|_| {
+            self.store_write(seq, "set_starting", OnFail::Refuse, |s| {
+                s.set_starting(seq, &cpus, &mems, role_name(phase), started_ms)
+            })
         });
         let j = &self.jobs[&seq];
         if let Err(e) = recorded {
@@ -72,6 +74,7 @@ impl Engine {
         let placed = self
             .driver
             .create_job(&cgroup, &limits)
+            .and_then(|_| self.fence_job(j))
             .and_then(|_| {
                 if backfill {
                     self.driver.set_idle(&cgroup, true)
@@ -163,7 +166,7 @@ impl Engine {
         j.started = Some(Instant::now());
         j.reason = backfill.then(|| "backfill on cpus other jobs hold".to_string());
         info!(
-            job = %j.id, user = %j.user, cpus = %cpus, mems = %mems, pid = ?pid, role = role_name(phase),
+            job = %j.id, user = %j.user, cpus = %cpus, mems = %mems, gpus = %j.gpus, pid = ?pid, role = role_name(phase),
             wlm = j.wlm.as_deref().unwrap_or(""),
             priority = j.req.priority, waited_ms = j.queued_at.elapsed().as_millis() as u64,
             "job started"
@@ -175,6 +178,7 @@ impl Engine {
             mems,
             backfill,
             tmp: j.tmp_reply(),
+            env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
         });
         self.track(seq, true);
         true

@@ -35,13 +35,15 @@ impl Engine {
                 .values()
                 .filter(|j| j.end.ending && j.phase == Phase::Primary)
                 .fold(self.pool, |p, j| p.difference(&j.cpus));
-            let actions = sched::plan(
+            let node = Engine::gpu_node(&self.gpus, &self.jobs, &self.cfg);
+            let actions = sched::plan_gpus(
                 &self.policy,
                 &self.alloc,
                 &mut self.scratch,
                 &pool,
                 &views,
                 self.clock.now_ms(),
+                &node,
             );
             if actions.is_empty() {
                 break;
@@ -107,6 +109,7 @@ impl Engine {
     /// Carry out one action; false when it could not be done (the job is gone).
     pub(super) fn apply(&mut self, a: Action) -> bool {
         match a {
+            Action::GrantGpus { key, gpus } => self.grant_gpus(key, gpus),
             Action::StartPrimary { key, cpus } => self.start(key, cpus, false),
             Action::StartBackfill { key, cpus } => self.start(key, cpus, true),
             Action::Promote { key, cpus } => self.move_job(key, cpus, Phase::Primary, None),

@@ -174,6 +174,7 @@ impl Engine {
             job.tmp_size = st.tmp_size;
             job.tmpdir = st.tmpdir.map(PathBuf::from);
         }
+        self.restore_gpus(job);
     }
 
     pub(super) fn job_from_record(
@@ -197,6 +198,7 @@ impl Engine {
             tmpdir: None,
             req: Request {
                 ncpus: rec.ncpus as usize,
+                ngpus: 0,
                 priority: rec.priority,
                 placement: sched_placement(placement_from(&rec.placement)),
                 exclusive: rec.exclusive,
@@ -205,6 +207,7 @@ impl Engine {
             mem: rec.mem_limit,
             phase,
             cpus,
+            gpus: pjw_core::GpuSet::new(),
             mems: if cpus.is_empty() {
                 rec.mems
             } else {

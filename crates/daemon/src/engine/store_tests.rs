@@ -127,6 +127,7 @@ async fn a_run_the_store_cannot_record_gets_a_clear_error_and_leaves_no_job() {
     t.store.set_full(true);
     let (reply, mut answers) = mpsc::unbounded_channel();
     let req = RunRequest {
+        gpus: 0,
         cpus: 1,
         mem: None,
         job_id: Some("t1".into()),

@@ -55,6 +55,7 @@ impl Engine {
             return;
         };
         let run = RunRequest {
+            gpus: 0,
             cpus: req.cpus,
             mem: req.mem,
             job_id: Some(req.job.clone()),

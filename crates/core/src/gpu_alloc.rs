@@ -1,0 +1,403 @@
+//! Placing jobs that ask for GPUs, and keeping CPU-only jobs off the CPUs next to free GPUs.
+//!
+//! Policy ([`place`]):
+//! - A job of `g` GPUs and `n` CPUs gets `g` whole free GPUs, never one another job holds, and
+//!   `n` CPUs out of the free set, chosen by the CPU [`Allocator`] among the CPUs local to its
+//!   GPUs (their `local_cpulist`; a GPU whose locality is unknown counts every CPU as local).
+//! - GPUs on one NUMA node are preferred: every node with `g` free GPUs is tried, the node with
+//!   the fewest free GPUs first (packing keeps whole nodes of GPUs for larger GPU jobs), then the
+//!   lowest node; the first whose local free CPUs hold the job wins. Failing that, the GPUs are
+//!   taken across nodes, the nodes with the most free GPUs first.
+//! - When no choice has enough local CPUs, the job takes every free local CPU and the rest from
+//!   the others (the CPU allocator keeps that rest compact). NUMA distances are not used yet, so
+//!   "nearest" is "any other" for now.
+//! - A CPU-only job avoids the CPUs local to free GPUs while it fits on the others; otherwise it
+//!   may use them, except the cores reserved for GPU jobs: [`GpuPolicy::reserve_cores_per_gpu`]
+//!   cores of each free GPU's local CPUs (as Slurm's `RestrictedCoresPerGPU`). A GPU job may use
+//!   any reserved core, but takes its local CPUs outside the other free GPUs' reservations first.
+//!
+//! The result depends only on its inputs.
+//!
+//! ```
+//! use pjw_core::{alloc::Allocator, gpu_alloc::{place, GpuPolicy}, synthetic, CpuSet, GpuSet};
+//! use pjw_core::{Gpu, GpuId, GpuVendor, Gpus};
+//! let topo = synthetic::parse("numa:2 core:4").unwrap();
+//! let gpu = |id, numa: u32, cpus| Gpu {
+//!     id: GpuId(id), vendor: GpuVendor::Nvidia, pci: None, numa: Some(numa),
+//!     cpus: CpuSet::parse_list(cpus).unwrap(), devices: vec![],
+//! };
+//! let gpus = Gpus { gpus: vec![gpu(0, 0, "0-3"), gpu(1, 1, "4-7")], shared: vec![] };
+//! let alloc = Allocator::new(&topo);
+//! let p = place(&alloc, &gpus, &topo.online(), &GpuSet::first_n(2), 1, 4, &GpuPolicy::default())
+//!     .unwrap();
+//! assert_eq!((p.gpus.to_string(), p.cpus.to_string()), ("0".into(), "0-3".into()));
+//! ```
+
+use crate::alloc::Allocator;
+use crate::gpu::{GpuId, GpuSet, Gpus};
+use crate::CpuSet;
+
+/// How GPU jobs and CPU-only jobs share a node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuPolicy {
+    /// Cores of each free GPU's local CPUs that only GPU jobs may use (0: none).
+    pub reserve_cores_per_gpu: u32,
+}
+
+/// What a job got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub gpus: GpuSet,
+    pub cpus: CpuSet,
+}
+
+/// The CPUs local to `ids` (every online CPU for a GPU of unknown locality).
+pub fn local_cpus(alloc: &Allocator, gpus: &Gpus, ids: &GpuSet) -> CpuSet {
+    let mut out = CpuSet::new();
+    for id in ids.iter() {
+        match gpus.get(id) {
+            Some(g) if !g.cpus.is_empty() => out = out.union(&g.cpus),
+            _ => return alloc.topology().online(),
+        }
+    }
+    out
+}
+
+/// The CPUs of the first `k` cores (by lowest CPU) among the free local CPUs of each GPU in
+/// `ids` with a known locality, for GPU jobs only.
+pub fn reserved_cpus(
+    alloc: &Allocator,
+    gpus: &Gpus,
+    ids: &GpuSet,
+    free_cpus: &CpuSet,
+    k: u32,
+) -> CpuSet {
+    let mut out = CpuSet::new();
+    if k == 0 {
+        return out;
+    }
+    let topo = alloc.topology();
+    for id in ids.iter() {
+        let Some(g) = gpus.get(id) else { continue };
+        let mut cores: Vec<u32> = Vec::new();
+        for c in g.cpus.intersection(free_cpus).difference(&out).iter() {
+            let Some(pu) = topo.pu(c) else { continue };
+            if !cores.contains(&pu.core) {
+                if cores.len() == k as usize {
+                    continue;
+                }
+                cores.push(pu.core);
+            }
+            out.insert(c);
+        }
+    }
+    out
+}
+
+/// Place a job of `n_gpus` GPUs and `n_cpus` CPUs; `None` when it does not fit now. With
+/// `n_gpus == 0` this is a CPU-only job ([`place_cpu_only`]).
+pub fn place(
+    alloc: &Allocator,
+    gpus: &Gpus,
+    free_cpus: &CpuSet,
+    free_gpus: &GpuSet,
+    n_gpus: usize,
+    n_cpus: usize,
+    policy: &GpuPolicy,
+) -> Option<Placement> {
+    let free_gpus = free_gpus.intersection(&gpus.all());
+    if n_gpus == 0 {
+        return place_cpu_only(alloc, gpus, free_cpus, &free_gpus, n_cpus, policy).map(|cpus| {
+            Placement {
+                gpus: GpuSet::new(),
+                cpus,
+            }
+        });
+    }
+    if free_gpus.len() < n_gpus {
+        return None;
+    }
+    let candidates = gpu_candidates(gpus, &free_gpus, n_gpus);
+    let mut fallback = None;
+    for chosen in candidates {
+        let others = free_gpus.difference(&chosen);
+        let reserved = reserved_cpus(
+            alloc,
+            gpus,
+            &others,
+            free_cpus,
+            policy.reserve_cores_per_gpu,
+        );
+        let local = local_cpus(alloc, gpus, &chosen).intersection(free_cpus);
+        let cpus = alloc
+            .allocate(&local.difference(&reserved), n_cpus)
+            .or_else(|| alloc.allocate(&local, n_cpus));
+        if let Some(cpus) = cpus {
+            return Some(Placement { gpus: chosen, cpus });
+        }
+        if fallback.is_none() && free_cpus.len() >= n_cpus {
+            let rest = alloc.allocate(&free_cpus.difference(&local), n_cpus - local.len())?;
+            fallback = Some(Placement {
+                gpus: chosen,
+                cpus: local.union(&rest),
+            });
+        }
+    }
+    fallback
+}
+
+/// The GPU sets a job of `n` GPUs may take, best first: `n` of one NUMA node's free GPUs for each
+/// node that has them (fewest free first, then lowest node; GPUs of unknown node form a group of
+/// their own, last), then `n` across nodes, most free nodes first.
+fn gpu_candidates(gpus: &Gpus, free: &GpuSet, n: usize) -> Vec<GpuSet> {
+    // (node, free GPUs of that node in id order)
+    let mut groups: Vec<(Option<u32>, Vec<GpuId>)> = Vec::new();
+    for id in free.iter() {
+        let numa = gpus.get(id).and_then(|g| g.numa);
+        match groups.iter_mut().find(|(k, _)| *k == numa) {
+            Some((_, v)) => v.push(id),
+            None => groups.push((numa, vec![id])),
+        }
+    }
+    let mut out = Vec::new();
+    let mut fitting: Vec<&(Option<u32>, Vec<GpuId>)> =
+        groups.iter().filter(|(_, v)| v.len() >= n).collect();
+    fitting.sort_by_key(|(k, v)| (k.is_none(), v.len(), *k));
+    for (_, v) in fitting {
+        out.push(v.iter().take(n).copied().collect());
+    }
+    let mut spread: Vec<&(Option<u32>, Vec<GpuId>)> = groups.iter().collect();
+    spread.sort_by_key(|(k, v)| (k.is_none(), std::cmp::Reverse(v.len()), *k));
+    let across: GpuSet = spread
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .take(n)
+        .collect();
+    if across.len() == n && !out.contains(&across) {
+        out.push(across);
+    }
+    out
+}
+
+/// Place a CPU-only job of `n` CPUs: off the CPUs local to free GPUs if it fits there, else
+/// anywhere but the cores reserved for GPU jobs.
+pub fn place_cpu_only(
+    alloc: &Allocator,
+    gpus: &Gpus,
+    free_cpus: &CpuSet,
+    free_gpus: &GpuSet,
+    n: usize,
+    policy: &GpuPolicy,
+) -> Option<CpuSet> {
+    let mut near = CpuSet::new();
+    for id in free_gpus.iter() {
+        if let Some(g) = gpus.get(id) {
+            near = near.union(&g.cpus);
+        }
+    }
+    if let Some(cpus) = alloc.allocate(&free_cpus.difference(&near), n) {
+        return Some(cpus);
+    }
+    let reserved = reserved_cpus(
+        alloc,
+        gpus,
+        free_gpus,
+        free_cpus,
+        policy.reserve_cores_per_gpu,
+    );
+    alloc.allocate(&free_cpus.difference(&reserved), n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{synthetic, Gpu, GpuVendor};
+
+    fn gpu(id: u32, numa: Option<u32>, cpus: &str) -> Gpu {
+        Gpu {
+            id: GpuId(id),
+            vendor: GpuVendor::Nvidia,
+            pci: None,
+            numa,
+            cpus: CpuSet::parse_list(cpus).unwrap(),
+            devices: vec![],
+        }
+    }
+
+    /// 2 NUMA nodes × 4 CPUs (0-3, 4-7), GPUs 0 and 1 on node 0, 2 and 3 on node 1.
+    fn two_by_two() -> (Allocator, Gpus) {
+        let topo = synthetic::parse("numa:2 core:4").unwrap();
+        let gpus = Gpus {
+            gpus: vec![
+                gpu(0, Some(0), "0-3"),
+                gpu(1, Some(0), "0-3"),
+                gpu(2, Some(1), "4-7"),
+                gpu(3, Some(1), "4-7"),
+            ],
+            shared: vec![],
+        };
+        (Allocator::new(&topo), gpus)
+    }
+
+    fn cpus(s: &str) -> CpuSet {
+        CpuSet::parse_list(s).unwrap()
+    }
+
+    fn ids(s: &str) -> GpuSet {
+        GpuSet::parse_list(s).unwrap()
+    }
+
+    /// One step of a table: (GPUs, CPUs) asked, then the GPUs and CPUs expected (None: waits).
+    type Step = (usize, usize, Option<(&'static str, &'static str)>);
+
+    /// Run `steps` in order on a fresh node, each placed job keeping what it got.
+    fn run_table(name: &str, alloc: &Allocator, gpus: &Gpus, policy: GpuPolicy, steps: &[Step]) {
+        let mut free_cpus = alloc.topology().online();
+        let mut free_gpus = gpus.all();
+        for (i, (g, n, want)) in steps.iter().enumerate() {
+            let got = place(alloc, gpus, &free_cpus, &free_gpus, *g, *n, &policy);
+            let got_s = got.map(|p| (p.gpus.to_string(), p.cpus.to_string()));
+            let want_s = want.map(|(a, b)| (a.to_string(), b.to_string()));
+            assert_eq!(got_s, want_s, "{name}: step {i} ({g} gpus, {n} cpus)");
+            if let Some(p) = got {
+                free_cpus = free_cpus.difference(&p.cpus);
+                free_gpus = free_gpus.difference(&p.gpus);
+            }
+        }
+    }
+
+    #[test]
+    fn placement_table() {
+        let (alloc, gpus) = two_by_two();
+        let none = GpuPolicy::default();
+        let tables: Vec<(&str, GpuPolicy, Vec<Step>)> = vec![
+            (
+                "a 1-gpu 4-cpu job's cpus are all local to its gpu",
+                none,
+                vec![(1, 4, Some(("0", "0-3")))],
+            ),
+            (
+                "four 1-gpu jobs get four gpus, a fifth waits",
+                none,
+                vec![
+                    (1, 1, Some(("0", "0"))),
+                    (1, 1, Some(("1", "1"))),
+                    (1, 1, Some(("2", "4"))),
+                    (1, 1, Some(("3", "5"))),
+                    (1, 1, None),
+                ],
+            ),
+            (
+                "1-gpu jobs pack onto the node whose gpus are in use, keeping a node whole",
+                none,
+                vec![
+                    (1, 2, Some(("0", "0-1"))),
+                    (1, 2, Some(("1", "2-3"))),
+                    (2, 4, Some(("2-3", "4-7"))),
+                ],
+            ),
+            (
+                "a 2-gpu job takes both gpus of one node",
+                none,
+                vec![(2, 2, Some(("0-1", "0-1"))), (2, 2, Some(("2-3", "4-5")))],
+            ),
+            (
+                "a cpu-only job takes cpus no free gpu is local to first",
+                none,
+                vec![
+                    (1, 1, Some(("0", "0"))),
+                    (1, 1, Some(("1", "1"))),
+                    (0, 2, Some(("", "2-3"))),
+                ],
+            ),
+            (
+                "a cpu-only job may use gpu-local cpus when nothing else is free",
+                none,
+                vec![(0, 6, Some(("", "0-5"))), (1, 2, Some(("2", "6-7")))],
+            ),
+            (
+                "reserved cores stay for gpu jobs",
+                GpuPolicy {
+                    reserve_cores_per_gpu: 1,
+                },
+                vec![
+                    // 4 free gpus reserve cpus 0, 1, 4, 5.
+                    (0, 4, Some(("", "2-3,6-7"))),
+                    (0, 1, None),
+                    // gpu 1 keeps cpu 0, gpus 2 and 3 keep cpus 4 and 5.
+                    (1, 1, Some(("0", "1"))),
+                ],
+            ),
+            (
+                "a job whose gpu node is short of cpus takes the rest elsewhere",
+                none,
+                vec![
+                    (0, 3, Some(("", "0-2"))),
+                    (2, 2, Some(("2-3", "4-5"))),
+                    (1, 3, Some(("0", "3,6-7"))),
+                ],
+            ),
+            (
+                "gpus across nodes when no node has enough",
+                none,
+                vec![(1, 1, Some(("0", "0"))), (3, 3, Some(("1-3", "1-3")))],
+            ),
+            ("more gpus than the node has", none, vec![(5, 1, None)]),
+        ];
+        for (name, policy, steps) in tables {
+            run_table(name, &alloc, &gpus, policy, &steps);
+        }
+    }
+
+    #[test]
+    fn a_gpu_of_unknown_node_counts_every_cpu_as_local() {
+        let topo = synthetic::parse("numa:2 core:2").unwrap();
+        let alloc = Allocator::new(&topo);
+        let gpus = Gpus {
+            gpus: vec![gpu(0, None, "")],
+            shared: vec![],
+        };
+        assert_eq!(local_cpus(&alloc, &gpus, &ids("0")), cpus("0-3"));
+        let p = place(
+            &alloc,
+            &gpus,
+            &cpus("1-3"),
+            &ids("0"),
+            1,
+            2,
+            &GpuPolicy::default(),
+        )
+        .unwrap();
+        assert_eq!(p.gpus, ids("0"));
+        assert_eq!(p.cpus.len(), 2);
+        assert!(p.cpus.is_subset(&cpus("1-3")));
+    }
+
+    #[test]
+    fn reserved_cores_are_whole_cores_of_free_local_cpus() {
+        let topo = synthetic::parse("numa:2 core:2 pu:2").unwrap();
+        let alloc = Allocator::new(&topo);
+        let gpus = Gpus {
+            gpus: vec![gpu(0, Some(0), "0-3"), gpu(1, Some(1), "4-7")],
+            shared: vec![],
+        };
+        let all = topo.online();
+        assert_eq!(
+            reserved_cpus(&alloc, &gpus, &ids("0-1"), &all, 1),
+            cpus("0-1,4-5")
+        );
+        assert_eq!(
+            reserved_cpus(&alloc, &gpus, &ids("1"), &all, 2),
+            cpus("4-7")
+        );
+        // A busy cpu is not reserved; the next core is.
+        assert_eq!(
+            reserved_cpus(&alloc, &gpus, &ids("0"), &cpus("1-7"), 1),
+            cpus("1")
+        );
+        assert_eq!(
+            reserved_cpus(&alloc, &gpus, &ids("0-1"), &all, 0),
+            CpuSet::new()
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! `[gpus]`: whether the node's GPUs are discovered, GPUs declared by hand (as Slurm's
+//! gres.conf `File=` lines) and the cores kept for GPU jobs.
+
+use std::path::PathBuf;
+
+use pjw_core::{CpuSet, GpuVendor, MAX_GPUS};
+use serde::Deserialize;
+
+use super::{ConfigError, Errs};
+
+/// `[gpus]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGpus {
+    pub discover: Option<bool>,
+    pub reserve_cores_per_gpu: Option<u32>,
+    pub shared: Option<Vec<PathBuf>>,
+    #[serde(default)]
+    pub device: Vec<RawGpuDevice>,
+}
+
+/// One `[[gpus.device]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGpuDevice {
+    pub file: Option<PathBuf>,
+    pub vendor: Option<String>,
+    pub numa: Option<u32>,
+    pub cpus: Option<String>,
+    pub pci: Option<String>,
+}
+
+/// A GPU declared in the config; its device numbers are read at start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclaredGpu {
+    /// Its device node (absolute).
+    pub file: PathBuf,
+    pub vendor: GpuVendor,
+    pub numa: Option<u32>,
+    /// Its local CPUs; `None`: those of `numa` (every CPU when that is unknown too).
+    pub cpus: Option<CpuSet>,
+    pub pci: Option<String>,
+}
+
+/// The validated `[gpus]` section.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuConfig {
+    /// Read the GPUs from sysfs and `/dev` (ignored when `declared` is not empty).
+    pub discover: bool,
+    /// Cores of each free GPU's local CPUs that CPU-only jobs may not take.
+    pub reserve_cores_per_gpu: u32,
+    /// The shared control nodes, instead of the discovered ones.
+    pub shared: Option<Vec<PathBuf>>,
+    /// GPUs declared by hand: when any is, they are the node's GPUs and nothing is discovered.
+    pub declared: Vec<DeclaredGpu>,
+}
+
+impl Default for GpuConfig {
+    fn default() -> GpuConfig {
+        GpuConfig {
+            discover: true,
+            reserve_cores_per_gpu: 0,
+            shared: None,
+            declared: Vec::new(),
+        }
+    }
+}
+
+fn is_pci_address(s: &str) -> bool {
+    // dddd:bb:dd.f
+    let b = s.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && s.chars()
+            .enumerate()
+            .all(|(i, c)| [4, 7, 10].contains(&i) || c.is_ascii_hexdigit())
+}
+
+/// Validate `[gpus]`.
+pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
+    let reserve = g.reserve_cores_per_gpu.unwrap_or(0);
+    if reserve > 64 {
+        return Err(e.at(
+            "gpus.reserve_cores_per_gpu",
+            format!("{reserve} is not 0-64"),
+        ));
+    }
+    if let Some(shared) = &g.shared {
+        for p in shared {
+            if !p.is_absolute() {
+                return Err(e.at("gpus.shared", format!("{} is not absolute", p.display())));
+            }
+        }
+    }
+    if g.device.len() > MAX_GPUS as usize {
+        return Err(e.at(
+            "gpus.device",
+            format!("{} gpus declared, at most {MAX_GPUS}", g.device.len()),
+        ));
+    }
+    let mut declared: Vec<DeclaredGpu> = Vec::new();
+    for (i, d) in g.device.into_iter().enumerate() {
+        let key = format!("gpus.device[{i}]");
+        let Some(file) = d.file else {
+            return Err(e.at(&format!("{key}.file"), "missing".into()));
+        };
+        if !file.is_absolute() {
+            return Err(e.at(
+                &format!("{key}.file"),
+                format!("{} is not absolute", file.display()),
+            ));
+        }
+        if declared.iter().any(|x| x.file == file) {
+            return Err(e.at(
+                &format!("{key}.file"),
+                format!("{} is declared twice", file.display()),
+            ));
+        }
+        let vendor = match d.vendor.as_deref() {
+            Some("nvidia") => GpuVendor::Nvidia,
+            Some("amd") => GpuVendor::Amd,
+            Some("intel") => GpuVendor::Intel,
+            Some(v) => {
+                return Err(e.at(
+                    &format!("{key}.vendor"),
+                    format!("{v:?} is not one of \"nvidia\", \"amd\", \"intel\""),
+                ))
+            }
+            None => return Err(e.at(&format!("{key}.vendor"), "missing".into())),
+        };
+        if let Some(n) = d.numa {
+            if n as usize >= pjw_core::MAX_CPUS {
+                return Err(e.at(&format!("{key}.numa"), format!("{n} is out of range")));
+            }
+        }
+        let cpus = d
+            .cpus
+            .as_deref()
+            .map(|c| CpuSet::parse_list(c).map_err(|x| e.at(&format!("{key}.cpus"), x.to_string())))
+            .transpose()?;
+        if cpus.is_some_and(|c| c.is_empty()) {
+            return Err(e.at(&format!("{key}.cpus"), "is empty".into()));
+        }
+        let pci = match d.pci {
+            Some(p) if !is_pci_address(&p.to_lowercase()) => {
+                return Err(e.at(
+                    &format!("{key}.pci"),
+                    format!("{p:?} is not a PCI address like \"0000:3b:00.0\""),
+                ))
+            }
+            p => p.map(|p| p.to_lowercase()),
+        };
+        declared.push(DeclaredGpu {
+            file,
+            vendor,
+            numa: d.numa,
+            cpus,
+            pci,
+        });
+    }
+    Ok(GpuConfig {
+        discover: g.discover.unwrap_or(true),
+        reserve_cores_per_gpu: reserve,
+        shared: g.shared,
+        declared,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, Overrides};
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse("t.toml", text, &Overrides::default()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_discover_and_reserve_nothing() {
+        let c = parse("").unwrap();
+        assert!(c.gpus.discover);
+        assert_eq!(c.gpus.reserve_cores_per_gpu, 0);
+        assert!(c.gpus.declared.is_empty());
+        assert_eq!(c.dev_root, std::path::PathBuf::from("/dev"));
+    }
+
+    #[test]
+    fn declared_gpus_are_validated() {
+        let c = parse(
+            "[paths]\ndev = \"/tmp/dev\"\n[gpus]\nreserve_cores_per_gpu = 2\n\
+             [[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"nvidia\"\nnuma = 0\n\
+             [[gpus.device]]\nfile = \"/dev/dri/renderD128\"\nvendor = \"amd\"\ncpus = \"4-7\"\npci = \"0000:C1:00.0\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.dev_root, std::path::PathBuf::from("/tmp/dev"));
+        assert_eq!(c.gpus.reserve_cores_per_gpu, 2);
+        assert_eq!(c.gpus.declared.len(), 2);
+        assert_eq!(c.gpus.declared[0].numa, Some(0));
+        assert_eq!(c.gpus.declared[1].cpus.unwrap().to_string(), "4-7");
+        assert_eq!(c.gpus.declared[1].pci.as_deref(), Some("0000:c1:00.0"));
+        let table = [
+            ("[gpus]\nreserve_cores_per_gpu = 65\n", "gpus.reserve_cores_per_gpu: 65 is not 0-64"),
+            ("[gpus]\nshared = [\"nvidiactl\"]\n", "gpus.shared: nvidiactl is not absolute"),
+            ("[[gpus.device]]\nvendor = \"nvidia\"\n", "gpus.device[0].file: missing"),
+            ("[[gpus.device]]\nfile = \"nvidia0\"\nvendor = \"nvidia\"\n", "gpus.device[0].file: nvidia0 is not absolute"),
+            ("[[gpus.device]]\nfile = \"/dev/nvidia0\"\n", "gpus.device[0].vendor: missing"),
+            ("[[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"ati\"\n", "gpus.device[0].vendor: \"ati\" is not one of"),
+            ("[[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"nvidia\"\ncpus = \"x\"\n", "gpus.device[0].cpus: invalid cpu list"),
+            ("[[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"nvidia\"\npci = \"01:00.0\"\n", "gpus.device[0].pci: \"01:00.0\" is not a PCI address"),
+            (
+                "[[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"nvidia\"\n[[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"nvidia\"\n",
+                "gpus.device[1].file: /dev/nvidia0 is declared twice",
+            ),
+            ("[gpus]\nbogus = 1\n", "unknown field `bogus`"),
+        ];
+        for (text, want) in table {
+            let err = parse(text).unwrap_err();
+            assert!(err.contains(want), "{text:?}: {err} (wanted {want:?})");
+        }
+    }
+}

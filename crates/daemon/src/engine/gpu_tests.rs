@@ -1,0 +1,239 @@
+//! GPU jobs through the engine, without root, on a fake cgroup tree and the recording fake
+//! store: 4 CPUs, 4 GPUs (0 and 1 local to CPUs 0-1, 2 and 3 to CPUs 2-3).
+
+use pjw_cgroup::JobLimits;
+use pjw_core::sched::Phase;
+use pjw_core::{CpuSet, Gpu, GpuId, GpuSet, GpuVendor, Gpus};
+use pjw_proto::{ErrorCode, Response};
+use pjw_store::{JobRecord, StoredState};
+use tokio::sync::mpsc;
+
+use super::{cgroup_name, Cred, Event};
+use crate::store_port::StorePort;
+use crate::test_support::{client, run_request, who, FakeCgroups, TestEngine};
+
+const UID: u32 = 1000;
+
+fn cs(s: &str) -> CpuSet {
+    CpuSet::parse_list(s).expect("cpu list")
+}
+
+fn gs(s: &str) -> GpuSet {
+    GpuSet::parse_list(s).expect("gpu list")
+}
+
+fn node_gpus() -> Gpus {
+    let gpu = |i: u32, cpus: &str| Gpu {
+        id: GpuId(i),
+        vendor: GpuVendor::Nvidia,
+        pci: None,
+        numa: None,
+        cpus: cs(cpus),
+        devices: vec![pjw_core::DeviceNode {
+            path: format!("/dev/nvidia{i}"),
+            major: 195,
+            minor: i,
+        }],
+    };
+    Gpus {
+        gpus: vec![gpu(0, "0-1"), gpu(1, "0-1"), gpu(2, "2-3"), gpu(3, "2-3")],
+        shared: vec![],
+    }
+}
+
+fn engine() -> TestEngine {
+    let mut t = TestEngine::new();
+    t.engine.set_gpus(node_gpus(), false);
+    t
+}
+
+/// Submit `id` asking for `gpus` GPUs and `cpus` CPUs from process `pid`; its first answer,
+/// and its channel (kept open: a queued job whose client is gone is withdrawn).
+async fn submit(
+    t: &mut TestEngine,
+    conn: u64,
+    pid: u32,
+    id: &str,
+    cpus: u32,
+    gpus: u32,
+) -> (Response, mpsc::UnboundedReceiver<Response>) {
+    t.fake_process(pid, UID);
+    let (reply, mut rx) = mpsc::unbounded_channel();
+    let mut req = run_request(id, cpus);
+    req.gpus = gpus;
+    t.engine.handle(Event::Submit {
+        conn,
+        cred: Cred { pid, ..client(UID) },
+        who: who(),
+        req,
+        reply,
+    });
+    let first = rx.recv().await.expect("an answer");
+    (first, rx)
+}
+
+fn env_of<'a>(r: &'a Response, key: &str) -> Option<&'a str> {
+    match r {
+        Response::Started { env, .. } => {
+            env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        }
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn four_one_gpu_jobs_get_four_gpus_with_local_cpus_and_a_fifth_waits() {
+    let mut t = engine();
+    let me = std::process::id();
+    let mut seen = GpuSet::new();
+    let mut clients = Vec::new();
+    for (i, pid) in [me, 1, 2, 3].into_iter().enumerate() {
+        let (r, rx) = submit(&mut t, i as u64, pid, &format!("g{i}"), 1, 1).await;
+        let Response::Started { cpus, .. } = &r else {
+            panic!("job {i} did not start: {r:?}")
+        };
+        let host = env_of(&r, "PJW_GPUS").expect("PJW_GPUS");
+        let g = gs(host);
+        clients.push(rx);
+        assert_eq!(g.len(), 1, "{r:?}");
+        assert!(!g.intersects(&seen), "gpu {g} handed out twice");
+        seen = seen.union(&g);
+        let local = node_gpus().get(g.iter().next().unwrap()).unwrap().cpus;
+        assert!(
+            cpus.is_subset(&local),
+            "job {i}: cpus {cpus} not local to gpu {g}"
+        );
+        // No device fence yet: the runtime sees every GPU, so the host position is kept.
+        assert_eq!(env_of(&r, "CUDA_VISIBLE_DEVICES"), Some(host));
+        assert_eq!(env_of(&r, "CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
+    }
+    assert_eq!(seen, gs("0-3"));
+    let (r, _rx) = submit(&mut t, 9, 4, "g4", 1, 1).await;
+    assert!(matches!(r, Response::Queued { .. }), "{r:?}");
+    // Every grant was written before its job started.
+    assert_eq!(
+        t.store.calls_to("set_gpus").len(),
+        5 + 4,
+        "{:?}",
+        t.store.calls_to("set_gpus")
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn more_gpus_than_the_node_has_is_refused() {
+    let mut t = engine();
+    let (r, _rx) = submit(&mut t, 1, std::process::id(), "big", 1, 5).await;
+    match r {
+        Response::Error { code, message } => {
+            assert_eq!(code, ErrorCode::Invalid);
+            assert!(
+                message.contains("--gpus 5 is more than this node has (4 gpus)"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn after_a_restart_a_recovered_job_keeps_its_gpus() {
+    let mut t = engine();
+    let pid = std::process::id();
+    t.fake_process(pid, UID);
+    t.fake_stat(pid);
+    let id = TestEngine::id("old");
+    let rec = JobRecord {
+        seq: 0,
+        job_id: id.to_string(),
+        name: "old".into(),
+        uid: UID,
+        gid: UID,
+        user: "user1000".into(),
+        ncpus: 2,
+        cpus: cs("0-1"),
+        mems: cs("0"),
+        mem_limit: None,
+        pid: Some(pid),
+        pid_start: None,
+        cgroup: cgroup_name(&id),
+        argv: vec![],
+        state: StoredState::Running,
+        submitted_ms: 0,
+        started_ms: Some(1),
+        ended_ms: None,
+        end_reason: None,
+        priority: 10,
+        placement: "any".into(),
+        exclusive: false,
+        role: "primary".into(),
+    };
+    let mut store = t.store.clone();
+    let seq = store.insert_job(&rec).expect("insert");
+    store.set_gpus(seq, 2, &gs("0-1")).expect("gpus row");
+    let limits = JobLimits {
+        cpus: cs("0-1"),
+        mems: cs("0"),
+        memory_max: None,
+        pids_max: None,
+        swap_max: None,
+    };
+    t.engine
+        .driver
+        .create_job(&rec.cgroup, &limits)
+        .expect("cgroup");
+    t.engine
+        .driver
+        .add_process(&rec.cgroup, pid)
+        .expect("process");
+
+    t.engine.recover().expect("recover");
+    let j = &t.engine.jobs[&seq];
+    assert_eq!(
+        (j.phase, j.gpus, j.req.ngpus),
+        (Phase::Primary, gs("0-1"), 2)
+    );
+
+    // Its GPUs are not handed out again: a 2-GPU job gets the other two, a third waits.
+    let (r, _new) = submit(&mut t, 1, 1, "new", 2, 2).await;
+    assert_eq!(env_of(&r, "PJW_GPUS"), Some("2,3"), "{r:?}");
+    let (r, _late) = submit(&mut t, 2, 2, "late", 1, 1).await;
+    assert!(matches!(r, Response::Queued { .. }), "{r:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_fenced_job_is_denied_the_other_gpus_and_counts_its_own_from_zero() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    t.engine.set_gpus(node_gpus(), true);
+    let (r, _a) = submit(&mut t, 1, std::process::id(), "g", 1, 1).await;
+    assert_eq!(env_of(&r, "PJW_GPUS"), Some("0"), "{r:?}");
+    assert_eq!(env_of(&r, "CUDA_VISIBLE_DEVICES"), Some("0"), "{r:?}");
+    let (r, _b) = submit(&mut t, 2, 1, "h", 1, 1).await;
+    // Fenced, GPU 1 is the only one the job's runtime sees: device 0.
+    assert_eq!(env_of(&r, "PJW_GPUS"), Some("1"), "{r:?}");
+    assert_eq!(env_of(&r, "CUDA_VISIBLE_DEVICES"), Some("0"), "{r:?}");
+    let (r, _c) = submit(&mut t, 3, 2, "cpu", 1, 0).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    assert_eq!(env_of(&r, "CUDA_VISIBLE_DEVICES"), None, "{r:?}");
+    let calls = fake.calls();
+    let deny: Vec<&String> = calls
+        .iter()
+        .filter(|c| c.starts_with("deny_devices"))
+        .collect();
+    assert_eq!(
+        deny,
+        [
+            "deny_devices job-g 195:1,195:2,195:3",
+            "deny_devices job-h 195:0,195:2,195:3",
+            "deny_devices job-cpu 195:0,195:1,195:2,195:3",
+        ]
+    );
+    // The fence comes before the client joins the job.
+    let fence = calls
+        .iter()
+        .position(|c| c == "deny_devices job-g 195:1,195:2,195:3");
+    let join = calls
+        .iter()
+        .position(|c| c.starts_with("add_process job-g "));
+    assert!(fence.expect("fenced") < join.expect("joined"), "{calls:?}");
+}
