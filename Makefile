@@ -62,7 +62,8 @@ test-vm-selfcheck: test-vm-build
 # The systemd guest tier (vm/systemd/run.sh): a Debian 12 guest with systemd as PID 1 and pure
 # cgroup v2 (image built once by vm/systemd/build-image.sh, cached in /var/tmp/pjw-vm/systemd);
 # over ssh logins as root: make demo, every test executable, the packaged service with two users'
-# jobs through daemon-reload/restart/stop+start, and a slice with AllowedCPUs=.
+# jobs through daemon-reload/restart/stop+start, a slice with AllowedCPUs=, and the Debian
+# package of make deb (apt install, pjw check, reload, an upgrade with a job running, purge).
 test-vm-systemd: deps
 	vm/systemd/run.sh
 

@@ -19,6 +19,9 @@ if [ ! -e /etc/pjw-guest ]; then
   # man renders the generated pages in their test; lintian checks the package (make deb).
   command -v man >/dev/null || need+=(man-db)
   command -v lintian >/dev/null || need+=(lintian)
+  # The completion tests ask zsh and fish themselves for job ids.
+  command -v zsh >/dev/null || need+=(zsh)
+  command -v fish >/dev/null || need+=(fish)
 fi
 # The PBS hook (packaging/pbs) is Python; its contract test runs it.
 command -v python3 >/dev/null || need+=(python3)

@@ -12,9 +12,10 @@ src=${1:?usage: guest-deb.sh <source-dir>}
 session_check
 deb=$(ls "$src"/target/deb/pjw_*.deb 2>/dev/null | tail -n1)
 if [ -z "$deb" ]; then fail "no target/deb/pjw_*.deb (run.sh builds it for the deb step)"; echo "=== done"; exit 1; fi
-# The step installs into the guest's /usr: make install of the service step must not be there.
+# The step installs into the guest's /usr: the make install of the service and reserve steps
+# (which run before it by default) must be gone; they end with make uninstall.
 if [ -e /usr/local/bin/pjw ] || [ -e /etc/systemd/system/pjw.service ]; then
-  fail "a make install is present (/usr/local/bin/pjw or /etc/systemd/system/pjw.service): run the deb step alone"
+  fail "a make install is present (/usr/local/bin/pjw or /etc/systemd/system/pjw.service): the steps before this one must make uninstall"
   echo "=== done"; exit 1
 fi
 d=/var/tmp/pjw-deb

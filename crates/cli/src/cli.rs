@@ -15,6 +15,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the node daemon in the foreground.
+    #[command(after_long_help = DAEMON_SIGNALS)]
     Daemon(DaemonArgs),
     /// Run a command as a job on its own CPUs (waits in the queue if they are taken).
     Run(RunArgs),
@@ -147,6 +148,17 @@ pub struct ShepherdArgs {
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
 }
+
+/// The daemon's signals, shown by `pjw daemon --help` and in pjw-daemon(1).
+const DAEMON_SIGNALS: &str = "Signals:\n  \
+    SIGHUP   re-read the config (systemctl reload pjw). Queue rules, limits and governor \
+    thresholds apply at once; the governor, sampler and sweep intervals, [metrics] listen and \
+    [central] restart their timer, listener or shipper (a metrics address that cannot be bound \
+    keeps the old one); a pool, spread, socket mode, memory partition or log change waits for a \
+    restart; an invalid file, or a new socket, state_dir, cgroup parent, [paths], tmp_root, \
+    partition or a pool shrinking under running jobs, changes nothing. Running jobs are never \
+    touched. See pjw.toml(5), RELOAD.\n  \
+    SIGTERM, SIGINT   stop; running jobs keep running and are recovered at the next start.";
 
 #[derive(Debug, Args)]
 pub struct DaemonArgs {

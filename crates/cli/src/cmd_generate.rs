@@ -33,36 +33,125 @@ pub fn run(g: GenerateCommand) -> Result<()> {
     }
 }
 
-/// The completion script for `shell`. Bash also completes job ids after kill, suspend,
-/// resume and priority from `pjw status --json` (one cheap request to the local daemon).
+/// The completion script for `shell`. Every shell also completes job ids from `pjw status
+/// --json` (one cheap request to the local daemon; nothing when none answers) where a job id
+/// goes: the JOB of kill, suspend, resume, priority and `job end`, and `report -J/--job`.
 pub fn completions(shell: clap_complete::Shell) -> String {
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "pjw", &mut buf);
-    let mut text = String::from_utf8_lossy(&buf).into_owned();
-    if shell == clap_complete::Shell::Bash {
-        text.push_str(BASH_JOB_IDS);
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    match shell {
+        clap_complete::Shell::Bash => text + &BASH_JOB_IDS.replace("JOB_IDS_CMD", JOB_IDS_CMD),
+        clap_complete::Shell::Zsh => zsh_with_job_ids(&text),
+        clap_complete::Shell::Fish => fish_with_job_ids(&text),
+        _ => text,
     }
-    text
 }
 
+/// The job ids of `pjw status --json` (pretty-printed: one `"id": "…",` line per job), for
+/// the shells' scripts.
+const JOB_IDS_CMD: &str =
+    r#"pjw status --json 2>/dev/null | sed -n 's/^ *"id": *"\([^"]*\)",\{0,1\}$/\1/p'"#;
+
 const BASH_JOB_IDS: &str = r#"
-# Job ids for `pjw kill|suspend|resume|priority JOB`, from the daemon (pjw generate adds this).
+# Job ids where a job id goes, from the daemon (pjw generate adds this).
+_pjw_job_ids() {
+    JOB_IDS_CMD
+}
 _pjw_with_jobs() {
     _pjw "$@"
-    if [[ ${COMP_CWORD} -eq 2 ]]; then
-        case "${COMP_WORDS[1]}" in
-            kill|suspend|resume|priority)
-                if [[ "${COMP_WORDS[2]}" != -* ]]; then
-                    local ids
-                    ids=$(pjw status --json 2>/dev/null | tr ',{' '\n\n' | sed -n 's/^ *"id": *"\([^"]*\)".*/\1/p')
-                    COMPREPLY=( $(compgen -W "${ids}" -- "${COMP_WORDS[2]}") )
-                fi
-                ;;
-        esac
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
+    [[ "$cur" == -* ]] && return
+    # `--job=ID`: bash splits at the = (COMP_WORDBREAKS).
+    [[ "$prev" == = ]] && prev="${COMP_WORDS[COMP_CWORD-2]}"
+    local want=
+    case "${COMP_WORDS[1]}" in
+        kill|suspend|resume|priority) [[ ${COMP_CWORD} -eq 2 ]] && want=1 ;;
+        job) [[ ${COMP_CWORD} -eq 3 && "${COMP_WORDS[2]}" == end ]] && want=1 ;;
+        report) [[ "$prev" == -J || "$prev" == --job ]] && want=1 ;;
+    esac
+    if [[ -n "$want" ]]; then
+        COMPREPLY=( $(compgen -W "$(_pjw_job_ids)" -- "$cur") )
     fi
 }
 complete -F _pjw_with_jobs -o bashdefault -o default pjw
 "#;
+
+const ZSH_JOB_IDS: &str = r#"
+# Job ids where a job id goes, from the daemon (pjw generate adds this).
+(( $+functions[_pjw_job_ids] )) ||
+_pjw_job_ids() {
+    local -a ids
+    ids=( ${(f)"$(JOB_IDS_CMD)"} )
+    _wanted job-ids expl 'job id' compadd -a ids
+}
+
+"#;
+
+/// clap's zsh script with `_pjw_job_ids` as the completer of the JOB arguments and of
+/// `report -J/--job`.
+fn zsh_with_job_ids(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 512);
+    for line in text.lines() {
+        let job_arg = line.starts_with("':job -- ")
+            || line.starts_with("'-J+[")
+            || line.starts_with("'--job=[");
+        if job_arg && line.ends_with(":_default' \\") {
+            out.push_str(&line.replace(":_default' \\", ":_pjw_job_ids' \\"));
+        } else {
+            if line.starts_with("if [ \"$funcstack[1]\" = \"_pjw\" ]") {
+                out.push_str(&ZSH_JOB_IDS.replace("JOB_IDS_CMD", JOB_IDS_CMD));
+            }
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+const FISH_JOB_IDS: &str = r#"
+# Job ids where a job id goes, from the daemon (pjw generate adds this).
+function __fish_pjw_job_ids
+    pjw status --json 2>/dev/null | string replace -rf '^ *"id": *"([^"]*)",?$' '$1'
+end
+
+# The JOB of kill, suspend, resume, priority and `job end` comes next.
+function __fish_pjw_wants_job_id
+    set -l args
+    set -l words (commandline -opc)
+    set -e words[1]
+    for w in $words
+        string match -q -- '-*' $w; or set -a args $w
+    end
+    switch "$args[1]"
+        case kill suspend resume priority
+            test (count $args) -eq 1
+        case job
+            test (count $args) -eq 2; and test "$args[2]" = end
+        case '*'
+            return 1
+    end
+end
+
+complete -c pjw -n __fish_pjw_wants_job_id -f -a '(__fish_pjw_job_ids)' -d 'job id'
+"#;
+
+/// clap's fish script with job ids for the JOB arguments and `report -J/--job`.
+fn fish_with_job_ids(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 1024);
+    for line in text.lines() {
+        out.push_str(line);
+        if line
+            .starts_with("complete -c pjw -n \"__fish_pjw_using_subcommand report\" -s J -l job ")
+            && line.ends_with(" -r")
+        {
+            out.push_str(" -f -a '(__fish_pjw_job_ids)'");
+        }
+        out.push('\n');
+    }
+    out.push_str(FISH_JOB_IDS);
+    out
+}
 
 /// pjw.1, pjw-SUB.1 for every visible subcommand (and pjw-SUB-SUB.1 below), and pjw.toml.5.
 pub fn write_man_pages(dir: &Path) -> Result<()> {
@@ -161,13 +250,19 @@ pub fn config_man_page(markdown: &str, version: &str) -> String {
                 continue;
             }
             paragraph = false;
+        } else if let Some(item) = line.strip_prefix("- ") {
+            // A list item: a bulleted paragraph; its indented continuation lines follow.
+            out.push_str(".IP \\(bu 2\n");
+            out.push_str(&inline(item));
+            out.push('\n');
+            paragraph = true;
         } else {
             if !paragraph {
                 out.push_str(".PP\n");
                 paragraph = true;
             }
-            let text = line.strip_prefix("- ").unwrap_or(line);
-            out.push_str(&inline(text));
+            // Leading spaces would make roff break the line and indent it.
+            out.push_str(&inline(line.trim_start()));
             out.push('\n');
         }
     }
@@ -249,6 +344,15 @@ mod tests {
             "{roff}"
         );
         assert!(roff.contains(".PP\nIntro \\fBx\\fR.\n"), "{roff}");
+    }
+
+    #[test]
+    fn list_items_are_bulleted_and_their_continuation_lines_unindented() {
+        let roff = config_man_page("Intro.\n\n- **One**: a\n  b `c`\n- Two\n\nAfter.\n", "1");
+        assert!(
+            roff.contains(".PP\nIntro.\n.IP \\(bu 2\n\\fBOne\\fR: a\nb \\fBc\\fR\n.IP \\(bu 2\nTwo\n.PP\nAfter.\n"),
+            "{roff}"
+        );
     }
 
     #[test]

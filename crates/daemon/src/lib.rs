@@ -19,6 +19,7 @@ pub mod reload;
 pub mod report;
 pub mod server;
 pub mod store_port;
+pub mod tasks;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod tmp;
@@ -266,13 +267,6 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     if let Err(e) = driver.set_partition_limit(mem_limit) {
         warn!(error = %e, limit = mem_limit, "cannot set the memory limit of the job partition");
     }
-    if cfg.governor {
-        let tx = tx.clone();
-        let every = std::time::Duration::from_millis(cfg.governor_interval_ms);
-        spawn_ticker(tx, every, tokio::time::MissedTickBehavior::Delay, || {
-            engine::Event::Govern
-        });
-    }
     // The metrics endpoint reads job cgroups with its own copy of the driver, off the engine.
     let metrics_driver = std::sync::Arc::new(driver.clone());
     let metrics_listener = match cfg.metrics_listen {
@@ -284,14 +278,6 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
         })?),
         None => None,
     };
-    if cfg.adopt_sweep_ms > 0 && !cfg.adopt_env.is_empty() {
-        // The adoption backstop; it does nothing while no registered job runs.
-        let tx = tx.clone();
-        let every = std::time::Duration::from_millis(cfg.adopt_sweep_ms);
-        spawn_ticker(tx, every, tokio::time::MissedTickBehavior::Delay, || {
-            engine::Event::Sweep
-        });
-    }
     let mut cfg = cfg;
     // memory.high exists only in cgroup v2.
     cfg.governor_cfg.throttle &= driver.mode() == pjw_cgroup::Mode::Unified;
@@ -333,29 +319,9 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     }
     eng.start_profiles().map_err(DaemonError::Other)?;
     eng.recover().map_err(DaemonError::Other)?;
-    if let Some(c) = &cfg.central {
-        // Its own thread and SQLite connection: shipping never runs on the engine's path.
-        let ship = pjw_central::ShipConfig {
-            url: c.url.clone(),
-            password: c.password.clone(),
-            ship_samples: c.ship_samples,
-            batch_size: c.batch_size,
-            retry: c.retry,
-            node: os::hostname(&cfg.proc_root),
-        };
-        match pjw_central::Shipper::spawn(eng.state_path(), ship) {
-            Ok(s) => eng.set_shipper(s),
-            Err(e) => warn!(error = %e, "cannot start the central-store shipper"),
-        }
-    }
-    if cfg.profile.enabled {
-        // The sampler's tick; a tick missed while the engine was busy is skipped, not bunched.
-        let tx = tx.clone();
-        let every = std::time::Duration::from_millis(cfg.profile.interval_ms);
-        spawn_ticker(tx, every, tokio::time::MissedTickBehavior::Skip, || {
-            engine::Event::Sample
-        });
-    }
+    // The timers (governor, sampler, adoption sweep), the central-store shipper and the metrics
+    // listener: restarted by a reload that changes their keys.
+    let mut tasks = tasks::Tasks::new(tx.clone(), eng.metrics(), metrics_driver);
     let listener = bind_socket(&cfg.socket, cfg.socket_mode)?;
     info!(
         socket = %cfg.socket.display(),
@@ -382,12 +348,7 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
         eng.metrics(),
         users,
     ));
-    if let Some(l) = metrics_listener {
-        if let Ok(addr) = l.local_addr() {
-            info!(listen = %addr, "metrics served at http://{addr}/metrics");
-        }
-        tokio::spawn(metrics::serve(l, tx.clone(), eng.metrics(), metrics_driver));
-    }
+    tasks.start(&mut eng, metrics_listener);
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| DaemonError::Other(format!("cannot handle SIGTERM: {e}")))?;
@@ -403,7 +364,11 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
             },
             _ = term.recv() => break,
             _ = int.recv() => break,
-            _ = hup.recv() => eng.reload(&source),
+            _ = hup.recv() => {
+                if eng.reload(&source) {
+                    tasks.apply(&mut eng).await;
+                }
+            }
         }
     }
     info!("pjw daemon stopping; running jobs keep running and are recovered at the next start");
@@ -412,24 +377,4 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     // Let answers to queued clients go out.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     Ok(())
-}
-
-/// Send `event()` down the engine's channel every `every` (the governor's, the adoption sweep's
-/// and the sampler's timers), until the engine is gone.
-fn spawn_ticker(
-    tx: tokio::sync::mpsc::UnboundedSender<engine::Event>,
-    every: std::time::Duration,
-    missed: tokio::time::MissedTickBehavior,
-    event: fn() -> engine::Event,
-) {
-    tokio::spawn(async move {
-        let mut t = tokio::time::interval(every);
-        t.set_missed_tick_behavior(missed);
-        loop {
-            t.tick().await;
-            if tx.send(event()).is_err() {
-                break;
-            }
-        }
-    });
 }

@@ -5,12 +5,15 @@
 //! - **fixed** keys (where things already are: socket, state directory, cgroup parent, the
 //!   kernel filesystem roots, tmp_root, cpuset partitions) refuse the whole reload, and so does a
 //!   pool (`cpus`) that would no longer hold the CPUs of running jobs; the old config is kept;
-//! - **restart-only** keys (timers, listeners and threads set up at start: intervals, metrics,
-//!   central store, log settings, the pool, the memory partition) keep their old value until the
-//!   next restart, said in the log; the rest of the reload applies;
-//! - every other key (vcpus, backfill, preemption, queue TTL, priorities, exclusive, per-user
-//!   queue limit, job limits and /tmp, governor thresholds, profile retention and size, admin
-//!   group, adoption rules) takes effect at once; running jobs are not touched.
+//! - **restart-only** keys (set up once at start and holding state: the pool, spread, the socket's
+//!   mode and connection limit, the memory partition, whether the governor and the sampler run at
+//!   all, log settings) keep their old value until the next restart, said in the log; the rest of
+//!   the reload applies;
+//! - every other key takes effect at once; running jobs are not touched. The engine takes the
+//!   rules (vcpus, backfill, preemption, queue TTL, priorities, exclusive, per-user queue limit,
+//!   job limits and /tmp, governor thresholds, profile retention and size, admin group, adoption
+//!   rules); the daemon's tasks ([`crate::tasks`]) restart what runs on a timer or a listener
+//!   (governor, sampler and sweep intervals, the metrics listener, the central-store shipper).
 //!
 //! ```
 //! use pjw_daemon::{reload, Config, Overrides};
@@ -70,8 +73,8 @@ pub struct Plan {
 /// Compare the running config with a new, valid one. `pool` is the CPUs jobs may get now and
 /// `running` the CPUs running jobs hold. Err: why the reload is refused (nothing changes).
 pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Result<Plan, String> {
-    fn differ<T: std::fmt::Debug>(a: &T, b: &T) -> bool {
-        format!("{a:?}") != format!("{b:?}")
+    fn differ<T: PartialEq>(a: &T, b: &T) -> bool {
+        a != b
     }
     // Where things already are: changing them needs a restart, and a reload that asks for it
     // is refused whole, so the admin sees that the file and the daemon disagree.
@@ -122,13 +125,10 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     at_restart!("max_connections_per_user", max_connections_per_user);
     at_restart!("memory.limit", memory_limit);
     at_restart!("memory.reserve", memory_reserve);
+    // Turning the governor off could leave the jobs it froze frozen for good, and the sampler
+    // needs its writer thread: both start or stop with the daemon. Their intervals are live.
     at_restart!("memory.governor", governor);
-    at_restart!("memory.interval_ms", governor_interval_ms);
     at_restart!("profile.enabled", profile.enabled);
-    at_restart!("profile.interval", profile.interval_ms);
-    at_restart!("adopt.sweep_interval_ms", adopt_sweep_ms);
-    at_restart!("metrics.listen", metrics_listen);
-    at_restart!("central", central);
     at_restart!("gpus", gpus);
     at_restart!("log.level", log_level);
     at_restart!("log.format", log_format);
@@ -165,12 +165,17 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     live!("job.tmp", tmp);
     live!("job.tmp_max", tmp_max);
     live!("memory (governor thresholds)", governor_cfg);
+    live!("memory.interval_ms", governor_interval_ms);
+    live!("profile.interval", profile.interval_ms);
     live!("profile.processes", profile.processes);
     live!("profile.retention", profile.retention_ms);
     live!("profile.max_db_size", profile.max_db_size);
     live!("profile.admin_group", profile.admin_group);
     live!("adopt.env", adopt_env);
     live!("adopt.hook_daemons", adopt_hook_daemons);
+    live!("adopt.sweep_interval_ms", adopt_sweep_ms);
+    live!("metrics.listen", metrics_listen);
+    live!("central", central);
     cfg.origin = new.origin.clone();
     Ok(Plan {
         config: cfg,
@@ -192,17 +197,89 @@ mod tests {
 
     #[test]
     fn live_keys_change_and_restart_only_keys_keep_their_old_value() {
-        let old = cfg("vcpus = 4\n[memory]\nhigh = 0.9\ninterval_ms = 1000\n");
-        let new = cfg("vcpus = 8\nmax_priority = 8\ndefault_priority = 5\n[memory]\nhigh = 0.8\ninterval_ms = 500\n[metrics]\nlisten = \"127.0.0.1:9810\"\n");
+        let old = cfg("vcpus = 4\nspread = true\n[memory]\nhigh = 0.9\ninterval_ms = 1000\n");
+        let new = cfg("vcpus = 8\nspread = false\nmax_priority = 8\ndefault_priority = 5\n[memory]\nhigh = 0.8\ninterval_ms = 500\ngovernor = false\n[metrics]\nlisten = \"127.0.0.1:9810\"\n[log]\nlevel = \"debug\"\n");
         let p = plan(&old, &new, &set("0-3"), &set("0-1")).unwrap();
         assert_eq!(p.config.vcpus, Some(8));
         assert_eq!(p.config.max_priority, 8);
         assert_eq!(p.config.governor_cfg.high, 0.8);
-        assert_eq!(p.config.governor_interval_ms, 1000);
-        assert_eq!(p.config.metrics_listen, None);
+        assert_eq!(p.config.governor_interval_ms, 500);
+        assert_eq!(
+            p.config.metrics_listen,
+            Some("127.0.0.1:9810".parse().unwrap())
+        );
         assert!(p.changed.contains(&"vcpus") && p.changed.contains(&"max_priority"));
         assert!(p.changed.contains(&"memory (governor thresholds)"));
-        assert_eq!(p.at_restart, ["memory.interval_ms", "metrics.listen"]);
+        assert!(p.changed.contains(&"memory.interval_ms") && p.changed.contains(&"metrics.listen"));
+        // Restart-only: the old value stays.
+        assert_eq!(p.at_restart, ["spread", "memory.governor", "log.level"]);
+        assert!(p.config.spread && p.config.governor);
+        assert_eq!(p.config.log_level, old.log_level);
+    }
+
+    /// Every key issue 15 names, one row each: live keys are in `changed` and the plan's
+    /// config is the new file's (nothing kept back); refused ones name the key and change
+    /// nothing.
+    #[test]
+    fn every_key_the_issue_names_is_live_or_refused() {
+        #[derive(Debug, PartialEq)]
+        enum Want {
+            Live,
+            Refused,
+        }
+        use Want::*;
+        const METRICS_A: &str = "[metrics]\nlisten = \"127.0.0.1:9810\"\n";
+        const CENTRAL_A: &str = "[central]\nurl = \"postgres://pjw:a@db/pjw\"\n";
+        #[rustfmt::skip]
+        let rows: &[(&str, &str, &str, Want)] = &[
+            // key, old file, new file, want; the running job holds CPUs 2-3 of the pool 0-3.
+            ("vcpus", "vcpus = 4\n", "vcpus = 12\n", Live),
+            ("default_priority", "", "default_priority = 5\n", Live),
+            ("max_priority", "", "max_priority = 14\n", Live),
+            ("preempt_priority", "", "preempt_priority = 16\n", Live),
+            ("queue_ttl", "", "queue_ttl = 600\n", Live),
+            ("backfill", "", "backfill = false\n", Live),
+            ("memory (governor thresholds)", "", "[memory]\nhigh = 0.8\nlow = 0.6\n", Live),
+            ("memory (governor thresholds)", "", "[memory]\npsi_some = 20\n", Live),
+            ("memory.interval_ms", "", "[memory]\ninterval_ms = 250\n", Live),
+            ("profile.interval", "", "[profile]\ninterval = \"1s\"\n", Live),
+            ("profile.retention", "", "[profile]\nretention = \"2d\"\n", Live),
+            ("adopt.env", "", "[adopt]\nenv = [\"MY_JOB_ID\"]\n", Live),
+            ("adopt.hook_daemons", "", "[adopt]\nhook_daemons = [\"slurmd\"]\n", Live),
+            ("adopt.sweep_interval_ms", "", "[adopt]\nsweep_interval_ms = 0\n", Live),
+            ("metrics.listen", "", METRICS_A, Live),
+            ("metrics.listen", METRICS_A, "[metrics]\nlisten = \"127.0.0.1:9811\"\n", Live),
+            ("metrics.listen", METRICS_A, "", Live),
+            ("central", "", CENTRAL_A, Live),
+            ("central", CENTRAL_A, "", Live),
+            // Only the password differs (a Debug comparison would miss it: it masks it).
+            ("central", CENTRAL_A, "[central]\nurl = \"postgres://pjw:b@db/pjw\"\n", Live),
+            ("central", CENTRAL_A, "[central]\nurl = \"postgres://pjw:a@db/pjw\"\nbatch_size = 10\n", Live),
+            ("cpus", "cpus = \"0-3\"\n", "cpus = \"0-1\"\n", Refused),
+            ("cgroup.parent", "", "[cgroup]\nparent = \"/elsewhere\"\n", Refused),
+            ("state_dir", "", "state_dir = \"/srv/pjw\"\n", Refused),
+        ];
+        for (key, old_text, new_text, want) in rows {
+            let (old, new) = (cfg(old_text), cfg(new_text));
+            match plan(&old, &new, &set("0-3"), &set("2-3")) {
+                Ok(p) => {
+                    assert_eq!(*want, Live, "{key}: {new_text:?} was not refused");
+                    assert!(p.changed.contains(key), "{key}: changed = {:?}", p.changed);
+                    assert!(
+                        p.at_restart.is_empty(),
+                        "{key}: at restart {:?}",
+                        p.at_restart
+                    );
+                    // Nothing kept back: the plan runs with the new file as it is.
+                    assert_eq!(format!("{:?}", p.config), format!("{new:?}"), "{key}");
+                    assert_eq!(p.config.central, new.central, "{key}");
+                }
+                Err(why) => {
+                    assert_eq!(*want, Refused, "{key}: refused: {why}");
+                    assert!(why.starts_with(key), "{key}: {why}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -101,6 +101,10 @@ pub enum Component {
     Python3,
     /// A swap file (swapon works here).
     Swap,
+    /// zsh, to ask it for pjw's completions.
+    Zsh,
+    /// fish, to ask it for pjw's completions.
+    Fish,
 }
 
 impl Component {
@@ -115,6 +119,8 @@ impl Component {
             Component::Promtool => "promtool",
             Component::Python3 => "python3",
             Component::Swap => "swap",
+            Component::Zsh => "zsh",
+            Component::Fish => "fish",
         }
     }
 
@@ -142,6 +148,8 @@ impl Component {
             Component::Promtool => on_path("promtool") || Path::new("/usr/bin/promtool").exists(),
             Component::Python3 => on_path("python3"),
             Component::Swap => on_path("swapon") && on_path("mkswap"),
+            Component::Zsh => on_path("zsh"),
+            Component::Fish => on_path("fish"),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Applying a reloaded config to the running engine (SIGHUP); what may change is decided in
 //! [`crate::reload::plan`]. Running jobs are not touched: new limits and rules apply to what
-//! is planned, admitted and started from now on.
+//! is planned, admitted and started from now on. The timers, the metrics listener and the
+//! central-store shipper follow the new config in [`crate::tasks`], after this.
 
 use pjw_core::sched::QueuePolicy;
 use pjw_core::CpuSet;
@@ -8,17 +9,20 @@ use tracing::{error, info, warn};
 
 use super::Engine;
 use crate::adopt::Scanner;
+use crate::config::Config;
 use crate::reload::{self, ReloadSource};
 
 impl Engine {
-    /// Re-read the config from `source` and apply what may change live. An invalid file, or
-    /// one that changes what cannot change, leaves everything as it was (logged at error).
-    pub fn reload(&mut self, source: &ReloadSource) {
+    /// Re-read the config from `source` and apply what may change live; true when it was
+    /// applied (the caller then brings the daemon's tasks in line with [`Engine::config`]). An
+    /// invalid file, or one that changes what cannot change, leaves everything as it was
+    /// (logged at error) and gives false.
+    pub fn reload(&mut self, source: &ReloadSource) -> bool {
         let mut new = match source.load() {
             Ok(c) => c,
             Err(e) => {
                 error!(error = %e, "reload refused: the config is invalid; nothing changed");
-                return;
+                return false;
             }
         };
         // As at start: memory.high exists only in cgroup v2.
@@ -31,7 +35,7 @@ impl Engine {
             Ok(p) => p,
             Err(why) => {
                 error!(config = %new.origin, reason = %why, "reload refused; the old config stays");
-                return;
+                return false;
             }
         };
         for key in &plan.at_restart {
@@ -69,5 +73,20 @@ impl Engine {
         );
         // More vcpus or a looser rule may let queued jobs start now.
         self.replan();
+        true
+    }
+
+    /// The config in effect (after a reload, the keys it changed).
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Ship finished jobs with `s` from now on, or with none; the old shipper is given back
+    /// (dropping it tells its thread to stop after the batch in flight).
+    pub fn replace_shipper(
+        &mut self,
+        s: Option<pjw_central::Shipper>,
+    ) -> Option<pjw_central::Shipper> {
+        std::mem::replace(&mut self.shipper, s)
     }
 }
