@@ -66,6 +66,8 @@ mod store_tests;
 mod store_writes;
 #[cfg(test)]
 mod table_tests;
+#[cfg(test)]
+mod tick_tests;
 mod wlm;
 
 pub use events::{Control, Cred, Event, Who};

@@ -239,10 +239,15 @@ pub struct FakeCgState {
     pub jobs: BTreeMap<String, (CpuSet, Vec<u32>)>,
     /// Writes that fail (by op name), like a kernel that refuses them.
     pub fail: Vec<&'static str>,
+    /// Every read of a job's files, as `op job` (`memory_usage job-a`), in order.
+    pub reads: Vec<String>,
+    /// What the stats reads return per job: memory charged (bytes) and CPU time (user µs).
+    pub stats: BTreeMap<String, (u64, u64)>,
 }
 
-/// A cgroup driver in memory that records its writes and fails the ones it is told to. A kill
-/// empties a job at once; stats are not there (reads of them fail).
+/// A cgroup driver in memory that records its writes and its reads of job files and fails the
+/// writes it is told to. A kill empties a job at once; memory and CPU time are what
+/// [`FakeCgroups::set_stats`] gave (CPU time fails without), the other stats are not there.
 #[derive(Clone, Debug, Default)]
 pub struct FakeCgroups(Arc<Mutex<FakeCgState>>);
 
@@ -254,6 +259,22 @@ impl FakeCgroups {
     /// The writes so far.
     pub fn calls(&self) -> Vec<String> {
         self.state().calls.clone()
+    }
+
+    /// The reads of job files so far.
+    pub fn reads(&self) -> Vec<String> {
+        self.state().reads.clone()
+    }
+
+    /// Job `name` uses `mem` bytes and has had `cpu_usec` µs of CPU (user) from now on.
+    pub fn set_stats(&self, name: &str, mem: u64, cpu_usec: u64) {
+        self.state().stats.insert(name.to_string(), (mem, cpu_usec));
+    }
+
+    fn read(&self, op: &str, name: &str) -> Option<(u64, u64)> {
+        let mut st = self.state();
+        st.reads.push(format!("{op} {name}"));
+        st.stats.get(name).copied()
     }
 
     fn write(&self, op: &'static str, name: &str, args: String) -> Result<(), CgroupError> {
@@ -340,31 +361,36 @@ impl CgroupPort for FakeCgroups {
         Ok(())
     }
     fn is_populated(&self, name: &str) -> Result<bool, CgroupError> {
+        self.read("is_populated", name);
         Ok(self.state().jobs.get(name).is_some_and(|j| !j.1.is_empty()))
     }
     fn events_path(&self, _name: &str) -> Option<PathBuf> {
         None
     }
-    fn oom_kills(&self, _name: &str) -> u64 {
+    fn oom_kills(&self, name: &str) -> u64 {
+        self.read("oom_kills", name);
         0
     }
     fn job_cpus(&self, name: &str) -> Result<CpuSet, CgroupError> {
+        self.read("job_cpus", name);
         self.state()
             .jobs
             .get(name)
             .map(|j| j.0)
             .ok_or_else(|| FakeCgroups::missing(name))
     }
-    fn is_frozen(&self, _name: &str) -> Result<bool, CgroupError> {
+    fn is_frozen(&self, name: &str) -> Result<bool, CgroupError> {
+        self.read("is_frozen", name);
         Ok(false)
     }
-    fn memory_usage(&self, _name: &str) -> Result<u64, CgroupError> {
-        Ok(0)
+    fn memory_usage(&self, name: &str) -> Result<u64, CgroupError> {
+        Ok(self.read("memory_usage", name).map_or(0, |s| s.0))
     }
     fn list_jobs(&self) -> Result<Vec<String>, CgroupError> {
         Ok(self.state().jobs.keys().cloned().collect())
     }
     fn procs(&self, name: &str) -> Result<Vec<u32>, CgroupError> {
+        self.read("procs", name);
         self.state()
             .jobs
             .get(name)
@@ -372,10 +398,21 @@ impl CgroupPort for FakeCgroups {
             .ok_or_else(|| FakeCgroups::missing(name))
     }
     fn thread_count(&self, name: &str) -> Result<usize, CgroupError> {
-        self.procs(name).map(|p| p.len())
+        self.read("thread_count", name);
+        self.state()
+            .jobs
+            .get(name)
+            .map(|j| j.1.len())
+            .ok_or_else(|| FakeCgroups::missing(name))
     }
     fn cpu_time(&self, name: &str) -> Result<CpuStat, CgroupError> {
-        Err(FakeCgroups::missing(name))
+        match self.read("cpu_time", name) {
+            Some((_, user_usec)) => Ok(CpuStat {
+                user_usec,
+                ..CpuStat::default()
+            }),
+            None => Err(FakeCgroups::missing(name)),
+        }
     }
     fn describe(&self) -> String {
         "fake".into()
@@ -383,7 +420,8 @@ impl CgroupPort for FakeCgroups {
     fn mode(&self) -> pjw_cgroup::Mode {
         pjw_cgroup::Mode::Unified
     }
-    fn memory_pressure(&self, _name: Option<&str>) -> Option<Psi> {
+    fn memory_pressure(&self, name: Option<&str>) -> Option<Psi> {
+        self.read("memory_pressure", name.unwrap_or("(parent)"));
         None
     }
     fn set_memory_high(&self, name: &str, high: Option<u64>) -> Result<(), CgroupError> {
@@ -398,19 +436,24 @@ impl CgroupPort for FakeCgroups {
     fn job_of(&self, _lines: &[CgroupLine]) -> Option<String> {
         None
     }
-    fn io_bytes(&self, _name: &str) -> Result<Option<IoBytes>, CgroupError> {
+    fn io_bytes(&self, name: &str) -> Result<Option<IoBytes>, CgroupError> {
+        self.read("io_bytes", name);
         Ok(None)
     }
     fn memory_breakdown(&self, name: &str) -> Result<MemoryBreakdown, CgroupError> {
+        self.read("memory_breakdown", name);
         Err(FakeCgroups::missing(name))
     }
     fn memory_peak(&self, name: &str) -> Result<u64, CgroupError> {
+        self.read("memory_peak", name);
         Err(FakeCgroups::missing(name))
     }
-    fn pids_current(&self, _name: &str) -> Result<Option<u64>, CgroupError> {
+    fn pids_current(&self, name: &str) -> Result<Option<u64>, CgroupError> {
+        self.read("pids_current", name);
         Ok(None)
     }
-    fn pressure(&self, _name: &str, _what: Resource) -> Option<Psi> {
+    fn pressure(&self, name: &str, _what: Resource) -> Option<Psi> {
+        self.read("pressure", name);
         None
     }
 }
@@ -434,15 +477,21 @@ impl TestEngine {
 
     /// With top-level config keys `extra` (`"queue_ttl = 10\n"`).
     pub fn with_config(extra: &str) -> TestEngine {
-        TestEngine::build(extra, None)
+        TestEngine::build(extra, None, false)
     }
 
     /// On the recording fake [`FakeCgroups`] instead of a fake tree.
     pub fn recording(cgroups: FakeCgroups) -> TestEngine {
-        TestEngine::build("", Some(cgroups))
+        TestEngine::build("", Some(cgroups), false)
     }
 
-    fn build(extra: &str, cgroups: Option<FakeCgroups>) -> TestEngine {
+    /// On the recording fake, with the memory governor on (its defaults, the partition limit
+    /// 1 GiB).
+    pub fn governed(cgroups: FakeCgroups) -> TestEngine {
+        TestEngine::build("", Some(cgroups), true)
+    }
+
+    fn build(extra: &str, cgroups: Option<FakeCgroups>, governor: bool) -> TestEngine {
         let dir = tempfile::tempdir().expect("temp dir");
         let machine = FakeSpec::new(Mode::Unified)
             .build(dir.path())
@@ -457,7 +506,7 @@ impl TestEngine {
             .prepare_parent()
             .expect("parent cgroups on the fake tree");
         let text = format!(
-            "{extra}[paths]\nproc = {:?}\n[memory]\ngovernor = false\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
+            "{extra}[paths]\nproc = {:?}\n[memory]\ngovernor = {governor}\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
             machine.proc_root,
             dir.path().join("tmp")
         );
