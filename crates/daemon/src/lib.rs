@@ -337,8 +337,9 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
             Err(e) => warn!(error = %e, "cannot start the central-store shipper"),
         }
     }
-    if cfg.profile.enabled {
+    {
         // The sampler's tick; a tick missed while the engine was busy is skipped, not bunched.
+        // It runs with profiles off too: `pjw status` answers from its last samples.
         let tx = tx.clone();
         let every = std::time::Duration::from_millis(cfg.profile.interval_ms);
         spawn_ticker(tx, every, tokio::time::MissedTickBehavior::Skip, || {

@@ -177,6 +177,8 @@ impl Engine {
             tmp: j.tmp_reply(),
         });
         self.track(seq, true);
+        // After the reply: `status` has the new job's figures before the sampler's next tick.
+        self.sample_now(seq);
         true
     }
 

@@ -1,6 +1,7 @@
 //! Table tests of the engine's timer, watcher and kernel events without root, on the recording
 //! fake cgroup driver: the governor's tick (freeze, thaw), process events (counts, exit status,
-//! an overrun), the adoption sweep, `cgroup.events` changes and rechecks, metrics and `report`.
+//! an overrun), the adoption sweep, `cgroup.events` changes and rechecks, metrics, `report`, and
+//! the sampler's tick with `status` answered from its last sample (no cgroup read).
 
 use pjw_core::sched::Phase;
 use pjw_proto::{ErrorCode, ReportQuery, Response};
@@ -8,6 +9,7 @@ use proc_connector::ProcEvent;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{cgroup_name, Cred, Event};
+use crate::clock::Clock;
 use crate::procs::ProcMsg;
 use crate::test_support::{client, run_request, who, FakeCgroups, TestEngine};
 
@@ -304,4 +306,70 @@ async fn a_report_on_another_users_jobs_is_denied_and_reads_nothing() {
     assert_eq!(code, ErrorCode::Denied);
     assert!(message.contains("only your own jobs"), "{message}");
     assert_eq!(fake.reads().len(), reads);
+}
+
+async fn status(t: &mut TestEngine) -> pjw_proto::StatusReport {
+    let (reply, rx) = oneshot::channel();
+    t.engine.handle(Event::Status { reply });
+    match rx.await.expect("an answer") {
+        Response::Status(s) => s,
+        r => panic!("expected a status, got {r:?}"),
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn status_answers_from_the_last_sample_and_reads_no_cgroup_file() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    let t0 = t.clock.now_ms();
+    fake.set_stats(&cg("a"), 64 * MIB, 1_000_000);
+    started(&mut t, 1, "a", 2).await;
+    // A second job waits for the whole node.
+    let (reply, mut rx) = mpsc::unbounded_channel();
+    t.engine.handle(Event::Submit {
+        conn: 2,
+        cred: Cred {
+            pid: 1,
+            ..client(UID)
+        },
+        who: who(),
+        req: run_request("b", 4),
+        reply,
+    });
+    assert!(matches!(rx.recv().await, Some(Response::Queued { .. })));
+
+    // (sampler tick first, memory and CPU time in the cgroup now, what status shows: memory,
+    // CPU time, when sampled). The job's start took a sample: a new job is not blank.
+    let table = [
+        (false, 64 * MIB, 1_000_000, 64 * MIB, 1_000_000, t0),
+        // The cgroup moved on, no tick yet: status tells the last sample, and its time.
+        (false, 80 * MIB, 3_000_000, 64 * MIB, 1_000_000, t0),
+        (true, 80 * MIB, 3_000_000, 80 * MIB, 3_000_000, t0 + 10_000),
+    ];
+    for (i, (tick, mem, cpu, want_mem, want_cpu, at)) in table.into_iter().enumerate() {
+        fake.set_stats(&cg("a"), mem, cpu);
+        if tick {
+            t.clock.advance(10_000);
+            let before = fake.reads().len();
+            t.engine.handle(Event::Sample);
+            let reads = fake.reads()[before..].to_vec();
+            for r in ["cpu_time", "memory_usage"] {
+                assert!(
+                    reads.contains(&format!("{r} {}", cg("a"))),
+                    "row {i}: {reads:?}"
+                );
+            }
+        }
+        let before = fake.reads().len();
+        let s = status(&mut t).await;
+        assert_eq!(fake.reads()[before..], [] as [String; 0], "row {i}");
+        let a = s.jobs.iter().find(|j| j.id == "a").expect("a");
+        assert_eq!(
+            (a.mem_bytes, a.cpu_usec, a.sampled_ms, a.procs, a.threads),
+            (Some(want_mem), Some(want_cpu), Some(at), 1, 1),
+            "row {i}"
+        );
+        let b = s.jobs.iter().find(|j| j.id == "b").expect("b");
+        assert_eq!((b.mem_bytes, b.cpu_usec, b.sampled_ms), (None, None, None));
+    }
 }
