@@ -10,6 +10,25 @@ use pjw_cgroup::{
 use pjw_kernelfs::proc_cgroup::CgroupLine;
 use pjw_kernelfs::psi::Psi;
 
+/// What a kill left to do (see [`CgroupPort::kill`]).
+pub enum Killed {
+    /// Every process of the job is killed, or there was none.
+    Done,
+    /// Processes are left and killing them waits (no `cgroup.kill`: freeze, which the v1
+    /// freezer confirms within 2 s, SIGKILL each, thaw; or rounds 10 ms apart): the engine runs
+    /// this on a blocking thread, never on its own.
+    Rounds(Box<dyn FnOnce() -> Result<(), CgroupError> + Send>),
+}
+
+impl std::fmt::Debug for Killed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Killed::Done => "Done",
+            Killed::Rounds(_) => "Rounds",
+        })
+    }
+}
+
 /// What the engine asks of the cgroup trees (job `name` is its cgroup's name below the parent).
 pub trait CgroupPort: Send {
     /// Create job `name`'s cgroups with its limits.
@@ -31,8 +50,9 @@ pub trait CgroupPort: Send {
     fn set_cpus(&self, name: &str, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError>;
     /// Freeze or thaw the job.
     fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError>;
-    /// Kill every process of the job.
-    fn kill(&self, name: &str) -> Result<(), CgroupError>;
+    /// Kill every process of the job: at once where the kernel can (`cgroup.kill`), else what
+    /// waits is handed back as [`Killed::Rounds`].
+    fn kill(&self, name: &str) -> Result<Killed, CgroupError>;
     /// Whether any process is left in the job (an error is never "empty").
     fn is_populated(&self, name: &str) -> Result<bool, CgroupError>;
     /// The job's `cgroup.events`, where the mode has one (for inotify).
@@ -109,8 +129,12 @@ impl CgroupPort for Driver {
     fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError> {
         Driver::freeze(self, name, frozen)
     }
-    fn kill(&self, name: &str) -> Result<(), CgroupError> {
-        Driver::kill(self, name)
+    fn kill(&self, name: &str) -> Result<Killed, CgroupError> {
+        if Driver::kill_at_once(self, name)? {
+            return Ok(Killed::Done);
+        }
+        let (driver, name) = (self.clone(), name.to_string());
+        Ok(Killed::Rounds(Box::new(move || driver.kill_rounds(&name))))
     }
     fn is_populated(&self, name: &str) -> Result<bool, CgroupError> {
         Driver::is_populated(self, name)

@@ -332,6 +332,7 @@ impl Engine {
                 }
                 self.check_empty(seq)
             }
+            Event::Killed { seq, error } => self.killed(seq, error),
             Event::Govern => self.govern(),
             Event::Register {
                 conn,

@@ -18,7 +18,7 @@ use pjw_kernelfs::psi::Psi;
 use pjw_store::{JobRecord, JobSummary, StarterRecord, StoreError, StoredState};
 use tokio::sync::mpsc;
 
-use crate::cgroup_port::CgroupPort;
+use crate::cgroup_port::{CgroupPort, Killed};
 use crate::clock::Clock;
 use crate::config::{Config, Overrides};
 use crate::engine::{Cred, Engine, Event, Who};
@@ -243,10 +243,31 @@ pub struct FakeCgState {
     pub reads: Vec<String>,
     /// What the stats reads return per job: memory charged (bytes) and CPU time (user µs).
     pub stats: BTreeMap<String, (u64, u64)>,
+    /// Kills take rounds (no `cgroup.kill`), which wait until the gate opens.
+    pub slow_kill: Option<Gate>,
+}
+
+/// A gate a blocking thread waits at until the test opens it.
+#[derive(Clone, Debug, Default)]
+pub struct Gate(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    pub fn open(&self) {
+        *self.0 .0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.0 .1.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut open = self.0 .0.lock().unwrap_or_else(|e| e.into_inner());
+        while !*open {
+            open = self.0 .1.wait(open).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 /// A cgroup driver in memory that records its writes and its reads of job files and fails the
-/// writes it is told to. A kill empties a job at once; memory and CPU time are what
+/// writes it is told to. A kill empties a job at once, or, with `slow_kill`, takes rounds that
+/// wait at a [`Gate`]; memory and CPU time are what
 /// [`FakeCgroups::set_stats`] gave (CPU time fails without), the other stats are not there.
 #[derive(Clone, Debug, Default)]
 pub struct FakeCgroups(Arc<Mutex<FakeCgState>>);
@@ -353,12 +374,23 @@ impl CgroupPort for FakeCgroups {
     fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError> {
         self.write("freeze", name, frozen.to_string())
     }
-    fn kill(&self, name: &str) -> Result<(), CgroupError> {
+    fn kill(&self, name: &str) -> Result<Killed, CgroupError> {
         self.write("kill", name, String::new())?;
-        if let Some(j) = self.state().jobs.get_mut(name) {
-            j.1.clear();
-        }
-        Ok(())
+        let Some(gate) = self.state().slow_kill.clone() else {
+            if let Some(j) = self.state().jobs.get_mut(name) {
+                j.1.clear();
+            }
+            return Ok(Killed::Done);
+        };
+        let (fake, name) = (self.clone(), name.to_string());
+        Ok(Killed::Rounds(Box::new(move || {
+            gate.wait();
+            fake.write("kill_rounds", &name, String::new())?;
+            if let Some(j) = fake.state().jobs.get_mut(&name) {
+                j.1.clear();
+            }
+            Ok(())
+        })))
     }
     fn is_populated(&self, name: &str) -> Result<bool, CgroupError> {
         self.read("is_populated", name);

@@ -149,7 +149,7 @@ impl Engine {
         info!(job = %j.id, user = %j.user, by = %by, "killing job");
         j.end.killed_by = Some(by);
         j.held = false;
-        if let Err(e) = self.driver.kill(&j.cgroup) {
+        if let Err(e) = self.kill_processes(seq) {
             return err(ErrorCode::Internal, format!("cannot kill job {job}: {e}"));
         }
         self.check_empty(seq);

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{cgroup_name, Cred, Event};
 use crate::clock::Clock;
 use crate::procs::ProcMsg;
-use crate::test_support::{client, run_request, who, FakeCgroups, TestEngine};
+use crate::test_support::{client, run_request, who, FakeCgroups, Gate, TestEngine};
 
 const UID: u32 = 1000;
 const MIB: u64 = 1 << 20;
@@ -372,4 +372,63 @@ async fn status_answers_from_the_last_sample_and_reads_no_cgroup_file() {
         let b = s.jobs.iter().find(|j| j.id == "b").expect("b");
         assert_eq!((b.mem_bytes, b.cpu_usec, b.sampled_ms), (None, None, None));
     }
+}
+
+/// Opens the gate when dropped: a failed test does not leave a blocking thread waiting.
+struct OpenOnDrop(Gate);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn kill_rounds_run_off_the_engine_thread_and_the_job_keeps_its_cpus_until_it_is_empty() {
+    let fake = FakeCgroups::default();
+    let gate = OpenOnDrop(Gate::default());
+    fake.state().slow_kill = Some(gate.0.clone());
+    let mut t = TestEngine::recording(fake.clone());
+    let a = started(&mut t, 1, "a", 2).await;
+    // Its main process exits and leaves a process behind; there is no cgroup.kill.
+    fake.state()
+        .jobs
+        .get_mut(&cg("a"))
+        .expect("cgroup")
+        .1
+        .push(700_201);
+    t.engine.handle(Event::MainExited { seq: a });
+
+    // The engine is back while the kill rounds still wait: the job is ending and keeps its
+    // CPUs, and a request is answered meanwhile.
+    assert!(t.engine.jobs[&a].end.ending);
+    assert_eq!(t.engine.free().len(), 2);
+    assert!(!fake.calls().iter().any(|c| c.starts_with("kill_rounds")));
+    assert_eq!(status(&mut t).await.jobs.len(), 1);
+
+    // The rounds finish and report back; the events the engine sent itself are handed to it
+    // in order until then.
+    gate.0.open();
+    loop {
+        let ev = t._events.recv().await.expect("an event");
+        let done = matches!(ev, Event::Killed { .. });
+        t.engine.handle(ev);
+        if done {
+            break;
+        }
+    }
+    assert!(!t.engine.jobs.contains_key(&a));
+    assert_eq!(t.engine.free().len(), 4);
+    let calls = fake.calls();
+    let at = |c: &str| {
+        calls
+            .iter()
+            .position(|x| x == c)
+            .unwrap_or_else(|| panic!("no {c}: {calls:?}"))
+    };
+    let name = cg("a");
+    assert!(at(&format!("kill {name}")) < at(&format!("kill_rounds {name}")));
+    assert!(at(&format!("kill_rounds {name}")) < at(&format!("remove_job {name}")));
+    let row = t.store.state().rows[&a].clone();
+    assert_eq!(row.end_reason.as_deref(), Some("exited"));
 }
