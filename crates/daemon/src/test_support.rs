@@ -517,6 +517,11 @@ impl TestEngine {
         TestEngine::build("", Some(cgroups), false)
     }
 
+    /// On the recording fake, with top-level config keys `extra`.
+    pub fn recording_with_config(cgroups: FakeCgroups, extra: &str) -> TestEngine {
+        TestEngine::build(extra, Some(cgroups), false)
+    }
+
     /// On the recording fake, with the memory governor on (its defaults, the partition limit
     /// 1 GiB).
     pub fn governed(cgroups: FakeCgroups) -> TestEngine {

@@ -63,10 +63,13 @@ impl Engine {
                         }
                     }
                     Phase::Primary | Phase::Backfill => {
-                        if let Some(j) = self.jobs.get_mut(&seq) {
-                            j.memory.frozen = false;
+                        let reason = Some(format!("suspended by {by}"));
+                        if let Err(e) = self.freeze_job(seq, Phase::Suspended, reason) {
+                            return err(
+                                ErrorCode::Internal,
+                                format!("cannot suspend job {job}: {e}"),
+                            );
                         }
-                        self.freeze_job(seq, Phase::Suspended, Some(format!("suspended by {by}")));
                         self.replan();
                         Response::Done {
                             message: format!("job {job} suspended; its cpus went to others"),

@@ -234,14 +234,27 @@ impl Engine {
         true
     }
 
-    /// Freeze a running job; it gives up its CPUs.
-    pub(super) fn freeze_job(&mut self, seq: i64, phase: Phase, reason: Option<String>) -> bool {
+    /// Freeze a running job; it gives up its CPUs. A freeze the kernel did not confirm is not
+    /// taken as one: the job keeps its role and its CPUs, and the error is returned.
+    pub(super) fn freeze_job(
+        &mut self,
+        seq: i64,
+        phase: Phase,
+        reason: Option<String>,
+    ) -> Result<(), String> {
         let Some(j) = self.jobs.get_mut(&seq) else {
-            return false;
+            return Err("no such job".into());
         };
         if let Err(e) = self.driver.freeze(&j.cgroup, true) {
-            warn!(job = %j.id, error = %e, "cannot freeze job");
-            return true;
+            warn!(job = %j.id, error = %e, "cannot freeze job; it keeps its cpus");
+            // The v1 freezer may be left FREEZING (a task that would not stop in time): thaw
+            // what stopped, as the job runs on.
+            if !j.memory.frozen {
+                if let Err(e) = self.driver.freeze(&j.cgroup, false) {
+                    warn!(job = %j.id, error = %e, "cannot thaw after a failed freeze");
+                }
+            }
+            return Err(e.to_string());
         }
         // Frozen now for another reason (preempted, suspended): no longer the governor's to thaw.
         j.memory.frozen = false;
@@ -254,7 +267,7 @@ impl Engine {
         let _ = self.store_write(seq, "set_role", OnFail::Rewrite, |s| {
             s.set_role(seq, role_name(phase), &cpus, &mems)
         });
-        true
+        Ok(())
     }
 
     /// Watch a job: its main process (pidfd) and its cgroup (inotify on cgroup.events).
