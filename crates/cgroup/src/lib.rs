@@ -662,6 +662,36 @@ impl Driver {
         }
     }
 
+    /// The part of [`Driver::freeze`] (freezing) that never waits: true when the job is frozen
+    /// (`cgroup.freeze`, which the kernel completes by itself, or a v1 freezer that says FROZEN
+    /// at once); false while the v1 freezer is FREEZING, for [`Driver::freeze_wait`].
+    pub fn freeze_begin(&self, name: &str) -> Result<bool, CgroupError> {
+        parent::validate_job_name(name)?;
+        match &self.layout {
+            Layout::Unified { v2 } | Layout::Hybrid { v2, .. } => {
+                unified::freeze(&self.fs, &v2.job(name), true).map(|()| true)
+            }
+            Layout::Legacy { .. } => match self.v1_with("freezer") {
+                Some(h) => freezer::begin(&self.fs, &h.job(name)),
+                None => Err(CgroupError::Unsupported {
+                    what: "freezing",
+                    mode: "legacy",
+                    reason: "the v1 freezer is not mounted",
+                }),
+            },
+        }
+    }
+
+    /// Wait (up to 2 s) until the v1 freezer says FROZEN after [`Driver::freeze_begin`];
+    /// an error when it does not (the freezer is left FREEZING: thaw it). Blocks.
+    pub fn freeze_wait(&self, name: &str) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        match (&self.layout, self.v1_with("freezer")) {
+            (Layout::Legacy { .. }, Some(h)) => freezer::wait(&self.fs, &h.job(name)),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether the job is (completely) frozen.
     pub fn is_frozen(&self, name: &str) -> Result<bool, CgroupError> {
         parent::validate_job_name(name)?;

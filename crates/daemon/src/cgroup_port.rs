@@ -29,6 +29,24 @@ impl std::fmt::Debug for Killed {
     }
 }
 
+/// How far a freeze got at once (see [`CgroupPort::freeze_begin`]).
+pub enum Freezing {
+    /// The job is frozen (or, with `cgroup.freeze`, the kernel completes it by itself).
+    Frozen,
+    /// The v1 freezer is FREEZING: waiting for FROZEN (up to 2 s) is left to this, which the
+    /// engine runs on a blocking thread; an error means the freeze did not happen.
+    Wait(Box<dyn FnOnce() -> Result<(), CgroupError> + Send>),
+}
+
+impl std::fmt::Debug for Freezing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Freezing::Frozen => "Frozen",
+            Freezing::Wait(_) => "Wait",
+        })
+    }
+}
+
 /// What the engine asks of the cgroup trees (job `name` is its cgroup's name below the parent).
 pub trait CgroupPort: Send {
     /// Create job `name`'s cgroups with its limits.
@@ -50,6 +68,8 @@ pub trait CgroupPort: Send {
     fn set_cpus(&self, name: &str, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError>;
     /// Freeze or thaw the job.
     fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError>;
+    /// Freeze the job without waiting: [`Freezing::Wait`] hands back what waits.
+    fn freeze_begin(&self, name: &str) -> Result<Freezing, CgroupError>;
     /// Kill every process of the job: at once where the kernel can (`cgroup.kill`), else what
     /// waits is handed back as [`Killed::Rounds`].
     fn kill(&self, name: &str) -> Result<Killed, CgroupError>;
@@ -128,6 +148,13 @@ impl CgroupPort for Driver {
     }
     fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError> {
         Driver::freeze(self, name, frozen)
+    }
+    fn freeze_begin(&self, name: &str) -> Result<Freezing, CgroupError> {
+        if Driver::freeze_begin(self, name)? {
+            return Ok(Freezing::Frozen);
+        }
+        let (driver, name) = (self.clone(), name.to_string());
+        Ok(Freezing::Wait(Box::new(move || driver.freeze_wait(&name))))
     }
     fn kill(&self, name: &str) -> Result<Killed, CgroupError> {
         if Driver::kill_at_once(self, name)? {

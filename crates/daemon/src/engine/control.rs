@@ -64,15 +64,22 @@ impl Engine {
                     }
                     Phase::Primary | Phase::Backfill => {
                         let reason = Some(format!("suspended by {by}"));
-                        if let Err(e) = self.freeze_job(seq, Phase::Suspended, reason) {
-                            return err(
+                        match self.freeze_job(seq, Phase::Suspended, reason) {
+                            Ok(true) => {
+                                self.replan();
+                                Response::Done {
+                                    message: format!("job {job} suspended; its cpus went to others"),
+                                }
+                            }
+                            Ok(false) => Response::Done {
+                                message: format!(
+                                    "job {job} is being frozen; its cpus go to others once the freezer confirms it"
+                                ),
+                            },
+                            Err(e) => err(
                                 ErrorCode::Internal,
                                 format!("cannot suspend job {job}: {e}"),
-                            );
-                        }
-                        self.replan();
-                        Response::Done {
-                            message: format!("job {job} suspended; its cpus went to others"),
+                            ),
                         }
                     }
                 }

@@ -234,42 +234,6 @@ impl Engine {
         true
     }
 
-    /// Freeze a running job; it gives up its CPUs. A freeze the kernel did not confirm is not
-    /// taken as one: the job keeps its role and its CPUs, and the error is returned.
-    pub(super) fn freeze_job(
-        &mut self,
-        seq: i64,
-        phase: Phase,
-        reason: Option<String>,
-    ) -> Result<(), String> {
-        let Some(j) = self.jobs.get_mut(&seq) else {
-            return Err("no such job".into());
-        };
-        if let Err(e) = self.driver.freeze(&j.cgroup, true) {
-            warn!(job = %j.id, error = %e, "cannot freeze job; it keeps its cpus");
-            // The v1 freezer may be left FREEZING (a task that would not stop in time): thaw
-            // what stopped, as the job runs on.
-            if !j.memory.frozen {
-                if let Err(e) = self.driver.freeze(&j.cgroup, false) {
-                    warn!(job = %j.id, error = %e, "cannot thaw after a failed freeze");
-                }
-            }
-            return Err(e.to_string());
-        }
-        // Frozen now for another reason (preempted, suspended): no longer the governor's to thaw.
-        j.memory.frozen = false;
-        j.phase = phase;
-        j.cpus = CpuSet::new();
-        j.reason = reason;
-        info!(job = %j.id, user = %j.user, role = role_name(phase), reason = j.reason.as_deref().unwrap_or(""), "job frozen");
-        // Frozen in the kernel already: kept in memory if the store refuses, and written again.
-        let (cpus, mems) = (j.cpus, j.mems);
-        let _ = self.store_write(seq, "set_role", OnFail::Rewrite, |s| {
-            s.set_role(seq, role_name(phase), &cpus, &mems)
-        });
-        Ok(())
-    }
-
     /// Watch a job: its main process (pidfd) and its cgroup (inotify on cgroup.events).
     pub(super) fn track(&mut self, seq: i64, main_alive: bool) {
         let Some(job) = self.jobs.get_mut(&seq) else {

@@ -142,7 +142,8 @@ impl Engine {
                     let cpus = self.jobs.get(&key).map(|j| j.cpus).unwrap_or_default();
                     self.move_job(key, cpus, Phase::Backfill, reason)
                 } else {
-                    self.freeze_job(key, Phase::Preempted, reason).is_ok()
+                    // Its CPUs are free only once the freeze is confirmed.
+                    self.freeze_job(key, Phase::Preempted, reason) == Ok(true)
                 }
             }
             Action::Expire { key } => {

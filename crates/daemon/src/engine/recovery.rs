@@ -242,6 +242,7 @@ impl Engine {
             held: false,
             end: EndWatch::default(),
             store_dirty: false,
+            freezing: None,
         }
     }
 
