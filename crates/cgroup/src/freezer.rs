@@ -16,11 +16,23 @@ pub(crate) fn state(fs: &Fs, dir: &Path) -> Result<String, CgroupError> {
 
 /// Freeze (and wait briefly until every task is frozen) or thaw.
 pub(crate) fn set(fs: &Fs, dir: &Path, frozen: bool) -> Result<(), CgroupError> {
-    let path = dir.join("freezer.state");
     if !frozen {
-        return fs.write(&path, "THAWED");
+        return fs.write(&dir.join("freezer.state"), "THAWED");
     }
-    fs.write(&path, "FROZEN")?;
+    if begin(fs, dir)? {
+        return Ok(());
+    }
+    wait(fs, dir)
+}
+
+/// Ask for FROZEN; true when the kernel says FROZEN at once, false while it is FREEZING.
+pub(crate) fn begin(fs: &Fs, dir: &Path) -> Result<bool, CgroupError> {
+    fs.write(&dir.join("freezer.state"), "FROZEN")?;
+    Ok(state(fs, dir)? == "FROZEN")
+}
+
+/// Wait (up to 2 s, polling every 5 ms) until FREEZING has become FROZEN. Blocks.
+pub(crate) fn wait(fs: &Fs, dir: &Path) -> Result<(), CgroupError> {
     let start = Instant::now();
     loop {
         let s = state(fs, dir)?;
@@ -28,7 +40,10 @@ pub(crate) fn set(fs: &Fs, dir: &Path, frozen: bool) -> Result<(), CgroupError> 
             return Ok(());
         }
         if start.elapsed() > FREEZE_WAIT {
-            return Err(CgroupError::FreezeTimeout { path, state: s });
+            return Err(CgroupError::FreezeTimeout {
+                path: dir.join("freezer.state"),
+                state: s,
+            });
         }
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -576,18 +576,39 @@ impl Driver {
 
     /// Kill every process of the job (cgroup.kill where available; else freeze + SIGKILL each).
     pub fn kill(&self, name: &str) -> Result<(), CgroupError> {
+        if self.kill_at_once(name)? {
+            return Ok(());
+        }
+        self.kill_rounds(name)
+    }
+
+    /// The part of [`Driver::kill`] that never waits: `cgroup.kill` where it exists, or
+    /// nothing to kill. False: processes are left and only [`Driver::kill_rounds`] kills them.
+    pub fn kill_at_once(&self, name: &str) -> Result<bool, CgroupError> {
         parent::validate_job_name(name)?;
         if let Some(v2) = self.v2() {
             if unified::kill(&self.fs, &v2.job(name))? {
-                return Ok(());
+                return Ok(true);
             }
         }
-        // Legacy: every process in any of the job's cgroups, as `is_populated` counts them.
-        let procs = |d: &Driver| match d.v2() {
-            Some(_) => d.procs(name),
-            None => d.v1_procs_everywhere(name),
-        };
         // Nothing left (the usual case when a job's main process ends): no freeze and thaw.
+        Ok(self.legacy_procs(name)?.is_empty())
+    }
+
+    /// Every process in any of the job's cgroups, as `is_populated` counts them.
+    fn legacy_procs(&self, name: &str) -> Result<Vec<u32>, CgroupError> {
+        match self.v2() {
+            Some(_) => self.procs(name),
+            None => self.v1_procs_everywhere(name),
+        }
+    }
+
+    /// The part of [`Driver::kill`] that waits, where there is no `cgroup.kill`: freeze (the v1
+    /// freezer waits up to 2 s for FROZEN), SIGKILL every process, thaw; without a freezer, up
+    /// to 20 rounds 10 ms apart. Blocks: the daemon runs it on a blocking thread.
+    pub fn kill_rounds(&self, name: &str) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        let procs = |d: &Driver| d.legacy_procs(name);
         if procs(self)?.is_empty() {
             return Ok(());
         }
@@ -646,6 +667,36 @@ impl Driver {
                     reason: "the v1 freezer is not mounted",
                 }),
             },
+        }
+    }
+
+    /// The part of [`Driver::freeze`] (freezing) that never waits: true when the job is frozen
+    /// (`cgroup.freeze`, which the kernel completes by itself, or a v1 freezer that says FROZEN
+    /// at once); false while the v1 freezer is FREEZING, for [`Driver::freeze_wait`].
+    pub fn freeze_begin(&self, name: &str) -> Result<bool, CgroupError> {
+        parent::validate_job_name(name)?;
+        match &self.layout {
+            Layout::Unified { v2 } | Layout::Hybrid { v2, .. } => {
+                unified::freeze(&self.fs, &v2.job(name), true).map(|()| true)
+            }
+            Layout::Legacy { .. } => match self.v1_with("freezer") {
+                Some(h) => freezer::begin(&self.fs, &h.job(name)),
+                None => Err(CgroupError::Unsupported {
+                    what: "freezing",
+                    mode: "legacy",
+                    reason: "the v1 freezer is not mounted",
+                }),
+            },
+        }
+    }
+
+    /// Wait (up to 2 s) until the v1 freezer says FROZEN after [`Driver::freeze_begin`];
+    /// an error when it does not (the freezer is left FREEZING: thaw it). Blocks.
+    pub fn freeze_wait(&self, name: &str) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        match (&self.layout, self.v1_with("freezer")) {
+            (Layout::Legacy { .. }, Some(h)) => freezer::wait(&self.fs, &h.job(name)),
+            _ => Ok(()),
         }
     }
 

@@ -1,7 +1,10 @@
 //! `pjw top`: a live view of the node, refreshed over the socket (default once a second).
 //!
 //! One `status` request per refresh; CPU % comes from two readings of each job's CPU time
-//! (`cpu_usec`) and the wall time between them (100 % = one CPU busy). The screen: a header, the
+//! (`cpu_usec`) and the time between them (100 % = one CPU busy). The daemon answers from its
+//! sampler's last sample (`profile.interval`), so that time is the samples' own (`sampled_ms`)
+//! and a job's CPU % changes once per sample; from an older daemon, which read at the
+//! request, it is the wall time between two refreshes. The screen: a header, the
 //! node map (one mark per CPU: the job holding it, lower case for a backfiller, `.` free), the
 //! job table, the key help. Keys: `c` CPU %, `m` memory, `s` state, `i` id, `u` user sort (the
 //! same key again reverses), `q`, Esc or Ctrl-C quit. Works in 80×24 (over ssh too: plain
@@ -57,6 +60,25 @@ impl SortKey {
 }
 
 /// The view's state between refreshes.
+/// When a job's CPU time was read: by the daemon's sampler (ms since the epoch), or at the
+/// request by an older daemon (this refresh).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stamp {
+    Sampled(i64),
+    Read(Instant),
+}
+
+impl Stamp {
+    /// Seconds from `then` to this one; None when they are not of one kind (a daemon upgrade).
+    fn secs_since(&self, then: &Stamp) -> Option<f64> {
+        match (self, then) {
+            (Stamp::Sampled(a), Stamp::Sampled(b)) => Some((a - b) as f64 / 1000.0),
+            (Stamp::Read(a), Stamp::Read(b)) => Some(a.duration_since(*b).as_secs_f64()),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct View {
     pub sort: SortKey,
@@ -64,7 +86,7 @@ pub struct View {
     status: Option<StatusReport>,
     error: Option<String>,
     /// Per job: CPU time and when it was read.
-    last: HashMap<String, (u64, Instant)>,
+    last: HashMap<String, (u64, Stamp)>,
     /// Per job: CPU % from the last two readings.
     cpu_pct: HashMap<String, f64>,
 }
@@ -87,13 +109,25 @@ impl View {
         let mut pct = HashMap::new();
         for j in &s.jobs {
             let Some(us) = j.cpu_usec else { continue };
-            if let Some((prev, at)) = self.last.get(&j.id) {
-                let dt = now.duration_since(*at).as_secs_f64();
-                if dt > 0.0 && us >= *prev {
-                    pct.insert(j.id.clone(), (us - prev) as f64 / 1e6 / dt * 100.0);
+            let at = match j.sampled_ms {
+                Some(ms) => Stamp::Sampled(ms),
+                None => Stamp::Read(now),
+            };
+            if let Some((prev, then)) = self.last.get(&j.id) {
+                match at.secs_since(then) {
+                    Some(dt) if dt > 0.0 && us >= *prev => {
+                        pct.insert(j.id.clone(), (us - prev) as f64 / 1e6 / dt * 100.0);
+                    }
+                    // The same sample again: the rate from the two before it still holds.
+                    Some(0.0) => {
+                        if let Some(p) = self.cpu_pct.get(&j.id) {
+                            pct.insert(j.id.clone(), *p);
+                        }
+                    }
+                    _ => {}
                 }
             }
-            last.insert(j.id.clone(), (us, now));
+            last.insert(j.id.clone(), (us, at));
         }
         self.last = last;
         self.cpu_pct = pct;
@@ -422,6 +456,7 @@ mod tests {
             pid: None,
             cpu_usec: Some(cpu_usec),
             mem_bytes: Some(mem),
+            sampled_ms: None,
             wlm: None,
         }
     }
@@ -466,6 +501,33 @@ mod tests {
         assert!(v.key('m'));
         assert_eq!(ids(&v), ["1", "2"]); // reversed
         assert!(!v.key('q'));
+    }
+
+    #[test]
+    fn cpu_percent_from_the_daemons_samples_holds_between_them() {
+        let sampled = |cpu_usec, ms| JobInfo {
+            sampled_ms: Some(ms),
+            ..job("1", "0-1", JobState::Running, cpu_usec, 1 << 20)
+        };
+        let t0 = Instant::now();
+        let mut v = View::new();
+        // (CPU time, when sampled, CPU % shown): refreshes are a second apart, samples 10 s.
+        let table = [
+            (0, 0, None),
+            (0, 0, None),
+            (5_000_000, 10_000, Some(50.0)),
+            // The same sample on the next refresh: still 50 %, not 0 %.
+            (5_000_000, 10_000, Some(50.0)),
+            (25_000_000, 20_000, Some(200.0)),
+        ];
+        for (i, (cpu, ms, want)) in table.into_iter().enumerate() {
+            v.update(
+                status(vec![sampled(cpu, ms)]),
+                t0 + Duration::from_secs(i as u64),
+            );
+            let got = v.cpu_pct.get("1").copied();
+            assert_eq!(got.map(|p| (p * 1e6).round() / 1e6), want, "row {i}");
+        }
     }
 
     #[test]

@@ -83,6 +83,7 @@ mod tests {
             pid: None,
             cpu_usec: None,
             mem_bytes: None,
+            sampled_ms: None,
             wlm: None,
         }
     }

@@ -212,7 +212,8 @@ fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
 #[test]
 fn daemonized_children_and_threads_stay_jailed_and_die_with_the_job() {
     require_root!();
-    let d = TestDaemon::start(pjw_bin(), "");
+    // `status` tells the sampler's last figures: a sample every second here.
+    let d = TestDaemon::start(pjw_bin(), "[profile]\ninterval = \"1s\"\n");
     let dir = d.dir().to_path_buf();
     let pidfile = dir.join("escapee.pid");
     // The job double-forks a setsid daemon running 16 threads, starts 8 threads itself, and
@@ -259,10 +260,19 @@ fn daemonized_children_and_threads_stay_jailed_and_die_with_the_job() {
         }
     }
     assert!(threads >= 24, "only {threads} threads seen");
-    let st = d.status();
-    let me = jobs(&st).into_iter().find(|j| j["id"] == "esc").unwrap();
-    assert!(me["procs"].as_u64().unwrap() >= 3, "{me}");
-    assert!(me["threads"].as_u64().unwrap() >= 24, "{me}");
+    // A sample taken after the threads started shows them all (the process count is the
+    // process events' own, at once where they arrive).
+    let mut me = serde_json::Value::Null;
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(10), || {
+            me = jobs(&d.status())
+                .into_iter()
+                .find(|j| j["id"] == "esc")
+                .unwrap_or_default();
+            me["procs"].as_u64().unwrap_or(0) >= 3 && me["threads"].as_u64().unwrap_or(0) >= 24
+        }),
+        "{me}"
+    );
 
     touch(&dir.join("go"));
     let Ended {

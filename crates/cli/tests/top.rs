@@ -69,7 +69,11 @@ fn hold(dir: &Path, tag: &str) -> String {
 fn top_renders_in_80x24_sorts_and_quits_cleanly() {
     require!(Component::Root, Component::Tmux);
     let two = pjw_testkit::need_cpus!(2);
-    let d = TestDaemon::start(&pjw_bin(), &format!("cpus = \"{two}\"\n"));
+    // A sample every second: top's CPU % comes from two of the daemon's samples.
+    let d = TestDaemon::start(
+        &pjw_bin(),
+        &format!("cpus = \"{two}\"\n[profile]\ninterval = \"1s\"\n"),
+    );
     let dir = d.dir().to_path_buf();
     let a = d.run_sh(&["-c", "1", "--job-id", "topjob1"], &hold(&dir, "a"));
     assert!(
@@ -112,7 +116,7 @@ fn top_renders_in_80x24_sorts_and_quits_cleanly() {
     });
     eprintln!("pjw top in 80x24:\n{screen}");
     assert!(screen.contains("[cpu%]"), "{screen}");
-    // A second refresh has a CPU % for the busy job (it spins): a number, not "-".
+    // A refresh after a second sample has a CPU % for the busy job (it spins): a number, not "-".
     tmux.wait_screen("no CPU % after refreshes", |s| {
         s.lines().any(|l| {
             l.contains("topjob1")

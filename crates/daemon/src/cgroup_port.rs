@@ -10,6 +10,43 @@ use pjw_cgroup::{
 use pjw_kernelfs::proc_cgroup::CgroupLine;
 use pjw_kernelfs::psi::Psi;
 
+/// What a kill left to do (see [`CgroupPort::kill`]).
+pub enum Killed {
+    /// Every process of the job is killed, or there was none.
+    Done,
+    /// Processes are left and killing them waits (no `cgroup.kill`: freeze, which the v1
+    /// freezer confirms within 2 s, SIGKILL each, thaw; or rounds 10 ms apart): the engine runs
+    /// this on a blocking thread, never on its own.
+    Rounds(Box<dyn FnOnce() -> Result<(), CgroupError> + Send>),
+}
+
+impl std::fmt::Debug for Killed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Killed::Done => "Done",
+            Killed::Rounds(_) => "Rounds",
+        })
+    }
+}
+
+/// How far a freeze got at once (see [`CgroupPort::freeze_begin`]).
+pub enum Freezing {
+    /// The job is frozen (or, with `cgroup.freeze`, the kernel completes it by itself).
+    Frozen,
+    /// The v1 freezer is FREEZING: waiting for FROZEN (up to 2 s) is left to this, which the
+    /// engine runs on a blocking thread; an error means the freeze did not happen.
+    Wait(Box<dyn FnOnce() -> Result<(), CgroupError> + Send>),
+}
+
+impl std::fmt::Debug for Freezing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Freezing::Frozen => "Frozen",
+            Freezing::Wait(_) => "Wait",
+        })
+    }
+}
+
 /// What the engine asks of the cgroup trees (job `name` is its cgroup's name below the parent).
 pub trait CgroupPort: Send {
     /// Create job `name`'s cgroups with its limits.
@@ -33,8 +70,11 @@ pub trait CgroupPort: Send {
     fn set_cpus(&self, name: &str, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError>;
     /// Freeze or thaw the job.
     fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError>;
-    /// Kill every process of the job.
-    fn kill(&self, name: &str) -> Result<(), CgroupError>;
+    /// Freeze the job without waiting: [`Freezing::Wait`] hands back what waits.
+    fn freeze_begin(&self, name: &str) -> Result<Freezing, CgroupError>;
+    /// Kill every process of the job: at once where the kernel can (`cgroup.kill`), else what
+    /// waits is handed back as [`Killed::Rounds`].
+    fn kill(&self, name: &str) -> Result<Killed, CgroupError>;
     /// Whether any process is left in the job (an error is never "empty").
     fn is_populated(&self, name: &str) -> Result<bool, CgroupError>;
     /// The job's `cgroup.events`, where the mode has one (for inotify).
@@ -114,8 +154,19 @@ impl CgroupPort for Driver {
     fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError> {
         Driver::freeze(self, name, frozen)
     }
-    fn kill(&self, name: &str) -> Result<(), CgroupError> {
-        Driver::kill(self, name)
+    fn freeze_begin(&self, name: &str) -> Result<Freezing, CgroupError> {
+        if Driver::freeze_begin(self, name)? {
+            return Ok(Freezing::Frozen);
+        }
+        let (driver, name) = (self.clone(), name.to_string());
+        Ok(Freezing::Wait(Box::new(move || driver.freeze_wait(&name))))
+    }
+    fn kill(&self, name: &str) -> Result<Killed, CgroupError> {
+        if Driver::kill_at_once(self, name)? {
+            return Ok(Killed::Done);
+        }
+        let (driver, name) = (self.clone(), name.to_string());
+        Ok(Killed::Rounds(Box::new(move || driver.kill_rounds(&name))))
     }
     fn is_populated(&self, name: &str) -> Result<bool, CgroupError> {
         Driver::is_populated(self, name)

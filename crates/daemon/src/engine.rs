@@ -16,8 +16,8 @@
 //!
 //! This file holds the engine's state and dispatches events; each concern has its own module:
 //! [`events`] (inputs), [`job`] (one job), [`admission`] (`run`), [`planning`] (the queue
-//! policy's actions), [`lifecycle`] (start, move, freeze, track, end) with [`pidfd`] (the main
-//! process watcher), [`control`] (kill, suspend, resume, priority), [`recovery`] (restart),
+//! policy's actions), [`lifecycle`] (start, move, track, end) with [`pidfd`] (the main
+//! process watcher) and [`freezing`] (freezes, waited for off the engine thread), [`control`] (kill, suspend, resume, priority), [`recovery`] (restart),
 //! [`mem_governor`] (the memory governor's reads and writes), [`profile_hooks`] (sampler, job
 //! summaries, `report`), [`proc_events`] (the process tracker), [`wlm`] (workload-manager
 //! jobs and adoption) and [`status`] (`pjw status`, metrics).
@@ -52,6 +52,9 @@ mod events;
 #[cfg(test)]
 mod fault_tests;
 #[cfg(test)]
+mod freeze_tests;
+mod freezing;
+#[cfg(test)]
 mod gpu_tests;
 mod gpus;
 mod job;
@@ -69,6 +72,8 @@ mod store_tests;
 mod store_writes;
 #[cfg(test)]
 mod table_tests;
+#[cfg(test)]
+mod tick_tests;
 mod wlm;
 
 pub use events::{Control, Cred, Event, Who};
@@ -339,6 +344,8 @@ impl Engine {
                 }
                 self.check_empty(seq)
             }
+            Event::Killed { seq, error } => self.killed(seq, error),
+            Event::Frozen { seq, error } => self.freeze_done(seq, error),
             Event::Govern => self.govern(),
             Event::Register {
                 conn,

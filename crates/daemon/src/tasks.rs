@@ -29,7 +29,8 @@ use crate::metrics::{self, Metrics};
 pub struct Settings {
     /// The governor's tick (ms); None: the governor is off.
     pub governor_ms: Option<u64>,
-    /// The sampler's tick (ms); None: profiles are off.
+    /// The sampler's tick (ms). It runs with profiles off too: `pjw status` answers from its
+    /// last samples (decisions.md (ak)); profiles off only keeps them out of the store.
     pub sample_ms: Option<u64>,
     /// The adoption sweep's tick (ms); None: off (`sweep_interval_ms = 0` or no `[adopt] env`).
     pub sweep_ms: Option<u64>,
@@ -43,7 +44,7 @@ impl Settings {
     pub fn of(cfg: &Config) -> Settings {
         Settings {
             governor_ms: cfg.governor.then_some(cfg.governor_interval_ms),
-            sample_ms: cfg.profile.enabled.then_some(cfg.profile.interval_ms),
+            sample_ms: Some(cfg.profile.interval_ms),
             // The adoption backstop; it does nothing while no registered job runs.
             sweep_ms: (cfg.adopt_sweep_ms > 0 && !cfg.adopt_env.is_empty())
                 .then_some(cfg.adopt_sweep_ms),

@@ -7,22 +7,18 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pjw_cgroup::fake_tree::{FakeMachine, FakeSpec};
-use pjw_cgroup::{
-    Backend, CgroupError, CpuStat, Driver, IoBytes, JobLimits, MemoryBreakdown, Mode, ParentSpec,
-    Partition, Resource,
-};
+use pjw_cgroup::{Backend, Driver, Mode, ParentSpec};
 use pjw_core::alloc::Allocator;
 use pjw_core::{CpuSet, JobId};
-use pjw_kernelfs::proc_cgroup::CgroupLine;
-use pjw_kernelfs::psi::Psi;
 use pjw_store::{JobRecord, JobSummary, StarterRecord, StoreError, StoredState};
 use tokio::sync::mpsc;
 
-use crate::cgroup_port::CgroupPort;
+mod cgroups;
 use crate::clock::Clock;
 use crate::config::{Config, Overrides};
 use crate::engine::{Cred, Engine, Event, Who};
 use crate::store_port::StorePort;
+pub use cgroups::{FakeCgroups, Gate};
 use pjw_proto::{Placement, RunRequest};
 
 /// What the fake store holds and what it was asked.
@@ -245,195 +241,6 @@ impl Clock for FakeClock {
     }
 }
 
-/// What the recording fake holds: job cgroups and the writes made, in order.
-#[derive(Debug, Default)]
-pub struct FakeCgState {
-    /// Every write, as `op job args` (`create_job job-a 0-1`); a failed one ends in ` !`.
-    pub calls: Vec<String>,
-    /// Job cgroups: their CPUs and processes.
-    pub jobs: BTreeMap<String, (CpuSet, Vec<u32>)>,
-    /// Writes that fail (by op name), like a kernel that refuses them.
-    pub fail: Vec<&'static str>,
-}
-
-/// A cgroup driver in memory that records its writes and fails the ones it is told to. A kill
-/// empties a job at once; stats are not there (reads of them fail).
-#[derive(Clone, Debug, Default)]
-pub struct FakeCgroups(Arc<Mutex<FakeCgState>>);
-
-impl FakeCgroups {
-    pub fn state(&self) -> MutexGuard<'_, FakeCgState> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The writes so far.
-    pub fn calls(&self) -> Vec<String> {
-        self.state().calls.clone()
-    }
-
-    fn write(&self, op: &'static str, name: &str, args: String) -> Result<(), CgroupError> {
-        let mut st = self.state();
-        let call = format!(
-            "{op} {name}{}{args}",
-            if args.is_empty() { "" } else { " " }
-        );
-        if st.fail.contains(&op) {
-            st.calls.push(format!("{call} !"));
-            return Err(CgroupError::Write {
-                path: PathBuf::from(format!("/fake/{name}/{op}")),
-                value: args,
-                source: std::io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error()),
-            });
-        }
-        st.calls.push(call);
-        Ok(())
-    }
-
-    fn missing(name: &str) -> CgroupError {
-        CgroupError::Read {
-            path: PathBuf::from(format!("/fake/{name}")),
-            source: std::io::Error::from(std::io::ErrorKind::NotFound),
-        }
-    }
-}
-
-impl CgroupPort for FakeCgroups {
-    fn create_job(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError> {
-        self.write("create_job", name, limits.cpus.to_string())?;
-        self.state()
-            .jobs
-            .insert(name.to_string(), (limits.cpus, Vec::new()));
-        Ok(())
-    }
-    fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError> {
-        self.write("set_idle", name, idle.to_string())
-    }
-    fn deny_devices(&self, name: &str, devs: &[(u32, u32)]) -> Result<(), CgroupError> {
-        let list: Vec<String> = devs.iter().map(|(a, b)| format!("{a}:{b}")).collect();
-        self.write("deny_devices", name, list.join(","))
-    }
-    fn set_partition(
-        &self,
-        name: Option<&str>,
-        kind: Partition,
-        _cpus: Option<&CpuSet>,
-    ) -> Result<(), CgroupError> {
-        self.write(
-            "set_partition",
-            name.unwrap_or("(parent)"),
-            kind.as_str().into(),
-        )
-    }
-    fn add_process(&self, name: &str, pid: u32) -> Result<(), CgroupError> {
-        self.write("add_process", name, pid.to_string())?;
-        if let Some(j) = self.state().jobs.get_mut(name) {
-            j.1.push(pid);
-        }
-        Ok(())
-    }
-    fn remove_job(&self, name: &str) -> Result<(), CgroupError> {
-        if self.state().jobs.get(name).is_some_and(|j| !j.1.is_empty()) {
-            return Err(CgroupError::Populated {
-                path: PathBuf::from(format!("/fake/{name}")),
-            });
-        }
-        self.write("remove_job", name, String::new())?;
-        self.state().jobs.remove(name);
-        Ok(())
-    }
-    fn set_cpus(&self, name: &str, cpus: &CpuSet, _mems: &CpuSet) -> Result<(), CgroupError> {
-        self.write("set_cpus", name, cpus.to_string())?;
-        if let Some(j) = self.state().jobs.get_mut(name) {
-            j.0 = *cpus;
-        }
-        Ok(())
-    }
-    fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError> {
-        self.write("freeze", name, frozen.to_string())
-    }
-    fn kill(&self, name: &str) -> Result<(), CgroupError> {
-        self.write("kill", name, String::new())?;
-        if let Some(j) = self.state().jobs.get_mut(name) {
-            j.1.clear();
-        }
-        Ok(())
-    }
-    fn is_populated(&self, name: &str) -> Result<bool, CgroupError> {
-        Ok(self.state().jobs.get(name).is_some_and(|j| !j.1.is_empty()))
-    }
-    fn events_path(&self, _name: &str) -> Option<PathBuf> {
-        None
-    }
-    fn oom_kills(&self, _name: &str) -> u64 {
-        0
-    }
-    fn job_cpus(&self, name: &str) -> Result<CpuSet, CgroupError> {
-        self.state()
-            .jobs
-            .get(name)
-            .map(|j| j.0)
-            .ok_or_else(|| FakeCgroups::missing(name))
-    }
-    fn is_frozen(&self, _name: &str) -> Result<bool, CgroupError> {
-        Ok(false)
-    }
-    fn memory_usage(&self, _name: &str) -> Result<u64, CgroupError> {
-        Ok(0)
-    }
-    fn list_jobs(&self) -> Result<Vec<String>, CgroupError> {
-        Ok(self.state().jobs.keys().cloned().collect())
-    }
-    fn procs(&self, name: &str) -> Result<Vec<u32>, CgroupError> {
-        self.state()
-            .jobs
-            .get(name)
-            .map(|j| j.1.clone())
-            .ok_or_else(|| FakeCgroups::missing(name))
-    }
-    fn thread_count(&self, name: &str) -> Result<usize, CgroupError> {
-        self.procs(name).map(|p| p.len())
-    }
-    fn cpu_time(&self, name: &str) -> Result<CpuStat, CgroupError> {
-        Err(FakeCgroups::missing(name))
-    }
-    fn describe(&self) -> String {
-        "fake".into()
-    }
-    fn mode(&self) -> pjw_cgroup::Mode {
-        pjw_cgroup::Mode::Unified
-    }
-    fn memory_pressure(&self, _name: Option<&str>) -> Option<Psi> {
-        None
-    }
-    fn set_memory_high(&self, name: &str, high: Option<u64>) -> Result<(), CgroupError> {
-        self.write("set_memory_high", name, format!("{high:?}"))
-    }
-    fn remove_parent_if_empty(&self) -> Result<(), CgroupError> {
-        Ok(())
-    }
-    fn counts_io(&self) -> bool {
-        false
-    }
-    fn job_of(&self, _lines: &[CgroupLine]) -> Option<String> {
-        None
-    }
-    fn io_bytes(&self, _name: &str) -> Result<Option<IoBytes>, CgroupError> {
-        Ok(None)
-    }
-    fn memory_breakdown(&self, name: &str) -> Result<MemoryBreakdown, CgroupError> {
-        Err(FakeCgroups::missing(name))
-    }
-    fn memory_peak(&self, name: &str) -> Result<u64, CgroupError> {
-        Err(FakeCgroups::missing(name))
-    }
-    fn pids_current(&self, _name: &str) -> Result<Option<u64>, CgroupError> {
-        Ok(None)
-    }
-    fn pressure(&self, _name: &str, _what: Resource) -> Option<Psi> {
-        None
-    }
-}
-
 /// An engine on a fake cgroup v2 tree (in a temp dir) with a [`FakeStore`]: 4 CPUs, no
 /// inotify, no governor, no profiles.
 pub struct TestEngine {
@@ -453,15 +260,26 @@ impl TestEngine {
 
     /// With top-level config keys `extra` (`"queue_ttl = 10\n"`).
     pub fn with_config(extra: &str) -> TestEngine {
-        TestEngine::build(extra, None)
+        TestEngine::build(extra, None, false)
     }
 
     /// On the recording fake [`FakeCgroups`] instead of a fake tree.
     pub fn recording(cgroups: FakeCgroups) -> TestEngine {
-        TestEngine::build("", Some(cgroups))
+        TestEngine::build("", Some(cgroups), false)
     }
 
-    fn build(extra: &str, cgroups: Option<FakeCgroups>) -> TestEngine {
+    /// On the recording fake, with top-level config keys `extra`.
+    pub fn recording_with_config(cgroups: FakeCgroups, extra: &str) -> TestEngine {
+        TestEngine::build(extra, Some(cgroups), false)
+    }
+
+    /// On the recording fake, with the memory governor on (its defaults, the partition limit
+    /// 1 GiB).
+    pub fn governed(cgroups: FakeCgroups) -> TestEngine {
+        TestEngine::build("", Some(cgroups), true)
+    }
+
+    fn build(extra: &str, cgroups: Option<FakeCgroups>, governor: bool) -> TestEngine {
         let dir = tempfile::tempdir().expect("temp dir");
         let machine = FakeSpec::new(Mode::Unified)
             .build(dir.path())
@@ -476,7 +294,7 @@ impl TestEngine {
             .prepare_parent()
             .expect("parent cgroups on the fake tree");
         let text = format!(
-            "{extra}[paths]\nproc = {:?}\n[memory]\ngovernor = false\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
+            "{extra}[paths]\nproc = {:?}\n[memory]\ngovernor = {governor}\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
             machine.proc_root,
             dir.path().join("tmp")
         );

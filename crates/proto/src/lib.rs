@@ -297,13 +297,19 @@ pub struct JobInfo {
     pub age_secs: u64,
     /// The job's main process.
     pub pid: Option<u32>,
-    /// CPU time the job has used so far (microseconds, user + system); absent while queued,
-    /// or from a daemon that does not report it. `pjw top` turns two readings into CPU %.
+    /// CPU time the job had used at `sampled_ms` (microseconds, user + system); absent while
+    /// queued, or from a daemon that does not report it. `pjw top` turns two samples into CPU %.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_usec: Option<u64>,
-    /// Memory charged to the job now (bytes); absent while queued or from an older daemon.
+    /// Memory charged to the job (bytes) at `sampled_ms`; absent while queued or from an older
+    /// daemon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_bytes: Option<u64>,
+    /// When the daemon's sampler read `cpu_usec`, `mem_bytes` and `threads` (ms since the
+    /// epoch): `status` answers from the last sample, it reads no cgroup file. Absent while
+    /// queued or from an older daemon (whose figures were read at the request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_ms: Option<i64>,
     /// The workload manager's name for the job (`slurm:42`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wlm: Option<String>,
@@ -597,15 +603,20 @@ mod tests {
         let old = r#"{"id":"1","name":"x","user":"u","uid":0,"cpus":"0","mems":"0","ncpus":1,
             "mem":null,"procs":1,"threads":1,"state":"running","age_secs":3,"pid":9}"#;
         let j: JobInfo = serde_json::from_str(old).unwrap();
-        assert_eq!((j.cpu_usec, j.mem_bytes), (None, None));
+        assert_eq!((j.cpu_usec, j.mem_bytes, j.sampled_ms), (None, None, None));
         // With them, they round-trip; without them, they are left out of the JSON.
         let with = JobInfo {
             cpu_usec: Some(1_500_000),
             mem_bytes: Some(4096),
+            sampled_ms: Some(1_700_000_000_000),
             ..j.clone()
         };
         let text = serde_json::to_string(&with).unwrap();
         assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), with);
-        assert!(!serde_json::to_string(&j).unwrap().contains("cpu_usec"));
+        let bare = serde_json::to_string(&j).unwrap();
+        assert!(
+            !bare.contains("cpu_usec") && !bare.contains("sampled_ms"),
+            "{bare}"
+        );
     }
 }

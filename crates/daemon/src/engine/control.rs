@@ -63,13 +63,23 @@ impl Engine {
                         }
                     }
                     Phase::Primary | Phase::Backfill => {
-                        if let Some(j) = self.jobs.get_mut(&seq) {
-                            j.memory.frozen = false;
-                        }
-                        self.freeze_job(seq, Phase::Suspended, Some(format!("suspended by {by}")));
-                        self.replan();
-                        Response::Done {
-                            message: format!("job {job} suspended; its cpus went to others"),
+                        let reason = Some(format!("suspended by {by}"));
+                        match self.freeze_job(seq, Phase::Suspended, reason) {
+                            Ok(true) => {
+                                self.replan();
+                                Response::Done {
+                                    message: format!("job {job} suspended; its cpus went to others"),
+                                }
+                            }
+                            Ok(false) => Response::Done {
+                                message: format!(
+                                    "job {job} is being frozen; its cpus go to others once the freezer confirms it"
+                                ),
+                            },
+                            Err(e) => err(
+                                ErrorCode::Internal,
+                                format!("cannot suspend job {job}: {e}"),
+                            ),
                         }
                     }
                 }
@@ -149,7 +159,7 @@ impl Engine {
         info!(job = %j.id, user = %j.user, by = %by, "killing job");
         j.end.killed_by = Some(by);
         j.held = false;
-        if let Err(e) = self.driver.kill(&j.cgroup) {
+        if let Err(e) = self.kill_processes(seq) {
             return err(ErrorCode::Internal, format!("cannot kill job {job}: {e}"));
         }
         self.check_empty(seq);

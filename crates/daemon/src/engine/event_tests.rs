@@ -1,6 +1,7 @@
 //! Table tests of the engine's control and connection events without root, on the recording
 //! fake cgroup driver: suspend and resume (the freezer writes, the CPUs handed on and back),
-//! a queued client that leaves, and the refusals of control requests that do not apply.
+//! a queued client that leaves, the refusals of control requests that do not apply, and a
+//! freeze the kernel refuses (no preemption, no suspend, no CPU handed out).
 
 use pjw_core::sched::Phase;
 use pjw_core::CpuSet;
@@ -149,4 +150,63 @@ async fn control_of_an_unknown_or_queued_job_is_refused() {
         panic!("expected an error, got {r:?}");
     };
     assert!(message.contains("is queued"), "{message}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_freeze_the_kernel_refuses_is_not_taken_as_one_and_frees_no_cpu() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording_with_config(
+        fake.clone(),
+        "max_priority = 16\npreempt_priority = 14\n",
+    );
+    let (a, _a) = submit(&mut t, 1, std::process::id(), "a", 4).await;
+    assert!(matches!(a, Response::Started { .. }), "{a:?}");
+    let a_seq = seq_of(&t, "a");
+    fake.state().fail.push("freeze");
+
+    // A job that may preempt a: a's freeze fails, so a keeps its CPUs and h waits.
+    t.fake_process(1, UID);
+    let (reply, mut h_rx) = mpsc::unbounded_channel();
+    t.engine.handle(Event::Submit {
+        conn: 2,
+        cred: Cred { pid: 1, ..me() },
+        who: who(),
+        req: RunRequest {
+            priority: Some(16),
+            ..run("h", 2)
+        },
+        reply,
+    });
+    let h = h_rx.recv().await.expect("an answer");
+    assert!(matches!(h, Response::Queued { .. }), "{h:?}");
+    assert!(h_rx.try_recv().is_err(), "h was told more than Queued");
+    let j = &t.engine.jobs[&a_seq];
+    assert_eq!((j.phase, j.cpus.len()), (Phase::Primary, 4));
+    let calls = fake.calls();
+    assert!(
+        calls.contains(&"freeze job-a true !".to_string()),
+        "{calls:?}"
+    );
+    assert!(
+        !calls.iter().any(|c| c.starts_with("create_job job-h")),
+        "{calls:?}"
+    );
+    assert_eq!(t.store.state().rows[&a_seq].role, "primary");
+
+    // A suspend whose freeze fails is an error to the caller; a still runs on its CPUs.
+    let r = control(&mut t, "a", Control::Suspend).await;
+    let Response::Error { message, .. } = r else {
+        panic!("expected an error, got {r:?}");
+    };
+    assert!(message.starts_with("cannot suspend job a: "), "{message}");
+    assert_eq!(t.engine.jobs[&a_seq].phase, Phase::Primary);
+
+    // The freezer works again: the next plan preempts a and starts h on its CPUs.
+    fake.state().fail.clear();
+    t.engine.handle(Event::Tick {
+        generation: t.engine.tick_generation,
+    });
+    assert!(matches!(h_rx.recv().await, Some(Response::Started { .. })));
+    assert_eq!(t.engine.jobs[&a_seq].phase, Phase::Preempted);
+    assert!(t.engine.jobs[&a_seq].cpus.is_empty());
 }

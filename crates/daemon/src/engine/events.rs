@@ -69,6 +69,12 @@ pub enum Event {
     CgroupChanged { wd: WatchDescriptor },
     /// Re-check whether job `seq` is empty (only where no `cgroup.events` exists: pure v1).
     Recheck { seq: i64 },
+    /// The kill rounds of job `seq` (no `cgroup.kill`), run on a blocking thread, are over;
+    /// `error` says what failed.
+    Killed { seq: i64, error: Option<String> },
+    /// The v1 freezer's wait for FROZEN of job `seq`, on a blocking thread, is over; `error`
+    /// says the freeze did not happen.
+    Frozen { seq: i64, error: Option<String> },
     /// A timer: look at the queue again (TTL expiry, clients that never reconnected).
     Tick { generation: u64 },
     /// A timer: write again what the store did not take (see `engine/store_writes.rs`).

@@ -107,6 +107,8 @@ pub(super) struct Job {
     pub(super) end: EndWatch,
     /// Its row lags behind memory (a write failed): written again after the next event.
     pub(super) store_dirty: bool,
+    /// A freeze under way (the v1 freezer is FREEZING), and what it is for.
+    pub(super) freezing: Option<super::freezing::FreezeFor>,
 }
 
 impl Job {

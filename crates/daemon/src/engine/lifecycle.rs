@@ -13,6 +13,7 @@ use tracing::{debug, error, info, warn};
 use super::pidfd::{spawn_pidfd_retry, spawn_pidfd_watch};
 use super::store_writes::OnFail;
 use super::{err, role_name, End, Engine, Event};
+use crate::cgroup_port::Killed;
 use crate::os;
 use crate::profile::{self};
 
@@ -181,6 +182,8 @@ impl Engine {
             env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
         });
         self.track(seq, true);
+        // After the reply: `status` has the new job's figures before the sampler's next tick.
+        self.sample_now(seq);
         true
     }
 
@@ -229,29 +232,6 @@ impl Engine {
         });
         info!(job = %j.id, user = %j.user, cpus = %cpus, from = role_name(was), to = role_name(phase), "job moved");
         // Moved in the kernel already: kept in memory if the store refuses, and written again.
-        let _ = self.store_write(seq, "set_role", OnFail::Rewrite, |s| {
-            s.set_role(seq, role_name(phase), &cpus, &mems)
-        });
-        true
-    }
-
-    /// Freeze a running job; it gives up its CPUs.
-    pub(super) fn freeze_job(&mut self, seq: i64, phase: Phase, reason: Option<String>) -> bool {
-        let Some(j) = self.jobs.get_mut(&seq) else {
-            return false;
-        };
-        if let Err(e) = self.driver.freeze(&j.cgroup, true) {
-            warn!(job = %j.id, error = %e, "cannot freeze job");
-            return true;
-        }
-        // Frozen now for another reason (preempted, suspended): no longer the governor's to thaw.
-        j.memory.frozen = false;
-        j.phase = phase;
-        j.cpus = CpuSet::new();
-        j.reason = reason;
-        info!(job = %j.id, user = %j.user, role = role_name(phase), reason = j.reason.as_deref().unwrap_or(""), "job frozen");
-        // Frozen in the kernel already: kept in memory if the store refuses, and written again.
-        let (cpus, mems) = (j.cpus, j.mems);
         let _ = self.store_write(seq, "set_role", OnFail::Rewrite, |s| {
             s.set_role(seq, role_name(phase), &cpus, &mems)
         });
@@ -310,10 +290,41 @@ impl Engine {
             job.end.ending = true;
             debug!(job = %job.id, "main process exited");
             if kill {
-                if let Err(e) = self.driver.kill(&job.cgroup) {
-                    warn!(job = %job.id, error = %e, "cannot kill leftover processes");
+                if let Err(e) = self.kill_processes(seq) {
+                    if let Some(job) = self.jobs.get(&seq) {
+                        warn!(job = %job.id, error = %e, "cannot kill leftover processes");
+                    }
                 }
             }
+        }
+        self.check_empty(seq);
+    }
+
+    /// Kill every process of job `seq`: at once where the kernel can; else the kill rounds run
+    /// on a blocking thread, which reports [`Event::Killed`]. Either way the job keeps its CPUs
+    /// until its cgroup is seen empty.
+    pub(super) fn kill_processes(&mut self, seq: i64) -> Result<(), pjw_cgroup::CgroupError> {
+        let Some(job) = self.jobs.get(&seq) else {
+            return Ok(());
+        };
+        match self.driver.kill(&job.cgroup)? {
+            Killed::Done => Ok(()),
+            Killed::Rounds(rounds) => {
+                debug!(job = %job.id, "no cgroup.kill: kill rounds on a blocking thread");
+                let tx = self.tx.clone();
+                tokio::task::spawn_blocking(move || {
+                    let error = rounds().err().map(|e| e.to_string());
+                    let _ = tx.send(Event::Killed { seq, error });
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// The kill rounds of job `seq` are over: look whether its cgroup is empty now.
+    pub(super) fn killed(&mut self, seq: i64, error: Option<String>) {
+        if let (Some(e), Some(job)) = (error, self.jobs.get(&seq)) {
+            warn!(job = %job.id, error = %e, "cannot kill every process of the job");
         }
         self.check_empty(seq);
     }

@@ -7,6 +7,7 @@ use pjw_core::governor::{self, MemAction, MemJob, MemSnapshot};
 use pjw_core::sched::Phase;
 use tracing::{info, warn};
 
+use super::freezing::FreezeFor;
 use super::Engine;
 
 impl Engine {
@@ -149,26 +150,14 @@ impl Engine {
                     }
                 }
                 MemAction::Freeze { key } => {
-                    let Some(j) = self.jobs.get_mut(&key) else {
+                    // Not twice: a freeze still under way is left to finish.
+                    if self.jobs.get(&key).is_none_or(|j| j.freezing.is_some()) {
                         continue;
-                    };
-                    match self.driver.freeze(&j.cgroup, true) {
-                        Ok(()) => {
-                            self.metrics
-                                .governor_action(crate::metrics::GovernorKind::freeze);
-                            j.memory.frozen = true;
-                            j.memory.footprint = governor::predicted_footprint(
-                                &cfg,
-                                j.memory.usage,
-                                j.memory.growth,
-                                j.memory.footprint,
-                            );
-                            info!(
-                                job = %j.id, user = %j.user, usage = j.memory.usage, growth = j.memory.growth as i64,
-                                psi_some = snap.psi_some, "memory pressure: job frozen"
-                            );
-                        }
-                        Err(e) => warn!(job = %j.id, error = %e, "cannot freeze job"),
+                    }
+                    // Frozen now, or once the v1 freezer confirms it (`Event::Frozen`); a
+                    // failed freeze is logged and the job runs on.
+                    if let Ok(true) = self.begin_freeze(key, FreezeFor::Memory) {
+                        self.memory_frozen(key, Some(snap.psi_some));
                     }
                 }
                 MemAction::Thaw { key } => {
@@ -195,5 +184,26 @@ impl Engine {
             // Memory is free again: held-back jobs may start.
             self.replan();
         }
+    }
+
+    /// Job `seq` is frozen for memory: it keeps its CPUs; what it will need again is predicted.
+    pub(super) fn memory_frozen(&mut self, seq: i64, psi_some: Option<f64>) {
+        let Some(cfg) = self.governor else { return };
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return;
+        };
+        self.metrics
+            .governor_action(crate::metrics::GovernorKind::freeze);
+        j.memory.frozen = true;
+        j.memory.footprint = governor::predicted_footprint(
+            &cfg,
+            j.memory.usage,
+            j.memory.growth,
+            j.memory.footprint,
+        );
+        info!(
+            job = %j.id, user = %j.user, usage = j.memory.usage, growth = j.memory.growth as i64,
+            psi_some, "memory pressure: job frozen"
+        );
     }
 }

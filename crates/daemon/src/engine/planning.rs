@@ -62,19 +62,38 @@ impl Engine {
                 .collect();
             let mut failed = !held_back.is_empty();
             held.extend(&held_back);
+            // A preemption that did not happen (the freeze was not confirmed) frees no CPUs:
+            // the job it made room for does not start on them, and waits out this plan.
+            let mut not_freed: Vec<i64> = Vec::new();
             for a in actions {
                 let skip = match a {
-                    Action::StartPrimary { key, .. } | Action::StartBackfill { key, .. } => {
-                        held_back.contains(&key)
+                    // A job's GPUs are granted right before its start: both go, or neither.
+                    Action::StartPrimary { key, .. }
+                    | Action::StartBackfill { key, .. }
+                    | Action::GrantGpus { key, .. } => {
+                        held_back.contains(&key) || not_freed.contains(&key)
                     }
-                    Action::Preempt { by, .. } => held_back.contains(&by),
-                    _ => false,
+                    Action::Promote { key, .. } | Action::Resume { key, .. } => {
+                        not_freed.contains(&key)
+                    }
+                    Action::Preempt { by, .. } => {
+                        held_back.contains(&by) || not_freed.contains(&by)
+                    }
+                    Action::Expire { .. } => false,
                 };
                 if skip {
                     continue;
                 }
+                let preempted_for = match a {
+                    Action::Preempt { by, .. } => Some(by),
+                    _ => None,
+                };
                 if !self.apply(a) {
                     failed = true;
+                    if let Some(by) = preempted_for {
+                        not_freed.push(by);
+                        held.push(by);
+                    }
                 }
             }
             if !failed {
@@ -129,7 +148,8 @@ impl Engine {
                     let cpus = self.jobs.get(&key).map(|j| j.cpus).unwrap_or_default();
                     self.move_job(key, cpus, Phase::Backfill, reason)
                 } else {
-                    self.freeze_job(key, Phase::Preempted, reason)
+                    // Its CPUs are free only once the freeze is confirmed.
+                    self.freeze_job(key, Phase::Preempted, reason) == Ok(true)
                 }
             }
             Action::Expire { key } => {

@@ -114,11 +114,10 @@ impl Engine {
         }
     }
 
-    /// The sampler's tick: one sample per started job, written as one batch.
+    /// The sampler's tick: one sample per started job, kept as the job's last (what `status`
+    /// answers with) and, with profiles on, written as one batch.
     pub(super) fn sample(&mut self) {
-        let Some(writer) = self.writer.clone() else {
-            return;
-        };
+        let writer = self.writer.clone();
         let t0 = Instant::now();
         let now = self.clock.now_ms();
         let n_procs = self.cfg.profile.processes;
@@ -131,6 +130,7 @@ impl Engine {
             self.last_psi_read = Some(t0);
         }
         let mut batch: Vec<Sample> = Vec::with_capacity(self.jobs.len());
+        let mut jobs = 0usize;
         let mut procs = Vec::new();
         for j in self.jobs.values_mut() {
             if j.started.is_none() {
@@ -162,6 +162,10 @@ impl Engine {
                 }
             }
             j.prof.add(&s);
+            jobs += 1;
+            if writer.is_none() {
+                continue;
+            }
             if n_procs > 0 {
                 if let Ok(pids) = self.driver.procs(&j.cgroup) {
                     procs.extend(profile::top_processes(
@@ -175,32 +179,59 @@ impl Engine {
             }
             batch.push(s);
         }
-        let jobs = batch.len();
-        if !batch.is_empty() {
-            writer.send(WriteOp::Samples(batch));
-        }
-        if !procs.is_empty() {
-            writer.send(WriteOp::Processes(procs));
-        }
         self.late_exits
             .retain(|_, (_, at)| at.elapsed() < LATE_EXIT_WAIT);
-        let due = match self.last_retention {
-            Some(t) => t.elapsed() >= RETENTION_EVERY,
-            None => true,
-        };
-        if due {
-            self.last_retention = Some(Instant::now());
-            writer.send(WriteOp::Retention {
-                now_ms: now,
-                max_age_ms: self.cfg.profile.retention_ms,
-                max_bytes: self.cfg.profile.max_db_size,
-                // With a central store, jobs not shipped yet are the spool: never pruned.
-                keep_unshipped: self.cfg.central.is_some(),
-            });
+        if let Some(writer) = writer {
+            if !batch.is_empty() {
+                writer.send(WriteOp::Samples(batch));
+            }
+            if !procs.is_empty() {
+                writer.send(WriteOp::Processes(procs));
+            }
+            let due = match self.last_retention {
+                Some(t) => t.elapsed() >= RETENTION_EVERY,
+                None => true,
+            };
+            if due {
+                self.last_retention = Some(Instant::now());
+                writer.send(WriteOp::Retention {
+                    now_ms: now,
+                    max_age_ms: self.cfg.profile.retention_ms,
+                    max_bytes: self.cfg.profile.max_db_size,
+                    // With a central store, jobs not shipped yet are the spool: never pruned.
+                    keep_unshipped: self.cfg.central.is_some(),
+                });
+            }
         }
         let took = t0.elapsed();
         self.metrics.sampler_pass(took.as_secs_f64());
         debug!(jobs, took_us = took.as_micros() as u64, "sampled");
+    }
+
+    /// One sample of started job `seq` now (no PSI), kept as its last so `status` has figures
+    /// for a job that has not seen a sampler tick yet (just started, or recovered). Not written
+    /// to the store: the tick's samples are the series.
+    pub(super) fn sample_now(&mut self, seq: i64) {
+        let now = self.clock.now_ms();
+        let Some(j) = self.jobs.get_mut(&seq).filter(|j| j.started.is_some()) else {
+            return;
+        };
+        let procs_now = if self.proc_events {
+            self.procs.counts(seq).map(|c| c.procs_now)
+        } else {
+            None
+        };
+        let state = j.prof_state().sample_state();
+        let s = profile::read_sample(
+            self.driver.as_ref(),
+            &j.cgroup,
+            seq,
+            state,
+            now,
+            procs_now,
+            false,
+        );
+        j.prof.last = Some(s);
     }
 
     /// Process events are flowing (the proc connector is open): process totals are reported.

@@ -147,6 +147,16 @@ impl Engine {
         }
         // Process counts start again from what is alive now (a lower bound).
         self.reseed_procs();
+        // Figures for `status` until the sampler's first tick.
+        let started: Vec<i64> = self
+            .jobs
+            .values()
+            .filter(|j| j.started.is_some())
+            .map(|j| j.seq)
+            .collect();
+        for seq in started {
+            self.sample_now(seq);
+        }
         self.replan();
         Ok(())
     }
@@ -235,6 +245,7 @@ impl Engine {
             held: false,
             end: EndWatch::default(),
             store_dirty: false,
+            freezing: None,
         }
     }
 

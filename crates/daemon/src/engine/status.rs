@@ -1,4 +1,5 @@
-//! What the engine tells about itself: `pjw status` and the metrics snapshot, from its state.
+//! What the engine tells about itself: `pjw status` and the metrics snapshot, from its state
+//! (no cgroup read: the figures are the sampler's last).
 
 use pjw_core::sched::Phase;
 use pjw_core::CpuSet;
@@ -9,21 +10,19 @@ use super::{Engine, Job};
 impl Engine {
     /// The node's state for `pjw status`: running jobs, then the queue in order.
     pub fn status(&self) -> StatusReport {
+        // No cgroup file is read here: figures are the sampler's last sample of each job
+        // (taken every `profile.interval` and once at its start), process counts the process
+        // tracker's where process events arrive. A request costs O(jobs) in memory.
         let info = |j: &Job| {
-            let (procs, threads) = if j.started.is_some() {
-                (
-                    self.driver
-                        .procs(&j.cgroup)
-                        .map(|p| p.len() as u32)
-                        .unwrap_or(0),
-                    self.driver
-                        .thread_count(&j.cgroup)
-                        .map(|t| t as u32)
-                        .unwrap_or(0),
-                )
+            let last = j.prof.last.as_ref().filter(|_| j.started.is_some());
+            let procs = if self.proc_events && j.started.is_some() {
+                self.procs.counts(j.seq).map(|c| c.procs_now as u32)
             } else {
-                (0, 0)
-            };
+                None
+            }
+            .or_else(|| last.and_then(|s| s.procs))
+            .unwrap_or(0);
+            let threads = last.and_then(|s| s.threads).unwrap_or(0);
             JobInfo {
                 id: j.id.to_string(),
                 name: j.name.clone(),
@@ -50,15 +49,10 @@ impl Engine {
                 priority: j.req.priority,
                 age_secs: j.started.unwrap_or(j.queued_at).elapsed().as_secs(),
                 pid: j.pid,
-                // Two small cgroup reads per started job, like procs and threads above: fresher
-                // than the sampler's last sample, so `pjw top` can refresh every second.
-                cpu_usec: j
-                    .started
-                    .and_then(|_| self.driver.cpu_time(&j.cgroup).ok())
-                    .map(|c| c.user_usec + c.system_usec),
-                mem_bytes: j
-                    .started
-                    .and_then(|_| self.driver.memory_usage(&j.cgroup).ok()),
+                cpu_usec: last
+                    .and_then(|s| Some(s.cpu_user_usec? + s.cpu_system_usec.unwrap_or(0))),
+                mem_bytes: last.and_then(|s| s.mem_current),
+                sampled_ms: last.map(|s| s.ts_ms),
                 wlm: j.wlm.clone(),
             }
         };

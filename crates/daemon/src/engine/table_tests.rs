@@ -1,7 +1,7 @@
 //! Table tests of the engine without root: a fake cgroup v2 tree and a recording fake store.
 //! Events in (submit, main exited, restart with a given store and cgroup state), cgroup state,
 //! stored rows and replies out. The recovery matrix: stored state × cgroup populated × main
-//! process alive.
+//! process alive, and stored role × cgroup populated × main process alive.
 
 use pjw_cgroup::JobLimits;
 use pjw_core::sched::Phase;
@@ -321,5 +321,71 @@ async fn recovery_takes_each_stored_role_then_plans() {
         assert_eq!((j.phase, j.cpus), (phase, cpus(held)), "{role}");
         assert_eq!(t.engine.free(), cpus(free), "{role}");
         assert_eq!(t.store.state().rows[&seq].role, stored, "{role}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn recovery_matrix_by_role() {
+    // The matrix's other axis: every stored role of a running job × cgroup populated × main
+    // process alive. A role never keeps a job whose main process or cgroup is gone.
+    for role in ["primary", "backfill", "preempted", "suspended"] {
+        for (populated, alive, want) in [
+            (true, true, None),
+            (true, false, Some("exited")),
+            (false, true, Some("ended while daemon was down")),
+            (false, false, Some("ended while daemon was down")),
+        ] {
+            let case = format!("{role} populated={populated} alive={alive}");
+            let mut t = TestEngine::new();
+            let pid = if alive { std::process::id() } else { DEAD_PID };
+            if alive {
+                t.fake_process(pid, 1000);
+                t.fake_stat(pid);
+            }
+            let rec = JobRecord {
+                role: role.into(),
+                ..record("r1", StoredState::Running, pid)
+            };
+            let seq = t.store.clone().insert_job(&rec).expect("insert");
+            let limits = JobLimits {
+                cpus: cpus("0-1"),
+                mems: cpus("0"),
+                memory_max: None,
+                pids_max: None,
+                swap_max: None,
+            };
+            t.engine
+                .driver
+                .create_job(&rec.cgroup, &limits)
+                .expect("cgroup");
+            if populated {
+                t.engine
+                    .driver
+                    .add_process(&rec.cgroup, pid)
+                    .expect("process");
+            }
+
+            t.engine.recover().expect("recover");
+
+            let row = t.store.state().rows[&seq].clone();
+            let listed = t.engine.driver.list_jobs().expect("list");
+            match want {
+                None => {
+                    assert!(t.engine.jobs.contains_key(&seq), "{case}");
+                    assert!(listed.contains(&rec.cgroup), "{case}");
+                    assert_eq!(row.state, StoredState::Running, "{case}");
+                }
+                Some(reason) => {
+                    assert!(!t.engine.jobs.contains_key(&seq), "{case}");
+                    assert_eq!(
+                        (row.state, row.end_reason.as_deref()),
+                        (StoredState::Ended, Some(reason)),
+                        "{case}"
+                    );
+                    assert!(!listed.contains(&rec.cgroup), "{case}: {listed:?}");
+                    assert_eq!(t.engine.free(), cpus("0-3"), "{case}");
+                }
+            }
+        }
     }
 }

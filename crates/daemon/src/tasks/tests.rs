@@ -25,7 +25,8 @@ fn settings_follow_the_config() {
     let s = Settings::of(&cfg(
         "[memory]\ngovernor = false\n[profile]\nenabled = false\n[adopt]\nsweep_interval_ms = 0\n",
     ));
-    assert_eq!((s.governor_ms, s.sample_ms, s.sweep_ms), (None, None, None));
+    // The sampler runs with profiles off too: status answers from its samples.
+    assert_eq!((s.governor_ms, s.sample_ms, s.sweep_ms), (None, Some(10_000), None));
     // No variable names a job: nothing to sweep for.
     assert_eq!(Settings::of(&cfg("[adopt]\nenv = []\n")).sweep_ms, None);
     let s = Settings::of(&cfg(
@@ -153,7 +154,7 @@ async fn a_reload_restarts_the_tasks_whose_keys_changed() {
     let (mut t, _rx, _dir, _m) = tasks();
     t.start(&mut te.engine, None);
     let before = t.running();
-    assert_eq!((before.governor_ms, before.sample_ms), (None, None));
+    assert_eq!((before.governor_ms, before.sample_ms), (None, Some(10_000)));
     assert_eq!(before.sweep_ms, Some(1000));
 
     let dir = tempfile::tempdir().unwrap();
