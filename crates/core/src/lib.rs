@@ -24,6 +24,7 @@ pub mod sim;
 pub mod size;
 pub mod synthetic;
 pub mod text;
+pub mod thread_bind;
 pub mod tid;
 pub mod topology;
 
