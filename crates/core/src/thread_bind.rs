@@ -32,6 +32,37 @@ use std::collections::BTreeMap;
 
 use crate::{CpuSet, Tid, Topology};
 
+/// What a job's threads are bound to (`[job] bind`, later `pjw run --bind`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BindMode {
+    /// Each busy thread on one PU of the job.
+    Threads,
+    /// Each busy thread on the PUs of one core of the job (its SMT siblings included).
+    Cores,
+    /// No binding: every thread may run on the whole job set.
+    #[default]
+    None,
+}
+
+impl BindMode {
+    /// Every mode, in the order help texts list them.
+    pub const ALL: [BindMode; 3] = [BindMode::Threads, BindMode::Cores, BindMode::None];
+
+    /// The mode's name in config and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            BindMode::Threads => "threads",
+            BindMode::Cores => "cores",
+            BindMode::None => "none",
+        }
+    }
+
+    /// The mode named `text` (exact, lower-case), if any.
+    pub fn parse(text: &str) -> Option<BindMode> {
+        BindMode::ALL.into_iter().find(|m| m.name() == text)
+    }
+}
+
 /// One thread's run time over the last interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadSample {
@@ -368,6 +399,18 @@ mod tests {
             let unpin: Vec<Tid> = c.unpin.iter().map(|&t| Tid(t)).collect();
             assert_eq!(p.unpin, unpin, "{}", c.desc);
         }
+    }
+
+    #[test]
+    fn bind_mode_names_round_trip() {
+        for m in BindMode::ALL {
+            assert_eq!(BindMode::parse(m.name()), Some(m));
+        }
+        assert_eq!(BindMode::parse("threads"), Some(BindMode::Threads));
+        for bad in ["", "Threads", "thread", "core", " none"] {
+            assert_eq!(BindMode::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(BindMode::default(), BindMode::None);
     }
 
     #[test]

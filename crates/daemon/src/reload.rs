@@ -9,8 +9,8 @@
 //!   central store, log settings, the pool, the memory partition) keep their old value until the
 //!   next restart, said in the log; the rest of the reload applies;
 //! - every other key (vcpus, backfill, preemption, queue TTL, priorities, exclusive, per-user
-//!   queue limit, job limits and /tmp, governor thresholds, profile retention and size, admin
-//!   group, adoption rules) takes effect at once; running jobs are not touched.
+//!   queue limit, job limits and /tmp, thread binding, governor thresholds, profile retention
+//!   and size, admin group, adoption rules) takes effect at once; running jobs are not touched.
 //!
 //! ```
 //! use pjw_daemon::{reload, Config, Overrides};
@@ -164,6 +164,7 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     live!("job.swap_max", swap_max);
     live!("job.tmp", tmp);
     live!("job.tmp_max", tmp_max);
+    live!("job.bind", bind);
     live!("memory (governor thresholds)", governor_cfg);
     live!("profile.processes", profile.processes);
     live!("profile.retention", profile.retention_ms);
