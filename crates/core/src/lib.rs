@@ -24,6 +24,8 @@ pub mod sim;
 pub mod size;
 pub mod synthetic;
 pub mod text;
+pub mod thread_bind;
+pub mod tid;
 pub mod topology;
 
 pub use cpuset::{CpuSet, MAX_CPUS};
@@ -31,4 +33,5 @@ pub use error::CoreError;
 pub use gpu::{DeviceNode, Gpu, GpuId, GpuSet, GpuVendor, Gpus, MAX_GPUS};
 pub use jobid::JobId;
 pub use size::{format_size, parse_size};
+pub use tid::Tid;
 pub use topology::{DomainNode, DomainTree, Level, NumaNode, Pu, Topology};

@@ -145,6 +145,9 @@ pub struct Config {
     pub swap_max: Option<u64>,
     /// `[job] partition`: exclusive jobs become cpuset partitions of this type (v2).
     pub partition: Option<pjw_cgroup::Partition>,
+    /// `[job] bind`: how a job's busy threads are bound (parsed only; the daemon does not bind
+    /// threads yet).
+    pub bind: pjw_core::thread_bind::BindMode,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
     /// Where the device nodes are (`[paths] dev`), for GPU discovery.
@@ -312,6 +315,7 @@ impl Config {
             tmp_root: job.tmp_root,
             swap_max: job.swap_max,
             partition: job.partition,
+            bind: job.bind,
             proc_root: raw.paths.proc.unwrap_or_else(|| PathBuf::from("/proc")),
             sys_root: raw.paths.sys.unwrap_or_else(|| PathBuf::from("/sys")),
             log_level,

@@ -1,5 +1,5 @@
 //! `[job]`: what every job gets: leftover killing, pids and swap limits, its private /tmp, and
-//! the partition type of exclusive jobs.
+//! the partition type of exclusive jobs, and how its threads are bound.
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +18,7 @@ pub struct RawJob {
     pub tmp_root: Option<PathBuf>,
     pub swap_max: Option<String>,
     pub partition: Option<String>,
+    pub bind: Option<String>,
 }
 
 /// The validated `[job]` section.
@@ -30,6 +31,7 @@ pub(super) struct Job {
     pub tmp_root: PathBuf,
     pub swap_max: Option<u64>,
     pub partition: Option<pjw_cgroup::Partition>,
+    pub bind: pjw_core::thread_bind::BindMode,
 }
 
 /// Validate `[job]`; a job's /tmp lives below `state_dir` unless `tmp_root` says otherwise.
@@ -89,6 +91,15 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
             ))
         }
     };
+    let bind = match j.bind.as_deref() {
+        None => pjw_core::thread_bind::BindMode::default(),
+        Some(t) => pjw_core::thread_bind::BindMode::parse(t).ok_or_else(|| {
+            err(
+                "job.bind",
+                format!("{t:?} is not one of threads, cores, none"),
+            )
+        })?,
+    };
     Ok(Job {
         kill_leftovers: j.kill_leftovers.unwrap_or(true),
         pids_max,
@@ -97,5 +108,6 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
         tmp_root,
         swap_max,
         partition,
+        bind,
     })
 }

@@ -274,3 +274,35 @@ fn a_password_in_a_world_readable_config_is_refused_and_a_password_file_must_be_
         assert_eq!(c.central.unwrap().password.as_deref(), Some("s3cret"));
     }
 }
+
+#[test]
+fn job_bind_mode() {
+    use pjw_core::thread_bind::BindMode;
+    let c = Config::parse("t.toml", "", &Overrides::default()).unwrap();
+    assert_eq!(c.bind, BindMode::None);
+    for (text, want) in [
+        ("threads", BindMode::Threads),
+        ("cores", BindMode::Cores),
+        ("none", BindMode::None),
+    ] {
+        let toml = format!("[job]\nbind = \"{text}\"\n");
+        let c = Config::parse("t.toml", &toml, &Overrides::default()).unwrap();
+        assert_eq!(c.bind, want, "{text}");
+    }
+    for bad in ["\"thread\"", "\"\"", "\"Cores\"", "1"] {
+        let toml = format!("[job]\nbind = {bad}\n");
+        let e = Config::parse("t.toml", &toml, &Overrides::default()).unwrap_err();
+        assert!(e.key.starts_with("job.bind"), "{bad}: {e}");
+    }
+    let e = Config::parse("t.toml", "[job]\nbind = \"cpus\"\n", &Overrides::default()).unwrap_err();
+    assert!(
+        e.to_string().contains("not one of threads, cores, none"),
+        "{e}"
+    );
+    // A reload may change it at once (nothing is bound yet, so nothing to undo).
+    let old = Config::parse("t.toml", "", &Overrides::default()).unwrap();
+    let new = Config::parse("t.toml", "[job]\nbind = \"threads\"", &Overrides::default()).unwrap();
+    let plan =
+        crate::reload::plan(&old, &new, &"0-3".parse().unwrap(), &Default::default()).unwrap();
+    assert_eq!(plan.changed, ["job.bind"]);
+}

@@ -1,0 +1,450 @@
+//! Thread balancing inside a job: which of a job's threads to pin to which of its CPUs.
+//!
+//! The original pjw locked the threads that are "in a RUN state most of the time" to CPUs of the
+//! job in round-robin order and left the others free. [`plan`] is that decision, pure: it takes
+//! the job's CPU set, the machine's [`Topology`], the pins made on the previous pass and one run
+//! time sample per thread, and returns the new pins and the threads to unpin (give back the whole
+//! job set). Reading `/proc/PID/task/TID/{stat,schedstat}` and calling `sched_setaffinity` are
+//! the daemon's business.
+//!
+//! Rules:
+//! - A thread is **busy** when it ran at least `busy_percent` % of the interval; the others are
+//!   sleepers and are never pinned (a sleeper that was pinned is listed in `unpin`).
+//! - Busy threads take CPUs in this order: one PU per physical core first (SMT siblings last),
+//!   the cores of one NUMA node before the next, lower CPU numbers first. With more busy threads
+//!   than CPUs they wrap round-robin, so per-CPU counts differ by at most one.
+//! - Stability: a busy thread keeps its CPU when that CPU is still in the set and keeping it does
+//!   not break the rules above (it is not over its share and, with spare CPUs, the CPU is in a
+//!   class — sibling rank and NUMA node — that the ideal placement uses as often).
+//! - No pin is ever outside the job's set; threads that no longer exist are dropped.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use pjw_core::thread_bind::{plan, ThreadSample};
+//! use pjw_core::{synthetic, CpuSet, Tid};
+//! let topo = synthetic::parse("core:2").unwrap();
+//! let s = |t, ms: u64| ThreadSample { tid: Tid(t), run_ns: ms * 1_000_000 };
+//! let p = plan(&topo, &topo.online(), &BTreeMap::new(), &[s(1, 990), s(2, 3), s(3, 1000)], 1_000_000_000, 50);
+//! assert_eq!(p.pins, BTreeMap::from([(Tid(1), 0), (Tid(3), 1)]));
+//! ```
+
+use std::collections::BTreeMap;
+
+use crate::{CpuSet, Tid, Topology};
+
+/// What a job's threads are bound to (`[job] bind`, later `pjw run --bind`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BindMode {
+    /// Each busy thread on one PU of the job.
+    Threads,
+    /// Each busy thread on the PUs of one core of the job (its SMT siblings included).
+    Cores,
+    /// No binding: every thread may run on the whole job set.
+    #[default]
+    None,
+}
+
+impl BindMode {
+    /// Every mode, in the order help texts list them.
+    pub const ALL: [BindMode; 3] = [BindMode::Threads, BindMode::Cores, BindMode::None];
+
+    /// The mode's name in config and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            BindMode::Threads => "threads",
+            BindMode::Cores => "cores",
+            BindMode::None => "none",
+        }
+    }
+
+    /// The mode named `text` (exact, lower-case), if any.
+    pub fn parse(text: &str) -> Option<BindMode> {
+        BindMode::ALL.into_iter().find(|m| m.name() == text)
+    }
+}
+
+/// One thread's run time over the last interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadSample {
+    pub tid: Tid,
+    /// Nanoseconds the thread ran during the interval (a schedstat or stat delta).
+    pub run_ns: u64,
+}
+
+/// What to do this pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BindPlan {
+    /// The full new pin map: every busy thread and its CPU.
+    pub pins: BTreeMap<Tid, u32>,
+    /// Threads pinned before that are now sleepers: give them the whole job set back.
+    pub unpin: Vec<Tid>,
+}
+
+/// A CPU's place in the fill order: (sibling rank within its core, NUMA node, CPU number).
+/// The first two make its class; CPUs of one class are interchangeable for stability.
+type Key = (u32, u32, u32);
+
+/// The job's CPUs in fill order, with their keys.
+fn fill_order(topo: &Topology, job: &CpuSet) -> Vec<Key> {
+    let mut seen: BTreeMap<(u32, u32), u32> = BTreeMap::new(); // (package, core) -> PUs so far
+    let mut keys = Vec::with_capacity(job.len());
+    for cpu in job.iter() {
+        // A CPU the topology does not know is a core of its own on node 0.
+        let (core, numa) = match topo.pu(cpu) {
+            Some(p) => ((p.package, p.core), p.numa.unwrap_or(0)),
+            None => ((u32::MAX, cpu), 0),
+        };
+        let rank = seen.entry(core).or_insert(0);
+        keys.push((*rank, numa, cpu));
+        *rank += 1;
+    }
+    keys.sort_unstable();
+    keys
+}
+
+/// Decide the pins for one pass. `interval_ns` is the length of the interval the samples cover;
+/// a thread is busy when `run_ns * 100 >= busy_percent * interval_ns` (no thread is busy when the
+/// interval is empty). `previous` is the pin map the last pass returned.
+pub fn plan(
+    topo: &Topology,
+    job: &CpuSet,
+    previous: &BTreeMap<Tid, u32>,
+    samples: &[ThreadSample],
+    interval_ns: u64,
+    busy_percent: u32,
+) -> BindPlan {
+    let is_busy = |s: &ThreadSample| {
+        interval_ns > 0
+            && u128::from(s.run_ns) * 100 >= u128::from(busy_percent) * u128::from(interval_ns)
+    };
+    let mut busy: Vec<Tid> = samples
+        .iter()
+        .filter(|s| is_busy(s))
+        .map(|s| s.tid)
+        .collect();
+    busy.sort_unstable();
+    busy.dedup();
+    let mut unpin: Vec<Tid> = samples
+        .iter()
+        .filter(|s| !is_busy(s) && previous.contains_key(&s.tid))
+        .map(|s| s.tid)
+        .collect();
+    unpin.sort_unstable();
+    unpin.dedup();
+    let order = fill_order(topo, job);
+    let mut out = BindPlan {
+        pins: BTreeMap::new(),
+        unpin,
+    };
+    if order.is_empty() || busy.is_empty() {
+        return out;
+    }
+
+    let m = order.len();
+    let n = busy.len();
+    let (base, extra) = (n / m, n % m);
+    let index: BTreeMap<u32, usize> = order.iter().enumerate().map(|(i, k)| (k.2, i)).collect();
+    let mut count = vec![0usize; m];
+    let mut extras_used = 0usize;
+    // With spare CPUs (base 0), how many threads each class gets in the ideal placement.
+    let mut class_room: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+    if base == 0 {
+        for k in &order[..n] {
+            *class_room.entry((k.0, k.1)).or_insert(0) += 1;
+        }
+    }
+
+    // Keep pass: busy threads stay where they are when the rules allow it.
+    let mut movers = Vec::new();
+    for &tid in &busy {
+        let kept = previous.get(&tid).and_then(|cpu| index.get(cpu)).copied();
+        let Some(i) = kept else {
+            movers.push(tid);
+            continue;
+        };
+        let room = if count[i] < base {
+            true
+        } else if count[i] == base && extras_used < extra {
+            if base == 0 {
+                let k = order[i];
+                match class_room.get_mut(&(k.0, k.1)) {
+                    Some(r) if *r > 0 => {
+                        *r -= 1;
+                        true
+                    }
+                    _ => false,
+                }
+            } else {
+                true
+            }
+        } else {
+            false
+        };
+        if room {
+            if count[i] == base {
+                extras_used += 1;
+            }
+            count[i] += 1;
+            out.pins.insert(tid, order[i].2);
+        } else {
+            movers.push(tid);
+        }
+    }
+
+    // Fill pass: round-robin over the fill order, up to `base` each, then the extras.
+    let mut movers = movers.into_iter();
+    'fill: for level in 0..=base {
+        for i in 0..m {
+            while count[i] <= level && count[i] < base + 1 {
+                if count[i] == base {
+                    if extras_used == extra {
+                        break;
+                    }
+                    extras_used += 1;
+                }
+                let Some(tid) = movers.next() else {
+                    break 'fill;
+                };
+                count[i] += 1;
+                out.pins.insert(tid, order[i].2);
+            }
+        }
+    }
+    debug_assert!(movers.next().is_none());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn set(s: &str) -> CpuSet {
+        CpuSet::parse_list(s).unwrap()
+    }
+
+    /// Threads `busy` ran the whole second, `idle` ran 1 ms.
+    fn samples(busy: &[u32], idle: &[u32]) -> Vec<ThreadSample> {
+        let b = busy.iter().map(|&t| ThreadSample {
+            tid: Tid(t),
+            run_ns: SEC,
+        });
+        let i = idle.iter().map(|&t| ThreadSample {
+            tid: Tid(t),
+            run_ns: SEC / 1000,
+        });
+        b.chain(i).collect()
+    }
+
+    fn pins(p: &[(u32, u32)]) -> BTreeMap<Tid, u32> {
+        p.iter().map(|&(t, c)| (Tid(t), c)).collect()
+    }
+
+    fn per_cpu(p: &BindPlan) -> BTreeMap<u32, usize> {
+        let mut c = BTreeMap::new();
+        for cpu in p.pins.values() {
+            *c.entry(*cpu).or_insert(0) += 1;
+        }
+        c
+    }
+
+    #[test]
+    fn table() {
+        struct Case {
+            desc: &'static str,
+            topo: &'static str,
+            job: &'static str,
+            previous: &'static [(u32, u32)],
+            busy: &'static [u32],
+            idle: &'static [u32],
+            want: &'static [(u32, u32)],
+            unpin: &'static [u32],
+        }
+        let cases = [
+            Case {
+                desc: "2 cpus, 2 busy + 4 sleepers: busy on distinct cpus, sleepers free",
+                topo: "core:2",
+                job: "0-1",
+                previous: &[],
+                busy: &[10, 11],
+                idle: &[12, 13, 14, 15],
+                want: &[(10, 0), (11, 1)],
+                unpin: &[],
+            },
+            Case {
+                desc: "busy 10 sleeps, sleeper 12 wakes: 11 keeps cpu 1, 12 takes cpu 0",
+                topo: "core:2",
+                job: "0-1",
+                previous: &[(10, 0), (11, 1)],
+                busy: &[11, 12],
+                idle: &[10, 13, 14, 15],
+                want: &[(11, 1), (12, 0)],
+                unpin: &[10],
+            },
+            Case {
+                desc: "stable pins are kept even when not in fill order",
+                topo: "core:2",
+                job: "0-1",
+                previous: &[(10, 1), (11, 0)],
+                busy: &[10, 11],
+                idle: &[],
+                want: &[(10, 1), (11, 0)],
+                unpin: &[],
+            },
+            Case {
+                desc: "16 cpus, 2 nodes, smt 2, 4 busy: 4 cores of node 0, no siblings",
+                topo: "numa:2 core:4 pu:2",
+                job: "0-15",
+                previous: &[],
+                busy: &[1, 2, 3, 4],
+                idle: &[5],
+                want: &[(1, 0), (2, 2), (3, 4), (4, 6)],
+                unpin: &[],
+            },
+            Case {
+                desc: "whole cores of node 1 before any sibling",
+                topo: "numa:2 core:4 pu:2",
+                job: "0-15",
+                previous: &[],
+                busy: &[1, 2, 3, 4, 5, 6, 7, 8, 9],
+                idle: &[],
+                want: &[
+                    (1, 0),
+                    (2, 2),
+                    (3, 4),
+                    (4, 6),
+                    (5, 8),
+                    (6, 10),
+                    (7, 12),
+                    (8, 14),
+                    (9, 1),
+                ],
+                unpin: &[],
+            },
+            Case {
+                desc:
+                    "a thread on a sibling or the other node moves to a free whole core of node 0",
+                topo: "numa:2 core:4 pu:2",
+                job: "0-15",
+                previous: &[(1, 2), (2, 3), (3, 9)],
+                busy: &[1, 2, 3],
+                idle: &[],
+                want: &[(1, 2), (2, 0), (3, 4)],
+                unpin: &[],
+            },
+            Case {
+                desc: "pins outside the job's set move inside it",
+                topo: "core:4",
+                job: "2-3",
+                previous: &[(1, 0), (2, 3)],
+                busy: &[1, 2],
+                idle: &[],
+                want: &[(1, 2), (2, 3)],
+                unpin: &[],
+            },
+            Case {
+                desc: "5 busy on 4 cpus: round robin, one cpu gets 2",
+                topo: "core:4",
+                job: "0-3",
+                previous: &[],
+                busy: &[1, 2, 3, 4, 5],
+                idle: &[],
+                want: &[(1, 0), (2, 1), (3, 2), (4, 3), (5, 0)],
+                unpin: &[],
+            },
+            Case {
+                desc: "5 busy on 4 cpus, all stacked on cpu 3 before: spread out",
+                topo: "core:4",
+                job: "0-3",
+                previous: &[(1, 3), (2, 3), (3, 3), (4, 3), (5, 3)],
+                busy: &[1, 2, 3, 4, 5],
+                idle: &[],
+                want: &[(1, 3), (2, 3), (3, 0), (4, 1), (5, 2)],
+                unpin: &[],
+            },
+            Case {
+                desc: "5 busy on 4 cpus, two stacks before: only one cpu keeps two",
+                topo: "core:4",
+                job: "0-3",
+                previous: &[(1, 3), (2, 3), (3, 2), (4, 2), (5, 0)],
+                busy: &[1, 2, 3, 4, 5],
+                idle: &[],
+                want: &[(1, 3), (2, 3), (3, 2), (4, 1), (5, 0)],
+                unpin: &[],
+            },
+            Case {
+                desc: "gone threads are dropped, not unpinned",
+                topo: "core:2",
+                job: "0-1",
+                previous: &[(7, 0), (8, 1)],
+                busy: &[8],
+                idle: &[],
+                want: &[(8, 1)],
+                unpin: &[],
+            },
+        ];
+        for c in cases {
+            let topo = synthetic::parse(c.topo).unwrap();
+            let p = plan(
+                &topo,
+                &set(c.job),
+                &pins(c.previous),
+                &samples(c.busy, c.idle),
+                SEC,
+                50,
+            );
+            assert_eq!(p.pins, pins(c.want), "{}", c.desc);
+            let unpin: Vec<Tid> = c.unpin.iter().map(|&t| Tid(t)).collect();
+            assert_eq!(p.unpin, unpin, "{}", c.desc);
+        }
+    }
+
+    #[test]
+    fn bind_mode_names_round_trip() {
+        for m in BindMode::ALL {
+            assert_eq!(BindMode::parse(m.name()), Some(m));
+        }
+        assert_eq!(BindMode::parse("threads"), Some(BindMode::Threads));
+        for bad in ["", "Threads", "thread", "core", " none"] {
+            assert_eq!(BindMode::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(BindMode::default(), BindMode::None);
+    }
+
+    #[test]
+    fn busy_share_threshold() {
+        let topo = synthetic::parse("core:4").unwrap();
+        let s = |t, run_ns| ThreadSample {
+            tid: Tid(t),
+            run_ns,
+        };
+        let samples = [s(1, SEC / 2), s(2, SEC / 2 - 1), s(3, SEC)];
+        let p = plan(&topo, &topo.online(), &BTreeMap::new(), &samples, SEC, 50);
+        assert_eq!(p.pins, pins(&[(1, 0), (3, 1)]));
+        let p = plan(&topo, &topo.online(), &BTreeMap::new(), &samples, SEC, 90);
+        assert_eq!(p.pins, pins(&[(3, 0)]));
+        // An empty interval makes nobody busy.
+        let p = plan(&topo, &topo.online(), &BTreeMap::new(), &samples, 0, 50);
+        assert!(p.pins.is_empty());
+    }
+
+    #[test]
+    fn counts_differ_by_at_most_one() {
+        let topo = synthetic::parse("core:4").unwrap();
+        let busy: Vec<u32> = (1..=5).collect();
+        let p = plan(
+            &topo,
+            &topo.online(),
+            &BTreeMap::new(),
+            &samples(&busy, &[]),
+            SEC,
+            50,
+        );
+        let c = per_cpu(&p);
+        assert_eq!(c.len(), 4);
+        let (lo, hi) = (c.values().min().unwrap(), c.values().max().unwrap());
+        assert!(hi - lo <= 1, "{c:?}");
+    }
+}
