@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use pjw_proto::{Client, ErrorCode, JobTmp, Placement, ProtoError, Request, Response, RunRequest};
 
 use crate::cli::RunArgs;
+use crate::connect::{connect_window, daemon_absent};
 
 /// Exit code when pjw itself fails.
 const EXIT_PJW: i32 = 125;
@@ -21,22 +22,6 @@ fn reconnect_window() -> Duration {
         .and_then(|s| s.parse().ok())
         .map(Duration::from_secs)
         .unwrap_or(Duration::from_secs(60))
-}
-
-/// How long a new client waits for a daemon that is not there yet (being restarted: socket
-/// missing or refusing), instead of failing at once. `PJW_CONNECT_WAIT` seconds, default 30.
-fn connect_window() -> Duration {
-    std::env::var("PJW_CONNECT_WAIT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(Duration::from_secs(30))
-}
-
-/// Whether a failed connect means "no daemon right now" (worth waiting for), not a fault.
-fn daemon_absent(e: &ProtoError) -> bool {
-    matches!(e, ProtoError::Connect { source, .. }
-        if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused))
 }
 
 fn fail(msg: impl std::fmt::Display) -> i32 {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use pjw_core::CpuSet;
-use pjw_proto::{Client, ErrorCode, RegisterRequest, Request, Response};
+use pjw_proto::{ErrorCode, RegisterRequest, Request, Response};
 
 use crate::cli::{JobCommand, RegisterArgs, SgeCommand, SlurmCommand};
 use crate::wlm_parse::{self, WlmJob};
@@ -33,7 +33,10 @@ fn register(
         name,
         attach,
     };
-    let mut c = Client::connect(&pjw_proto::socket_path()).map_err(|e| (None, e.to_string()))?;
+    // A prolog that finds the daemon restarting waits for it (bounded) instead of failing the
+    // job (and, under Slurm, draining the node).
+    let mut c =
+        crate::connect::connect_waiting(&pjw_proto::socket_path(), false).map_err(|e| (None, e))?;
     c.send(&Request::Register(req))
         .map_err(|e| (None, e.to_string()))?;
     let mut said = false;
@@ -59,7 +62,9 @@ fn register(
 /// End registered job `id`; a job pjw does not know is not an error (never registered, or
 /// already ended).
 fn end(id: &str) -> i32 {
-    let mut c = match Client::connect(&pjw_proto::socket_path()) {
+    // An epilog that finds the daemon restarting waits for it too: failing would leave the job
+    // registered until the daemon finds its processes gone.
+    let mut c = match crate::connect::connect_waiting(&pjw_proto::socket_path(), false) {
         Ok(c) => c,
         Err(e) => return fail(e),
     };

@@ -16,6 +16,7 @@ mod cmd_status;
 mod cmd_top;
 mod cmd_topology;
 mod cmd_wlm;
+mod connect;
 mod logging;
 mod marks;
 mod plot;

@@ -1,7 +1,7 @@
 //! A `pjw run` that arrives while the daemon is down or restarting waits for it (bounded)
 //! instead of failing at once: under a workload manager's prolog a failed run drains the node.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -60,4 +60,81 @@ fn with_no_daemon_at_all_a_run_fails_clearly_after_its_wait() {
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("no pjw daemon came up within 1 s"), "{err}");
     assert_eq!(err.lines().count(), 2, "{err}");
+}
+
+/// A workload manager's prolog (`pjw job register`) and epilog (`pjw job end`) that find the
+/// daemon restarting wait for it like `pjw run` does: a failed prolog drains a Slurm node, a
+/// failed epilog leaves the job registered. (A chaos run saw `connection refused` here.)
+#[test]
+fn a_prolog_and_an_epilog_wait_for_a_daemon_that_is_restarting() {
+    require_root!();
+    let id = pjw_testkit::machine::wlm_job_id(95);
+    let root = pjw_testkit::machine::me().name;
+    let mut d = TestDaemon::start(pjw_bin(), "");
+    d.kill9();
+    let mut prolog = d
+        .pjw()
+        .args([
+            "job", "register", "--wlm", "slurm", "-j", &id, "-u", &root, "-c", "1",
+        ])
+        .env("PJW_CONNECT_WAIT", "120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It says it waits; only then does the daemon come back.
+    // Its stderr stays open to the end (a closed pipe would kill its next line with SIGPIPE).
+    let mut err = BufReader::new(prolog.stderr.take().expect("piped stderr"));
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    assert!(first.contains("waiting up to 120 s"), "{first:?}");
+    d.restart();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    let out = pjw_testkit::job::wait(prolog, "pjw job register (waiting for the daemon)");
+    assert!(
+        out.status.success(),
+        "{}\n{rest}\n{}",
+        out.describe(),
+        d.log()
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("job slurm:{id} registered")),
+        "{}",
+        out.describe()
+    );
+
+    // The epilog, the same way.
+    d.kill9();
+    let mut epilog = d
+        .pjw()
+        .args(["job", "end", &format!("slurm:{id}")])
+        .env("PJW_CONNECT_WAIT", "120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(epilog.stderr.take().expect("piped stderr"));
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    assert!(first.contains("waiting up to 120 s"), "{first:?}");
+    d.restart();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    let out = pjw_testkit::job::wait(epilog, "pjw job end (waiting for the daemon)");
+    assert!(
+        out.status.success(),
+        "{}\n{rest}\n{}",
+        out.describe(),
+        d.log()
+    );
+    assert!(
+        !d.status()["jobs"]
+            .as_array()
+            .is_some_and(|j| j.iter().any(|j| j["id"] == format!("slurm:{id}"))),
+        "the job is still registered after its epilog\n{}",
+        d.log()
+    );
 }

@@ -26,7 +26,10 @@ fn settings_follow_the_config() {
         "[memory]\ngovernor = false\n[profile]\nenabled = false\n[adopt]\nsweep_interval_ms = 0\n",
     ));
     // The sampler runs with profiles off too: status answers from its samples.
-    assert_eq!((s.governor_ms, s.sample_ms, s.sweep_ms), (None, Some(10_000), None));
+    assert_eq!(
+        (s.governor_ms, s.sample_ms, s.sweep_ms),
+        (None, Some(10_000), None)
+    );
     // No variable names a job: nothing to sweep for.
     assert_eq!(Settings::of(&cfg("[adopt]\nenv = []\n")).sweep_ms, None);
     let s = Settings::of(&cfg(
