@@ -171,8 +171,12 @@ pub fn scontrol_mem(text: &str, node: &str, cpus: u32) -> Option<u64> {
         let t = tokens(line);
         if let Some((_, list)) = t.first().filter(|(k, _)| *k == "Nodes") {
             if t.iter().any(|(k, _)| *k == "CPU_IDs") && hostlist_contains(list, node) {
-                let mem = t.iter().find(|(k, _)| *k == "Mem").map(|(_, v)| *v);
-                min(&mut detail, mem.and_then(slurm_mem));
+                // The smallest of the line's `Mem=`s, not the first: text a user wrote on the
+                // line (a job name) can only come before the real one (fuzz seed
+                // regress-name-mem-on-detail-line).
+                for (_, v) in t.iter().filter(|(k, _)| *k == "Mem") {
+                    min(&mut detail, slurm_mem(v));
+                }
             }
         }
         for (k, v) in &t {
@@ -306,6 +310,9 @@ mod tests {
         let other_kind = "JobId=1 JobName=x MinMemoryNode=4G\n   NumCPUs=1 MinMemoryCPU=1G\n";
         assert_eq!(scontrol_mem(other_kind, "vm", 1), Some(1 << 30));
         assert_eq!(scontrol_mem(other_kind, "vm", 8), Some(4 << 30));
+        // A name on a node's detail line, holding a detail of its own before the real one.
+        let on_detail = "JobId=1\n   Nodes=n03 CPU_IDs=0-3 JobName=x Nodes=n03 CPU_IDs=0-63 Mem=1T y CPU_IDs=0-1 Mem=2048\n";
+        assert_eq!(scontrol_mem(on_detail, "n03", 4), Some(2048 << 20));
     }
 
     #[test]
