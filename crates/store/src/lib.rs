@@ -398,7 +398,10 @@ impl Store {
             });
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(v as usize) {
-            let tx = self.conn.transaction().map_err(err)?;
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(err)?;
             tx.execute_batch(sql).map_err(err)?;
             tx.pragma_update(None, "user_version", (i + 1) as i64)
                 .map_err(err)?;
@@ -426,7 +429,10 @@ impl Store {
             path: path.clone(),
             source,
         };
-        let tx = self.conn.transaction().map_err(err)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
         let cur: Option<String> = tx
             .query_row(
                 "SELECT value FROM meta WHERE key = 'next_job_number'",
@@ -744,6 +750,30 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two connections writing at once (the engine's and the profile writer's) never see
+    /// "database is locked": a transaction that reads before it writes takes the write lock at
+    /// BEGIN (IMMEDIATE), so it waits in the busy handler. A deferred one fails at once when the
+    /// other connection committed after its read (SQLITE_BUSY_SNAPSHOT: no busy handler runs),
+    /// which refused a `pjw run` in CI.
+    #[test]
+    fn read_then_write_transactions_wait_for_another_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = Store::open(dir.path()).unwrap();
+        let b = Store::open(dir.path()).unwrap();
+        let other = std::thread::spawn(move || {
+            for i in 0..400 {
+                b.insert_job(&job(&format!("w{i}"))).unwrap();
+            }
+        });
+        let mut last = 0;
+        for _ in 0..400 {
+            let n = a.next_job_number().expect("no busy error");
+            assert!(n > last);
+            last = n;
+        }
+        other.join().unwrap();
+    }
 
     fn job(id: &str) -> JobRecord {
         JobRecord {

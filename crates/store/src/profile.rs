@@ -371,7 +371,10 @@ impl Store {
             path: path.clone(),
             source,
         };
-        let tx = self.conn.transaction().map_err(err)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
         {
             let mut st = tx
                 .prepare_cached(&format!(
@@ -418,7 +421,10 @@ impl Store {
             path: path.clone(),
             source,
         };
-        let tx = self.conn.transaction().map_err(err)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
         {
             let mut st = tx
                 .prepare_cached(
@@ -455,7 +461,10 @@ impl Store {
             path: path.clone(),
             source,
         };
-        let tx = self.conn.transaction().map_err(err)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
         exec_cached(
             &tx,
             "UPDATE jobs SET state = 'ended', ended_ms = ?2, end_reason = ?3 WHERE seq = ?1",
@@ -633,7 +642,10 @@ impl Store {
             path: path.clone(),
             source,
         };
-        let tx = self.conn.transaction().map_err(err)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
         for s in seqs {
             tx.execute(
                 "UPDATE job_summary SET shipped_at = ?2 WHERE seq = ?1",
@@ -680,7 +692,10 @@ impl Store {
         let mut pruned = Pruned::default();
         if let Some(age) = max_age_ms {
             let cutoff = now_ms.saturating_sub(age);
-            let tx = self.conn.transaction().map_err(err)?;
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(err)?;
             let old = format!(
                 "SELECT seq FROM jobs WHERE state = 'ended' AND COALESCE(ended_ms, submitted_ms) < ?1 {guard}"
             );
@@ -729,7 +744,10 @@ impl Store {
                 if victims.is_empty() {
                     break;
                 }
-                let tx = self.conn.transaction().map_err(err)?;
+                let tx = self
+                    .conn
+                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                    .map_err(err)?;
                 for v in &victims {
                     pruned.samples += tx
                         .execute("DELETE FROM samples WHERE seq = ?1", [v])
