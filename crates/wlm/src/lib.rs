@@ -576,9 +576,12 @@ pub fn condor(env: &Env, job_ad: &str, machine_ad: Option<&str>) -> Result<WlmJo
         .get("jobbatchname")
         .and_then(|v| ad_string(v))
         .or_else(|| {
+            // The command's file name; a `Cmd` ending in `/` names none (fuzz seed
+            // regress-cmd-ends-in-slash), and an empty name is no name.
             ad.get("cmd")
                 .and_then(|v| ad_string(v))
                 .map(|c| c.rsplit('/').next().unwrap_or(&c).to_string())
+                .filter(|c| !c.is_empty())
         });
     job.tmpdir = get(env, "_CONDOR_SCRATCH_DIR").map(String::from);
     job.cpus = ad_int(&ad, "requestcpus")
@@ -595,6 +598,16 @@ pub fn condor(env: &Env, job_ad: &str, machine_ad: Option<&str>) -> Result<WlmJo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn condor_name_is_the_commands_file_name_or_none() {
+        let env = Env::default();
+        let ad = |cmd: &str| format!("ClusterId = 42\nProcId = 0\nCmd = \"{cmd}\"\n");
+        let name = |cmd: &str| condor(&env, &ad(cmd), None).unwrap().name;
+        assert_eq!(name("/home/carol/bin/sim").as_deref(), Some("sim"));
+        assert_eq!(name("/home/carol/bin/"), None);
+        assert_eq!(name("sim"), Some("sim".to_string()));
+    }
 
     #[test]
     fn sge_shepherd_reads_config_only_and_refuses_ambiguity() {
