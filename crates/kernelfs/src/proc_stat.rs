@@ -29,45 +29,82 @@ pub struct ProcStat {
     pub rss_pages: u64,
 }
 
+/// The fields of one stat line (`/proc/PID/stat` or `/proc/PID/task/TID/stat`, one format),
+/// split around `comm`; shared by this module and [`crate::task_stat`].
+pub(crate) struct StatLine<'a> {
+    format: &'static str,
+    text: &'a str,
+    /// Field 1, as text.
+    pub id: &'a str,
+    /// Field 2, without the parentheses.
+    pub comm: &'a str,
+    /// Fields 3 onwards.
+    rest: Vec<&'a str>,
+}
+
+impl<'a> StatLine<'a> {
+    pub fn split(format: &'static str, text: &'a str) -> Result<StatLine<'a>, ParseError> {
+        let text = text.trim_end();
+        let bad = |field: &str| bad_value(format, field, text);
+        let open = text.find('(').ok_or_else(|| bad("comm"))?;
+        let close = text.rfind(')').ok_or_else(|| bad("comm"))?;
+        if close < open {
+            return Err(bad("comm"));
+        }
+        Ok(StatLine {
+            format,
+            text,
+            id: text[..open].trim(),
+            comm: &text[open + 1..close],
+            rest: text[close + 1..].split_whitespace().collect(),
+        })
+    }
+
+    /// Field `n` (1-based, as proc(5) numbers them; `n` ≥ 3).
+    pub fn field(&self, n: usize, name: &str) -> Result<&'a str, ParseError> {
+        self.rest
+            .get(n - 3)
+            .copied()
+            .ok_or_else(|| bad_value(self.format, name, self.text))
+    }
+
+    /// Field `n` as a number of type `T`.
+    pub fn num<T: std::str::FromStr>(&self, n: usize, name: &str) -> Result<T, ParseError> {
+        let s = self.field(n, name)?;
+        s.parse().map_err(|_| bad_value(self.format, name, s))
+    }
+
+    /// Field 1 as a number.
+    pub fn id_num<T: std::str::FromStr>(&self, name: &str) -> Result<T, ParseError> {
+        self.id
+            .parse()
+            .map_err(|_| bad_value(self.format, name, self.text))
+    }
+
+    /// Field 3: one character.
+    pub fn state(&self) -> Result<char, ParseError> {
+        let s = self.field(3, "state")?;
+        let mut chars = s.chars();
+        match (chars.next(), chars.next()) {
+            (Some(c), None) => Ok(c),
+            _ => Err(bad_value(self.format, "state", s)),
+        }
+    }
+}
+
 /// Parse the line.
 pub fn parse(text: &str) -> Result<ProcStat, ParseError> {
-    let text = text.trim_end();
-    let bad = |field: &str| bad_value(FORMAT, field, text);
-    let open = text.find('(').ok_or_else(|| bad("comm"))?;
-    let close = text.rfind(')').ok_or_else(|| bad("comm"))?;
-    if close < open {
-        return Err(bad("comm"));
-    }
-    let pid = text[..open].trim().parse().map_err(|_| bad("pid"))?;
-    let comm = text[open + 1..close].to_string();
-    let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
-    // rest[0] is field 3.
-    let field = |n: usize, name: &str| -> Result<&str, ParseError> {
-        rest.get(n - 3).copied().ok_or_else(|| bad(name))
-    };
-    let num = |n: usize, name: &str| -> Result<u64, ParseError> {
-        let s = field(n, name)?;
-        s.parse().map_err(|_| bad_value(FORMAT, name, s))
-    };
-    let state_s = field(3, "state")?;
-    let mut chars = state_s.chars();
-    let state = match (chars.next(), chars.next()) {
-        (Some(c), None) => c,
-        _ => return Err(bad_value(FORMAT, "state", state_s)),
-    };
-    let ppid_s = field(4, "ppid")?;
+    let l = StatLine::split(FORMAT, text)?;
     Ok(ProcStat {
-        pid,
-        comm,
-        state,
-        ppid: ppid_s
-            .parse()
-            .map_err(|_| bad_value(FORMAT, "ppid", ppid_s))?,
-        utime: num(14, "utime")?,
-        stime: num(15, "stime")?,
-        num_threads: num(20, "num_threads")?,
-        starttime: num(22, "starttime")?,
-        rss_pages: num(24, "rss")?,
+        pid: l.id_num("pid")?,
+        comm: l.comm.to_string(),
+        state: l.state()?,
+        ppid: l.num(4, "ppid")?,
+        utime: l.num(14, "utime")?,
+        stime: l.num(15, "stime")?,
+        num_threads: l.num(20, "num_threads")?,
+        starttime: l.num(22, "starttime")?,
+        rss_pages: l.num(24, "rss")?,
     })
 }
 

@@ -12,7 +12,8 @@
 
 use pjw_core::Tid;
 
-use crate::error::{bad_value, ParseError};
+use crate::error::ParseError;
+use crate::proc_stat::StatLine;
 
 const FORMAT: &str = "/proc/PID/task/TID/stat";
 
@@ -39,38 +40,13 @@ impl TaskStat {
 
 /// Parse the line.
 pub fn parse(text: &str) -> Result<TaskStat, ParseError> {
-    let text = text.trim_end();
-    let bad = |field: &str| bad_value(FORMAT, field, text);
-    let open = text.find('(').ok_or_else(|| bad("comm"))?;
-    let close = text.rfind(')').ok_or_else(|| bad("comm"))?;
-    if close < open {
-        return Err(bad("comm"));
-    }
-    let tid = text[..open].trim().parse().map_err(|_| bad("tid"))?;
-    let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
-    // rest[0] is field 3.
-    let field = |n: usize, name: &str| -> Result<&str, ParseError> {
-        rest.get(n - 3).copied().ok_or_else(|| bad(name))
-    };
-    let num = |n: usize, name: &str| -> Result<u64, ParseError> {
-        let s = field(n, name)?;
-        s.parse().map_err(|_| bad_value(FORMAT, name, s))
-    };
-    let state_s = field(3, "state")?;
-    let mut chars = state_s.chars();
-    let state = match (chars.next(), chars.next()) {
-        (Some(c), None) => c,
-        _ => return Err(bad_value(FORMAT, "state", state_s)),
-    };
-    let proc_s = field(39, "processor")?;
+    let l = StatLine::split(FORMAT, text)?;
     Ok(TaskStat {
-        tid: Tid(tid),
-        state,
-        utime: num(14, "utime")?,
-        stime: num(15, "stime")?,
-        processor: proc_s
-            .parse()
-            .map_err(|_| bad_value(FORMAT, "processor", proc_s))?,
+        tid: Tid(l.id_num("tid")?),
+        state: l.state()?,
+        utime: l.num(14, "utime")?,
+        stime: l.num(15, "stime")?,
+        processor: l.num(39, "processor")?,
     })
 }
 
