@@ -23,27 +23,13 @@ use std::path::Path;
 
 use pjw_core::{CpuSet, DeviceNode, Gpu, GpuId, GpuVendor, Gpus};
 
+use crate::sysfs::{io_err, read_opt};
 use crate::TopologyError;
 
 /// The NVIDIA driver's character major (`/dev/nvidiaN`, `nvidiactl`, `nvidia-modeset`).
 pub const NVIDIA_MAJOR: u32 = 195;
 /// The DRM character major (`/dev/dri/*`).
 pub const DRM_MAJOR: u32 = 226;
-
-fn io_err(path: &Path, source: std::io::Error) -> TopologyError {
-    TopologyError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-fn read_opt(path: &Path) -> Result<Option<String>, TopologyError> {
-    match fs::read_to_string(path) {
-        Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_err(path, e)),
-    }
-}
 
 /// A sysfs hex id (`"0x10de\n"`, `"0x030200"`).
 pub fn parse_hex(text: &str) -> Option<u32> {

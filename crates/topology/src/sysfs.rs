@@ -23,7 +23,7 @@ use pjw_core::{CpuSet, NumaNode, Pu, Topology};
 
 use crate::{number_by_first_cpu, validated, TopologyError};
 
-fn io_err(path: &Path, source: std::io::Error) -> TopologyError {
+pub(crate) fn io_err(path: &Path, source: std::io::Error) -> TopologyError {
     TopologyError::Io {
         path: path.to_path_buf(),
         source,
@@ -31,7 +31,7 @@ fn io_err(path: &Path, source: std::io::Error) -> TopologyError {
 }
 
 /// Read a file; `Ok(None)` when it does not exist.
-fn read_opt(path: &Path) -> Result<Option<String>, TopologyError> {
+pub(crate) fn read_opt(path: &Path) -> Result<Option<String>, TopologyError> {
     match fs::read_to_string(path) {
         Ok(s) => Ok(Some(s)),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
