@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use pjw_testkit::job::JobOutput;
 use pjw_testkit::{require_root, TestDaemon};
 
 fn pjw_bin() -> &'static Path {
@@ -62,6 +63,38 @@ fn with_no_daemon_at_all_a_run_fails_clearly_after_its_wait() {
     assert_eq!(err.lines().count(), 2, "{err}");
 }
 
+/// Kill the daemon, start `pjw ARGS` (it must say it waits), restart the daemon, and return how
+/// the command ended with the rest of its stderr (kept open to the end: a closed pipe would kill
+/// its next line with SIGPIPE).
+fn across_a_restart(d: &mut TestDaemon, args: &[&str], what: &str) -> (JobOutput, String) {
+    d.kill9();
+    let mut child = d
+        .pjw()
+        .args(args)
+        .env("PJW_CONNECT_WAIT", "120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It says it waits; only then does the daemon come back.
+    let mut err = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    assert!(first.contains("waiting up to 120 s"), "{what}: {first:?}");
+    d.restart();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    let out = pjw_testkit::job::wait(child, what);
+    assert!(
+        out.status.success(),
+        "{}\n{rest}\n{}",
+        out.describe(),
+        d.log()
+    );
+    (out, rest)
+}
+
 /// A workload manager's prolog (`pjw job register`) and epilog (`pjw job end`) that find the
 /// daemon restarting wait for it like `pjw run` does: a failed prolog drains a Slurm node, a
 /// failed epilog leaves the job registered. (A chaos run saw `connection refused` here.)
@@ -71,69 +104,29 @@ fn a_prolog_and_an_epilog_wait_for_a_daemon_that_is_restarting() {
     let id = pjw_testkit::machine::wlm_job_id(95);
     let root = pjw_testkit::machine::me().name;
     let mut d = TestDaemon::start(pjw_bin(), "");
-    d.kill9();
-    let mut prolog = d
-        .pjw()
-        .args([
+    let (out, _) = across_a_restart(
+        &mut d,
+        &[
             "job", "register", "--wlm", "slurm", "-j", &id, "-u", &root, "-c", "1",
-        ])
-        .env("PJW_CONNECT_WAIT", "120")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // It says it waits; only then does the daemon come back.
-    // Its stderr stays open to the end (a closed pipe would kill its next line with SIGPIPE).
-    let mut err = BufReader::new(prolog.stderr.take().expect("piped stderr"));
-    let mut first = String::new();
-    err.read_line(&mut first).unwrap();
-    assert!(first.contains("waiting up to 120 s"), "{first:?}");
-    d.restart();
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    let out = pjw_testkit::job::wait(prolog, "pjw job register (waiting for the daemon)");
-    assert!(
-        out.status.success(),
-        "{}\n{rest}\n{}",
-        out.describe(),
-        d.log()
+        ],
+        "pjw job register (waiting for the daemon)",
     );
     assert!(
         String::from_utf8_lossy(&out.stdout).contains(&format!("job slurm:{id} registered")),
         "{}",
         out.describe()
     );
-
     // The epilog, the same way.
-    d.kill9();
-    let mut epilog = d
-        .pjw()
-        .args(["job", "end", &format!("slurm:{id}")])
-        .env("PJW_CONNECT_WAIT", "120")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(epilog.stderr.take().expect("piped stderr"));
-    let mut first = String::new();
-    err.read_line(&mut first).unwrap();
-    assert!(first.contains("waiting up to 120 s"), "{first:?}");
-    d.restart();
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    let out = pjw_testkit::job::wait(epilog, "pjw job end (waiting for the daemon)");
-    assert!(
-        out.status.success(),
-        "{}\n{rest}\n{}",
-        out.describe(),
-        d.log()
+    let job = format!("slurm:{id}");
+    across_a_restart(
+        &mut d,
+        &["job", "end", &job],
+        "pjw job end (waiting for the daemon)",
     );
     assert!(
         !d.status()["jobs"]
             .as_array()
-            .is_some_and(|j| j.iter().any(|j| j["id"] == format!("slurm:{id}"))),
+            .is_some_and(|j| j.iter().any(|j| j["id"] == job)),
         "the job is still registered after its epilog\n{}",
         d.log()
     );
