@@ -276,6 +276,15 @@ impl Engine {
     }
 
     /// The profile writer's failed writes so far (for metrics).
+    /// The store sequence of the job `id`, for tests outside the engine's modules.
+    #[cfg(test)]
+    pub(crate) fn seq_of(&self, id: &str) -> Option<i64> {
+        self.jobs
+            .values()
+            .find(|j| j.id.to_string() == id)
+            .map(|j| j.seq)
+    }
+
     pub fn store_write_errors(&self) -> u64 {
         self.writer.as_ref().map(Writer::errors).unwrap_or(0) + self.metrics.store_write_errors()
     }

@@ -254,6 +254,38 @@ pub struct TestEngine {
 }
 
 impl TestEngine {
+    /// The store sequence of the job `id` (panics naming it when there is none).
+    pub fn seq_of(&self, id: &str) -> i64 {
+        self.engine
+            .seq_of(id)
+            .unwrap_or_else(|| panic!("no job {id}"))
+    }
+
+    /// Submit `req` on connection `conn` from process `pid` of user `uid`; its first answer and
+    /// its channel.
+    pub async fn submit(
+        &mut self,
+        conn: u64,
+        pid: u32,
+        uid: u32,
+        req: RunRequest,
+    ) -> (
+        pjw_proto::Response,
+        mpsc::UnboundedReceiver<pjw_proto::Response>,
+    ) {
+        self.fake_process(pid, uid);
+        let (reply, mut rx) = mpsc::unbounded_channel();
+        self.engine.handle(Event::Submit {
+            conn,
+            cred: Cred { pid, ..client(uid) },
+            who: who(),
+            req,
+            reply,
+        });
+        let first = rx.recv().await.expect("an answer");
+        (first, rx)
+    }
+
     pub fn new() -> TestEngine {
         TestEngine::with_config("")
     }

@@ -30,17 +30,7 @@ async fn submit(
     id: &str,
     cpus: u32,
 ) -> (Response, mpsc::UnboundedReceiver<Response>) {
-    t.fake_process(pid, UID);
-    let (reply, mut rx) = mpsc::unbounded_channel();
-    t.engine.handle(Event::Submit {
-        conn,
-        cred: Cred { pid, ..me() },
-        who: who(),
-        req: run(id, cpus),
-        reply,
-    });
-    let first = rx.recv().await.expect("an answer");
-    (first, rx)
+    t.submit(conn, pid, UID, run(id, cpus)).await
 }
 
 /// Send a control request about `job` as its owner; the answer.
@@ -54,15 +44,6 @@ async fn control(t: &mut TestEngine, job: &str, what: Control) -> Response {
         reply,
     });
     rx.await.expect("an answer")
-}
-
-fn seq_of(t: &TestEngine, id: &str) -> i64 {
-    t.engine
-        .jobs
-        .values()
-        .find(|j| j.id.to_string() == id)
-        .map(|j| j.seq)
-        .unwrap_or_else(|| panic!("no job {id}"))
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -82,7 +63,7 @@ async fn suspend_freezes_and_hands_the_cpus_on_resume_thaws_when_they_are_back()
         "{:?}",
         fake.calls()
     );
-    assert_eq!(t.engine.jobs[&seq_of(&t, "a")].phase, Phase::Suspended);
+    assert_eq!(t.engine.jobs[&t.seq_of("a")].phase, Phase::Suspended);
     assert!(matches!(b_rx.recv().await, Some(Response::Started { .. })));
 
     // A second suspend, and a resume of a job that is not suspended, are refused.
@@ -94,20 +75,20 @@ async fn suspend_freezes_and_hands_the_cpus_on_resume_thaws_when_they_are_back()
     // Resumed while b holds 2 of the 4 CPUs: it waits for them, still frozen.
     let r = control(&mut t, "a", Control::Resume).await;
     assert!(matches!(r, Response::Done { .. }), "{r:?}");
-    assert_eq!(t.engine.jobs[&seq_of(&t, "a")].phase, Phase::Preempted);
+    assert_eq!(t.engine.jobs[&t.seq_of("a")].phase, Phase::Preempted);
     assert!(!fake.calls().contains(&"freeze job-a false".to_string()));
 
     // b ends: a gets its CPUs back and is thawed.
-    let b_seq = seq_of(&t, "b");
+    let b_seq = t.seq_of("b");
     t.engine.handle(Event::MainExited { seq: b_seq });
-    assert_eq!(t.engine.jobs[&seq_of(&t, "a")].phase, Phase::Primary);
+    assert_eq!(t.engine.jobs[&t.seq_of("a")].phase, Phase::Primary);
     assert!(
         fake.calls().contains(&"freeze job-a false".to_string()),
         "{:?}",
         fake.calls()
     );
     assert_eq!(
-        t.engine.jobs[&seq_of(&t, "a")].cpus,
+        t.engine.jobs[&t.seq_of("a")].cpus,
         CpuSet::parse_list("0-3").unwrap()
     );
 }
@@ -119,7 +100,7 @@ async fn a_queued_client_that_leaves_withdraws_its_job_and_no_other() {
     assert!(matches!(a, Response::Started { .. }), "{a:?}");
     let (b, _b) = submit(&mut t, 2, 1, "b", 1).await;
     assert!(matches!(b, Response::Queued { .. }), "{b:?}");
-    let b_seq = seq_of(&t, "b");
+    let b_seq = t.seq_of("b");
 
     // A connection that holds no queued job changes nothing.
     t.engine.handle(Event::ClientGone { conn: 1 });
@@ -133,7 +114,7 @@ async fn a_queued_client_that_leaves_withdraws_its_job_and_no_other() {
         (StoredState::Ended, Some("client left the queue"))
     );
     // The running job goes on.
-    assert_eq!(t.engine.jobs[&seq_of(&t, "a")].phase, Phase::Primary);
+    assert_eq!(t.engine.jobs[&t.seq_of("a")].phase, Phase::Primary);
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -161,7 +142,7 @@ async fn a_freeze_the_kernel_refuses_is_not_taken_as_one_and_frees_no_cpu() {
     );
     let (a, _a) = submit(&mut t, 1, std::process::id(), "a", 4).await;
     assert!(matches!(a, Response::Started { .. }), "{a:?}");
-    let a_seq = seq_of(&t, "a");
+    let a_seq = t.seq_of("a");
     fake.state().fail.push("freeze");
 
     // A job that may preempt a: a's freeze fails, so a keeps its CPUs and h waits.

@@ -6,7 +6,7 @@ use pjw_core::sched::Phase;
 use pjw_proto::{Response, RunRequest};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Control, Cred, Event};
+use super::{Control, Event};
 use crate::test_support::{client, run_request, who, FakeCgroups, Gate, TestEngine};
 
 const UID: u32 = 1000;
@@ -42,29 +42,11 @@ async fn submit(
     cpus: u32,
     priority: u8,
 ) -> (Response, mpsc::UnboundedReceiver<Response>) {
-    t.fake_process(pid, UID);
-    let (reply, mut rx) = mpsc::unbounded_channel();
-    t.engine.handle(Event::Submit {
-        conn,
-        cred: Cred { pid, ..client(UID) },
-        who: who(),
-        req: RunRequest {
-            priority: Some(priority),
-            ..run_request(id, cpus)
-        },
-        reply,
-    });
-    let first = rx.recv().await.expect("an answer");
-    (first, rx)
-}
-
-fn seq_of(t: &TestEngine, id: &str) -> i64 {
-    t.engine
-        .jobs
-        .values()
-        .find(|j| j.id.to_string() == id)
-        .map(|j| j.seq)
-        .unwrap_or_else(|| panic!("no job {id}"))
+    let req = RunRequest {
+        priority: Some(priority),
+        ..run_request(id, cpus)
+    };
+    t.submit(conn, pid, UID, req).await
 }
 
 /// Hand the engine the events it sent itself, in order, up to the freezer's answer.
@@ -95,7 +77,7 @@ async fn a_preemption_hands_the_cpus_on_only_once_the_freezer_confirms_and_never
         let (mut t, fake, gate) = engine(!confirms);
         let (a, _a) = submit(&mut t, 1, std::process::id(), "a", 4, 10).await;
         assert!(matches!(a, Response::Started { .. }), "{case}: {a:?}");
-        let a_seq = seq_of(&t, "a");
+        let a_seq = t.seq_of("a");
 
         // h may preempt a: a's freezer is FREEZING, the engine is back, h waits.
         let (h, mut h_rx) = submit(&mut t, 2, 1, "h", 2, 16).await;
@@ -157,7 +139,7 @@ async fn a_suspend_says_the_freeze_is_under_way_and_takes_the_cpus_once_it_is_co
     let (mut t, fake, gate) = engine(false);
     let (a, _a) = submit(&mut t, 1, std::process::id(), "a", 4, 10).await;
     assert!(matches!(a, Response::Started { .. }), "{a:?}");
-    let a_seq = seq_of(&t, "a");
+    let a_seq = t.seq_of("a");
     let (reply, rx) = oneshot::channel();
     t.engine.handle(Event::Control {
         cred: client(UID),
@@ -185,7 +167,7 @@ async fn a_job_that_ends_while_its_freeze_is_under_way_is_thawed_so_it_can_exit(
     let (mut t, fake, gate) = engine(false);
     let (a, _a) = submit(&mut t, 1, std::process::id(), "a", 4, 10).await;
     assert!(matches!(a, Response::Started { .. }), "{a:?}");
-    let a_seq = seq_of(&t, "a");
+    let a_seq = t.seq_of("a");
     fake.state().fail.push("kill");
     let (h, _h) = submit(&mut t, 2, 1, "h", 2, 16).await;
     assert!(matches!(h, Response::Queued { .. }), "{h:?}");

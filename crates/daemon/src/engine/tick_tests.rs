@@ -34,16 +34,7 @@ async fn started(t: &mut TestEngine, conn: u64, id: &str, cpus: u32) -> i64 {
     });
     let r = rx.recv().await.expect("an answer");
     assert!(matches!(r, Response::Started { .. }), "{id}: {r:?}");
-    seq_of(t, id)
-}
-
-fn seq_of(t: &TestEngine, id: &str) -> i64 {
-    t.engine
-        .jobs
-        .values()
-        .find(|j| j.id.to_string() == id)
-        .map(|j| j.seq)
-        .unwrap_or_else(|| panic!("no job {id}"))
+    t.seq_of(id)
 }
 
 fn cg(id: &str) -> String {
