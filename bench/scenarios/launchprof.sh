@@ -14,6 +14,7 @@
 SCENARIO=launchprof
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
+command -v strace >/dev/null || { echo "bench launchprof: needs strace (apt-get install strace)" >&2; exit 1; }
 
 N=${LAUNCHPROF_N:-$([ "$QUICK" = 1 ] && echo 100 || echo 500)}
 M=${LAUNCHPROF_STRACE_N:-100}
