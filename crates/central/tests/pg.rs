@@ -44,13 +44,19 @@ fn running(store: &mut Store, id: &str, user: &str, uid: u32) -> i64 {
         ended_ms: None,
         end_reason: None,
         priority: 10,
-        placement: "any".into(),
+        placement: pjw_core::sched::Placement::Any,
         exclusive: false,
-        role: "primary".into(),
+        role: pjw_store::StoredRole::Primary,
     };
     let seq = store.insert_job(&rec).unwrap();
     store
-        .set_starting(seq, &rec.cpus, &rec.mems, "primary", 2_000)
+        .set_starting(
+            seq,
+            &rec.cpus,
+            &rec.mems,
+            pjw_store::StoredRole::Primary,
+            2_000,
+        )
         .unwrap();
     store.set_running(seq).unwrap();
     seq

@@ -77,7 +77,7 @@ mod tick_tests;
 mod wlm;
 
 pub use events::{Control, Cred, Event, Who};
-use job::{placement_from, placement_name, role_name, sched_placement, Job, Waiter};
+use job::{role_of, sched_placement, Job, Waiter};
 
 /// The daemon's state.
 pub struct Engine {

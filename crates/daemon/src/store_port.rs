@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use pjw_core::{CpuSet, GpuSet};
-use pjw_store::{JobRecord, JobSummary, StarterRecord, Store, StoreError};
+use pjw_store::{JobRecord, JobSummary, StarterRecord, Store, StoreError, StoredRole};
 
 /// What the engine asks of the job store.
 pub trait StorePort: Send {
@@ -20,13 +20,13 @@ pub trait StorePort: Send {
         seq: i64,
         cpus: &CpuSet,
         mems: &CpuSet,
-        role: &str,
+        role: StoredRole,
         started_ms: i64,
     ) -> Result<(), StoreError>;
     fn set_role(
         &mut self,
         seq: i64,
-        role: &str,
+        role: StoredRole,
         cpus: &CpuSet,
         mems: &CpuSet,
     ) -> Result<(), StoreError>;
@@ -70,7 +70,7 @@ impl StorePort for Store {
         seq: i64,
         cpus: &CpuSet,
         mems: &CpuSet,
-        role: &str,
+        role: StoredRole,
         started_ms: i64,
     ) -> Result<(), StoreError> {
         Store::set_starting(self, seq, cpus, mems, role, started_ms)
@@ -78,7 +78,7 @@ impl StorePort for Store {
     fn set_role(
         &mut self,
         seq: i64,
-        role: &str,
+        role: StoredRole,
         cpus: &CpuSet,
         mems: &CpuSet,
     ) -> Result<(), StoreError> {

@@ -10,7 +10,7 @@ use pjw_cgroup::fake_tree::{FakeMachine, FakeSpec};
 use pjw_cgroup::{Backend, Driver, Mode, ParentSpec};
 use pjw_core::alloc::Allocator;
 use pjw_core::{CpuSet, JobId};
-use pjw_store::{JobRecord, JobSummary, StarterRecord, StoreError, StoredState};
+use pjw_store::{JobRecord, JobSummary, StarterRecord, StoreError, StoredRole, StoredState};
 use tokio::sync::mpsc;
 
 mod cgroups;
@@ -123,29 +123,32 @@ impl StorePort for FakeStore {
         seq: i64,
         cpus: &CpuSet,
         mems: &CpuSet,
-        role: &str,
+        role: StoredRole,
         started_ms: i64,
     ) -> Result<(), StoreError> {
-        self.write(format!("set_starting {seq} {role} {cpus}"), |st| {
-            if let Some(r) = st.rows.get_mut(&seq) {
-                r.state = StoredState::Starting;
-                r.cpus = *cpus;
-                r.mems = *mems;
-                r.role = role.into();
-                r.started_ms = Some(started_ms);
-            }
-        })
+        self.write(
+            format!("set_starting {seq} {} {cpus}", role.as_str()),
+            |st| {
+                if let Some(r) = st.rows.get_mut(&seq) {
+                    r.state = StoredState::Starting;
+                    r.cpus = *cpus;
+                    r.mems = *mems;
+                    r.role = role;
+                    r.started_ms = Some(started_ms);
+                }
+            },
+        )
     }
     fn set_role(
         &mut self,
         seq: i64,
-        role: &str,
+        role: StoredRole,
         cpus: &CpuSet,
         mems: &CpuSet,
     ) -> Result<(), StoreError> {
-        self.write(format!("set_role {seq} {role} {cpus}"), |st| {
+        self.write(format!("set_role {seq} {} {cpus}", role.as_str()), |st| {
             if let Some(r) = st.rows.get_mut(&seq) {
-                r.role = role.into();
+                r.role = role;
                 r.cpus = *cpus;
                 r.mems = *mems;
             }

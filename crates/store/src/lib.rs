@@ -87,6 +87,7 @@ pub use profile::{
 
 use std::path::{Path, PathBuf};
 
+use pjw_core::sched::Placement;
 use pjw_core::{CpuSet, GpuSet};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -270,6 +271,59 @@ impl StoredState {
     }
 }
 
+/// A started job's role, as stored (meaningful while it runs): what recovery gives it back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StoredRole {
+    /// On CPUs of its own (also the role recorded for a queued job).
+    #[default]
+    Primary,
+    /// In the idle class on CPUs primaries hold.
+    Backfill,
+    /// Frozen because a higher-priority job took its CPUs.
+    Preempted,
+    /// Frozen by its owner or root.
+    Suspended,
+}
+
+impl StoredRole {
+    /// The text stored in `jobs.role`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoredRole::Primary => "primary",
+            StoredRole::Backfill => "backfill",
+            StoredRole::Preempted => "preempted",
+            StoredRole::Suspended => "suspended",
+        }
+    }
+    fn parse(s: &str) -> Option<StoredRole> {
+        match s {
+            "primary" => Some(StoredRole::Primary),
+            "backfill" => Some(StoredRole::Backfill),
+            "preempted" => Some(StoredRole::Preempted),
+            "suspended" => Some(StoredRole::Suspended),
+            _ => None,
+        }
+    }
+}
+
+/// The text stored in `jobs.placement` for `p`.
+pub fn placement_str(p: Placement) -> &'static str {
+    match p {
+        Placement::Any => "any",
+        Placement::PrimaryOnly => "primary_only",
+        Placement::BackfillOnly => "backfill_only",
+    }
+}
+
+fn parse_placement(s: &str) -> Option<Placement> {
+    match s {
+        "any" => Some(Placement::Any),
+        "primary_only" => Some(Placement::PrimaryOnly),
+        "backfill_only" => Some(Placement::BackfillOnly),
+        _ => None,
+    }
+}
+
 /// One job row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobRecord {
@@ -293,11 +347,11 @@ pub struct JobRecord {
     pub ended_ms: Option<i64>,
     pub end_reason: Option<String>,
     pub priority: u8,
-    /// `any`, `primary_only` or `backfill_only`.
-    pub placement: String,
+    /// Where it may run (stored as `any`, `primary_only` or `backfill_only`).
+    pub placement: Placement,
     pub exclusive: bool,
-    /// `primary`, `backfill`, `preempted` or `suspended` (meaningful while running).
-    pub role: String,
+    /// Its role while it runs (stored as `primary`, `backfill`, `preempted` or `suspended`).
+    pub role: StoredRole,
 }
 
 /// Run one statement through the connection's statement cache. The job table's writes happen
@@ -482,9 +536,9 @@ impl Store {
                     j.submitted_ms,
                     j.started_ms,
                     j.priority,
-                    j.placement,
+                    placement_str(j.placement),
                     j.exclusive,
-                    j.role,
+                    j.role.as_str(),
                 ],
             )
             .map_err(self.err())?;
@@ -497,13 +551,13 @@ impl Store {
         seq: i64,
         cpus: &CpuSet,
         mems: &CpuSet,
-        role: &str,
+        role: StoredRole,
         started_ms: i64,
     ) -> Result<(), StoreError> {
         exec_cached(
                 &self.conn,
                 "UPDATE jobs SET state = 'starting', cpus = ?2, mems = ?3, role = ?4, started_ms = ?5 WHERE seq = ?1",
-                params![seq, cpus.to_string(), mems.to_string(), role, started_ms],
+                params![seq, cpus.to_string(), mems.to_string(), role.as_str(), started_ms],
             )
             .map_err(self.err())?;
         Ok(())
@@ -513,14 +567,14 @@ impl Store {
     pub fn set_role(
         &self,
         seq: i64,
-        role: &str,
+        role: StoredRole,
         cpus: &CpuSet,
         mems: &CpuSet,
     ) -> Result<(), StoreError> {
         exec_cached(
             &self.conn,
             "UPDATE jobs SET role = ?2, cpus = ?3, mems = ?4 WHERE seq = ?1",
-            params![seq, role, cpus.to_string(), mems.to_string()],
+            params![seq, role.as_str(), cpus.to_string(), mems.to_string()],
         )
         .map_err(self.err())?;
         Ok(())
@@ -738,9 +792,11 @@ impl Store {
                 ended_ms: r.17,
                 end_reason: r.18.clone(),
                 priority: q.0,
-                placement: q.1,
+                placement: parse_placement(&q.1)
+                    .ok_or_else(|| bad(format!("unknown placement {:?}", q.1)))?,
                 exclusive: q.2,
-                role: q.3,
+                role: StoredRole::parse(&q.3)
+                    .ok_or_else(|| bad(format!("unknown role {:?}", q.3)))?,
             });
         }
         Ok(out)
@@ -797,9 +853,9 @@ mod tests {
             ended_ms: None,
             end_reason: None,
             priority: 10,
-            placement: "any".into(),
+            placement: Placement::Any,
             exclusive: false,
-            role: "primary".into(),
+            role: StoredRole::Primary,
         }
     }
 
@@ -867,17 +923,58 @@ mod tests {
         assert_eq!(
             (
                 live[0].priority,
-                live[0].placement.as_str(),
+                placement_str(live[0].placement),
                 live[0].exclusive,
                 live[0].role.as_str()
             ),
             (10, "any", false, "primary")
         );
-        s.set_role(live[0].seq, "backfill", &live[0].cpus, &live[0].mems)
-            .unwrap();
+        s.set_role(
+            live[0].seq,
+            StoredRole::Backfill,
+            &live[0].cpus,
+            &live[0].mems,
+        )
+        .unwrap();
         s.set_priority(live[0].seq, 3).unwrap();
         let j = s.job(live[0].seq).unwrap().unwrap();
-        assert_eq!((j.role.as_str(), j.priority), ("backfill", 3));
+        assert_eq!((j.role, j.priority), (StoredRole::Backfill, 3));
+    }
+
+    #[test]
+    fn roles_and_placements_round_trip_and_unknown_text_is_a_bad_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let mut rec = job("r1");
+        for (role, placement) in [
+            (StoredRole::Primary, Placement::Any),
+            (StoredRole::Backfill, Placement::BackfillOnly),
+            (StoredRole::Preempted, Placement::PrimaryOnly),
+            (StoredRole::Suspended, Placement::Any),
+        ] {
+            rec.job_id = format!("{}-{}", role.as_str(), placement_str(placement));
+            rec.role = role;
+            rec.placement = placement;
+            let seq = s.insert_job(&rec).unwrap();
+            let back = s.job(seq).unwrap().unwrap();
+            assert_eq!((back.role, back.placement), (role, placement));
+            s.set_ended(seq, 1, "done").unwrap();
+        }
+        // A row whose role no pjw writes is an error naming it, not a primary by default.
+        let seq = s.insert_job(&rec).unwrap();
+        s.conn
+            .execute("UPDATE jobs SET role = 'boss' WHERE seq = ?1", [seq])
+            .unwrap();
+        let e = s.job(seq).unwrap_err().to_string();
+        assert!(e.contains("unknown role \"boss\""), "{e}");
+        s.conn
+            .execute(
+                "UPDATE jobs SET role = 'primary', placement = 'anywhere' WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+        let e = s.job(seq).unwrap_err().to_string();
+        assert!(e.contains("unknown placement \"anywhere\""), "{e}");
     }
 
     #[test]

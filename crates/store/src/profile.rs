@@ -790,9 +790,9 @@ mod tests {
             ended_ms: None,
             end_reason: None,
             priority: 10,
-            placement: "any".into(),
+            placement: pjw_core::sched::Placement::Any,
             exclusive: false,
-            role: "primary".into(),
+            role: crate::StoredRole::Primary,
         }
     }
 

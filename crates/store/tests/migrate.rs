@@ -78,7 +78,7 @@ fn upgrades_a_version_2_database() {
         (
             live[0].role.as_str(),
             live[0].priority,
-            live[0].placement.as_str()
+            pjw_store::placement_str(live[0].placement)
         ),
         ("backfill", 4, "backfill_only")
     );

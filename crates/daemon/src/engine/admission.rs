@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tracing::{error, info};
 
 use super::store_writes::OnFail;
-use super::{cgroup_name, err, placement_name, refuse, Cred, Engine, Job, Refusal, Waiter, Who};
+use super::{cgroup_name, err, refuse, sched_placement, Cred, Engine, Job, Refusal, Waiter, Who};
 use crate::os;
 
 /// How a new job differs from what its stored row says.
@@ -166,9 +166,9 @@ impl Engine {
             ended_ms: None,
             end_reason: None,
             priority,
-            placement: placement_name(req.placement).into(),
+            placement: sched_placement(req.placement),
             exclusive: req.exclusive,
-            role: "primary".into(),
+            role: pjw_store::StoredRole::Primary,
         };
         let starter = Starter {
             client_uid: cred.uid,

@@ -2,6 +2,7 @@
 
 use pjw_core::sched::Phase;
 use pjw_proto::{ErrorCode, Response};
+use pjw_store::StoredRole;
 use tracing::info;
 
 use super::store_writes::OnFail;
@@ -47,7 +48,7 @@ impl Engine {
                         // nothing has acted on it yet, so a store that refuses refuses it.
                         let (cpus, mems) = (j.cpus, j.mems);
                         if let Err(e) = self.store_write(seq, "set_role", OnFail::Refuse, |s| {
-                            s.set_role(seq, "suspended", &cpus, &mems)
+                            s.set_role(seq, StoredRole::Suspended, &cpus, &mems)
                         }) {
                             return err(
                                 ErrorCode::Internal,

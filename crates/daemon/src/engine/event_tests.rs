@@ -172,7 +172,7 @@ async fn a_freeze_the_kernel_refuses_is_not_taken_as_one_and_frees_no_cpu() {
         !calls.iter().any(|c| c.starts_with("create_job job-h")),
         "{calls:?}"
     );
-    assert_eq!(t.store.state().rows[&a_seq].role, "primary");
+    assert_eq!(t.store.state().rows[&a_seq].role.as_str(), "primary");
 
     // A suspend whose freeze fails is an error to the caller; a still runs on its CPUs.
     let r = control(&mut t, "a", Control::Suspend).await;

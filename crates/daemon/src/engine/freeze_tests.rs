@@ -112,7 +112,7 @@ async fn a_preemption_hands_the_cpus_on_only_once_the_freezer_confirms_and_never
             started,
             "{case}: {h:?}"
         );
-        let role = t.store.state().rows[&a_seq].role.clone();
+        let role = t.store.state().rows[&a_seq].role.as_str();
         assert_eq!(
             role,
             if confirms { "preempted" } else { "primary" },

@@ -8,7 +8,7 @@ use pjw_core::CpuSet;
 use tracing::{debug, info, warn};
 
 use super::store_writes::OnFail;
-use super::{role_name, Engine, Event};
+use super::{role_of, Engine, Event};
 use crate::cgroup_port::Freezing;
 
 /// What a freeze under way is for.
@@ -96,11 +96,11 @@ impl Engine {
         j.phase = phase;
         j.cpus = CpuSet::new();
         j.reason = reason;
-        info!(job = %j.id, user = %j.user, role = role_name(phase), reason = j.reason.as_deref().unwrap_or(""), "job frozen");
+        info!(job = %j.id, user = %j.user, role = role_of(phase).as_str(), reason = j.reason.as_deref().unwrap_or(""), "job frozen");
         // Frozen in the kernel already: kept in memory if the store refuses, and written again.
         let (cpus, mems) = (j.cpus, j.mems);
         let _ = self.store_write(seq, "set_role", OnFail::Rewrite, |s| {
-            s.set_role(seq, role_name(phase), &cpus, &mems)
+            s.set_role(seq, role_of(phase), &cpus, &mems)
         });
     }
 

@@ -163,9 +163,9 @@ async fn after_a_restart_a_recovered_job_keeps_its_gpus() {
         ended_ms: None,
         end_reason: None,
         priority: 10,
-        placement: "any".into(),
+        placement: pjw_core::sched::Placement::Any,
         exclusive: false,
-        role: "primary".into(),
+        role: pjw_store::StoredRole::Primary,
     };
     let mut store = t.store.clone();
     let seq = store.insert_job(&rec).expect("insert");

@@ -8,7 +8,7 @@ use inotify::WatchDescriptor;
 use pjw_core::sched::{self, JobView, Phase, Request};
 use pjw_core::{CpuSet, JobId};
 use pjw_proto::{JobState, JobTmp, Placement, Response};
-use pjw_store::StarterRecord;
+use pjw_store::{StarterRecord, StoredRole};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::profile::{JobProf, ProfState};
@@ -170,28 +170,13 @@ impl Job {
     }
 }
 
-pub(super) fn role_name(p: Phase) -> &'static str {
+/// The role stored for a job in phase `p`.
+pub(super) fn role_of(p: Phase) -> StoredRole {
     match p {
-        Phase::Queued | Phase::Primary => "primary",
-        Phase::Backfill => "backfill",
-        Phase::Preempted => "preempted",
-        Phase::Suspended => "suspended",
-    }
-}
-
-pub(super) fn placement_name(p: Placement) -> &'static str {
-    match p {
-        Placement::Any => "any",
-        Placement::PrimaryOnly => "primary_only",
-        Placement::BackfillOnly => "backfill_only",
-    }
-}
-
-pub(super) fn placement_from(s: &str) -> Placement {
-    match s {
-        "primary_only" => Placement::PrimaryOnly,
-        "backfill_only" => Placement::BackfillOnly,
-        _ => Placement::Any,
+        Phase::Queued | Phase::Primary => StoredRole::Primary,
+        Phase::Backfill => StoredRole::Backfill,
+        Phase::Preempted => StoredRole::Preempted,
+        Phase::Suspended => StoredRole::Suspended,
     }
 }
 

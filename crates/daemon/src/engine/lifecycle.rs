@@ -12,7 +12,7 @@ use tracing::{debug, error, info, warn};
 
 use super::pidfd::{spawn_pidfd_retry, spawn_pidfd_watch};
 use super::store_writes::OnFail;
-use super::{err, role_name, End, Engine, Event};
+use super::{err, role_of, End, Engine, Event};
 use crate::cgroup_port::Killed;
 use crate::os;
 use crate::profile::{self};
@@ -52,7 +52,7 @@ impl Engine {
         let started_ms = self.clock.now_ms();
         let recorded = self.record_gpu_grant(seq).and_then(|_| {
             self.store_write(seq, "set_starting", OnFail::Refuse, |s| {
-                s.set_starting(seq, &cpus, &mems, role_name(phase), started_ms)
+                s.set_starting(seq, &cpus, &mems, role_of(phase), started_ms)
             })
         });
         let j = &self.jobs[&seq];
@@ -167,7 +167,7 @@ impl Engine {
         j.started = Some(Instant::now());
         j.reason = backfill.then(|| "backfill on cpus other jobs hold".to_string());
         info!(
-            job = %j.id, user = %j.user, cpus = %cpus, mems = %mems, gpus = %j.gpus, pid = ?pid, role = role_name(phase),
+            job = %j.id, user = %j.user, cpus = %cpus, mems = %mems, gpus = %j.gpus, pid = ?pid, role = role_of(phase).as_str(),
             wlm = j.wlm.as_deref().unwrap_or(""),
             priority = j.req.priority, waited_ms = j.queued_at.elapsed().as_millis() as u64,
             "job started"
@@ -230,10 +230,10 @@ impl Engine {
         j.reason = reason.or_else(|| {
             (phase == Phase::Backfill).then(|| "backfill on cpus other jobs hold".into())
         });
-        info!(job = %j.id, user = %j.user, cpus = %cpus, from = role_name(was), to = role_name(phase), "job moved");
+        info!(job = %j.id, user = %j.user, cpus = %cpus, from = role_of(was).as_str(), to = role_of(phase).as_str(), "job moved");
         // Moved in the kernel already: kept in memory if the store refuses, and written again.
         let _ = self.store_write(seq, "set_role", OnFail::Rewrite, |s| {
-            s.set_role(seq, role_name(phase), &cpus, &mems)
+            s.set_role(seq, role_of(phase), &cpus, &mems)
         });
         true
     }

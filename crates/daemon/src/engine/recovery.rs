@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use pjw_core::sched::{self, Phase, Request};
 use pjw_core::{CpuSet, JobId};
-use pjw_store::{JobRecord, StoredState};
+use pjw_store::{JobRecord, StoredRole, StoredState};
 use tracing::{info, warn};
 
 use super::job::{EndWatch, MemTrack};
 use super::store_writes::OnFail;
-use super::{placement_from, role_name, sched_placement, Engine, Job};
+use super::{role_of, Engine, Job};
 use crate::os;
 use crate::profile::JobProf;
 
@@ -57,11 +57,11 @@ impl Engine {
                 info!(job = %rec.job_id, reason, "recovered job had ended");
                 continue;
             }
-            let phase = match rec.role.as_str() {
-                "backfill" => Phase::Backfill,
-                "preempted" => Phase::Preempted,
-                "suspended" => Phase::Suspended,
-                _ => Phase::Primary,
+            let phase = match rec.role {
+                StoredRole::Backfill => Phase::Backfill,
+                StoredRole::Preempted => Phase::Preempted,
+                StoredRole::Suspended => Phase::Suspended,
+                StoredRole::Primary => Phase::Primary,
             };
             let cpus = if matches!(phase, Phase::Preempted | Phase::Suspended) {
                 CpuSet::new()
@@ -97,7 +97,7 @@ impl Engine {
                 job.memory.footprint = self.driver.memory_usage(&rec.cgroup).unwrap_or(0);
             }
             info!(
-                job = %job.id, user = %job.user, cpus = %job.cpus, role = role_name(phase), main_alive,
+                job = %job.id, user = %job.user, cpus = %job.cpus, role = role_of(phase).as_str(), main_alive,
                 memory_frozen = job.memory.frozen, "recovered running job"
             );
             let seq = job.seq;
@@ -210,7 +210,7 @@ impl Engine {
                 ncpus: rec.ncpus as usize,
                 ngpus: 0,
                 priority: rec.priority,
-                placement: sched_placement(placement_from(&rec.placement)),
+                placement: rec.placement,
                 exclusive: rec.exclusive,
                 submitted_ms: rec.submitted_ms,
             },
@@ -279,9 +279,9 @@ impl Engine {
             ended_ms: None,
             end_reason: None,
             priority: sched::MAX_PRIORITY,
-            placement: "any".into(),
+            placement: sched::Placement::Any,
             exclusive: false,
-            role: "primary".into(),
+            role: StoredRole::Primary,
         };
         let seq = self
             .store_write(0, "insert_job", OnFail::Refuse, |s| s.insert_job(&rec))

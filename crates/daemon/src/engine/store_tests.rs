@@ -55,9 +55,9 @@ fn add_job(t: &mut TestEngine, id: &str, on: Option<&str>) -> i64 {
         ended_ms: None,
         end_reason: None,
         priority: 10,
-        placement: "any".into(),
+        placement: pjw_core::sched::Placement::Any,
         exclusive: false,
-        role: "primary".into(),
+        role: pjw_store::StoredRole::Primary,
     };
     let seq = t.store.clone().insert_job(&rec).expect("insert");
     let rec = JobRecord { seq, ..rec };
@@ -172,7 +172,7 @@ async fn a_move_the_store_refuses_stays_in_memory_and_is_written_once_the_disk_h
     let j = &t.engine.jobs[&seq];
     assert_eq!((j.phase, j.cpus), (Phase::Backfill, cpus("2-3")));
     assert_eq!(t.store.calls_to("set_role"), ["set_role 1 backfill 2-3 !"]);
-    assert_eq!(t.store.state().rows[&seq].role, "primary");
+    assert_eq!(t.store.state().rows[&seq].role.as_str(), "primary");
     assert_eq!(t.engine.store_write_errors(), 1);
     assert_eq!(t.engine.store_backlog(), 1);
 

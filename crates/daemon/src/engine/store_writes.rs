@@ -13,7 +13,7 @@ use std::time::Duration;
 use pjw_store::{JobSummary, StoreError};
 use tracing::{debug, warn};
 
-use super::{role_name, Engine, Event};
+use super::{role_of, Engine, Event};
 use crate::store_port::StorePort;
 
 /// What a failed write means for the transition it records.
@@ -147,7 +147,7 @@ impl Engine {
                 continue;
             };
             j.store_dirty = false;
-            let (role, cpus, mems, priority) = (role_name(j.phase), j.cpus, j.mems, j.req.priority);
+            let (role, cpus, mems, priority) = (role_of(j.phase), j.cpus, j.mems, j.req.priority);
             let started = j.started.is_some();
             let starter = (j.client_uid != j.uid || j.wlm.is_some() || j.tmp_size.is_some())
                 .then(|| j.starter_record());

@@ -7,7 +7,7 @@ use pjw_cgroup::JobLimits;
 use pjw_core::sched::Phase;
 use pjw_core::CpuSet;
 use pjw_proto::{Placement, Response, RunRequest};
-use pjw_store::{JobRecord, StoredState};
+use pjw_store::{JobRecord, StoredRole as Role, StoredState};
 use tokio::sync::mpsc;
 
 use super::{cgroup_name, Cred, Event, Who};
@@ -44,9 +44,9 @@ fn record(id: &str, state: StoredState, pid: u32) -> JobRecord {
         ended_ms: None,
         end_reason: None,
         priority: 10,
-        placement: "any".into(),
+        placement: pjw_core::sched::Placement::Any,
         exclusive: false,
-        role: "primary".into(),
+        role: pjw_store::StoredRole::Primary,
     }
 }
 
@@ -284,10 +284,16 @@ async fn recovery_takes_each_stored_role_then_plans() {
     // free for primaries, role stored). The node has room: a backfiller is promoted and a
     // preempted job resumed on the CPUs its cgroup holds; a suspended one stays frozen.
     let table = [
-        ("primary", Phase::Primary, "0-1", "2-3", "primary"),
-        ("backfill", Phase::Primary, "0-1", "2-3", "primary"),
-        ("preempted", Phase::Primary, "0-1", "2-3", "primary"),
-        ("suspended", Phase::Suspended, "", "0-3", "suspended"),
+        (Role::Primary, Phase::Primary, "0-1", "2-3", Role::Primary),
+        (Role::Backfill, Phase::Primary, "0-1", "2-3", Role::Primary),
+        (Role::Preempted, Phase::Primary, "0-1", "2-3", Role::Primary),
+        (
+            Role::Suspended,
+            Phase::Suspended,
+            "",
+            "0-3",
+            Role::Suspended,
+        ),
     ];
     for (role, phase, held, free, stored) in table {
         let mut t = TestEngine::new();
@@ -295,7 +301,7 @@ async fn recovery_takes_each_stored_role_then_plans() {
         t.fake_process(pid, 1000);
         t.fake_stat(pid);
         let rec = JobRecord {
-            role: role.into(),
+            role,
             ..record("r1", StoredState::Running, pid)
         };
         let seq = t.store.clone().insert_job(&rec).expect("insert");
@@ -318,9 +324,9 @@ async fn recovery_takes_each_stored_role_then_plans() {
         t.engine.recover().expect("recover");
 
         let j = &t.engine.jobs[&seq];
-        assert_eq!((j.phase, j.cpus), (phase, cpus(held)), "{role}");
-        assert_eq!(t.engine.free(), cpus(free), "{role}");
-        assert_eq!(t.store.state().rows[&seq].role, stored, "{role}");
+        assert_eq!((j.phase, j.cpus), (phase, cpus(held)), "{role:?}");
+        assert_eq!(t.engine.free(), cpus(free), "{role:?}");
+        assert_eq!(t.store.state().rows[&seq].role, stored, "{role:?}");
     }
 }
 
@@ -328,14 +334,19 @@ async fn recovery_takes_each_stored_role_then_plans() {
 async fn recovery_matrix_by_role() {
     // The matrix's other axis: every stored role of a running job × cgroup populated × main
     // process alive. A role never keeps a job whose main process or cgroup is gone.
-    for role in ["primary", "backfill", "preempted", "suspended"] {
+    for role in [
+        Role::Primary,
+        Role::Backfill,
+        Role::Preempted,
+        Role::Suspended,
+    ] {
         for (populated, alive, want) in [
             (true, true, None),
             (true, false, Some("exited")),
             (false, true, Some("ended while daemon was down")),
             (false, false, Some("ended while daemon was down")),
         ] {
-            let case = format!("{role} populated={populated} alive={alive}");
+            let case = format!("{role:?} populated={populated} alive={alive}");
             let mut t = TestEngine::new();
             let pid = if alive { std::process::id() } else { DEAD_PID };
             if alive {
@@ -343,7 +354,7 @@ async fn recovery_matrix_by_role() {
                 t.fake_stat(pid);
             }
             let rec = JobRecord {
-                role: role.into(),
+                role,
                 ..record("r1", StoredState::Running, pid)
             };
             let seq = t.store.clone().insert_job(&rec).expect("insert");

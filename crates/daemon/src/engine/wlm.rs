@@ -7,7 +7,7 @@ use pjw_core::adopt::{self, Candidate, Target, Verdict};
 use pjw_core::sched::{self};
 use pjw_core::{CpuSet, JobId};
 use pjw_proto::{ErrorCode, Placement, RegisterRequest, Response, RunRequest};
-use pjw_store::{JobRecord, StoredState};
+use pjw_store::{JobRecord, StoredRole, StoredState};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info};
 
@@ -109,9 +109,9 @@ impl Engine {
             end_reason: None,
             // The manager has decided this job runs: nothing pjw starts may preempt it.
             priority: sched::MAX_PRIORITY,
-            placement: "primary_only".into(),
+            placement: sched::Placement::PrimaryOnly,
             exclusive: false,
-            role: "primary".into(),
+            role: StoredRole::Primary,
         };
         let starter = Starter {
             client_uid: cred.uid,
