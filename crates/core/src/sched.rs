@@ -141,6 +141,8 @@ pub enum Action {
     },
     /// A preempted job is thawed as a primary on `cpus`.
     Resume { key: JobKey, cpus: CpuSet },
+    /// A preempted (or resumed) job that may backfill is thawed as a backfiller on `cpus`.
+    ResumeBackfill { key: JobKey, cpus: CpuSet },
     /// A queued job waited longer than the TTL.
     Expire { key: JobKey },
     /// The job that starts next (the following [`Action::StartPrimary`]) gets these GPUs.
@@ -308,8 +310,9 @@ pub fn plan_gpus(
             }
         }
 
-        // 3. A queued job starts as a backfiller.
-        if cur.phase == Phase::Queued
+        // 3. A queued job starts as a backfiller; a frozen one that may backfill is thawed as
+        // one (a backfill-only job suspended and resumed has no other way back).
+        if matches!(cur.phase, Phase::Queued | Phase::Preempted)
             && policy.backfill
             && cur.req.placement != Placement::PrimaryOnly
             && !cur.req.exclusive
@@ -324,7 +327,11 @@ pub fn plan_gpus(
                 *pool
             };
             if let Some(cpus) = alloc.allocate_with(scratch, &base, n) {
-                actions.push(Action::StartBackfill { key: cur.key, cpus });
+                actions.push(if cur.phase == Phase::Preempted {
+                    Action::ResumeBackfill { key: cur.key, cpus }
+                } else {
+                    Action::StartBackfill { key: cur.key, cpus }
+                });
                 set(&mut state, cur.key, Phase::Backfill, cpus);
                 continue;
             }
@@ -818,6 +825,36 @@ mod tests {
                     key: 1,
                     cpus: cs("0"),
                 }],
+            },
+            Case {
+                // Found by the chaos test: it had no way back and stayed frozen for good.
+                what: "a backfill-only job suspended and resumed is thawed as a backfiller",
+                policy: policy(2),
+                jobs: vec![job(
+                    1,
+                    Request {
+                        placement: Placement::BackfillOnly,
+                        ..req(2, 10, 0)
+                    },
+                    Phase::Preempted,
+                    "",
+                )],
+                now: 0,
+                want: vec![Action::ResumeBackfill {
+                    key: 1,
+                    cpus: cs("0-1"),
+                }],
+            },
+            Case {
+                what: "a preempted job waits while every slot is used",
+                policy: policy(2),
+                jobs: vec![
+                    job(1, req(1, 12, 0), p, "0"),
+                    job(2, req(1, 12, 1), p, "1"),
+                    job(3, req(1, 5, 2), Phase::Preempted, ""),
+                ],
+                now: 0,
+                want: vec![],
             },
             Case {
                 what: "priority order beats arrival order",

@@ -89,8 +89,22 @@ impl Engine {
                 if j.phase != Phase::Suspended {
                     return err(ErrorCode::Invalid, format!("job {job} is not suspended"));
                 }
+                // It competes for CPUs like a preempted job and is thawed when it has them.
+                // Recorded first: a restart before it has CPUs must not bring it back
+                // suspended, and a store that refuses refuses the resume.
+                let (cpus, mems) = (j.cpus, j.mems);
+                if let Err(e) = self.store_write(seq, "set_role", OnFail::Refuse, |s| {
+                    s.set_role(seq, StoredRole::Preempted, &cpus, &mems)
+                }) {
+                    return err(
+                        ErrorCode::Internal,
+                        format!(
+                            "cannot record the resumption of job {job}, so it stays suspended: {e}"
+                        ),
+                    );
+                }
                 if let Some(j) = self.jobs.get_mut(&seq) {
-                    // It competes for CPUs like a preempted job and is thawed when it has them.
+                    info!(job = %j.id, user = %j.user, by = %by, "job resumed; waiting for cpus");
                     j.phase = Phase::Preempted;
                     j.reason = Some("resumed; waiting for cpus".into());
                 }

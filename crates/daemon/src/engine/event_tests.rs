@@ -5,8 +5,8 @@
 
 use pjw_core::sched::Phase;
 use pjw_core::CpuSet;
-use pjw_proto::{Response, RunRequest};
-use pjw_store::StoredState;
+use pjw_proto::{Placement, Response, RunRequest};
+use pjw_store::{StoredRole, StoredState};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Control, Cred, Event};
@@ -91,6 +91,56 @@ async fn suspend_freezes_and_hands_the_cpus_on_resume_thaws_when_they_are_back()
         t.engine.jobs[&t.seq_of("a")].cpus,
         CpuSet::parse_list("0-3").unwrap()
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_suspended_backfill_only_job_is_resumed_as_a_backfiller() {
+    // Found by the chaos test: resumed, it waited for CPUs as a primary it may never be, and
+    // stayed frozen with every CPU free.
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    let req = RunRequest {
+        placement: Placement::BackfillOnly,
+        ..run("bf", 2)
+    };
+    let (a, _a) = t.submit(1, std::process::id(), UID, req).await;
+    assert!(matches!(a, Response::Started { .. }), "{a:?}");
+    let seq = t.seq_of("bf");
+    assert_eq!(t.engine.jobs[&seq].phase, Phase::Backfill);
+
+    let r = control(&mut t, "bf", Control::Suspend).await;
+    assert!(matches!(r, Response::Done { .. }), "{r:?}");
+    assert_eq!(t.engine.jobs[&seq].phase, Phase::Suspended);
+    assert_eq!(t.store.state().rows[&seq].role, StoredRole::Suspended);
+
+    let r = control(&mut t, "bf", Control::Resume).await;
+    assert!(matches!(r, Response::Done { .. }), "{r:?}");
+    let j = &t.engine.jobs[&seq];
+    assert_eq!((j.phase, j.cpus.len()), (Phase::Backfill, 2));
+    assert!(
+        fake.calls().contains(&"freeze job-bf false".to_string()),
+        "{:?}",
+        fake.calls()
+    );
+    assert_eq!(t.store.state().rows[&seq].role, StoredRole::Backfill);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_resume_is_recorded_before_the_job_has_cpus() {
+    // Resumed while its CPUs are taken, the job waits thawed-to-be: a restart then must not
+    // bring it back suspended (its owner asked once and is not told to ask again).
+    let mut t = TestEngine::new();
+    let (a, _a) = submit(&mut t, 1, std::process::id(), "a", 4).await;
+    assert!(matches!(a, Response::Started { .. }), "{a:?}");
+    let (b, _b) = submit(&mut t, 2, 1, "b", 4).await;
+    assert!(matches!(b, Response::Queued { .. }), "{b:?}");
+    let r = control(&mut t, "a", Control::Suspend).await;
+    assert!(matches!(r, Response::Done { .. }), "{r:?}");
+    let r = control(&mut t, "a", Control::Resume).await;
+    assert!(matches!(r, Response::Done { .. }), "{r:?}");
+    let seq = t.seq_of("a");
+    assert_eq!(t.engine.jobs[&seq].phase, Phase::Preempted);
+    assert_eq!(t.store.state().rows[&seq].role, StoredRole::Preempted);
 }
 
 #[tokio::test(flavor = "current_thread")]

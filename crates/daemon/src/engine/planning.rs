@@ -73,9 +73,9 @@ impl Engine {
                     | Action::GrantGpus { key, .. } => {
                         held_back.contains(&key) || not_freed.contains(&key)
                     }
-                    Action::Promote { key, .. } | Action::Resume { key, .. } => {
-                        not_freed.contains(&key)
-                    }
+                    Action::Promote { key, .. }
+                    | Action::Resume { key, .. }
+                    | Action::ResumeBackfill { key, .. } => not_freed.contains(&key),
                     Action::Preempt { by, .. } => {
                         held_back.contains(&by) || not_freed.contains(&by)
                     }
@@ -133,6 +133,7 @@ impl Engine {
             Action::StartBackfill { key, cpus } => self.start(key, cpus, true),
             Action::Promote { key, cpus } => self.move_job(key, cpus, Phase::Primary, None),
             Action::Resume { key, cpus } => self.move_job(key, cpus, Phase::Primary, None),
+            Action::ResumeBackfill { key, cpus } => self.move_job(key, cpus, Phase::Backfill, None),
             Action::Preempt {
                 key,
                 by,
