@@ -10,19 +10,10 @@ use std::time::{Duration, Instant};
 use pjw_proto::{Client, ErrorCode, JobTmp, Placement, ProtoError, Request, Response, RunRequest};
 
 use crate::cli::RunArgs;
-use crate::connect::{connect_window, daemon_absent};
+use crate::connect::{connect_window, daemon_absent, reconnect_window};
 
 /// Exit code when pjw itself fails.
 const EXIT_PJW: i32 = 125;
-
-/// How long a queued client keeps trying to reach a daemon that went away (restart).
-fn reconnect_window() -> Duration {
-    std::env::var("PJW_RECONNECT_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(Duration::from_secs(60))
-}
 
 fn fail(msg: impl std::fmt::Display) -> i32 {
     eprintln!("pjw: {msg}");

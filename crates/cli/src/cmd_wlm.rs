@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use pjw_core::CpuSet;
-use pjw_proto::{ErrorCode, RegisterRequest, Request, Response};
+use pjw_proto::{ErrorCode, ProtoError, RegisterRequest, Request, Response};
 
 use crate::cli::{JobCommand, RegisterArgs, SgeCommand, SlurmCommand};
 use crate::wlm_parse::{self, WlmJob};
@@ -17,7 +17,10 @@ fn fail(msg: impl std::fmt::Display) -> i32 {
     1
 }
 
-/// Register `job`; waits while it is queued. Returns the CPUs it got.
+/// Register `job`; waits while it is queued. Returns the CPUs it got. A daemon that goes away
+/// meanwhile (a restart) is waited for, and the same registration sent again: the daemon gives
+/// the job back its place (or tells its CPUs again if it started meanwhile). A prolog that
+/// failed here would fail the job and, under Slurm, drain the node.
 fn register(
     wlm: &str,
     job: &WlmJob,
@@ -33,29 +36,53 @@ fn register(
         name,
         attach,
     };
-    // A prolog that finds the daemon restarting waits for it (bounded) instead of failing the
-    // job (and, under Slurm, draining the node).
-    let mut c =
-        crate::connect::connect_waiting(&pjw_proto::socket_path(), false).map_err(|e| (None, e))?;
-    c.send(&Request::Register(req))
-        .map_err(|e| (None, e.to_string()))?;
+    let path = pjw_proto::socket_path();
     let mut said = false;
+    let mut lost_since: Option<std::time::Instant> = None;
     loop {
-        match c.recv() {
-            Ok(Response::Queued {
-                job,
-                position,
-                reason,
-            }) if !said => {
-                eprintln!("pjw: job {job} queued (position {position}): {reason}");
-                said = true;
-            }
-            Ok(Response::Queued { .. }) => {}
-            Ok(Response::Started { cpus, .. }) => return Ok(cpus),
-            Ok(Response::Error { code, message }) => return Err((Some(code), message)),
-            Ok(other) => return Err((None, format!("unexpected answer: {other:?}"))),
-            Err(e) => return Err((None, e.to_string())),
+        let mut c = crate::connect::connect_waiting(&path, false).map_err(|e| (None, e))?;
+        let lost = match c.send(&Request::Register(req.clone())) {
+            Err(e) => e.to_string(),
+            Ok(()) => loop {
+                match c.recv() {
+                    Ok(Response::Queued {
+                        job,
+                        position,
+                        reason,
+                    }) if !said => {
+                        eprintln!("pjw: job {job} queued (position {position}): {reason}");
+                        said = true;
+                    }
+                    Ok(Response::Queued { .. }) => {}
+                    Ok(Response::Started { cpus, .. }) => return Ok(cpus),
+                    Ok(Response::Error {
+                        code: ErrorCode::ShuttingDown,
+                        message,
+                    }) => break message,
+                    Ok(Response::Error { code, message }) => return Err((Some(code), message)),
+                    Ok(other) => return Err((None, format!("unexpected answer: {other:?}"))),
+                    Err(e @ (ProtoError::Closed | ProtoError::Io(_))) => break e.to_string(),
+                    Err(e) => return Err((None, e.to_string())),
+                }
+            },
+        };
+        let since = *lost_since.get_or_insert_with(|| {
+            eprintln!(
+                "pjw: lost the daemon ({lost}); registering again for up to {} s",
+                crate::connect::reconnect_window().as_secs()
+            );
+            std::time::Instant::now()
+        });
+        if since.elapsed() >= crate::connect::reconnect_window() {
+            return Err((
+                None,
+                format!(
+                    "the pjw daemon did not come back within {} s: {lost}",
+                    crate::connect::reconnect_window().as_secs()
+                ),
+            ));
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

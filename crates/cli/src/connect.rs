@@ -17,6 +17,16 @@ pub fn connect_window() -> Duration {
         .unwrap_or(Duration::from_secs(30))
 }
 
+/// How long a waiting client (a queued `pjw run`, a `pjw job register` in a prolog) keeps
+/// trying to reach a daemon that went away (restart): `PJW_RECONNECT_SECS`, default 60.
+pub fn reconnect_window() -> Duration {
+    std::env::var("PJW_RECONNECT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(60))
+}
+
 /// Whether a failed connect means "no daemon right now" (worth waiting for), not a fault.
 pub fn daemon_absent(e: &ProtoError) -> bool {
     matches!(e, ProtoError::Connect { source, .. }

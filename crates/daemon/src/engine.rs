@@ -75,6 +75,8 @@ mod table_tests;
 #[cfg(test)]
 mod tick_tests;
 mod wlm;
+#[cfg(test)]
+mod wlm_tests;
 
 pub use events::{Control, Cred, Event, Who};
 use job::{role_of, sched_placement, Job, Waiter};

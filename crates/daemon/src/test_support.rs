@@ -30,6 +30,8 @@ pub struct FakeState {
     pub rows: BTreeMap<i64, JobRecord>,
     /// GPU rows by seq: GPUs asked for and held.
     pub gpus: BTreeMap<i64, (u32, pjw_core::GpuSet)>,
+    /// Starter rows by seq (owner vs client, manager's id, /tmp).
+    pub starters: BTreeMap<i64, StarterRecord>,
     /// Fail every write until cleared (a full disk).
     pub full: bool,
     /// Fail the next this many writes.
@@ -177,8 +179,10 @@ impl StorePort for FakeStore {
             }
         })
     }
-    fn set_starter(&mut self, seq: i64, _s: &StarterRecord) -> Result<(), StoreError> {
-        self.write(format!("set_starter {seq}"), |_| ())
+    fn set_starter(&mut self, seq: i64, s: &StarterRecord) -> Result<(), StoreError> {
+        self.write(format!("set_starter {seq}"), |st| {
+            st.starters.insert(seq, s.clone());
+        })
     }
     fn finish_job(
         &mut self,
@@ -198,8 +202,8 @@ impl StorePort for FakeStore {
     fn set_exit_status(&mut self, seq: i64, status: i32) -> Result<(), StoreError> {
         self.write(format!("set_exit_status {seq} {status}"), |_| ())
     }
-    fn starter(&self, _seq: i64) -> Result<Option<StarterRecord>, StoreError> {
-        Ok(None)
+    fn starter(&self, seq: i64) -> Result<Option<StarterRecord>, StoreError> {
+        Ok(self.state().starters.get(&seq).cloned())
     }
     fn set_gpus(
         &mut self,
@@ -254,6 +258,8 @@ pub struct TestEngine {
     pub _events: mpsc::UnboundedReceiver<Event>,
     _machine: FakeMachine,
     _dir: tempfile::TempDir,
+    /// How it was built, for [`TestEngine::restart`].
+    spec: (String, Option<FakeCgroups>, bool),
 }
 
 impl TestEngine {
@@ -319,6 +325,53 @@ impl TestEngine {
         let machine = FakeSpec::new(Mode::Unified)
             .build(dir.path())
             .expect("fake cgroup tree");
+        let store = FakeStore::new();
+        let clock = FakeClock::at(1_700_000_000_000);
+        let spec = (extra.to_string(), cgroups, governor);
+        let (engine, events) = Self::engine_on(&machine, dir.path(), &spec, &store, &clock);
+        TestEngine {
+            engine,
+            store,
+            clock,
+            _events: events,
+            _machine: machine,
+            _dir: dir,
+            spec,
+        }
+    }
+
+    /// A new engine on the same store, cgroups and clock: the daemon after a restart (the
+    /// caller runs `recover`, as the daemon does).
+    pub fn restart(self) -> TestEngine {
+        let TestEngine {
+            engine,
+            store,
+            clock,
+            _machine,
+            _dir,
+            spec,
+            ..
+        } = self;
+        drop(engine);
+        let (engine, events) = Self::engine_on(&_machine, _dir.path(), &spec, &store, &clock);
+        TestEngine {
+            engine,
+            store,
+            clock,
+            _events: events,
+            _machine,
+            _dir,
+            spec,
+        }
+    }
+
+    fn engine_on(
+        machine: &FakeMachine,
+        dir: &Path,
+        (extra, cgroups, governor): &(String, Option<FakeCgroups>, bool),
+        store: &FakeStore,
+        clock: &FakeClock,
+    ) -> (Engine, mpsc::UnboundedReceiver<Event>) {
         let driver = Driver::detect_with(
             &machine.proc_root,
             &ParentSpec::parse("/pjw").expect("parent"),
@@ -331,17 +384,25 @@ impl TestEngine {
         let text = format!(
             "{extra}[paths]\nproc = {:?}\n[memory]\ngovernor = {governor}\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
             machine.proc_root,
-            dir.path().join("tmp")
+            dir.join("tmp")
         );
         let cfg = Config::parse("test", &text, &Overrides::default()).expect("config");
         let topo = pjw_core::synthetic::parse("package:1 core:4 pu:1").expect("topology");
         let pool = CpuSet::parse_list("0-3").expect("cpus");
         let alloc = Allocator::new(&topo);
-        let store = FakeStore::new();
         let (tx, events) = mpsc::unbounded_channel();
-        let clock = FakeClock::at(1_700_000_000_000);
         let engine = match cgroups {
-            Some(fake) => Engine::new(cfg, fake, store.clone(), alloc, pool, 4, 1 << 30, None, tx),
+            Some(fake) => Engine::new(
+                cfg,
+                fake.clone(),
+                store.clone(),
+                alloc,
+                pool,
+                4,
+                1 << 30,
+                None,
+                tx,
+            ),
             None => Engine::new(
                 cfg,
                 driver,
@@ -355,14 +416,7 @@ impl TestEngine {
             ),
         }
         .with_clock(clock.clone());
-        TestEngine {
-            engine,
-            store,
-            clock,
-            _events: events,
-            _machine: machine,
-            _dir: dir,
-        }
+        (engine, events)
     }
 
     /// The fake `/proc`.

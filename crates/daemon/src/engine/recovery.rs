@@ -165,12 +165,17 @@ impl Engine {
         let alive = rec
             .pid
             .is_some_and(|p| os::process_alive(&self.cfg.proc_root, p, rec.pid_start));
-        if !alive {
+        // A manager's registration without a process (a prolog's) has no pid to look at: it
+        // waits for its client to register again, as a queued client reconnects.
+        let held = rec.pid.is_none()
+            && matches!(self.store.starter(rec.seq), Ok(Some(st)) if st.wlm.is_some());
+        if !alive && !held {
             self.record_end_rec(&rec, "client left the queue");
             return;
         }
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
         self.restore_starter(&mut job);
+        job.held = held;
         job.reconnect_by = Some(Instant::now() + RECONNECT_GRACE);
         info!(job = %job.id, user = %job.user, "recovered queued job; waiting for its client");
         self.jobs.insert(job.seq, job);

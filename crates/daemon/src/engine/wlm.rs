@@ -72,15 +72,19 @@ impl Engine {
             let _ = reply.send(err(code, message));
             return;
         }
-        if self.jobs.values().any(|j| j.id == id) {
-            let _ = reply.send(err(
-                ErrorCode::Conflict,
-                format!("job id {id} is already in use by a live job"),
-            ));
-            return;
-        }
         let pid = req.attach.then_some(cred.pid);
         let pid_start = pid.and_then(|p| os::start_time(&self.cfg.proc_root, p));
+        if let Some(seq) = self.jobs.values().find(|j| j.id == id).map(|j| j.seq) {
+            // The same registration again, from a client that lost the daemon (a restart)
+            // while it waited: it takes its job back. Anything else is a clash.
+            if !self.reregister(seq, pid, pid_start, conn, &reply) {
+                let _ = reply.send(err(
+                    ErrorCode::Conflict,
+                    format!("job id {id} is already in use by a live job"),
+                ));
+            }
+            return;
+        }
         let name = req
             .name
             .clone()
@@ -128,6 +132,58 @@ impl Engine {
         self.replan();
         self.tell_queued(seq);
         self.examine_waiting(seq);
+    }
+
+    /// A registration repeated by its client after the daemon restarted (root only, checked by
+    /// the caller): the held form (no process) matches a held job of that id, the attached form
+    /// the job whose main process is the caller. A queued one takes its place back; a started
+    /// one is told its CPUs again. Whether it matched.
+    fn reregister(
+        &mut self,
+        seq: i64,
+        pid: Option<u32>,
+        pid_start: Option<u64>,
+        conn: u64,
+        reply: &mpsc::UnboundedSender<Response>,
+    ) -> bool {
+        let gpus_fenced = self.gpus_fenced;
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return false;
+        };
+        let same = j.wlm.is_some()
+            && !j.end.ending
+            && match pid {
+                None => j.held,
+                Some(p) => j.pid == Some(p) && j.pid_start == pid_start,
+            };
+        if !same {
+            return false;
+        }
+        if j.started.is_some() {
+            info!(job = %j.id, "registration repeated; job already running");
+            let _ = reply.send(Response::Started {
+                job: j.id.to_string(),
+                cpus: j.cpus,
+                mems: j.mems,
+                backfill: false,
+                tmp: j.tmp_reply(),
+                env: Engine::gpu_env_of(&self.gpus, gpus_fenced, j),
+            });
+            return true;
+        }
+        if j.waiter.is_some() {
+            // Its first client still waits on another connection: not a repeat.
+            return false;
+        }
+        info!(job = %j.id, "registration repeated; queued place kept");
+        j.waiter = Some(super::Waiter {
+            conn,
+            reply: reply.clone(),
+        });
+        j.reconnect_by = None;
+        self.replan();
+        self.tell_queued(seq);
+        true
     }
 
     /// End a registered job: kill what is left, answer once its cgroups are gone.

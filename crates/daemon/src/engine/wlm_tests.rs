@@ -1,0 +1,129 @@
+//! Table tests of a manager's registration repeated after a daemon restart, without root: the
+//! held form (a prolog's, no process) and the attached form get their job back, queued or
+//! started; anything else with the same id is a clash.
+
+use pjw_proto::{ErrorCode, RegisterRequest, Response};
+use tokio::sync::mpsc;
+
+use super::{Cred, Event, Who};
+use crate::test_support::TestEngine;
+
+const ROOT: Cred = Cred {
+    pid: 1,
+    uid: 0,
+    gid: 0,
+};
+
+fn root_who() -> Who {
+    Who {
+        name: "root".into(),
+        admin: false,
+        named: Some((1000, 1000)),
+    }
+}
+
+fn register_req(job: &str, cpus: u32, attach: bool) -> RegisterRequest {
+    RegisterRequest {
+        job: job.into(),
+        wlm: "slurm".into(),
+        user: "someone".into(),
+        cpus,
+        mem: None,
+        name: None,
+        attach,
+    }
+}
+
+/// Register from process `pid` on connection `conn`; the first answer and the channel.
+fn register(
+    t: &mut TestEngine,
+    conn: u64,
+    pid: u32,
+    req: RegisterRequest,
+) -> (Response, mpsc::UnboundedReceiver<Response>) {
+    let (reply, mut rx) = mpsc::unbounded_channel();
+    t.engine.handle(Event::Register {
+        conn,
+        cred: Cred { pid, ..ROOT },
+        who: root_who(),
+        req,
+        reply,
+    });
+    let first = rx.try_recv().expect("an answer");
+    (first, rx)
+}
+
+/// The engine after a restart on the same store and cgroups.
+fn restarted(t: TestEngine) -> TestEngine {
+    let mut again = t.restart();
+    again.engine.recover().expect("recover");
+    again
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_held_registration_repeated_after_a_restart_gets_its_queued_place_back() {
+    let mut t = TestEngine::new();
+    // Another manager job holds every CPU (nothing preempts one), so this one waits.
+    let (a, _a) = register(&mut t, 1, 4241, register_req("6", 4, false));
+    assert!(matches!(a, Response::Started { .. }), "{a:?}");
+    let (r, _rx) = register(&mut t, 2, 4242, register_req("7", 2, false));
+    assert!(matches!(r, Response::Queued { .. }), "{r:?}");
+
+    // The daemon dies; the prolog's client registers again once it is back.
+    let mut t = restarted(t);
+    let seq = t.seq_of("slurm:7");
+    assert!(t.engine.jobs[&seq].waiter.is_none());
+    let (r, _rx) = register(&mut t, 3, 4243, register_req("7", 2, false));
+    assert!(matches!(r, Response::Queued { .. }), "{r:?}");
+    let j = &t.engine.jobs[&seq];
+    assert!(j.waiter.is_some() && j.held && j.reconnect_by.is_none());
+    assert_eq!(t.engine.jobs.len(), 2, "no second job");
+
+    // While that client waits, the same registration from another is a clash.
+    let (r, _rx) = register(&mut t, 4, 4244, register_req("7", 2, false));
+    assert!(
+        matches!(
+            r,
+            Response::Error {
+                code: ErrorCode::Conflict,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_started_held_job_registered_again_is_told_its_cpus_and_an_attach_is_a_clash() {
+    let mut t = TestEngine::new();
+    let (r, _rx) = register(&mut t, 1, 4242, register_req("8", 2, false));
+    let Response::Started { cpus, .. } = r else {
+        panic!("expected a start, got {r:?}");
+    };
+    // The answer was lost with the daemon: asked again, the same CPUs.
+    let mut t = restarted(t);
+    let seq = t.seq_of("slurm:8");
+    assert!(t.engine.jobs[&seq].held, "recovered as held");
+    let (r, _rx) = register(&mut t, 2, 4243, register_req("8", 2, false));
+    assert!(
+        matches!(&r, Response::Started { cpus: c, .. } if *c == cpus),
+        "{r:?}"
+    );
+    assert_eq!(
+        (t.engine.jobs.len(), t.seq_of("slurm:8")),
+        (1, seq),
+        "the same job, no second one"
+    );
+    // An attached registration of that id from some process is not the same registration.
+    let (r, _rx) = register(&mut t, 3, std::process::id(), register_req("8", 2, true));
+    assert!(
+        matches!(
+            r,
+            Response::Error {
+                code: ErrorCode::Conflict,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+}
