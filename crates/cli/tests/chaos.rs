@@ -1,6 +1,8 @@
 //! Chaos on the real cgroupfs: job cycles (sizes 1..=ncpus, some queued behind others, some with
-//! a priority that preempts, some backfill-only) while the daemon is `kill -9`-ed and restarted
-//! at random points. After every restart: no CPU in two primaries' cpusets (read from the
+//! a priority that preempts, some backfill-only, some registered by a workload manager — the
+//! attached form a Slurm/SGE starter uses and the held form a prolog uses, ended by `pjw job
+//! end` — and some suspended by their user and resumed later) while the daemon is `kill -9`-ed
+//! and restarted at random points. After every restart: no CPU in two primaries' cpusets (read from the
 //! kernel), every job either running confined or ended; at the end every client got its job's
 //! exit status or a clear error, and no job cgroup is left.
 //!
@@ -40,11 +42,20 @@ impl Rng {
     }
 }
 
-/// One `pjw run` client and the exit code its job ends with.
+/// One client (`pjw run`, or `pjw job register` with a command) and the exit code its job
+/// ends with; `id` is the job's id as `pjw status` shows it.
 struct Client {
     id: String,
     code: i32,
     child: Child,
+}
+
+/// A held workload-manager job (registered without a command, as a prolog does): its
+/// `pjw job register` client, then the cycle at which the test ends it with `pjw job end`.
+struct Held {
+    id: String,
+    register: Child,
+    end_at: u64,
 }
 
 /// How clients ended.
@@ -59,6 +70,14 @@ struct Figures {
     clear_error: u64,
     other: u64,
     unconfined: u64,
+    /// Workload-manager jobs: attached (a command), held (ended by `pjw job end`).
+    wlm_attached: u64,
+    wlm_held: u64,
+    /// `pjw job register` (held) or `pjw job end` that did not answer 0.
+    wlm_failed: u64,
+    /// `pjw suspend` that froze a job, and `pjw resume` that let it go.
+    suspended: u64,
+    resumed: u64,
     /// Time spent bringing the daemon back (start to its socket answering).
     restart_time: Duration,
 }
@@ -255,12 +274,171 @@ fn spawn(d: &TestDaemon, rng: &mut Rng, i: u64, ncpus: u64) -> Client {
     Client { id, code, child }
 }
 
+/// A workload manager's job with a command (the starter's form): `pjw job register` joins the
+/// job and execs the command, so the client's exit status is the job's.
+fn spawn_wlm(d: &TestDaemon, rng: &mut Rng, i: u64, ncpus: u64) -> Client {
+    let local = format!("w{i}");
+    let code = (i % 120 + 1) as i32;
+    let size = rng.range(1, ncpus);
+    let sleep = rng.range(0, 30) * 10;
+    let child = d
+        .pjw()
+        .args(["job", "register", "--wlm", "slurm", "--job-id", &local])
+        .args(["--user", "root", "--cpus", &size.to_string(), "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!("sleep {}.{:03}; exit {code}", sleep / 1000, sleep % 1000),
+        ])
+        .env("PJW_CONNECT_WAIT", "120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pjw job register");
+    Client {
+        id: format!("slurm:{local}"),
+        code,
+        child,
+    }
+}
+
+/// A held workload-manager job (the prolog's form): registered without a command, ended by
+/// `pjw job end` a few cycles later.
+fn spawn_held(d: &TestDaemon, rng: &mut Rng, i: u64, ncpus: u64) -> Held {
+    let local = format!("h{i}");
+    let size = rng.range(1, ncpus);
+    let register = d
+        .pjw()
+        .args(["job", "register", "--wlm", "slurm", "--job-id", &local])
+        .args(["--user", "root", "--cpus", &size.to_string()])
+        .env("PJW_CONNECT_WAIT", "120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pjw job register");
+    Held {
+        id: format!("slurm:{local}"),
+        register,
+        end_at: i + rng.range(1, 20),
+    }
+}
+
+/// `pjw ARGS` to its end, with the daemon possibly restarting meanwhile (bounded wait).
+fn pjw_call(d: &TestDaemon, args: &[&str]) -> std::process::Output {
+    d.pjw()
+        .args(args)
+        .env("PJW_CONNECT_WAIT", "120")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run pjw")
+}
+
+/// End the held jobs whose time has come (`now` is the cycle): each once its register client
+/// has answered 0 (it had CPUs; one still queued waits for a later call), with `pjw job end`
+/// answering 0.
+fn end_held(
+    d: &TestDaemon,
+    held: &mut Vec<Held>,
+    now: u64,
+    f: &mut Figures,
+    log: &mut Vec<String>,
+) {
+    let mut i = 0;
+    while i < held.len() {
+        if held[i].end_at > now || matches!(held[i].register.try_wait(), Ok(None)) {
+            i += 1;
+            continue;
+        }
+        let h = held.swap_remove(i);
+        let out = h.register.wait_with_output().expect("register output");
+        if !out.status.success() {
+            f.wlm_failed += 1;
+            log.push(format!(
+                "{}: pjw job register (held) gave {:?}: {}",
+                h.id,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let end = pjw_call(d, &["job", "end", &h.id]);
+        if !end.status.success() {
+            f.wlm_failed += 1;
+            log.push(format!(
+                "{}: pjw job end gave {:?}: {}",
+                h.id,
+                end.status,
+                String::from_utf8_lossy(&end.stderr).trim()
+            ));
+        }
+    }
+}
+
+/// End every held job (a queued one once it has CPUs), within a bound; one whose register
+/// never answers is a lost job.
+fn end_all_held(d: &TestDaemon, held: &mut Vec<Held>, f: &mut Figures, log: &mut Vec<String>) {
+    let by = Instant::now() + Duration::from_secs(120);
+    while !held.is_empty() && Instant::now() < by {
+        end_held(d, held, u64::MAX, f, log);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for mut h in held.drain(..) {
+        f.lost += 1;
+        log.push(format!("{}: held registration never answered", h.id));
+        let _ = h.register.kill();
+        let _ = h.register.wait();
+    }
+}
+
+/// Suspend one running `pjw run` job now and then, and resume suspended ones later; at the end
+/// (`all`) resume every one. A suspend the daemon refuses (the job is queued, ending, a
+/// backfiller, a manager's job) is not counted; a resume that fails is a client left waiting
+/// forever, so it is logged and shows as a lost job at the end.
+fn suspend_some(
+    d: &TestDaemon,
+    rng: &mut Rng,
+    clients: &[Client],
+    suspended: &mut Vec<String>,
+    all: bool,
+    f: &mut Figures,
+    log: &mut Vec<String>,
+) {
+    if !all && rng.one_in(8) && !clients.is_empty() {
+        let c = &clients[rng.range(0, clients.len() as u64 - 1) as usize];
+        if !c.id.starts_with("slurm:") && !suspended.contains(&c.id) {
+            if pjw_call(d, &["suspend", &c.id]).status.success() {
+                f.suspended += 1;
+                suspended.push(c.id.clone());
+            }
+        }
+    }
+    while !suspended.is_empty() && (all || rng.one_in(3)) {
+        let id = suspended.swap_remove(rng.range(0, suspended.len() as u64 - 1) as usize);
+        let out = pjw_call(d, &["resume", &id]);
+        if out.status.success() {
+            f.resumed += 1;
+        } else {
+            log.push(format!(
+                "{id}: pjw resume gave {:?}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        if !all {
+            break;
+        }
+    }
+}
+
 fn chaos_in(d: &mut TestDaemon, pool: &CpuSet, cycles: u64, seed: u64) -> (Figures, Vec<String>) {
     let mut rng = Rng(seed);
     let mut f = Figures::default();
     let mut log = Vec::new();
     let ncpus = pool.len() as u64;
     let mut clients: Vec<Client> = Vec::new();
+    let mut held: Vec<Held> = Vec::new();
+    let mut suspended: Vec<String> = Vec::new();
     let max_inflight = (ncpus + 3) as usize;
     let bound = Duration::from_secs(120);
     let t0 = Instant::now();
@@ -276,10 +454,35 @@ fn chaos_in(d: &mut TestDaemon, pool: &CpuSet, cycles: u64, seed: u64) -> (Figur
         let wait_from = Instant::now();
         while clients.len() >= max_inflight && wait_from.elapsed() < bound {
             reap(&mut clients, &mut f, &mut log);
+            // Held jobs keep their CPUs until ended, so clients queued behind them wait for
+            // that: end the ones that have CPUs early rather than stall the run.
+            if wait_from.elapsed() > Duration::from_secs(1) {
+                end_held(d, &mut held, u64::MAX, &mut f, &mut log);
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
-        clients.push(spawn(d, &mut rng, i, ncpus));
+        match rng.range(0, 11) {
+            0 | 1 => {
+                clients.push(spawn_wlm(d, &mut rng, i, ncpus));
+                f.wlm_attached += 1;
+            }
+            2 if held.len() < 2 => {
+                held.push(spawn_held(d, &mut rng, i, ncpus));
+                f.wlm_held += 1;
+            }
+            _ => clients.push(spawn(d, &mut rng, i, ncpus)),
+        }
         f.cycles += 1;
+        suspend_some(
+            d,
+            &mut rng,
+            &clients,
+            &mut suspended,
+            false,
+            &mut f,
+            &mut log,
+        );
+        end_held(d, &mut held, i, &mut f, &mut log);
         std::thread::sleep(Duration::from_millis(rng.range(0, 60)));
         if rng.one_in(10) {
             d.kill9();
@@ -303,6 +506,17 @@ fn chaos_in(d: &mut TestDaemon, pool: &CpuSet, cycles: u64, seed: u64) -> (Figur
         }
         reap(&mut clients, &mut f, &mut log);
     }
+    // Let every suspended job go and end every held one: their clients can then end.
+    suspend_some(
+        d,
+        &mut rng,
+        &clients,
+        &mut suspended,
+        true,
+        &mut f,
+        &mut log,
+    );
+    end_all_held(d, &mut held, &mut f, &mut log);
     // Every client ends within a bound; one that does not is a lost job.
     let end = Instant::now() + Duration::from_secs(180);
     while !clients.is_empty() && Instant::now() < end {
@@ -355,7 +569,7 @@ fn kill9_and_restart_at_random_lose_no_job_and_double_no_cpu() {
         eprintln!("chaos: {l}");
     }
     eprintln!(
-        "chaos: seed {seed}, cycles {}, kills {}, lost jobs {}, doubled CPUs {}, leaked cgroups {}, unconfined {}, clients: exit status {}, clear error {}, other {}, {:.0} s",
+        "chaos: seed {seed}, cycles {}, kills {}, lost jobs {}, doubled CPUs {}, leaked cgroups {}, unconfined {}, clients: exit status {}, clear error {}, other {}, workload-manager jobs: attached {}, held {}, failed register/end {}, suspended {}, resumed {}, {:.0} s",
         f.cycles,
         f.kills,
         f.lost,
@@ -365,9 +579,20 @@ fn kill9_and_restart_at_random_lose_no_job_and_double_no_cpu() {
         f.exit_status,
         f.clear_error,
         f.other,
+        f.wlm_attached,
+        f.wlm_held,
+        f.wlm_failed,
+        f.suspended,
+        f.resumed,
         started.elapsed().as_secs_f64()
     );
-    let bad = f.lost + f.doubled + f.leaked + f.other + f.unconfined;
+    let bad = f.lost
+        + f.doubled
+        + f.leaked
+        + f.other
+        + f.unconfined
+        + f.wlm_failed
+        + (f.suspended - f.resumed);
     assert_eq!(
         bad,
         0,
