@@ -104,19 +104,32 @@ fn load(dir: &Path, prog: &DeviceProgram) -> Result<OwnedFd, CgroupError> {
         prog_name: name,
         ..Default::default()
     };
-    let mut no_log = Vec::new();
-    let first = sys_bpf(BPF_PROG_LOAD, &mut attr(&mut no_log));
-    let e = match first {
+    let owned = |fd: libc::c_long| {
         // SAFETY: BPF_PROG_LOAD returned a new file descriptor that nothing else owns.
-        Ok(fd) => return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) }),
+        unsafe { OwnedFd::from_raw_fd(fd as i32) }
+    };
+    let mut no_log = Vec::new();
+    let mut e = match sys_bpf(BPF_PROG_LOAD, &mut attr(&mut no_log)) {
+        Ok(fd) => return Ok(owned(fd)),
         Err(e) => e,
     };
+    // Kernels before 5.11 charge programs to RLIMIT_MEMLOCK (64 KiB by default on some
+    // distributions: 16 programs). The daemon's own limit only (jobs do not inherit it): raise
+    // it as far as the kernel lets this process, once, and try again.
+    if e.raw_os_error() == Some(libc::EPERM) && raise_memlock() {
+        match sys_bpf(BPF_PROG_LOAD, &mut attr(&mut no_log)) {
+            Ok(fd) => return Ok(owned(fd)),
+            Err(again) => e = again,
+        }
+    }
     let detail = match e.raw_os_error() {
         Some(libc::EPERM) => "; loading BPF programs needs root (CAP_SYS_ADMIN or CAP_BPF), and kernels before 5.11 count them against RLIMIT_MEMLOCK".to_string(),
         Some(libc::EINVAL) | Some(libc::EACCES) => {
             // Once more with the verifier's log, to say why.
             let mut log = vec![0u8; 64 * 1024];
-            let _ = sys_bpf(BPF_PROG_LOAD, &mut attr(&mut log));
+            if let Ok(fd) = sys_bpf(BPF_PROG_LOAD, &mut attr(&mut log)) {
+                return Ok(owned(fd));
+            }
             let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
             let text = String::from_utf8_lossy(&log[..end]);
             let tail: Vec<&str> = text.lines().rev().take(4).collect();
@@ -131,6 +144,34 @@ fn load(dir: &Path, prog: &DeviceProgram) -> Result<OwnedFd, CgroupError> {
         _ => String::new(),
     };
     Err(err(dir, "load", e, detail))
+}
+
+/// Raise this process's RLIMIT_MEMLOCK to unlimited (root may), else to its hard limit. True
+/// when the limit went up.
+fn raise_memlock() -> bool {
+    let mut cur = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass and nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut cur) } != 0 {
+        return false;
+    }
+    for want in [libc::RLIM_INFINITY, cur.rlim_max] {
+        if want == cur.rlim_cur {
+            continue;
+        }
+        let new = libc::rlimit {
+            rlim_cur: want,
+            rlim_max: want.max(cur.rlim_max),
+        };
+        // SAFETY: setrlimit reads the struct we pass; it changes only this process's limit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &new) } == 0 {
+            tracing::info!(limit = want, "RLIMIT_MEMLOCK raised for device programs");
+            return true;
+        }
+    }
+    false
 }
 
 /// Deny the job whose cgroup2 directory is `dir` what `prog` denies: load it and attach it

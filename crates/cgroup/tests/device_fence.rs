@@ -167,5 +167,12 @@ fn a_device_program_on_a_jobs_cgroup2_denies_only_the_other_gpus() {
     let d = &g.driver;
     d.remove_job(JOB).unwrap();
     assert!(d.list_jobs().unwrap().is_empty());
+    // A fence that cannot be put in place is an error naming the cgroup, never a silent pass.
+    match d.deny_devices(JOB, &[(195, 1)]) {
+        Err(e @ CgroupError::DeviceProgram { .. }) => {
+            assert!(e.to_string().contains(JOB), "{e}");
+        }
+        other => panic!("fencing a job without a cgroup: {other:?}"),
+    }
     drop(g);
 }
