@@ -11,10 +11,9 @@
 //! build the C library (and libelf, zlib) into every static binary for this
 //! (docs/decisions.md).
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::device_prog::DeviceProgram;
@@ -178,26 +177,12 @@ fn raise_memlock() -> bool {
 /// there with `BPF_F_ALLOW_MULTI`. Attaching the same fence twice adds a second program that
 /// answers the same.
 pub(crate) fn attach(dir: &Path, prog: &DeviceProgram) -> Result<(), CgroupError> {
-    let c = CString::new(dir.as_os_str().as_bytes()).map_err(|e| {
-        err(
-            dir,
-            "open",
-            io::Error::new(io::ErrorKind::InvalidInput, e),
-            String::new(),
-        )
-    })?;
-    // SAFETY: a valid NUL-terminated path; the returned descriptor is owned below.
-    let raw = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if raw < 0 {
-        return Err(err(dir, "open", io::Error::last_os_error(), String::new()));
-    }
-    // SAFETY: open returned a new file descriptor that nothing else owns.
-    let cgroup = unsafe { OwnedFd::from_raw_fd(raw) };
+    // O_RDONLY | O_DIRECTORY (std adds O_CLOEXEC): the fd BPF_PROG_ATTACH takes for a cgroup.
+    let cgroup = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)
+        .map_err(|e| err(dir, "open", e, String::new()))?;
     let prog_fd = load(dir, prog)?;
     let mut attr = ProgAttachAttr {
         target_fd: cgroup.as_raw_fd() as u32,
