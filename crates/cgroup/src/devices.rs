@@ -1,4 +1,5 @@
-//! The v1 `devices` controller: which character devices a job may not open.
+//! The device fence: which character devices a job may not open — the v1 `devices` controller,
+//! or on cgroup v2 a `BPF_CGROUP_DEVICE` program ([`crate::device_prog`]) of the same meaning.
 //!
 //! A job cgroup starts with its parent's rules (on a default machine: every device allowed).
 //! pjw adds one `devices.deny` exception per device node the job must not open — the GPUs it was
@@ -14,8 +15,33 @@
 
 use std::path::Path;
 
+use crate::device_prog;
 use crate::error::CgroupError;
-use crate::fs::Fs;
+use crate::fs::{Backend, Fs};
+
+/// How jobs are fenced off devices ([`crate::Driver::fence_devices`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fence {
+    /// The v1 `devices` controller: each job also gets a cgroup there, with `devices.deny`.
+    V1Controller,
+    /// A `BPF_CGROUP_DEVICE` program attached to the job's cgroup2 directory.
+    BpfProgram,
+}
+
+impl Fence {
+    /// `v1 devices controller`, `cgroup v2 device program` (for logs).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fence::V1Controller => "v1 devices controller",
+            Fence::BpfProgram => "cgroup v2 device program",
+        }
+    }
+}
+
+/// The file a fake tree's job directory gets for each device program "attached" to it (the
+/// kernel has none): the program's meaning as v1 deny lines, one program per line, so tests
+/// see what was attached, and how often.
+pub const FAKE_BPF_FILE: &str = "pjw.fake-device-program";
 
 /// The `devices.deny` lines for character devices `devs` (major, minor).
 pub fn deny_lines(devs: &[(u32, u32)]) -> Vec<String> {
@@ -32,4 +58,35 @@ pub(crate) fn deny_v1(fs: &Fs, dir: &Path, devs: &[(u32, u32)]) -> Result<(), Cg
         fs.write(&file, &line)?;
     }
     Ok(())
+}
+
+/// Deny `devs` to the cgroup2 directory `dir` with a device program (attached beside any
+/// others; on a fake tree, one line in [`FAKE_BPF_FILE`]).
+pub(crate) fn deny_v2(fs: &Fs, dir: &Path, devs: &[(u32, u32)]) -> Result<(), CgroupError> {
+    let prog = device_prog::deny_program(devs).map_err(|e| CgroupError::BadDeviceList {
+        path: dir.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    match fs.backend {
+        Backend::Kernel => crate::bpf::attach(dir, &prog),
+        Backend::FakeTree => {
+            if !fs.exists(dir) {
+                return Err(CgroupError::DeviceProgram {
+                    path: dir.to_path_buf(),
+                    step: "open",
+                    source: std::io::Error::from_raw_os_error(libc::ENOENT),
+                    detail: String::new(),
+                });
+            }
+            let path = dir.join(FAKE_BPF_FILE);
+            let mut text = std::fs::read_to_string(&path).unwrap_or_default();
+            text.push_str(&deny_lines(devs).join(","));
+            text.push('\n');
+            std::fs::write(&path, &text).map_err(|source| CgroupError::Write {
+                path,
+                value: text,
+                source,
+            })
+        }
+    }
 }

@@ -91,6 +91,18 @@ pub enum CgroupError {
         mode: &'static str,
         reason: &'static str,
     },
+    /// Loading or attaching a job's cgroup v2 device program (the GPU fence) failed.
+    #[error("cannot {step} the device program of cgroup {}: {source}{detail}", path.display())]
+    DeviceProgram {
+        path: PathBuf,
+        step: &'static str,
+        source: io::Error,
+        /// Why, where the kernel says more (the verifier's last lines, a hint).
+        detail: String,
+    },
+    /// A device list that cannot become a device program.
+    #[error("cannot fence the devices of cgroup {}: {reason}", path.display())]
+    BadDeviceList { path: PathBuf, reason: String },
     /// kill(2) failed.
     #[error("cannot send SIGKILL to pid {pid}: {source}")]
     Signal { pid: u32, source: io::Error },

@@ -287,6 +287,10 @@ pub(crate) mod fake {
                             put(&dir.join("cpu.idle"), "0\n")?;
                         }
                         "cpuacct" => put(&dir.join("cpuacct.usage"), "0\n")?,
+                        "devices" => {
+                            put(&dir.join("devices.allow"), "")?;
+                            put(&dir.join("devices.deny"), "")?;
+                        }
                         _ => {}
                     }
                 }

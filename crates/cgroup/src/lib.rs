@@ -34,9 +34,11 @@
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 
+mod bpf;
 mod cpu;
 mod cpuset;
 mod detect;
+pub mod device_prog;
 pub mod devices;
 mod error;
 pub mod fake_tree;
@@ -174,9 +176,10 @@ pub struct Driver {
     /// Statistics files kept open for the sampler (off until [`Driver::keep_stat_files_open`]).
     stat_files: std::sync::Arc<statcache::StatFiles>,
     /// The v1 devices hierarchy, if mounted; used (created, joined, removed with every job)
-    /// only after [`Driver::fence_devices`].
+    /// only after [`Driver::fence_devices`] chose it.
     devices: Option<Hierarchy>,
-    devices_on: bool,
+    /// How jobs are fenced off devices, once [`Driver::fence_devices`] was called.
+    fence: Option<devices::Fence>,
 }
 
 /// The leaf below its own cgroup that the daemon moves into on cgroup v2 with a `self` parent
@@ -212,7 +215,7 @@ impl Driver {
             fs,
             stat_files: std::sync::Arc::new(statcache::StatFiles::new(0)),
             devices,
-            devices_on: false,
+            fence: None,
         };
         tracing::debug!(layout = %driver.describe(), "cgroup layout detected");
         Ok(driver)
@@ -856,31 +859,62 @@ impl Driver {
             Layout::Hybrid { v1, v2 } => (Some(v2), v1),
             Layout::Legacy { v1 } => (None, v1),
         };
-        let devices = self.devices.as_ref().filter(|_| self.devices_on);
+        let devices = self
+            .devices
+            .as_ref()
+            .filter(|_| self.fence == Some(devices::Fence::V1Controller));
         v2.into_iter().chain(v1.iter()).chain(devices)
     }
 
-    /// Put every job from now on also in a v1 `devices` cgroup, so that
-    /// [`Driver::deny_devices`] can fence it. False (and nothing changes) when there is no v1
-    /// devices hierarchy (pure cgroup v2: a `BPF_CGROUP_DEVICE` program, not done yet).
-    /// Call before [`Driver::prepare_parent`].
-    pub fn fence_devices(&mut self) -> bool {
-        self.devices_on = self.devices.is_some();
-        self.devices_on
+    /// Fence every job from now on off the devices [`Driver::deny_devices`] names, and say how:
+    /// the v1 `devices` controller where it is mounted (every job then also gets a cgroup
+    /// there; call before [`Driver::prepare_parent`]), else a `BPF_CGROUP_DEVICE` program on
+    /// the job's cgroup2 directory (pure v2, or hybrid without the v1 controller). `None` (and
+    /// nothing changes) on a v1-only machine without the devices controller.
+    pub fn fence_devices(&mut self) -> Option<devices::Fence> {
+        self.fence = if self.devices.is_some() {
+            Some(devices::Fence::V1Controller)
+        } else if self.v2().is_some() {
+            Some(devices::Fence::BpfProgram)
+        } else {
+            None
+        };
+        self.fence
     }
 
-    /// Whether jobs are fenced by the v1 devices controller ([`Driver::fence_devices`]).
-    pub fn fences_devices(&self) -> bool {
-        self.devices_on
+    /// [`Driver::fence_devices`] with a chosen fence (tests: the device program on a hybrid
+    /// machine that has the v1 controller too). False (and nothing changes) when this machine
+    /// lacks it.
+    pub fn fence_devices_by(&mut self, fence: devices::Fence) -> bool {
+        let there = match fence {
+            devices::Fence::V1Controller => self.devices.is_some(),
+            devices::Fence::BpfProgram => self.v2().is_some(),
+        };
+        if there {
+            self.fence = Some(fence);
+        }
+        there
     }
 
-    /// Keep job `name` from opening the character devices `devs` (major, minor). An error when
-    /// devices are not fenced: a fence that is not there must not look as if it were.
+    /// How jobs are fenced off devices ([`Driver::fence_devices`]), if they are.
+    pub fn fences_devices(&self) -> Option<devices::Fence> {
+        self.fence
+    }
+
+    /// Keep job `name` from opening the character devices `devs` (major, minor), before its
+    /// first process joins. An error when devices are not fenced (a fence that is not there
+    /// must not look as if it were), and when the kernel refuses the v1 rule or the device
+    /// program (the job must not start unfenced).
     pub fn deny_devices(&self, name: &str, devs: &[(u32, u32)]) -> Result<(), CgroupError> {
         parent::validate_job_name(name)?;
-        match self.devices.as_ref().filter(|_| self.devices_on) {
-            Some(h) => devices::deny_v1(&self.fs, &h.job(name), devs),
-            None => Err(CgroupError::MissingController {
+        match (self.fence, self.devices.as_ref(), self.v2()) {
+            (Some(devices::Fence::V1Controller), Some(h), _) => {
+                devices::deny_v1(&self.fs, &h.job(name), devs)
+            }
+            (Some(devices::Fence::BpfProgram), _, Some(v2)) => {
+                devices::deny_v2(&self.fs, &v2.job(name), devs)
+            }
+            _ => Err(CgroupError::MissingController {
                 controller: "devices".into(),
                 where_: None,
             }),

@@ -693,3 +693,66 @@ fn legacy_parent_levels_are_hierarchical_memory_cgroups() {
         );
     }
 }
+
+#[test]
+fn the_device_fence_is_the_v1_controller_where_mounted_else_a_device_program() {
+    use pjw_cgroup::devices::{Fence, FAKE_BPF_FILE};
+    let without_devices = |mode| {
+        let mut spec = FakeSpec::new(mode);
+        spec.v1_mounts.retain(|m| m != "devices");
+        spec
+    };
+    let cases = [
+        (FakeSpec::new(Mode::Unified), Some(Fence::BpfProgram)),
+        (FakeSpec::new(Mode::Hybrid), Some(Fence::V1Controller)),
+        (without_devices(Mode::Hybrid), Some(Fence::BpfProgram)),
+        (FakeSpec::new(Mode::Legacy), Some(Fence::V1Controller)),
+        (without_devices(Mode::Legacy), None),
+    ];
+    for (spec, want) in cases {
+        let what = format!("{:?} with v1 {:?}", spec.mode, spec.v1_mounts);
+        let (_t, m) = machine(spec);
+        let mut d = driver(&m, "/pjw").unwrap();
+        assert_eq!(d.fence_devices(), want, "{what}");
+        assert_eq!(d.fences_devices(), want, "{what}");
+        d.prepare_parent().unwrap();
+        d.create_job("job-1", &limits("0")).unwrap();
+        let res = d.deny_devices("job-1", &[(195, 1), (195, 2)]);
+        let dirs = d.job_dirs("job-1");
+        match want {
+            Some(Fence::V1Controller) => {
+                res.unwrap();
+                // The job also has a v1 devices cgroup (the fake keeps the last rule written);
+                // no program anywhere.
+                let v1 = dir_of(&dirs, "devices");
+                assert_eq!(read(&v1.join("devices.deny")), "c 195:2 rwm", "{what}");
+                assert!(dirs.iter().all(|(_, p)| !p.join(FAKE_BPF_FILE).exists()));
+            }
+            Some(Fence::BpfProgram) => {
+                res.unwrap();
+                // One program on the job's cgroup2 directory, no v1 devices cgroup.
+                let v2 = dir_of(&dirs, "unified");
+                assert_eq!(read(&v2.join(FAKE_BPF_FILE)), "c 195:1 rwm,c 195:2 rwm");
+                assert!(dirs.iter().all(|(k, _)| k != "devices"), "{what}");
+            }
+            None => assert!(
+                matches!(res, Err(CgroupError::MissingController { .. })),
+                "{what}: an unfenced machine must not look fenced: {res:?}"
+            ),
+        }
+        d.remove_job("job-1").unwrap();
+    }
+}
+
+#[test]
+fn a_chosen_fence_is_taken_only_where_the_machine_has_it() {
+    use pjw_cgroup::devices::Fence;
+    let (_t, m) = machine(FakeSpec::new(Mode::Hybrid));
+    let mut d = driver(&m, "/pjw").unwrap();
+    assert!(d.fence_devices_by(Fence::BpfProgram));
+    assert_eq!(d.fences_devices(), Some(Fence::BpfProgram));
+    let (_t, m) = machine(FakeSpec::new(Mode::Unified));
+    let mut d = driver(&m, "/pjw").unwrap();
+    assert!(!d.fence_devices_by(Fence::V1Controller));
+    assert_eq!(d.fences_devices(), None);
+}

@@ -1,7 +1,9 @@
-//! Root test of the GPU device fence on cgroup v1 (the `devices` controller): four fake NVIDIA
-//! GPUs — character devices 195:0-3 made with mknod in a temp dir and declared in `[gpus]` — and
-//! jobs that try to open each of them. No driver is loaded for major 195, so a device the fence
-//! lets through fails with ENXIO ("No such device or address"); one it stops fails with EPERM.
+//! Root test of the GPU device fence: four fake NVIDIA GPUs — character devices 195:0-3 made
+//! with mknod in a temp dir and declared in `[gpus]` — and jobs that try to open each of them.
+//! No driver is loaded for major 195, so a device the fence lets through fails with ENXIO ("No
+//! such device or address"); one it stops fails with EPERM. On this hybrid host the fence is the
+//! v1 `devices` controller; in the pure cgroup v2 guest (vm/) it is a `BPF_CGROUP_DEVICE`
+//! program on each job's cgroup.
 //! And a `kill -9` of the daemon while a GPU job runs: after the restart its GPUs are not
 //! handed out again.
 
@@ -93,11 +95,27 @@ fn fake_gpus() -> (tempfile::TempDir, String) {
 #[test]
 fn a_job_given_one_of_four_gpus_can_open_only_its_own() {
     require_root!();
-    if !Path::new("/sys/fs/cgroup/devices/devices.deny").exists() {
-        skip!("no cgroup v1 devices controller (pure cgroup v2: the BPF device program is not implemented yet)");
+    let v1 = Path::new("/sys/fs/cgroup/devices/devices.deny").exists();
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let v2 = mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(2) == Some("cgroup2"));
+    if !v1 && !v2 {
+        skip!("neither a cgroup v1 devices controller nor a cgroup2 tree: no device fence here");
     }
     let (dev, config) = fake_gpus();
     let d = TestDaemon::start(pjw_bin(), &config);
+    // The daemon says which fence it uses: the v1 controller where mounted, else the program.
+    let by = if v1 {
+        "v1 devices controller"
+    } else {
+        "cgroup v2 device program"
+    };
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(10), || d.log().contains(by)),
+        "the daemon does not say it fences by the {by}: {}",
+        d.log()
+    );
 
     let (opens, env) = probe(&d, dev.path(), &["--gpus", "1"]);
     assert_eq!(env, "0 0", "CUDA_VISIBLE_DEVICES and PJW_GPUS");

@@ -174,11 +174,22 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
         info!(gpus = node_gpus.len(), list = %node_gpus.all(), "gpus found");
     }
     let mut driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
-    // GPU device fence: the v1 devices controller (a cgroup v2 BPF program is not done yet).
-    let gpus_fenced = !node_gpus.is_empty() && driver.fence_devices();
-    if !node_gpus.is_empty() && !gpus_fenced {
-        warn!("gpu devices are not fenced: no cgroup v1 devices controller (the cgroup v2 device program is not implemented yet); jobs can open every gpu");
-    }
+    // GPU device fence: the v1 devices controller where mounted, else a device program on each
+    // job's cgroup2 directory; a job whose fence the kernel refuses does not start.
+    let gpus_fenced = if node_gpus.is_empty() {
+        false
+    } else {
+        match driver.fence_devices() {
+            Some(fence) => {
+                info!(by = fence.as_str(), "gpu devices fenced");
+                true
+            }
+            None => {
+                warn!("gpu devices are not fenced: neither a cgroup v1 devices controller nor a cgroup2 tree; jobs can open every gpu");
+                false
+            }
+        }
+    };
     let nofile = os::raise_nofile_limit();
     driver.keep_stat_files_open(os::stat_files_budget(nofile));
     if let Some(leaf) = driver.prepare_parent_for_daemon(std::process::id())? {

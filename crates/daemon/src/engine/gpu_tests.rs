@@ -237,3 +237,32 @@ async fn a_fenced_job_is_denied_the_other_gpus_and_counts_its_own_from_zero() {
         .position(|c| c.starts_with("add_process job-g "));
     assert!(fence.expect("fenced") < join.expect("joined"), "{calls:?}");
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_job_whose_fence_the_kernel_refuses_does_not_start_unfenced() {
+    let fake = FakeCgroups::default();
+    fake.state().fail.push("deny_devices");
+    let mut t = TestEngine::recording(fake.clone());
+    t.engine.set_gpus(node_gpus(), true);
+    let (r, _a) = submit(&mut t, 1, std::process::id(), "g", 1, 1).await;
+    let Response::Error { code, message } = r else {
+        panic!("expected an error, got {r:?}");
+    };
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(
+        message.starts_with("cannot set up the job's cgroups: "),
+        "{message}"
+    );
+    // Created, the fence refused, removed: no process ever joined the job.
+    let calls = fake.calls();
+    assert!(
+        calls.contains(&"deny_devices job-g 195:1,195:2,195:3 !".to_string()),
+        "{calls:?}"
+    );
+    assert!(
+        !calls.iter().any(|c| c.starts_with("add_process")),
+        "{calls:?}"
+    );
+    assert_eq!(calls.last().map(String::as_str), Some("remove_job job-g"));
+    assert!(t.engine.jobs.is_empty());
+}
