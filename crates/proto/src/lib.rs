@@ -101,6 +101,11 @@ pub struct RegisterRequest {
     /// [`Request::End`].
     #[serde(default)]
     pub attach: bool,
+    /// The GPUs the manager chose for the job on this node, by the manager's index (Slurm's
+    /// `SLURM_JOB_GPUS`): the daemon maps index `i` to its GPU `i`, refuses an index the node
+    /// does not have, and gives the job exactly those. Absent: no GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<u32>>,
 }
 
 /// Where a job may run.
@@ -571,6 +576,7 @@ mod tests {
             mem: Some(1 << 30),
             name: None,
             attach: false,
+            gpus: None,
         });
         let text = String::from_utf8(encode_request(&reg)).unwrap();
         assert!(text.contains(r#""type":"register""#), "{text}");

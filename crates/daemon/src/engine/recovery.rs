@@ -209,6 +209,7 @@ impl Engine {
             req: Request {
                 ncpus: rec.ncpus as usize,
                 ngpus: 0,
+                pinned: pjw_core::GpuSet::new(),
                 priority: rec.priority,
                 placement: sched_placement(placement_from(&rec.placement)),
                 exclusive: rec.exclusive,

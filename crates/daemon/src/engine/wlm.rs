@@ -79,6 +79,13 @@ impl Engine {
             ));
             return;
         }
+        let gpus = match self.manager_gpus(&wlm, req.gpus.as_deref()) {
+            Ok(g) => g,
+            Err((code, message)) => {
+                let _ = reply.send(err(code, message));
+                return;
+            }
+        };
         let pid = req.attach.then_some(cred.pid);
         let pid_start = pid.and_then(|p| os::start_time(&self.cfg.proc_root, p));
         let name = req
@@ -122,8 +129,11 @@ impl Engine {
         let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
             return;
         };
+        if !self.record_gpu_request(seq, 0, gpus) {
+            return;
+        }
         let job = &self.jobs[&seq];
-        info!(job = %job.id, user = %job.user, cpus = req.cpus, wlm = %wlm, attach = req.attach, "job registered");
+        info!(job = %job.id, user = %job.user, cpus = req.cpus, gpus = %gpus, wlm = %wlm, attach = req.attach, "job registered");
         self.scanner_wake();
         self.replan();
         self.tell_queued(seq);
