@@ -18,6 +18,8 @@ pub struct WlmJob {
     pub cpus: u32,
     /// Memory on this node (bytes), when the manager limits it.
     pub mem: Option<u64>,
+    /// The GPUs the manager chose, by its index (`SLURM_JOB_GPUS`); `None`: no GPUs.
+    pub gpus: Option<Vec<u32>>,
 }
 
 /// `key=value` tokens of `scontrol show job` output, in order (values keep their own `=`).
@@ -232,11 +234,21 @@ pub fn prolog_job(
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| node.to_string());
     let cpus = cpus_on_node(&per_node, &nodelist, node)?;
+    // The GPUs slurmd's gres plugin chose: their gres index (position among the node's
+    // gres.conf devices). Checked here for form; the daemon checks them against the node.
+    let gpus = env("SLURM_JOB_GPUS")
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| {
+            pjw_wlm::parse_gpu_list(pjw_wlm::Manager::Slurm, "SLURM_JOB_GPUS", v.trim())
+                .map_err(|e| e.to_string())
+        })
+        .transpose()?;
     Ok(WlmJob {
         id,
         user,
         cpus,
         mem: None,
+        gpus,
     })
 }
 
@@ -339,6 +351,17 @@ mod tests {
         ];
         let j = prolog_job(&env_of(base), "vm", &users).unwrap();
         assert_eq!((j.id.as_str(), j.user.as_str(), j.cpus), ("2", "nobody", 1));
+        assert_eq!(j.gpus, None);
+        let gpu: &[(&str, &str)] = &[
+            ("SLURM_JOB_ID", "3"),
+            ("SLURM_JOB_UID", "0"),
+            ("SLURM_JOB_CPUS_PER_NODE", "2"),
+            ("SLURM_JOB_GPUS", "2,0"),
+        ];
+        assert_eq!(
+            prolog_job(&env_of(gpu), "vm", &users).unwrap().gpus,
+            Some(vec![2, 0])
+        );
         let multi: &[(&str, &str)] = &[
             ("SLURM_JOB_ID", "77"),
             ("SLURM_JOB_UID", "0"),
@@ -377,6 +400,15 @@ mod tests {
                     ("SLURM_JOB_CPUS_PER_NODE", "1"),
                 ][..],
                 "no user with uid 7",
+            ),
+            (
+                &[
+                    ("SLURM_JOB_ID", "2"),
+                    ("SLURM_JOB_UID", "0"),
+                    ("SLURM_JOB_CPUS_PER_NODE", "1"),
+                    ("SLURM_JOB_GPUS", "0,GPU-1234"),
+                ][..],
+                "SLURM_JOB_GPUS = \"0,GPU-1234\": names a GPU by UUID",
             ),
         ] {
             let e = prolog_job(&env_of(bad), "vm", &users).unwrap_err();
