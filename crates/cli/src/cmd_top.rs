@@ -273,6 +273,18 @@ impl View {
             .collect();
         let groups_per_line = ((width.saturating_sub(6)) / 9).clamp(1, 8);
         let per_line = groups_per_line * 8;
+        // The GPUs after the CPUs: `  gpu  ` and one mark per GPU, as many per line.
+        let gpus = crate::marks::gpu_marks(s);
+        let gpu_lines = gpus.chunks(per_line).map(|chunk| {
+            let mut t = "  gpu ".to_string();
+            for (i, m) in chunk.iter().enumerate() {
+                if i > 0 && i % 8 == 0 {
+                    t.push(' ');
+                }
+                t.push(*m);
+            }
+            Line::raw(t)
+        });
         cpus.chunks(per_line)
             .map(|chunk| {
                 let mut t = format!("{:>5} ", chunk[0]);
@@ -284,13 +296,14 @@ impl View {
                 }
                 Line::raw(t)
             })
+            .chain(gpu_lines)
             .collect()
     }
 
     fn table(&self) -> Table<'static> {
         let marks = self.marks();
         let header = Row::new(vec![
-            "", "JOB", "USER", "STATE", "CPUS", "CPU%", "MEM", "PROCS", "AGE", "NAME",
+            "", "JOB", "USER", "STATE", "CPUS", "GPUS", "CPU%", "MEM", "PROCS", "AGE", "NAME",
         ])
         .style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED));
         let rows: Vec<Row> = self
@@ -317,6 +330,7 @@ impl View {
                     printable(&j.user, 32).into_owned(),
                     j.state.as_str().to_string(),
                     cpus,
+                    crate::marks::job_gpus(j),
                     pct,
                     mem,
                     j.procs.to_string(),
@@ -333,6 +347,7 @@ impl View {
                 Constraint::Length(8),
                 Constraint::Length(8),
                 Constraint::Length(9),
+                Constraint::Length(5),
                 Constraint::Length(5),
                 Constraint::Length(7),
                 Constraint::Length(5),
@@ -458,6 +473,8 @@ mod tests {
             mem_bytes: Some(mem),
             sampled_ms: None,
             wlm: None,
+            ngpus: 0,
+            gpus: Default::default(),
         }
     }
 
@@ -469,6 +486,8 @@ mod tests {
             free_cpus: CpuSet::parse_list("4-15").unwrap(),
             vcpus: 16,
             jobs,
+            gpus: Default::default(),
+            free_gpus: Default::default(),
             cgroup: "v2".into(),
             version: "0".into(),
         }
@@ -530,14 +549,30 @@ mod tests {
         }
     }
 
+    trait WithGpus {
+        fn with_gpus(self, gpus: &str) -> Self;
+    }
+
+    impl WithGpus for StatusReport {
+        fn with_gpus(mut self, gpus: &str) -> StatusReport {
+            self.gpus = pjw_core::GpuSet::parse_list(gpus).unwrap();
+            self
+        }
+    }
+
     #[test]
     fn screen_fits_80x24_with_map_and_jobs() {
         let mut v = View::new();
         v.update(
             status(vec![
-                job("41", "0-1", JobState::Running, 0, 1 << 20),
+                JobInfo {
+                    ngpus: 1,
+                    gpus: pjw_core::GpuSet::parse_list("1").unwrap(),
+                    ..job("41", "0-1", JobState::Running, 0, 1 << 20)
+                },
                 job("42", "", JobState::Queued, 0, 0),
-            ]),
+            ])
+            .with_gpus("0-3"),
             Instant::now(),
         );
         let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
@@ -552,6 +587,8 @@ mod tests {
             })
             .collect();
         assert!(text.contains("    0 AA...... ........"), "{text}");
+        assert!(text.contains("  gpu .A.."), "{text}");
+        assert!(text.contains("GPUS"), "{text}");
         assert!(text.contains("41"), "{text}");
         assert!(text.contains("queued"), "{text}");
         assert!(text.contains("q quit"), "{text}");

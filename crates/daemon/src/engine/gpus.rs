@@ -65,6 +65,14 @@ impl Engine {
         }
     }
 
+    /// The node's GPUs no job holds (ending jobs hold theirs until their cgroups are gone).
+    pub(super) fn free_gpus(&self) -> GpuSet {
+        self.jobs
+            .values()
+            .filter(|j| j.phase != Phase::Queued)
+            .fold(self.gpus.all(), |a, j| a.difference(&j.gpus))
+    }
+
     /// Refuse a request for more GPUs than the node has.
     pub(super) fn validate_gpus(&self, n: u32) -> Result<(), Refusal> {
         if n as usize > self.gpus.len() {
