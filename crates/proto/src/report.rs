@@ -174,6 +174,10 @@ pub struct JobReport {
     pub processes: Vec<ProcessRow>,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl JobReport {
     /// CPU time used, in seconds.
     pub fn cpu_secs(&self) -> f64 {
@@ -319,8 +323,4 @@ mod tests {
             Err((ErrorCode::Denied, "no".into()))
         );
     }
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
