@@ -302,10 +302,16 @@ impl View {
 
     fn table(&self) -> Table<'static> {
         let marks = self.marks();
-        let header = Row::new(vec![
-            "", "JOB", "USER", "STATE", "CPUS", "GPUS", "CPU%", "MEM", "PROCS", "AGE", "NAME",
-        ])
-        .style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED));
+        // A GPUS column (after CPUS) only on a node with GPUs.
+        let gpu_col = self.status.as_ref().is_some_and(|s| !s.gpus.is_empty());
+        let mut names = vec![
+            "", "JOB", "USER", "STATE", "CPUS", "CPU%", "MEM", "PROCS", "AGE", "NAME",
+        ];
+        if gpu_col {
+            names.insert(5, "GPUS");
+        }
+        let header = Row::new(names)
+            .style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED));
         let rows: Vec<Row> = self
             .sorted()
             .into_iter()
@@ -321,7 +327,7 @@ impl View {
                 } else {
                     j.cpus.to_string()
                 };
-                Row::new(vec![
+                let mut cells = vec![
                     marks
                         .get(j.id.as_str())
                         .map(|m| m.to_string())
@@ -330,32 +336,34 @@ impl View {
                     printable(&j.user, 32).into_owned(),
                     j.state.as_str().to_string(),
                     cpus,
-                    crate::marks::job_gpus(j),
                     pct,
                     mem,
                     j.procs.to_string(),
                     age(j.age_secs),
                     printable(&j.name, 64).into_owned(),
-                ])
+                ];
+                if gpu_col {
+                    cells.insert(5, crate::marks::job_gpus(j));
+                }
+                Row::new(cells)
             })
             .collect();
-        Table::new(
-            rows,
-            [
-                Constraint::Length(1),
-                Constraint::Length(10),
-                Constraint::Length(8),
-                Constraint::Length(8),
-                Constraint::Length(9),
-                Constraint::Length(5),
-                Constraint::Length(5),
-                Constraint::Length(7),
-                Constraint::Length(5),
-                Constraint::Length(7),
-                Constraint::Min(4),
-            ],
-        )
-        .header(header)
+        let mut widths = vec![
+            Constraint::Length(1),
+            Constraint::Length(10),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(9),
+            Constraint::Length(5),
+            Constraint::Length(7),
+            Constraint::Length(5),
+            Constraint::Length(7),
+            Constraint::Min(4),
+        ];
+        if gpu_col {
+            widths.insert(5, Constraint::Length(5));
+        }
+        Table::new(rows, widths).header(header)
     }
 }
 
@@ -589,6 +597,20 @@ mod tests {
         assert!(text.contains("    0 AA...... ........"), "{text}");
         assert!(text.contains("  gpu .A.."), "{text}");
         assert!(text.contains("GPUS"), "{text}");
+        // Without GPUs, neither the column nor the map line.
+        let mut bare = View::new();
+        bare.update(
+            status(vec![job("41", "0-1", JobState::Running, 0, 1 << 20)]),
+            Instant::now(),
+        );
+        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        t.draw(|f| bare.draw(f)).unwrap();
+        let buf = t.backend().buffer().clone();
+        let text: String = (0..24)
+            .flat_map(|y| (0..80).map(move |x| (x, y)))
+            .map(|(x, y)| buf[(x, y)].symbol().to_string())
+            .collect();
+        assert!(!text.contains("GPUS") && !text.contains(" gpu "), "{text}");
         assert!(text.contains("41"), "{text}");
         assert!(text.contains("queued"), "{text}");
         assert!(text.contains("q quit"), "{text}");
