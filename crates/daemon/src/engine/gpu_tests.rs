@@ -348,3 +348,46 @@ async fn a_gpu_the_node_lacks_or_another_job_holds_is_refused_not_replaced() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn after_a_restart_a_queued_job_keeps_the_gpus_its_manager_chose() {
+    let mut t = engine();
+    let pid = std::process::id();
+    t.fake_process(pid, UID);
+    t.fake_stat(pid);
+    let id = TestEngine::id("q");
+    let rec = JobRecord {
+        seq: 0,
+        job_id: id.to_string(),
+        name: "q".into(),
+        uid: UID,
+        gid: UID,
+        user: "user1000".into(),
+        ncpus: 1,
+        cpus: CpuSet::new(),
+        mems: CpuSet::new(),
+        mem_limit: None,
+        pid: Some(pid),
+        pid_start: None,
+        cgroup: cgroup_name(&id),
+        argv: vec![],
+        state: StoredState::Queued,
+        submitted_ms: 0,
+        started_ms: None,
+        ended_ms: None,
+        end_reason: None,
+        priority: 16,
+        placement: "primary_only".into(),
+        exclusive: false,
+        role: "primary".into(),
+    };
+    let mut store = t.store.clone();
+    let seq = store.insert_job(&rec).expect("insert");
+    store.set_gpus(seq, 1, &gs("3")).expect("gpus row");
+    t.engine.recover().expect("recover");
+    let j = &t.engine.jobs[&seq];
+    assert_eq!(
+        (j.phase, j.req.ngpus, j.req.pinned, j.gpus),
+        (Phase::Queued, 1, gs("3"), GpuSet::new())
+    );
+}
