@@ -103,9 +103,12 @@ impl Engine {
                 return Err(refuse(
                     ErrorCode::Invalid,
                     format!(
-                        "{wlm} gave the job gpu {i}, but this node has {} ({}); check that pjw's [gpus] devices are declared in gres.conf's order",
-                        if have == 0 { "no gpus".to_string() } else { format!("gpus 0-{}", have - 1) },
-                        if have == 0 { "none declared or found" } else { "pjw's numbering" },
+                        "{wlm} gave the job gpu {i}, but this node has {}; the manager's gpu index i is pjw's gpu i (declare [gpus] devices in the manager's order)",
+                        if have == 0 {
+                            "no gpus".to_string()
+                        } else {
+                            format!("gpus 0-{}", have - 1)
+                        },
                     ),
                 ));
             }
