@@ -6,7 +6,8 @@
 # SLURM_CONF=DIR/slurm.conf. Prolog/Epilog are pjw's (packaging/slurm), reading PJW_WLM_ENV.
 # With GPU_DIR, the node has GPUs: one gres gpu per GPU_DIR/nvidiaN character device (the test
 # makes them with mknod), declared in DIR/gres.conf in N order (GresTypes=gpu, Gres=gpu:COUNT
-# on the node); without it, no gres at all, as before. Every run writes its config afresh.
+# on the node) and pjw's TaskProlog sets the jobs' GPU variables; without it, no gres and no
+# TaskProlog, as before. Every run writes its config afresh.
 #
 #   slurm-up.sh DIR PJW_WLM_ENV_FILE [GPU_DIR]
 set -euo pipefail
@@ -38,7 +39,7 @@ echo "munged $!" >> "$D/pids"
 for _ in $(seq 100); do [ -S "$D/munge/munge.sock" ] && break; sleep 0.1; done
 [ -S "$D/munge/munge.sock" ] || { echo "slurm-up: munged did not start" >&2; cat "$D/log/munged.out" >&2; exit 1; }
 
-for s in prolog epilog; do
+for s in prolog epilog task-prolog; do
   printf '#!/bin/sh\nPJW_WLM_ENV=%s exec %s/packaging/slurm/pjw-%s.sh\n' "$ENVF" "$REPO" "$s" > "$D/$s.sh"
   chmod 755 "$D/$s.sh"
 done
@@ -57,7 +58,8 @@ if [ -n "$GPU_DIR" ]; then
     n=$((n+1))
   done
   [ $n -gt 0 ] || { echo "slurm-up: no nvidiaN devices in $GPU_DIR" >&2; exit 1; }
-  GRES_TYPES="GresTypes=gpu"
+  GRES_TYPES="GresTypes=gpu
+TaskProlog=$D/task-prolog.sh"
   NODE_GRES="Gres=gpu:$n"
 fi
 # The recommended pjw settings (packaging/slurm/slurm.conf): Slurm tracks processes by

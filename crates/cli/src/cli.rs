@@ -138,6 +138,9 @@ pub enum SlurmCommand {
     Prolog,
     /// End the job of SLURM_JOB_ID (the Epilog).
     Epilog,
+    /// Print `export NAME=VALUE` lines of the GPU variables pjw gives the job of SLURM_JOB_ID
+    /// (the TaskProlog, run as the job's user: Slurm sets them in the task).
+    TaskProlog,
 }
 
 #[derive(Debug, Subcommand)]

@@ -176,6 +176,7 @@ mod tests {
             wlm: None,
             ngpus,
             gpus: GpuSet::parse_list(gpus).unwrap(),
+            gpu_env: Vec::new(),
         }
     }
 

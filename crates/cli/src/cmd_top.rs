@@ -483,6 +483,7 @@ mod tests {
             wlm: None,
             ngpus: 0,
             gpus: Default::default(),
+            gpu_env: Vec::new(),
         }
     }
 

@@ -245,7 +245,40 @@ pub fn slurm(c: SlurmCommand) -> i32 {
             Ok(id) => end(&format!("slurm:{id}")),
             Err(e) => fail(e),
         },
+        SlurmCommand::TaskProlog => task_prolog(),
     }
+}
+
+/// The TaskProlog: the GPU variables pjw gives job `slurm:SLURM_JOB_ID`, as `export` lines
+/// slurmstepd sets in the task. Slurm's own `CUDA_VISIBLE_DEVICES` is its gres index, which
+/// names no device inside pjw's fence (decisions.md (ai)). Never fails the task: a problem is
+/// said on stderr and nothing is exported.
+fn task_prolog() -> i32 {
+    let id = match env_job_id("SLURM_JOB_ID") {
+        Ok(id) => format!("slurm:{id}"),
+        Err(e) => {
+            eprintln!("pjw: {e}");
+            return 0;
+        }
+    };
+    let status = pjw_proto::Client::connect(&pjw_proto::socket_path())
+        .map_err(|e| e.to_string())
+        .and_then(|mut c| c.call(&Request::Status).map_err(|e| e.to_string()));
+    let report = match status {
+        Ok(Response::Status(s)) => s,
+        Ok(other) => {
+            eprintln!("pjw: task prolog: unexpected answer {other:?}");
+            return 0;
+        }
+        Err(e) => {
+            eprintln!("pjw: task prolog: {e}");
+            return 0;
+        }
+    };
+    if let Some(j) = report.jobs.iter().find(|j| j.id == id) {
+        print!("{}", wlm_parse::task_prolog_exports(&j.gpu_env));
+    }
+    0
 }
 
 /// The name of user `uid` on this node.

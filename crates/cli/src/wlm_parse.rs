@@ -22,6 +22,22 @@ pub struct WlmJob {
     pub gpus: Option<Vec<u32>>,
 }
 
+/// `export NAME=VALUE` lines for Slurm's TaskProlog, which slurmstepd reads from its stdout:
+/// only names and values of `[A-Za-z0-9_,.:-]` (GPU lists, `PCI_BUS_ID`), so nothing the daemon
+/// sends can smuggle another line or a shell word; anything else is left out.
+pub fn task_prolog_exports(vars: &[(String, String)]) -> String {
+    let safe = |s: &str, extra: &str| {
+        !s.is_empty()
+            && s.len() <= 4096
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || extra.contains(c))
+    };
+    vars.iter()
+        .filter(|(k, v)| safe(k, "") && safe(v, ",.:-"))
+        .map(|(k, v)| format!("export {k}={v}\n"))
+        .collect()
+}
+
 /// `key=value` tokens of `scontrol show job` output, in order (values keep their own `=`).
 fn tokens(text: &str) -> Vec<(&str, &str)> {
     text.split_whitespace()
@@ -414,6 +430,24 @@ mod tests {
             let e = prolog_job(&env_of(bad), "vm", &users).unwrap_err();
             assert!(e.contains(why), "{e:?} should say {why:?}");
         }
+    }
+
+    #[test]
+    fn task_prolog_exports_only_plain_names_and_lists() {
+        let v = |k: &str, x: &str| (k.to_string(), x.to_string());
+        let out = task_prolog_exports(&[
+            v("CUDA_VISIBLE_DEVICES", "0"),
+            v("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+            v("PJW_GPUS", "1,3"),
+            v("X", "0\nexport LD_PRELOAD=/tmp/x.so"),
+            v("BAD NAME", "0"),
+            v("Y", "$(id)"),
+            v("Z", ""),
+        ]);
+        assert_eq!(
+            out,
+            "export CUDA_VISIBLE_DEVICES=0\nexport CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport PJW_GPUS=1,3\n"
+        );
     }
 
     #[test]

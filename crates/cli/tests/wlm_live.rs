@@ -655,6 +655,7 @@ fn gpu_job_script(out: &Path, go: &Path, dev: &Path) -> String {
         "#!/bin/sh\n\
          i=0; while ! grep -q /job- /proc/self/cgroup && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n\
          {{ grep '^0::' /proc/self/cgroup; grep Cpus_allowed_list /proc/self/status; echo \"gpus $SLURM_JOB_GPUS\"\n\
+           echo \"env $CUDA_VISIBLE_DEVICES $PJW_GPUS\"\n\
            for n in 0 1 2 3; do\n\
              e=$(cat {dev}/nvidia$n </dev/null 2>&1 | head -n 1)\n\
              case $e in *'No such device or address'*) e=ENXIO;; *'Operation not permitted'*) e=EPERM;; esac\n\
@@ -760,12 +761,20 @@ fn slurm_gres_gpu_jobs_get_slurms_gpu_fenced_with_local_cpus() {
             [cpu[slurm_gpu as usize % 2]],
             "job {id}: cpus {allowed} not local to gpu {slurm_gpu}"
         );
+        // ...with pjw's variables (the TaskProlog's): the CUDA runtime sees its one GPU as 0
+        // inside the fence; PJW_GPUS names the host's...
+        assert_eq!(
+            lines[3],
+            format!("env 0 {slurm_gpu}"),
+            "job {id}\n{}",
+            w.logs()
+        );
         // ...and fenced off the others.
         let want: Vec<String> = (0..4u32)
             .map(|i| format!("{i} {}", if i == slurm_gpu { "ENXIO" } else { "EPERM" }))
             .collect();
         assert_eq!(
-            lines[3..],
+            lines[4..],
             want,
             "job {id} on gpu {slurm_gpu}:\n{}",
             d.log()

@@ -325,6 +325,11 @@ pub struct JobInfo {
     /// (absent: none).
     #[serde(default, skip_serializing_if = "GpuSet::is_empty")]
     pub gpus: GpuSet,
+    /// A started GPU job's runtime variables (`CUDA_VISIBLE_DEVICES`, `PJW_GPUS`, …), as
+    /// `started.env` gives a `run` job: for the processes pjw did not start (`pjw slurm
+    /// task-prolog`). Absent for a job without GPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_env: Vec<(String, String)>,
 }
 
 /// The node as `pjw status` shows it.

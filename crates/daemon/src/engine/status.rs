@@ -60,6 +60,11 @@ impl Engine {
                 } else {
                     j.gpus
                 },
+                gpu_env: if j.phase == Phase::Queued || j.gpus.is_empty() {
+                    Vec::new()
+                } else {
+                    Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j)
+                },
             }
         };
         let mut jobs: Vec<JobInfo> = self
