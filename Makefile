@@ -127,7 +127,7 @@ install: release gen
 	install -D -m 0644 packaging/pjw.slice $(DESTDIR)/etc/systemd/system/pjw.slice
 	install -D -m 0755 scripts/pjw-scope $(DESTDIR)$(PREFIX)/lib/pjw/pjw-scope
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/pjw/README.md
-	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/pjw-prolog.sh packaging/slurm/pjw-epilog.sh
+	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/pjw-prolog.sh packaging/slurm/pjw-epilog.sh packaging/slurm/pjw-task-prolog.sh
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/slurm.conf packaging/slurm/cgroup.conf
 	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/sge packaging/sge/pjw-shepherd.sh
 	install -D -m 0755 packaging/lsf/pjw-job-starter $(DESTDIR)$(PREFIX)/lib/pjw/lsf/pjw-job-starter

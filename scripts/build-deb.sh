@@ -31,7 +31,7 @@ ins 0644 packaging/pjw.slice lib/systemd/system/pjw.slice
 sed -i 's#^Documentation=.*#Documentation=man:pjw(1) man:pjw.toml(5) file:/usr/share/doc/pjw/README.md.gz#' \
   "$root/lib/systemd/system/pjw.service"
 ins 0755 scripts/pjw-scope usr/lib/pjw/pjw-scope
-for f in slurm/pjw-prolog.sh slurm/pjw-epilog.sh sge/pjw-shepherd.sh lsf/pjw-job-starter condor/pjw-job-wrapper; do
+for f in slurm/pjw-prolog.sh slurm/pjw-epilog.sh slurm/pjw-task-prolog.sh sge/pjw-shepherd.sh lsf/pjw-job-starter condor/pjw-job-wrapper; do
   ins_usr 0755 "packaging/$f" "usr/lib/pjw/$f"
 done
 ins_usr 0644 packaging/pbs/pjw_hook.py usr/lib/pjw/pbs/pjw_hook.py

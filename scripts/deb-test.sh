@@ -24,6 +24,7 @@ has -rw-r--r-- lib/systemd/system/pjw.slice
 has -rwxr-xr-x usr/lib/pjw/pjw-scope
 has -rwxr-xr-x usr/lib/pjw/slurm/pjw-prolog.sh
 has -rwxr-xr-x usr/lib/pjw/slurm/pjw-epilog.sh
+has -rwxr-xr-x usr/lib/pjw/slurm/pjw-task-prolog.sh
 has -rwxr-xr-x usr/lib/pjw/sge/pjw-shepherd.sh
 has -rwxr-xr-x usr/lib/pjw/lsf/pjw-job-starter
 has -rwxr-xr-x usr/lib/pjw/condor/pjw-job-wrapper

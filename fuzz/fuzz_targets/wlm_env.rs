@@ -14,6 +14,9 @@
 //! - `detect` names a manager only when that manager's own id variable is set, and the
 //!   manager it names is the one whose parser `read` would use.
 //!
+//! - `manager_gpus` (the GPUs each manager chose) returns at most `MAX_GPUS` indices, each
+//!   below `MAX_GPUS`, none twice, and never an empty list.
+//!
 //! `pjw_id` itself: for any text, a valid `JobId`, and applying it twice changes nothing.
 #![no_main]
 
@@ -22,8 +25,8 @@ mod common;
 
 use libfuzzer_sys::fuzz_target;
 use pjw_wlm::{
-    condor, detect, env_from_environ, env_from_lines, lsf, pbs, pjw_id, sge, slurm, Env, Manager,
-    WlmError, WlmJob,
+    condor, detect, env_from_environ, env_from_lines, lsf, manager_gpus, pbs, pjw_id, sge, slurm,
+    Env, Manager, WlmError, WlmJob,
 };
 
 fn check(r: Result<WlmJob, WlmError>, m: Manager) {
@@ -78,6 +81,16 @@ fn managers(env: &Env, side: Option<&str>, host: Option<&str>) {
     check(lsf(env, host, None), Manager::Lsf);
     check(lsf(env, host, Some(1 << 30)), Manager::Lsf);
     check(condor(env, job_ad, machine_ad), Manager::Condor);
+    for m in Manager::ALL {
+        if let Ok(Some(ids)) = manager_gpus(m, env) {
+            assert!(!ids.is_empty(), "{m}: an empty GPU list");
+            assert!(ids.len() <= pjw_core::MAX_GPUS as usize, "{m}: {} GPUs", ids.len());
+            for (i, id) in ids.iter().enumerate() {
+                assert!(*id < pjw_core::MAX_GPUS, "{m}: GPU {id}");
+                assert!(!ids[..i].contains(id), "{m}: GPU {id} twice");
+            }
+        }
+    }
 }
 
 fuzz_target!(|data: &[u8]| {

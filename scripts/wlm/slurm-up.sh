@@ -4,11 +4,16 @@
 # "name pid" a line, written as each starts) for slurm-down.sh. Nothing global is touched:
 # config, state, logs and the munge socket live in DIR; clients find them with
 # SLURM_CONF=DIR/slurm.conf. Prolog/Epilog are pjw's (packaging/slurm), reading PJW_WLM_ENV.
+# With GPU_DIR, the node has GPUs: one gres gpu per GPU_DIR/nvidiaN character device (the test
+# makes them with mknod), declared in DIR/gres.conf in N order (GresTypes=gpu, Gres=gpu:COUNT
+# on the node) and pjw's TaskProlog sets the jobs' GPU variables; without it, no gres and no
+# TaskProlog, as before. Every run writes its config afresh.
 #
-#   slurm-up.sh DIR PJW_WLM_ENV_FILE
+#   slurm-up.sh DIR PJW_WLM_ENV_FILE [GPU_DIR]
 set -euo pipefail
-D=${1:?usage: slurm-up.sh DIR PJW_WLM_ENV_FILE}
-ENVF=${2:?usage: slurm-up.sh DIR PJW_WLM_ENV_FILE}
+D=${1:?usage: slurm-up.sh DIR PJW_WLM_ENV_FILE [GPU_DIR]}
+ENVF=${2:?usage: slurm-up.sh DIR PJW_WLM_ENV_FILE [GPU_DIR]}
+GPU_DIR=${3:-}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 H=$(hostname)
 "$REPO/scripts/wlm/install.sh"
@@ -34,13 +39,29 @@ echo "munged $!" >> "$D/pids"
 for _ in $(seq 100); do [ -S "$D/munge/munge.sock" ] && break; sleep 0.1; done
 [ -S "$D/munge/munge.sock" ] || { echo "slurm-up: munged did not start" >&2; cat "$D/log/munged.out" >&2; exit 1; }
 
-for s in prolog epilog; do
+for s in prolog epilog task-prolog; do
   printf '#!/bin/sh\nPJW_WLM_ENV=%s exec %s/packaging/slurm/pjw-%s.sh\n' "$ENVF" "$REPO" "$s" > "$D/$s.sh"
   chmod 755 "$D/$s.sh"
 done
 
 MEM=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
 CPUS=$(nproc --all)
+# Fake GPUs: gres.conf File= lines in the order of their numbers, which is the gres index
+# SLURM_JOB_GPUS names (and the order pjw's [gpus] devices must be declared in).
+GRES_TYPES= NODE_GRES=
+rm -f "$D/gres.conf"
+if [ -n "$GPU_DIR" ]; then
+  n=0
+  for f in $(ls "$GPU_DIR" | sed -n 's/^nvidia\([0-9][0-9]*\)$/\1/p' | sort -n); do
+    [ -c "$GPU_DIR/nvidia$f" ] || { echo "slurm-up: $GPU_DIR/nvidia$f is not a character device" >&2; exit 1; }
+    echo "Name=gpu File=$GPU_DIR/nvidia$f" >> "$D/gres.conf"
+    n=$((n+1))
+  done
+  [ $n -gt 0 ] || { echo "slurm-up: no nvidiaN devices in $GPU_DIR" >&2; exit 1; }
+  GRES_TYPES="GresTypes=gpu
+TaskProlog=$D/task-prolog.sh"
+  NODE_GRES="Gres=gpu:$n"
+fi
 # The recommended pjw settings (packaging/slurm/slurm.conf): Slurm tracks processes by
 # parentage and sets no affinity and no cgroups of its own, so pjw's cpusets are the only ones.
 cat > "$D/slurm.conf" <<EOC
@@ -72,7 +93,8 @@ Epilog=$D/epilog.sh
 PrologFlags=Alloc
 ReturnToService=2
 MpiDefault=none
-NodeName=$H CPUs=$CPUS RealMemory=$((MEM-100)) State=UNKNOWN
+$GRES_TYPES
+NodeName=$H CPUs=$CPUS RealMemory=$((MEM-100)) $NODE_GRES State=UNKNOWN
 PartitionName=debug Nodes=$H Default=YES MaxTime=INFINITE State=UP
 EOC
 export SLURM_CONF="$D/slurm.conf"

@@ -122,6 +122,11 @@ pub struct RegisterArgs {
     /// Job name.
     #[arg(short = 'n', long, value_name = "NAME")]
     pub name: Option<String>,
+    /// The GPUs the manager chose, by its index (`0,2`; HTCondor's `CUDA0,CUDA2` with
+    /// --wlm condor): the job gets exactly these (index i is pjw's GPU i) and is fenced off
+    /// the others. Refused if the node lacks one or another job holds it.
+    #[arg(long, value_name = "LIST")]
+    pub gpus: Option<String>,
     /// A command to exec inside the job (this process joins it).
     #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -133,6 +138,9 @@ pub enum SlurmCommand {
     Prolog,
     /// End the job of SLURM_JOB_ID (the Epilog).
     Epilog,
+    /// Print `export NAME=VALUE` lines of the GPU variables pjw gives the job of SLURM_JOB_ID
+    /// (the TaskProlog, run as the job's user: Slurm sets them in the task).
+    TaskProlog,
 }
 
 #[derive(Debug, Subcommand)]

@@ -269,6 +269,10 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
         ("Samples", j.samples.to_string()),
     ];
     let mut rows: Vec<(&str, String)> = rows;
+    if j.ngpus > 0 {
+        let held = if j.gpus.is_empty() { "-" } else { &j.gpus };
+        rows.insert(1, ("GPUs", format!("{} ({held})", j.ngpus)));
+    }
     if let Some(r) = &j.end_reason {
         rows.push(("Reason", printable(r, 200).into_owned()));
     }
@@ -558,6 +562,8 @@ mod tests {
             exit_status: Some(0),
             ncpus: 2,
             cpus: "0-1".into(),
+            ngpus: 0,
+            gpus: String::new(),
             mem_limit: None,
             submitted_ms: T0,
             started_ms: Some(T0 + 1_000),
@@ -679,6 +685,16 @@ JOB  USER   NAME   NODE  STATE    END        EXIT  SUBMITTED                  CP
             text.contains("  Processes       at least 26 total, 2 at most\n"),
             "{text}"
         );
+        // A GPU job says its GPUs under its CPUs; a job without none.
+        let mut g = job();
+        g.ngpus = 2;
+        g.gpus = "1,3".into();
+        let text = render_job(&g, &utc());
+        assert!(
+            text.contains("(0-1)\n  GPUs            2 (1,3)\n"),
+            "{text}"
+        );
+        assert!(!render_job(&job(), &utc()).contains("GPUs"));
         // A node that does not count I/O says so instead of showing 0.
         b.io_counted = Some(false);
         let text = render_table(&[b.clone()], false, false, &utc());

@@ -42,6 +42,11 @@ pub fn render(s: &StatusReport) -> String {
         "", "JOB", "USER", "NAME", "PRI", "CPUS", "MEMS", "MEM", "PROCS", "THREADS", "STATE", "AGE",
     ];
     let mut rows = vec![header.map(String::from).to_vec()];
+    // A GPUS column only on a node with GPUs.
+    let gpu_col = !s.gpus.is_empty();
+    if gpu_col {
+        rows[0].insert(7, "GPUS".into());
+    }
     let map = crate::marks::cpu_marks(s);
     let mut reasons = Vec::new();
     for (j, m) in s.jobs.iter().zip(crate::marks::job_marks(s)) {
@@ -58,7 +63,7 @@ pub fn render(s: &StatusReport) -> String {
         if let Some(r) = &j.reason {
             reasons.push(format!("{}: {}", j.id, printable(r, 200)));
         }
-        rows.push(vec![
+        let mut row = vec![
             m.to_string(),
             printable(&j.id, 64).into_owned(),
             printable(&j.user, 32).into_owned(),
@@ -79,7 +84,11 @@ pub fn render(s: &StatusReport) -> String {
             j.threads.to_string(),
             j.state.as_str().to_string(),
             age(j.age_secs),
-        ]);
+        ];
+        if gpu_col {
+            row.insert(7, crate::marks::job_gpus(j));
+        }
+        rows.push(row);
     }
     let widths: Vec<usize> = (0..rows[0].len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
@@ -103,6 +112,15 @@ pub fn render(s: &StatusReport) -> String {
     let count = |st: JobState| s.jobs.iter().filter(|j| j.state == st).count();
     let map: String = map.into_iter().collect();
     out.push_str(&format!("node {} [{}]\n", s.node, map));
+    if gpu_col {
+        let gmap: String = crate::marks::gpu_marks(s).into_iter().collect();
+        out.push_str(&format!(
+            "gpus {} [{}]: {} free\n",
+            s.gpus,
+            gmap,
+            s.free_gpus.len()
+        ));
+    }
     let slots: usize = s
         .jobs
         .iter()
@@ -127,4 +145,84 @@ pub fn render(s: &StatusReport) -> String {
         count(JobState::Queued),
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pjw_core::{CpuSet, GpuSet};
+    use pjw_proto::JobInfo;
+
+    fn job(id: &str, cpus: &str, state: JobState, gpus: &str, ngpus: u32) -> JobInfo {
+        JobInfo {
+            id: id.into(),
+            name: "x".into(),
+            user: "u".into(),
+            uid: 1000,
+            cpus: CpuSet::parse_list(cpus).unwrap(),
+            mems: CpuSet::new(),
+            ncpus: 1,
+            mem: None,
+            procs: 1,
+            threads: 1,
+            state,
+            reason: None,
+            priority: 10,
+            age_secs: 1,
+            pid: None,
+            cpu_usec: None,
+            mem_bytes: None,
+            sampled_ms: None,
+            wlm: None,
+            ngpus,
+            gpus: GpuSet::parse_list(gpus).unwrap(),
+            gpu_env: Vec::new(),
+        }
+    }
+
+    fn report(gpus: &str, jobs: Vec<JobInfo>) -> StatusReport {
+        StatusReport {
+            node: "n".into(),
+            total_cpus: 4,
+            cpus: CpuSet::parse_list("0-3").unwrap(),
+            free_cpus: CpuSet::parse_list("2-3").unwrap(),
+            vcpus: 4,
+            jobs,
+            gpus: GpuSet::parse_list(gpus).unwrap(),
+            free_gpus: GpuSet::parse_list(gpus).unwrap(),
+            cgroup: "v1".into(),
+            version: "0".into(),
+        }
+    }
+
+    #[test]
+    fn gpus_show_per_job_and_on_a_line_of_the_node_map() {
+        let mut r = report(
+            "0-3",
+            vec![
+                job("a", "0", JobState::Running, "3", 1),
+                job("b", "1", JobState::Running, "", 0),
+                job("c", "", JobState::Queued, "", 2),
+                job("slurm:7", "", JobState::Queued, "1", 1),
+            ],
+        );
+        r.free_gpus = GpuSet::parse_list("0-2").unwrap();
+        let text = render(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains(" GPUS "), "{text}");
+        let col = lines[0].find("GPUS").unwrap();
+        let cell = |l: &str| l[col..].split_whitespace().next().unwrap_or("").to_string();
+        assert_eq!(
+            lines[1..5].iter().map(|l| cell(l)).collect::<Vec<_>>(),
+            ["3", "-", "(2)", "1"],
+            "{text}"
+        );
+        assert!(
+            text.contains("node n [AB..]\ngpus 0-3 [...A]: 3 free\n"),
+            "{text}"
+        );
+        // No GPUs on the node: no column, no line.
+        let text = render(&report("", vec![job("a", "0", JobState::Running, "", 0)]));
+        assert!(!text.contains("GPUS") && !text.contains("gpus "), "{text}");
+    }
 }

@@ -273,6 +273,18 @@ impl View {
             .collect();
         let groups_per_line = ((width.saturating_sub(6)) / 9).clamp(1, 8);
         let per_line = groups_per_line * 8;
+        // The GPUs after the CPUs: `  gpu  ` and one mark per GPU, as many per line.
+        let gpus = crate::marks::gpu_marks(s);
+        let gpu_lines = gpus.chunks(per_line).map(|chunk| {
+            let mut t = "  gpu ".to_string();
+            for (i, m) in chunk.iter().enumerate() {
+                if i > 0 && i % 8 == 0 {
+                    t.push(' ');
+                }
+                t.push(*m);
+            }
+            Line::raw(t)
+        });
         cpus.chunks(per_line)
             .map(|chunk| {
                 let mut t = format!("{:>5} ", chunk[0]);
@@ -284,15 +296,22 @@ impl View {
                 }
                 Line::raw(t)
             })
+            .chain(gpu_lines)
             .collect()
     }
 
     fn table(&self) -> Table<'static> {
         let marks = self.marks();
-        let header = Row::new(vec![
+        // A GPUS column (after CPUS) only on a node with GPUs.
+        let gpu_col = self.status.as_ref().is_some_and(|s| !s.gpus.is_empty());
+        let mut names = vec![
             "", "JOB", "USER", "STATE", "CPUS", "CPU%", "MEM", "PROCS", "AGE", "NAME",
-        ])
-        .style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED));
+        ];
+        if gpu_col {
+            names.insert(5, "GPUS");
+        }
+        let header = Row::new(names)
+            .style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED));
         let rows: Vec<Row> = self
             .sorted()
             .into_iter()
@@ -308,7 +327,7 @@ impl View {
                 } else {
                     j.cpus.to_string()
                 };
-                Row::new(vec![
+                let mut cells = vec![
                     marks
                         .get(j.id.as_str())
                         .map(|m| m.to_string())
@@ -322,25 +341,29 @@ impl View {
                     j.procs.to_string(),
                     age(j.age_secs),
                     printable(&j.name, 64).into_owned(),
-                ])
+                ];
+                if gpu_col {
+                    cells.insert(5, crate::marks::job_gpus(j));
+                }
+                Row::new(cells)
             })
             .collect();
-        Table::new(
-            rows,
-            [
-                Constraint::Length(1),
-                Constraint::Length(10),
-                Constraint::Length(8),
-                Constraint::Length(8),
-                Constraint::Length(9),
-                Constraint::Length(5),
-                Constraint::Length(7),
-                Constraint::Length(5),
-                Constraint::Length(7),
-                Constraint::Min(4),
-            ],
-        )
-        .header(header)
+        let mut widths = vec![
+            Constraint::Length(1),
+            Constraint::Length(10),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(9),
+            Constraint::Length(5),
+            Constraint::Length(7),
+            Constraint::Length(5),
+            Constraint::Length(7),
+            Constraint::Min(4),
+        ];
+        if gpu_col {
+            widths.insert(5, Constraint::Length(5));
+        }
+        Table::new(rows, widths).header(header)
     }
 }
 
@@ -458,6 +481,9 @@ mod tests {
             mem_bytes: Some(mem),
             sampled_ms: None,
             wlm: None,
+            ngpus: 0,
+            gpus: Default::default(),
+            gpu_env: Vec::new(),
         }
     }
 
@@ -469,6 +495,8 @@ mod tests {
             free_cpus: CpuSet::parse_list("4-15").unwrap(),
             vcpus: 16,
             jobs,
+            gpus: Default::default(),
+            free_gpus: Default::default(),
             cgroup: "v2".into(),
             version: "0".into(),
         }
@@ -530,14 +558,30 @@ mod tests {
         }
     }
 
+    trait WithGpus {
+        fn with_gpus(self, gpus: &str) -> Self;
+    }
+
+    impl WithGpus for StatusReport {
+        fn with_gpus(mut self, gpus: &str) -> StatusReport {
+            self.gpus = pjw_core::GpuSet::parse_list(gpus).unwrap();
+            self
+        }
+    }
+
     #[test]
     fn screen_fits_80x24_with_map_and_jobs() {
         let mut v = View::new();
         v.update(
             status(vec![
-                job("41", "0-1", JobState::Running, 0, 1 << 20),
+                JobInfo {
+                    ngpus: 1,
+                    gpus: pjw_core::GpuSet::parse_list("1").unwrap(),
+                    ..job("41", "0-1", JobState::Running, 0, 1 << 20)
+                },
                 job("42", "", JobState::Queued, 0, 0),
-            ]),
+            ])
+            .with_gpus("0-3"),
             Instant::now(),
         );
         let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
@@ -552,6 +596,22 @@ mod tests {
             })
             .collect();
         assert!(text.contains("    0 AA...... ........"), "{text}");
+        assert!(text.contains("  gpu .A.."), "{text}");
+        assert!(text.contains("GPUS"), "{text}");
+        // Without GPUs, neither the column nor the map line.
+        let mut bare = View::new();
+        bare.update(
+            status(vec![job("41", "0-1", JobState::Running, 0, 1 << 20)]),
+            Instant::now(),
+        );
+        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        t.draw(|f| bare.draw(f)).unwrap();
+        let buf = t.backend().buffer().clone();
+        let text: String = (0..24)
+            .flat_map(|y| (0..80).map(move |x| (x, y)))
+            .map(|(x, y)| buf[(x, y)].symbol().to_string())
+            .collect();
+        assert!(!text.contains("GPUS") && !text.contains(" gpu "), "{text}");
         assert!(text.contains("41"), "{text}");
         assert!(text.contains("queued"), "{text}");
         assert!(text.contains("q quit"), "{text}");

@@ -17,7 +17,23 @@ fn fail(msg: impl std::fmt::Display) -> i32 {
     1
 }
 
-/// Register `job`; waits while it is queued. Returns the CPUs it got. A daemon that goes away
+/// What a registered job got: its CPUs and pjw's GPUs (`PJW_GPUS`; empty for none).
+struct Got {
+    cpus: CpuSet,
+    gpus: String,
+}
+
+impl std::fmt::Display for Got {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cpus {}", self.cpus)?;
+        if !self.gpus.is_empty() {
+            write!(f, " and gpus {}", self.gpus)?;
+        }
+        Ok(())
+    }
+}
+
+/// Register `job`; waits while it is queued. Returns what it got. A daemon that goes away
 /// meanwhile (a restart) is waited for, and the same registration sent again: the daemon gives
 /// the job back its place (or tells its CPUs again if it started meanwhile). A prolog that
 /// failed here would fail the job and, under Slurm, drain the node.
@@ -26,7 +42,7 @@ fn register(
     job: &WlmJob,
     name: Option<String>,
     attach: bool,
-) -> Result<CpuSet, (Option<ErrorCode>, String)> {
+) -> Result<Got, (Option<ErrorCode>, String)> {
     let req = RegisterRequest {
         job: job.id.clone(),
         wlm: wlm.to_string(),
@@ -35,6 +51,7 @@ fn register(
         mem: job.mem,
         name,
         attach,
+        gpus: job.gpus.clone(),
     };
     let path = pjw_proto::socket_path();
     let mut said = false;
@@ -54,7 +71,14 @@ fn register(
                         said = true;
                     }
                     Ok(Response::Queued { .. }) => {}
-                    Ok(Response::Started { cpus, .. }) => return Ok(cpus),
+                    Ok(Response::Started { cpus, env, .. }) => {
+                        let gpus = env
+                            .into_iter()
+                            .find(|(k, _)| k == "PJW_GPUS")
+                            .map(|(_, v)| v)
+                            .unwrap_or_default();
+                        return Ok(Got { cpus, gpus });
+                    }
                     Ok(Response::Error {
                         code: ErrorCode::ShuttingDown,
                         message,
@@ -151,19 +175,32 @@ fn job_register(a: RegisterArgs) -> i32 {
     if let Err(e) = pjw_core::JobId::new(&a.job_id) {
         return fail(e);
     }
+    // The GPUs the manager chose, by its index: user-influenced text (a hook may pass a job's
+    // variable), parsed as hostile; the daemon checks them against the node.
+    let gpus = match a.gpus.as_deref() {
+        None => None,
+        Some(text) => {
+            let m = a.wlm.parse().unwrap_or(pjw_wlm::Manager::Slurm);
+            match pjw_wlm::parse_gpu_list(m, "--gpus", text) {
+                Ok(g) => Some(g),
+                Err(e) => return fail(e),
+            }
+        }
+    };
     let job = WlmJob {
         id: a.job_id,
         user: a.user,
         cpus: a.cpus,
         mem,
+        gpus,
     };
     let attach = !a.command.is_empty();
     match register(&a.wlm, &job, a.name, attach) {
         Ok(_) if attach => exec(&a.command),
-        Ok(cpus) => {
+        Ok(got) => {
             let ns = a.wlm.to_ascii_lowercase();
             let local = job.id.strip_prefix(&format!("{ns}:")).unwrap_or(&job.id);
-            println!("job {ns}:{local} registered on cpus {cpus}");
+            println!("job {ns}:{local} registered on {got}");
             0
         }
         Err((_, msg)) if attach => {
@@ -224,11 +261,8 @@ pub fn slurm(c: SlurmCommand) -> i32 {
                 wlm_parse::scontrol_mem(&String::from_utf8_lossy(&out.stdout), &node, job.cpus);
             let name = std::env::var("SLURM_JOB_NAME").ok();
             match register("slurm", &job, name, false) {
-                Ok(cpus) => {
-                    eprintln!(
-                        "pjw: slurm job {id} of {} registered on cpus {cpus}",
-                        job.user
-                    );
+                Ok(got) => {
+                    eprintln!("pjw: slurm job {id} of {} registered on {got}", job.user);
                     0
                 }
                 Err((_, msg)) => fail(format!("slurm job {id}: {msg}")),
@@ -238,7 +272,40 @@ pub fn slurm(c: SlurmCommand) -> i32 {
             Ok(id) => end(&format!("slurm:{id}")),
             Err(e) => fail(e),
         },
+        SlurmCommand::TaskProlog => task_prolog(),
     }
+}
+
+/// The TaskProlog: the GPU variables pjw gives job `slurm:SLURM_JOB_ID`, as `export` lines
+/// slurmstepd sets in the task. Slurm's own `CUDA_VISIBLE_DEVICES` is its gres index, which
+/// names no device inside pjw's fence (decisions.md (ai)). Never fails the task: a problem is
+/// said on stderr and nothing is exported.
+fn task_prolog() -> i32 {
+    let id = match env_job_id("SLURM_JOB_ID") {
+        Ok(id) => format!("slurm:{id}"),
+        Err(e) => {
+            eprintln!("pjw: {e}");
+            return 0;
+        }
+    };
+    let status = pjw_proto::Client::connect(&pjw_proto::socket_path())
+        .map_err(|e| e.to_string())
+        .and_then(|mut c| c.call(&Request::Status).map_err(|e| e.to_string()));
+    let report = match status {
+        Ok(Response::Status(s)) => s,
+        Ok(other) => {
+            eprintln!("pjw: task prolog: unexpected answer {other:?}");
+            return 0;
+        }
+        Err(e) => {
+            eprintln!("pjw: task prolog: {e}");
+            return 0;
+        }
+    };
+    if let Some(j) = report.jobs.iter().find(|j| j.id == id) {
+        print!("{}", wlm_parse::task_prolog_exports(&j.gpu_env));
+    }
+    0
 }
 
 /// The name of user `uid` on this node.
@@ -265,6 +332,7 @@ pub fn sge(c: SgeCommand) -> i32 {
                         user,
                         cpus: cpus.unwrap_or(1).max(1),
                         mem: w.mem,
+                        gpus: None,
                     },
                     (None, _) => {
                         eprintln!(

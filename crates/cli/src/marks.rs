@@ -58,6 +58,33 @@ pub fn cpu_marks(s: &StatusReport) -> Vec<char> {
     map
 }
 
+/// The GPU line of the node map: one char per GPU of `s.gpus`, in order: the mark of the job
+/// holding it (the same letter as its CPUs), else `.` (empty on a node without GPUs).
+pub fn gpu_marks(s: &StatusReport) -> Vec<char> {
+    let gpus: Vec<pjw_core::GpuId> = s.gpus.iter().collect();
+    let mut map = vec!['.'; gpus.len()];
+    for (j, m) in s.jobs.iter().zip(job_marks(s)) {
+        let Some(m) = m else { continue };
+        for g in j.gpus.iter() {
+            if let Some(pos) = gpus.iter().position(|x| *x == g) {
+                map[pos] = m;
+            }
+        }
+    }
+    map
+}
+
+/// A job's GPUs for a table: its list, `(N)` while it waits for N unchosen GPUs, else `-`.
+pub fn job_gpus(j: &pjw_proto::JobInfo) -> String {
+    if !j.gpus.is_empty() {
+        j.gpus.to_string()
+    } else if j.ngpus > 0 {
+        format!("({})", j.ngpus)
+    } else {
+        "-".into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +112,9 @@ mod tests {
             mem_bytes: None,
             sampled_ms: None,
             wlm: None,
+            ngpus: 0,
+            gpus: Default::default(),
+            gpu_env: Vec::new(),
         }
     }
 
@@ -97,6 +127,8 @@ mod tests {
             free_cpus: CpuSet::new(),
             vcpus: cpus.len() as u32,
             jobs,
+            gpus: Default::default(),
+            free_gpus: Default::default(),
             cgroup: String::new(),
             version: String::new(),
         }

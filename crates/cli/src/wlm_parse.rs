@@ -18,6 +18,24 @@ pub struct WlmJob {
     pub cpus: u32,
     /// Memory on this node (bytes), when the manager limits it.
     pub mem: Option<u64>,
+    /// The GPUs the manager chose, by its index (`SLURM_JOB_GPUS`); `None`: no GPUs.
+    pub gpus: Option<Vec<u32>>,
+}
+
+/// `export NAME=VALUE` lines for Slurm's TaskProlog, which slurmstepd reads from its stdout:
+/// only names and values of `[A-Za-z0-9_,.:-]` (GPU lists, `PCI_BUS_ID`), so nothing the daemon
+/// sends can smuggle another line or a shell word; anything else is left out.
+pub fn task_prolog_exports(vars: &[(String, String)]) -> String {
+    let safe = |s: &str, extra: &str| {
+        !s.is_empty()
+            && s.len() <= 4096
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || extra.contains(c))
+    };
+    vars.iter()
+        .filter(|(k, v)| safe(k, "") && safe(v, ",.:-"))
+        .map(|(k, v)| format!("export {k}={v}\n"))
+        .collect()
 }
 
 /// `key=value` tokens of `scontrol show job` output, in order (values keep their own `=`).
@@ -232,11 +250,21 @@ pub fn prolog_job(
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| node.to_string());
     let cpus = cpus_on_node(&per_node, &nodelist, node)?;
+    // The GPUs slurmd's gres plugin chose: their gres index (position among the node's
+    // gres.conf devices). Checked here for form; the daemon checks them against the node.
+    let gpus = env("SLURM_JOB_GPUS")
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| {
+            pjw_wlm::parse_gpu_list(pjw_wlm::Manager::Slurm, "SLURM_JOB_GPUS", v.trim())
+                .map_err(|e| e.to_string())
+        })
+        .transpose()?;
     Ok(WlmJob {
         id,
         user,
         cpus,
         mem: None,
+        gpus,
     })
 }
 
@@ -339,6 +367,17 @@ mod tests {
         ];
         let j = prolog_job(&env_of(base), "vm", &users).unwrap();
         assert_eq!((j.id.as_str(), j.user.as_str(), j.cpus), ("2", "nobody", 1));
+        assert_eq!(j.gpus, None);
+        let gpu: &[(&str, &str)] = &[
+            ("SLURM_JOB_ID", "3"),
+            ("SLURM_JOB_UID", "0"),
+            ("SLURM_JOB_CPUS_PER_NODE", "2"),
+            ("SLURM_JOB_GPUS", "2,0"),
+        ];
+        assert_eq!(
+            prolog_job(&env_of(gpu), "vm", &users).unwrap().gpus,
+            Some(vec![2, 0])
+        );
         let multi: &[(&str, &str)] = &[
             ("SLURM_JOB_ID", "77"),
             ("SLURM_JOB_UID", "0"),
@@ -378,10 +417,37 @@ mod tests {
                 ][..],
                 "no user with uid 7",
             ),
+            (
+                &[
+                    ("SLURM_JOB_ID", "2"),
+                    ("SLURM_JOB_UID", "0"),
+                    ("SLURM_JOB_CPUS_PER_NODE", "1"),
+                    ("SLURM_JOB_GPUS", "0,GPU-1234"),
+                ][..],
+                "SLURM_JOB_GPUS = \"0,GPU-1234\": names a GPU by UUID",
+            ),
         ] {
             let e = prolog_job(&env_of(bad), "vm", &users).unwrap_err();
             assert!(e.contains(why), "{e:?} should say {why:?}");
         }
+    }
+
+    #[test]
+    fn task_prolog_exports_only_plain_names_and_lists() {
+        let v = |k: &str, x: &str| (k.to_string(), x.to_string());
+        let out = task_prolog_exports(&[
+            v("CUDA_VISIBLE_DEVICES", "0"),
+            v("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+            v("PJW_GPUS", "1,3"),
+            v("X", "0\nexport LD_PRELOAD=/tmp/x.so"),
+            v("BAD NAME", "0"),
+            v("Y", "$(id)"),
+            v("Z", ""),
+        ]);
+        assert_eq!(
+            out,
+            "export CUDA_VISIBLE_DEVICES=0\nexport CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport PJW_GPUS=1,3\n"
+        );
     }
 
     #[test]

@@ -186,6 +186,25 @@ fn after_a_kill_9_of_the_daemon_a_running_jobs_gpus_are_not_handed_out_again() {
         !got.intersects(&held),
         "gpu {got} of the recovered job {held} handed out again"
     );
+    // The report names the GPU the job held (pjw's id), the status the one the recovered job
+    // holds.
+    let o = d
+        .pjw()
+        .args(["report", "-J", "c", "--format", "json"])
+        .output()
+        .unwrap();
+    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    assert_eq!(
+        (&rep[0]["ngpus"], &rep[0]["gpus"]),
+        (&1.into(), &got.to_string().into()),
+        "{rep:#}"
+    );
+    let st = d.status();
+    let a_gpus = st["jobs"]
+        .as_array()
+        .and_then(|j| j.iter().find(|j| j["id"] == "a"))
+        .map(|j| j["gpus"].clone());
+    assert_eq!(a_gpus, Some(held.to_string().into()), "{st:#}");
 
     // A 2-GPU job waits until the recovered job ends, then gets two of its GPUs.
     let b = d.run_sh(

@@ -13,7 +13,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use pjw_core::CpuSet;
-use pjw_testkit::{need_cpus, require, Component, TestDaemon};
+use pjw_testkit::{need_cpus, require, skip, Component, TestDaemon};
 
 /// Both managers see the whole node; pjw hands out two CPUs (the test machine has two). The
 /// two tests run at once, each with its own daemon: each adopts by its own manager's variable
@@ -48,6 +48,12 @@ struct Wlm {
 impl Wlm {
     /// Start `script` (slurm-up.sh or sge-up.sh) with pjw's hooks talking to `d`.
     fn up(script: &str, d: &TestDaemon) -> Wlm {
+        Wlm::up_with(script, d, None)
+    }
+
+    /// [`Wlm::up`], with Slurm given the GPUs `gpu_dir/nvidiaN` as gres (slurm-up.sh's third
+    /// argument).
+    fn up_with(script: &str, d: &TestDaemon, gpu_dir: Option<&Path>) -> Wlm {
         let dir = tempfile::Builder::new()
             .prefix("pjw-wlm")
             .tempdir()
@@ -71,6 +77,7 @@ impl Wlm {
         let res = Command::new(repo().join("scripts/wlm").join(script))
             .arg(w.dir.path())
             .arg(&env)
+            .args(gpu_dir)
             .output()
             .expect("run up script");
         assert!(
@@ -616,4 +623,205 @@ fn assert_ended_as(d: &TestDaemon, id: &str, want: &str) {
             .is_some_and(|j| j["end"] == want)
     });
     assert!(ok, "job {id} not recorded {want}: {last}");
+}
+
+/// Make character device `path` with number `major:minor`, mode 0666.
+fn mknod(path: &Path, major: u32, minor: u32) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
+    // SAFETY: a valid NUL-terminated path; mknod only creates a file in our own temp dir.
+    let rc = unsafe {
+        libc::mknod(
+            c.as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(major, minor),
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "mknod {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    set_mode(path, 0o666);
+}
+
+/// A GPU job's script: once inside its pjw job, write its cgroup, its CPUs, Slurm's
+/// `SLURM_JOB_GPUS` and what opening each fake GPU gave (`I ENXIO`: past the fence, no driver;
+/// `I EPERM`: fenced), then wait for GO (bounded).
+fn gpu_job_script(out: &Path, go: &Path, dev: &Path) -> String {
+    format!(
+        "#!/bin/sh\n\
+         i=0; while ! grep -q /job- /proc/self/cgroup && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n\
+         {{ grep '^0::' /proc/self/cgroup; grep Cpus_allowed_list /proc/self/status; echo \"gpus $SLURM_JOB_GPUS\"\n\
+           echo \"env $CUDA_VISIBLE_DEVICES $PJW_GPUS\"\n\
+           for n in 0 1 2 3; do\n\
+             e=$(cat {dev}/nvidia$n </dev/null 2>&1 | head -n 1)\n\
+             case $e in *'No such device or address'*) e=ENXIO;; *'Operation not permitted'*) e=EPERM;; esac\n\
+             echo \"$n $e\"\n\
+           done; }} > {out}.tmp\n\
+         mv {out}.tmp {out}\n\
+         i=0; while [ ! -e {go} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done\n",
+        out = out.display(),
+        go = go.display(),
+        dev = dev.display()
+    )
+}
+
+/// Issue 16, item 5: Slurm with four fake GPUs — gres.conf `File=` on character devices
+/// 195:0-3 made with mknod, as Slurm's own test suite does — and pjw's `[gpus]` declaring the
+/// same devices in the same order (GPUs 0 and 2 local to one CPU, 1 and 3 to the other; GPU 3
+/// labelled NUMA node 1, the others 0, so that pjw left to itself would give a first 1-GPU job
+/// GPU 3, alone on its node, while Slurm gives GPU 0: the test tells them apart). Two
+/// `sbatch --gres=gpu:1` jobs at once: each runs on the GPU Slurm chose (`SLURM_JOB_GPUS`, gres
+/// index i = pjw GPU i), fenced off the other three by the v1 devices controller, on the CPU
+/// local to it. A GPU the node lacks, given to `pjw job register`, is refused.
+#[test]
+fn slurm_gres_gpu_jobs_get_slurms_gpu_fenced_with_local_cpus() {
+    require!(Component::Root, Component::Slurm);
+    let two = need_cpus!(2);
+    if !Path::new("/sys/fs/cgroup/devices/devices.deny").exists() {
+        skip!("no cgroup v1 devices controller: this test checks the v1 fence (the v2 BPF fence is checked in the v2 guest's gpu_fence test)");
+    }
+    let _turn = slurm_turn();
+    let dev = tempfile::Builder::new()
+        .prefix("pjw-slurm-gpu")
+        .tempdir()
+        .expect("temp dir");
+    set_mode(dev.path(), 0o755);
+    let cpu: Vec<u32> = two.iter().collect();
+    let mut config = wlm_config(&two, "SLURM_JOB_ID");
+    for i in 0..4u32 {
+        let p = dev.path().join(format!("nvidia{i}"));
+        mknod(&p, 195, i);
+        config += &format!(
+            "[[gpus.device]]\nfile = \"{}\"\nvendor = \"nvidia\"\ncpus = \"{}\"\nnuma = {}\n",
+            p.display(),
+            cpu[i as usize % 2],
+            if i == 3 { 1 } else { 0 }
+        );
+    }
+    let d = TestDaemon::start(&pjw_bin(), &config);
+    let w = Wlm::up_with("slurm-up.sh", &d, Some(dev.path()));
+    let out = w.out();
+
+    let go = out.join("go");
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let script = out.join(format!("gpu{n}.sh"));
+        std::fs::write(
+            &script,
+            gpu_job_script(&out.join(format!("gpu{n}.out")), &go, dev.path()),
+        )
+        .unwrap();
+        let o = w
+            .cmd("sbatch")
+            .args(["-n1", "--gres=gpu:1", "-o", "/dev/null"])
+            .arg(&script)
+            .output()
+            .unwrap();
+        let text = ok(&o, "sbatch");
+        ids.push(text.trim().rsplit(' ').next().unwrap().to_string());
+    }
+    let mut gpus_seen = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        let p = out.join(format!("gpu{n}.out"));
+        assert!(
+            TestDaemon::wait_for(Duration::from_secs(60), || p.exists()),
+            "job {id} never wrote {}:\n{}\n{}",
+            p.display(),
+            d.log(),
+            w.logs()
+        );
+        let text = std::fs::read_to_string(&p).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].ends_with(&format!("/job-slurm:{id}")),
+            "slurm job {id} ran in {:?}\n{}",
+            lines[0],
+            w.logs()
+        );
+        let allowed = CpuSet::parse_list(lines[1].split_once(':').unwrap().1.trim()).unwrap();
+        let slurm_gpu: u32 = lines[2]
+            .strip_prefix("gpus ")
+            .and_then(|g| g.trim().parse().ok())
+            .unwrap_or_else(|| panic!("job {id}: SLURM_JOB_GPUS {:?}", lines[2]));
+        // pjw gave the job exactly Slurm's GPU...
+        let st = d.status();
+        let j = jobs_of(&st, "slurm")
+            .into_iter()
+            .find(|j| j["id"] == format!("slurm:{id}"))
+            .unwrap_or_else(|| panic!("job {id} not in {st:#}"));
+        assert_eq!(j["gpus"], slurm_gpu.to_string(), "job {id}: {j:#}");
+        // ...on the CPU local to it...
+        assert_eq!(cpus_of(&j), allowed, "job {id} runs on its pjw cpus");
+        assert_eq!(
+            allowed.iter().collect::<Vec<_>>(),
+            [cpu[slurm_gpu as usize % 2]],
+            "job {id}: cpus {allowed} not local to gpu {slurm_gpu}"
+        );
+        // ...with pjw's variables (the TaskProlog's): the CUDA runtime sees its one GPU as 0
+        // inside the fence; PJW_GPUS names the host's...
+        assert_eq!(
+            lines[3],
+            format!("env 0 {slurm_gpu}"),
+            "job {id}\n{}",
+            w.logs()
+        );
+        // ...and fenced off the others.
+        let want: Vec<String> = (0..4u32)
+            .map(|i| format!("{i} {}", if i == slurm_gpu { "ENXIO" } else { "EPERM" }))
+            .collect();
+        assert_eq!(
+            lines[4..],
+            want,
+            "job {id} on gpu {slurm_gpu}:\n{}",
+            d.log()
+        );
+        gpus_seen.push(slurm_gpu);
+    }
+    assert_ne!(gpus_seen[0], gpus_seen[1], "two jobs on one GPU");
+    let st = d.status();
+    assert_eq!(st["gpus"], "0-3", "{st:#}");
+    let left: pjw_core::GpuSet = (0..4)
+        .filter(|g| !gpus_seen.contains(g))
+        .map(pjw_core::GpuId)
+        .collect();
+    assert_eq!(st["free_gpus"], left.to_string(), "{st:#}");
+
+    // A hook passing a GPU the node lacks (or a UUID) is refused with the reason; no job.
+    for (list, why) in [
+        ("7", "slurm gave the job gpu 7, but this node has gpus 0-3"),
+        ("GPU-0aa1", "names a GPU by UUID"),
+    ] {
+        let o = d
+            .pjw()
+            .args([
+                "job", "register", "--wlm", "slurm", "-j", "999", "-u", "nobody", "-c", "1",
+                "--gpus", list,
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains(why),
+            "--gpus {list}: {err}"
+        );
+    }
+    assert_eq!(jobs_of(&d.status(), "slurm").len(), 2);
+
+    std::fs::write(&go, "").unwrap();
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(60), || jobs_of(&d.status(), "slurm")
+            .is_empty()
+            && no_job_cgroups(&d)),
+        "slurm gpu jobs left after the epilog:\n{:#}\n{}",
+        d.status(),
+        w.logs()
+    );
+    assert_eq!(d.status()["free_gpus"], "0-3");
+    let state = w.cmd("sinfo").args(["-h", "-o", "%T"]).output().unwrap();
+    let state = ok(&state, "sinfo");
+    assert!(!state.contains("drain"), "node {state:?}:\n{}", w.logs());
 }

@@ -23,9 +23,22 @@ impl fmt::Display for GpuId {
     }
 }
 
-/// A set of [`GpuId`]s.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A set of [`GpuId`]s; serialized in the kernel list format (`"0-2,5"`), like a CPU set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct GpuSet(u64);
+
+impl Serialize for GpuSet {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for GpuSet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        GpuSet::parse_list(&s).map_err(serde::de::Error::custom)
+    }
+}
 
 impl GpuSet {
     /// The empty set.

@@ -31,7 +31,9 @@
 //! while it is frozen (its processes keep the devices open), and a resumed GPU job gets CPUs next
 //! to the GPUs it kept. It neither preempts nor is preempted, and never backfills
 //! (a GPU cannot be shared). When it does not fit it waits like any queued job, and so does
-//! every queued job behind it. An exclusive job gets every GPU with the whole node. CPU-only
+//! every queued job behind it. A job whose GPUs a workload manager chose ([`Request::pinned`])
+//! gets exactly those, with CPUs local to them, and waits while any of them is held. An
+//! exclusive job gets every GPU with the whole node. CPU-only
 //! primaries are placed by [`crate::gpu_alloc::place_cpu_only`] on a node with GPUs.
 
 use std::collections::BTreeMap;
@@ -79,6 +81,10 @@ pub struct Request {
     pub ncpus: usize,
     /// Whole GPUs wanted (0: a CPU-only job).
     pub ngpus: usize,
+    /// The GPUs a workload manager already chose for it (empty: pjw chooses). A queued job
+    /// with pinned GPUs starts on exactly those, once all of them are free, with CPUs local to
+    /// them; `ngpus` is their count.
+    pub pinned: GpuSet,
     pub priority: u8,
     pub placement: Placement,
     pub exclusive: bool,
@@ -416,10 +422,15 @@ fn gpu_fit(
         return None;
     }
     let free = pool.difference(primary_cpus);
-    let from = if cur.phase == Phase::Queued {
-        *free_gpus
-    } else {
+    let from = if cur.phase != Phase::Queued {
         cur.gpus
+    } else if cur.req.pinned.is_empty() {
+        *free_gpus
+    } else if cur.req.pinned.difference(free_gpus).is_empty() {
+        // The manager's choice, all of it, or nothing yet.
+        cur.req.pinned
+    } else {
+        return None;
     };
     place(
         alloc,
@@ -567,6 +578,7 @@ mod tests {
         Request {
             ncpus,
             ngpus: 0,
+            pinned: GpuSet::new(),
             priority,
             placement: Placement::Any,
             exclusive: false,

@@ -44,6 +44,7 @@ fn job(
         req: Request {
             ncpus,
             ngpus,
+            pinned: GpuSet::new(),
             priority: prio,
             placement: Placement::Any,
             exclusive: false,
@@ -234,6 +235,90 @@ fn a_suspended_gpu_job_keeps_its_gpu_and_resumes_beside_it() {
             Action::Resume {
                 key: 1,
                 cpus: cs("4-5")
+            },
+        ]
+    );
+}
+
+/// A queued job pinned to `g` (the GPUs a workload manager chose).
+fn pinned(key: i64, ncpus: usize, g: &str) -> JobView {
+    let mut j = job(key, ncpus, 0, 16, Phase::Queued, "", "");
+    j.req.pinned = gs(g);
+    j.req.ngpus = j.req.pinned.len();
+    j
+}
+
+#[test]
+fn a_job_pinned_by_its_manager_gets_exactly_those_gpus_and_cpus_local_to_them() {
+    // Slurm chose GPU 3 (node 1): not GPU 0, which pjw would have picked first.
+    let acts = run(&two_by_two(), &[pinned(1, 2, "3")]);
+    assert_eq!(
+        acts,
+        vec![
+            Action::GrantGpus {
+                key: 1,
+                gpus: gs("3")
+            },
+            Action::StartPrimary {
+                key: 1,
+                cpus: cs("4-5")
+            },
+        ]
+    );
+    // Two GPUs on different nodes: both, and CPUs local to them.
+    let acts = run(&two_by_two(), &[pinned(1, 2, "1,2")]);
+    assert_eq!(
+        acts[0],
+        Action::GrantGpus {
+            key: 1,
+            gpus: gs("1-2")
+        }
+    );
+    let Action::StartPrimary { cpus, .. } = acts[1] else {
+        panic!("{acts:?}")
+    };
+    assert_eq!(cpus.len(), 2);
+}
+
+#[test]
+fn a_pinned_job_waits_while_one_of_its_gpus_is_held_and_takes_no_other() {
+    // GPU 2 is held by a running job; the job pinned to 2 waits though GPUs 0, 1 and 3 are free.
+    let jobs = [
+        job(1, 1, 1, 10, Phase::Primary, "4", "2"),
+        pinned(2, 1, "2"),
+    ];
+    assert_eq!(run(&two_by_two(), &jobs), vec![]);
+    // Pinned to 2 and 3 while 2 is held: none of them is taken.
+    let jobs = [
+        job(1, 1, 1, 10, Phase::Primary, "4", "2"),
+        pinned(2, 1, "2-3"),
+    ];
+    assert_eq!(run(&two_by_two(), &jobs), vec![]);
+}
+
+#[test]
+fn an_unpinned_gpu_job_leaves_the_pinned_ones_alone_once_they_run() {
+    // The pinned job (priority 16) goes first and takes GPU 0; the other gets GPU 1 beside it.
+    let jobs = [job(2, 1, 1, 10, Phase::Queued, "", ""), pinned(1, 1, "0")];
+    let acts = run(&two_by_two(), &jobs);
+    assert_eq!(
+        acts,
+        vec![
+            Action::GrantGpus {
+                key: 1,
+                gpus: gs("0")
+            },
+            Action::StartPrimary {
+                key: 1,
+                cpus: cs("0")
+            },
+            Action::GrantGpus {
+                key: 2,
+                gpus: gs("1")
+            },
+            Action::StartPrimary {
+                key: 2,
+                cpus: cs("1")
             },
         ]
     );

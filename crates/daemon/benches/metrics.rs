@@ -9,6 +9,8 @@ fn snapshot(n: usize) -> Snapshot {
     Snapshot {
         cpus: 256,
         free_cpus: 56,
+        gpus: 8,
+        free_gpus: 0,
         queue_len: 10,
         jobs: (0..n)
             .map(|i| JobSnap {
@@ -22,6 +24,12 @@ fn snapshot(n: usize) -> Snapshot {
                 cgroup: Some(format!("job-{}", 100_000 + i)),
                 cpu_usec: Some(i as u64 * 1_234_567),
                 mem_bytes: Some(i as u64 * 12_345_678),
+                gpus: if i < 8 {
+                    pjw_core::GpuSet::first_n(1 + i as u32)
+                        .difference(&pjw_core::GpuSet::first_n(i as u32))
+                } else {
+                    pjw_core::GpuSet::new()
+                },
             })
             .collect(),
         store_write_errors: 0,

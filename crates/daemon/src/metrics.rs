@@ -55,6 +55,13 @@ struct JobStateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobGpuLabels {
+    job: String,
+    user: String,
+    gpu: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
     state: String,
 }
@@ -150,6 +157,8 @@ pub struct JobSnap {
     /// From the sampler's latest sample: CPU time (µs) and memory (bytes).
     pub cpu_usec: Option<u64>,
     pub mem_bytes: Option<u64>,
+    /// pjw's ids of the GPUs it holds.
+    pub gpus: pjw_core::GpuSet,
 }
 
 /// The engine's answer to a scrape: in-memory state only.
@@ -157,6 +166,9 @@ pub struct JobSnap {
 pub struct Snapshot {
     pub cpus: u32,
     pub free_cpus: u32,
+    /// The node's GPUs, and those no job holds.
+    pub gpus: u32,
+    pub free_gpus: u32,
     pub queue_len: u32,
     pub jobs: Vec<JobSnap>,
     /// Failed writes to the local store (the profile writer's count).
@@ -187,6 +199,16 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         "Jobs waiting for CPUs",
         gauge(snap.queue_len as i64),
     );
+    reg.register(
+        "node_gpus",
+        "GPUs pjw may hand out",
+        gauge(snap.gpus as i64),
+    );
+    reg.register(
+        "node_free_gpus",
+        "GPUs no job holds",
+        gauge(snap.free_gpus as i64),
+    );
     let by_state: Family<StateLabel, Gauge> = Family::default();
     for s in [
         JobState::Running,
@@ -207,7 +229,16 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
     let cpu: Family<JobLabels, Counter<f64, AtomicU64>> = Family::default();
     let mem: Family<JobLabels, Gauge> = Family::default();
     let state: Family<JobStateLabels, Gauge> = Family::default();
+    let gpu: Family<JobGpuLabels, Gauge> = Family::default();
     for j in &snap.jobs {
+        for g in j.gpus.iter() {
+            gpu.get_or_create(&JobGpuLabels {
+                job: j.id.clone(),
+                user: j.user.clone(),
+                gpu: g.to_string(),
+            })
+            .set(1);
+        }
         let labels = JobLabels {
             job: j.id.clone(),
             user: j.user.clone(),
@@ -250,6 +281,11 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         "job_state",
         "The job's state (1 for its current state)",
         state,
+    );
+    reg.register(
+        "job_gpu",
+        "A GPU the job holds (1 per GPU; gpu is pjw's id, as in PJW_GPUS)",
+        gpu,
     );
     reg.register(
         "governor_actions",
@@ -357,6 +393,8 @@ mod tests {
         let snap = Snapshot {
             cpus: 4,
             free_cpus: 3,
+            gpus: 4,
+            free_gpus: 2,
             queue_len: 1,
             jobs: vec![
                 JobSnap {
@@ -366,6 +404,7 @@ mod tests {
                     cgroup: Some("job-7".into()),
                     cpu_usec: Some(2_500_000),
                     mem_bytes: Some(300 << 20),
+                    gpus: pjw_core::GpuSet::parse_list("1,3").unwrap(),
                 },
                 JobSnap {
                     id: "8".into(),
@@ -374,6 +413,7 @@ mod tests {
                     cgroup: None,
                     cpu_usec: None,
                     mem_bytes: None,
+                    gpus: pjw_core::GpuSet::new(),
                 },
             ],
             store_write_errors: 2,
@@ -385,6 +425,10 @@ mod tests {
             "pjw_jobs{state=\"running\"} 1",
             "pjw_jobs{state=\"frozen\"} 0",
             "pjw_job_state{job=\"7\",user=\"alice\",state=\"running\"} 1",
+            "pjw_node_gpus 4",
+            "pjw_node_free_gpus 2",
+            "pjw_job_gpu{job=\"7\",user=\"alice\",gpu=\"1\"} 1",
+            "pjw_job_gpu{job=\"7\",user=\"alice\",gpu=\"3\"} 1",
             "pjw_job_cpu_seconds_total{job=\"7\",user=\"alice\"} 2.5",
             "pjw_job_memory_bytes{job=\"7\",user=\"alice\"} 314572800",
             "pjw_governor_actions_total{kind=\"freeze\"} 1",

@@ -258,6 +258,14 @@ pub fn answer(
     for p in &found {
         let mut rep = job_report(&p.job, p.summary.as_ref(), live.get(&p.job.seq), node);
         rep.io_counted = Some(io_counted);
+        match store.gpus(p.job.seq) {
+            Ok(Some((n, gpus))) => {
+                rep.ngpus = n;
+                rep.gpus = gpus.to_string();
+            }
+            Ok(None) => {}
+            Err(e) => return fail(ErrorCode::Internal, e.to_string()),
+        }
         if reply.send(Response::ReportJob(Box::new(rep))).is_err() {
             return;
         }

@@ -24,7 +24,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pjw_core::CpuSet;
+use pjw_core::{CpuSet, GpuSet};
 use serde::{Deserialize, Serialize};
 
 pub mod report;
@@ -101,6 +101,11 @@ pub struct RegisterRequest {
     /// [`Request::End`].
     #[serde(default)]
     pub attach: bool,
+    /// The GPUs the manager chose for the job on this node, by the manager's index (Slurm's
+    /// `SLURM_JOB_GPUS`): the daemon maps index `i` to its GPU `i`, refuses an index the node
+    /// does not have, and gives the job exactly those. Absent: no GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<u32>>,
 }
 
 /// Where a job may run.
@@ -313,6 +318,18 @@ pub struct JobInfo {
     /// The workload manager's name for the job (`slurm:42`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wlm: Option<String>,
+    /// Whole GPUs asked for (absent: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ngpus: u32,
+    /// pjw's ids of the GPUs it holds; while queued, those its workload manager chose for it
+    /// (absent: none).
+    #[serde(default, skip_serializing_if = "GpuSet::is_empty")]
+    pub gpus: GpuSet,
+    /// A started GPU job's runtime variables (`CUDA_VISIBLE_DEVICES`, `PJW_GPUS`, …), as
+    /// `started.env` gives a `run` job: for the processes pjw did not start (`pjw slurm
+    /// task-prolog`). Absent for a job without GPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_env: Vec<(String, String)>,
 }
 
 /// The node as `pjw status` shows it.
@@ -331,6 +348,12 @@ pub struct StatusReport {
     pub vcpus: u32,
     /// Running (and ending) jobs first, then the queue in order.
     pub jobs: Vec<JobInfo>,
+    /// The node's GPUs, pjw's ids (absent: none).
+    #[serde(default, skip_serializing_if = "GpuSet::is_empty")]
+    pub gpus: GpuSet,
+    /// Of those, the ones no job holds.
+    #[serde(default, skip_serializing_if = "GpuSet::is_empty")]
+    pub free_gpus: GpuSet,
     /// cgroup mode and parent, for people.
     pub cgroup: String,
     /// Daemon version.
@@ -571,6 +594,7 @@ mod tests {
             mem: Some(1 << 30),
             name: None,
             attach: false,
+            gpus: None,
         });
         let text = String::from_utf8(encode_request(&reg)).unwrap();
         assert!(text.contains(r#""type":"register""#), "{text}");
@@ -589,12 +613,19 @@ mod tests {
             free_cpus: CpuSet::parse_list("1").unwrap(),
             vcpus: 2,
             jobs: vec![],
+            gpus: GpuSet::parse_list("0-3").unwrap(),
+            free_gpus: GpuSet::parse_list("1,3").unwrap(),
             cgroup: "hybrid".into(),
             version: "0.1.0".into(),
         });
         let v: serde_json::Value = serde_json::from_slice(&encode_response(&s)).unwrap();
         assert_eq!(v["free_cpus"], "1");
         assert_eq!(v["total_cpus"], 2);
+        // GPUs are lists like CPUs.
+        assert_eq!(
+            (&v["gpus"], &v["free_gpus"]),
+            (&"0-3".into(), &"1,3".into())
+        );
     }
 
     #[test]
@@ -604,6 +635,15 @@ mod tests {
             "mem":null,"procs":1,"threads":1,"state":"running","age_secs":3,"pid":9}"#;
         let j: JobInfo = serde_json::from_str(old).unwrap();
         assert_eq!((j.cpu_usec, j.mem_bytes, j.sampled_ms), (None, None, None));
+        assert_eq!((j.ngpus, j.gpus), (0, GpuSet::new()));
+        let gpu = JobInfo {
+            ngpus: 2,
+            gpus: GpuSet::parse_list("1,3").unwrap(),
+            ..j.clone()
+        };
+        let text = serde_json::to_string(&gpu).unwrap();
+        assert!(text.contains(r#""ngpus":2,"gpus":"1,3""#), "{text}");
+        assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), gpu);
         // With them, they round-trip; without them, they are left out of the JSON.
         let with = JobInfo {
             cpu_usec: Some(1_500_000),
@@ -615,7 +655,7 @@ mod tests {
         assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), with);
         let bare = serde_json::to_string(&j).unwrap();
         assert!(
-            !bare.contains("cpu_usec") && !bare.contains("sampled_ms"),
+            !bare.contains("cpu_usec") && !bare.contains("sampled_ms") && !bare.contains("gpus"),
             "{bare}"
         );
     }

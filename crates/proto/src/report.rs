@@ -125,6 +125,12 @@ pub struct JobReport {
     /// CPUs asked for, and the CPUs it held (last).
     pub ncpus: u32,
     pub cpus: String,
+    /// GPUs asked for (absent: none), and pjw's ids of those it held (as in `PJW_GPUS`; while
+    /// queued, those its workload manager chose).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ngpus: u32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub gpus: String,
     pub mem_limit: Option<u64>,
     pub submitted_ms: i64,
     pub started_ms: Option<i64>,
@@ -166,6 +172,10 @@ pub struct JobReport {
     /// Per-process rows (with `processes`).
     #[serde(default)]
     pub processes: Vec<ProcessRow>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl JobReport {

@@ -66,7 +66,7 @@
 //! CREATE TABLE job_gpus (
 //!     seq   INTEGER PRIMARY KEY,  -- jobs.seq
 //!     ngpus INTEGER NOT NULL,     -- whole GPUs asked for
-//!     gpus  TEXT NOT NULL         -- the GPUs held, pjw's ids as a list ('0-1,3'); '' while queued
+//!     gpus  TEXT NOT NULL         -- the GPUs held, pjw's ids as a list ('0-1,3'); while queued '' or the manager's choice
 //! );
 //! ```
 //! Samples are written in batches (one transaction each); a finished job's summary is written in

@@ -20,13 +20,18 @@
 //! | PBS / OpenPBS / Torque | `PBS_JOBID` | `USER`, `LOGNAME`, `PBS_O_LOGNAME` | `NCPUS`, else `PBS_NUM_PPN`, else this host's lines in `PBS_NODEFILE`, else `PBS_NP` | — (the hook passes `Resource_List.mem`) | `PBS_TMPDIR`, else `TMPDIR` |
 //! | LSF | `LSB_JOBID` (`[LSB_JOBINDEX]` for array elements) | `USER`, `LOGNAME` | `LSB_DJOB_NUMPROC`, else this host in `LSB_MCPU_HOSTS`, else in `LSB_HOSTS` | the `RLIMIT_RSS` LSF sets from `bsub -M` | `TMPDIR` |
 //! | HTCondor | `ClusterId.ProcId` (job ad) | `Owner` (job ad) | `RequestCpus` (job ad), else `Cpus` (machine ad) | `RequestMemory`, else `Memory` (MiB) | `_CONDOR_SCRATCH_DIR` |
+//!
+//! The GPUs a manager already chose for the job, by its own numbering: [`gpus`].
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+pub mod gpus;
 pub mod read;
+
+pub use gpus::{gpu_vars, manager_gpus, parse_gpu_list};
 
 pub use read::read;
 

@@ -3,7 +3,7 @@
 //! and telling the client its place and why it waits.
 
 use pjw_core::sched::{self, Phase};
-use pjw_core::{CpuSet, JobId};
+use pjw_core::{CpuSet, GpuSet, JobId};
 use pjw_proto::{ErrorCode, Placement, Response, RunRequest};
 use pjw_store::{JobRecord, StoredState};
 use tokio::sync::mpsc;
@@ -179,7 +179,7 @@ impl Engine {
         let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
             return;
         };
-        if !self.record_gpu_request(seq, req.gpus) {
+        if !self.record_gpu_request(seq, req.gpus, GpuSet::new()) {
             return;
         }
         let job = &self.jobs[&seq];

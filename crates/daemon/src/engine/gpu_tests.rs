@@ -266,3 +266,157 @@ async fn a_job_whose_fence_the_kernel_refuses_does_not_start_unfenced() {
     assert_eq!(calls.last().map(String::as_str), Some("remove_job job-g"));
     assert!(t.engine.jobs.is_empty());
 }
+
+/// `slurm prolog` registers job `id` of user1000 with `cpus` CPUs and the GPUs Slurm chose
+/// (`gpus`, Slurm's indices); the first answer.
+fn register(t: &mut TestEngine, id: &str, cpus: u32, gpus: Option<Vec<u32>>) -> Response {
+    let (reply, mut rx) = mpsc::unbounded_channel();
+    t.engine.handle(Event::Register {
+        conn: 1,
+        cred: Cred {
+            pid: 1,
+            uid: 0,
+            gid: 0,
+        },
+        who: crate::engine::Who {
+            name: "root".into(),
+            admin: false,
+            named: Some((UID, UID)),
+        },
+        req: pjw_proto::RegisterRequest {
+            job: id.into(),
+            wlm: "slurm".into(),
+            user: "user1000".into(),
+            cpus,
+            mem: None,
+            name: None,
+            attach: false,
+            gpus,
+        },
+        reply,
+    });
+    rx.try_recv().expect("an answer")
+}
+
+fn job_gpus(t: &TestEngine, id: &str) -> (GpuSet, CpuSet) {
+    let j = t
+        .engine
+        .jobs
+        .values()
+        .find(|j| j.id.as_str() == id)
+        .expect("the job");
+    (j.gpus, j.cpus)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_registered_job_gets_the_gpus_its_manager_chose_fenced_with_local_cpus() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    t.engine.set_gpus(node_gpus(), true);
+    // Slurm chose GPU 3 (pjw would have picked 0 first).
+    let r = register(&mut t, "7", 1, Some(vec![3]));
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    let (g, c) = job_gpus(&t, "slurm:7");
+    assert_eq!(g, gs("3"));
+    assert!(c.is_subset(&cs("2-3")), "cpus {c} not local to gpu 3");
+    assert!(
+        fake.calls()
+            .contains(&"deny_devices job-slurm:7 195:0,195:1,195:2".to_string()),
+        "{:?}",
+        fake.calls()
+    );
+    // The choice is recorded (recovery keeps it), before the job starts on it.
+    let row = format!("set_gpus {} 1 3", t.engine.jobs.keys().next().unwrap());
+    assert_eq!(t.store.calls_to("set_gpus"), [row.clone(), row]);
+    // A second job on GPUs 0 and 2 gets exactly those.
+    let r = register(&mut t, "8", 2, Some(vec![2, 0]));
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    assert_eq!(job_gpus(&t, "slurm:8").0, gs("0,2"));
+    // No GPUs named: none given, every one fenced.
+    let r = register(&mut t, "9", 1, None);
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    assert_eq!(job_gpus(&t, "slurm:9").0, GpuSet::new());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_gpu_the_node_lacks_or_another_job_holds_is_refused_not_replaced() {
+    let mut t = engine();
+    for (gpus, code, want) in [
+        (
+            vec![4],
+            ErrorCode::Invalid,
+            "slurm gave the job gpu 4, but this node has gpus 0-3",
+        ),
+        (vec![1, 1], ErrorCode::Invalid, "slurm named gpu 1 twice"),
+    ] {
+        match register(&mut t, "7", 1, Some(gpus.clone())) {
+            Response::Error { code: c, message } => {
+                assert_eq!(c, code, "{gpus:?}: {message}");
+                assert!(message.contains(want), "{gpus:?}: {message}");
+            }
+            other => panic!("{gpus:?}: expected a refusal, got {other:?}"),
+        }
+    }
+    assert!(t.engine.jobs.is_empty());
+    // A pjw job holds GPU 0: a manager's job pinned to it is refused, not given GPU 1.
+    let (r, _rx) = submit(&mut t, 1, std::process::id(), "mine", 1, 1).await;
+    assert_eq!(env_of(&r, "PJW_GPUS"), Some("0"), "{r:?}");
+    match register(&mut t, "8", 1, Some(vec![0])) {
+        Response::Error { code, message } => {
+            assert_eq!(code, ErrorCode::Conflict);
+            assert!(message.contains("gpu 0 is held by job mine"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // A node without GPUs refuses any.
+    let mut bare = TestEngine::new();
+    match register(&mut bare, "9", 1, Some(vec![0])) {
+        Response::Error { message, .. } => {
+            assert!(message.contains("this node has no gpus"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn after_a_restart_a_queued_job_keeps_the_gpus_its_manager_chose() {
+    let mut t = engine();
+    let pid = std::process::id();
+    t.fake_process(pid, UID);
+    t.fake_stat(pid);
+    let id = TestEngine::id("q");
+    let rec = JobRecord {
+        seq: 0,
+        job_id: id.to_string(),
+        name: "q".into(),
+        uid: UID,
+        gid: UID,
+        user: "user1000".into(),
+        ncpus: 1,
+        cpus: CpuSet::new(),
+        mems: CpuSet::new(),
+        mem_limit: None,
+        pid: Some(pid),
+        pid_start: None,
+        cgroup: cgroup_name(&id),
+        argv: vec![],
+        state: StoredState::Queued,
+        submitted_ms: 0,
+        started_ms: None,
+        ended_ms: None,
+        end_reason: None,
+        priority: 16,
+        placement: pjw_core::sched::Placement::PrimaryOnly,
+        exclusive: false,
+        role: pjw_store::StoredRole::Primary,
+    };
+    let mut store = t.store.clone();
+    let seq = store.insert_job(&rec).expect("insert");
+    store.set_gpus(seq, 1, &gs("3")).expect("gpus row");
+    t.engine.recover().expect("recover");
+    let j = &t.engine.jobs[&seq];
+    assert_eq!(
+        (j.phase, j.req.ngpus, j.req.pinned, j.gpus),
+        (Phase::Queued, 1, gs("3"), GpuSet::new())
+    );
+}

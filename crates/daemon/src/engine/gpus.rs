@@ -65,6 +65,14 @@ impl Engine {
         }
     }
 
+    /// The node's GPUs no job holds (ending jobs hold theirs until their cgroups are gone).
+    pub(super) fn free_gpus(&self) -> GpuSet {
+        self.jobs
+            .values()
+            .filter(|j| j.phase != Phase::Queued)
+            .fold(self.gpus.all(), |a, j| a.difference(&j.gpus))
+    }
+
     /// Refuse a request for more GPUs than the node has.
     pub(super) fn validate_gpus(&self, n: u32) -> Result<(), Refusal> {
         if n as usize > self.gpus.len() {
@@ -79,19 +87,75 @@ impl Engine {
         Ok(())
     }
 
-    /// A queued job asks for `n` GPUs: remembered, and recorded before it is planned. False
-    /// (and the job is gone, its client told) when the store refuses.
-    pub(super) fn record_gpu_request(&mut self, seq: i64, n: u32) -> bool {
+    /// The GPUs a workload manager chose for a job it registers, by the manager's index
+    /// (`SLURM_JOB_GPUS`), as this node's GPUs: index `i` is GPU `i` (the order of `[gpus]`
+    /// devices, which follow gres.conf's, or of discovery: PCI address). The list is
+    /// user-influenced (docs/security.md): an index the node does not have, one named twice,
+    /// or one a live job holds or waits for is refused, never replaced by another GPU.
+    pub(super) fn manager_gpus(&self, wlm: &str, ids: Option<&[u32]>) -> Result<GpuSet, Refusal> {
+        let Some(ids) = ids else {
+            return Ok(GpuSet::new());
+        };
+        let have = self.gpus.len();
+        let mut out = GpuSet::new();
+        for &i in ids {
+            if i as usize >= have {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    format!(
+                        "{wlm} gave the job gpu {i}, but this node has {}; the manager's gpu index i is pjw's gpu i (declare [gpus] devices in the manager's order)",
+                        if have == 0 {
+                            "no gpus".to_string()
+                        } else {
+                            format!("gpus 0-{}", have - 1)
+                        },
+                    ),
+                ));
+            }
+            let id = pjw_core::GpuId(i);
+            if out.contains(id) {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    format!("{wlm} named gpu {i} twice"),
+                ));
+            }
+            out.insert(id);
+        }
+        if let Some(j) = self
+            .jobs
+            .values()
+            .find(|j| !j.end.ending && (j.gpus.intersects(&out) || j.req.pinned.intersects(&out)))
+        {
+            let both = out.intersection(&j.gpus.union(&j.req.pinned));
+            return Err(refuse(
+                ErrorCode::Conflict,
+                format!("gpu {both} is held by job {} of {}", j.id, j.user),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// A queued job asks for `n` GPUs, or for exactly `pinned` (a manager's choice):
+    /// remembered, and recorded before it is planned (a pinned job's GPUs are recorded at
+    /// once, so that recovery keeps them). False (and the job is gone, its client told) when
+    /// the store refuses.
+    pub(super) fn record_gpu_request(&mut self, seq: i64, n: u32, pinned: GpuSet) -> bool {
+        let n = if pinned.is_empty() {
+            n
+        } else {
+            pinned.len() as u32
+        };
         if n == 0 {
             return true;
         }
         let written = self.store_write(seq, "set_gpus", OnFail::Refuse, |s| {
-            s.set_gpus(seq, n, &GpuSet::new())
+            s.set_gpus(seq, n, &pinned)
         });
         match written {
             Ok(()) => {
                 if let Some(j) = self.jobs.get_mut(&seq) {
                     j.req.ngpus = n as usize;
+                    j.req.pinned = pinned;
                 }
                 true
             }
@@ -140,12 +204,15 @@ impl Engine {
         gpu_env(gpus, &j.gpus, fenced)
     }
 
-    /// Take back a recovered job's GPU request and the GPUs it holds.
+    /// Take back a recovered job's GPU request and the GPUs it holds (or, queued, the GPUs its
+    /// manager chose for it).
     pub(super) fn restore_gpus(&self, job: &mut Job) {
         if let Ok(Some((n, gpus))) = self.store.gpus(job.seq) {
             job.req.ngpus = n as usize;
             if job.phase != Phase::Queued {
                 job.gpus = gpus;
+            } else {
+                job.req.pinned = gpus;
             }
         }
     }

@@ -214,6 +214,7 @@ impl Engine {
             req: Request {
                 ncpus: rec.ncpus as usize,
                 ngpus: 0,
+                pinned: pjw_core::GpuSet::new(),
                 priority: rec.priority,
                 placement: rec.placement,
                 exclusive: rec.exclusive,

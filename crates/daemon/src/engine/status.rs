@@ -54,6 +54,17 @@ impl Engine {
                 mem_bytes: last.and_then(|s| s.mem_current),
                 sampled_ms: last.map(|s| s.ts_ms),
                 wlm: j.wlm.clone(),
+                ngpus: j.req.ngpus as u32,
+                gpus: if j.phase == Phase::Queued {
+                    j.req.pinned
+                } else {
+                    j.gpus
+                },
+                gpu_env: if j.phase == Phase::Queued || j.gpus.is_empty() {
+                    Vec::new()
+                } else {
+                    Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j)
+                },
             }
         };
         let mut jobs: Vec<JobInfo> = self
@@ -75,6 +86,8 @@ impl Engine {
             free_cpus: self.free(),
             vcpus: self.policy.vcpus as u32,
             jobs,
+            gpus: self.gpus.all(),
+            free_gpus: self.free_gpus(),
             cgroup: self.driver.describe(),
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
@@ -85,6 +98,8 @@ impl Engine {
         crate::metrics::Snapshot {
             cpus: self.pool.len() as u32,
             free_cpus: self.free().len() as u32,
+            gpus: self.gpus.len() as u32,
+            free_gpus: self.free_gpus().len() as u32,
             queue_len: self
                 .jobs
                 .values()
@@ -105,6 +120,11 @@ impl Engine {
                         .as_ref()
                         .and_then(|s| Some(s.cpu_user_usec? + s.cpu_system_usec.unwrap_or(0))),
                     mem_bytes: j.prof.last.as_ref().and_then(|s| s.mem_current),
+                    gpus: if j.phase == Phase::Queued {
+                        pjw_core::GpuSet::new()
+                    } else {
+                        j.gpus
+                    },
                 })
                 .collect(),
             store_write_errors: self.writer.as_ref().map_or(0, |w| w.errors()),

@@ -244,6 +244,7 @@ async fn a_register_takes_the_run_path_and_a_full_store_refuses_it_to_the_manage
             mem: None,
             name: None,
             attach: false,
+            gpus: None,
         },
         reply: reply.clone(),
     });
@@ -270,6 +271,7 @@ async fn a_register_takes_the_run_path_and_a_full_store_refuses_it_to_the_manage
             mem: None,
             name: None,
             attach: false,
+            gpus: None,
         },
         reply,
     });

@@ -179,6 +179,7 @@ async fn the_sweep_adopts_a_process_that_names_a_registered_job_and_no_other() {
             mem: None,
             name: None,
             attach: false,
+            gpus: None,
         },
         reply,
     });

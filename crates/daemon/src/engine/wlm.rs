@@ -85,6 +85,14 @@ impl Engine {
             }
             return;
         }
+        // Checked after the repeat above: a repeated registration's GPUs are its own job's.
+        let gpus = match self.manager_gpus(&wlm, req.gpus.as_deref()) {
+            Ok(g) => g,
+            Err((code, message)) => {
+                let _ = reply.send(err(code, message));
+                return;
+            }
+        };
         let name = req
             .name
             .clone()
@@ -126,8 +134,11 @@ impl Engine {
         let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
             return;
         };
+        if !self.record_gpu_request(seq, 0, gpus) {
+            return;
+        }
         let job = &self.jobs[&seq];
-        info!(job = %job.id, user = %job.user, cpus = req.cpus, wlm = %wlm, attach = req.attach, "job registered");
+        info!(job = %job.id, user = %job.user, cpus = req.cpus, gpus = %gpus, wlm = %wlm, attach = req.attach, "job registered");
         self.scanner_wake();
         self.replan();
         self.tell_queued(seq);

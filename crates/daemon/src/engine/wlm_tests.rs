@@ -31,6 +31,7 @@ fn register_req(job: &str, cpus: u32, attach: bool) -> RegisterRequest {
         mem: None,
         name: None,
         attach,
+        gpus: None,
     }
 }
 
