@@ -287,6 +287,12 @@ pub(crate) mod fake {
                             put(&dir.join("cpu.idle"), "0\n")?;
                         }
                         "cpuacct" => put(&dir.join("cpuacct.usage"), "0\n")?,
+                        "blkio" => {
+                            put(&dir.join("blkio.bfq.weight"), "100\n")?;
+                            for f in ["read_bps", "write_bps", "read_iops", "write_iops"] {
+                                put(&dir.join(format!("blkio.throttle.{f}_device")), "")?;
+                            }
+                        }
                         _ => {}
                     }
                 }
@@ -316,6 +322,10 @@ pub(crate) mod fake {
                             put(&dir.join("cpu.max"), "max 100000\n")?;
                             put(&dir.join("cpu.weight"), "100\n")?;
                             put(&dir.join("cpu.idle"), "0\n")?;
+                        }
+                        "io" => {
+                            put(&dir.join("io.weight"), "default 100\n")?;
+                            put(&dir.join("io.max"), "")?;
                         }
                         _ => {}
                     }

@@ -42,6 +42,7 @@ mod error;
 pub mod fake_tree;
 mod freezer;
 mod fs;
+mod blkio;
 mod memory;
 mod parent;
 mod pids;
@@ -135,6 +136,8 @@ pub struct JobLimits {
     /// memory and swap together: a job with a memory limit gets `memory.memsw.limit_in_bytes` =
     /// its memory limit + this; one without is not limited there.
     pub swap_max: Option<u64>,
+    /// Block I/O weight and limits (v2 `io`, v1 `blkio`); empty = the kernel's defaults.
+    pub io: pjw_core::io_limits::JobIo,
 }
 
 /// A cgroup v2 cpuset partition type (`cpuset.cpus.partition`).
@@ -409,6 +412,12 @@ impl Driver {
             }
             if h.has("pids") {
                 pids::apply(&self.fs, &dir, limits.pids_max)?;
+            }
+            if (h.has("io") || h.has("blkio")) && !limits.io.is_empty() {
+                let file = blkio::apply(&self.fs, &dir, h.v2, &limits.io)?;
+                if limits.io.weight.is_some() && file.is_none() {
+                    tracing::warn!(job = name, dir = %dir.display(), "no I/O weight file (no BFQ scheduler module, no io.weight): the job's I/O weight is not applied");
+                }
             }
         }
         Ok(())

@@ -72,6 +72,7 @@ fn add_job(t: &mut TestEngine, id: &str, on: Option<&str>) -> i64 {
                 memory_max: None,
                 pids_max: None,
                 swap_max: None,
+                io: Default::default(),
             };
             t.engine
                 .driver

@@ -105,6 +105,7 @@ async fn recovery_matrix() {
                 memory_max: None,
                 pids_max: None,
                 swap_max: None,
+                io: Default::default(),
             };
             t.engine
                 .driver
@@ -305,6 +306,7 @@ async fn recovery_takes_each_stored_role_then_plans() {
             memory_max: None,
             pids_max: None,
             swap_max: None,
+            io: Default::default(),
         };
         t.engine
             .driver
@@ -353,6 +355,7 @@ async fn recovery_matrix_by_role() {
                 memory_max: None,
                 pids_max: None,
                 swap_max: None,
+                io: Default::default(),
             };
             t.engine
                 .driver
