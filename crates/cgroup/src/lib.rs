@@ -34,6 +34,7 @@
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 
+mod blkio;
 mod cpu;
 mod cpuset;
 mod detect;
@@ -42,7 +43,6 @@ mod error;
 pub mod fake_tree;
 mod freezer;
 mod fs;
-mod blkio;
 mod memory;
 mod parent;
 mod pids;

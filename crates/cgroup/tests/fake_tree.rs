@@ -82,7 +82,10 @@ fn job_lifecycle_in_every_mode() {
             }
             Mode::Hybrid => {
                 // cpuacct is not used: the cgroup2 tree's cpu.stat counts CPU time.
-                assert_eq!(keys, ["unified", "cpuset", "memory", "pids", "cpu", "blkio"]);
+                assert_eq!(
+                    keys,
+                    ["unified", "cpuset", "memory", "pids", "cpu", "blkio"]
+                );
                 // No controller in the hybrid cgroup2 tree: nothing enabled.
                 let root = m.mount_point("unified").unwrap();
                 assert_eq!(read(&root.join("cgroup.subtree_control")), "");
@@ -726,6 +729,9 @@ fn io_weight_and_limits_reach_io_or_blkio_files() {
             assert_eq!(t("write_bps"), "254:0 0", "{mode}");
         }
         d.remove_job("job-io").unwrap();
-        assert!(d.job_dirs("job-io").iter().all(|(_, p)| !p.exists()), "{mode}");
+        assert!(
+            d.job_dirs("job-io").iter().all(|(_, p)| !p.exists()),
+            "{mode}"
+        );
     }
 }

@@ -58,6 +58,9 @@ pub fn render(s: &StatusReport) -> String {
         if let Some(r) = &j.reason {
             reasons.push(format!("{}: {}", j.id, printable(r, 200)));
         }
+        if let Some(io) = &j.io {
+            reasons.push(format!("{}: I/O {}", j.id, printable(io, 200)));
+        }
         rows.push(vec![
             m.to_string(),
             printable(&j.id, 64).into_owned(),

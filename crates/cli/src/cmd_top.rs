@@ -458,6 +458,7 @@ mod tests {
             mem_bytes: Some(mem),
             sampled_ms: None,
             wlm: None,
+            io: None,
         }
     }
 

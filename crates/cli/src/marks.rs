@@ -85,6 +85,7 @@ mod tests {
             mem_bytes: None,
             sampled_ms: None,
             wlm: None,
+            io: None,
         }
     }
 

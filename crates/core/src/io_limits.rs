@@ -99,6 +99,16 @@ impl BlockDev {
     }
 }
 
+impl BlockDev {
+    /// Split a `dev_t` (`st_dev`, `st_rdev`) the way glibc's `major()`/`minor()` do.
+    pub fn from_dev_t(dev: u64) -> BlockDev {
+        BlockDev {
+            major: (((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff)) as u32,
+            minor: ((dev & 0xff) | ((dev >> 12) & !0xff)) as u32,
+        }
+    }
+}
+
 impl fmt::Display for BlockDev {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.major, self.minor)
@@ -220,10 +230,7 @@ fn short_size(n: u64) -> String {
     n.to_string()
 }
 
-fn parse_rates<'a>(
-    text: &str,
-    words: impl Iterator<Item = &'a str>,
-) -> Result<IoRates, CoreError> {
+fn parse_rates<'a>(text: &str, words: impl Iterator<Item = &'a str>) -> Result<IoRates, CoreError> {
     let bad = |reason: String| CoreError::BadIo {
         text: text.trim().to_string(),
         reason,
@@ -359,6 +366,12 @@ mod tests {
                 major: 8,
                 minor: 16
             }
+        );
+        // glibc's makedev(254, 0) and makedev(259, 1048577).
+        assert_eq!(BlockDev::from_dev_t(0xfe00).to_string(), "254:0");
+        assert_eq!(
+            BlockDev::from_dev_t(0x1_0001_0301).to_string(),
+            "259:1048577"
         );
         for bad in ["8", "8:", ":0", "a:b", "8:0:1", "-1:0", "+8:0", "8 :0"] {
             assert!(BlockDev::parse(bad).is_err(), "{bad}");

@@ -258,6 +258,8 @@ pub fn answer(
     for p in &found {
         let mut rep = job_report(&p.job, p.summary.as_ref(), live.get(&p.job.seq), node);
         rep.io_counted = Some(io_counted);
+        // A store from before I/O settings has no job_io table: nothing to show then.
+        rep.io = store.io(p.job.seq).ok().flatten().map(|io| io.summary());
         if reply.send(Response::ReportJob(Box::new(rep))).is_err() {
             return;
         }

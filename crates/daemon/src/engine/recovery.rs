@@ -185,6 +185,7 @@ impl Engine {
             job.tmpdir = st.tmpdir.map(PathBuf::from);
         }
         self.restore_gpus(job);
+        self.restore_io(job);
     }
 
     pub(super) fn job_from_record(
@@ -218,6 +219,7 @@ impl Engine {
             phase,
             cpus,
             gpus: pjw_core::GpuSet::new(),
+            io: Default::default(),
             mems: if cpus.is_empty() {
                 rec.mems
             } else {

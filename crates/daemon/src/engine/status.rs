@@ -54,6 +54,7 @@ impl Engine {
                 mem_bytes: last.and_then(|s| s.mem_current),
                 sampled_ms: last.map(|s| s.ts_ms),
                 wlm: j.wlm.clone(),
+                io: super::io::io_info(j),
             }
         };
         let mut jobs: Vec<JobInfo> = self

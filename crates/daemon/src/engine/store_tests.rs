@@ -140,6 +140,8 @@ async fn a_run_the_store_cannot_record_gets_a_clear_error_and_leaves_no_job() {
         user: None,
         wlm: None,
         tmp: None,
+        io_weight: None,
+        io_max: vec![],
     };
 
     t.engine.handle(Event::Submit {

@@ -183,6 +183,8 @@ async fn a_run_is_placed_in_its_cgroup_answered_and_ended_when_its_main_process_
             user: None,
             wlm: None,
             tmp: None,
+            io_weight: None,
+            io_max: vec![],
         },
         reply,
     });

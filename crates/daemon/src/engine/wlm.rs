@@ -67,6 +67,8 @@ impl Engine {
             user: None,
             wlm: None,
             tmp: None,
+            io_weight: None,
+            io_max: vec![],
         };
         if let Err((code, message)) = self.validate(&cred, who, &run) {
             let _ = reply.send(err(code, message));
@@ -122,6 +124,10 @@ impl Engine {
         let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
             return;
         };
+        // The node's I/O defaults, as for `pjw run`.
+        if !self.record_io(seq, self.cfg.io.clone()) {
+            return;
+        }
         let job = &self.jobs[&seq];
         info!(job = %job.id, user = %job.user, cpus = req.cpus, wlm = %wlm, attach = req.attach, "job registered");
         self.scanner_wake();
