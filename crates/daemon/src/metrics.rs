@@ -23,6 +23,7 @@ use std::sync::atomic::AtomicU64;
 use tracing::warn;
 
 mod http;
+mod io;
 
 pub use http::{bind, route, serve, wants_openmetrics, Route};
 
@@ -150,6 +151,11 @@ pub struct JobSnap {
     /// From the sampler's latest sample: CPU time (µs) and memory (bytes).
     pub cpu_usec: Option<u64>,
     pub mem_bytes: Option<u64>,
+    /// From the latest sample: bytes read and written (where the node counts I/O).
+    pub io_rbytes: Option<u64>,
+    pub io_wbytes: Option<u64>,
+    /// Its I/O weight and limits.
+    pub io: pjw_core::io_limits::JobIo,
 }
 
 /// The engine's answer to a scrape: in-memory state only.
@@ -251,6 +257,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         "The job's state (1 for its current state)",
         state,
     );
+    io::register(&mut reg, &snap.jobs);
     reg.register(
         "governor_actions",
         "Memory governor actions by kind",
@@ -366,6 +373,9 @@ mod tests {
                     cgroup: Some("job-7".into()),
                     cpu_usec: Some(2_500_000),
                     mem_bytes: Some(300 << 20),
+                    io_rbytes: Some(4096),
+                    io_wbytes: None,
+                    io: pjw_core::io_limits::JobIo::parse("weight=50; 254:0 rbps=1M").unwrap(),
                 },
                 JobSnap {
                     id: "8".into(),
@@ -374,6 +384,9 @@ mod tests {
                     cgroup: None,
                     cpu_usec: None,
                     mem_bytes: None,
+                    io_rbytes: None,
+                    io_wbytes: None,
+                    io: Default::default(),
                 },
             ],
             store_write_errors: 2,
@@ -387,6 +400,9 @@ mod tests {
             "pjw_job_state{job=\"7\",user=\"alice\",state=\"running\"} 1",
             "pjw_job_cpu_seconds_total{job=\"7\",user=\"alice\"} 2.5",
             "pjw_job_memory_bytes{job=\"7\",user=\"alice\"} 314572800",
+            "pjw_job_io_read_bytes_total{job=\"7\",user=\"alice\"} 4096",
+            "pjw_job_io_weight{job=\"7\",user=\"alice\"} 50",
+            "pjw_job_io_max{job=\"7\",user=\"alice\",device=\"254:0\",limit=\"rbps\"} 1048576",
             "pjw_governor_actions_total{kind=\"freeze\"} 1",
             "pjw_governor_actions_total{kind=\"thaw\"} 0",
             "pjw_launch_latency_seconds_count 1",

@@ -106,6 +106,9 @@ impl Engine {
                         .as_ref()
                         .and_then(|s| Some(s.cpu_user_usec? + s.cpu_system_usec.unwrap_or(0))),
                     mem_bytes: j.prof.last.as_ref().and_then(|s| s.mem_current),
+                    io_rbytes: j.prof.last.as_ref().and_then(|s| s.io_rbytes),
+                    io_wbytes: j.prof.last.as_ref().and_then(|s| s.io_wbytes),
+                    io: j.io.clone(),
                 })
                 .collect(),
             store_write_errors: self.writer.as_ref().map_or(0, |w| w.errors()),
