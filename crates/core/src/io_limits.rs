@@ -223,7 +223,7 @@ impl fmt::Display for IoMax {
 /// A byte count in the largest unit that holds it exactly (`100M`, `1536K`, `1000`).
 fn short_size(n: u64) -> String {
     for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
-        if n > 0 && n % (1u64 << shift) == 0 {
+        if n > 0 && n.is_multiple_of(1u64 << shift) {
             return format!("{}{unit}", n >> shift);
         }
     }

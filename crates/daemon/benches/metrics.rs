@@ -22,6 +22,9 @@ fn snapshot(n: usize) -> Snapshot {
                 cgroup: Some(format!("job-{}", 100_000 + i)),
                 cpu_usec: Some(i as u64 * 1_234_567),
                 mem_bytes: Some(i as u64 * 12_345_678),
+                io_rbytes: None,
+                io_wbytes: None,
+                io: Default::default(),
             })
             .collect(),
         store_write_errors: 0,
