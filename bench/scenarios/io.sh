@@ -12,7 +12,7 @@ SCENARIO=io
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 
-REPS=${IO_REPS:-$([ "$QUICK" = 1 ] && echo 2 || echo 3)}
+REPS=${IO_REPS:-$([ "$QUICK" = 1 ] && echo 2 || echo 5)}
 MIB=${IO_MIB:-$([ "$QUICK" = 1 ] && echo 256 || echo 1024)}   # the reference's file
 BPS_MIB=${IO_BPS_MIB:-100}                                     # the throttle test's limit, MiB/s
 T_MIB=${IO_T_MIB:-$((BPS_MIB * 3))}                            # ... and what it moves (~3 s)
