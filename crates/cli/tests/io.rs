@@ -81,9 +81,11 @@ fn a_disk() -> Result<String, String> {
 #[test]
 fn a_jobs_io_weight_is_in_its_cgroup() {
     require_root!();
-    let d = TestDaemon::start(&pjw_bin(), "");
+    let mut d = TestDaemon::start(&pjw_bin(), "");
     let j = d.run_sh(&["--io-weight", "50", "--job-id", "w"], &hold(d.dir(), "w"));
     started(&d, "w");
+    // The setting outlives a daemon restart (store row job_io, restored with the job).
+    d.restart();
     // v2: io.weight (blk-iocost) and io.bfq.weight (BFQ loaded); v1: BFQ's, or CFQ's weight.
     let files = [
         "io.weight",
