@@ -84,5 +84,5 @@ row "$per_all KiB private per job at $N jobs ($running running + $queued queued;
   "$(calc "print ($per_all <= 16 && $per_run <= 16 && $per_r <= 16 && $runs >= $R && $helpers == 0) ? \"pass\" : \"short\"")" \
   "per-job memory (daemon)"
 if calc "exit !($per_all > 16 || $per_run > 16 || $per_r > 16)"; then
-  note "daemon memory: $per_all KiB per job at $N jobs, $per_run KiB per running job at 8, $per_r KiB at $runs. Each running job holds a pidfd, an inotify watch, its cgroup paths in every hierarchy (five on this hybrid machine) and a store row; each queued job a connection and the task waiting on it; heap growth is counted in whole pages and the allocator keeps freed memory, so small N over-counts."
+  note "daemon memory: $per_all KiB per job at $N jobs, $per_run KiB per running job at 8, $per_r KiB at $runs. Each running job holds a pidfd, an inotify watch, its cgroup paths in every hierarchy (six on this hybrid machine) and a store row; each queued job a connection and the task waiting on it; heap growth is counted in whole pages and the allocator keeps freed memory, so small N over-counts."
 fi

@@ -13,7 +13,8 @@ use crate::{CgroupError, Mode, ParentSpec};
 
 /// v1 controllers pjw uses in Hybrid mode, in the order it keeps them (cpuset first: it is the
 /// tracking hierarchy when there is no cgroup2).
-pub(crate) const V1_CONTROLLERS: &[&str] = &["cpuset", "memory", "pids", "cpu", "cpuacct"];
+/// blkio carries a job's I/O weight and throttle limits.
+pub(crate) const V1_CONTROLLERS: &[&str] = &["cpuset", "memory", "pids", "cpu", "blkio", "cpuacct"];
 /// cgroup v2 controllers pjw enables in Unified mode (those the machine has).
 pub(crate) const V2_CONTROLLERS: &[&str] = &["cpuset", "memory", "pids", "cpu", "io"];
 

@@ -291,6 +291,12 @@ pub(crate) mod fake {
                             put(&dir.join("devices.allow"), "")?;
                             put(&dir.join("devices.deny"), "")?;
                         }
+                        "blkio" => {
+                            put(&dir.join("blkio.bfq.weight"), "100\n")?;
+                            for f in ["read_bps", "write_bps", "read_iops", "write_iops"] {
+                                put(&dir.join(format!("blkio.throttle.{f}_device")), "")?;
+                            }
+                        }
                         _ => {}
                     }
                 }
@@ -320,6 +326,10 @@ pub(crate) mod fake {
                             put(&dir.join("cpu.max"), "max 100000\n")?;
                             put(&dir.join("cpu.weight"), "100\n")?;
                             put(&dir.join("cpu.idle"), "0\n")?;
+                        }
+                        "io" => {
+                            put(&dir.join("io.weight"), "default 100\n")?;
+                            put(&dir.join("io.max"), "")?;
                         }
                         _ => {}
                     }

@@ -34,6 +34,7 @@
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 
+mod blkio;
 mod bpf;
 mod cpu;
 mod cpuset;
@@ -137,6 +138,8 @@ pub struct JobLimits {
     /// memory and swap together: a job with a memory limit gets `memory.memsw.limit_in_bytes` =
     /// its memory limit + this; one without is not limited there.
     pub swap_max: Option<u64>,
+    /// Block I/O weight and limits (v2 `io`, v1 `blkio`); empty = the kernel's defaults.
+    pub io: pjw_core::io_limits::JobIo,
 }
 
 /// A cgroup v2 cpuset partition type (`cpuset.cpus.partition`).
@@ -412,6 +415,12 @@ impl Driver {
             }
             if h.has("pids") {
                 pids::apply(&self.fs, &dir, limits.pids_max)?;
+            }
+            if (h.has("io") || h.has("blkio")) && !limits.io.is_empty() {
+                let file = blkio::apply(&self.fs, &dir, h.v2, &limits.io)?;
+                if limits.io.weight.is_some() && file.is_none() {
+                    tracing::warn!(job = name, dir = %dir.display(), "no I/O weight file (no BFQ scheduler module, no io.weight): the job's I/O weight is not applied");
+                }
             }
         }
         Ok(())

@@ -99,6 +99,7 @@ fn a_device_program_on_a_jobs_cgroup2_denies_only_the_other_gpus() {
         memory_max: None,
         pids_max: None,
         swap_max: None,
+        io: Default::default(),
     };
     d.create_job(JOB, &limits).unwrap();
 

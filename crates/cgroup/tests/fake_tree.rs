@@ -15,6 +15,7 @@ fn limits(cpus: &str) -> JobLimits {
         memory_max: Some(64 << 20),
         pids_max: Some(100),
         swap_max: None,
+        io: Default::default(),
     }
 }
 
@@ -81,7 +82,10 @@ fn job_lifecycle_in_every_mode() {
             }
             Mode::Hybrid => {
                 // cpuacct is not used: the cgroup2 tree's cpu.stat counts CPU time.
-                assert_eq!(keys, ["unified", "cpuset", "memory", "pids", "cpu"]);
+                assert_eq!(
+                    keys,
+                    ["unified", "cpuset", "memory", "pids", "cpu", "blkio"]
+                );
                 // No controller in the hybrid cgroup2 tree: nothing enabled.
                 let root = m.mount_point("unified").unwrap();
                 assert_eq!(read(&root.join("cgroup.subtree_control")), "");
@@ -89,7 +93,7 @@ fn job_lifecycle_in_every_mode() {
             Mode::Legacy => {
                 assert_eq!(
                     keys,
-                    ["cpuset", "memory", "pids", "cpu", "cpuacct", "freezer"]
+                    ["cpuset", "memory", "pids", "cpu", "blkio", "cpuacct", "freezer"]
                 );
             }
         }
@@ -755,4 +759,42 @@ fn a_chosen_fence_is_taken_only_where_the_machine_has_it() {
     let mut d = driver(&m, "/pjw").unwrap();
     assert!(!d.fence_devices_by(Fence::V1Controller));
     assert_eq!(d.fences_devices(), None);
+}
+
+#[test]
+fn io_weight_and_limits_reach_io_or_blkio_files() {
+    use pjw_core::io_limits::{IoMax, IoWeight, JobIo};
+    for mode in ALL_MODES {
+        let (_t, m) = machine(FakeSpec::new(mode));
+        let d = driver(&m, "/pjw").unwrap();
+        d.prepare_parent().unwrap();
+        let mut l = limits("1");
+        l.io = JobIo {
+            weight: Some(IoWeight::parse("2000").unwrap()),
+            max: vec![IoMax::parse("254:0 rbps=10M wiops=50").unwrap()],
+        };
+        d.create_job("job-io", &l).unwrap();
+        let jobs = d.job_dirs("job-io");
+        if mode == Mode::Unified {
+            let j = dir_of(&jobs, "unified");
+            assert_eq!(read(&j.join("io.weight")), "default 2000");
+            assert_eq!(
+                read(&j.join("io.max")),
+                "254:0 rbps=10485760 wbps=max riops=max wiops=50"
+            );
+        } else {
+            let b = dir_of(&jobs, "blkio");
+            // v1's scale stops at 1000.
+            assert_eq!(read(&b.join("blkio.bfq.weight")), "1000", "{mode}");
+            let t = |f: &str| read(&b.join(format!("blkio.throttle.{f}_device")));
+            assert_eq!(t("read_bps"), "254:0 10485760", "{mode}");
+            assert_eq!(t("write_iops"), "254:0 50", "{mode}");
+            assert_eq!(t("write_bps"), "254:0 0", "{mode}");
+        }
+        d.remove_job("job-io").unwrap();
+        assert!(
+            d.job_dirs("job-io").iter().all(|(_, p)| !p.exists()),
+            "{mode}"
+        );
+    }
 }

@@ -126,6 +126,7 @@ fn job_lifecycle_on_the_real_cgroupfs() {
         memory_max: Some(64 << 20),
         pids_max: Some(100),
         swap_max: None,
+        io: Default::default(),
     };
     d.create_job(JOB, &limits).unwrap();
     assert_eq!(d.list_jobs().unwrap(), [JOB]);
@@ -260,6 +261,7 @@ fn statistics_files_kept_open_read_fresh_values_and_close_with_the_job() {
         memory_max: None,
         pids_max: None,
         swap_max: None,
+        io: Default::default(),
     };
     g.driver.create_job(JOB, &limits).unwrap();
     // A busy shell loop: its CPU time grows while we read.

@@ -200,6 +200,14 @@ pub struct RunArgs {
     /// Whole GPUs, with CPUs local to them; the job can open only its own GPUs' devices.
     #[arg(short = 'g', long, value_name = "N", default_value_t = 0)]
     pub gpus: u32,
+    /// Block I/O weight 1-10000 (cgroup v2 io.weight; 10-1000 on v1/BFQ) [default: the
+    /// node's [job] io_weight, else the kernel's 100]; above the node's default: root only.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=10000))]
+    pub io_weight: Option<u16>,
+    /// Block I/O limit on one disk, 'DEV rbps=100M wbps=… riops=… wiops=…' (DEV: MAJ:MIN or a
+    /// path on the disk); repeat per disk. Can only tighten the node's [job] io_max.
+    #[arg(long, value_name = "SPEC")]
+    pub io_max: Vec<String>,
     /// Memory limit (e.g. 512M, 4G).
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,

@@ -273,6 +273,9 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
         let held = if j.gpus.is_empty() { "-" } else { &j.gpus };
         rows.insert(1, ("GPUs", format!("{} ({held})", j.ngpus)));
     }
+    if let Some(io) = &j.io {
+        rows.push(("I/O settings", printable(io, 200).into_owned()));
+    }
     if let Some(r) = &j.end_reason {
         rows.push(("Reason", printable(r, 200).into_owned()));
     }
@@ -580,6 +583,7 @@ mod tests {
             io_rbytes: 4096,
             io_wbytes: 512,
             io_counted: Some(true),
+            io: Some("weight=50; 254:0 rbps=10M".into()),
             counts_exact: Some(true),
             procs_total: Some(26),
             threads_total: Some(26),
@@ -639,6 +643,7 @@ Job 12 (steps) of alice on n1: ended, completed (exit 0)
   Processes       26 total, 2 at most
   Threads         26 total, 2 at most
   Samples         3
+  I/O settings    weight=50; 254:0 rbps=10M
   Reason          exited
 ";
         assert_eq!(render_table(&[job()], false, false, &utc()), want);

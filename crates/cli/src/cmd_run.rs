@@ -65,6 +65,13 @@ pub fn run(a: RunArgs) -> i32 {
             return fail(e);
         }
     }
+    let mut io_max = Vec::new();
+    for spec in &a.io_max {
+        match parse_io_max(spec) {
+            Ok(m) => io_max.push(m),
+            Err(e) => return fail(format!("--io-max: {e}")),
+        }
+    }
     let tmp = match a.tmp.as_deref().map(parse_tmp).transpose() {
         Ok(t) => t,
         Err(e) => return fail(e),
@@ -108,6 +115,8 @@ pub fn run(a: RunArgs) -> i32 {
         user,
         wlm: wlm.as_ref().map(|w| w.tag()),
         tmp,
+        io_weight: a.io_weight,
+        io_max,
     };
     let path = pjw_proto::socket_path();
 
@@ -257,4 +266,19 @@ pub fn run(a: RunArgs) -> i32 {
         eprintln!("pjw: {prog}: {e}");
         126
     }
+}
+
+/// `--io-max 'DEV key=value…'`, DEV `MAJ:MIN` or a path (resolved to its whole disk here, on
+/// the node the job runs on), checked and sent as `MAJ:MIN key=value…`.
+fn parse_io_max(spec: &str) -> Result<String, String> {
+    let (dev, rest) = spec.trim().split_once(' ').unwrap_or((spec.trim(), ""));
+    let dev = if dev.starts_with('/') {
+        pjw_daemon::config::resolve_disk(std::path::Path::new(dev), std::path::Path::new("/sys"))?
+            .to_string()
+    } else {
+        dev.to_string()
+    };
+    pjw_core::io_limits::IoMax::parse(&format!("{dev} {rest}"))
+        .map(|m| m.to_string())
+        .map_err(|e| e.to_string())
 }

@@ -63,6 +63,9 @@ pub fn render(s: &StatusReport) -> String {
         if let Some(r) = &j.reason {
             reasons.push(format!("{}: {}", j.id, printable(r, 200)));
         }
+        if let Some(io) = &j.io {
+            reasons.push(format!("{}: I/O {}", j.id, printable(io, 200)));
+        }
         let mut row = vec![
             m.to_string(),
             printable(&j.id, 64).into_owned(),
@@ -177,6 +180,7 @@ mod tests {
             ngpus,
             gpus: GpuSet::parse_list(gpus).unwrap(),
             gpu_env: Vec::new(),
+            io: None,
         }
     }
 

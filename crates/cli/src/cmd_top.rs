@@ -484,6 +484,7 @@ mod tests {
             ngpus: 0,
             gpus: Default::default(),
             gpu_env: Vec::new(),
+            io: None,
         }
     }
 

@@ -277,6 +277,8 @@ fn user_text_can_neither_break_status_nor_reach_other_terminals() {
         user: None,
         wlm: Some("x".repeat(900_000)),
         tmp: None,
+        io_weight: None,
+        io_max: vec![],
     });
     let payload = pjw_proto::encode_request(&req);
     let mut s = std::os::unix::net::UnixStream::connect(d.socket()).unwrap();

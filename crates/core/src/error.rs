@@ -24,4 +24,7 @@ pub enum CoreError {
     /// A GPU, GPU list or GPU declaration that cannot be used.
     #[error("invalid gpu {text:?}: {reason}")]
     BadGpu { text: String, reason: String },
+    /// An I/O weight, device or limit that cannot be used.
+    #[error("invalid I/O setting {text:?}: {reason}")]
+    BadIo { text: String, reason: String },
 }

@@ -18,6 +18,7 @@ pub mod governor;
 pub mod gpu;
 pub mod gpu_alloc;
 pub mod gpu_env;
+pub mod io_limits;
 pub mod jobid;
 pub mod sched;
 pub mod sim;

@@ -30,6 +30,9 @@ fn snapshot(n: usize) -> Snapshot {
                 } else {
                     pjw_core::GpuSet::new()
                 },
+                io_rbytes: None,
+                io_wbytes: None,
+                io: Default::default(),
             })
             .collect(),
         store_write_errors: 0,

@@ -12,7 +12,11 @@ use serde::Deserialize;
 mod adopt;
 mod central;
 mod gpu;
+mod io;
 mod job;
+
+pub use io::resolve_disk;
+
 mod memory;
 mod node;
 mod output;
@@ -148,6 +152,9 @@ pub struct Config {
     /// `[job] bind`: how a job's busy threads are bound (parsed only; the daemon does not bind
     /// threads yet).
     pub bind: pjw_core::thread_bind::BindMode,
+    /// `[job] io_weight` and `[job] io_max`: every job's I/O weight and limits (devices
+    /// resolved to whole disks at load); a job's `--io-max` can only tighten them.
+    pub io: pjw_core::io_limits::JobIo,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
     /// Where the device nodes are (`[paths] dev`), for GPU discovery.
@@ -270,6 +277,17 @@ impl Config {
         })?;
         let node = node::parse(&raw, ov, e)?;
         let memory = memory::parse(&raw.memory, e)?;
+        let sys_root = raw
+            .paths
+            .sys
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/sys"));
+        let io = io::parse(
+            raw.job.io_weight,
+            raw.job.io_max.as_deref().unwrap_or_default(),
+            &sys_root,
+            e,
+        )?;
         let job = job::parse(raw.job, &node.state_dir, e)?;
         let (log_level, log_format) = output::parse_log(&raw.log, e)?;
         let profile = profile::parse(&raw.profile, e)?;
@@ -316,8 +334,9 @@ impl Config {
             swap_max: job.swap_max,
             partition: job.partition,
             bind: job.bind,
+            io,
             proc_root: raw.paths.proc.unwrap_or_else(|| PathBuf::from("/proc")),
-            sys_root: raw.paths.sys.unwrap_or_else(|| PathBuf::from("/sys")),
+            sys_root,
             log_level,
             log_format,
         })

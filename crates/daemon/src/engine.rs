@@ -57,6 +57,9 @@ mod freezing;
 #[cfg(test)]
 mod gpu_tests;
 mod gpus;
+mod io;
+#[cfg(test)]
+mod io_tests;
 mod job;
 mod lifecycle;
 mod mem_governor;

@@ -23,6 +23,7 @@ use std::sync::atomic::AtomicU64;
 use tracing::warn;
 
 mod http;
+mod io;
 
 pub use http::{bind, route, serve, wants_openmetrics, Route};
 
@@ -159,6 +160,11 @@ pub struct JobSnap {
     pub mem_bytes: Option<u64>,
     /// pjw's ids of the GPUs it holds.
     pub gpus: pjw_core::GpuSet,
+    /// From the latest sample: bytes read and written (where the node counts I/O).
+    pub io_rbytes: Option<u64>,
+    pub io_wbytes: Option<u64>,
+    /// Its I/O weight and limits.
+    pub io: pjw_core::io_limits::JobIo,
 }
 
 /// The engine's answer to a scrape: in-memory state only.
@@ -282,6 +288,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         "The job's state (1 for its current state)",
         state,
     );
+    io::register(&mut reg, &snap.jobs);
     reg.register(
         "job_gpu",
         "A GPU the job holds (1 per GPU; gpu is pjw's id, as in PJW_GPUS)",
@@ -405,6 +412,9 @@ mod tests {
                     cpu_usec: Some(2_500_000),
                     mem_bytes: Some(300 << 20),
                     gpus: pjw_core::GpuSet::parse_list("1,3").unwrap(),
+                    io_rbytes: Some(4096),
+                    io_wbytes: None,
+                    io: pjw_core::io_limits::JobIo::parse("weight=50; 254:0 rbps=1M").unwrap(),
                 },
                 JobSnap {
                     id: "8".into(),
@@ -414,6 +424,9 @@ mod tests {
                     cpu_usec: None,
                     mem_bytes: None,
                     gpus: pjw_core::GpuSet::new(),
+                    io_rbytes: None,
+                    io_wbytes: None,
+                    io: Default::default(),
                 },
             ],
             store_write_errors: 2,
@@ -431,6 +444,9 @@ mod tests {
             "pjw_job_gpu{job=\"7\",user=\"alice\",gpu=\"3\"} 1",
             "pjw_job_cpu_seconds_total{job=\"7\",user=\"alice\"} 2.5",
             "pjw_job_memory_bytes{job=\"7\",user=\"alice\"} 314572800",
+            "pjw_job_io_read_bytes_total{job=\"7\",user=\"alice\"} 4096",
+            "pjw_job_io_weight{job=\"7\",user=\"alice\"} 50",
+            "pjw_job_io_max{job=\"7\",user=\"alice\",device=\"254:0\",limit=\"rbps\"} 1048576",
             "pjw_governor_actions_total{kind=\"freeze\"} 1",
             "pjw_governor_actions_total{kind=\"thaw\"} 0",
             "pjw_launch_latency_seconds_count 1",

@@ -266,6 +266,8 @@ pub fn answer(
             Ok(None) => {}
             Err(e) => return fail(ErrorCode::Internal, e.to_string()),
         }
+        // A store from before I/O settings has no job_io table: nothing to show then.
+        rep.io = store.io(p.job.seq).ok().flatten().map(|io| io.summary());
         if reply.send(Response::ReportJob(Box::new(rep))).is_err() {
             return;
         }

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use pjw_core::io_limits::JobIo;
 use pjw_core::{CpuSet, GpuSet};
 use pjw_store::{JobRecord, JobSummary, StarterRecord, Store, StoreError, StoredRole};
 
@@ -47,6 +48,9 @@ pub trait StorePort: Send {
     /// A GPU job's request and the GPUs it holds.
     fn set_gpus(&mut self, seq: i64, ngpus: u32, gpus: &GpuSet) -> Result<(), StoreError>;
     fn gpus(&self, seq: i64) -> Result<Option<(u32, GpuSet)>, StoreError>;
+    /// A job's I/O weight and limits.
+    fn set_io(&mut self, seq: i64, io: &JobIo) -> Result<(), StoreError>;
+    fn io(&self, seq: i64) -> Result<Option<JobIo>, StoreError>;
 }
 
 impl StorePort for Store {
@@ -58,6 +62,12 @@ impl StorePort for Store {
     }
     fn gpus(&self, seq: i64) -> Result<Option<(u32, GpuSet)>, StoreError> {
         Store::gpus(self, seq)
+    }
+    fn set_io(&mut self, seq: i64, io: &JobIo) -> Result<(), StoreError> {
+        Store::set_io(self, seq, io)
+    }
+    fn io(&self, seq: i64) -> Result<Option<JobIo>, StoreError> {
+        Store::io(self, seq)
     }
     fn next_job_number(&mut self) -> Result<u64, StoreError> {
         Store::next_job_number(self)

@@ -32,6 +32,8 @@ pub struct FakeState {
     pub gpus: BTreeMap<i64, (u32, pjw_core::GpuSet)>,
     /// Starter rows by seq (owner vs client, manager's id, /tmp).
     pub starters: BTreeMap<i64, StarterRecord>,
+    /// I/O rows by seq.
+    pub io: BTreeMap<i64, pjw_core::io_limits::JobIo>,
     /// Fail every write until cleared (a full disk).
     pub full: bool,
     /// Fail the next this many writes.
@@ -217,6 +219,14 @@ impl StorePort for FakeStore {
     }
     fn gpus(&self, seq: i64) -> Result<Option<(u32, pjw_core::GpuSet)>, StoreError> {
         Ok(self.state().gpus.get(&seq).copied())
+    }
+    fn set_io(&mut self, seq: i64, io: &pjw_core::io_limits::JobIo) -> Result<(), StoreError> {
+        self.write(format!("set_io {seq} {}", io.summary()), |st| {
+            st.io.insert(seq, io.clone());
+        })
+    }
+    fn io(&self, seq: i64) -> Result<Option<pjw_core::io_limits::JobIo>, StoreError> {
+        Ok(self.state().io.get(&seq).cloned())
     }
     fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         Ok(self
@@ -484,5 +494,7 @@ pub fn run_request(id: &str, cpus: u32) -> RunRequest {
         user: None,
         wlm: None,
         tmp: None,
+        io_weight: None,
+        io_max: vec![],
     }
 }

@@ -120,6 +120,8 @@ async fn other_clients_are_answered_while_a_user_lookup_is_stalled() {
             user: None,
             wlm: None,
             tmp: None,
+            io_weight: None,
+            io_max: vec![],
         },
         reply,
     });

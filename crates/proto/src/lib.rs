@@ -161,6 +161,13 @@ pub struct RunRequest {
     /// Whole GPUs wanted (0: none; not sent then, so older daemons still take the request).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpus: u32,
+    /// Block I/O weight 1-10000 (`--io-weight`); None: the node's default (`[job] io_weight`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_weight: Option<u16>,
+    /// Block I/O limits (`--io-max`), `MAJ:MIN rbps=… wbps=… riops=… wiops=…` each; they can
+    /// only tighten the node's `[job] io_max`. The daemon parses and validates them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub io_max: Vec<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -330,6 +337,10 @@ pub struct JobInfo {
     /// task-prolog`). Absent for a job without GPUs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_env: Vec<(String, String)>,
+    /// Its block I/O weight and limits (`weight=500; 254:0 rbps=100M`); absent when it has
+    /// the kernel's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<String>,
 }
 
 /// The node as `pjw status` shows it.
@@ -565,6 +576,8 @@ mod tests {
             user: Some("alice".into()),
             wlm: Some("pbs:1234.pbs01".into()),
             tmp: Some(0),
+            io_weight: Some(500),
+            io_max: vec!["254:0 rbps=10M".into()],
         });
         assert_eq!(decode_request(&encode_request(&run)).unwrap(), run);
         let bad = [

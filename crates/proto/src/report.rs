@@ -153,6 +153,10 @@ pub struct JobReport {
     /// are 0 because nothing was counted. None from daemons that do not say.
     #[serde(default)]
     pub io_counted: Option<bool>,
+    /// Its block I/O weight and limits (`weight=500; 254:0 rbps=100M`); None: the kernel's
+    /// defaults (or a daemon that does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<String>,
     /// Distinct processes / threads it ever had (exact, from process events); None when the
     /// daemon had no process events.
     pub procs_total: Option<u64>,

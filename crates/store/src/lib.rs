@@ -68,6 +68,11 @@
 //!     ngpus INTEGER NOT NULL,     -- whole GPUs asked for
 //!     gpus  TEXT NOT NULL         -- the GPUs held, pjw's ids as a list ('0-1,3'); while queued '' or the manager's choice
 //! );
+//! -- version 7: block I/O (a side table: only jobs with an I/O weight or limit have a row)
+//! CREATE TABLE job_io (
+//!     seq INTEGER PRIMARY KEY,    -- jobs.seq
+//!     io  TEXT NOT NULL           -- 'weight=500; 254:0 rbps=100M' (JobIo::summary)
+//! );
 //! ```
 //! Samples are written in batches (one transaction each); a finished job's summary is written in
 //! the same transaction that marks it ended ([`Store::finish_job`]); retention and the size cap
@@ -88,11 +93,12 @@ pub use profile::{
 use std::path::{Path, PathBuf};
 
 use pjw_core::sched::Placement;
+use pjw_core::io_limits::JobIo;
 use pjw_core::{CpuSet, GpuSet};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -199,6 +205,11 @@ const MIGRATIONS: &[&str] = &[
          seq   INTEGER PRIMARY KEY,
          ngpus INTEGER NOT NULL,
          gpus  TEXT NOT NULL
+     );",
+    // 7: a job's block I/O weight and limits, as pjw_core::io_limits::JobIo::summary writes them.
+    "CREATE TABLE job_io (
+         seq INTEGER PRIMARY KEY,
+         io  TEXT NOT NULL
      );",
 ];
 
@@ -684,6 +695,36 @@ impl Store {
         }
     }
 
+    /// A job's I/O weight and limits (written when it has any).
+    pub fn set_io(&self, seq: i64, io: &JobIo) -> Result<(), StoreError> {
+        exec_cached(
+            &self.conn,
+            "INSERT OR REPLACE INTO job_io (seq, io) VALUES (?1, ?2)",
+            params![seq, io.summary()],
+        )
+        .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// What [`Store::set_io`] wrote for `seq`; `None` for a job with the kernel's defaults.
+    pub fn io(&self, seq: i64) -> Result<Option<JobIo>, StoreError> {
+        let text: Option<String> = self
+            .conn
+            .query_row("SELECT io FROM job_io WHERE seq = ?1", params![seq], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(self.err())?;
+        text.map(|t| {
+            JobIo::parse(&t).map_err(|e| StoreError::BadRow {
+                path: self.path.clone(),
+                seq,
+                reason: format!("io {t:?}: {e}"),
+            })
+        })
+        .transpose()
+    }
+
     /// Jobs not ended, oldest first.
     pub fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         self.query_jobs("WHERE state <> 'ended' ORDER BY seq", [])
@@ -994,6 +1035,22 @@ mod tests {
         st.tmpdir = Some("/var/lib/pjw/tmp/job-pbs1".into());
         s.set_starter(seq, &st).unwrap();
         assert_eq!(s.starter(seq).unwrap(), Some(st));
+    }
+
+    #[test]
+    fn io_settings_are_kept_beside_the_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let seq = s.insert_job(&job("io1")).unwrap();
+        assert_eq!(s.io(seq).unwrap(), None);
+        let io = JobIo::parse("weight=50; 254:0 rbps=10M").unwrap();
+        s.set_io(seq, &io).unwrap();
+        assert_eq!(s.io(seq).unwrap(), Some(io));
+        s.conn
+            .execute("UPDATE job_io SET io = 'weight=0' WHERE seq = ?1", [seq])
+            .unwrap();
+        let e = s.io(seq).unwrap_err().to_string();
+        assert!(e.contains("weight=0"), "{e}");
     }
 
     #[test]

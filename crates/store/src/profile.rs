@@ -715,11 +715,13 @@ impl Store {
                 [cutoff],
             )
             .map_err(err)?;
-            tx.execute(
-                &format!("DELETE FROM job_gpus WHERE seq IN ({old})"),
-                [cutoff],
-            )
-            .map_err(err)?;
+            for side in ["job_gpus", "job_io"] {
+                tx.execute(
+                    &format!("DELETE FROM {side} WHERE seq IN ({old})"),
+                    [cutoff],
+                )
+                .map_err(err)?;
+            }
             pruned.jobs += tx
                 .execute(&format!("DELETE FROM jobs WHERE seq IN ({old})"), [cutoff])
                 .map_err(err)? as u64;

@@ -19,6 +19,8 @@ pub struct RawJob {
     pub swap_max: Option<String>,
     pub partition: Option<String>,
     pub bind: Option<String>,
+    pub io_weight: Option<u64>,
+    pub io_max: Option<Vec<String>>,
 }
 
 /// The validated `[job]` section.

@@ -182,6 +182,10 @@ impl Engine {
         if !self.record_gpu_request(seq, req.gpus, GpuSet::new()) {
             return;
         }
+        let io = self.io_of(cred.uid, &req).unwrap_or_default(); // checked in validate
+        if !self.record_io(seq, io) {
+            return;
+        }
         let job = &self.jobs[&seq];
         if job.client_uid != job.uid || job.wlm.is_some() {
             info!(job = %job.id, user = %job.user, wlm = job.wlm.as_deref().unwrap_or(""), client_uid = job.client_uid, "job submitted by a job starter");
@@ -250,6 +254,7 @@ impl Engine {
             return Err(refuse(ErrorCode::Invalid, "--mem must be more than 0"));
         }
         self.validate_gpus(req.gpus)?;
+        self.io_of(cred.uid, req)?;
         if req.argv.len() > pjw_proto::MAX_ARGS {
             return Err(refuse(ErrorCode::Invalid, "too many arguments"));
         }

@@ -176,6 +176,7 @@ async fn after_a_restart_a_recovered_job_keeps_its_gpus() {
         memory_max: None,
         pids_max: None,
         swap_max: None,
+        io: Default::default(),
     };
     t.engine
         .driver

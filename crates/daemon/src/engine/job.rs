@@ -83,6 +83,8 @@ pub(super) struct Job {
     pub(super) mems: CpuSet,
     /// GPUs it holds (granted at start, kept until it ends).
     pub(super) gpus: pjw_core::GpuSet,
+    /// Its block I/O weight and limits (applied when its cgroups are made).
+    pub(super) io: pjw_core::io_limits::JobIo,
     /// The main process (the client that became the command); None for adopted cgroups.
     pub(super) pid: Option<u32>,
     pub(super) pid_start: Option<u64>,

@@ -70,6 +70,7 @@ impl Engine {
             memory_max: j.mem,
             pids_max: self.cfg.pids_max,
             swap_max: self.cfg.swap_max,
+            io: j.io.clone(),
         };
         let cgroup = j.cgroup.clone();
         let placed = self

@@ -190,6 +190,7 @@ impl Engine {
             job.tmpdir = st.tmpdir.map(PathBuf::from);
         }
         self.restore_gpus(job);
+        self.restore_io(job);
     }
 
     pub(super) fn job_from_record(
@@ -224,6 +225,7 @@ impl Engine {
             phase,
             cpus,
             gpus: pjw_core::GpuSet::new(),
+            io: Default::default(),
             mems: if cpus.is_empty() {
                 rec.mems
             } else {

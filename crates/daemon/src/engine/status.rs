@@ -65,6 +65,7 @@ impl Engine {
                 } else {
                     Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j)
                 },
+                io: super::io::io_info(j),
             }
         };
         let mut jobs: Vec<JobInfo> = self
@@ -125,6 +126,9 @@ impl Engine {
                     } else {
                         j.gpus
                     },
+                    io_rbytes: j.prof.last.as_ref().and_then(|s| s.io_rbytes),
+                    io_wbytes: j.prof.last.as_ref().and_then(|s| s.io_wbytes),
+                    io: j.io.clone(),
                 })
                 .collect(),
             store_write_errors: self.writer.as_ref().map_or(0, |w| w.errors()),

@@ -72,6 +72,7 @@ fn add_job(t: &mut TestEngine, id: &str, on: Option<&str>) -> i64 {
                 memory_max: None,
                 pids_max: None,
                 swap_max: None,
+                io: Default::default(),
             };
             t.engine
                 .driver
@@ -139,6 +140,8 @@ async fn a_run_the_store_cannot_record_gets_a_clear_error_and_leaves_no_job() {
         user: None,
         wlm: None,
         tmp: None,
+        io_weight: None,
+        io_max: vec![],
     };
 
     t.engine.handle(Event::Submit {

@@ -105,6 +105,7 @@ async fn recovery_matrix() {
                 memory_max: None,
                 pids_max: None,
                 swap_max: None,
+                io: Default::default(),
             };
             t.engine
                 .driver
@@ -182,6 +183,8 @@ async fn a_run_is_placed_in_its_cgroup_answered_and_ended_when_its_main_process_
             user: None,
             wlm: None,
             tmp: None,
+            io_weight: None,
+            io_max: vec![],
         },
         reply,
     });
@@ -311,6 +314,7 @@ async fn recovery_takes_each_stored_role_then_plans() {
             memory_max: None,
             pids_max: None,
             swap_max: None,
+            io: Default::default(),
         };
         t.engine
             .driver
@@ -364,6 +368,7 @@ async fn recovery_matrix_by_role() {
                 memory_max: None,
                 pids_max: None,
                 swap_max: None,
+                io: Default::default(),
             };
             t.engine
                 .driver

@@ -67,6 +67,8 @@ impl Engine {
             user: None,
             wlm: None,
             tmp: None,
+            io_weight: None,
+            io_max: vec![],
         };
         if let Err((code, message)) = self.validate(&cred, who, &run) {
             let _ = reply.send(err(code, message));
@@ -135,6 +137,10 @@ impl Engine {
             return;
         };
         if !self.record_gpu_request(seq, 0, gpus) {
+            return;
+        }
+        // The node's I/O defaults, as for `pjw run`.
+        if !self.record_io(seq, self.cfg.io.clone()) {
             return;
         }
         let job = &self.jobs[&seq];

@@ -112,7 +112,12 @@ impl FakeCgroups {
 
 impl CgroupPort for FakeCgroups {
     fn create_job(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError> {
-        self.write("create_job", name, limits.cpus.to_string())?;
+        let what = if limits.io.is_empty() {
+            limits.cpus.to_string()
+        } else {
+            format!("{} io {}", limits.cpus, limits.io.summary())
+        };
+        self.write("create_job", name, what)?;
         self.state()
             .jobs
             .insert(name.to_string(), (limits.cpus, Vec::new()));
