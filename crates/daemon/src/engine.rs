@@ -82,7 +82,7 @@ mod wlm;
 mod wlm_tests;
 
 pub use events::{Control, Cred, Event, Who};
-use job::{role_of, sched_placement, Job, Waiter};
+use job::{role_of, sched_placement, Job, Starter, Waiter};
 
 /// The daemon's state.
 pub struct Engine {
@@ -336,7 +336,7 @@ impl Engine {
                 let gone = self
                     .jobs
                     .values()
-                    .find(|j| j.waiter.as_ref().is_some_and(|w| w.conn == conn))
+                    .find(|j| j.client.waiter.as_ref().is_some_and(|w| w.conn == conn))
                     .map(|j| j.seq);
                 if let Some(seq) = gone {
                     if let Some(j) = self.jobs.remove(&seq) {
@@ -400,7 +400,7 @@ impl Engine {
     /// left, the parent cgroups are removed so a stopped daemon leaves no empty cgroups behind.
     pub fn shutdown(&mut self) {
         for j in self.jobs.values_mut() {
-            if let Some(w) = j.waiter.take() {
+            if let Some(w) = j.client.waiter.take() {
                 let _ = w
                     .reply
                     .send(err(ErrorCode::ShuttingDown, "the pjw daemon is stopping"));

@@ -92,8 +92,8 @@ pub use profile::{
 
 use std::path::{Path, PathBuf};
 
-use pjw_core::sched::Placement;
 use pjw_core::io_limits::JobIo;
+use pjw_core::sched::Placement;
 use pjw_core::{CpuSet, GpuSet};
 use rusqlite::{params, Connection, OptionalExtension};
 

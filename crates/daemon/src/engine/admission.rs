@@ -10,21 +10,10 @@ use tokio::sync::mpsc;
 use tracing::{error, info};
 
 use super::store_writes::OnFail;
-use super::{cgroup_name, err, refuse, sched_placement, Cred, Engine, Job, Refusal, Waiter, Who};
+use super::{
+    cgroup_name, err, refuse, sched_placement, Cred, Engine, Job, Refusal, Starter, Waiter, Who,
+};
 use crate::os;
-
-/// How a new job differs from what its stored row says.
-#[derive(Debug)]
-pub(super) struct Starter {
-    /// uid of the process that asked: root for a job starter or a manager, else the owner.
-    pub(super) client_uid: u32,
-    /// The workload manager's name for the job (`slurm:42`).
-    pub(super) wlm: Option<String>,
-    /// Size of its private /tmp.
-    pub(super) tmp_size: Option<u64>,
-    /// Registered without a process: it lives until the manager ends it.
-    pub(super) held: bool,
-}
 
 impl Engine {
     pub(super) fn submit(
@@ -40,7 +29,7 @@ impl Engine {
         if let Some(j) = self.jobs.values().find(|j| {
             j.started.is_some()
                 && j.pid == Some(cred.pid)
-                && j.client_uid == cred.uid
+                && j.starter.client_uid == cred.uid
                 && !j.end.ending
         }) {
             info!(job = %j.id, pid = cred.pid, "client reconnected; job already running");
@@ -58,14 +47,14 @@ impl Engine {
         let pid_start = os::start_time(&self.cfg.proc_root, cred.pid);
         if let Some(j) = self.jobs.values_mut().find(|j| {
             j.started.is_none()
-                && j.waiter.is_none()
+                && j.client.waiter.is_none()
                 && j.pid == Some(cred.pid)
                 && j.pid_start == pid_start
-                && j.client_uid == cred.uid
+                && j.starter.client_uid == cred.uid
         }) {
             info!(job = %j.id, pid = cred.pid, "queued client reconnected; place kept");
-            j.waiter = Some(Waiter { conn, reply });
-            j.reconnect_by = None;
+            j.client.waiter = Some(Waiter { conn, reply });
+            j.client.reconnect_by = None;
             let seq = j.seq;
             self.replan();
             self.tell_queued(seq);
@@ -175,6 +164,7 @@ impl Engine {
             wlm: req.wlm.clone(),
             tmp_size,
             held: false,
+            tmpdir: None,
         };
         let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
             return;
@@ -187,8 +177,8 @@ impl Engine {
             return;
         }
         let job = &self.jobs[&seq];
-        if job.client_uid != job.uid || job.wlm.is_some() {
-            info!(job = %job.id, user = %job.user, wlm = job.wlm.as_deref().unwrap_or(""), client_uid = job.client_uid, "job submitted by a job starter");
+        if job.starter.client_uid != job.uid || job.starter.wlm.is_some() {
+            info!(job = %job.id, user = %job.user, wlm = job.starter.wlm.as_deref().unwrap_or(""), client_uid = job.starter.client_uid, "job submitted by a job starter");
         }
         self.replan();
         self.tell_queued(seq);
@@ -216,11 +206,11 @@ impl Engine {
         };
         let rec = JobRecord { seq, ..rec };
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
-        job.client_uid = st.client_uid;
-        job.wlm = st.wlm;
-        job.tmp_size = st.tmp_size;
-        job.held = st.held;
-        if job.client_uid != job.uid || job.wlm.is_some() || job.tmp_size.is_some() {
+        job.starter = st;
+        if job.starter.client_uid != job.uid
+            || job.starter.wlm.is_some()
+            || job.starter.tmp_size.is_some()
+        {
             let record = job.starter_record();
             if let Err(e) = self.store_write(seq, "set_starter", OnFail::Refuse, |s| {
                 s.set_starter(seq, &record)
@@ -231,7 +221,7 @@ impl Engine {
                 return None;
             }
         }
-        job.waiter = Some(Waiter { conn, reply });
+        job.client.waiter = Some(Waiter { conn, reply });
         self.jobs.insert(seq, job);
         Some(seq)
     }
@@ -323,7 +313,7 @@ impl Engine {
             let queued = self
                 .jobs
                 .values()
-                .filter(|j| j.client_uid == cred.uid && j.started.is_none())
+                .filter(|j| j.starter.client_uid == cred.uid && j.started.is_none())
                 .count();
             if queued >= self.cfg.max_queued_per_user {
                 return Err(refuse(
@@ -380,7 +370,7 @@ impl Engine {
         if j.phase != Phase::Queued {
             return;
         }
-        let Some(w) = &j.waiter else { return };
+        let Some(w) = &j.client.waiter else { return };
         let position = self
             .queue_order()
             .iter()
@@ -397,7 +387,7 @@ impl Engine {
     }
 
     pub(super) fn wait_reason(&self, j: &Job) -> String {
-        if j.waiter.is_none() && j.started.is_none() {
+        if j.client.waiter.is_none() && j.started.is_none() {
             return "waiting for its client to reconnect".into();
         }
         if self.jobs.values().any(|x| x.memory.frozen) {

@@ -159,7 +159,7 @@ impl Engine {
                 let mut end = End::reason(&format!("killed by {by}"));
                 end.killed = true;
                 self.record_end(&j, end);
-                if let Some(w) = j.waiter {
+                if let Some(w) = j.client.waiter {
                     let _ = w.reply.send(err(
                         ErrorCode::Invalid,
                         format!("job {job} was killed while queued"),
@@ -173,7 +173,7 @@ impl Engine {
         }
         info!(job = %j.id, user = %j.user, by = %by, "killing job");
         j.end.killed_by = Some(by);
-        j.held = false;
+        j.starter.held = false;
         if let Err(e) = self.kill_processes(seq) {
             return err(ErrorCode::Internal, format!("cannot kill job {job}: {e}"));
         }

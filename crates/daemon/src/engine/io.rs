@@ -66,7 +66,7 @@ impl Engine {
                 if let Some(mut j) = self.jobs.remove(&seq) {
                     error!(job = %j.id, error = %e, "cannot record job");
                     self.store_end(seq, self.clock.now_ms(), "start failed: store", None);
-                    if let Some(w) = j.waiter.take() {
+                    if let Some(w) = j.client.waiter.take() {
                         let _ = w
                             .reply
                             .send(err(ErrorCode::Internal, format!("cannot record job: {e}")));

@@ -57,6 +57,32 @@ pub(super) struct MemTrack {
     pub(super) throttled: bool,
 }
 
+/// How a job came: who asked for it, for which workload manager, with what /tmp. Stored
+/// beside its row (`StarterRecord`) when it differs from a plain `pjw run` by its owner.
+#[derive(Debug, Default)]
+pub(super) struct Starter {
+    /// uid of the process that asked: root for a job starter or a manager, else the owner.
+    pub(super) client_uid: u32,
+    /// The workload manager's name for the job (`slurm:42`).
+    pub(super) wlm: Option<String>,
+    /// Size of the job's /tmp (bytes), if it has one.
+    pub(super) tmp_size: Option<u64>,
+    /// The per-job tmpfs the daemon mounted for an unprivileged client.
+    pub(super) tmpdir: Option<PathBuf>,
+    /// Registered without a process: it lives until the manager ends it, even when empty.
+    pub(super) held: bool,
+}
+
+/// The client of a queued job.
+#[derive(Debug, Default)]
+pub(super) struct ClientLink {
+    /// The waiting client while queued; None for a queued job recovered after a restart whose
+    /// client has not reconnected yet (it is not planned until it does).
+    pub(super) waiter: Option<Waiter>,
+    /// Until when a recovered queued job waits for its client to reconnect.
+    pub(super) reconnect_by: Option<Instant>,
+}
+
 /// A job, from queued to ended.
 #[derive(Debug)]
 pub(super) struct Job {
@@ -67,14 +93,8 @@ pub(super) struct Job {
     pub(super) uid: u32,
     pub(super) gid: u32,
     pub(super) user: String,
-    /// uid of the process that asked: root in job starter mode, else `uid`.
-    pub(super) client_uid: u32,
-    /// The workload manager's name for the job (`slurm:42`).
-    pub(super) wlm: Option<String>,
-    /// Size of the job's /tmp (bytes), if it has one.
-    pub(super) tmp_size: Option<u64>,
-    /// The per-job tmpfs the daemon mounted for an unprivileged client.
-    pub(super) tmpdir: Option<PathBuf>,
+    /// How it came: who asked, for which manager, with what /tmp.
+    pub(super) starter: Starter,
     pub(super) req: Request,
     pub(super) mem: Option<u64>,
     pub(super) phase: Phase,
@@ -94,17 +114,12 @@ pub(super) struct Job {
     pub(super) queued_at: Instant,
     /// Why it is frozen or backfilling, for `pjw status`.
     pub(super) reason: Option<String>,
-    /// The waiting client while queued; None for a queued job recovered after a restart whose
-    /// client has not reconnected yet (it is not planned until it does).
-    pub(super) waiter: Option<Waiter>,
-    /// Until when a recovered queued job waits for its client to reconnect.
-    pub(super) reconnect_by: Option<Instant>,
+    /// The client waiting for it while queued.
+    pub(super) client: ClientLink,
     /// What the memory governor tracks about it.
     pub(super) memory: MemTrack,
     /// Profile totals: time per state, latest sample, maxima, exit status.
     pub(super) prof: JobProf,
-    /// Registered without a process: it lives until the manager ends it, even when empty.
-    pub(super) held: bool,
     /// How its end is watched for and who waits for it.
     pub(super) end: EndWatch,
     /// Its row lags behind memory (a write failed): written again after the next event.
@@ -116,12 +131,12 @@ pub(super) struct Job {
 impl Job {
     /// What the client is told about its temporary space.
     pub(super) fn tmp_reply(&self) -> Option<JobTmp> {
-        match (&self.tmpdir, self.tmp_size) {
+        match (&self.starter.tmpdir, self.starter.tmp_size) {
             (Some(dir), Some(size)) => Some(JobTmp::Dir {
                 dir: dir.display().to_string(),
                 size,
             }),
-            (None, Some(size)) if size > 0 && self.client_uid == 0 => {
+            (None, Some(size)) if size > 0 && self.starter.client_uid == 0 => {
                 Some(JobTmp::Private { size })
             }
             _ => None,
@@ -130,10 +145,14 @@ impl Job {
 
     pub(super) fn starter_record(&self) -> StarterRecord {
         StarterRecord {
-            wlm: self.wlm.clone(),
-            client_uid: self.client_uid,
-            tmp_size: self.tmp_size,
-            tmpdir: self.tmpdir.as_ref().map(|d| d.display().to_string()),
+            wlm: self.starter.wlm.clone(),
+            client_uid: self.starter.client_uid,
+            tmp_size: self.starter.tmp_size,
+            tmpdir: self
+                .starter
+                .tmpdir
+                .as_ref()
+                .map(|d| d.display().to_string()),
         }
     }
 

@@ -24,16 +24,18 @@ impl Engine {
         };
         // A registered job may have no process yet; every other job has its client's.
         let pid = j.pid;
-        if pid.is_none() && !j.held {
+        if pid.is_none() && !j.starter.held {
             return false;
         }
-        let Some(waiter) = self.jobs.get_mut(&seq).and_then(|j| j.waiter.take()) else {
+        let Some(waiter) = self.jobs.get_mut(&seq).and_then(|j| j.client.waiter.take()) else {
             return false;
         };
         let j = &self.jobs[&seq];
         // The process must still be the caller's.
         if waiter.reply.is_closed()
-            || pid.is_some_and(|p| os::process_uid(&self.cfg.proc_root, p) != Some(j.client_uid))
+            || pid.is_some_and(|p| {
+                os::process_uid(&self.cfg.proc_root, p) != Some(j.starter.client_uid)
+            })
         {
             warn!(job = %j.id, pid = ?pid, "client process vanished before start");
             if let Some(j) = self.jobs.remove(&seq) {
@@ -119,14 +121,14 @@ impl Engine {
             return false;
         }
         // An unprivileged client's /tmp: a tmpfs the daemon mounts for it.
-        if let Some(size) = j.tmp_size.filter(|_| j.client_uid != 0) {
+        if let Some(size) = j.starter.tmp_size.filter(|_| j.starter.client_uid != 0) {
             match crate::tmp::mount_job_tmp(&self.cfg.tmp_root, &cgroup, size, j.uid, j.gid) {
                 Ok(dir) => {
                     info!(job = %j.id, user = %j.user, dir = %dir.display(), size, "job tmpfs mounted");
                     let mut st = j.starter_record();
                     st.tmpdir = Some(dir.display().to_string());
                     if let Some(j) = self.jobs.get_mut(&seq) {
-                        j.tmpdir = Some(dir);
+                        j.starter.tmpdir = Some(dir);
                     }
                     // Mounted: kept in memory if the store refuses, and written again.
                     let _ = self.store_write(seq, "set_starter", OnFail::Rewrite, |s| {
@@ -169,7 +171,7 @@ impl Engine {
         j.reason = backfill.then(|| "backfill on cpus other jobs hold".to_string());
         info!(
             job = %j.id, user = %j.user, cpus = %cpus, mems = %mems, gpus = %j.gpus, pid = ?pid, role = role_of(phase).as_str(),
-            wlm = j.wlm.as_deref().unwrap_or(""),
+            wlm = j.starter.wlm.as_deref().unwrap_or(""),
             priority = j.req.priority, waited_ms = j.queued_at.elapsed().as_millis() as u64,
             "job started"
         );
@@ -338,7 +340,7 @@ impl Engine {
         let Some(job) = self.jobs.get(&seq) else {
             return;
         };
-        if job.started.is_none() || job.held {
+        if job.started.is_none() || job.starter.held {
             return;
         }
         // Only the kernel saying "empty" ends a job; a failed read is not an answer (a job
@@ -409,7 +411,7 @@ impl Engine {
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
-        if let Some(dir) = &job.tmpdir {
+        if let Some(dir) = &job.starter.tmpdir {
             match crate::tmp::remove_job_tmp(dir) {
                 Ok(()) => debug!(job = %job.id, dir = %dir.display(), "job tmpfs removed"),
                 Err(e) => warn!(job = %job.id, error = %e, "cannot remove the job's tmpfs"),

@@ -23,7 +23,9 @@ impl Engine {
                 .values()
                 // Not a job that is ending, nor a recovered queued job whose client has not come
                 // back, nor one memory holds back.
-                .filter(|j| !j.end.ending && (j.phase != Phase::Queued || j.waiter.is_some()))
+                .filter(|j| {
+                    !j.end.ending && (j.phase != Phase::Queued || j.client.waiter.is_some())
+                })
                 .filter(|j| !held.contains(&j.seq))
                 .map(Job::view)
                 .collect();
@@ -158,7 +160,7 @@ impl Engine {
                     let waited = j.queued_at.elapsed().as_secs();
                     info!(job = %j.id, user = %j.user, waited_s = waited, "job expired in the queue");
                     self.record_end(&j, End::reason("expired in queue"));
-                    if let Some(w) = j.waiter {
+                    if let Some(w) = j.client.waiter {
                         let _ = w.reply.send(err(
                             ErrorCode::Invalid,
                             format!(
@@ -185,7 +187,7 @@ impl Engine {
             }
         }
         for j in self.jobs.values() {
-            if let Some(by) = j.reconnect_by {
+            if let Some(by) = j.client.reconnect_by {
                 consider(by.saturating_duration_since(Instant::now()) + Duration::from_millis(1));
             }
         }
@@ -206,7 +208,7 @@ impl Engine {
         let gone: Vec<i64> = self
             .jobs
             .values()
-            .filter(|j| j.reconnect_by.is_some_and(|b| b <= now))
+            .filter(|j| j.client.reconnect_by.is_some_and(|b| b <= now))
             .map(|j| j.seq)
             .collect();
         for seq in gone {

@@ -9,7 +9,7 @@ use pjw_core::{CpuSet, JobId};
 use pjw_store::{JobRecord, StoredRole, StoredState};
 use tracing::{info, warn};
 
-use super::job::{EndWatch, MemTrack};
+use super::job::{ClientLink, EndWatch, MemTrack, Starter};
 use super::store_writes::OnFail;
 use super::{role_of, Engine, Job};
 use crate::os;
@@ -87,7 +87,7 @@ impl Engine {
                 .unwrap_or_else(Instant::now);
             let mut job = self.job_from_record(&rec, id, phase, cpus, Some(started));
             self.restore_starter(&mut job);
-            job.held = held;
+            job.starter.held = held;
             // A running job that is frozen was frozen by the memory governor: it stays frozen
             // until the governor finds room for it, with what it uses now as its footprint.
             if matches!(phase, Phase::Primary | Phase::Backfill)
@@ -113,7 +113,7 @@ impl Engine {
         let keep: Vec<String> = self
             .jobs
             .values()
-            .filter(|j| j.tmpdir.is_some())
+            .filter(|j| j.starter.tmpdir.is_some())
             .map(|j| j.cgroup.clone())
             .collect();
         for name in crate::tmp::list(&self.cfg.tmp_root) {
@@ -175,8 +175,8 @@ impl Engine {
         }
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
         self.restore_starter(&mut job);
-        job.held = held;
-        job.reconnect_by = Some(Instant::now() + RECONNECT_GRACE);
+        job.starter.held = held;
+        job.client.reconnect_by = Some(Instant::now() + RECONNECT_GRACE);
         info!(job = %job.id, user = %job.user, "recovered queued job; waiting for its client");
         self.jobs.insert(job.seq, job);
     }
@@ -184,10 +184,10 @@ impl Engine {
     /// Take back a recovered job's starter details (owner vs client, WLM id, /tmp).
     pub(super) fn restore_starter(&self, job: &mut Job) {
         if let Ok(Some(st)) = self.store.starter(job.seq) {
-            job.client_uid = st.client_uid;
-            job.wlm = st.wlm;
-            job.tmp_size = st.tmp_size;
-            job.tmpdir = st.tmpdir.map(PathBuf::from);
+            job.starter.client_uid = st.client_uid;
+            job.starter.wlm = st.wlm;
+            job.starter.tmp_size = st.tmp_size;
+            job.starter.tmpdir = st.tmpdir.map(PathBuf::from);
         }
         self.restore_gpus(job);
         self.restore_io(job);
@@ -208,10 +208,10 @@ impl Engine {
             uid: rec.uid,
             gid: rec.gid,
             user: rec.user.clone(),
-            client_uid: rec.uid,
-            wlm: None,
-            tmp_size: None,
-            tmpdir: None,
+            starter: Starter {
+                client_uid: rec.uid,
+                ..Starter::default()
+            },
             req: Request {
                 ncpus: rec.ncpus as usize,
                 ngpus: 0,
@@ -241,8 +241,7 @@ impl Engine {
                 Phase::Suspended => Some("suspended".into()),
                 _ => None,
             },
-            waiter: None,
-            reconnect_by: None,
+            client: ClientLink::default(),
             memory: MemTrack::default(),
             // Time queued before a restart, from the record.
             prof: JobProf::with_queued(
@@ -250,7 +249,6 @@ impl Engine {
                     .map(|s| (s - rec.submitted_ms).max(0))
                     .unwrap_or(0),
             ),
-            held: false,
             end: EndWatch::default(),
             store_dirty: false,
             freezing: None,

@@ -53,7 +53,7 @@ impl Engine {
                     .and_then(|s| Some(s.cpu_user_usec? + s.cpu_system_usec.unwrap_or(0))),
                 mem_bytes: last.and_then(|s| s.mem_current),
                 sampled_ms: last.map(|s| s.ts_ms),
-                wlm: j.wlm.clone(),
+                wlm: j.starter.wlm.clone(),
                 ngpus: j.req.ngpus as u32,
                 gpus: if j.phase == Phase::Queued {
                     j.req.pinned

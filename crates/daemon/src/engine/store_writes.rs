@@ -149,8 +149,10 @@ impl Engine {
             j.store_dirty = false;
             let (role, cpus, mems, priority) = (role_of(j.phase), j.cpus, j.mems, j.req.priority);
             let started = j.started.is_some();
-            let starter = (j.client_uid != j.uid || j.wlm.is_some() || j.tmp_size.is_some())
-                .then(|| j.starter_record());
+            let starter = (j.starter.client_uid != j.uid
+                || j.starter.wlm.is_some()
+                || j.starter.tmp_size.is_some())
+            .then(|| j.starter_record());
             let res = self.store_write(seq, "rewrite", OnFail::Rewrite, |s| {
                 s.set_role(seq, role, &cpus, &mems)?;
                 s.set_priority(seq, priority)?;

@@ -127,7 +127,7 @@ async fn recovery_matrix() {
             Want::Queued => {
                 let j = &t.engine.jobs[&seq];
                 assert_eq!(j.phase, Phase::Queued, "{case}");
-                assert!(j.reconnect_by.is_some(), "{case}");
+                assert!(j.client.reconnect_by.is_some(), "{case}");
                 assert_eq!(row.state, Queued, "{case}");
             }
             Want::Running => {

@@ -11,7 +11,7 @@ use pjw_store::{JobRecord, StoredRole, StoredState};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info};
 
-use super::admission::Starter;
+use super::Starter;
 use super::{cgroup_name, err, Cred, Engine, Who};
 use crate::adopt::Seen;
 use crate::os;
@@ -132,6 +132,7 @@ impl Engine {
             wlm: Some(id.to_string()),
             tmp_size: None,
             held: !req.attach,
+            tmpdir: None,
         };
         let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
             return;
@@ -167,10 +168,10 @@ impl Engine {
         let Some(j) = self.jobs.get_mut(&seq) else {
             return false;
         };
-        let same = j.wlm.is_some()
+        let same = j.starter.wlm.is_some()
             && !j.end.ending
             && match pid {
-                None => j.held,
+                None => j.starter.held,
                 Some(p) => j.pid == Some(p) && j.pid_start == pid_start,
             };
         if !same {
@@ -188,16 +189,16 @@ impl Engine {
             });
             return true;
         }
-        if j.waiter.is_some() {
+        if j.client.waiter.is_some() {
             // Its first client still waits on another connection: not a repeat.
             return false;
         }
         info!(job = %j.id, "registration repeated; queued place kept");
-        j.waiter = Some(super::Waiter {
+        j.client.waiter = Some(super::Waiter {
             conn,
             reply: reply.clone(),
         });
-        j.reconnect_by = None;
+        j.client.reconnect_by = None;
         self.replan();
         self.tell_queued(seq);
         true
@@ -216,7 +217,7 @@ impl Engine {
         let Some(seq) = self
             .jobs
             .values()
-            .find(|j| j.id.as_str() == job && j.id.namespace().is_some() && j.wlm.is_some())
+            .find(|j| j.id.as_str() == job && j.id.namespace().is_some() && j.starter.wlm.is_some())
             .map(|j| j.seq)
         else {
             let _ = reply.send(err(
@@ -230,6 +231,7 @@ impl Engine {
         };
         // The manager's name: `slurm` of `slurm:4242`.
         let by = j
+            .starter
             .wlm
             .as_deref()
             .and_then(|w| w.split(':').next())
@@ -239,8 +241,8 @@ impl Engine {
             let _ = reply.send(self.kill(seq, by));
             return;
         }
-        info!(job = %j.id, user = %j.user, wlm = j.wlm.as_deref().unwrap_or(""), "ending registered job");
-        j.held = false;
+        info!(job = %j.id, user = %j.user, wlm = j.starter.wlm.as_deref().unwrap_or(""), "ending registered job");
+        j.starter.held = false;
         j.end.ended_by = Some(by);
         j.end.waiters.push(reply);
         self.main_exited(seq);
@@ -252,7 +254,7 @@ impl Engine {
             && self
                 .jobs
                 .values()
-                .any(|j| j.wlm.is_some() && j.started.is_some() && !j.end.ending)
+                .any(|j| j.starter.wlm.is_some() && j.started.is_some() && !j.end.ending)
     }
 
     /// No job adopted until now: what was decided about processes meanwhile is forgotten, so
@@ -261,7 +263,7 @@ impl Engine {
         if !self
             .jobs
             .values()
-            .any(|j| j.wlm.is_some() && j.started.is_some())
+            .any(|j| j.starter.wlm.is_some() && j.started.is_some())
         {
             self.scanner.reset();
         }
@@ -274,7 +276,7 @@ impl Engine {
         if j.started.is_none() {
             return;
         }
-        let (ns, id) = target_names(j.id.as_str(), j.wlm.as_deref());
+        let (ns, id) = target_names(j.id.as_str(), j.starter.wlm.as_deref());
         for pid in self.scanner.waiting_for(&ns, &id) {
             self.examine(pid, "registered");
         }
@@ -329,9 +331,9 @@ impl Engine {
         let names: Vec<(i64, String, String, u32, bool)> = self
             .jobs
             .values()
-            .filter(|j| j.wlm.is_some() && j.started.is_some() && !j.end.ending)
+            .filter(|j| j.starter.wlm.is_some() && j.started.is_some() && !j.end.ending)
             .map(|j| {
-                let (ns, id) = target_names(j.id.as_str(), j.wlm.as_deref());
+                let (ns, id) = target_names(j.id.as_str(), j.starter.wlm.as_deref());
                 (j.seq, ns, id, j.uid, j.id.namespace().is_some())
             })
             .collect();

@@ -73,11 +73,11 @@ async fn a_held_registration_repeated_after_a_restart_gets_its_queued_place_back
     // The daemon dies; the prolog's client registers again once it is back.
     let mut t = restarted(t);
     let seq = t.seq_of("slurm:7");
-    assert!(t.engine.jobs[&seq].waiter.is_none());
+    assert!(t.engine.jobs[&seq].client.waiter.is_none());
     let (r, _rx) = register(&mut t, 3, 4243, register_req("7", 2, false));
     assert!(matches!(r, Response::Queued { .. }), "{r:?}");
     let j = &t.engine.jobs[&seq];
-    assert!(j.waiter.is_some() && j.held && j.reconnect_by.is_none());
+    assert!(j.client.waiter.is_some() && j.starter.held && j.client.reconnect_by.is_none());
     assert_eq!(t.engine.jobs.len(), 2, "no second job");
 
     // While that client waits, the same registration from another is a clash.
@@ -104,7 +104,7 @@ async fn a_started_held_job_registered_again_is_told_its_cpus_and_an_attach_is_a
     // The answer was lost with the daemon: asked again, the same CPUs.
     let mut t = restarted(t);
     let seq = t.seq_of("slurm:8");
-    assert!(t.engine.jobs[&seq].held, "recovered as held");
+    assert!(t.engine.jobs[&seq].starter.held, "recovered as held");
     let (r, _rx) = register(&mut t, 2, 4243, register_req("8", 2, false));
     assert!(
         matches!(&r, Response::Started { cpus: c, .. } if *c == cpus),
