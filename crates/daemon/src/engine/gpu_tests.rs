@@ -420,4 +420,18 @@ async fn after_a_restart_a_queued_job_keeps_the_gpus_its_manager_chose() {
         (j.phase, j.req.ngpus, j.req.pinned, j.gpus),
         (Phase::Queued, 1, gs("3"), GpuSet::new())
     );
+
+    // While it waits for its client to come back (it is not planned meanwhile), the GPU its
+    // manager chose is not anyone's to take: a job asking for three GPUs gets the others, one
+    // asking for every GPU waits. Found by review: it used to be handed out, and the manager's
+    // job would then wait for it for good.
+    let (r, _three) = submit(&mut t, 2, 2, "three", 1, 3).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    assert_eq!(t.engine.jobs[&t.seq_of("three")].gpus, gs("0-2"));
+    t.engine.handle(Event::MainExited {
+        seq: t.seq_of("three"),
+    });
+    let (r, _all) = submit(&mut t, 1, 1, "all", 1, 4).await;
+    assert!(matches!(r, Response::Queued { .. }), "{r:?}");
+    assert_eq!(t.engine.jobs[&t.seq_of("all")].gpus, GpuSet::new());
 }

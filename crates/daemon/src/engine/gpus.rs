@@ -45,17 +45,25 @@ impl Engine {
         self.driver.deny_devices(&j.cgroup, &deny)
     }
 
-    /// What the queue policy needs to know of the GPUs: the node's, the reserve, and those held
-    /// by ending jobs it does not see.
+    /// What the queue policy needs to know of the GPUs: the node's, the reserve, and those it
+    /// must not hand out though it does not see who has them: held by ending jobs, or chosen
+    /// by a workload manager for a queued job left out of this plan (held back by memory, or
+    /// recovered and waiting for its client) — else another job could take a GPU the manager
+    /// gave that job, which would then wait for it for good.
     pub(super) fn gpu_node<'a>(
         gpus: &'a Gpus,
         jobs: &BTreeMap<i64, Job>,
         cfg: &Config,
+        in_plan: impl Fn(&Job) -> bool,
     ) -> GpuNode<'a> {
         let busy = jobs
             .values()
             .filter(|j| j.end.ending && j.phase != Phase::Queued)
             .fold(GpuSet::new(), |a, j| a.union(&j.gpus));
+        let busy = jobs
+            .values()
+            .filter(|j| j.phase == Phase::Queued && !in_plan(j))
+            .fold(busy, |a, j| a.union(&j.req.pinned));
         GpuNode {
             gpus,
             policy: GpuPolicy {

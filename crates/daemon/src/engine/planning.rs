@@ -18,15 +18,17 @@ impl Engine {
         // on go to jobs that memory admits instead of idling (it starts when memory frees).
         let mut held: Vec<i64> = Vec::new();
         for _ in 0..64 {
+            // Not a job that is ending, nor a recovered queued job whose client has not come
+            // back, nor one memory holds back.
+            let in_plan = |j: &Job| {
+                !j.end.ending
+                    && (j.phase != Phase::Queued || j.client.waiter.is_some())
+                    && !held.contains(&j.seq)
+            };
             let views: Vec<JobView> = self
                 .jobs
                 .values()
-                // Not a job that is ending, nor a recovered queued job whose client has not come
-                // back, nor one memory holds back.
-                .filter(|j| {
-                    !j.end.ending && (j.phase != Phase::Queued || j.client.waiter.is_some())
-                })
-                .filter(|j| !held.contains(&j.seq))
+                .filter(|j| in_plan(j))
                 .map(Job::view)
                 .collect();
             // An ending job keeps its CPUs until its cgroup is empty (its leftovers may run on,
@@ -37,7 +39,7 @@ impl Engine {
                 .values()
                 .filter(|j| j.end.ending && j.phase == Phase::Primary)
                 .fold(self.pool, |p, j| p.difference(&j.cpus));
-            let node = Engine::gpu_node(&self.gpus, &self.jobs, &self.cfg);
+            let node = Engine::gpu_node(&self.gpus, &self.jobs, &self.cfg, in_plan);
             let actions = sched::plan_gpus(
                 &self.policy,
                 &self.alloc,
