@@ -125,3 +125,51 @@ async fn a_recovered_job_gets_its_io_settings_back() {
     t.engine.restore_starter(&mut j);
     assert_eq!(j.io.summary(), "weight=30");
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn too_many_io_max_devices_or_text_after_a_limit_is_refused_with_no_job() {
+    // Security rule U13: at most 16 devices, and no free text reaches a cgroup file (a line
+    // break or a second key after a limit is refused, not written).
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    let cases: Vec<Vec<String>> = vec![
+        (0..17).map(|i| format!("8:{i} rbps=1M")).collect(),
+        vec!["254:0 rbps=1M\n254:1 rbps=1M".into()],
+        vec!["254:0 rbps=1M; 8:0 wbps=1M".into()],
+        vec!["254:0 rbps=1M rbps=2M".into()],
+        vec!["254:0\trbps=1M\0".into()],
+    ];
+    for (i, io_max) in cases.into_iter().enumerate() {
+        let mut req = run_request(&format!("x{i}"), 1);
+        req.io_max = io_max.clone();
+        let (r, _a) = t.submit(1, std::process::id(), UID, req).await;
+        assert!(
+            matches!(
+                &r,
+                Response::Error {
+                    code: ErrorCode::Invalid,
+                    ..
+                }
+            ),
+            "{io_max:?}: {r:?}"
+        );
+    }
+    assert!(t.engine.jobs.is_empty());
+    assert!(
+        !fake.calls().iter().any(|c| c.starts_with("create_job")),
+        "{:?}",
+        fake.calls()
+    );
+    // A line break between a device's keys is white space: what is written is rebuilt from
+    // the parsed values, one line per device.
+    let mut req = run_request("nl", 1);
+    req.io_max = vec!["254:0 rbps=1M\nwbps=2M".into()];
+    let (r, _b) = t.submit(2, std::process::id(), UID, req).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    let want = "create_job job-nl 0 io 254:0 rbps=1M wbps=2M";
+    assert!(
+        fake.calls().iter().any(|c| c == want),
+        "{want}: {:?}",
+        fake.calls()
+    );
+}
