@@ -9,8 +9,8 @@
 //!   lowest node; the first whose local free CPUs hold the job wins. Failing that, the GPUs are
 //!   taken across nodes, the nodes with the most free GPUs first.
 //! - When no choice has enough local CPUs, the job takes every free local CPU and the rest from
-//!   the others (the CPU allocator keeps that rest compact). NUMA distances are not used yet, so
-//!   "nearest" is "any other" for now.
+//!   the NUMA nodes nearest to its GPUs' nodes (by the topology's distance matrix; any node when
+//!   distances are unknown), the CPU allocator keeping that rest compact.
 //! - A CPU-only job avoids the CPUs local to free GPUs while it fits on the others; otherwise it
 //!   may use them, except the cores reserved for GPU jobs: [`GpuPolicy::reserve_cores_per_gpu`]
 //!   cores of each free GPU's local CPUs (as Slurm's `RestrictedCoresPerGPU`). A GPU job may use
@@ -136,7 +136,13 @@ pub fn place(
             return Some(Placement { gpus: chosen, cpus });
         }
         if fallback.is_none() && free_cpus.len() >= n_cpus {
-            let rest = alloc.allocate(&free_cpus.difference(&local), n_cpus - local.len())?;
+            let rest = nearest_rest(
+                alloc,
+                gpus,
+                &chosen,
+                &free_cpus.difference(&local),
+                n_cpus - local.len(),
+            )?;
             fallback = Some(Placement {
                 gpus: chosen,
                 cpus: local.union(&rest),
@@ -144,6 +150,36 @@ pub fn place(
         }
     }
     fallback
+}
+
+/// `need` CPUs of `free` (none local to the job's GPUs `chosen`) from the NUMA nodes nearest to
+/// those GPUs' nodes first: nodes are added in order of distance until they hold `need` free
+/// CPUs, and the CPU allocator chooses among them. Where distances (or the GPUs' nodes) are not
+/// known, every node is as near as any other.
+fn nearest_rest(
+    alloc: &Allocator,
+    gpus: &Gpus,
+    chosen: &GpuSet,
+    free: &CpuSet,
+    need: usize,
+) -> Option<CpuSet> {
+    let topo = alloc.topology();
+    let homes: Vec<u32> = chosen
+        .iter()
+        .filter_map(|id| gpus.get(id).and_then(|g| g.numa))
+        .collect();
+    let mut pool = CpuSet::new();
+    for os in topo.numa_by_distance(&homes) {
+        if let Some(node) = topo.numa_nodes.iter().find(|n| n.os == os) {
+            pool = pool.union(&node.cpus.intersection(free));
+        }
+        if pool.len() >= need {
+            if let Some(cpus) = alloc.allocate(&pool, need) {
+                return Some(cpus);
+            }
+        }
+    }
+    alloc.allocate(free, need)
 }
 
 /// The GPU sets a job of `n` GPUs may take, best first: `n` of one NUMA node's free GPUs for each
@@ -245,6 +281,45 @@ mod tests {
 
     fn ids(s: &str) -> GpuSet {
         GpuSet::parse_list(s).unwrap()
+    }
+
+    #[test]
+    fn cpus_beyond_the_local_ones_come_from_the_nearest_numa_node() {
+        // 4 NUMA nodes × 2 CPUs in a ring-less line: 0 — 1 — 2 — 3 (distance 10 to itself, 20 to
+        // a neighbour, 30 and 40 further). One GPU on node 3. A job of 1 GPU and 4 CPUs takes
+        // node 3's two CPUs and the two of node 2, its neighbour — not the lowest-numbered ones.
+        let mut topo = synthetic::parse("numa:4 core:2").unwrap();
+        let line = |a: u32, b: u32| 10 + 10 * a.abs_diff(b);
+        let nodes: Vec<u32> = (0..4).collect();
+        let values = nodes
+            .iter()
+            .flat_map(|&a| nodes.iter().map(move |&b| line(a, b)))
+            .collect();
+        topo.distances = crate::NumaDistances::new(nodes, values).unwrap();
+        let gpus = Gpus {
+            gpus: vec![gpu(0, Some(3), "6-7")],
+            shared: vec![],
+        };
+        let alloc = Allocator::new(&topo);
+        let free = topo.online();
+        let p = place(&alloc, &gpus, &free, &ids("0"), 1, 4, &GpuPolicy::default()).unwrap();
+        assert_eq!(p.cpus, cpus("4-7"));
+        // Node 2 busy: the next nearest is node 1, then node 0.
+        let p = place(
+            &alloc,
+            &gpus,
+            &cpus("0-3,6-7"),
+            &ids("0"),
+            1,
+            4,
+            &GpuPolicy::default(),
+        );
+        assert_eq!(p.unwrap().cpus, cpus("2-3,6-7"));
+        // Without distances, the rest is the CPU allocator's choice among all the others.
+        topo.distances = Default::default();
+        let alloc = Allocator::new(&topo);
+        let p = place(&alloc, &gpus, &free, &ids("0"), 1, 4, &GpuPolicy::default()).unwrap();
+        assert_eq!(p.cpus, cpus("0-1,6-7"), "the lowest others, as before");
     }
 
     /// One step of a table: (GPUs, CPUs) asked, then the GPUs and CPUs expected (None: waits).

@@ -35,4 +35,4 @@ pub use gpu::{DeviceNode, Gpu, GpuId, GpuSet, GpuVendor, Gpus, MAX_GPUS};
 pub use jobid::JobId;
 pub use size::{format_size, parse_size};
 pub use tid::Tid;
-pub use topology::{DomainNode, DomainTree, Level, NumaNode, Pu, Topology};
+pub use topology::{DomainNode, DomainTree, Level, NumaDistances, NumaNode, Pu, Topology};

@@ -128,6 +128,7 @@ pub fn parse(text: &str) -> Result<Topology, CoreError> {
         pus,
         numa_nodes,
         allowed,
+        distances: Default::default(),
     };
     topo.validate()?;
     Ok(topo)

@@ -105,9 +105,71 @@ pub struct Topology {
     pub numa_nodes: Vec<NumaNode>,
     /// CPUs this process (or the loaded description) is allowed to use.
     pub allowed: CpuSet,
+    /// Distances between NUMA nodes (sysfs `nodeN/distance`, hwloc's `NUMALatency`): empty when
+    /// unknown.
+    #[serde(default, skip_serializing_if = "NumaDistances::is_empty")]
+    pub distances: NumaDistances,
+}
+
+/// The NUMA distance matrix (ACPI SLIT values: 10 to itself, larger further away).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NumaDistances {
+    /// The nodes' OS numbers, in the matrix's order.
+    pub nodes: Vec<u32>,
+    /// Row-major, `nodes.len()` × `nodes.len()`.
+    pub values: Vec<u32>,
+}
+
+impl NumaDistances {
+    /// A matrix over `nodes`, or None when `values` is not square over them (or a node is
+    /// named twice).
+    pub fn new(nodes: Vec<u32>, values: Vec<u32>) -> Option<NumaDistances> {
+        let n = nodes.len();
+        let unique = nodes
+            .iter()
+            .enumerate()
+            .all(|(i, a)| !nodes[i + 1..].contains(a));
+        (n > 0 && values.len() == n * n && unique).then_some(NumaDistances { nodes, values })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The distance from node `a` to node `b` (OS numbers), if known.
+    pub fn get(&self, a: u32, b: u32) -> Option<u32> {
+        let i = self.nodes.iter().position(|&x| x == a)?;
+        let j = self.nodes.iter().position(|&x| x == b)?;
+        self.values.get(i * self.nodes.len() + j).copied()
+    }
 }
 
 impl Topology {
+    /// The NUMA nodes by their distance from the nearest of `from` (OS numbers), nearest first,
+    /// ties (and nodes of unknown distance, last) by number.
+    pub fn numa_by_distance(&self, from: &[u32]) -> Vec<u32> {
+        let mut v: Vec<(u32, u32)> = self
+            .numa_nodes
+            .iter()
+            .map(|n| {
+                let d = from
+                    .iter()
+                    .filter_map(|&f| {
+                        if f == n.os {
+                            Some(0)
+                        } else {
+                            self.distances.get(f, n.os)
+                        }
+                    })
+                    .min()
+                    .unwrap_or(u32::MAX);
+                (d, n.os)
+            })
+            .collect();
+        v.sort();
+        v.into_iter().map(|(_, os)| os).collect()
+    }
+
     /// Check the invariants loaders must uphold: PUs sorted and unique, allowed ⊆ online.
     pub fn validate(&self) -> Result<(), CoreError> {
         if self.pus.is_empty() {

@@ -19,7 +19,7 @@ use std::fs;
 use std::io::ErrorKind;
 use std::path::Path;
 
-use pjw_core::{CpuSet, NumaNode, Pu, Topology};
+use pjw_core::{CpuSet, NumaDistances, NumaNode, Pu, Topology};
 
 use crate::{number_by_first_cpu, validated, TopologyError};
 
@@ -389,11 +389,27 @@ pub(crate) fn discover(sys_root: &Path, proc_root: &Path) -> Result<Topology, To
         }
     };
 
+    // Distances: each node's `distance` lists its distance to every online node, in node
+    // order. A file that does not match the nodes found is ignored (distances unknown).
+    let mut distances = NumaDistances::default();
+    if !no_numa {
+        let nodes: Vec<u32> = numa_nodes.iter().map(|n| n.os).collect();
+        let mut values = Vec::new();
+        for n in &nodes {
+            let text = read_opt(&node_dir.join(format!("node{n}/distance")))?.unwrap_or_default();
+            values.extend(text.split_ascii_whitespace().map(|w| w.parse::<u32>().ok()));
+        }
+        let values: Option<Vec<u32>> = values.into_iter().collect();
+        if let Some(d) = values.and_then(|v| NumaDistances::new(nodes, v)) {
+            distances = d;
+        }
+    }
     validated(Topology {
         source: "sysfs".into(),
         pus,
         numa_nodes,
         allowed: allowed.intersection(&online),
+        distances,
     })
 }
 

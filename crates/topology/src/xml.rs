@@ -2,7 +2,8 @@
 //!
 //! Only the objects pjw models are read: Package, NUMANode, L3Cache, L2Cache, Core and PU, plus the
 //! root object's `cpuset`, `complete_cpuset` and `allowed_cpuset`. Everything else (Group, Die,
-//! L1 caches, memory-side caches, I/O objects, distances, info, page types, cpu kinds) is skipped.
+//! L1 caches, memory-side caches, I/O objects, info, page types, cpu kinds) is skipped. Of the
+//! distances, the NUMA latency matrix is read.
 //!
 //! Membership is taken from cpusets: a PU belongs to the smallest object of a level whose
 //! `cpuset` holds it, or for an offline PU whose `complete_cpuset` holds it. That is the same as
@@ -13,7 +14,7 @@
 //! An `L3Cache` with subtype `MemorySideCache` (KNL's MCDRAM cache) is a cache in front of memory,
 //! not one shared by cores, and is not an L3 domain.
 
-use pjw_core::{CoreError, CpuSet, NumaNode, Pu, Topology, MAX_CPUS};
+use pjw_core::{CoreError, CpuSet, NumaDistances, NumaNode, Pu, Topology, MAX_CPUS};
 use roxmltree::{Document, Node, ParsingOptions};
 
 use crate::{number_by_first_cpu, validated, TopologyError};
@@ -298,12 +299,47 @@ pub(crate) fn parse(text: &str, source: &str) -> Result<Topology, TopologyError>
         });
     }
 
+    let distances = numa_distances(&doc).unwrap_or_default();
     validated(Topology {
         source: source.to_string(),
         pus,
         numa_nodes,
         allowed: allowed.intersection(&online),
+        distances,
     })
+}
+
+/// The NUMA latency matrix hwloc 2 writes (`<distances2 type="NUMANode" indexing="os">`, the
+/// one named `NUMALatency` or else the first), if the file has a well-formed one.
+fn numa_distances(doc: &Document) -> Option<NumaDistances> {
+    let all: Vec<Node> = doc
+        .descendants()
+        .filter(|n| {
+            n.has_tag_name("distances2")
+                && n.attribute("type") == Some("NUMANode")
+                && n.attribute("indexing") == Some("os")
+        })
+        .collect();
+    let d = all
+        .iter()
+        .find(|n| n.attribute("name") == Some("NUMALatency"))
+        .or_else(|| all.first())?;
+    let numbers = |tag: &str| -> Option<Vec<u64>> {
+        d.children()
+            .filter(|c| c.has_tag_name(tag))
+            .flat_map(|c| c.text().unwrap_or("").split_ascii_whitespace())
+            .map(|w| w.parse::<u64>().ok())
+            .collect()
+    };
+    let nodes: Vec<u32> = numbers("indexes")?
+        .into_iter()
+        .map(|x| u32::try_from(x).ok())
+        .collect::<Option<_>>()?;
+    let values: Vec<u32> = numbers("u64values")?
+        .into_iter()
+        .map(|x| u32::try_from(x).ok())
+        .collect::<Option<_>>()?;
+    NumaDistances::new(nodes, values)
 }
 
 #[cfg(test)]

@@ -185,3 +185,31 @@ fn sparse_masks_with_empty_words_load() {
         "0-1,8-9,16-17,24-25,80-81,88-89,96-97,104-105"
     );
 }
+
+#[test]
+fn numa_distances_are_read_from_hwloc_in_its_node_order() {
+    // power8: two nodes, 10 to itself, 40 to the other.
+    let t = load("power8gpudistances.xml");
+    assert_eq!(
+        (
+            t.distances.get(0, 0),
+            t.distances.get(0, 1),
+            t.distances.get(1, 0)
+        ),
+        (Some(10), Some(40), Some(40))
+    );
+    assert_eq!(t.numa_by_distance(&[1]), vec![1, 0]);
+    // 16amd64-4distances lists its 8 nodes as "1 0 2 5 4 3 6 7": row 0 is node 1's.
+    let t = load("16amd64-4distances.xml");
+    assert_eq!(t.distances.nodes, vec![1, 0, 2, 5, 4, 3, 6, 7]);
+    assert_eq!(
+        (t.distances.get(1, 1), t.distances.get(1, 0)),
+        (Some(10), Some(20))
+    );
+    for n in 0..8 {
+        assert_eq!(t.distances.get(n, n), Some(10), "node {n}");
+    }
+    // A file without distances has none.
+    let t = load("16em64t-4s2c2t.xml");
+    assert!(t.distances.is_empty());
+}

@@ -277,3 +277,21 @@ fn real_machine_smoke() {
     assert!(t.smt_width() >= 1);
     assert!(pjw_topology::render(&t).starts_with("topology from sysfs\n"));
 }
+
+#[test]
+fn numa_distances_come_from_each_nodes_distance_file() {
+    let (sys, proc_) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    two_socket(sys.path(), proc_.path());
+    w(sys.path(), "devices/system/node/node0/distance", "10 21\n");
+    w(sys.path(), "devices/system/node/node1/distance", "21 10\n");
+    let t = discover(sys.path(), proc_.path()).unwrap();
+    assert_eq!(
+        (t.distances.get(0, 1), t.distances.get(1, 1)),
+        (Some(21), Some(10))
+    );
+    assert_eq!(t.numa_by_distance(&[1]), vec![1, 0]);
+    // A file that does not match the nodes found (one value for two nodes) is not taken.
+    w(sys.path(), "devices/system/node/node1/distance", "10\n");
+    let t = discover(sys.path(), proc_.path()).unwrap();
+    assert!(t.distances.is_empty());
+}
