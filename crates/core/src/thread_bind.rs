@@ -90,10 +90,8 @@ fn fill_order(topo: &Topology, job: &CpuSet) -> Vec<Key> {
     let mut keys = Vec::with_capacity(job.len());
     for cpu in job.iter() {
         // A CPU the topology does not know is a core of its own on node 0.
-        let (core, numa) = match topo.pu(cpu) {
-            Some(p) => ((p.package, p.core), p.numa.unwrap_or(0)),
-            None => ((u32::MAX, cpu), 0),
-        };
+        let core = core_of(topo, cpu);
+        let numa = topo.pu(cpu).and_then(|p| p.numa).unwrap_or(0);
         let rank = seen.entry(core).or_insert(0);
         keys.push((*rank, numa, cpu));
         *rank += 1;
@@ -212,6 +210,54 @@ pub fn plan(
     }
     debug_assert!(movers.next().is_none());
     out
+}
+
+/// The CPUs [`plan`] places threads on in `mode`: the whole job set for `threads`, one PU per
+/// physical core (its lowest-numbered PU in the set) for `cores`, nothing for `none`.
+pub fn slots(topo: &Topology, job: &CpuSet, mode: BindMode) -> CpuSet {
+    match mode {
+        BindMode::None => CpuSet::new(),
+        BindMode::Threads => *job,
+        BindMode::Cores => {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut out = CpuSet::new();
+            for cpu in job.iter() {
+                if seen.insert(core_of(topo, cpu)) {
+                    out.insert(cpu);
+                }
+            }
+            out
+        }
+    }
+}
+
+/// The affinity a thread pinned to slot `cpu` gets: that PU for `threads`, the PUs of its core
+/// that are in the job for `cores`. Never outside `job`.
+pub fn pin_set(topo: &Topology, job: &CpuSet, mode: BindMode, cpu: u32) -> CpuSet {
+    let mut out = CpuSet::new();
+    match mode {
+        BindMode::None => {}
+        BindMode::Threads => {
+            if job.contains(cpu) {
+                out.insert(cpu);
+            }
+        }
+        BindMode::Cores => {
+            let core = core_of(topo, cpu);
+            for c in job.iter().filter(|&c| core_of(topo, c) == core) {
+                out.insert(c);
+            }
+        }
+    }
+    out
+}
+
+/// (package, core) of a CPU; a CPU the topology does not know is a core of its own.
+fn core_of(topo: &Topology, cpu: u32) -> (u32, u32) {
+    match topo.pu(cpu) {
+        Some(p) => (p.package, p.core),
+        None => (u32::MAX, cpu),
+    }
 }
 
 #[cfg(test)]
@@ -446,5 +492,37 @@ mod tests {
         assert_eq!(c.len(), 4);
         let (lo, hi) = (c.values().min().unwrap(), c.values().max().unwrap());
         assert!(hi - lo <= 1, "{c:?}");
+    }
+
+    #[test]
+    fn slots_and_pin_sets_per_mode() {
+        let topo = synthetic::parse("numa:2 core:2 pu:2").unwrap();
+        let job = set("0-5");
+        assert_eq!(slots(&topo, &job, BindMode::Threads), job);
+        assert_eq!(slots(&topo, &job, BindMode::Cores), set("0,2,4"));
+        assert!(slots(&topo, &job, BindMode::None).is_empty());
+        // A job holding only the second PU of a core: that PU is the core's slot.
+        assert_eq!(slots(&topo, &set("1,2-3"), BindMode::Cores), set("1,2"));
+        assert_eq!(pin_set(&topo, &job, BindMode::Threads, 3), set("3"));
+        assert_eq!(pin_set(&topo, &job, BindMode::Cores, 2), set("2-3"));
+        // Siblings outside the job are left out; a cpu outside the job pins to nothing.
+        assert_eq!(pin_set(&topo, &set("0-4"), BindMode::Cores, 4), set("4"));
+        assert!(pin_set(&topo, &job, BindMode::Threads, 7).is_empty());
+        assert!(pin_set(&topo, &job, BindMode::None, 0).is_empty());
+        // Two busy threads in cores mode: one core each, siblings included.
+        let p = plan(
+            &topo,
+            &slots(&topo, &job, BindMode::Cores),
+            &BTreeMap::new(),
+            &samples(&[1, 2], &[]),
+            SEC,
+            50,
+        );
+        let got: Vec<CpuSet> = p
+            .pins
+            .values()
+            .map(|&c| pin_set(&topo, &job, BindMode::Cores, c))
+            .collect();
+        assert_eq!(got, vec![set("0-1"), set("2-3")]);
     }
 }
