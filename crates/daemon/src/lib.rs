@@ -5,6 +5,7 @@
 //! runtime. See docs/architecture.md for how the parts fit.
 
 pub mod adopt;
+pub mod bind;
 pub mod central_report;
 pub mod cgroup_port;
 pub mod clock;

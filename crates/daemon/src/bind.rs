@@ -1,0 +1,284 @@
+//! Thread balancing inside jobs, off the engine thread (docs/decisions.md (am)).
+//!
+//! On every balancing tick the engine sends the binder a snapshot of the running jobs whose bind
+//! mode is not `none` ([`BindJob`]) and returns at once; the binder's own thread does the rest
+//! through a [`BindPort`]: it lists each job's processes from its cgroup, reads the run time of
+//! each of their threads (`/proc/PID/task/TID/schedstat`), computes each thread's run time since
+//! the last pass, asks the pure policy ([`pjw_core::thread_bind::plan`]) which busy thread goes
+//! to which CPU, and applies the pins with `sched_setaffinity`. A thread that stops being busy
+//! gets the whole job set back. The cost is one directory listing per process and one small read
+//! per thread of the jobs that bind, nothing for the other threads of the node.
+//!
+//! A thread or process that vanished between the listing and the read is normal and skipped;
+//! any other error is logged and the thread is left as it is (not recorded as pinned).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use pjw_core::thread_bind::{self, BindMode, ThreadSample};
+use pjw_core::{CpuSet, Tid, Topology};
+use tracing::{debug, warn};
+
+mod proc_port;
+#[cfg(test)]
+mod tests;
+
+pub use proc_port::ProcPort;
+
+/// A thread counts as busy when it ran at least this share of the interval (%).
+pub const BUSY_PERCENT: u32 = 50;
+
+/// One job to balance, as the engine sees it at the tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindJob {
+    /// The engine's key for the job.
+    pub seq: i64,
+    /// Its cgroup's name below the parent.
+    pub cgroup: String,
+    /// The CPUs it holds now.
+    pub cpus: CpuSet,
+    pub mode: BindMode,
+}
+
+/// Why a read or a syscall failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BindError {
+    /// The process or thread is gone (ENOENT, ESRCH): normal, skipped.
+    Gone,
+    /// Anything else: logged, never taken as a fact.
+    Failed(String),
+}
+
+impl BindError {
+    /// `Gone` for the errors a vanished process or thread gives, else `Failed` with `what`.
+    pub fn of_io(e: &std::io::Error, what: impl std::fmt::Display) -> BindError {
+        if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(ESRCH) {
+            BindError::Gone
+        } else {
+            BindError::Failed(format!("{what}: {e}"))
+        }
+    }
+}
+
+/// ESRCH on every Linux architecture.
+const ESRCH: i32 = 3;
+
+/// What the binder needs from the machine.
+pub trait BindPort: Send {
+    /// The process ids in job cgroup `cgroup`.
+    fn procs(&self, cgroup: &str) -> Result<Vec<u32>, BindError>;
+    /// The thread ids of process `pid`.
+    fn threads(&self, pid: u32) -> Result<Vec<u32>, BindError>;
+    /// How long thread `tid` of `pid` has run, in nanoseconds, since it started.
+    fn run_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError>;
+    /// Let thread `tid` run only on `cpus`.
+    fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError>;
+}
+
+/// What the binder remembers about a job between passes.
+#[derive(Debug)]
+struct Track {
+    /// The job's set at the last pass: when it changes (the cgroup's cpuset rewrote every
+    /// thread's affinity), every pin is applied again.
+    cpus: CpuSet,
+    /// The slots pinned and confirmed by the kernel.
+    pins: BTreeMap<Tid, u32>,
+    /// Each thread's run time at the last pass.
+    run: HashMap<Tid, u64>,
+    at: Instant,
+}
+
+/// The balancing state of every job that binds, and one pass over them.
+#[derive(Debug)]
+pub struct Balancer {
+    topo: Topology,
+    jobs: BTreeMap<i64, Track>,
+}
+
+/// What one pass did, for the log and tests.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PassReport {
+    pub pinned: usize,
+    pub unpinned: usize,
+    pub failed: usize,
+}
+
+impl Balancer {
+    pub fn new(topo: Topology) -> Balancer {
+        Balancer {
+            topo,
+            jobs: BTreeMap::new(),
+        }
+    }
+
+    /// The pins of job `seq` (slot per thread), as last applied.
+    pub fn pins(&self, seq: i64) -> Option<&BTreeMap<Tid, u32>> {
+        self.jobs.get(&seq).map(|t| &t.pins)
+    }
+
+    /// One pass over `jobs` at `now`; jobs not listed (or listed with mode `none`) are forgotten.
+    pub fn pass(&mut self, port: &dyn BindPort, jobs: &[BindJob], now: Instant) -> PassReport {
+        self.jobs.retain(|seq, _| {
+            jobs.iter()
+                .any(|j| j.seq == *seq && j.mode != BindMode::None)
+        });
+        let mut report = PassReport::default();
+        for job in jobs.iter().filter(|j| j.mode != BindMode::None) {
+            self.pass_job(port, job, now, &mut report);
+        }
+        report
+    }
+
+    fn pass_job(&mut self, port: &dyn BindPort, job: &BindJob, now: Instant, r: &mut PassReport) {
+        let pids = match port.procs(&job.cgroup) {
+            Ok(p) => p,
+            Err(BindError::Gone) => return,
+            Err(BindError::Failed(e)) => {
+                warn!(cgroup = %job.cgroup, error = %e, "thread balancing: cannot list the job's processes");
+                return;
+            }
+        };
+        let mut run = HashMap::new();
+        for pid in pids {
+            let tids = match port.threads(pid) {
+                Ok(t) => t,
+                Err(BindError::Gone) => continue,
+                Err(BindError::Failed(e)) => {
+                    warn!(cgroup = %job.cgroup, pid, error = %e, "thread balancing: cannot list threads");
+                    continue;
+                }
+            };
+            for tid in tids {
+                match port.run_ns(pid, tid) {
+                    Ok(ns) => {
+                        run.insert(Tid(tid), ns);
+                    }
+                    Err(BindError::Gone) => {}
+                    Err(BindError::Failed(e)) => {
+                        warn!(cgroup = %job.cgroup, tid, error = %e, "thread balancing: cannot read run time")
+                    }
+                }
+            }
+        }
+        let Some(prev) = self.jobs.get_mut(&job.seq) else {
+            // The first look: run times since now are measured at the next pass.
+            self.jobs.insert(
+                job.seq,
+                Track {
+                    cpus: job.cpus,
+                    pins: BTreeMap::new(),
+                    run,
+                    at: now,
+                },
+            );
+            return;
+        };
+        let interval_ns = now.saturating_duration_since(prev.at).as_nanos() as u64;
+        // Threads seen at both passes; a new one is measured from the next pass.
+        let samples: Vec<ThreadSample> = run
+            .iter()
+            .filter_map(|(tid, ns)| {
+                prev.run.get(tid).map(|was| ThreadSample {
+                    tid: *tid,
+                    run_ns: ns.saturating_sub(*was),
+                })
+            })
+            .collect();
+        let slots = thread_bind::slots(&self.topo, &job.cpus, job.mode);
+        let applied = if prev.cpus == job.cpus {
+            std::mem::take(&mut prev.pins)
+        } else {
+            BTreeMap::new()
+        };
+        let plan = thread_bind::plan(
+            &self.topo,
+            &slots,
+            &applied,
+            &samples,
+            interval_ns,
+            BUSY_PERCENT,
+        );
+        let mut pins = BTreeMap::new();
+        for (tid, slot) in plan.pins {
+            if applied.get(&tid) == Some(&slot) {
+                pins.insert(tid, slot);
+                continue;
+            }
+            let set = thread_bind::pin_set(&self.topo, &job.cpus, job.mode, slot);
+            match port.set_affinity(tid.0, &set) {
+                Ok(()) => {
+                    debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %set, "thread pinned");
+                    pins.insert(tid, slot);
+                    r.pinned += 1;
+                }
+                Err(BindError::Gone) => {}
+                Err(BindError::Failed(e)) => {
+                    warn!(cgroup = %job.cgroup, tid = tid.0, cpus = %set, error = %e, "thread balancing: cannot pin");
+                    r.failed += 1;
+                }
+            }
+        }
+        for tid in plan.unpin {
+            match port.set_affinity(tid.0, &job.cpus) {
+                Ok(()) => {
+                    debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %job.cpus, "thread unpinned");
+                    r.unpinned += 1;
+                }
+                Err(BindError::Gone) => {}
+                Err(BindError::Failed(e)) => {
+                    // Kept as pinned: the next pass tries again.
+                    warn!(cgroup = %job.cgroup, tid = tid.0, error = %e, "thread balancing: cannot unpin");
+                    if let Some(slot) = applied.get(&tid) {
+                        pins.insert(tid, *slot);
+                    }
+                    r.failed += 1;
+                }
+            }
+        }
+        *prev = Track {
+            cpus: job.cpus,
+            pins,
+            run,
+            at: now,
+        };
+    }
+}
+
+/// The binder's thread: the engine sends it job snapshots; it runs a pass for each.
+#[derive(Debug)]
+pub struct Binder {
+    tx: mpsc::Sender<Vec<BindJob>>,
+}
+
+impl Binder {
+    /// Start the thread balancing through `port`.
+    pub fn spawn(port: impl BindPort + 'static, topo: Topology) -> std::io::Result<Binder> {
+        let (tx, rx) = mpsc::channel::<Vec<BindJob>>();
+        std::thread::Builder::new()
+            .name("pjw-bind".into())
+            .spawn(move || {
+                let mut b = Balancer::new(topo);
+                while let Ok(mut jobs) = rx.recv() {
+                    // Passes that queued up while one ran: only the newest counts.
+                    while let Ok(newer) = rx.try_recv() {
+                        jobs = newer;
+                    }
+                    b.pass(&port, &jobs, Instant::now());
+                }
+            })?;
+        Ok(Binder { tx })
+    }
+
+    /// A sender that only collects the snapshots (engine tests).
+    #[cfg(test)]
+    pub fn collecting() -> (Binder, mpsc::Receiver<Vec<BindJob>>) {
+        let (tx, rx) = mpsc::channel();
+        (Binder { tx }, rx)
+    }
+
+    /// Queue a pass over `jobs`; never blocks.
+    pub fn send(&self, jobs: Vec<BindJob>) {
+        let _ = self.tx.send(jobs);
+    }
+}
