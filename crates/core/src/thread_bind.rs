@@ -32,8 +32,9 @@ use std::collections::BTreeMap;
 
 use crate::{CpuSet, Tid, Topology};
 
-/// What a job's threads are bound to (`[job] bind`, later `pjw run --bind`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What a job's threads are bound to (`[job] bind`, `pjw run --bind`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BindMode {
     /// Each busy thread on one PU of the job.
     Threads,

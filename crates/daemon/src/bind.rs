@@ -117,13 +117,28 @@ impl Balancer {
         self.jobs.get(&seq).map(|t| &t.pins)
     }
 
-    /// One pass over `jobs` at `now`; jobs not listed (or listed with mode `none`) are forgotten.
+    /// One pass over `jobs` at `now`; jobs not listed are forgotten, jobs listed with mode `none`
+    /// are unpinned and forgotten.
     pub fn pass(&mut self, port: &dyn BindPort, jobs: &[BindJob], now: Instant) -> PassReport {
-        self.jobs.retain(|seq, _| {
-            jobs.iter()
-                .any(|j| j.seq == *seq && j.mode != BindMode::None)
-        });
         let mut report = PassReport::default();
+        // A job now at `none` (a reload changed the default) gets its pinned threads' whole
+        // set back; a job not listed has ended or lost its CPUs (its cpuset rewrote them).
+        for job in jobs.iter().filter(|j| j.mode == BindMode::None) {
+            if let Some(t) = self.jobs.remove(&job.seq) {
+                for tid in t.pins.keys() {
+                    match port.set_affinity(tid.0, &job.cpus) {
+                        Ok(()) => report.unpinned += 1,
+                        Err(BindError::Gone) => {}
+                        Err(BindError::Failed(e)) => {
+                            warn!(cgroup = %job.cgroup, tid = tid.0, error = %e, "thread balancing: cannot unpin");
+                            report.failed += 1;
+                        }
+                    }
+                }
+            }
+        }
+        self.jobs
+            .retain(|seq, _| jobs.iter().any(|j| j.seq == *seq));
         for job in jobs.iter().filter(|j| j.mode != BindMode::None) {
             self.pass_job(port, job, now, &mut report);
         }

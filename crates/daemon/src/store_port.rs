@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, GpuSet};
 use pjw_store::{JobRecord, JobSummary, StarterRecord, Store, StoreError};
 
@@ -47,6 +48,9 @@ pub trait StorePort: Send {
     /// A GPU job's request and the GPUs it holds.
     fn set_gpus(&mut self, seq: i64, ngpus: u32, gpus: &GpuSet) -> Result<(), StoreError>;
     fn gpus(&self, seq: i64) -> Result<Option<(u32, GpuSet)>, StoreError>;
+    /// The thread binding a job asked for (`--bind`).
+    fn set_bind(&mut self, seq: i64, mode: BindMode) -> Result<(), StoreError>;
+    fn bind(&self, seq: i64) -> Result<Option<BindMode>, StoreError>;
 }
 
 impl StorePort for Store {
@@ -58,6 +62,12 @@ impl StorePort for Store {
     }
     fn gpus(&self, seq: i64) -> Result<Option<(u32, GpuSet)>, StoreError> {
         Store::gpus(self, seq)
+    }
+    fn set_bind(&mut self, seq: i64, mode: BindMode) -> Result<(), StoreError> {
+        Store::set_bind(self, seq, mode)
+    }
+    fn bind(&self, seq: i64) -> Result<Option<BindMode>, StoreError> {
+        Store::bind(self, seq)
     }
     fn next_job_number(&mut self) -> Result<u64, StoreError> {
         Store::next_job_number(self)

@@ -30,6 +30,7 @@ pub struct FakeState {
     pub rows: BTreeMap<i64, JobRecord>,
     /// GPU rows by seq: GPUs asked for and held.
     pub gpus: BTreeMap<i64, (u32, pjw_core::GpuSet)>,
+    pub bind: BTreeMap<i64, pjw_core::thread_bind::BindMode>,
     /// Fail every write until cleared (a full disk).
     pub full: bool,
     /// Fail the next this many writes.
@@ -210,6 +211,18 @@ impl StorePort for FakeStore {
     }
     fn gpus(&self, seq: i64) -> Result<Option<(u32, pjw_core::GpuSet)>, StoreError> {
         Ok(self.state().gpus.get(&seq).copied())
+    }
+    fn set_bind(
+        &mut self,
+        seq: i64,
+        mode: pjw_core::thread_bind::BindMode,
+    ) -> Result<(), StoreError> {
+        self.write(format!("set_bind {seq} {}", mode.name()), |st| {
+            st.bind.insert(seq, mode);
+        })
+    }
+    fn bind(&self, seq: i64) -> Result<Option<pjw_core::thread_bind::BindMode>, StoreError> {
+        Ok(self.state().bind.get(&seq).copied())
     }
     fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         Ok(self
@@ -416,6 +429,7 @@ pub fn who() -> Who {
 pub fn run_request(id: &str, cpus: u32) -> RunRequest {
     RunRequest {
         gpus: 0,
+        bind: None,
         cpus,
         mem: None,
         job_id: Some(id.into()),

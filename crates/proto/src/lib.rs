@@ -24,6 +24,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use pjw_core::thread_bind::BindMode;
 use pjw_core::CpuSet;
 use serde::{Deserialize, Serialize};
 
@@ -156,6 +157,10 @@ pub struct RunRequest {
     /// Whole GPUs wanted (0: none; not sent then, so older daemons still take the request).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpus: u32,
+    /// How the job's busy threads are bound (`--bind`); None: the node's `[job] bind` (not
+    /// sent then, so older daemons still take the request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind: Option<BindMode>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -191,6 +196,10 @@ pub enum Response {
         /// `CUDA_VISIBLE_DEVICES`, ...).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         env: Vec<(String, String)>,
+        /// Variables the client sets only where the user's environment lacks them: the
+        /// OpenMP/BLAS thread counts and places matching the job's CPUs (`[job] thread_env`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env_defaults: Vec<(String, String)>,
     },
     /// Answer to [`Request::Status`].
     Status(StatusReport),
@@ -531,6 +540,7 @@ mod tests {
     fn requests_decode_strictly() {
         let run = Request::Run(RunRequest {
             gpus: 2,
+            bind: None,
             priority: Some(12),
             placement: Placement::BackfillOnly,
             exclusive: false,

@@ -720,6 +720,11 @@ impl Store {
                 [cutoff],
             )
             .map_err(err)?;
+            tx.execute(
+                &format!("DELETE FROM job_bind WHERE seq IN ({old})"),
+                [cutoff],
+            )
+            .map_err(err)?;
             pruned.jobs += tx
                 .execute(&format!("DELETE FROM jobs WHERE seq IN ({old})"), [cutoff])
                 .map_err(err)? as u64;

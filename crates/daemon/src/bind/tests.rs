@@ -202,9 +202,18 @@ fn jobs_without_binding_or_gone_are_not_read() {
     let mut clock = Clock(Instant::now());
     b.pass(&fake, &[job(BindMode::Threads, "0-1")], clock.next());
     assert!(b.pins(1).is_some());
-    // Not listed any more (ended, or its mode is none): forgotten.
+    fake.advance(&[10]);
+    b.pass(&fake, &[job(BindMode::Threads, "0-1")], clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    // Its mode is now none (a reload): the pinned thread gets the job set back, then nothing.
     b.pass(&fake, &[job(BindMode::None, "0-1")], clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0-1"))]);
     assert!(b.pins(1).is_none());
+    b.pass(&fake, &[job(BindMode::None, "0-1")], clock.next());
+    assert!(fake.take_set().is_empty());
+    // Not listed any more (ended): forgotten.
+    b.pass(&fake, &[job(BindMode::Threads, "0-1")], clock.next());
+    assert!(b.pins(1).is_some());
     b.pass(&fake, &[], clock.next());
     assert!(b.pins(1).is_none());
     // A job whose cgroup is gone is skipped.

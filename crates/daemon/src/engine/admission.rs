@@ -51,6 +51,7 @@ impl Engine {
                 backfill: j.phase == Phase::Backfill,
                 tmp: j.tmp_reply(),
                 env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
+                env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
             });
             return;
         }
@@ -180,6 +181,9 @@ impl Engine {
             return;
         };
         if !self.record_gpu_request(seq, req.gpus) {
+            return;
+        }
+        if !self.record_bind(seq, req.bind) {
             return;
         }
         let job = &self.jobs[&seq];

@@ -185,6 +185,7 @@ impl Engine {
             job.tmpdir = st.tmpdir.map(PathBuf::from);
         }
         self.restore_gpus(job);
+        self.restore_bind(job);
     }
 
     pub(super) fn job_from_record(
@@ -246,6 +247,7 @@ impl Engine {
             end: EndWatch::default(),
             store_dirty: false,
             freezing: None,
+            bind: None,
         }
     }
 

@@ -56,6 +56,7 @@ impl Engine {
         };
         let run = RunRequest {
             gpus: 0,
+            bind: None,
             cpus: req.cpus,
             mem: req.mem,
             job_id: Some(req.job.clone()),
