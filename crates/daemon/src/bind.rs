@@ -1,10 +1,11 @@
 //! Thread balancing inside jobs, off the engine thread (docs/decisions.md (am)).
 //!
-//! On every balancing tick the engine sends the binder a snapshot of the running jobs whose bind
-//! mode is not `none` ([`BindJob`]) and returns at once; the binder's own thread does the rest
-//! through a [`BindPort`]: it lists each job's processes from its cgroup, reads the run time of
-//! each of their threads (`/proc/PID/task/TID/schedstat`), computes each thread's run time since
-//! the last pass, asks the pure policy ([`pjw_core::thread_bind::plan`]) which busy thread goes
+//! On every balancing tick the engine sends the binder a snapshot of the running jobs
+//! ([`BindJob`]) and returns at once; the binder's own thread does the rest through a
+//! [`BindPort`]: it lists each job's processes from its cgroup, reads how long each of their
+//! threads has been runnable (`/proc/PID/task/TID/schedstat`: time on a CPU plus time waiting
+//! for one — the original pjw's "in a RUN state", which a loaded node does not hide), computes
+//! each thread's share of the interval since the last pass, asks the pure policy ([`pjw_core::thread_bind::plan`]) which busy thread goes
 //! to which CPU, and applies the pins with `sched_setaffinity`. A thread that stops being busy
 //! gets the whole job set back. The cost is one directory listing per process and one small read
 //! per thread of the jobs that bind, nothing for the other threads of the node.
@@ -70,8 +71,9 @@ pub trait BindPort: Send {
     fn procs(&self, cgroup: &str) -> Result<Vec<u32>, BindError>;
     /// The thread ids of process `pid`.
     fn threads(&self, pid: u32) -> Result<Vec<u32>, BindError>;
-    /// How long thread `tid` of `pid` has run, in nanoseconds, since it started.
-    fn run_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError>;
+    /// How long thread `tid` of `pid` has been runnable (on a CPU or waiting for one), in
+    /// nanoseconds, since it started.
+    fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError>;
     /// Let thread `tid` run only on `cpus`.
     fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError>;
 }
@@ -165,7 +167,7 @@ impl Balancer {
                 }
             };
             for tid in tids {
-                match port.run_ns(pid, tid) {
+                match port.runnable_ns(pid, tid) {
                     Ok(ns) => {
                         run.insert(Tid(tid), ns);
                     }

@@ -42,7 +42,7 @@ impl BindPort for ProcPort {
         Ok(tids)
     }
 
-    fn run_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError> {
+    fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError> {
         let dir = self
             .proc_root
             .join(pid.to_string())
@@ -51,9 +51,10 @@ impl BindPort for ProcPort {
         let path = dir.join("schedstat");
         match std::fs::read_to_string(&path) {
             Ok(text) => pjw_kernelfs::schedstat::parse(&text)
-                .map(|s| s.run_ns)
+                .map(|s| s.run_ns.saturating_add(s.wait_ns))
                 .map_err(|e| BindError::Failed(format!("{}: {e}", path.display()))),
-            // No schedstat (a kernel without CONFIG_SCHED_INFO): the stat line's ticks.
+            // No schedstat (a kernel without CONFIG_SCHED_INFO): the stat line's CPU ticks
+            // (time on a CPU only).
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir.exists() => {
                 let path = dir.join("stat");
                 let text = std::fs::read_to_string(&path)

@@ -57,7 +57,7 @@ impl BindPort for Fake {
     fn threads(&self, pid: u32) -> Result<Vec<u32>, BindError> {
         self.threads.get(&pid).cloned().ok_or(BindError::Gone)
     }
-    fn run_ns(&self, _pid: u32, tid: u32) -> Result<u64, BindError> {
+    fn runnable_ns(&self, _pid: u32, tid: u32) -> Result<u64, BindError> {
         self.run
             .lock()
             .unwrap()
