@@ -26,7 +26,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-ALL=(isolation backfill turnaround memory launch jobmem daemoncpu sampler reaction allocator)
+ALL=(isolation backfill turnaround memory launch jobmem daemoncpu sampler reaction allocator bind)
 quick=0
 want=()
 for a in "$@"; do

@@ -6,6 +6,8 @@
 //! - `burn N` — N busy processes (itself and N-1 children) until killed: a noisy neighbour.
 //! - `threads N SECONDS [PIDFILE]` — N threads, half busy and half sleeping, for SECONDS;
 //!   writes its pid to PIDFILE first.
+//! - `par N ITERS` — N threads each running `spin ITERS`; prints the wall time until the last
+//!   one finished, in seconds (a job with N busy threads, thread balancing bench).
 //! - `roles N DIR` — N threads; thread I writes its thread id to DIR/tid-I, then spins while
 //!   DIR/busy-I exists and sleeps (20 ms naps) while it does not, until DIR/stop appears. The
 //!   test switches a thread's role by creating or removing its busy file (thread balancing).
@@ -60,7 +62,7 @@ fn raise_nofile() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N");
+    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | par N ITERS | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N");
     std::process::exit(2);
 }
 
@@ -145,6 +147,17 @@ fn main() {
                 .collect();
             for h in hs {
                 let _ = h.join();
+            }
+        }
+        Some("par") => {
+            let n: usize = arg(&args, 2);
+            let iters: u64 = arg(&args, 3);
+            let t = Instant::now();
+            let hs: Vec<_> = (0..n).map(|_| std::thread::spawn(move || spin(iters))).collect();
+            let x = hs.into_iter().map(|h| h.join().unwrap_or(0)).fold(0, |a, b| a ^ b);
+            println!("{:.4}", t.elapsed().as_secs_f64());
+            if x == 42 {
+                eprintln!("unlikely");
             }
         }
         Some("roles") => {
