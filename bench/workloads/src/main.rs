@@ -153,8 +153,13 @@ fn main() {
             let n: usize = arg(&args, 2);
             let iters: u64 = arg(&args, 3);
             let t = Instant::now();
-            let hs: Vec<_> = (0..n).map(|_| std::thread::spawn(move || spin(iters))).collect();
-            let x = hs.into_iter().map(|h| h.join().unwrap_or(0)).fold(0, |a, b| a ^ b);
+            let hs: Vec<_> = (0..n)
+                .map(|_| std::thread::spawn(move || spin(iters)))
+                .collect();
+            let x = hs
+                .into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .fold(0, |a, b| a ^ b);
             println!("{:.4}", t.elapsed().as_secs_f64());
             if x == 42 {
                 eprintln!("unlikely");
@@ -184,9 +189,13 @@ fn main() {
                             } else {
                                 std::thread::sleep(Duration::from_millis(20));
                             }
-                            n = n.wrapping_add(1);
-                            if n % 8 == 0 && stop.exists() {
-                                break;
+                            // Every 8th round, a look at the stop file.
+                            n += 1;
+                            if n == 8 {
+                                n = 0;
+                                if stop.exists() {
+                                    break;
+                                }
                             }
                         }
                     })

@@ -163,3 +163,15 @@ fn busy_threads_are_pinned_apart_sleepers_stay_free_and_pins_follow_the_busy() {
     }
     assert!(ended, "the job did not end after its stop file");
 }
+
+#[test]
+fn an_unknown_bind_mode_is_a_usage_error() {
+    let out = std::process::Command::new(pjw_bin())
+        .args(["run", "--bind", "sideways", "--", "true"])
+        .env("PJW_SOCKET", "/nonexistent/pjw.sock")
+        .output()
+        .expect("run pjw");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("not one of threads, cores, none"), "{err}");
+}

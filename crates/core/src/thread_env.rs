@@ -57,10 +57,17 @@ mod tests {
         env.iter().map(|(k, _)| k.as_str()).collect()
     }
 
+    /// (description, threads, mode, expected variables)
+    type Case = (
+        &'static str,
+        usize,
+        BindMode,
+        &'static [(&'static str, &'static str)],
+    );
+
     #[test]
     fn table() {
-        // (description, threads, mode, expected variables)
-        let cases: &[(&str, usize, BindMode, &[(&str, &str)])] = &[
+        let cases: &[Case] = &[
             (
                 "threads mode: counts, places threads, close",
                 2,
