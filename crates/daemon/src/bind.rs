@@ -10,6 +10,8 @@
 //! gets the whole job set back. The cost is one directory listing per process and one small read
 //! per thread of the jobs that bind, nothing for the other threads of the node.
 //!
+//! A thread first seen gets the whole job set at once: it may have inherited a pin from the
+//! thread that made it (or from before a daemon restart), and is measured from the next pass.
 //! A thread or process that vanished between the listing and the read is normal and skipped;
 //! any other error is logged and the thread is left as it is (not recorded as pinned).
 
@@ -179,7 +181,11 @@ impl Balancer {
             }
         }
         let Some(prev) = self.jobs.get_mut(&job.seq) else {
-            // The first look: run times since now are measured at the next pass.
+            // The first look: run times since now are measured at the next pass. Every thread
+            // gets the whole job set: one pinned before a daemon restart is unknown here.
+            for tid in run.keys() {
+                free(port, job, *tid, r);
+            }
             self.jobs.insert(
                 job.seq,
                 Track {
@@ -236,6 +242,11 @@ impl Balancer {
                 }
             }
         }
+        // A thread seen for the first time may have inherited a pin from the thread that
+        // made it: it gets the whole job set until it is measured.
+        for tid in run.keys().filter(|t| !prev.run.contains_key(t)) {
+            free(port, job, *tid, r);
+        }
         for tid in plan.unpin {
             match port.set_affinity(tid.0, &job.cpus) {
                 Ok(()) => {
@@ -259,6 +270,18 @@ impl Balancer {
             run,
             at: now,
         };
+    }
+}
+
+/// Give thread `tid` the whole job set (a new thread, or the first look at a job).
+fn free(port: &dyn BindPort, job: &BindJob, tid: Tid, r: &mut PassReport) {
+    match port.set_affinity(tid.0, &job.cpus) {
+        Ok(()) => {}
+        Err(BindError::Gone) => {}
+        Err(BindError::Failed(e)) => {
+            warn!(cgroup = %job.cgroup, tid = tid.0, error = %e, "thread balancing: cannot give a new thread the job's cpus");
+            r.failed += 1;
+        }
     }
 }
 

@@ -109,9 +109,11 @@ fn busy_threads_pinned_apart_sleepers_free_and_pins_follow() {
     let mut b = Balancer::new(topo);
     let mut clock = Clock(Instant::now());
     let j = [job(BindMode::Threads, "2-3")];
-    // The first pass only measures.
+    // The first pass only measures, and gives every thread the job set (a pin from before a
+    // daemon restart would be unknown).
     assert_eq!(b.pass(&fake, &j, clock.next()), PassReport::default());
-    assert!(fake.take_set().is_empty());
+    let all: Vec<(u32, CpuSet)> = (100..106).map(|t| (t, set("2-3"))).collect();
+    assert_eq!(fake.take_set(), all);
     fake.advance(&[101, 102]);
     let r = b.pass(&fake, &j, clock.next());
     assert_eq!(r.pinned, 2);
@@ -137,6 +139,7 @@ fn cores_mode_pins_whole_cores_of_the_job() {
     let mut clock = Clock(Instant::now());
     let j = [job(BindMode::Cores, "0-3")];
     b.pass(&fake, &j, clock.next());
+    fake.take_set();
     fake.advance(&[10, 11, 12]);
     b.pass(&fake, &j, clock.next());
     // Two cores in the job: the third busy thread shares the first core.
@@ -153,6 +156,7 @@ fn a_changed_job_set_applies_every_pin_again_inside_it() {
     let mut b = Balancer::new(topo);
     let mut clock = Clock(Instant::now());
     b.pass(&fake, &[job(BindMode::Threads, "0-1")], clock.next());
+    fake.take_set();
     fake.advance(&[10, 11]);
     b.pass(&fake, &[job(BindMode::Threads, "0-1")], clock.next());
     assert_eq!(fake.take_set(), vec![(10, set("0")), (11, set("1"))]);
@@ -176,6 +180,7 @@ fn vanished_threads_are_skipped_failures_not_taken_as_pins() {
     let mut clock = Clock(Instant::now());
     let j = [job(BindMode::Threads, "0-3")];
     b.pass(&fake, &j, clock.next());
+    fake.take_set();
     fake.advance(&[10, 11, 12]);
     let r = b.pass(&fake, &j, clock.next());
     assert_eq!((r.pinned, r.failed), (1, 1));
@@ -202,6 +207,7 @@ fn jobs_without_binding_or_gone_are_not_read() {
     let mut clock = Clock(Instant::now());
     b.pass(&fake, &[job(BindMode::Threads, "0-1")], clock.next());
     assert!(b.pins(1).is_some());
+    fake.take_set();
     fake.advance(&[10]);
     b.pass(&fake, &[job(BindMode::Threads, "0-1")], clock.next());
     assert_eq!(fake.take_set(), vec![(10, set("0"))]);
@@ -220,4 +226,28 @@ fn jobs_without_binding_or_gone_are_not_read() {
     let mut gone = job(BindMode::Threads, "0-1");
     gone.cgroup = "job-gone".into();
     assert_eq!(b.pass(&fake, &[gone], clock.next()), PassReport::default());
+}
+
+#[test]
+fn a_new_thread_gets_the_job_set_at_first_sight() {
+    let topo = synthetic::parse("core:2").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = [job(BindMode::Threads, "0-1")];
+    b.pass(&fake, &j, clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, &j, clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0")), (10, set("0-1"))]);
+    // Pinned thread 10 starts thread 11 (which inherits its pin): 11 gets the job set back at
+    // once, before it is measured; 10 keeps its pin.
+    fake.threads.insert(10, vec![10, 11]);
+    fake.run.lock().unwrap().insert(11, 0);
+    fake.advance(&[10]);
+    b.pass(&fake, &j, clock.next());
+    assert_eq!(fake.take_set(), vec![(11, set("0-1"))]);
+    // Measured busy at the next pass: pinned to the other cpu.
+    fake.advance(&[10, 11]);
+    b.pass(&fake, &j, clock.next());
+    assert_eq!(fake.take_set(), vec![(11, set("1"))]);
 }
