@@ -213,6 +213,20 @@ pub fn plan(
     out
 }
 
+/// Where a thread that was just born goes, before it can be measured: the slot of `job` (the
+/// set [`plan`] places on) with the fewest of `pins`, the first in fill order among equals
+/// (whole cores first, siblings last, one NUMA node before the next). None for an empty set.
+pub fn place_one(topo: &Topology, job: &CpuSet, pins: &BTreeMap<Tid, u32>) -> Option<u32> {
+    let mut count: BTreeMap<u32, usize> = BTreeMap::new();
+    for cpu in pins.values() {
+        *count.entry(*cpu).or_insert(0) += 1;
+    }
+    fill_order(topo, job)
+        .into_iter()
+        .map(|k| k.2)
+        .min_by_key(|cpu| count.get(cpu).copied().unwrap_or(0))
+}
+
 /// The CPUs [`plan`] places threads on in `mode`: the whole job set for `threads`, one PU per
 /// physical core (its lowest-numbered PU in the set) for `cores`, nothing for `none`.
 pub fn slots(topo: &Topology, job: &CpuSet, mode: BindMode) -> CpuSet {
@@ -525,5 +539,46 @@ mod tests {
             .map(|&c| pin_set(&topo, &job, BindMode::Cores, c))
             .collect();
         assert_eq!(got, vec![set("0-1"), set("2-3")]);
+    }
+
+    #[test]
+    fn a_new_thread_goes_to_the_least_pinned_slot_in_fill_order() {
+        let topo = synthetic::parse("numa:2 core:2 pu:2").unwrap();
+        let job = set("0-7");
+        // (description, pins, expected slot)
+        type Case = (&'static str, &'static [(u32, u32)], Option<u32>);
+        let cases: &[Case] = &[
+            ("no pins: the first whole core of node 0", &[], Some(0)),
+            ("cpu 0 taken: the next whole core", &[(1, 0)], Some(2)),
+            (
+                "node 0's cores taken: node 1's first core",
+                &[(1, 0), (2, 2)],
+                Some(4),
+            ),
+            (
+                "every core taken: the first sibling",
+                &[(1, 0), (2, 2), (3, 4), (4, 6)],
+                Some(1),
+            ),
+            (
+                "all eight taken once, cpu 0 twice: cpu 2",
+                &[
+                    (1, 0),
+                    (2, 2),
+                    (3, 4),
+                    (4, 6),
+                    (5, 1),
+                    (6, 3),
+                    (7, 5),
+                    (8, 7),
+                    (9, 0),
+                ],
+                Some(2),
+            ),
+        ];
+        for (desc, p, want) in cases {
+            assert_eq!(place_one(&topo, &job, &pins(p)), *want, "{desc}");
+        }
+        assert_eq!(place_one(&topo, &CpuSet::new(), &BTreeMap::new()), None);
     }
 }

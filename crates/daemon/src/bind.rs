@@ -273,6 +273,66 @@ impl Balancer {
     }
 }
 
+/// A thread the kernel just reported born (a fork event) in a job that binds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Born {
+    pub job: BindJob,
+    /// Its thread group (process) and its own id.
+    pub tgid: u32,
+    pub tid: u32,
+}
+
+impl Balancer {
+    /// Place a thread just born (a process-connector fork event) without waiting for the next
+    /// pass: pinned to the job's least pinned slot, its run time measured from now, so the next
+    /// pass keeps the pin if it is busy and gives it the job set back if not. Nothing for a job
+    /// not balanced yet (its first pass frees every thread) or whose CPUs changed since.
+    pub fn place_born(&mut self, port: &dyn BindPort, b: &Born, r: &mut PassReport) {
+        let Some(t) = self.jobs.get_mut(&b.job.seq) else {
+            return;
+        };
+        let tid = Tid(b.tid);
+        if b.job.mode == BindMode::None || t.cpus != b.job.cpus || t.run.contains_key(&tid) {
+            return;
+        }
+        let slots = thread_bind::slots(&self.topo, &b.job.cpus, b.job.mode);
+        let Some(slot) = thread_bind::place_one(&self.topo, &slots, &t.pins) else {
+            return;
+        };
+        let ns = match port.runnable_ns(b.tgid, b.tid) {
+            Ok(ns) => ns,
+            Err(BindError::Gone) => return,
+            Err(BindError::Failed(e)) => {
+                warn!(cgroup = %b.job.cgroup, tid = b.tid, error = %e, "thread balancing: cannot read a new thread's run time");
+                return;
+            }
+        };
+        let set = thread_bind::pin_set(&self.topo, &b.job.cpus, b.job.mode, slot);
+        match port.set_affinity(b.tid, &set) {
+            Ok(()) => {
+                debug!(cgroup = %b.job.cgroup, tid = b.tid, cpus = %set, "new thread pinned");
+                t.run.insert(tid, ns);
+                t.pins.insert(tid, slot);
+                r.pinned += 1;
+            }
+            Err(BindError::Gone) => {}
+            Err(BindError::Failed(e)) => {
+                warn!(cgroup = %b.job.cgroup, tid = b.tid, cpus = %set, error = %e, "thread balancing: cannot pin a new thread");
+                r.failed += 1;
+            }
+        }
+    }
+}
+
+/// What the engine sends the binder's thread.
+#[derive(Debug)]
+pub enum BindMsg {
+    /// A balancing pass over these jobs.
+    Pass(Vec<BindJob>),
+    /// Threads just born in jobs that bind.
+    Born(Vec<Born>),
+}
+
 /// Give thread `tid` the whole job set (a new thread, or the first look at a job).
 fn free(port: &dyn BindPort, job: &BindJob, tid: Tid, r: &mut PassReport) {
     match port.set_affinity(tid.0, &job.cpus) {
@@ -288,23 +348,41 @@ fn free(port: &dyn BindPort, job: &BindJob, tid: Tid, r: &mut PassReport) {
 /// The binder's thread: the engine sends it job snapshots; it runs a pass for each.
 #[derive(Debug)]
 pub struct Binder {
-    tx: mpsc::Sender<Vec<BindJob>>,
+    tx: mpsc::Sender<BindMsg>,
 }
 
 impl Binder {
     /// Start the thread balancing through `port`.
     pub fn spawn(port: impl BindPort + 'static, topo: Topology) -> std::io::Result<Binder> {
-        let (tx, rx) = mpsc::channel::<Vec<BindJob>>();
+        let (tx, rx) = mpsc::channel::<BindMsg>();
         std::thread::Builder::new()
             .name("pjw-bind".into())
             .spawn(move || {
                 let mut b = Balancer::new(topo);
-                while let Ok(mut jobs) = rx.recv() {
-                    // Passes that queued up while one ran: only the newest counts.
-                    while let Ok(newer) = rx.try_recv() {
-                        jobs = newer;
+                while let Ok(msg) = rx.recv() {
+                    match msg {
+                        BindMsg::Pass(mut jobs) => {
+                            // Passes that queued up while one ran: only the newest counts.
+                            let mut born = Vec::new();
+                            while let Ok(more) = rx.try_recv() {
+                                match more {
+                                    BindMsg::Pass(newer) => jobs = newer,
+                                    BindMsg::Born(b) => born.extend(b),
+                                }
+                            }
+                            b.pass(&port, &jobs, Instant::now());
+                            let mut r = PassReport::default();
+                            for t in &born {
+                                b.place_born(&port, t, &mut r);
+                            }
+                        }
+                        BindMsg::Born(born) => {
+                            let mut r = PassReport::default();
+                            for t in &born {
+                                b.place_born(&port, t, &mut r);
+                            }
+                        }
                     }
-                    b.pass(&port, &jobs, Instant::now());
                 }
             })?;
         Ok(Binder { tx })
@@ -312,13 +390,18 @@ impl Binder {
 
     /// A sender that only collects the snapshots (engine tests).
     #[cfg(test)]
-    pub fn collecting() -> (Binder, mpsc::Receiver<Vec<BindJob>>) {
+    pub fn collecting() -> (Binder, mpsc::Receiver<BindMsg>) {
         let (tx, rx) = mpsc::channel();
         (Binder { tx }, rx)
     }
 
     /// Queue a pass over `jobs`; never blocks.
     pub fn send(&self, jobs: Vec<BindJob>) {
-        let _ = self.tx.send(jobs);
+        let _ = self.tx.send(BindMsg::Pass(jobs));
+    }
+
+    /// Queue the placement of threads just born; never blocks.
+    pub fn born(&self, born: Vec<Born>) {
+        let _ = self.tx.send(BindMsg::Born(born));
     }
 }

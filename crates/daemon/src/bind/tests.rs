@@ -251,3 +251,60 @@ fn a_new_thread_gets_the_job_set_at_first_sight() {
     b.pass(&fake, &j, clock.next());
     assert_eq!(fake.take_set(), vec![(11, set("1"))]);
 }
+
+#[test]
+fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-2");
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.take_set();
+    assert_eq!(pins(&b), BTreeMap::from([(10, 0)]));
+    // Two threads born: each goes to the least pinned cpu at once.
+    fake.threads.insert(10, vec![10, 11, 12]);
+    fake.run.lock().unwrap().extend([(11, 0), (12, 0)]);
+    let mut r = PassReport::default();
+    for tid in [11, 12] {
+        let born = Born {
+            job: j.clone(),
+            tgid: 10,
+            tid,
+        };
+        b.place_born(&fake, &born, &mut r);
+    }
+    assert_eq!(r.pinned, 2);
+    assert_eq!(fake.take_set(), vec![(11, set("1")), (12, set("2"))]);
+    // Measured from birth: at the next pass 11 (busy) keeps its cpu, 12 (asleep) is unpinned.
+    fake.advance(&[10, 11]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(12, set("0-2"))]);
+    assert_eq!(pins(&b), BTreeMap::from([(10, 0), (11, 1)]));
+    // A job not balanced yet, or whose cpus changed: left to the next pass.
+    let mut other = j.clone();
+    other.seq = 2;
+    b.place_born(
+        &fake,
+        &Born {
+            job: other,
+            tgid: 10,
+            tid: 13,
+        },
+        &mut r,
+    );
+    let mut moved = j.clone();
+    moved.cpus = set("1-3");
+    b.place_born(
+        &fake,
+        &Born {
+            job: moved,
+            tgid: 10,
+            tid: 13,
+        },
+        &mut r,
+    );
+    assert!(fake.take_set().is_empty());
+}

@@ -10,7 +10,8 @@ use pjw_proto::Response;
 use pjw_store::{JobRecord, StoredState};
 
 use super::{cgroup_name, Event};
-use crate::bind::{BindJob, Binder};
+use crate::bind::{BindJob, BindMsg, Binder, Born};
+use crate::procs::ProcMsg;
 use crate::store_port::StorePort;
 use crate::test_support::{run_request, TestEngine};
 
@@ -24,6 +25,14 @@ fn defaults(r: &Response) -> Vec<(String, String)> {
     match r {
         Response::Started { env_defaults, .. } => env_defaults.clone(),
         other => panic!("not started: {other:?}"),
+    }
+}
+
+/// The next message the binder got, as a pass.
+fn pass(rx: &std::sync::mpsc::Receiver<BindMsg>) -> Vec<BindJob> {
+    match rx.try_recv().expect("a message to the binder") {
+        BindMsg::Pass(jobs) => jobs,
+        other => panic!("not a pass: {other:?}"),
     }
 }
 
@@ -51,7 +60,7 @@ async fn the_tick_sends_running_jobs_with_their_modes() {
     assert_eq!(t.store.calls_to("set_bind").len(), 1);
 
     t.engine.handle(Event::Bind);
-    let mut got = rx.try_recv().expect("a snapshot");
+    let mut got = pass(&rx);
     got.sort_by_key(|j| j.seq);
     let (a, b) = (t.seq_of("a"), t.seq_of("b"));
     let job = |seq, id: &str, cpus: CpuSet, mode| BindJob {
@@ -73,7 +82,7 @@ async fn the_tick_sends_running_jobs_with_their_modes() {
     // The node's default changes (a reload): the job without --bind follows it.
     t.engine.cfg.bind = BindMode::Cores;
     t.engine.handle(Event::Bind);
-    let got = rx.try_recv().expect("a snapshot");
+    let got = pass(&rx);
     let modes: Vec<BindMode> = got.iter().map(|j| j.mode).collect();
     assert!(
         modes.contains(&BindMode::Threads) && modes.contains(&BindMode::Cores),
@@ -159,10 +168,60 @@ async fn after_a_restart_a_recovered_job_keeps_its_bind_mode() {
     t.engine.recover().expect("recover");
     assert_eq!(t.engine.jobs[&seq].bind, Some(BindMode::Cores));
     t.engine.handle(Event::Bind);
-    let got = rx.try_recv().expect("a snapshot");
+    let got = pass(&rx);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(
         (got[0].seq, got[0].cpus, got[0].mode),
         (seq, cs("0-1"), BindMode::Cores)
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn threads_born_in_a_binding_job_go_to_the_binder_at_once() {
+    let mut t = TestEngine::new();
+    let (b, rx) = Binder::collecting();
+    t.engine.set_binder(b);
+    let main = std::process::id();
+    let mut req = run_request("a", 2);
+    req.bind = Some(BindMode::Threads);
+    let (r, _a) = t.submit(1, main, UID, req).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    // Job b does not bind; 1 is its main process.
+    let (r, _b) = t.submit(2, 1, UID, run_request("b", 1)).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    let fork = |parent: u32, tgid: u32, tid: u32| proc_connector::ProcEvent::Fork {
+        cpu: 0,
+        seq: 0,
+        parent_pid: parent,
+        parent_tgid: parent,
+        child_pid: tid,
+        child_tgid: tgid,
+        timestamp_ns: 0,
+    };
+    // A thread of a's main process, a child process of a, a thread of b, a stranger's child.
+    let events = vec![
+        fork(1, main, 700_001),
+        fork(main, 700_002, 700_002),
+        fork(1, 1, 700_003),
+        fork(700_999, 700_998, 700_998),
+    ];
+    t.engine.handle(Event::Proc(ProcMsg::Events(events)));
+    let got = match rx.try_recv().expect("a message to the binder") {
+        BindMsg::Born(b) => b,
+        other => panic!("not born threads: {other:?}"),
+    };
+    let a = t.seq_of("a");
+    let job = BindJob {
+        seq: a,
+        cgroup: "job-a".into(),
+        cpus: t.engine.jobs[&a].cpus,
+        mode: BindMode::Threads,
+    };
+    let born = |tgid, tid| Born {
+        job: job.clone(),
+        tgid,
+        tid,
+    };
+    assert_eq!(got, vec![born(main, 700_001), born(700_002, 700_002)]);
+    assert!(rx.try_recv().is_err(), "only one message");
 }

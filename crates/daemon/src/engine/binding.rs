@@ -10,7 +10,7 @@ use tracing::error;
 
 use super::store_writes::OnFail;
 use super::{err, Engine, Job};
-use crate::bind::{BindJob, Binder};
+use crate::bind::{BindJob, Binder, Born};
 use crate::config::Config;
 
 impl Engine {
@@ -64,13 +64,7 @@ impl Engine {
         let jobs: Vec<BindJob> = self
             .jobs
             .values()
-            .filter(|j| {
-                j.started.is_some()
-                    && !j.cpus.is_empty()
-                    && !j.end.ending
-                    && !j.memory.frozen
-                    && j.freezing.is_none()
-            })
+            .filter(|j| Engine::balanced(j))
             .map(|j| BindJob {
                 seq: j.seq,
                 cgroup: j.cgroup.clone(),
@@ -79,6 +73,46 @@ impl Engine {
             })
             .collect();
         b.send(jobs);
+    }
+
+    /// Threads and processes just born (`(tgid, tid)` of fork events, attributed by the process
+    /// tracker): those of running jobs that bind go to the binder, which places them at once.
+    pub(super) fn place_born(&mut self, born: &[(u32, u32)]) {
+        let Some(b) = &self.binder else {
+            return;
+        };
+        let mut out = Vec::new();
+        for &(tgid, tid) in born {
+            let Some(j) = self.procs.job_of(tgid).and_then(|seq| self.jobs.get(&seq)) else {
+                continue;
+            };
+            let mode = j.bind.unwrap_or(self.cfg.bind);
+            if mode == BindMode::None || !Engine::balanced(j) {
+                continue;
+            }
+            out.push(Born {
+                job: BindJob {
+                    seq: j.seq,
+                    cgroup: j.cgroup.clone(),
+                    cpus: j.cpus,
+                    mode,
+                },
+                tgid,
+                tid,
+            });
+        }
+        if !out.is_empty() {
+            b.born(out);
+        }
+    }
+
+    /// Whether job `j`'s threads are balanced now: running on CPUs, not frozen or ending.
+    fn balanced(j: &Job) -> bool {
+        j.started.is_some()
+            && !j.cpus.is_empty()
+            && !j.end.ending
+            && !j.memory.frozen
+            && j.freezing.is_none()
     }
 
     /// What a starting job's client sets where the user did not: thread counts for its CPUs
