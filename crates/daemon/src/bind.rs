@@ -88,8 +88,11 @@ struct Track {
     cpus: CpuSet,
     /// The slots pinned and confirmed by the kernel.
     pins: BTreeMap<Tid, u32>,
-    /// Each thread's run time at the last pass.
+    /// Each thread's run time at the last pass (or at its birth, for one placed since).
     run: HashMap<Tid, u64>,
+    /// Threads placed at birth since the last pass, and when: their share is of the time they
+    /// lived, not of the whole interval.
+    born: HashMap<Tid, Instant>,
     at: Instant,
 }
 
@@ -192,6 +195,7 @@ impl Balancer {
                     cpus: job.cpus,
                     pins: BTreeMap::new(),
                     run,
+                    born: HashMap::new(),
                     at: now,
                 },
             );
@@ -202,10 +206,18 @@ impl Balancer {
         let samples: Vec<ThreadSample> = run
             .iter()
             .filter_map(|(tid, ns)| {
-                prev.run.get(tid).map(|was| ThreadSample {
-                    tid: *tid,
-                    run_ns: ns.saturating_sub(*was),
-                })
+                let was = prev.run.get(tid)?;
+                let mut run_ns = ns.saturating_sub(*was);
+                // Born during the interval: its share of the time it lived, scaled to the
+                // interval (a thread busy since birth is busy).
+                if let Some(at) = prev.born.get(tid) {
+                    let lived = now.saturating_duration_since(*at).as_nanos() as u64;
+                    if lived > 0 && lived < interval_ns {
+                        run_ns = (u128::from(run_ns) * u128::from(interval_ns) / u128::from(lived))
+                            .min(u128::from(u64::MAX)) as u64;
+                    }
+                }
+                Some(ThreadSample { tid: *tid, run_ns })
             })
             .collect();
         let slots = thread_bind::slots(&self.topo, &job.cpus, job.mode);
@@ -268,6 +280,7 @@ impl Balancer {
             cpus: job.cpus,
             pins,
             run,
+            born: HashMap::new(),
             at: now,
         };
     }
@@ -287,7 +300,7 @@ impl Balancer {
     /// pass: pinned to the job's least pinned slot, its run time measured from now, so the next
     /// pass keeps the pin if it is busy and gives it the job set back if not. Nothing for a job
     /// not balanced yet (its first pass frees every thread) or whose CPUs changed since.
-    pub fn place_born(&mut self, port: &dyn BindPort, b: &Born, r: &mut PassReport) {
+    pub fn place_born(&mut self, port: &dyn BindPort, b: &Born, now: Instant, r: &mut PassReport) {
         let Some(t) = self.jobs.get_mut(&b.job.seq) else {
             return;
         };
@@ -312,6 +325,7 @@ impl Balancer {
             Ok(()) => {
                 debug!(cgroup = %b.job.cgroup, tid = b.tid, cpus = %set, "new thread pinned");
                 t.run.insert(tid, ns);
+                t.born.insert(tid, now);
                 t.pins.insert(tid, slot);
                 r.pinned += 1;
             }
@@ -373,13 +387,13 @@ impl Binder {
                             b.pass(&port, &jobs, Instant::now());
                             let mut r = PassReport::default();
                             for t in &born {
-                                b.place_born(&port, t, &mut r);
+                                b.place_born(&port, t, Instant::now(), &mut r);
                             }
                         }
                         BindMsg::Born(born) => {
                             let mut r = PassReport::default();
                             for t in &born {
-                                b.place_born(&port, t, &mut r);
+                                b.place_born(&port, t, Instant::now(), &mut r);
                             }
                         }
                     }

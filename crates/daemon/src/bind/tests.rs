@@ -264,22 +264,25 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
     b.pass(&fake, std::slice::from_ref(&j), clock.next());
     fake.take_set();
     assert_eq!(pins(&b), BTreeMap::from([(10, 0)]));
-    // Two threads born: each goes to the least pinned cpu at once.
+    // Two threads born 0.4 s before the next pass: each goes to the least pinned cpu at once.
     fake.threads.insert(10, vec![10, 11, 12]);
     fake.run.lock().unwrap().extend([(11, 0), (12, 0)]);
     let mut r = PassReport::default();
+    let birth = clock.0 + Duration::from_millis(600);
     for tid in [11, 12] {
         let born = Born {
             job: j.clone(),
             tgid: 10,
             tid,
         };
-        b.place_born(&fake, &born, &mut r);
+        b.place_born(&fake, &born, birth, &mut r);
     }
     assert_eq!(r.pinned, 2);
     assert_eq!(fake.take_set(), vec![(11, set("1")), (12, set("2"))]);
-    // Measured from birth: at the next pass 11 (busy) keeps its cpu, 12 (asleep) is unpinned.
-    fake.advance(&[10, 11]);
+    // Measured from birth: at the next pass 11 (busy all its 0.4 s: 40% of the interval but all
+    // of its life) keeps its cpu, 12 (asleep) is unpinned.
+    fake.advance(&[10]);
+    *fake.run.lock().unwrap().get_mut(&11).unwrap() += SEC * 4 / 10;
     b.pass(&fake, std::slice::from_ref(&j), clock.next());
     assert_eq!(fake.take_set(), vec![(12, set("0-2"))]);
     assert_eq!(pins(&b), BTreeMap::from([(10, 0), (11, 1)]));
@@ -293,6 +296,7 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
             tgid: 10,
             tid: 13,
         },
+        birth,
         &mut r,
     );
     let mut moved = j.clone();
@@ -304,6 +308,7 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
             tgid: 10,
             tid: 13,
         },
+        birth,
         &mut r,
     );
     assert!(fake.take_set().is_empty());
