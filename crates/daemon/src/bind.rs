@@ -67,6 +67,31 @@ impl BindError {
 /// ESRCH on every Linux architecture.
 const ESRCH: i32 = 3;
 
+/// Which kinds of failure were logged at warn for which job: the first of each per job is a
+/// warning, the rest (a daemon without the right to pin, retried every pass) go to debug.
+#[derive(Debug, Default)]
+struct Logged(std::collections::HashSet<(i64, &'static str)>);
+
+impl Logged {
+    fn first(&mut self, seq: i64, what: &'static str) -> bool {
+        self.0.insert((seq, what))
+    }
+    fn retain(&mut self, keep: impl Fn(i64) -> bool) {
+        self.0.retain(|(seq, _)| keep(*seq));
+    }
+}
+
+/// Log a failure: at warn the first time for this job and kind, then at debug.
+macro_rules! failed {
+    ($logged:expr, $seq:expr, $what:literal, $($field:tt)*) => {
+        if $logged.first($seq, $what) {
+            warn!($($field)*, concat!("thread balancing: ", $what, " (more of these for this job are logged at debug)"))
+        } else {
+            debug!($($field)*, concat!("thread balancing: ", $what))
+        }
+    };
+}
+
 /// What the binder needs from the machine.
 pub trait BindPort: Send {
     /// The process ids in job cgroup `cgroup`.
@@ -101,6 +126,7 @@ struct Track {
 pub struct Balancer {
     topo: Topology,
     jobs: BTreeMap<i64, Track>,
+    logged: Logged,
 }
 
 /// What one pass did, for the log and tests.
@@ -116,6 +142,7 @@ impl Balancer {
         Balancer {
             topo,
             jobs: BTreeMap::new(),
+            logged: Logged::default(),
         }
     }
 
@@ -137,7 +164,7 @@ impl Balancer {
                         Ok(()) => report.unpinned += 1,
                         Err(BindError::Gone) => {}
                         Err(BindError::Failed(e)) => {
-                            warn!(cgroup = %job.cgroup, tid = tid.0, error = %e, "thread balancing: cannot unpin");
+                            failed!(self.logged, job.seq, "cannot unpin", cgroup = %job.cgroup, tid = tid.0, error = %e);
                             report.failed += 1;
                         }
                     }
@@ -146,6 +173,7 @@ impl Balancer {
         }
         self.jobs
             .retain(|seq, _| jobs.iter().any(|j| j.seq == *seq));
+        self.logged.retain(|seq| jobs.iter().any(|j| j.seq == seq));
         for job in jobs.iter().filter(|j| j.mode != BindMode::None) {
             self.pass_job(port, job, now, &mut report);
         }
@@ -157,7 +185,7 @@ impl Balancer {
             Ok(p) => p,
             Err(BindError::Gone) => return,
             Err(BindError::Failed(e)) => {
-                warn!(cgroup = %job.cgroup, error = %e, "thread balancing: cannot list the job's processes");
+                failed!(self.logged, job.seq, "cannot list the job's processes", cgroup = %job.cgroup, error = %e);
                 return;
             }
         };
@@ -167,7 +195,7 @@ impl Balancer {
                 Ok(t) => t,
                 Err(BindError::Gone) => continue,
                 Err(BindError::Failed(e)) => {
-                    warn!(cgroup = %job.cgroup, pid, error = %e, "thread balancing: cannot list threads");
+                    failed!(self.logged, job.seq, "cannot list threads", cgroup = %job.cgroup, pid, error = %e);
                     continue;
                 }
             };
@@ -178,7 +206,7 @@ impl Balancer {
                     }
                     Err(BindError::Gone) => {}
                     Err(BindError::Failed(e)) => {
-                        warn!(cgroup = %job.cgroup, tid, error = %e, "thread balancing: cannot read run time")
+                        failed!(self.logged, job.seq, "cannot read run time", cgroup = %job.cgroup, tid, error = %e)
                     }
                 }
             }
@@ -187,7 +215,7 @@ impl Balancer {
             // The first look: run times since now are measured at the next pass. Every thread
             // gets the whole job set: one pinned before a daemon restart is unknown here.
             for tid in run.keys() {
-                free(port, job, *tid, r);
+                free(port, job, *tid, &mut self.logged, r);
             }
             self.jobs.insert(
                 job.seq,
@@ -249,7 +277,7 @@ impl Balancer {
                 }
                 Err(BindError::Gone) => {}
                 Err(BindError::Failed(e)) => {
-                    warn!(cgroup = %job.cgroup, tid = tid.0, cpus = %set, error = %e, "thread balancing: cannot pin");
+                    failed!(self.logged, job.seq, "cannot pin", cgroup = %job.cgroup, tid = tid.0, cpus = %set, error = %e);
                     r.failed += 1;
                 }
             }
@@ -257,7 +285,7 @@ impl Balancer {
         // A thread seen for the first time may have inherited a pin from the thread that
         // made it: it gets the whole job set until it is measured.
         for tid in run.keys().filter(|t| !prev.run.contains_key(t)) {
-            free(port, job, *tid, r);
+            free(port, job, *tid, &mut self.logged, r);
         }
         for tid in plan.unpin {
             match port.set_affinity(tid.0, &job.cpus) {
@@ -268,7 +296,7 @@ impl Balancer {
                 Err(BindError::Gone) => {}
                 Err(BindError::Failed(e)) => {
                     // Kept as pinned: the next pass tries again.
-                    warn!(cgroup = %job.cgroup, tid = tid.0, error = %e, "thread balancing: cannot unpin");
+                    failed!(self.logged, job.seq, "cannot unpin", cgroup = %job.cgroup, tid = tid.0, error = %e);
                     if let Some(slot) = applied.get(&tid) {
                         pins.insert(tid, *slot);
                     }
@@ -316,7 +344,7 @@ impl Balancer {
             Ok(ns) => ns,
             Err(BindError::Gone) => return,
             Err(BindError::Failed(e)) => {
-                warn!(cgroup = %b.job.cgroup, tid = b.tid, error = %e, "thread balancing: cannot read a new thread's run time");
+                failed!(self.logged, b.job.seq, "cannot read a new thread's run time", cgroup = %b.job.cgroup, tid = b.tid, error = %e);
                 return;
             }
         };
@@ -331,7 +359,7 @@ impl Balancer {
             }
             Err(BindError::Gone) => {}
             Err(BindError::Failed(e)) => {
-                warn!(cgroup = %b.job.cgroup, tid = b.tid, cpus = %set, error = %e, "thread balancing: cannot pin a new thread");
+                failed!(self.logged, b.job.seq, "cannot pin a new thread", cgroup = %b.job.cgroup, tid = b.tid, cpus = %set, error = %e);
                 r.failed += 1;
             }
         }
@@ -348,12 +376,12 @@ pub enum BindMsg {
 }
 
 /// Give thread `tid` the whole job set (a new thread, or the first look at a job).
-fn free(port: &dyn BindPort, job: &BindJob, tid: Tid, r: &mut PassReport) {
+fn free(port: &dyn BindPort, job: &BindJob, tid: Tid, logged: &mut Logged, r: &mut PassReport) {
     match port.set_affinity(tid.0, &job.cpus) {
         Ok(()) => {}
         Err(BindError::Gone) => {}
         Err(BindError::Failed(e)) => {
-            warn!(cgroup = %job.cgroup, tid = tid.0, error = %e, "thread balancing: cannot give a new thread the job's cpus");
+            failed!(logged, job.seq, "cannot give a new thread the job's cpus", cgroup = %job.cgroup, tid = tid.0, error = %e);
             r.failed += 1;
         }
     }

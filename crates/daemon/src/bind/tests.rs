@@ -313,3 +313,16 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
     );
     assert!(fake.take_set().is_empty());
 }
+
+#[test]
+fn a_failure_is_a_warning_once_per_job_and_kind() {
+    let mut l = Logged::default();
+    assert!(l.first(1, "cannot pin"));
+    assert!(!l.first(1, "cannot pin"));
+    assert!(l.first(1, "cannot unpin"));
+    assert!(l.first(2, "cannot pin"));
+    // A job forgotten (ended) is forgotten here too.
+    l.retain(|seq| seq == 2);
+    assert!(l.first(1, "cannot pin"));
+    assert!(!l.first(2, "cannot pin"));
+}
