@@ -5,15 +5,18 @@
 //! [`BindPort`]: it lists each job's processes from its cgroup, reads how long each of their
 //! threads has been runnable (`/proc/PID/task/TID/schedstat`: time on a CPU plus time waiting
 //! for one — the original pjw's "in a RUN state", which a loaded node does not hide), computes
-//! each thread's share of the interval since the last pass, asks the pure policy ([`pjw_core::thread_bind::plan`]) which busy thread goes
-//! to which CPU, and applies the pins with `sched_setaffinity`. A thread that stops being busy
-//! gets the whole job set back. The cost is one directory listing per process and one small read
-//! per thread of the jobs that bind, nothing for the other threads of the node.
+//! each thread's share of the interval since the last pass, asks the pure policy
+//! ([`pjw_core::thread_bind::plan`]) which busy thread goes to which CPU, and applies the pins
+//! with `sched_setaffinity`. A thread that stops being busy gets the whole job set back. The cost
+//! is one directory listing per process and one small read per thread of the jobs that bind,
+//! nothing for the other threads of the node.
 //!
-//! A thread first seen gets the whole job set at once: it may have inherited a pin from the
-//! thread that made it (or from before a daemon restart), and is measured from the next pass.
-//! A thread or process that vanished between the listing and the read is normal and skipped;
-//! any other error is logged and the thread is left as it is (not recorded as pinned).
+//! Threads born in a binding job (fork events, [`Born`]) are pinned at once to the job's least
+//! pinned slot and measured from birth. A thread first seen by a pass instead gets the whole job
+//! set: it may have inherited a pin from the thread that made it (or from before a daemon
+//! restart), and is measured from the next pass. A thread or process that vanished between the
+//! listing and the read is normal and skipped; any other error is logged (at warn once per job
+//! and kind) and the thread is left as it is (not recorded as pinned).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc;
