@@ -6,6 +6,11 @@
 //! - `burn N` — N busy processes (itself and N-1 children) until killed: a noisy neighbour.
 //! - `threads N SECONDS [PIDFILE]` — N threads, half busy and half sleeping, for SECONDS;
 //!   writes its pid to PIDFILE first.
+//! - `par N ITERS` — N threads each running `spin ITERS`; prints the wall time until the last
+//!   one finished, in seconds (a job with N busy threads, thread balancing bench).
+//! - `roles N DIR` — N threads; thread I writes its thread id to DIR/tid-I, then spins while
+//!   DIR/busy-I exists and sleeps (20 ms naps) while it does not, until DIR/stop appears. The
+//!   test switches a thread's role by creating or removing its busy file (thread balancing).
 //! - `spin-forever` — one busy loop until killed (what `burn` starts).
 //! - `touch MIB FILE` — allocates MIB MiB of anonymous memory and writes every page, then
 //!   writes "touched" to FILE and sleeps until killed (where a job's memory lands, NUMA tests).
@@ -57,7 +62,7 @@ fn raise_nofile() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N");
+    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | par N ITERS | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N");
     std::process::exit(2);
 }
 
@@ -135,6 +140,62 @@ fn main() {
                                 spin(1_000_000);
                             } else {
                                 std::thread::sleep(Duration::from_millis(20));
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                let _ = h.join();
+            }
+        }
+        Some("par") => {
+            let n: usize = arg(&args, 2);
+            let iters: u64 = arg(&args, 3);
+            let t = Instant::now();
+            let hs: Vec<_> = (0..n)
+                .map(|_| std::thread::spawn(move || spin(iters)))
+                .collect();
+            let x = hs
+                .into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .fold(0, |a, b| a ^ b);
+            println!("{:.4}", t.elapsed().as_secs_f64());
+            if x == 42 {
+                eprintln!("unlikely");
+            }
+        }
+        Some("roles") => {
+            let n: usize = arg(&args, 2);
+            let dir = std::path::PathBuf::from(args.get(3).unwrap_or_else(|| usage()));
+            let hs: Vec<_> = (0..n)
+                .map(|i| {
+                    let dir = dir.clone();
+                    std::thread::spawn(move || {
+                        // SAFETY: gettid has no preconditions.
+                        let tid = unsafe { libc::gettid() };
+                        let tmp = dir.join(format!(".tid-{i}"));
+                        let _ = std::fs::write(&tmp, format!("{tid}\n"));
+                        let _ = std::fs::rename(&tmp, dir.join(format!("tid-{i}")));
+                        let (busy, stop) = (dir.join(format!("busy-{i}")), dir.join("stop"));
+                        let mut n = 0u32;
+                        loop {
+                            if busy.exists() {
+                                // About 10 ms of spinning between looks at the files.
+                                let t = Instant::now();
+                                while t.elapsed() < Duration::from_millis(10) {
+                                    spin(10_000);
+                                }
+                            } else {
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                            // Every 8th round, a look at the stop file.
+                            n += 1;
+                            if n == 8 {
+                                n = 0;
+                                if stop.exists() {
+                                    break;
+                                }
                             }
                         }
                     })

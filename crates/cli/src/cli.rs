@@ -220,6 +220,10 @@ pub struct RunArgs {
     /// Priority 1-16 [default: the node's, normally 10]; higher runs first and may preempt.
     #[arg(short = 'p', long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=16))]
     pub priority: Option<u8>,
+    /// Bind the job's busy threads: each to one CPU (threads), to one core (cores), or not
+    /// (none) [default: the node's `[job] bind`].
+    #[arg(long, value_name = "MODE", value_parser = parse_bind)]
+    pub bind: Option<pjw_proto::BindMode>,
     /// Take the whole node.
     #[arg(long, conflicts_with = "backfill_only")]
     pub exclusive: bool,
@@ -366,4 +370,9 @@ pub struct ReportArgs {
     /// Write charts of memory and CPU over the jobs' lives to FILE (.svg or .png).
     #[arg(long, value_name = "FILE", conflicts_with = "watch")]
     pub plot: Option<PathBuf>,
+}
+
+fn parse_bind(text: &str) -> Result<pjw_proto::BindMode, String> {
+    pjw_proto::BindMode::parse(text)
+        .ok_or_else(|| format!("{text:?} is not one of threads, cores, none"))
 }

@@ -104,6 +104,7 @@ pub fn run(a: RunArgs) -> i32 {
     };
     let mut req = RunRequest {
         gpus: a.gpus,
+        bind: a.bind,
         cpus,
         mem,
         job_id,
@@ -191,8 +192,9 @@ pub fn run(a: RunArgs) -> i32 {
                     mems,
                     tmp,
                     env,
+                    env_defaults,
                     ..
-                }) => break Ok((job, cpus, mems, tmp, env)),
+                }) => break Ok((job, cpus, mems, tmp, env, env_defaults)),
                 Ok(Response::Error {
                     code: ErrorCode::ShuttingDown,
                     ..
@@ -227,11 +229,15 @@ pub fn run(a: RunArgs) -> i32 {
             }
         }
     };
-    let (job, cpus, _mems, tmp, env) = started;
+    let (job, cpus, _mems, tmp, env, env_defaults) = started;
     let mut cmd = std::process::Command::new(&a.command[0]);
+    // The thread counts the daemon suggests, where the user did not set their own.
+    let defaults =
+        pjw_core::thread_env::unset_only(&env_defaults, |k| std::env::var_os(k).is_some());
     cmd.args(&a.command[1..])
         .env("PJW_JOB_ID", &job)
         .env("PJW_CPUS", cpus.to_string())
+        .envs(defaults)
         .envs(env);
     // Job starter mode: private /tmp (needs root), then become the user.
     match &tmp {

@@ -266,6 +266,7 @@ fn user_text_can_neither_break_status_nor_reach_other_terminals() {
     // A huge wlm label, sent raw (the CLI would not make one).
     let req = pjw_proto::Request::Run(pjw_proto::RunRequest {
         gpus: 0,
+        bind: None,
         cpus: 1,
         mem: None,
         job_id: None,

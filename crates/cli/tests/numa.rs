@@ -603,3 +603,96 @@ fn exclusive_job_is_a_cpuset_partition() {
         root_cpus()
     );
 }
+
+/// The physical core of a CPU (package, core id), from sysfs.
+fn core_of(cpu: u32) -> (String, String) {
+    let t = |f: &str| {
+        read(format!("/sys/devices/system/cpu/cpu{cpu}/topology/{f}"))
+            .trim()
+            .to_string()
+    };
+    (t("physical_package_id"), t("core_id"))
+}
+
+/// `Cpus_allowed_list` of thread `tid` (empty once it is gone).
+fn allowed(tid: u32) -> CpuSet {
+    read(format!("/proc/{tid}/status"))
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .and_then(|v| CpuSet::parse_list(v.trim()).ok())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_sixteen_cpu_jobs_busy_threads_land_on_distinct_cores_of_one_node_first() {
+    require_numa!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = TestDaemon::start(&pjw_bin(), "[job]\nbind_interval_ms = 200\n");
+    let dir = d.dir().join("roles");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..4 {
+        std::fs::write(dir.join(format!("busy-{i}")), "").unwrap();
+    }
+    let wl = pjw_bin().with_file_name("pjw-wl");
+    let script = format!("exec {} roles 6 {}", wl.display(), dir.display());
+    let mut job = d
+        .pjw()
+        .args([
+            "run", "--cpus", "16", "--job-id", "b16", "--bind", "threads",
+        ])
+        .args(["--", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn pjw run");
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let tid = |i: usize| {
+            read(dir.join(format!("tid-{i}")))
+                .trim()
+                .parse::<u32>()
+                .ok()
+        };
+        assert!(
+            TestDaemon::wait_for(Duration::from_secs(120), || (0..6)
+                .all(|i| tid(i).is_some())),
+            "the workload's threads never wrote their ids"
+        );
+        let tids: Vec<u32> = (0..6).map(|i| tid(i).unwrap()).collect();
+        // 4 busy threads: each on one CPU, 4 different cores, all of one NUMA node; the two
+        // sleepers keep the whole job set.
+        let mut last = String::new();
+        let ok = TestDaemon::wait_for(Duration::from_secs(60), || {
+            let pins: Vec<CpuSet> = tids[..4].iter().map(|&t| allowed(t)).collect();
+            let cpus: Vec<u32> = pins
+                .iter()
+                .filter(|p| p.len() == 1)
+                .filter_map(CpuSet::first)
+                .collect();
+            let cores: std::collections::BTreeSet<_> = cpus.iter().map(|&c| core_of(c)).collect();
+            let one_node = node_of(&CpuSet::from_cpus(cpus.iter().copied()).unwrap()).is_some();
+            let sleepers_free = tids[4..].iter().all(|&t| allowed(t).len() == 16);
+            last = format!(
+                "busy pins {pins:?}, cores {cores:?}, sleepers {:?}",
+                tids[4..].iter().map(|&t| allowed(t)).collect::<Vec<_>>()
+            );
+            cpus.len() == 4 && cores.len() == 4 && one_node && sleepers_free
+        });
+        assert!(
+            ok,
+            "busy threads not on 4 cores of one node: {last}\n{}",
+            d.log()
+        );
+    }));
+    std::fs::write(dir.join("stop"), "").unwrap();
+    let ended = TestDaemon::wait_for(Duration::from_secs(60), || {
+        matches!(job.try_wait(), Ok(Some(_)))
+    });
+    if !ended {
+        let _ = job.kill();
+    }
+    let _ = job.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}

@@ -26,6 +26,7 @@ pub mod size;
 pub mod synthetic;
 pub mod text;
 pub mod thread_bind;
+pub mod thread_env;
 pub mod tid;
 pub mod topology;
 

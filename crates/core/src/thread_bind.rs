@@ -32,8 +32,9 @@ use std::collections::BTreeMap;
 
 use crate::{CpuSet, Tid, Topology};
 
-/// What a job's threads are bound to (`[job] bind`, later `pjw run --bind`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What a job's threads are bound to (`[job] bind`, `pjw run --bind`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BindMode {
     /// Each busy thread on one PU of the job.
     Threads,
@@ -90,10 +91,8 @@ fn fill_order(topo: &Topology, job: &CpuSet) -> Vec<Key> {
     let mut keys = Vec::with_capacity(job.len());
     for cpu in job.iter() {
         // A CPU the topology does not know is a core of its own on node 0.
-        let (core, numa) = match topo.pu(cpu) {
-            Some(p) => ((p.package, p.core), p.numa.unwrap_or(0)),
-            None => ((u32::MAX, cpu), 0),
-        };
+        let core = core_of(topo, cpu);
+        let numa = topo.pu(cpu).and_then(|p| p.numa).unwrap_or(0);
         let rank = seen.entry(core).or_insert(0);
         keys.push((*rank, numa, cpu));
         *rank += 1;
@@ -212,6 +211,68 @@ pub fn plan(
     }
     debug_assert!(movers.next().is_none());
     out
+}
+
+/// Where a thread that was just born goes, before it can be measured: the slot of `job` (the
+/// set [`plan`] places on) with the fewest of `pins`, the first in fill order among equals
+/// (whole cores first, siblings last, one NUMA node before the next). None for an empty set.
+pub fn place_one(topo: &Topology, job: &CpuSet, pins: &BTreeMap<Tid, u32>) -> Option<u32> {
+    let mut count: BTreeMap<u32, usize> = BTreeMap::new();
+    for cpu in pins.values() {
+        *count.entry(*cpu).or_insert(0) += 1;
+    }
+    fill_order(topo, job)
+        .into_iter()
+        .map(|k| k.2)
+        .min_by_key(|cpu| count.get(cpu).copied().unwrap_or(0))
+}
+
+/// The CPUs [`plan`] places threads on in `mode`: the whole job set for `threads`, one PU per
+/// physical core (its lowest-numbered PU in the set) for `cores`, nothing for `none`.
+pub fn slots(topo: &Topology, job: &CpuSet, mode: BindMode) -> CpuSet {
+    match mode {
+        BindMode::None => CpuSet::new(),
+        BindMode::Threads => *job,
+        BindMode::Cores => {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut out = CpuSet::new();
+            for cpu in job.iter() {
+                if seen.insert(core_of(topo, cpu)) {
+                    out.insert(cpu);
+                }
+            }
+            out
+        }
+    }
+}
+
+/// The affinity a thread pinned to slot `cpu` gets: that PU for `threads`, the PUs of its core
+/// that are in the job for `cores`. Never outside `job`.
+pub fn pin_set(topo: &Topology, job: &CpuSet, mode: BindMode, cpu: u32) -> CpuSet {
+    let mut out = CpuSet::new();
+    match mode {
+        BindMode::None => {}
+        BindMode::Threads => {
+            if job.contains(cpu) {
+                out.insert(cpu);
+            }
+        }
+        BindMode::Cores => {
+            let core = core_of(topo, cpu);
+            for c in job.iter().filter(|&c| core_of(topo, c) == core) {
+                out.insert(c);
+            }
+        }
+    }
+    out
+}
+
+/// (package, core) of a CPU; a CPU the topology does not know is a core of its own.
+fn core_of(topo: &Topology, cpu: u32) -> (u32, u32) {
+    match topo.pu(cpu) {
+        Some(p) => (p.package, p.core),
+        None => (u32::MAX, cpu),
+    }
 }
 
 #[cfg(test)]
@@ -446,5 +507,78 @@ mod tests {
         assert_eq!(c.len(), 4);
         let (lo, hi) = (c.values().min().unwrap(), c.values().max().unwrap());
         assert!(hi - lo <= 1, "{c:?}");
+    }
+
+    #[test]
+    fn slots_and_pin_sets_per_mode() {
+        let topo = synthetic::parse("numa:2 core:2 pu:2").unwrap();
+        let job = set("0-5");
+        assert_eq!(slots(&topo, &job, BindMode::Threads), job);
+        assert_eq!(slots(&topo, &job, BindMode::Cores), set("0,2,4"));
+        assert!(slots(&topo, &job, BindMode::None).is_empty());
+        // A job holding only the second PU of a core: that PU is the core's slot.
+        assert_eq!(slots(&topo, &set("1,2-3"), BindMode::Cores), set("1,2"));
+        assert_eq!(pin_set(&topo, &job, BindMode::Threads, 3), set("3"));
+        assert_eq!(pin_set(&topo, &job, BindMode::Cores, 2), set("2-3"));
+        // Siblings outside the job are left out; a cpu outside the job pins to nothing.
+        assert_eq!(pin_set(&topo, &set("0-4"), BindMode::Cores, 4), set("4"));
+        assert!(pin_set(&topo, &job, BindMode::Threads, 7).is_empty());
+        assert!(pin_set(&topo, &job, BindMode::None, 0).is_empty());
+        // Two busy threads in cores mode: one core each, siblings included.
+        let p = plan(
+            &topo,
+            &slots(&topo, &job, BindMode::Cores),
+            &BTreeMap::new(),
+            &samples(&[1, 2], &[]),
+            SEC,
+            50,
+        );
+        let got: Vec<CpuSet> = p
+            .pins
+            .values()
+            .map(|&c| pin_set(&topo, &job, BindMode::Cores, c))
+            .collect();
+        assert_eq!(got, vec![set("0-1"), set("2-3")]);
+    }
+
+    #[test]
+    fn a_new_thread_goes_to_the_least_pinned_slot_in_fill_order() {
+        let topo = synthetic::parse("numa:2 core:2 pu:2").unwrap();
+        let job = set("0-7");
+        // (description, pins, expected slot)
+        type Case = (&'static str, &'static [(u32, u32)], Option<u32>);
+        let cases: &[Case] = &[
+            ("no pins: the first whole core of node 0", &[], Some(0)),
+            ("cpu 0 taken: the next whole core", &[(1, 0)], Some(2)),
+            (
+                "node 0's cores taken: node 1's first core",
+                &[(1, 0), (2, 2)],
+                Some(4),
+            ),
+            (
+                "every core taken: the first sibling",
+                &[(1, 0), (2, 2), (3, 4), (4, 6)],
+                Some(1),
+            ),
+            (
+                "all eight taken once, cpu 0 twice: cpu 2",
+                &[
+                    (1, 0),
+                    (2, 2),
+                    (3, 4),
+                    (4, 6),
+                    (5, 1),
+                    (6, 3),
+                    (7, 5),
+                    (8, 7),
+                    (9, 0),
+                ],
+                Some(2),
+            ),
+        ];
+        for (desc, p, want) in cases {
+            assert_eq!(place_one(&topo, &job, &pins(p)), *want, "{desc}");
+        }
+        assert_eq!(place_one(&topo, &CpuSet::new(), &BTreeMap::new()), None);
     }
 }

@@ -149,12 +149,15 @@ pub struct Config {
     pub swap_max: Option<u64>,
     /// `[job] partition`: exclusive jobs become cpuset partitions of this type (v2).
     pub partition: Option<pjw_cgroup::Partition>,
-    /// `[job] bind`: how a job's busy threads are bound (parsed only; the daemon does not bind
-    /// threads yet).
+    /// `[job] bind`: how a job's busy threads are bound unless it asks otherwise (`--bind`).
     pub bind: pjw_core::thread_bind::BindMode,
     /// `[job] io_weight` and `[job] io_max`: every job's I/O weight and limits (devices
     /// resolved to whole disks at load); a job's `--io-max` can only tighten them.
     pub io: pjw_core::io_limits::JobIo,
+    /// `[job] bind_interval_ms`: the thread balancing pass's interval.
+    pub bind_interval_ms: u64,
+    /// `[job] thread_env`: send OMP_NUM_THREADS and friends to match the job's CPUs.
+    pub thread_env: bool,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
     /// Where the device nodes are (`[paths] dev`), for GPU discovery.
@@ -335,6 +338,8 @@ impl Config {
             partition: job.partition,
             bind: job.bind,
             io,
+            bind_interval_ms: job.bind_interval_ms,
+            thread_env: job.thread_env,
             proc_root: raw.paths.proc.unwrap_or_else(|| PathBuf::from("/proc")),
             sys_root,
             log_level,

@@ -19,7 +19,7 @@
 //! policy's actions), [`lifecycle`] (start, move, track, end) with [`pidfd`] (the main
 //! process watcher) and [`freezing`] (freezes, waited for off the engine thread), [`control`] (kill, suspend, resume, priority), [`recovery`] (restart),
 //! [`mem_governor`] (the memory governor's reads and writes), [`profile_hooks`] (sampler, job
-//! summaries, `report`), [`proc_events`] (the process tracker), [`wlm`] (workload-manager
+//! summaries, `report`), [`proc_events`] (the process tracker), [`binding`] (thread balancing), [`wlm`] (workload-manager
 //! jobs and adoption) and [`status`] (`pjw status`, metrics).
 
 use std::collections::{BTreeMap, HashMap};
@@ -45,6 +45,9 @@ use crate::profile::{Finals, Writer};
 use crate::store_port::StorePort;
 
 mod admission;
+#[cfg(test)]
+mod bind_tests;
+mod binding;
 mod control;
 #[cfg(test)]
 mod event_tests;
@@ -143,6 +146,8 @@ pub struct Engine {
     gpus: pjw_core::Gpus,
     /// Whether jobs are fenced off the GPUs they were not given (v1 devices controller).
     gpus_fenced: bool,
+    /// The thread balancer's thread ([`Engine::set_binder`]); None: no balancing.
+    binder: Option<crate::bind::Binder>,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -251,6 +256,7 @@ impl Engine {
             clock: Box::new(SystemClock),
             gpus: pjw_core::Gpus::none(),
             gpus_fenced: false,
+            binder: None,
         }
     }
 
@@ -371,6 +377,7 @@ impl Engine {
             Event::Sweep => self.sweep(),
             Event::Proc(msg) => self.proc_events(msg),
             Event::Sample => self.sample(),
+            Event::Bind => self.bind_tick(),
             Event::Metrics { reply } => {
                 let _ = reply.send(self.metrics_snapshot());
             }

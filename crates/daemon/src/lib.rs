@@ -5,6 +5,7 @@
 //! runtime. See docs/architecture.md for how the parts fit.
 
 pub mod adopt;
+pub mod bind;
 pub mod central_report;
 pub mod cgroup_port;
 pub mod clock;
@@ -320,6 +321,17 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
         eng.enable_partitions(kind);
     }
     eng.set_gpus(node_gpus, gpus_fenced);
+    // Thread balancing: its own thread reads /proc and calls sched_setaffinity, off the engine.
+    let bind_port = bind::ProcPort {
+        driver: metrics_driver.clone(),
+        proc_root: cfg.proc_root.clone(),
+    };
+    match bind::Binder::spawn(bind_port, topo.clone()) {
+        Ok(b) => eng.set_binder(b),
+        Err(e) => {
+            warn!(error = %e, "cannot start the thread balancing thread; threads are not bound")
+        }
+    }
     // Exact process counts (and exec events for adoption) from the kernel's proc connector;
     // opened before recovery so that no event after the re-seed is missed.
     match procs::spawn_reader(tx.clone(), engine::Event::Proc) {
@@ -330,7 +342,7 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     }
     eng.start_profiles().map_err(DaemonError::Other)?;
     eng.recover().map_err(DaemonError::Other)?;
-    // The timers (governor, sampler, adoption sweep), the central-store shipper and the metrics
+    // The timers (governor, sampler, adoption sweep, thread balancing), the central-store shipper and the metrics
     // listener: restarted by a reload that changes their keys.
     let mut tasks = tasks::Tasks::new(tx.clone(), eng.metrics(), metrics_driver);
     let listener = bind_socket(&cfg.socket, cfg.socket_mode)?;

@@ -166,6 +166,8 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     live!("job.tmp_max", tmp_max);
     live!("job.bind", bind);
     live!("job.io_weight/io_max", io);
+    live!("job.bind_interval_ms", bind_interval_ms);
+    live!("job.thread_env", thread_env);
     live!("memory (governor thresholds)", governor_cfg);
     live!("memory.interval_ms", governor_interval_ms);
     live!("profile.interval", profile.interval_ms);

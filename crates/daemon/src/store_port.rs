@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use pjw_core::io_limits::JobIo;
+use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, GpuSet};
 use pjw_store::{JobRecord, JobSummary, StarterRecord, Store, StoreError, StoredRole};
 
@@ -51,6 +52,9 @@ pub trait StorePort: Send {
     /// A job's I/O weight and limits.
     fn set_io(&mut self, seq: i64, io: &JobIo) -> Result<(), StoreError>;
     fn io(&self, seq: i64) -> Result<Option<JobIo>, StoreError>;
+    /// The thread binding a job asked for (`--bind`).
+    fn set_bind(&mut self, seq: i64, mode: BindMode) -> Result<(), StoreError>;
+    fn bind(&self, seq: i64) -> Result<Option<BindMode>, StoreError>;
 }
 
 impl StorePort for Store {
@@ -68,6 +72,12 @@ impl StorePort for Store {
     }
     fn io(&self, seq: i64) -> Result<Option<JobIo>, StoreError> {
         Store::io(self, seq)
+    }
+    fn set_bind(&mut self, seq: i64, mode: BindMode) -> Result<(), StoreError> {
+        Store::set_bind(self, seq, mode)
+    }
+    fn bind(&self, seq: i64) -> Result<Option<BindMode>, StoreError> {
+        Store::bind(self, seq)
     }
     fn next_job_number(&mut self) -> Result<u64, StoreError> {
         Store::next_job_number(self)

@@ -1,5 +1,5 @@
 //! The daemon's tasks beside the engine, which a reload may restart: the timers of the memory
-//! governor, the sampler and the adoption sweep, the metrics listener and the central-store
+//! governor, the sampler, the adoption sweep and the thread balancing, the metrics listener and the central-store
 //! shipper.
 //!
 //! Each runs with its [`Settings`], read from the engine's config. At start [`Tasks::start`]
@@ -34,6 +34,10 @@ pub struct Settings {
     pub sample_ms: Option<u64>,
     /// The adoption sweep's tick (ms); None: off (`sweep_interval_ms = 0` or no `[adopt] env`).
     pub sweep_ms: Option<u64>,
+    /// The thread balancing tick (ms). It runs whatever `[job] bind` says: a job may ask for
+    /// binding with `--bind`, and a tick with no job that binds costs the engine a walk of its
+    /// jobs, nothing else.
+    pub bind_ms: Option<u64>,
     /// Where `/metrics` is served; None: off.
     pub metrics: Option<SocketAddr>,
     /// The central store; None: off.
@@ -48,6 +52,7 @@ impl Settings {
             // The adoption backstop; it does nothing while no registered job runs.
             sweep_ms: (cfg.adopt_sweep_ms > 0 && !cfg.adopt_env.is_empty())
                 .then_some(cfg.adopt_sweep_ms),
+            bind_ms: Some(cfg.bind_interval_ms),
             metrics: cfg.metrics_listen,
             central: cfg.central.clone(),
         }
@@ -93,6 +98,7 @@ pub struct Tasks {
     governor: Option<Ticker>,
     sampler: Option<Ticker>,
     sweep: Option<Ticker>,
+    bind: Option<Ticker>,
     listener: Option<Listener>,
     central: Option<CentralConfig>,
 }
@@ -103,6 +109,7 @@ enum Timer {
     Governor,
     Sampler,
     Sweep,
+    Bind,
 }
 
 impl Timer {
@@ -111,6 +118,7 @@ impl Timer {
             Timer::Governor => "memory governor",
             Timer::Sampler => "sampler",
             Timer::Sweep => "adoption sweep",
+            Timer::Bind => "thread balancing",
         }
     }
     fn key(self) -> &'static str {
@@ -118,6 +126,7 @@ impl Timer {
             Timer::Governor => "memory.interval_ms",
             Timer::Sampler => "profile.interval",
             Timer::Sweep => "adopt.sweep_interval_ms",
+            Timer::Bind => "job.bind_interval_ms",
         }
     }
     fn event(self) -> Event {
@@ -125,12 +134,14 @@ impl Timer {
             Timer::Governor => Event::Govern,
             Timer::Sampler => Event::Sample,
             Timer::Sweep => Event::Sweep,
+            Timer::Bind => Event::Bind,
         }
     }
-    /// The sampler skips a tick missed while the engine was busy instead of bunching them.
+    /// The sampler and the balancing skip a tick missed while the engine was busy instead of
+    /// bunching them.
     fn missed(self) -> MissedTickBehavior {
         match self {
-            Timer::Sampler => MissedTickBehavior::Skip,
+            Timer::Sampler | Timer::Bind => MissedTickBehavior::Skip,
             Timer::Governor | Timer::Sweep => MissedTickBehavior::Delay,
         }
     }
@@ -146,6 +157,7 @@ impl Tasks {
             governor: None,
             sampler: None,
             sweep: None,
+            bind: None,
             listener: None,
             central: None,
         }
@@ -180,6 +192,7 @@ impl Tasks {
             governor_ms: self.governor.as_ref().map(|t| t.every_ms),
             sample_ms: self.sampler.as_ref().map(|t| t.every_ms),
             sweep_ms: self.sweep.as_ref().map(|t| t.every_ms),
+            bind_ms: self.bind.as_ref().map(|t| t.every_ms),
             metrics: self.listener.as_ref().map(|l| l.want),
             central: self.central.clone(),
         }
@@ -195,12 +208,14 @@ impl Tasks {
             (Timer::Governor, want.governor_ms),
             (Timer::Sampler, want.sample_ms),
             (Timer::Sweep, want.sweep_ms),
+            (Timer::Bind, want.bind_ms),
         ] {
             let tx = self.tx.clone();
             let slot = match timer {
                 Timer::Governor => &mut self.governor,
                 Timer::Sampler => &mut self.sampler,
                 Timer::Sweep => &mut self.sweep,
+                Timer::Bind => &mut self.bind,
             };
             if slot.as_ref().map(|t| t.every_ms) == every {
                 continue;

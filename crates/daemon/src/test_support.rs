@@ -34,6 +34,8 @@ pub struct FakeState {
     pub starters: BTreeMap<i64, StarterRecord>,
     /// I/O rows by seq.
     pub io: BTreeMap<i64, pjw_core::io_limits::JobIo>,
+    /// Bind rows by seq.
+    pub bind: BTreeMap<i64, pjw_core::thread_bind::BindMode>,
     /// Fail every write until cleared (a full disk).
     pub full: bool,
     /// Fail the next this many writes.
@@ -227,6 +229,18 @@ impl StorePort for FakeStore {
     }
     fn io(&self, seq: i64) -> Result<Option<pjw_core::io_limits::JobIo>, StoreError> {
         Ok(self.state().io.get(&seq).cloned())
+    }
+    fn set_bind(
+        &mut self,
+        seq: i64,
+        mode: pjw_core::thread_bind::BindMode,
+    ) -> Result<(), StoreError> {
+        self.write(format!("set_bind {seq} {}", mode.name()), |st| {
+            st.bind.insert(seq, mode);
+        })
+    }
+    fn bind(&self, seq: i64) -> Result<Option<pjw_core::thread_bind::BindMode>, StoreError> {
+        Ok(self.state().bind.get(&seq).copied())
     }
     fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         Ok(self
@@ -483,6 +497,7 @@ pub fn who() -> Who {
 pub fn run_request(id: &str, cpus: u32) -> RunRequest {
     RunRequest {
         gpus: 0,
+        bind: None,
         cpus,
         mem: None,
         job_id: Some(id.into()),

@@ -109,6 +109,7 @@ async fn other_clients_are_answered_while_a_user_lookup_is_stalled() {
         who,
         req: RunRequest {
             gpus: 0,
+            bind: None,
             cpus: 1,
             mem: None,
             job_id: Some("b1".into()),

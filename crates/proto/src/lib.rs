@@ -24,6 +24,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, GpuSet};
 use serde::{Deserialize, Serialize};
 
@@ -168,6 +169,10 @@ pub struct RunRequest {
     /// only tighten the node's `[job] io_max`. The daemon parses and validates them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub io_max: Vec<String>,
+    /// How the job's busy threads are bound (`--bind`); None: the node's `[job] bind` (not
+    /// sent then, so older daemons still take the request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind: Option<BindMode>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -203,6 +208,10 @@ pub enum Response {
         /// `CUDA_VISIBLE_DEVICES`, ...).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         env: Vec<(String, String)>,
+        /// Variables the client sets only where the user's environment lacks them: the
+        /// OpenMP/BLAS thread counts and places matching the job's CPUs (`[job] thread_env`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env_defaults: Vec<(String, String)>,
     },
     /// Answer to [`Request::Status`].
     Status(StatusReport),
@@ -565,6 +574,7 @@ mod tests {
     fn requests_decode_strictly() {
         let run = Request::Run(RunRequest {
             gpus: 2,
+            bind: None,
             priority: Some(12),
             placement: Placement::BackfillOnly,
             exclusive: false,

@@ -5,7 +5,7 @@
 //! are held. Times are passed in by the caller (milliseconds since the Unix epoch); the store
 //! reads no clock.
 //!
-//! # Schema (versions 1 to 4)
+//! # Schema (versions 1 to 8)
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);   -- 'next_job_number'
 //! CREATE TABLE jobs (
@@ -73,6 +73,11 @@
 //!     seq INTEGER PRIMARY KEY,    -- jobs.seq
 //!     io  TEXT NOT NULL           -- 'weight=500; 254:0 rbps=100M' (JobIo::summary)
 //! );
+//! -- version 8: thread binding asked for by the job (a side table: only `--bind` jobs have a row)
+//! CREATE TABLE job_bind (
+//!     seq  INTEGER PRIMARY KEY,   -- jobs.seq
+//!     mode TEXT NOT NULL          -- 'threads' | 'cores' | 'none'
+//! );
 //! ```
 //! Samples are written in batches (one transaction each); a finished job's summary is written in
 //! the same transaction that marks it ended ([`Store::finish_job`]); retention and the size cap
@@ -94,11 +99,12 @@ use std::path::{Path, PathBuf};
 
 use pjw_core::io_limits::JobIo;
 use pjw_core::sched::Placement;
+use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, GpuSet};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -210,6 +216,11 @@ const MIGRATIONS: &[&str] = &[
     "CREATE TABLE job_io (
          seq INTEGER PRIMARY KEY,
          io  TEXT NOT NULL
+     );",
+    // 8: the thread binding a job asked for (`pjw run --bind`), over the node's default.
+    "CREATE TABLE job_bind (
+         seq  INTEGER PRIMARY KEY,
+         mode TEXT NOT NULL
      );",
 ];
 
@@ -661,6 +672,40 @@ impl Store {
             .map_err(self.err())
     }
 
+    /// Record the thread binding job `seq` asked for.
+    pub fn set_bind(&self, seq: i64, mode: BindMode) -> Result<(), StoreError> {
+        exec_cached(
+            &self.conn,
+            "INSERT OR REPLACE INTO job_bind (seq, mode) VALUES (?1, ?2)",
+            params![seq, mode.name()],
+        )
+        .map_err(self.err())?;
+        Ok(())
+    }
+
+    /// The thread binding job `seq` asked for; `None`: the node's default.
+    pub fn bind(&self, seq: i64) -> Result<Option<BindMode>, StoreError> {
+        let row: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT mode FROM job_bind WHERE seq = ?1",
+                params![seq],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())?;
+        match row {
+            None => Ok(None),
+            Some(text) => BindMode::parse(&text)
+                .map(Some)
+                .ok_or_else(|| StoreError::BadRow {
+                    path: self.path.clone(),
+                    seq,
+                    reason: format!("bind mode {text:?}"),
+                }),
+        }
+    }
+
     /// A GPU job's request and the GPUs it holds (written before the job starts on them).
     pub fn set_gpus(&self, seq: i64, ngpus: u32, gpus: &GpuSet) -> Result<(), StoreError> {
         exec_cached(
@@ -1016,6 +1061,26 @@ mod tests {
             .unwrap();
         let e = s.job(seq).unwrap_err().to_string();
         assert!(e.contains("unknown placement \"anywhere\""), "{e}");
+    }
+
+    #[test]
+    fn a_jobs_bind_mode_is_kept_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let seq = s.insert_job(&job("b1")).unwrap();
+        assert_eq!(s.bind(seq).unwrap(), None);
+        s.set_bind(seq, BindMode::Cores).unwrap();
+        assert_eq!(s.bind(seq).unwrap(), Some(BindMode::Cores));
+        s.set_bind(seq, BindMode::None).unwrap();
+        assert_eq!(s.bind(seq).unwrap(), Some(BindMode::None));
+        s.conn
+            .execute(
+                "UPDATE job_bind SET mode = 'sideways' WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+        let e = s.bind(seq).unwrap_err();
+        assert!(e.to_string().contains("sideways"), "{e}");
     }
 
     #[test]

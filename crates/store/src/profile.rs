@@ -715,7 +715,7 @@ impl Store {
                 [cutoff],
             )
             .map_err(err)?;
-            for side in ["job_gpus", "job_io"] {
+            for side in ["job_gpus", "job_io", "job_bind"] {
                 tx.execute(
                     &format!("DELETE FROM {side} WHERE seq IN ({old})"),
                     [cutoff],

@@ -1,5 +1,6 @@
 //! `[job]`: what every job gets: leftover killing, pids and swap limits, its private /tmp, and
-//! the partition type of exclusive jobs, and how its threads are bound.
+//! the partition type of exclusive jobs, how its threads are bound and how often they are
+//! balanced, and whether its OpenMP/BLAS thread variables are set.
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +22,8 @@ pub struct RawJob {
     pub bind: Option<String>,
     pub io_weight: Option<u64>,
     pub io_max: Option<Vec<String>>,
+    pub bind_interval_ms: Option<u64>,
+    pub thread_env: Option<bool>,
 }
 
 /// The validated `[job]` section.
@@ -34,6 +37,8 @@ pub(super) struct Job {
     pub swap_max: Option<u64>,
     pub partition: Option<pjw_cgroup::Partition>,
     pub bind: pjw_core::thread_bind::BindMode,
+    pub bind_interval_ms: u64,
+    pub thread_env: bool,
 }
 
 /// Validate `[job]`; a job's /tmp lives below `state_dir` unless `tmp_root` says otherwise.
@@ -102,6 +107,16 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
             )
         })?,
     };
+    let bind_interval_ms = match j.bind_interval_ms {
+        None => 1000,
+        Some(n) if n < 100 => {
+            return Err(err(
+                "job.bind_interval_ms",
+                format!("{n} is below 100 (ms)"),
+            ))
+        }
+        Some(n) => n,
+    };
     Ok(Job {
         kill_leftovers: j.kill_leftovers.unwrap_or(true),
         pids_max,
@@ -111,5 +126,7 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
         swap_max,
         partition,
         bind,
+        bind_interval_ms,
+        thread_env: j.thread_env.unwrap_or(true),
     })
 }

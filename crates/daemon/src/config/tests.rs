@@ -299,10 +299,31 @@ fn job_bind_mode() {
         e.to_string().contains("not one of threads, cores, none"),
         "{e}"
     );
-    // A reload may change it at once (nothing is bound yet, so nothing to undo).
+    // A reload may change it at once (the binder gives the pins of jobs now at `none` back).
     let old = Config::parse("t.toml", "", &Overrides::default()).unwrap();
     let new = Config::parse("t.toml", "[job]\nbind = \"threads\"", &Overrides::default()).unwrap();
     let plan =
         crate::reload::plan(&old, &new, &"0-3".parse().unwrap(), &Default::default()).unwrap();
     assert_eq!(plan.changed, ["job.bind"]);
+}
+
+#[test]
+fn job_bind_interval_and_thread_env() {
+    let c = Config::parse("t.toml", "", &Overrides::default()).unwrap();
+    assert_eq!((c.bind_interval_ms, c.thread_env), (1000, true));
+    let c = Config::parse(
+        "t.toml",
+        "[job]\nbind_interval_ms = 250\nthread_env = false\n",
+        &Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!((c.bind_interval_ms, c.thread_env), (250, false));
+    let e = Config::parse(
+        "t.toml",
+        "[job]\nbind_interval_ms = 10\n",
+        &Overrides::default(),
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "job.bind_interval_ms", "{e}");
+    assert!(e.to_string().contains("below 100"), "{e}");
 }

@@ -40,6 +40,7 @@ impl Engine {
                 backfill: j.phase == Phase::Backfill,
                 tmp: j.tmp_reply(),
                 env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
+                env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
             });
             return;
         }
@@ -174,6 +175,9 @@ impl Engine {
         }
         let io = self.io_of(cred.uid, &req).unwrap_or_default(); // checked in validate
         if !self.record_io(seq, io) {
+            return;
+        }
+        if !self.record_bind(seq, req.bind) {
             return;
         }
         let job = &self.jobs[&seq];

@@ -95,6 +95,9 @@ pub enum Event {
     Proc(ProcMsg),
     /// The sampler's tick (`profile.interval`): sample every started job.
     Sample,
+    /// The thread balancing tick (`[job] bind_interval_ms`): hand the running jobs to the
+    /// binder.
+    Bind,
     /// A metrics scrape: answer with an in-memory snapshot (no I/O).
     Metrics {
         reply: oneshot::Sender<crate::metrics::Snapshot>,

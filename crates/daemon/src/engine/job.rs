@@ -126,6 +126,8 @@ pub(super) struct Job {
     pub(super) store_dirty: bool,
     /// A freeze under way (the v1 freezer is FREEZING), and what it is for.
     pub(super) freezing: Option<super::freezing::FreezeFor>,
+    /// The thread binding it asked for (`--bind`); None: the node's `[job] bind`.
+    pub(super) bind: Option<pjw_core::thread_bind::BindMode>,
 }
 
 impl Job {

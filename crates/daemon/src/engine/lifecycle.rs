@@ -183,6 +183,7 @@ impl Engine {
             backfill,
             tmp: j.tmp_reply(),
             env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
+            env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
         });
         self.track(seq, true);
         // After the reply: `status` has the new job's figures before the sampler's next tick.

@@ -4,14 +4,25 @@
 use tracing::debug;
 
 use super::Engine;
+use proc_connector::ProcEvent;
+
 use crate::procs::{ProcMsg, Unknown};
 
 impl Engine {
     pub(super) fn proc_events(&mut self, msg: ProcMsg) {
         match msg {
             ProcMsg::Events(events) => {
+                let mut born = Vec::new();
                 for ev in &events {
                     self.note_exit(ev);
+                    if let ProcEvent::Fork {
+                        child_pid,
+                        child_tgid,
+                        ..
+                    } = *ev
+                    {
+                        born.push((child_tgid, child_pid));
+                    }
                     match self.procs.apply(ev) {
                         Some(Unknown::Exec { pid, tgid }) => self.on_unknown_exec(pid, tgid),
                         Some(Unknown::Fork { parent, child }) => {
@@ -21,6 +32,7 @@ impl Engine {
                         None => {}
                     }
                 }
+                self.place_born(&born);
             }
             ProcMsg::Overrun => {
                 self.reseed_procs();

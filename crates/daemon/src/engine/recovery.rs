@@ -191,6 +191,7 @@ impl Engine {
         }
         self.restore_gpus(job);
         self.restore_io(job);
+        self.restore_bind(job);
     }
 
     pub(super) fn job_from_record(
@@ -252,6 +253,7 @@ impl Engine {
             end: EndWatch::default(),
             store_dirty: false,
             freezing: None,
+            bind: None,
         }
     }
 

@@ -129,6 +129,7 @@ async fn a_run_the_store_cannot_record_gets_a_clear_error_and_leaves_no_job() {
     let (reply, mut answers) = mpsc::unbounded_channel();
     let req = RunRequest {
         gpus: 0,
+        bind: None,
         cpus: 1,
         mem: None,
         job_id: Some("t1".into()),

@@ -56,6 +56,7 @@ impl Engine {
         };
         let run = RunRequest {
             gpus: 0,
+            bind: None,
             cpus: req.cpus,
             mem: req.mem,
             job_id: Some(req.job.clone()),
@@ -186,6 +187,7 @@ impl Engine {
                 backfill: false,
                 tmp: j.tmp_reply(),
                 env: Engine::gpu_env_of(&self.gpus, gpus_fenced, j),
+                env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
             });
             return true;
         }

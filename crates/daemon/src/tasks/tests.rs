@@ -37,6 +37,12 @@ fn settings_follow_the_config() {
     ));
     assert_eq!((s.governor_ms, s.sample_ms), (Some(250), Some(2000)));
     assert_eq!(s.metrics, Some("127.0.0.1:9810".parse().unwrap()));
+    // Thread balancing ticks whatever [job] bind says (a job may ask with --bind).
+    assert_eq!(Settings::of(&cfg("")).bind_ms, Some(1000));
+    assert_eq!(
+        Settings::of(&cfg("[job]\nbind_interval_ms = 300\n")).bind_ms,
+        Some(300)
+    );
 }
 
 /// Tasks on a channel of their own, serving metrics from a driver on a fake tree.
@@ -159,11 +165,12 @@ async fn a_reload_restarts_the_tasks_whose_keys_changed() {
     let before = t.running();
     assert_eq!((before.governor_ms, before.sample_ms), (None, Some(10_000)));
     assert_eq!(before.sweep_ms, Some(1000));
+    assert_eq!(before.bind_ms, Some(1000));
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pjw.toml");
     let base = format!(
-        "[paths]\nproc = {:?}\n[job]\ntmp_root = {:?}\n[memory]\ngovernor = false\n[profile]\nenabled = false\n",
+        "[paths]\nproc = {:?}\n[job]\nbind_interval_ms = 400\ntmp_root = {:?}\n[memory]\ngovernor = false\n[profile]\nenabled = false\n",
         te.proc_root(),
         te.engine.config().tmp_root,
     );
@@ -183,6 +190,7 @@ async fn a_reload_restarts_the_tasks_whose_keys_changed() {
     t.apply(&mut te.engine).await;
     let after = t.running();
     assert_eq!(after.sweep_ms, Some(50));
+    assert_eq!(after.bind_ms, Some(400));
     assert_eq!(after.metrics, Some(loopback(port)));
     assert!(answers(loopback(port)).await);
     assert!(after.central.is_some());

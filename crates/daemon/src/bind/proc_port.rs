@@ -1,0 +1,88 @@
+//! The binder's port on a real machine: job processes from the cgroup driver, threads and run
+//! times from `/proc` (any root), affinity with `sched_setaffinity`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pjw_cgroup::{CgroupError, Driver};
+use pjw_core::CpuSet;
+
+use super::{BindError, BindPort};
+
+/// Reads `proc_root` and the job cgroups through `driver`.
+#[derive(Debug)]
+pub struct ProcPort {
+    pub driver: Arc<Driver>,
+    pub proc_root: PathBuf,
+}
+
+impl BindPort for ProcPort {
+    fn procs(&self, cgroup: &str) -> Result<Vec<u32>, BindError> {
+        match self.driver.procs(cgroup) {
+            Ok(p) => Ok(p),
+            Err(CgroupError::Read { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Err(BindError::Gone)
+            }
+            Err(e) => Err(BindError::Failed(e.to_string())),
+        }
+    }
+
+    fn threads(&self, pid: u32) -> Result<Vec<u32>, BindError> {
+        let dir = self.proc_root.join(pid.to_string()).join("task");
+        let rd = std::fs::read_dir(&dir).map_err(|e| BindError::of_io(&e, dir.display()))?;
+        let mut tids = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|e| BindError::of_io(&e, dir.display()))?;
+            if let Some(t) = ent.file_name().to_str().and_then(|s| s.parse().ok()) {
+                tids.push(t);
+            }
+        }
+        Ok(tids)
+    }
+
+    fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError> {
+        let dir = self
+            .proc_root
+            .join(pid.to_string())
+            .join("task")
+            .join(tid.to_string());
+        let path = dir.join("schedstat");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => pjw_kernelfs::schedstat::parse(&text)
+                .map(|s| s.run_ns.saturating_add(s.wait_ns))
+                .map_err(|e| BindError::Failed(format!("{}: {e}", path.display()))),
+            // No schedstat (a kernel without CONFIG_SCHED_INFO): the stat line's CPU ticks
+            // (time on a CPU only).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir.exists() => {
+                let path = dir.join("stat");
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| BindError::of_io(&e, path.display()))?;
+                let t = pjw_kernelfs::task_stat::parse(&text)
+                    .map_err(|e| BindError::Failed(format!("{}: {e}", path.display())))?;
+                let hz = rustix::param::clock_ticks_per_second().max(1);
+                Ok(t.cpu_ticks().saturating_mul(1_000_000_000 / hz))
+            }
+            Err(e) => Err(BindError::of_io(&e, path.display())),
+        }
+    }
+
+    fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError> {
+        let mut set = rustix::process::CpuSet::new();
+        for c in cpus.iter() {
+            set.set(c as usize);
+        }
+        let pid = i32::try_from(tid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .ok_or_else(|| BindError::Failed(format!("bad thread id {tid}")))?;
+        rustix::process::sched_setaffinity(Some(pid), &set).map_err(|e| {
+            if e == rustix::io::Errno::SRCH {
+                BindError::Gone
+            } else {
+                BindError::Failed(format!("sched_setaffinity({tid}, {cpus}): {e}"))
+            }
+        })
+    }
+}

@@ -1,0 +1,328 @@
+//! The binder's passes on a recording fake port: the pins follow the busy threads, sleepers get
+//! the whole job set back, vanished threads are skipped and failures are not taken as pins.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use pjw_core::{synthetic, CpuSet};
+
+use super::*;
+
+const SEC: u64 = 1_000_000_000;
+
+/// A machine of jobs, processes and threads whose run times the test moves by hand; records
+/// every affinity set.
+#[derive(Default)]
+struct Fake {
+    procs: HashMap<String, Vec<u32>>,
+    threads: HashMap<u32, Vec<u32>>,
+    run: Mutex<HashMap<u32, u64>>,
+    /// Threads whose reads or pins fail with this error.
+    fail: HashMap<u32, BindError>,
+    set: Mutex<Vec<(u32, CpuSet)>>,
+}
+
+impl Fake {
+    fn job(cgroup: &str, pid: u32, tids: &[u32]) -> Fake {
+        let mut f = Fake::default();
+        f.procs.insert(cgroup.into(), vec![pid]);
+        f.threads.insert(pid, tids.to_vec());
+        f.run.lock().unwrap().extend(tids.iter().map(|&t| (t, 0)));
+        f
+    }
+    /// Threads `busy` ran the whole second, the others 1 ms.
+    fn advance(&self, busy: &[u32]) {
+        for (tid, ns) in self.run.lock().unwrap().iter_mut() {
+            *ns += if busy.contains(tid) { SEC } else { SEC / 1000 };
+        }
+    }
+    fn take_set(&self) -> Vec<(u32, CpuSet)> {
+        let mut v = std::mem::take(&mut *self.set.lock().unwrap());
+        v.sort();
+        v
+    }
+    fn failure(&self, tid: u32) -> Option<BindError> {
+        self.fail.get(&tid).map(|e| match e {
+            BindError::Gone => BindError::Gone,
+            BindError::Failed(m) => BindError::Failed(m.clone()),
+        })
+    }
+}
+
+impl BindPort for Fake {
+    fn procs(&self, cgroup: &str) -> Result<Vec<u32>, BindError> {
+        self.procs.get(cgroup).cloned().ok_or(BindError::Gone)
+    }
+    fn threads(&self, pid: u32) -> Result<Vec<u32>, BindError> {
+        self.threads.get(&pid).cloned().ok_or(BindError::Gone)
+    }
+    fn runnable_ns(&self, _pid: u32, tid: u32) -> Result<u64, BindError> {
+        self.run
+            .lock()
+            .unwrap()
+            .get(&tid)
+            .copied()
+            .ok_or(BindError::Gone)
+    }
+    fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError> {
+        if let Some(e) = self.failure(tid) {
+            return Err(e);
+        }
+        self.set.lock().unwrap().push((tid, *cpus));
+        Ok(())
+    }
+}
+
+fn set(s: &str) -> CpuSet {
+    CpuSet::parse_list(s).unwrap()
+}
+
+fn job(mode: BindMode, cpus: &str) -> BindJob {
+    BindJob {
+        seq: 1,
+        cgroup: "job-a".into(),
+        cpus: set(cpus),
+        mode,
+    }
+}
+
+/// Run passes one second apart.
+struct Clock(Instant);
+impl Clock {
+    fn next(&mut self) -> Instant {
+        self.0 += Duration::from_secs(1);
+        self.0
+    }
+}
+
+fn pins(b: &Balancer) -> BTreeMap<u32, u32> {
+    b.pins(1)
+        .map(|p| p.iter().map(|(t, c)| (t.0, *c)).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn busy_threads_pinned_apart_sleepers_free_and_pins_follow() {
+    let topo = synthetic::parse("core:4").unwrap();
+    let fake = Fake::job("job-a", 100, &[100, 101, 102, 103, 104, 105]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = [job(BindMode::Threads, "2-3")];
+    // The first pass only measures, and gives every thread the job set (a pin from before a
+    // daemon restart would be unknown).
+    assert_eq!(b.pass(&fake, &j, clock.next()), PassReport::default());
+    let all: Vec<(u32, CpuSet)> = (100..106).map(|t| (t, set("2-3"))).collect();
+    assert_eq!(fake.take_set(), all);
+    fake.advance(&[101, 102]);
+    let r = b.pass(&fake, &j, clock.next());
+    assert_eq!(r.pinned, 2);
+    assert_eq!(fake.take_set(), vec![(101, set("2")), (102, set("3"))]);
+    assert_eq!(pins(&b), BTreeMap::from([(101, 2), (102, 3)]));
+    // Same behaviour: nothing is set again.
+    fake.advance(&[101, 102]);
+    assert_eq!(b.pass(&fake, &j, clock.next()), PassReport::default());
+    assert!(fake.take_set().is_empty());
+    // 101 sleeps, 104 wakes: 101 gets the job set back, 104 takes its cpu, 102 stays.
+    fake.advance(&[102, 104]);
+    let r = b.pass(&fake, &j, clock.next());
+    assert_eq!((r.pinned, r.unpinned), (1, 1));
+    assert_eq!(fake.take_set(), vec![(101, set("2-3")), (104, set("2"))]);
+    assert_eq!(pins(&b), BTreeMap::from([(102, 3), (104, 2)]));
+}
+
+#[test]
+fn cores_mode_pins_whole_cores_of_the_job() {
+    let topo = synthetic::parse("core:4 pu:2").unwrap();
+    let fake = Fake::job("job-a", 10, &[10, 11, 12]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = [job(BindMode::Cores, "0-3")];
+    b.pass(&fake, &j, clock.next());
+    fake.take_set();
+    fake.advance(&[10, 11, 12]);
+    b.pass(&fake, &j, clock.next());
+    // Two cores in the job: the third busy thread shares the first core.
+    assert_eq!(
+        fake.take_set(),
+        vec![(10, set("0-1")), (11, set("2-3")), (12, set("0-1"))]
+    );
+}
+
+#[test]
+fn a_changed_job_set_applies_every_pin_again_inside_it() {
+    let topo = synthetic::parse("core:4").unwrap();
+    let fake = Fake::job("job-a", 10, &[10, 11]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    b.pass(&fake, &[job(BindMode::Threads, "0-1")], clock.next());
+    fake.take_set();
+    fake.advance(&[10, 11]);
+    b.pass(&fake, &[job(BindMode::Threads, "0-1")], clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0")), (11, set("1"))]);
+    // Moved to 1-2 (the cpuset rewrote both threads' affinity): both pins set again, inside.
+    fake.advance(&[10, 11]);
+    b.pass(&fake, &[job(BindMode::Threads, "1-2")], clock.next());
+    let got = fake.take_set();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got.iter().all(|(_, c)| c.is_subset(&set("1-2"))), "{got:?}");
+    assert_ne!(got[0].1, got[1].1);
+}
+
+#[test]
+fn vanished_threads_are_skipped_failures_not_taken_as_pins() {
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10, 11, 12]);
+    fake.fail.insert(11, BindError::Gone);
+    fake.fail
+        .insert(12, BindError::Failed("operation not permitted".into()));
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = [job(BindMode::Threads, "0-3")];
+    b.pass(&fake, &j, clock.next());
+    fake.take_set();
+    fake.advance(&[10, 11, 12]);
+    let r = b.pass(&fake, &j, clock.next());
+    assert_eq!((r.pinned, r.failed), (1, 1));
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    assert_eq!(pins(&b), BTreeMap::from([(10, 0)]));
+    // The failed pin is tried again at the next pass.
+    fake.fail.remove(&12);
+    fake.advance(&[10, 12]);
+    b.pass(&fake, &j, clock.next());
+    let got = fake.take_set();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].0, 12);
+    assert!(
+        got[0].1.len() == 1 && got[0].1.is_subset(&set("1-3")),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn jobs_without_binding_or_gone_are_not_read() {
+    let topo = synthetic::parse("core:2").unwrap();
+    let fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    b.pass(&fake, &[job(BindMode::Threads, "0-1")], clock.next());
+    assert!(b.pins(1).is_some());
+    fake.take_set();
+    fake.advance(&[10]);
+    b.pass(&fake, &[job(BindMode::Threads, "0-1")], clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    // Its mode is now none (a reload): the pinned thread gets the job set back, then nothing.
+    b.pass(&fake, &[job(BindMode::None, "0-1")], clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0-1"))]);
+    assert!(b.pins(1).is_none());
+    b.pass(&fake, &[job(BindMode::None, "0-1")], clock.next());
+    assert!(fake.take_set().is_empty());
+    // Not listed any more (ended): forgotten.
+    b.pass(&fake, &[job(BindMode::Threads, "0-1")], clock.next());
+    assert!(b.pins(1).is_some());
+    b.pass(&fake, &[], clock.next());
+    assert!(b.pins(1).is_none());
+    // A job whose cgroup is gone is skipped.
+    let mut gone = job(BindMode::Threads, "0-1");
+    gone.cgroup = "job-gone".into();
+    assert_eq!(b.pass(&fake, &[gone], clock.next()), PassReport::default());
+}
+
+#[test]
+fn a_new_thread_gets_the_job_set_at_first_sight() {
+    let topo = synthetic::parse("core:2").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = [job(BindMode::Threads, "0-1")];
+    b.pass(&fake, &j, clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, &j, clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0")), (10, set("0-1"))]);
+    // Pinned thread 10 starts thread 11 (which inherits its pin): 11 gets the job set back at
+    // once, before it is measured; 10 keeps its pin.
+    fake.threads.insert(10, vec![10, 11]);
+    fake.run.lock().unwrap().insert(11, 0);
+    fake.advance(&[10]);
+    b.pass(&fake, &j, clock.next());
+    assert_eq!(fake.take_set(), vec![(11, set("0-1"))]);
+    // Measured busy at the next pass: pinned to the other cpu.
+    fake.advance(&[10, 11]);
+    b.pass(&fake, &j, clock.next());
+    assert_eq!(fake.take_set(), vec![(11, set("1"))]);
+}
+
+#[test]
+fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-2");
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.take_set();
+    assert_eq!(pins(&b), BTreeMap::from([(10, 0)]));
+    // Two threads born 0.4 s before the next pass: each goes to the least pinned cpu at once.
+    fake.threads.insert(10, vec![10, 11, 12]);
+    fake.run.lock().unwrap().extend([(11, 0), (12, 0)]);
+    let mut r = PassReport::default();
+    let birth = clock.0 + Duration::from_millis(600);
+    for tid in [11, 12] {
+        let born = Born {
+            job: j.clone(),
+            tgid: 10,
+            tid,
+        };
+        b.place_born(&fake, &born, birth, &mut r);
+    }
+    assert_eq!(r.pinned, 2);
+    assert_eq!(fake.take_set(), vec![(11, set("1")), (12, set("2"))]);
+    // Measured from birth: at the next pass 11 (busy all its 0.4 s: 40% of the interval but all
+    // of its life) keeps its cpu, 12 (asleep) is unpinned.
+    fake.advance(&[10]);
+    *fake.run.lock().unwrap().get_mut(&11).unwrap() += SEC * 4 / 10;
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(12, set("0-2"))]);
+    assert_eq!(pins(&b), BTreeMap::from([(10, 0), (11, 1)]));
+    // A job not balanced yet, or whose cpus changed: left to the next pass.
+    let mut other = j.clone();
+    other.seq = 2;
+    b.place_born(
+        &fake,
+        &Born {
+            job: other,
+            tgid: 10,
+            tid: 13,
+        },
+        birth,
+        &mut r,
+    );
+    let mut moved = j.clone();
+    moved.cpus = set("1-3");
+    b.place_born(
+        &fake,
+        &Born {
+            job: moved,
+            tgid: 10,
+            tid: 13,
+        },
+        birth,
+        &mut r,
+    );
+    assert!(fake.take_set().is_empty());
+}
+
+#[test]
+fn a_failure_is_a_warning_once_per_job_and_kind() {
+    let mut l = Logged::default();
+    assert!(l.first(1, "cannot pin"));
+    assert!(!l.first(1, "cannot pin"));
+    assert!(l.first(1, "cannot unpin"));
+    assert!(l.first(2, "cannot pin"));
+    // A job forgotten (ended) is forgotten here too.
+    l.retain(|seq| seq == 2);
+    assert!(l.first(1, "cannot pin"));
+    assert!(!l.first(2, "cannot pin"));
+}

@@ -1,0 +1,131 @@
+//! Thread balancing as the engine sees it: which mode a job binds with (its `--bind`, else the
+//! node's `[job] bind`), recorded beside its row; the balancing tick that hands the running
+//! jobs to the binder's thread (the engine reads no `/proc` file and makes no syscall for it);
+//! and the OpenMP/BLAS variables a starting job is offered.
+
+use pjw_core::thread_bind::{self, BindMode};
+use pjw_core::{thread_env, Topology};
+use pjw_proto::ErrorCode;
+use tracing::error;
+
+use super::store_writes::OnFail;
+use super::{err, Engine, Job};
+use crate::bind::{BindJob, Binder, Born};
+use crate::config::Config;
+
+impl Engine {
+    /// Balance the threads of running jobs through `b` at every [`super::Event::Bind`].
+    pub fn set_binder(&mut self, b: Binder) {
+        self.binder = Some(b);
+    }
+
+    /// A queued job asked for `mode`: remembered, and recorded before it is planned (a restart
+    /// keeps it). False (and the job is gone, its client told) when the store refuses.
+    pub(super) fn record_bind(&mut self, seq: i64, mode: Option<BindMode>) -> bool {
+        let Some(mode) = mode else {
+            return true;
+        };
+        match self.store_write(seq, "set_bind", OnFail::Refuse, |s| s.set_bind(seq, mode)) {
+            Ok(()) => {
+                if let Some(j) = self.jobs.get_mut(&seq) {
+                    j.bind = Some(mode);
+                }
+                true
+            }
+            Err(e) => {
+                if let Some(mut j) = self.jobs.remove(&seq) {
+                    error!(job = %j.id, error = %e, "cannot record job");
+                    self.store_end(seq, self.clock.now_ms(), "start failed: store", None);
+                    if let Some(w) = j.client.waiter.take() {
+                        let _ = w
+                            .reply
+                            .send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// Take back a recovered job's `--bind`.
+    pub(super) fn restore_bind(&self, job: &mut Job) {
+        if let Ok(Some(mode)) = self.store.bind(job.seq) {
+            job.bind = Some(mode);
+        }
+    }
+
+    /// The balancing tick: the jobs running on CPUs now (frozen and ending ones are left
+    /// alone), each with its mode, go to the binder; a job at `none` is listed so that pins a
+    /// reload made obsolete are given back.
+    pub(super) fn bind_tick(&mut self) {
+        let Some(b) = &self.binder else {
+            return;
+        };
+        let jobs: Vec<BindJob> = self
+            .jobs
+            .values()
+            .filter(|j| Engine::balanced(j))
+            .map(|j| BindJob {
+                seq: j.seq,
+                cgroup: j.cgroup.clone(),
+                cpus: j.cpus,
+                mode: j.bind.unwrap_or(self.cfg.bind),
+            })
+            .collect();
+        b.send(jobs);
+    }
+
+    /// Threads and processes just born (`(tgid, tid)` of fork events, attributed by the process
+    /// tracker): those of running jobs that bind go to the binder, which places them at once.
+    pub(super) fn place_born(&mut self, born: &[(u32, u32)]) {
+        let Some(b) = &self.binder else {
+            return;
+        };
+        let mut out = Vec::new();
+        for &(tgid, tid) in born {
+            let Some(j) = self.procs.job_of(tgid).and_then(|seq| self.jobs.get(&seq)) else {
+                continue;
+            };
+            let mode = j.bind.unwrap_or(self.cfg.bind);
+            if mode == BindMode::None || !Engine::balanced(j) {
+                continue;
+            }
+            out.push(Born {
+                job: BindJob {
+                    seq: j.seq,
+                    cgroup: j.cgroup.clone(),
+                    cpus: j.cpus,
+                    mode,
+                },
+                tgid,
+                tid,
+            });
+        }
+        if !out.is_empty() {
+            b.born(out);
+        }
+    }
+
+    /// Whether job `j`'s threads are balanced now: running on CPUs, not frozen or ending.
+    fn balanced(j: &Job) -> bool {
+        j.started.is_some()
+            && !j.cpus.is_empty()
+            && !j.end.ending
+            && !j.memory.frozen
+            && j.freezing.is_none()
+    }
+
+    /// What a starting job's client sets where the user did not: thread counts for its CPUs
+    /// (its cores with `cores`) and, when it binds, the OpenMP places.
+    pub(super) fn thread_env_of(cfg: &Config, topo: &Topology, j: &Job) -> Vec<(String, String)> {
+        if !cfg.thread_env {
+            return Vec::new();
+        }
+        let mode = j.bind.unwrap_or(cfg.bind);
+        let n = match mode {
+            BindMode::Cores => thread_bind::slots(topo, &j.cpus, mode).len(),
+            _ => j.cpus.len(),
+        };
+        thread_env::thread_env(n, mode)
+    }
+}
