@@ -80,7 +80,8 @@ impl Engine {
         if let Some(seq) = self.jobs.values().find(|j| j.id == id).map(|j| j.seq) {
             // The same registration again, from a client that lost the daemon (a restart)
             // while it waited: it takes its job back. Anything else is a clash.
-            if !self.reregister(seq, pid, pid_start, conn, &reply) {
+            let same = (uid, req.cpus, req.mem);
+            if !self.reregister(seq, same, pid, pid_start, conn, &reply) {
                 let _ = reply.send(err(
                     ErrorCode::Conflict,
                     format!("job id {id} is already in use by a live job"),
@@ -154,12 +155,14 @@ impl Engine {
     }
 
     /// A registration repeated by its client after the daemon restarted (root only, checked by
-    /// the caller): the held form (no process) matches a held job of that id, the attached form
-    /// the job whose main process is the caller. A queued one takes its place back; a started
-    /// one is told its CPUs again. Whether it matched.
+    /// the caller): the same owner, CPUs and memory (`same`), and the held form (no process)
+    /// matching a held job of that id, the attached form the job whose main process is the
+    /// caller. A queued one takes its place back; a started one is told its CPUs again. Whether
+    /// it matched.
     fn reregister(
         &mut self,
         seq: i64,
+        same: (u32, u32, Option<u64>),
         pid: Option<u32>,
         pid_start: Option<u64>,
         conn: u64,
@@ -169,7 +172,9 @@ impl Engine {
         let Some(j) = self.jobs.get_mut(&seq) else {
             return false;
         };
-        let same = j.starter.wlm.is_some()
+        let (uid, ncpus, mem) = same;
+        let same = (j.uid, j.req.ncpus, j.mem) == (uid, ncpus as usize, mem)
+            && j.starter.wlm.is_some()
             && !j.end.ending
             && match pid {
                 None => j.starter.held,

@@ -115,6 +115,18 @@ async fn a_started_held_job_registered_again_is_told_its_cpus_and_an_attach_is_a
         (1, seq),
         "the same job, no second one"
     );
+    // Nor is one asking for other CPUs (a second job under a reused id, not a repeat).
+    let (r, _rx) = register(&mut t, 4, 4245, register_req("8", 3, false));
+    assert!(
+        matches!(
+            r,
+            Response::Error {
+                code: ErrorCode::Conflict,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
     // An attached registration of that id from some process is not the same registration.
     let (r, _rx) = register(&mut t, 3, std::process::id(), register_req("8", 2, true));
     assert!(
