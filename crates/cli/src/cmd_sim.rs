@@ -58,6 +58,13 @@ struct Table {
 }
 
 pub fn run(a: SimArgs) -> anyhow::Result<()> {
+    if a.gpus {
+        let (seed, njobs) = match &a.trace {
+            Some(t) => parse_trace_spec(t)?,
+            None => (1, 2000),
+        };
+        return crate::cmd_sim_gpu::run(&a, seed, njobs);
+    }
     let mut topos: Vec<(String, Topology)> = Vec::new();
     if let Some(dir) = &a.corpus {
         for f in CORPUS {

@@ -12,6 +12,7 @@ mod cmd_generate;
 mod cmd_report;
 mod cmd_run;
 mod cmd_sim;
+mod cmd_sim_gpu;
 mod cmd_status;
 mod cmd_top;
 mod cmd_topology;

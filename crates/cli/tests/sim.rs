@@ -124,3 +124,82 @@ fn swf_trace_runs() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["rows"][0]["placed"], 2);
 }
+
+#[test]
+fn gpus_json_has_a_row_per_gpu_policy_on_the_corpus_gpu_machine() {
+    let xml = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../data/topologies/power8gpudistances.xml"
+    );
+    let out = pjw(&[
+        "sim",
+        "--gpus",
+        "--xml",
+        xml,
+        "--synthetic",
+        "package:2 numa:1 core:4 gpu:2",
+        "--trace",
+        "synthetic:2:200",
+        "--seeds",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    let head = v[0]["machine"].as_str().unwrap();
+    assert!(
+        head.starts_with("power8gpudistances.xml: 16 PUs, 2 NUMA nodes, 4 GPUs"),
+        "{head}"
+    );
+    assert!(head.contains("means over seeds 2-3"), "{head}");
+    for m in v.as_array().unwrap() {
+        let rows = m["rows"].as_array().unwrap();
+        let names: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "pjw",
+                "kubelet-single-numa",
+                "kubelet-best-effort",
+                "slurm",
+                "slurm-enforce"
+            ]
+        );
+        let pjw = &rows[0];
+        assert_eq!(pjw["placed"], 200.0, "{pjw}");
+        let local = pjw["local"].as_f64().unwrap();
+        assert!(local > 0.5 && local <= 1.0, "{pjw}");
+    }
+}
+
+#[test]
+fn gpus_usage_errors() {
+    for (args, want) in [
+        (
+            vec!["sim", "--gpus", "--synthetic", "package:2 core:2"],
+            "has no GPUs",
+        ),
+        (
+            vec![
+                "sim",
+                "--gpus",
+                "--synthetic",
+                "numa:2 gpu:1",
+                "--policy",
+                "range",
+            ],
+            "unknown GPU policy",
+        ),
+        (vec!["sim", "--seeds", "2"], "--gpus"),
+    ] {
+        let out = pjw(&args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

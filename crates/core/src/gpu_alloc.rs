@@ -8,12 +8,16 @@
 //!   the fewest free GPUs first (packing keeps whole nodes of GPUs for larger GPU jobs), then the
 //!   lowest node; the first whose local free CPUs hold the job wins. Failing that, the GPUs are
 //!   taken across nodes, the nodes with the most free GPUs first.
-//! - When no choice has enough local CPUs, the job takes every free local CPU and the rest from
-//!   the NUMA nodes nearest to its GPUs' nodes (by the topology's distance matrix; any node when
-//!   distances are unknown), the CPU allocator keeping that rest compact.
-//! - A CPU-only job avoids the CPUs local to free GPUs while it fits on the others; otherwise it
-//!   may use them, except the cores reserved for GPU jobs: [`GpuPolicy::reserve_cores_per_gpu`]
-//!   cores of each free GPU's local CPUs (as Slurm's `RestrictedCoresPerGPU`). A GPU job may use
+//! - When no choice has enough local CPUs, the job takes the choice with the most free local
+//!   CPUs, every one of them, and the rest from the others the way a CPU-only job would (off the
+//!   CPUs of the other free GPUs first), from the NUMA nodes nearest to its GPUs' nodes first (by
+//!   the topology's distance matrix; any node when distances are unknown).
+//! - A CPU-only job avoids the CPUs local to free GPUs while it fits on the others; then it
+//!   leaves as many cores of each free GPU's local CPUs free as it can, from the GPU's share of
+//!   its local cores ([`fair_share_cores`]) down to one, while it fits without them and spans no
+//!   more NUMA nodes than without that care (so no free GPU is stranded without a local CPU if
+//!   that can be helped); otherwise it may use them, except the cores reserved for GPU jobs: [`GpuPolicy::reserve_cores_per_gpu`] cores of each free GPU's local CPUs (as
+//!   Slurm's `RestrictedCoresPerGPU`). A GPU job may use
 //!   any reserved core, but takes its local CPUs outside the other free GPUs' reservations first.
 //!
 //! The result depends only on its inputs.
@@ -35,6 +39,7 @@
 
 use crate::alloc::Allocator;
 use crate::gpu::{GpuId, GpuSet, Gpus};
+use crate::topology::Level;
 use crate::CpuSet;
 
 /// How GPU jobs and CPU-only jobs share a node.
@@ -118,7 +123,8 @@ pub fn place(
         return None;
     }
     let candidates = gpu_candidates(gpus, &free_gpus, n_gpus);
-    let mut fallback = None;
+    // (free local CPUs, placement) of the best choice short of local CPUs.
+    let mut fallback: Option<(usize, Placement)> = None;
     for chosen in candidates {
         let others = free_gpus.difference(&chosen);
         let reserved = reserved_cpus(
@@ -135,51 +141,78 @@ pub fn place(
         if let Some(cpus) = cpus {
             return Some(Placement { gpus: chosen, cpus });
         }
-        if fallback.is_none() && free_cpus.len() >= n_cpus {
+        if free_cpus.len() >= n_cpus && fallback.as_ref().is_none_or(|(k, _)| local.len() > *k) {
+            // Every free local CPU, the rest as a CPU-only job would take it (off the CPUs of
+            // the other free GPUs first).
             let rest = nearest_rest(
                 alloc,
                 gpus,
                 &chosen,
+                &others,
                 &free_cpus.difference(&local),
                 n_cpus - local.len(),
+                policy,
             )?;
-            fallback = Some(Placement {
-                gpus: chosen,
-                cpus: local.union(&rest),
-            });
+            fallback = Some((
+                local.len(),
+                Placement {
+                    gpus: chosen,
+                    cpus: local.union(&rest),
+                },
+            ));
         }
     }
-    fallback
+    fallback.map(|(_, p)| p)
 }
 
-/// `need` CPUs of `free` (none local to the job's GPUs `chosen`) from the NUMA nodes nearest to
-/// those GPUs' nodes first: nodes are added in order of distance until they hold `need` free
-/// CPUs, and the CPU allocator chooses among them. Where distances (or the GPUs' nodes) are not
-/// known, every node is as near as any other.
+/// `need` CPUs of `free` (none local to the job's GPUs `chosen`), taken as a CPU-only job would
+/// take them (off the CPUs of the other free GPUs `others` first), from the NUMA nodes nearest
+/// to those GPUs' nodes first: nodes join in order of distance (those at one distance
+/// together) until they hold a choice. Where distances are not known, every free CPU at once.
 fn nearest_rest(
     alloc: &Allocator,
     gpus: &Gpus,
     chosen: &GpuSet,
+    others: &GpuSet,
     free: &CpuSet,
     need: usize,
+    policy: &GpuPolicy,
 ) -> Option<CpuSet> {
+    let pick = |pool: &CpuSet| {
+        place_cpu_only(alloc, gpus, pool, others, need, policy)
+            .or_else(|| alloc.allocate(pool, need))
+    };
     let topo = alloc.topology();
     let homes: Vec<u32> = chosen
         .iter()
         .filter_map(|id| gpus.get(id).and_then(|g| g.numa))
         .collect();
+    if topo.distances.is_empty() || homes.is_empty() {
+        return pick(free);
+    }
+    let distance = |os: u32| {
+        homes
+            .iter()
+            .filter_map(|&h| topo.distances.get(h, os))
+            .min()
+            .unwrap_or(u32::MAX)
+    };
+    let order = topo.numa_by_distance(&homes);
     let mut pool = CpuSet::new();
-    for os in topo.numa_by_distance(&homes) {
+    for (i, &os) in order.iter().enumerate() {
         if let Some(node) = topo.numa_nodes.iter().find(|n| n.os == os) {
             pool = pool.union(&node.cpus.intersection(free));
         }
-        if pool.len() >= need {
-            if let Some(cpus) = alloc.allocate(&pool, need) {
+        let last_at_this_distance = order
+            .get(i + 1)
+            .is_none_or(|&next| distance(next) != distance(os));
+        if last_at_this_distance && pool.len() >= need {
+            if let Some(cpus) = pick(&pool) {
                 return Some(cpus);
             }
         }
     }
-    alloc.allocate(free, need)
+    pick(free)
 }
 
 /// The GPU sets a job of `n` GPUs may take, best first: `n` of one NUMA node's free GPUs for each
@@ -241,7 +274,44 @@ pub fn place_cpu_only(
         free_cpus,
         policy.reserve_cores_per_gpu,
     );
-    alloc.allocate(&free_cpus.difference(&reserved), n)
+    let base = alloc.allocate(&free_cpus.difference(&reserved), n)?;
+    // Then keep as many cores for each free GPU as fit, from its share of its local cores down
+    // to one, so no free GPU is left without a free local CPU while that can be helped -- but
+    // not at the price of the job's own locality (no more NUMA nodes than it would span).
+    let topo = alloc.topology();
+    let span = topo.domains_spanned(Level::Numa, &base);
+    for k in (policy.reserve_cores_per_gpu + 1..=fair_share_cores(alloc, gpus, free_gpus)).rev() {
+        let keep = reserved_cpus(alloc, gpus, free_gpus, free_cpus, k);
+        if let Some(cpus) = alloc.allocate(&free_cpus.difference(&keep), n) {
+            if topo.domains_spanned(Level::Numa, &cpus) <= span {
+                return Some(cpus);
+            }
+        }
+    }
+    Some(base)
+}
+
+/// The cores each of `ids` may count on: the fewest, over those GPUs of known locality, of its
+/// local cores divided by the number of GPUs (of the node) local to the same CPUs; 0 if none.
+pub fn fair_share_cores(alloc: &Allocator, gpus: &Gpus, ids: &GpuSet) -> u32 {
+    let topo = alloc.topology();
+    let mut share: Option<u32> = None;
+    for id in ids.iter() {
+        let Some(g) = gpus.get(id).filter(|g| !g.cpus.is_empty()) else {
+            continue;
+        };
+        let mut cores: Vec<u32> = g
+            .cpus
+            .iter()
+            .filter_map(|c| topo.pu(c).map(|p| p.core))
+            .collect();
+        cores.sort_unstable();
+        cores.dedup();
+        let peers = gpus.gpus.iter().filter(|o| o.cpus == g.cpus).count().max(1);
+        let s = (cores.len() / peers) as u32;
+        share = Some(share.map_or(s, |x| x.min(s)));
+    }
+    share.unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -407,9 +477,23 @@ mod tests {
                 "a job whose gpu node is short of cpus takes the rest elsewhere",
                 none,
                 vec![
-                    (0, 3, Some(("", "0-2"))),
+                    (1, 3, Some(("0", "0-2"))),
                     (2, 2, Some(("2-3", "4-5"))),
-                    (1, 3, Some(("0", "3,6-7"))),
+                    (1, 3, Some(("1", "3,6-7"))),
+                ],
+            ),
+            (
+                "a cpu-only job keeps a core for each free gpu while it fits",
+                none,
+                vec![
+                    // Four free gpus, one core each: 0, 1, 4, 5.
+                    (0, 2, Some(("", "2-3"))),
+                    (0, 1, Some(("", "6"))),
+                    (0, 1, Some(("", "7"))),
+                    // Nothing else is free: it takes a kept core.
+                    (0, 1, Some(("", "0"))),
+                    // Three CPUs left, on two nodes: it takes them.
+                    (0, 3, Some(("", "1,4-5"))),
                 ],
             ),
             (

@@ -6,6 +6,8 @@
 //! (case-insensitive; hwloc's `L3Cache` style is accepted). Omitted levels are absent, except
 //! `core` and `pu`, which default to 1, and `package`, which defaults to 1. PUs are numbered in
 //! depth-first order, as hwloc does. An optional `mem:SIZE` item gives every NUMA node memory.
+//! An optional `gpu:N` item attaches N GPUs to every NUMA node (see [`gpus`]); [`parse`] itself
+//! ignores it, since a [`Topology`] holds no GPUs.
 //!
 //! ```
 //! let t = pjw_core::synthetic::parse("package:2 core:2 pu:2").unwrap();
@@ -14,7 +16,7 @@
 
 use crate::size::parse_size;
 use crate::topology::{Level, NumaNode, Pu, Topology};
-use crate::{CoreError, CpuSet, MAX_CPUS};
+use crate::{CoreError, CpuSet, Gpu, GpuId, GpuVendor, Gpus, MAX_CPUS};
 
 /// Parse a synthetic description into a topology whose every PU is online and allowed.
 pub fn parse(text: &str) -> Result<Topology, CoreError> {
@@ -32,6 +34,10 @@ pub fn parse(text: &str) -> Result<Topology, CoreError> {
         if lname == "mem" || lname == "memory" {
             memory =
                 Some(parse_size(count).map_err(|_| bad(format!("bad memory size {count:?}")))?);
+            continue;
+        }
+        if lname == "gpu" || lname == "gpus" {
+            gpus_per_node(text)?;
             continue;
         }
         let level = match lname.as_str() {
@@ -134,6 +140,62 @@ pub fn parse(text: &str) -> Result<Topology, CoreError> {
     Ok(topo)
 }
 
+/// The `gpu:N` count of a description (0 when absent).
+fn gpus_per_node(text: &str) -> Result<u32, CoreError> {
+    let mut n = 0;
+    for item in text.split_whitespace() {
+        if let Some((name, count)) = item.split_once(':') {
+            if matches!(name.to_ascii_lowercase().as_str(), "gpu" | "gpus") {
+                n = count.parse().map_err(|_| CoreError::BadSynthetic {
+                    text: text.to_string(),
+                    reason: format!("gpu count {count:?} is not a number"),
+                })?;
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// The GPUs a description's `gpu:N` item attaches to `topo` (parsed from the same text): N per
+/// NUMA node, numbered node by node, each local to its node's CPUs. No device nodes: these GPUs
+/// are for the simulator.
+///
+/// ```
+/// let d = "package:2 numa:1 core:8 gpu:4";
+/// let topo = pjw_core::synthetic::parse(d).unwrap();
+/// let gpus = pjw_core::synthetic::gpus(d, &topo).unwrap();
+/// assert_eq!(gpus.len(), 8);
+/// assert_eq!(gpus.gpus[5].cpus.to_string(), "8-15");
+/// ```
+pub fn gpus(text: &str, topo: &Topology) -> Result<Gpus, CoreError> {
+    let per = gpus_per_node(text)?;
+    let mut out = Vec::new();
+    for node in &topo.numa_nodes {
+        if node.cpus.is_empty() {
+            continue;
+        }
+        for _ in 0..per {
+            out.push(Gpu {
+                id: GpuId(out.len() as u32),
+                vendor: GpuVendor::Nvidia,
+                pci: None,
+                numa: Some(node.os),
+                cpus: node.cpus,
+                devices: Vec::new(),
+            });
+        }
+    }
+    let gpus = Gpus {
+        gpus: out,
+        shared: Vec::new(),
+    };
+    gpus.validate().map_err(|e| CoreError::BadSynthetic {
+        text: text.to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok(gpus)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +222,33 @@ mod tests {
         assert_eq!(t.domains(Level::Core).len(), 2);
         assert_eq!(t.numa_nodes.len(), 1);
         assert_eq!(t.numa_nodes[0].memory, Some(1 << 30));
+    }
+
+    #[test]
+    fn gpus_attach_to_every_numa_node() {
+        let d = "package:2 numa:2 core:4 gpu:2";
+        let t = parse(d).unwrap();
+        assert_eq!(t.pus.len(), 16);
+        let g = gpus(d, &t).unwrap();
+        let nodes: Vec<Option<u32>> = g.gpus.iter().map(|g| g.numa).collect();
+        assert_eq!(
+            nodes,
+            [
+                Some(0),
+                Some(0),
+                Some(1),
+                Some(1),
+                Some(2),
+                Some(2),
+                Some(3),
+                Some(3)
+            ]
+        );
+        assert_eq!(g.gpus[3].cpus.to_string(), "4-7");
+        assert!(gpus("core:2", &parse("core:2").unwrap())
+            .unwrap()
+            .is_empty());
+        assert!(parse("core:2 gpu:x").is_err());
     }
 
     #[test]

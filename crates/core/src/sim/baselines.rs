@@ -294,17 +294,25 @@ impl Placement for Kubelet {
         let aligned = match self.hint(free, n) {
             Some(nodes) => nodes
                 .iter()
-                .fold(CpuSet::new(), |s, &i| s.union(&self.l.numas[i]))
-                .intersection(free),
+                .fold(CpuSet::new(), |s, &i| s.union(&self.l.numas[i])),
             None => *free,
         };
+        Some(self.take_aligned(free, &aligned, n))
+    }
+}
+
+impl Kubelet {
+    /// The static policy's allocation for a NUMA hint: `n` of `free` (which holds them), packed
+    /// onto the hint's CPUs `aligned` first, the rest packed over the other free CPUs.
+    pub(crate) fn take_aligned(&self, free: &CpuSet, aligned: &CpuSet, n: usize) -> CpuSet {
+        let aligned = aligned.intersection(free);
         let first = self.take_packed(aligned, n.min(aligned.len()));
         let rest = n - first.len();
         if rest == 0 {
-            return Some(first);
+            return first;
         }
         let more = self.take_packed(free.difference(&first), rest);
-        Some(first.union(&more))
+        first.union(&more)
     }
 }
 

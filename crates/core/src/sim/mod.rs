@@ -30,6 +30,8 @@
 //! See [`SimReport`]; docs/placement.md gives the definitions with the results.
 
 pub mod baselines;
+pub mod gpu;
+pub mod gpu_policies;
 pub mod trace;
 
 use std::cmp::Reverse;
@@ -86,6 +88,9 @@ pub enum SimError {
         n: usize,
         online: usize,
     },
+    /// A job asking for more GPUs than the machine has.
+    #[error("job {index} asks for {n} gpus but the machine has {gpus}")]
+    TooManyGpus { index: usize, n: usize, gpus: usize },
     /// A line of a Standard Workload Format file that does not parse.
     #[error("swf line {line}: {reason}")]
     BadSwf { line: usize, reason: String },
