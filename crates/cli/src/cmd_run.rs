@@ -190,9 +190,10 @@ pub fn run(a: RunArgs) -> i32 {
                     cpus,
                     mems,
                     tmp,
+                    shm,
                     env,
                     ..
-                }) => break Ok((job, cpus, mems, tmp, env)),
+                }) => break Ok((job, cpus, mems, tmp, shm, env)),
                 Ok(Response::Error {
                     code: ErrorCode::ShuttingDown,
                     ..
@@ -227,7 +228,7 @@ pub fn run(a: RunArgs) -> i32 {
             }
         }
     };
-    let (job, cpus, _mems, tmp, env) = started;
+    let (job, cpus, _mems, tmp, shm, env) = started;
     let mut cmd = std::process::Command::new(&a.command[0]);
     cmd.args(&a.command[1..])
         .env("PJW_JOB_ID", &job)
@@ -250,6 +251,14 @@ pub fn run(a: RunArgs) -> i32 {
             cmd.env("TMPDIR", dir);
         }
         _ => {}
+    }
+    // Its own /dev/shm and IPC namespace where it can have them; else the host's, scrubbed at
+    // the end by the daemon.
+    if let (Some(size), true) = (shm, root) {
+        let ns = matches!(tmp, Some(JobTmp::Private { .. }));
+        if let Err(e) = crate::starter::private_ipc(size, !ns) {
+            eprintln!("pjw: job {job}: no private /dev/shm and IPC, the host's are used: {e:#}");
+        }
     }
     if let Some(t) = &target {
         if let Err(e) = crate::starter::drop_to(t) {

@@ -27,7 +27,7 @@ mod tests;
 pub use adopt::{RawAdopt, DEFAULT_ADOPT_ENV, DEFAULT_ADOPT_HOOK_DAEMONS};
 pub use central::{mask_password, url_password, CentralConfig, RawCentral};
 pub use gpu::{DeclaredGpu, GpuConfig, RawGpuDevice, RawGpus};
-pub use job::RawJob;
+pub use job::{JobIpc, RawJob};
 pub use memory::RawMemory;
 pub use output::{LogFormat, RawLog, RawMetrics};
 pub use profile::{parse_duration_ms, ProfileConfig, RawDuration, RawProfile};
@@ -155,6 +155,8 @@ pub struct Config {
     /// `[job] io_weight` and `[job] io_max`: every job's I/O weight and limits (devices
     /// resolved to whole disks at load); a job's `--io-max` can only tighten them.
     pub io: pjw_core::io_limits::JobIo,
+    /// `[job] private_ipc`, `shm_size`, `scrub_ipc`.
+    pub ipc: JobIpc,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
     /// Where the device nodes are (`[paths] dev`), for GPU discovery.
@@ -334,6 +336,7 @@ impl Config {
             swap_max: job.swap_max,
             partition: job.partition,
             bind: job.bind,
+            ipc: job.ipc,
             io,
             proc_root: raw.paths.proc.unwrap_or_else(|| PathBuf::from("/proc")),
             sys_root,

@@ -58,6 +58,7 @@ mod freezing;
 mod gpu_tests;
 mod gpus;
 mod io;
+mod ipc;
 #[cfg(test)]
 mod io_tests;
 mod job;

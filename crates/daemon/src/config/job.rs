@@ -1,5 +1,5 @@
 //! `[job]`: what every job gets: leftover killing, pids and swap limits, its private /tmp, and
-//! the partition type of exclusive jobs, and how its threads are bound.
+//! the partition type of exclusive jobs, how its threads are bound, and its /dev/shm and IPC.
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +21,21 @@ pub struct RawJob {
     pub bind: Option<String>,
     pub io_weight: Option<u64>,
     pub io_max: Option<Vec<String>>,
+    pub private_ipc: Option<bool>,
+    pub shm_size: Option<String>,
+    pub scrub_ipc: Option<bool>,
+}
+
+/// `[job] private_ipc`, `shm_size`, `scrub_ipc`: a job's own /dev/shm and IPC namespace
+/// (starter mode), and the scrub of what a job left in the host's at its end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobIpc {
+    /// A root client gives the job a tmpfs on /dev/shm and a new IPC namespace.
+    pub private: bool,
+    /// Its size for a job without `--mem`; `None` = the job partition.
+    pub shm_size: Option<u64>,
+    /// Remove what a job's owner left in the host's /dev/shm and SysV IPC at its last job's end.
+    pub scrub: bool,
 }
 
 /// The validated `[job]` section.
@@ -34,6 +49,7 @@ pub(super) struct Job {
     pub swap_max: Option<u64>,
     pub partition: Option<pjw_cgroup::Partition>,
     pub bind: pjw_core::thread_bind::BindMode,
+    pub ipc: JobIpc,
 }
 
 /// Validate `[job]`; a job's /tmp lives below `state_dir` unless `tmp_root` says otherwise.
@@ -102,6 +118,19 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
             )
         })?,
     };
+    let shm_size = match j.shm_size.as_deref().map(str::trim) {
+        None => None,
+        Some(t) => match pjw_core::parse_size(t) {
+            Ok(n) if n >= 1 << 20 => Some(n),
+            Ok(_) => return Err(err("job.shm_size", format!("{t:?} is below 1M"))),
+            Err(e) => return Err(err("job.shm_size", e.to_string())),
+        },
+    };
+    let ipc = JobIpc {
+        private: j.private_ipc.unwrap_or(true),
+        shm_size,
+        scrub: j.scrub_ipc.unwrap_or(true),
+    };
     Ok(Job {
         kill_leftovers: j.kill_leftovers.unwrap_or(true),
         pids_max,
@@ -111,5 +140,6 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
         swap_max,
         partition,
         bind,
+        ipc,
     })
 }

@@ -185,6 +185,7 @@ impl Engine {
                 mems: j.mems,
                 backfill: false,
                 tmp: j.tmp_reply(),
+                shm: j.shm_reply(&self.cfg.ipc, self.mem_limit),
                 env: Engine::gpu_env_of(&self.gpus, gpus_fenced, j),
             });
             return true;
