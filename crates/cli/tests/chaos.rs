@@ -406,11 +406,12 @@ fn suspend_some(
 ) {
     if !all && rng.one_in(8) && !clients.is_empty() {
         let c = &clients[rng.range(0, clients.len() as u64 - 1) as usize];
-        if !c.id.starts_with("slurm:") && !suspended.contains(&c.id) {
-            if pjw_call(d, &["suspend", &c.id]).status.success() {
-                f.suspended += 1;
-                suspended.push(c.id.clone());
-            }
+        if !c.id.starts_with("slurm:")
+            && !suspended.contains(&c.id)
+            && pjw_call(d, &["suspend", &c.id]).status.success()
+        {
+            f.suspended += 1;
+            suspended.push(c.id.clone());
         }
     }
     while !suspended.is_empty() && (all || rng.one_in(3)) {

@@ -151,7 +151,9 @@ fn a_starter_jobs_dev_shm_is_its_own_limited_tmpfs_charged_to_it_and_the_host_se
     // --mem sizes it; private_ipc = false leaves the host's /dev/shm and IPC namespace.
     let out = run(d
         .pjw()
-        .args(["run", "--mem", "48M", "--", "stat", "-f", "-c", "%b*%S", "/dev/shm"])
+        .args([
+            "run", "--mem", "48M", "--", "stat", "-f", "-c", "%b*%S", "/dev/shm",
+        ])
         .current_dir("/"))
     .ok();
     assert_eq!(bytes(out.stdout().trim()), 48 << 20, "{}", out.describe());

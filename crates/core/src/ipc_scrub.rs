@@ -185,7 +185,8 @@ mod tests {
          0          4  1600                  4096  9002  9002      1  1000  1000  1000  1000        160          0       150                  4096                     0
    1234567          5   600                  4096  9003  9003      0  1001  1001  1001  1001          0          0       150                     0                     0
 ";
-    const SEM: &str = "       key      semid perms      nsems   uid   gid  cuid  cgid      otime      ctime
+    const SEM: &str =
+        "       key      semid perms      nsems   uid   gid  cuid  cgid      otime      ctime
          0          7   600          1  1000  1000  1000  1000          0        120
 ";
     const MSG: &str = "       key      msqid perms      cbytes       qnum lspid lrpid   uid   gid  cuid  cgid      stime      rtime      ctime
@@ -245,15 +246,15 @@ mod tests {
         };
         let listing = Listing {
             sysv: vec![
-                o(IpcKind::Shm, 1, 1000, 0, 150),  // left behind: removed
-                o(IpcKind::Shm, 2, 1000, 1, 150),  // still attached: kept
-                o(IpcKind::Shm, 3, 1001, 0, 150),  // another user's: kept
-                o(IpcKind::Shm, 4, 0, 0, 150),     // root's: kept
-                o(IpcKind::Sem, 5, 1000, 0, 100),  // made at the start: removed
-                o(IpcKind::Msg, 6, 1000, 0, 200),  // made at the end: removed
-                o(IpcKind::Sem, 7, 1000, 0, 99),   // older than the job: kept
-                o(IpcKind::Msg, 8, 1000, 0, 201),  // newer than its end: kept
-                o(IpcKind::Sem, 9, 1000, 3, 150),  // nattch means nothing for sem: removed
+                o(IpcKind::Shm, 1, 1000, 0, 150), // left behind: removed
+                o(IpcKind::Shm, 2, 1000, 1, 150), // still attached: kept
+                o(IpcKind::Shm, 3, 1001, 0, 150), // another user's: kept
+                o(IpcKind::Shm, 4, 0, 0, 150),    // root's: kept
+                o(IpcKind::Sem, 5, 1000, 0, 100), // made at the start: removed
+                o(IpcKind::Msg, 6, 1000, 0, 200), // made at the end: removed
+                o(IpcKind::Sem, 7, 1000, 0, 99),  // older than the job: kept
+                o(IpcKind::Msg, 8, 1000, 0, 201), // newer than its end: kept
+                o(IpcKind::Sem, 9, 1000, 3, 150), // nattch means nothing for sem: removed
             ],
             files: vec![
                 f("a", 1000, 150, false),
@@ -273,7 +274,10 @@ mod tests {
     #[test]
     fn nothing_while_the_owner_has_another_live_job_or_for_root() {
         let listing = Listing {
-            sysv: vec![o(IpcKind::Shm, 1, 1000, 0, 150), o(IpcKind::Shm, 2, 0, 0, 150)],
+            sysv: vec![
+                o(IpcKind::Shm, 1, 1000, 0, 150),
+                o(IpcKind::Shm, 2, 0, 0, 150),
+            ],
             files: vec![f("a", 1000, 150, false), f("c", 0, 150, false)],
         };
         let cases: &[(&str, u32, &[u32], bool)] = &[

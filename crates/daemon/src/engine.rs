@@ -58,9 +58,11 @@ mod freezing;
 mod gpu_tests;
 mod gpus;
 mod io;
-mod ipc;
 #[cfg(test)]
 mod io_tests;
+mod ipc;
+#[cfg(test)]
+mod ipc_tests;
 mod job;
 mod lifecycle;
 mod mem_governor;

@@ -35,9 +35,7 @@ pub fn read_listing(proc_root: &Path, shm_root: &Path) -> Listing {
             sysv.extend(parse_sysvipc(kind, &text));
         }
     }
-    let files = open_dir(shm_root)
-        .map(|d| list_dir(&d))
-        .unwrap_or_default();
+    let files = open_dir(shm_root).map(|d| list_dir(&d)).unwrap_or_default();
     Listing { sysv, files }
 }
 
@@ -54,7 +52,9 @@ fn stat_entry(dir: &OwnedFd, name: &str) -> Option<ShmFile> {
     Some(ShmFile {
         name: name.to_string(),
         uid: st.st_uid,
-        ctime: st.st_ctime.max(0) as u64,
+        // u64 or i64 by target; a time before 1970 is not a job's.
+        #[allow(clippy::unnecessary_cast)]
+        ctime: st.st_ctime as u64,
         dir: FileType::from_raw_mode(st.st_mode) == FileType::Directory,
     })
 }
@@ -95,9 +95,7 @@ pub fn apply(plan: &Plan, shm_root: &Path, job: &Ended) -> Scrubbed {
         match remove_sysv(o, job) {
             Ok(true) => done.sysv += 1,
             Ok(false) => {}
-            Err(e) => done
-                .errors
-                .push(format!("{} {}: {e}", o.kind.file(), o.id)),
+            Err(e) => done.errors.push(format!("{} {}: {e}", o.kind.file(), o.id)),
         }
     }
     if plan.files.is_empty() {
@@ -106,8 +104,11 @@ pub fn apply(plan: &Plan, shm_root: &Path, job: &Ended) -> Scrubbed {
     let dir = match open_dir(shm_root) {
         Ok(d) => d,
         Err(e) => {
-            done.errors
-                .push(format!("{}: {}", shm_root.display(), std::io::Error::from(e)));
+            done.errors.push(format!(
+                "{}: {}",
+                shm_root.display(),
+                std::io::Error::from(e)
+            ));
             return done;
         }
     };
@@ -176,8 +177,7 @@ fn stat_sysv(kind: IpcKind, id: i32) -> Option<SysvObject> {
             let mut ds: libc::semid_ds = unsafe { std::mem::zeroed() };
             // SAFETY: semctl's fourth argument is `union semun`, whose `buf` member is this
             // pointer; passed as a variadic pointer, as glibc reads it.
-            if unsafe { libc::semctl(id, 0, libc::IPC_STAT, &mut ds as *mut libc::semid_ds) } != 0
-            {
+            if unsafe { libc::semctl(id, 0, libc::IPC_STAT, &mut ds as *mut libc::semid_ds) } != 0 {
                 return None;
             }
             (ds.sem_perm.uid, 0, ds.sem_ctime)
@@ -239,7 +239,10 @@ mod tests {
         let mut names: Vec<(&str, bool)> =
             l.files.iter().map(|f| (f.name.as_str(), f.dir)).collect();
         names.sort();
-        assert_eq!(names, vec![("adir", true), ("left", false), ("link", false)]);
+        assert_eq!(
+            names,
+            vec![("adir", true), ("left", false), ("link", false)]
+        );
         assert!(l.files.iter().all(|f| f.uid == owner));
         let job = Ended {
             uid: owner,

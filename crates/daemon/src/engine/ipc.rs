@@ -14,23 +14,8 @@ impl Engine {
     /// `job` has ended (it is out of the job table): scrub for its owner unless another of
     /// their jobs still runs here. Root's jobs are never scrubbed.
     pub(super) fn scrub_ipc(&self, job: &Job, running_ms: u64) {
-        if !self.cfg.ipc.scrub {
+        let Some((ended, live)) = self.scrub_for(job, running_ms) else {
             return;
-        }
-        let live: Vec<u32> = self
-            .jobs
-            .values()
-            .filter(|j| j.started.is_some())
-            .map(|j| j.uid)
-            .collect();
-        if !wanted(job.uid, &live) {
-            return;
-        }
-        let now_ms = self.clock.now_ms().max(0) as u64;
-        let ended = Ended {
-            uid: job.uid,
-            since: now_ms.saturating_sub(running_ms) / 1000,
-            until: now_ms.div_ceil(1000),
         };
         let proc_root = self.cfg.proc_root.clone();
         let shm_root = self.cfg.dev_root.join("shm");
@@ -44,5 +29,30 @@ impl Engine {
                 info!(job = %id, user = %user, sysv = done.sysv, shm_files = done.files, "removed what the job left in /dev/shm and SysV IPC");
             }
         });
+    }
+
+    /// Whether to scrub after `job` (ended, out of the table, after `running_ms` of running),
+    /// and for what: its owner and life in wall seconds, and the owners of the jobs still
+    /// running.
+    pub(super) fn scrub_for(&self, job: &Job, running_ms: u64) -> Option<(Ended, Vec<u32>)> {
+        if !self.cfg.ipc.scrub {
+            return None;
+        }
+        let live: Vec<u32> = self
+            .jobs
+            .values()
+            .filter(|j| j.started.is_some())
+            .map(|j| j.uid)
+            .collect();
+        if !wanted(job.uid, &live) {
+            return None;
+        }
+        let now_ms = self.clock.now_ms().max(0) as u64;
+        let ended = Ended {
+            uid: job.uid,
+            since: now_ms.saturating_sub(running_ms) / 1000,
+            until: now_ms.div_ceil(1000),
+        };
+        Some((ended, live))
     }
 }
