@@ -3,7 +3,8 @@
 //! when their last session ends).
 //!
 //! The rule, for a job of owner `uid` that ended at `until` and started at `since` (seconds):
-//! nothing when `uid` is root's (0) or the owner has another live job on the node; else every
+//! nothing when `uid` is root's (0) or a system user's (below `min_uid`, as logind spares
+//! system users), or the owner has another live job on the node; else every
 //! object owned by `uid` whose change time lies within the job's life — SysV semaphore sets and
 //! message queues, SysV shared memory segments nobody has attached (`nattch == 0`), and entries
 //! of /dev/shm that are not directories. Objects older than the job (a login session's) or newer
@@ -16,8 +17,8 @@
 //!     files: vec![ShmFile { name: "psm_x".into(), uid: 1000, ctime: 150, dir: false }],
 //! };
 //! let job = Ended { uid: 1000, since: 100, until: 200 };
-//! assert_eq!(plan(&job, &[], &listing).files, vec!["psm_x".to_string()]);
-//! assert!(plan(&job, &[1000], &listing).is_empty());
+//! assert_eq!(plan(&job, 1000, &[], &listing).files, vec!["psm_x".to_string()]);
+//! assert!(plan(&job, 1000, &[1000], &listing).is_empty());
 //! ```
 
 /// The three kinds of SysV IPC object (`/proc/sysvipc/{shm,sem,msg}`).
@@ -105,10 +106,11 @@ impl Plan {
     }
 }
 
-/// Whether the end of a job of `uid` calls for a scrub at all: not root's, and no other job of
-/// the owner lives on the node (`live`: the owners of the jobs still running).
-pub fn wanted(uid: u32, live: &[u32]) -> bool {
-    uid != 0 && !live.contains(&uid)
+/// Whether the end of a job of `uid` calls for a scrub at all: not root's nor a system user's
+/// (below `min_uid`: services' semaphores have no attach count to protect them), and no other
+/// job of the owner lives on the node (`live`: the owners of the jobs still running).
+pub fn wanted(uid: u32, min_uid: u32, live: &[u32]) -> bool {
+    uid != 0 && uid >= min_uid && !live.contains(&uid)
 }
 
 /// Whether a SysV object may be removed for `job` (also the adapter's re-check just before
@@ -124,9 +126,10 @@ pub fn file_removable(job: &Ended, f: &ShmFile) -> bool {
     f.uid == job.uid && !f.dir && (job.since..=job.until).contains(&f.ctime)
 }
 
-/// Which of `listing` to remove at the end of `job`, given the owners of the jobs still live.
-pub fn plan(job: &Ended, live: &[u32], listing: &Listing) -> Plan {
-    if !wanted(job.uid, live) {
+/// Which of `listing` to remove at the end of `job`, given the lowest uid scrubbed and the
+/// owners of the jobs still live.
+pub fn plan(job: &Ended, min_uid: u32, live: &[u32], listing: &Listing) -> Plan {
+    if !wanted(job.uid, min_uid, live) {
         return Plan::default();
     }
     Plan {
@@ -265,7 +268,7 @@ mod tests {
                 f("g", 1000, 250, false),
             ],
         };
-        let p = plan(&job, &[1001, 0], &listing);
+        let p = plan(&job, 1000, &[1001, 0], &listing);
         let ids: Vec<i32> = p.sysv.iter().map(|o| o.id).collect();
         assert_eq!(ids, vec![1, 5, 6, 9]);
         assert_eq!(p.files, vec!["a".to_string()]);
@@ -280,20 +283,35 @@ mod tests {
             ],
             files: vec![f("a", 1000, 150, false), f("c", 0, 150, false)],
         };
-        let cases: &[(&str, u32, &[u32], bool)] = &[
-            ("last job of the owner", 1000, &[], false),
-            ("another job of the owner lives", 1000, &[1001, 1000], true),
-            ("root's job, no other", 0, &[], true),
-            ("root's job beside others", 0, &[1000], true),
+        let cases: &[(&str, u32, u32, &[u32], bool)] = &[
+            ("last job of the owner", 1000, 1000, &[], false),
+            (
+                "another job of the owner lives",
+                1000,
+                1000,
+                &[1001, 1000],
+                true,
+            ),
+            ("root's job, no other", 0, 1000, &[], true),
+            ("root's job beside others", 0, 1000, &[1000], true),
+            ("root's job, min_uid 0", 0, 0, &[], true),
+            ("a system user (below min_uid)", 999, 1000, &[], true),
+            ("min_uid lowered", 999, 500, &[], false),
         ];
-        for (what, uid, live, empty) in cases {
+        for (what, uid, min_uid, live, empty) in cases {
             let job = Ended {
                 uid: *uid,
                 since: 100,
                 until: 200,
             };
-            assert_eq!(plan(&job, live, &listing).is_empty(), *empty, "{what}");
-            assert_eq!(wanted(*uid, live), !*empty, "{what}");
+            let mut listing = listing.clone();
+            listing.files.push(f("s", *uid, 150, false));
+            assert_eq!(
+                plan(&job, *min_uid, live, &listing).is_empty(),
+                *empty,
+                "{what}"
+            );
+            assert_eq!(wanted(*uid, *min_uid, live), !*empty, "{what}");
         }
     }
 }

@@ -81,10 +81,11 @@ fn list_dir(dir: &OwnedFd) -> Vec<ShmFile> {
     out
 }
 
-/// List, plan and remove for `job`, given the owners of the jobs still live.
+/// List, plan and remove for `job`, given the owners of the jobs still live (the engine has
+/// checked `wanted` already; `min_uid` 0 here lets the plan decide on the rest).
 pub fn scrub(proc_root: &Path, shm_root: &Path, job: &Ended, live: &[u32]) -> Scrubbed {
     let listing = read_listing(proc_root, shm_root);
-    let plan = pjw_core::ipc_scrub::plan(job, live, &listing);
+    let plan = pjw_core::ipc_scrub::plan(job, 0, live, &listing);
     apply(&plan, shm_root, job)
 }
 

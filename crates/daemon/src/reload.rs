@@ -166,7 +166,7 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     live!("job.tmp_max", tmp_max);
     live!("job.bind", bind);
     live!("job.io_weight/io_max", io);
-    live!("job.private_ipc/shm_size/scrub_ipc", ipc);
+    live!("job.private_ipc/shm_size/scrub_ipc/scrub_min_uid", ipc);
     live!("memory (governor thresholds)", governor_cfg);
     live!("memory.interval_ms", governor_interval_ms);
     live!("profile.interval", profile.interval_ms);

@@ -24,6 +24,7 @@ pub struct RawJob {
     pub private_ipc: Option<bool>,
     pub shm_size: Option<String>,
     pub scrub_ipc: Option<bool>,
+    pub scrub_min_uid: Option<u32>,
 }
 
 /// `[job] private_ipc`, `shm_size`, `scrub_ipc`: a job's own /dev/shm and IPC namespace
@@ -36,6 +37,8 @@ pub struct JobIpc {
     pub shm_size: Option<u64>,
     /// Remove what a job's owner left in the host's /dev/shm and SysV IPC at its last job's end.
     pub scrub: bool,
+    /// Users below this uid (system users: services) are never scrubbed; root never is.
+    pub scrub_min_uid: u32,
 }
 
 /// The validated `[job]` section.
@@ -130,6 +133,7 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
         private: j.private_ipc.unwrap_or(true),
         shm_size,
         scrub: j.scrub_ipc.unwrap_or(true),
+        scrub_min_uid: j.scrub_min_uid.unwrap_or(1000),
     };
     Ok(Job {
         kill_leftovers: j.kill_leftovers.unwrap_or(true),

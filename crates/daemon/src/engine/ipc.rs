@@ -12,7 +12,7 @@ use super::Engine;
 
 impl Engine {
     /// `job` has ended (it is out of the job table): scrub for its owner unless another of
-    /// their jobs still runs here. Root's jobs are never scrubbed.
+    /// their jobs still runs here. Root's and system users' jobs are never scrubbed.
     pub(super) fn scrub_ipc(&self, job: &Job, running_ms: u64) {
         let Some((ended, live)) = self.scrub_for(job, running_ms) else {
             return;
@@ -35,7 +35,8 @@ impl Engine {
     /// and for what: its owner and life in wall seconds, and the owners of the jobs still
     /// running.
     pub(super) fn scrub_for(&self, job: &Job, running_ms: u64) -> Option<(Ended, Vec<u32>)> {
-        if !self.cfg.ipc.scrub {
+        // A job that never started ran nothing that could leave anything.
+        if !self.cfg.ipc.scrub || job.started.is_none() {
             return None;
         }
         let live: Vec<u32> = self
@@ -44,7 +45,7 @@ impl Engine {
             .filter(|j| j.started.is_some())
             .map(|j| j.uid)
             .collect();
-        if !wanted(job.uid, &live) {
+        if !wanted(job.uid, self.cfg.ipc.scrub_min_uid, &live) {
             return None;
         }
         let now_ms = self.clock.now_ms().max(0) as u64;
