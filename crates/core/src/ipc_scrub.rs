@@ -106,11 +106,15 @@ impl Plan {
     }
 }
 
-/// Whether the end of a job of `uid` calls for a scrub at all: not root's nor a system user's
-/// (below `min_uid`: services' semaphores have no attach count to protect them), and no other
-/// job of the owner lives on the node (`live`: the owners of the jobs still running).
+/// The overflow uid, `nobody`: shared by services on many nodes, never one person's.
+pub const NOBODY: u32 = 65534;
+
+/// Whether the end of a job of `uid` calls for a scrub at all: not root's, `nobody`'s nor a
+/// system user's (below `min_uid`: services' semaphores have no attach count to protect them),
+/// and no other job of the owner lives on the node (`live`: the owners of the jobs still
+/// running).
 pub fn wanted(uid: u32, min_uid: u32, live: &[u32]) -> bool {
-    uid != 0 && uid >= min_uid && !live.contains(&uid)
+    uid != 0 && uid != NOBODY && uid >= min_uid && !live.contains(&uid)
 }
 
 /// Whether a SysV object may be removed for `job` (also the adapter's re-check just before
@@ -297,6 +301,13 @@ mod tests {
             ("root's job, min_uid 0", 0, 0, &[], true),
             ("a system user (below min_uid)", 999, 1000, &[], true),
             ("min_uid lowered", 999, 500, &[], false),
+            (
+                "nobody, a service's as much as anyone's",
+                NOBODY,
+                1000,
+                &[],
+                true,
+            ),
         ];
         for (what, uid, min_uid, live, empty) in cases {
             let job = Ended {
