@@ -191,10 +191,11 @@ pub fn run(a: RunArgs) -> i32 {
                     cpus,
                     mems,
                     tmp,
+                    shm,
                     env,
                     env_defaults,
                     ..
-                }) => break Ok((job, cpus, mems, tmp, env, env_defaults)),
+                }) => break Ok((job, cpus, mems, tmp, shm, env, env_defaults)),
                 Ok(Response::Error {
                     code: ErrorCode::ShuttingDown,
                     ..
@@ -229,7 +230,7 @@ pub fn run(a: RunArgs) -> i32 {
             }
         }
     };
-    let (job, cpus, _mems, tmp, env, env_defaults) = started;
+    let (job, cpus, _mems, tmp, shm, env, env_defaults) = started;
     let mut cmd = std::process::Command::new(&a.command[0]);
     // The thread counts the daemon suggests, where the user did not set their own.
     let defaults =
@@ -256,6 +257,14 @@ pub fn run(a: RunArgs) -> i32 {
             cmd.env("TMPDIR", dir);
         }
         _ => {}
+    }
+    // Its own /dev/shm and IPC namespace where it can have them; else the host's, scrubbed at
+    // the end by the daemon.
+    if let (Some(size), true) = (shm, root) {
+        let ns = matches!(tmp, Some(JobTmp::Private { .. }));
+        if let Err(e) = crate::starter::private_ipc(size, !ns) {
+            eprintln!("pjw: job {job}: no private /dev/shm and IPC, the host's are used: {e:#}");
+        }
     }
     if let Some(t) = &target {
         if let Err(e) = crate::starter::drop_to(t) {

@@ -1,5 +1,6 @@
 //! Job starter mode: what `pjw run` does as root between `started` and exec — give the job a
-//! private /tmp in its own mount namespace, then become the job's user.
+//! private /tmp, /dev/shm and IPC namespace in its own mount namespace, then become the job's
+//! user.
 //!
 //! Both happen in the client, after the daemon has moved it into the job's cgroups, so the
 //! tmpfs pages are charged to the job and nothing runs as the user outside the job. The
@@ -82,17 +83,7 @@ fn mount(
 /// `TMPDIR`, e.g. Grid Engine's `/tmp/1.1.all.q`); it is made again inside the private /tmp,
 /// owned by the user, so the manager's environment still points somewhere that exists.
 pub fn private_tmp(size: u64, uid: u32, gid: u32, keep: Option<&Path>) -> Result<()> {
-    // SAFETY: unshare with CLONE_NEWNS only changes this (single-threaded) process's namespace.
-    let rc = unsafe { libc::unshare(libc::CLONE_NEWNS) };
-    check(rc, "unshare(CLONE_NEWNS) for the private /tmp")?;
-    mount(
-        "none",
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_SLAVE,
-        None,
-    )
-    .context("making mounts private to the job")?;
+    own_mount_ns("the private /tmp")?;
     let data = format!("size={size},mode=0755,uid=0,gid=0");
     let flags = libc::MS_NOSUID | libc::MS_NODEV;
     let var_tmp = Path::new("/var/tmp");
@@ -122,6 +113,49 @@ pub fn private_tmp(size: u64, uid: u32, gid: u32, keep: Option<&Path>) -> Result
     // Over its own staging mount: the tmpfs's root is hidden, its two directories are not.
     mount("/var/tmp/var-tmp", var_tmp, None, libc::MS_BIND, None)?;
     remake(keep, uid, gid)
+}
+
+/// A mount namespace of this process's own, whose mounts are slaves of the host's: nothing
+/// mounted here propagates back.
+fn own_mount_ns(what: &str) -> Result<()> {
+    // SAFETY: unshare with CLONE_NEWNS only changes this (single-threaded) process's namespace.
+    let rc = unsafe { libc::unshare(libc::CLONE_NEWNS) };
+    check(rc, &format!("unshare(CLONE_NEWNS) for {what}"))?;
+    mount(
+        "none",
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_SLAVE,
+        None,
+    )
+    .context("making mounts private to the job")
+}
+
+/// Give this process a new IPC namespace (its own SysV objects and POSIX message queues) and a
+/// tmpfs of `size` bytes on /dev/shm (mode 1777, nosuid, nodev), in the job's mount namespace —
+/// a new one when `new_ns` (the job has no private /tmp). This process is in the job's cgroups
+/// already, and a tmpfs page is charged to the memory cgroup of the task that first touches it,
+/// so what the job writes there counts against its `--mem`; the tmpfs goes with the namespace's
+/// last process. A node without /dev/shm gets only the IPC namespace.
+pub fn private_ipc(size: u64, new_ns: bool) -> Result<()> {
+    // SAFETY: unshare with CLONE_NEWIPC only changes this (single-threaded) process's namespace.
+    let rc = unsafe { libc::unshare(libc::CLONE_NEWIPC) };
+    check(rc, "unshare(CLONE_NEWIPC)")?;
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return Ok(());
+    }
+    if new_ns {
+        own_mount_ns("the private /dev/shm")?;
+    }
+    let data = format!("size={size},mode=1777");
+    mount(
+        "pjw-shm",
+        shm,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&data),
+    )
 }
 
 /// Make the manager's job directory again inside the private /tmp (mode 0700, the user's).

@@ -19,6 +19,7 @@ pub mod gpu;
 pub mod gpu_alloc;
 pub mod gpu_env;
 pub mod io_limits;
+pub mod ipc_scrub;
 pub mod jobid;
 pub mod sched;
 pub mod sim;

@@ -27,7 +27,7 @@ mod tests;
 pub use adopt::{RawAdopt, DEFAULT_ADOPT_ENV, DEFAULT_ADOPT_HOOK_DAEMONS};
 pub use central::{mask_password, url_password, CentralConfig, RawCentral};
 pub use gpu::{DeclaredGpu, GpuConfig, RawGpuDevice, RawGpus};
-pub use job::RawJob;
+pub use job::{JobIpc, RawJob};
 pub use memory::RawMemory;
 pub use output::{LogFormat, RawLog, RawMetrics};
 pub use profile::{parse_duration_ms, ProfileConfig, RawDuration, RawProfile};
@@ -158,6 +158,8 @@ pub struct Config {
     pub bind_interval_ms: u64,
     /// `[job] thread_env`: send OMP_NUM_THREADS and friends to match the job's CPUs.
     pub thread_env: bool,
+    /// `[job] private_ipc`, `shm_size`, `scrub_ipc`.
+    pub ipc: JobIpc,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
     /// Where the device nodes are (`[paths] dev`), for GPU discovery.
@@ -337,6 +339,7 @@ impl Config {
             swap_max: job.swap_max,
             partition: job.partition,
             bind: job.bind,
+            ipc: job.ipc,
             io,
             bind_interval_ms: job.bind_interval_ms,
             thread_env: job.thread_env,

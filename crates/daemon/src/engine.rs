@@ -63,6 +63,9 @@ mod gpus;
 mod io;
 #[cfg(test)]
 mod io_tests;
+mod ipc;
+#[cfg(test)]
+mod ipc_tests;
 mod job;
 mod lifecycle;
 mod mem_governor;

@@ -12,6 +12,7 @@ pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod gpus;
+pub mod ipc_scrub;
 pub mod metrics;
 pub mod os;
 pub mod procs;

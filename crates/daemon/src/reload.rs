@@ -11,7 +11,7 @@
 //!   the reload applies;
 //! - every other key takes effect at once; running jobs are not touched. The engine takes the
 //!   rules (vcpus, backfill, preemption, queue TTL, priorities, exclusive, per-user queue limit,
-//!   job limits and /tmp, thread binding, governor thresholds, profile retention and size, admin group, adoption
+//!   job limits, /tmp, /dev/shm and the IPC scrub, thread binding, governor thresholds, profile retention and size, admin group, adoption
 //!   rules); the daemon's tasks ([`crate::tasks`]) restart what runs on a timer or a listener
 //!   (governor, sampler and sweep intervals, the metrics listener, the central-store shipper).
 //!
@@ -168,6 +168,7 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     live!("job.io_weight/io_max", io);
     live!("job.bind_interval_ms", bind_interval_ms);
     live!("job.thread_env", thread_env);
+    live!("job.private_ipc/shm_size/scrub_ipc/scrub_min_uid", ipc);
     live!("memory (governor thresholds)", governor_cfg);
     live!("memory.interval_ms", governor_interval_ms);
     live!("profile.interval", profile.interval_ms);

@@ -406,8 +406,9 @@ impl TestEngine {
             .prepare_parent()
             .expect("parent cgroups on the fake tree");
         let text = format!(
-            "{extra}[paths]\nproc = {:?}\n[memory]\ngovernor = {governor}\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
+            "{extra}[paths]\nproc = {:?}\ndev = {:?}\n[memory]\ngovernor = {governor}\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
             machine.proc_root,
+            dir.join("dev"),
             dir.join("tmp")
         );
         let cfg = Config::parse("test", &text, &Overrides::default()).expect("config");

@@ -204,6 +204,10 @@ pub enum Response {
         /// per-job tmpfs; set TMPDIR to it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tmp: Option<JobTmp>,
+        /// Root client: give the job a new IPC namespace and a tmpfs of this many bytes on
+        /// /dev/shm in its mount namespace (`[job] private_ipc`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shm: Option<u64>,
         /// Variables the client sets for the command: the job's GPUs (`PJW_GPUS`,
         /// `CUDA_VISIBLE_DEVICES`, ...).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -1,6 +1,6 @@
 //! `[job]`: what every job gets: leftover killing, pids and swap limits, its private /tmp, and
 //! the partition type of exclusive jobs, how its threads are bound and how often they are
-//! balanced, and whether its OpenMP/BLAS thread variables are set.
+//! balanced, whether its OpenMP/BLAS thread variables are set, and its /dev/shm and IPC.
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +24,24 @@ pub struct RawJob {
     pub io_max: Option<Vec<String>>,
     pub bind_interval_ms: Option<u64>,
     pub thread_env: Option<bool>,
+    pub private_ipc: Option<bool>,
+    pub shm_size: Option<String>,
+    pub scrub_ipc: Option<bool>,
+    pub scrub_min_uid: Option<u32>,
+}
+
+/// `[job] private_ipc`, `shm_size`, `scrub_ipc`: a job's own /dev/shm and IPC namespace
+/// (starter mode), and the scrub of what a job left in the host's at its end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobIpc {
+    /// A root client gives the job a tmpfs on /dev/shm and a new IPC namespace.
+    pub private: bool,
+    /// Its size for a job without `--mem`; `None` = the job partition.
+    pub shm_size: Option<u64>,
+    /// Remove what a job's owner left in the host's /dev/shm and SysV IPC at its last job's end.
+    pub scrub: bool,
+    /// Users below this uid (system users: services) are never scrubbed; root never is.
+    pub scrub_min_uid: u32,
 }
 
 /// The validated `[job]` section.
@@ -39,6 +57,7 @@ pub(super) struct Job {
     pub bind: pjw_core::thread_bind::BindMode,
     pub bind_interval_ms: u64,
     pub thread_env: bool,
+    pub ipc: JobIpc,
 }
 
 /// Validate `[job]`; a job's /tmp lives below `state_dir` unless `tmp_root` says otherwise.
@@ -117,6 +136,20 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
         }
         Some(n) => n,
     };
+    let shm_size = match j.shm_size.as_deref().map(str::trim) {
+        None => None,
+        Some(t) => match pjw_core::parse_size(t) {
+            Ok(n) if n >= 1 << 20 => Some(n),
+            Ok(_) => return Err(err("job.shm_size", format!("{t:?} is below 1M"))),
+            Err(e) => return Err(err("job.shm_size", e.to_string())),
+        },
+    };
+    let ipc = JobIpc {
+        private: j.private_ipc.unwrap_or(true),
+        shm_size,
+        scrub: j.scrub_ipc.unwrap_or(true),
+        scrub_min_uid: j.scrub_min_uid.unwrap_or(1000),
+    };
     Ok(Job {
         kill_leftovers: j.kill_leftovers.unwrap_or(true),
         pids_max,
@@ -128,5 +161,6 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
         bind,
         bind_interval_ms,
         thread_env: j.thread_env.unwrap_or(true),
+        ipc,
     })
 }

@@ -39,6 +39,7 @@ impl Engine {
                 mems: j.mems,
                 backfill: j.phase == Phase::Backfill,
                 tmp: j.tmp_reply(),
+                shm: j.shm_reply(&self.cfg.ipc, self.mem_limit),
                 env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
                 env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
             });

@@ -145,6 +145,14 @@ impl Job {
         }
     }
 
+    /// The private /dev/shm a root client mounts (with a new IPC namespace): the job's `--mem`,
+    /// else `[job] shm_size`, else the job partition; None where `[job] private_ipc` is off or
+    /// the client is not root (it cannot make namespaces).
+    pub(super) fn shm_reply(&self, ipc: &crate::config::JobIpc, partition: u64) -> Option<u64> {
+        (ipc.private && self.starter.client_uid == 0)
+            .then(|| self.mem.or(ipc.shm_size).unwrap_or(partition))
+    }
+
     pub(super) fn starter_record(&self) -> StarterRecord {
         StarterRecord {
             wlm: self.starter.wlm.clone(),

@@ -182,6 +182,7 @@ impl Engine {
             mems,
             backfill,
             tmp: j.tmp_reply(),
+            shm: j.shm_reply(&self.cfg.ipc, self.mem_limit),
             env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
             env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
         });
@@ -422,6 +423,7 @@ impl Engine {
             .started
             .map(|s| s.elapsed().as_millis() as u64)
             .unwrap_or(0);
+        self.scrub_ipc(&job, runtime_ms);
         self.record_end(
             &job,
             End {

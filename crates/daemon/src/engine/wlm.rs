@@ -191,6 +191,7 @@ impl Engine {
                 mems: j.mems,
                 backfill: false,
                 tmp: j.tmp_reply(),
+                shm: j.shm_reply(&self.cfg.ipc, self.mem_limit),
                 env: Engine::gpu_env_of(&self.gpus, gpus_fenced, j),
                 env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
             });

@@ -170,8 +170,9 @@ async fn a_reload_restarts_the_tasks_whose_keys_changed() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pjw.toml");
     let base = format!(
-        "[paths]\nproc = {:?}\n[job]\nbind_interval_ms = 400\ntmp_root = {:?}\n[memory]\ngovernor = false\n[profile]\nenabled = false\n",
+        "[paths]\nproc = {:?}\ndev = {:?}\n[job]\nbind_interval_ms = 400\ntmp_root = {:?}\n[memory]\ngovernor = false\n[profile]\nenabled = false\n",
         te.proc_root(),
+        te.engine.config().dev_root,
         te.engine.config().tmp_root,
     );
     let port = free_port();

@@ -1,0 +1,328 @@
+//! What a job left in the host's shared memory and SysV IPC, and which of it to remove at the
+//! job's end (the precedent: systemd-logind's `RemoveIPC=`, which removes a user's IPC objects
+//! when their last session ends).
+//!
+//! The rule, for a job of owner `uid` that ended at `until` and started at `since` (seconds):
+//! nothing when `uid` is root's (0) or a system user's (below `min_uid`, as logind spares
+//! system users), or the owner has another live job on the node; else every
+//! object owned by `uid` whose change time lies within the job's life — SysV semaphore sets and
+//! message queues, SysV shared memory segments nobody has attached (`nattch == 0`), and entries
+//! of /dev/shm that are not directories. Objects older than the job (a login session's) or newer
+//! than its end (the next job's) are left. Pure: the listing comes from the daemon's adapter.
+//!
+//! ```
+//! use pjw_core::ipc_scrub::{plan, Ended, Listing, ShmFile};
+//! let listing = Listing {
+//!     sysv: vec![],
+//!     files: vec![ShmFile { name: "psm_x".into(), uid: 1000, ctime: 150, dir: false }],
+//! };
+//! let job = Ended { uid: 1000, since: 100, until: 200 };
+//! assert_eq!(plan(&job, 1000, &[], &listing).files, vec!["psm_x".to_string()]);
+//! assert!(plan(&job, 1000, &[1000], &listing).is_empty());
+//! ```
+
+/// The three kinds of SysV IPC object (`/proc/sysvipc/{shm,sem,msg}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IpcKind {
+    Shm,
+    Sem,
+    Msg,
+}
+
+impl IpcKind {
+    pub const ALL: [IpcKind; 3] = [IpcKind::Shm, IpcKind::Sem, IpcKind::Msg];
+
+    /// Its file name under `/proc/sysvipc`.
+    pub fn file(self) -> &'static str {
+        match self {
+            IpcKind::Shm => "shm",
+            IpcKind::Sem => "sem",
+            IpcKind::Msg => "msg",
+        }
+    }
+
+    /// The column naming the object's id.
+    fn id_column(self) -> &'static str {
+        match self {
+            IpcKind::Shm => "shmid",
+            IpcKind::Sem => "semid",
+            IpcKind::Msg => "msqid",
+        }
+    }
+}
+
+/// One SysV IPC object, as `/proc/sysvipc` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SysvObject {
+    pub kind: IpcKind,
+    pub id: i32,
+    /// The owner (`uid` column; the creator is `cuid`).
+    pub uid: u32,
+    /// Processes attached (shared memory only; 0 for the others).
+    pub nattch: u64,
+    /// Last change (seconds since the epoch).
+    pub ctime: u64,
+}
+
+/// One entry of /dev/shm, as `fstatat(AT_SYMLINK_NOFOLLOW)` saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShmFile {
+    pub name: String,
+    pub uid: u32,
+    /// Status change time (seconds since the epoch).
+    pub ctime: u64,
+    /// A directory: never removed (nothing recursive runs as root in a shared directory).
+    pub dir: bool,
+}
+
+/// What the host holds: SysV objects and /dev/shm entries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub sysv: Vec<SysvObject>,
+    pub files: Vec<ShmFile>,
+}
+
+/// The job that ended: its owner and its life, in whole seconds since the epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ended {
+    pub uid: u32,
+    /// When it started (rounded down).
+    pub since: u64,
+    /// When it ended (rounded up).
+    pub until: u64,
+}
+
+/// What to remove.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub sysv: Vec<SysvObject>,
+    /// Names in /dev/shm.
+    pub files: Vec<String>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.sysv.is_empty() && self.files.is_empty()
+    }
+}
+
+/// The overflow uid, `nobody`: shared by services on many nodes, never one person's.
+pub const NOBODY: u32 = 65534;
+
+/// Whether the end of a job of `uid` calls for a scrub at all: not root's, `nobody`'s nor a
+/// system user's (below `min_uid`: services' semaphores have no attach count to protect them),
+/// and no other job of the owner lives on the node (`live`: the owners of the jobs still
+/// running).
+pub fn wanted(uid: u32, min_uid: u32, live: &[u32]) -> bool {
+    uid != 0 && uid != NOBODY && uid >= min_uid && !live.contains(&uid)
+}
+
+/// Whether a SysV object may be removed for `job` (also the adapter's re-check just before
+/// `IPC_RMID`, on what `IPC_STAT` says then).
+pub fn sysv_removable(job: &Ended, o: &SysvObject) -> bool {
+    o.uid == job.uid
+        && (o.kind != IpcKind::Shm || o.nattch == 0)
+        && (job.since..=job.until).contains(&o.ctime)
+}
+
+/// Whether a /dev/shm entry may be removed for `job` (also the adapter's re-check).
+pub fn file_removable(job: &Ended, f: &ShmFile) -> bool {
+    f.uid == job.uid && !f.dir && (job.since..=job.until).contains(&f.ctime)
+}
+
+/// Which of `listing` to remove at the end of `job`, given the lowest uid scrubbed and the
+/// owners of the jobs still live.
+pub fn plan(job: &Ended, min_uid: u32, live: &[u32], listing: &Listing) -> Plan {
+    if !wanted(job.uid, min_uid, live) {
+        return Plan::default();
+    }
+    Plan {
+        sysv: listing
+            .sysv
+            .iter()
+            .filter(|o| sysv_removable(job, o))
+            .cloned()
+            .collect(),
+        files: listing
+            .files
+            .iter()
+            .filter(|f| file_removable(job, f))
+            .map(|f| f.name.clone())
+            .collect(),
+    }
+}
+
+/// Parse one `/proc/sysvipc/{shm,sem,msg}` file: a header naming the columns, one object per
+/// line. Columns are found by name (their order and number differ between kinds and kernels);
+/// lines that do not parse are skipped.
+pub fn parse_sysvipc(kind: IpcKind, text: &str) -> Vec<SysvObject> {
+    let mut lines = text.lines();
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
+    let cols: Vec<&str> = header.split_whitespace().collect();
+    let at = |name: &str| cols.iter().position(|c| *c == name);
+    let (Some(id), Some(uid), Some(ctime)) = (at(kind.id_column()), at("uid"), at("ctime")) else {
+        return Vec::new();
+    };
+    let nattch = at("nattch");
+    lines
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some(SysvObject {
+                kind,
+                id: f.get(id)?.parse().ok()?,
+                uid: f.get(uid)?.parse().ok()?,
+                nattch: match nattch {
+                    Some(n) => f.get(n)?.parse().ok()?,
+                    None => 0,
+                },
+                ctime: f.get(ctime)?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHM: &str = "       key      shmid perms                  size  cpid  lpid nattch   uid   gid  cuid  cgid      atime      dtime      ctime                   rss                  swap
+         0          3  1600                  4096  9001  9001      0  1000  1000  1000  1000          0          0       150                     0                     0
+         0          4  1600                  4096  9002  9002      1  1000  1000  1000  1000        160          0       150                  4096                     0
+   1234567          5   600                  4096  9003  9003      0  1001  1001  1001  1001          0          0       150                     0                     0
+";
+    const SEM: &str =
+        "       key      semid perms      nsems   uid   gid  cuid  cgid      otime      ctime
+         0          7   600          1  1000  1000  1000  1000          0        120
+";
+    const MSG: &str = "       key      msqid perms      cbytes       qnum lspid lrpid   uid   gid  cuid  cgid      stime      rtime      ctime
+         0          9   600           0          0     0     0     0     0     0     0          0          0        130
+";
+
+    fn o(kind: IpcKind, id: i32, uid: u32, nattch: u64, ctime: u64) -> SysvObject {
+        SysvObject {
+            kind,
+            id,
+            uid,
+            nattch,
+            ctime,
+        }
+    }
+
+    fn f(name: &str, uid: u32, ctime: u64, dir: bool) -> ShmFile {
+        ShmFile {
+            name: name.into(),
+            uid,
+            ctime,
+            dir,
+        }
+    }
+
+    #[test]
+    fn parses_the_three_kernel_files_by_column_name() {
+        assert_eq!(
+            parse_sysvipc(IpcKind::Shm, SHM),
+            vec![
+                o(IpcKind::Shm, 3, 1000, 0, 150),
+                o(IpcKind::Shm, 4, 1000, 1, 150),
+                o(IpcKind::Shm, 5, 1001, 0, 150)
+            ]
+        );
+        assert_eq!(
+            parse_sysvipc(IpcKind::Sem, SEM),
+            vec![o(IpcKind::Sem, 7, 1000, 0, 120)]
+        );
+        assert_eq!(
+            parse_sysvipc(IpcKind::Msg, MSG),
+            vec![o(IpcKind::Msg, 9, 0, 0, 130)]
+        );
+        assert!(parse_sysvipc(IpcKind::Shm, "").is_empty());
+        assert!(parse_sysvipc(IpcKind::Shm, "garbage\n1 2 3\n").is_empty());
+        // A line cut short is skipped, the others kept.
+        let cut = format!("{SHM}         0         11  1600\n");
+        assert_eq!(parse_sysvipc(IpcKind::Shm, &cut).len(), 3);
+    }
+
+    #[test]
+    fn the_plan_follows_the_rule_case_by_case() {
+        let job = Ended {
+            uid: 1000,
+            since: 100,
+            until: 200,
+        };
+        let listing = Listing {
+            sysv: vec![
+                o(IpcKind::Shm, 1, 1000, 0, 150), // left behind: removed
+                o(IpcKind::Shm, 2, 1000, 1, 150), // still attached: kept
+                o(IpcKind::Shm, 3, 1001, 0, 150), // another user's: kept
+                o(IpcKind::Shm, 4, 0, 0, 150),    // root's: kept
+                o(IpcKind::Sem, 5, 1000, 0, 100), // made at the start: removed
+                o(IpcKind::Msg, 6, 1000, 0, 200), // made at the end: removed
+                o(IpcKind::Sem, 7, 1000, 0, 99),  // older than the job: kept
+                o(IpcKind::Msg, 8, 1000, 0, 201), // newer than its end: kept
+                o(IpcKind::Sem, 9, 1000, 3, 150), // nattch means nothing for sem: removed
+            ],
+            files: vec![
+                f("a", 1000, 150, false),
+                f("b", 1001, 150, false),
+                f("c", 0, 150, false),
+                f("d", 1000, 150, true),
+                f("e", 1000, 50, false),
+                f("g", 1000, 250, false),
+            ],
+        };
+        let p = plan(&job, 1000, &[1001, 0], &listing);
+        let ids: Vec<i32> = p.sysv.iter().map(|o| o.id).collect();
+        assert_eq!(ids, vec![1, 5, 6, 9]);
+        assert_eq!(p.files, vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn nothing_while_the_owner_has_another_live_job_or_for_root() {
+        let listing = Listing {
+            sysv: vec![
+                o(IpcKind::Shm, 1, 1000, 0, 150),
+                o(IpcKind::Shm, 2, 0, 0, 150),
+            ],
+            files: vec![f("a", 1000, 150, false), f("c", 0, 150, false)],
+        };
+        let cases: &[(&str, u32, u32, &[u32], bool)] = &[
+            ("last job of the owner", 1000, 1000, &[], false),
+            (
+                "another job of the owner lives",
+                1000,
+                1000,
+                &[1001, 1000],
+                true,
+            ),
+            ("root's job, no other", 0, 1000, &[], true),
+            ("root's job beside others", 0, 1000, &[1000], true),
+            ("root's job, min_uid 0", 0, 0, &[], true),
+            ("a system user (below min_uid)", 999, 1000, &[], true),
+            ("min_uid lowered", 999, 500, &[], false),
+            (
+                "nobody, a service's as much as anyone's",
+                NOBODY,
+                1000,
+                &[],
+                true,
+            ),
+        ];
+        for (what, uid, min_uid, live, empty) in cases {
+            let job = Ended {
+                uid: *uid,
+                since: 100,
+                until: 200,
+            };
+            let mut listing = listing.clone();
+            listing.files.push(f("s", *uid, 150, false));
+            assert_eq!(
+                plan(&job, *min_uid, live, &listing).is_empty(),
+                *empty,
+                "{what}"
+            );
+            assert_eq!(wanted(*uid, *min_uid, live), !*empty, "{what}");
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The IPC scrub at a job's end: what its owner left in the host's /dev/shm and SysV IPC is
+//! removed once their last job on the node has ended (`[job] scrub_ipc`; the rule is
+//! `pjw_core::ipc_scrub`, the OS side `crate::ipc_scrub`). The decision whether to look is
+//! taken here; the listing and the removals run on a blocking thread, so the engine never
+//! waits on /proc or /dev/shm.
+
+use pjw_core::ipc_scrub::{wanted, Ended};
+use tracing::{info, warn};
+
+use super::job::Job;
+use super::Engine;
+
+impl Engine {
+    /// `job` has ended (it is out of the job table): scrub for its owner unless another of
+    /// their jobs still runs here. Root's and system users' jobs are never scrubbed.
+    pub(super) fn scrub_ipc(&self, job: &Job, running_ms: u64) {
+        let Some((ended, live)) = self.scrub_for(job, running_ms) else {
+            return;
+        };
+        let proc_root = self.cfg.proc_root.clone();
+        let shm_root = self.cfg.dev_root.join("shm");
+        let (id, user) = (job.id.to_string(), job.user.clone());
+        tokio::task::spawn_blocking(move || {
+            let done = crate::ipc_scrub::scrub(&proc_root, &shm_root, &ended, &live);
+            for e in &done.errors {
+                warn!(job = %id, user = %user, error = %e, "cannot remove an IPC object the job left");
+            }
+            if done.sysv + done.files > 0 {
+                info!(job = %id, user = %user, sysv = done.sysv, shm_files = done.files, "removed what the job left in /dev/shm and SysV IPC");
+            }
+        });
+    }
+
+    /// Whether to scrub after `job` (ended, out of the table, after `running_ms` of running),
+    /// and for what: its owner and life in wall seconds, and the owners of the jobs still
+    /// running.
+    pub(super) fn scrub_for(&self, job: &Job, running_ms: u64) -> Option<(Ended, Vec<u32>)> {
+        // A job that never started ran nothing that could leave anything.
+        if !self.cfg.ipc.scrub || job.started.is_none() {
+            return None;
+        }
+        let live: Vec<u32> = self
+            .jobs
+            .values()
+            .filter(|j| j.started.is_some())
+            .map(|j| j.uid)
+            .collect();
+        if !wanted(job.uid, self.cfg.ipc.scrub_min_uid, &live) {
+            return None;
+        }
+        let now_ms = self.clock.now_ms().max(0) as u64;
+        let ended = Ended {
+            uid: job.uid,
+            since: now_ms.saturating_sub(running_ms) / 1000,
+            until: now_ms.div_ceil(1000),
+        };
+        Some((ended, live))
+    }
+}

@@ -1,0 +1,271 @@
+//! The OS side of the IPC scrub at a job's end (the rule is `pjw_core::ipc_scrub`): list the
+//! host's SysV objects (`<proc>/sysvipc/{shm,sem,msg}`) and the entries of `<dev>/shm`, and
+//! remove what the plan names. Runs on a blocking thread, never on the engine's.
+//!
+//! Every removal is checked again just before it: a SysV object by `IPC_STAT` (owner, attach
+//! count, change time), a /dev/shm entry by `fstatat(AT_SYMLINK_NOFOLLOW)` on the directory's
+//! descriptor, then removed with `unlinkat` on the same descriptor — no path is resolved again
+//! and no symlink is followed (a link the user planted is itself removed, never its target).
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use pjw_core::ipc_scrub::{
+    file_removable, parse_sysvipc, sysv_removable, Ended, IpcKind, Listing, Plan, ShmFile,
+    SysvObject,
+};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+/// What one scrub removed, and what it could not.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Scrubbed {
+    pub sysv: usize,
+    pub files: usize,
+    /// Failures, each naming the object or path.
+    pub errors: Vec<String>,
+}
+
+/// Read the host's SysV objects and /dev/shm entries. A file or directory that cannot be read
+/// contributes nothing (a kernel without SysV IPC, a node without /dev/shm).
+pub fn read_listing(proc_root: &Path, shm_root: &Path) -> Listing {
+    let mut sysv = Vec::new();
+    for kind in IpcKind::ALL {
+        let path = proc_root.join("sysvipc").join(kind.file());
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            sysv.extend(parse_sysvipc(kind, &text));
+        }
+    }
+    let files = open_dir(shm_root).map(|d| list_dir(&d)).unwrap_or_default();
+    Listing { sysv, files }
+}
+
+fn open_dir(dir: &Path) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+fn stat_entry(dir: &OwnedFd, name: &str) -> Option<ShmFile> {
+    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    Some(ShmFile {
+        name: name.to_string(),
+        uid: st.st_uid,
+        // u64 or i64 by target; a time before 1970 is not a job's.
+        #[allow(clippy::unnecessary_cast)]
+        ctime: st.st_ctime as u64,
+        dir: FileType::from_raw_mode(st.st_mode) == FileType::Directory,
+    })
+}
+
+fn list_dir(dir: &OwnedFd) -> Vec<ShmFile> {
+    let Ok(fd) = rustix::io::dup(dir) else {
+        return Vec::new();
+    };
+    let Ok(mut rd) = rustix::fs::Dir::new(fd) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    while let Some(Ok(e)) = rd.read() {
+        let Ok(name) = e.file_name().to_str() else {
+            continue;
+        };
+        if name == "." || name == ".." {
+            continue;
+        }
+        if let Some(f) = stat_entry(dir, name) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// List, plan and remove for `job`, given the owners of the jobs still live (the engine has
+/// checked `wanted` already; `min_uid` 0 here lets the plan decide on the rest).
+pub fn scrub(proc_root: &Path, shm_root: &Path, job: &Ended, live: &[u32]) -> Scrubbed {
+    let listing = read_listing(proc_root, shm_root);
+    let plan = pjw_core::ipc_scrub::plan(job, 0, live, &listing);
+    apply(&plan, shm_root, job)
+}
+
+/// Remove what `plan` names, each checked again against the rule first.
+pub fn apply(plan: &Plan, shm_root: &Path, job: &Ended) -> Scrubbed {
+    let mut done = Scrubbed::default();
+    for o in &plan.sysv {
+        match remove_sysv(o, job) {
+            Ok(true) => done.sysv += 1,
+            Ok(false) => {}
+            Err(e) => done.errors.push(format!("{} {}: {e}", o.kind.file(), o.id)),
+        }
+    }
+    if plan.files.is_empty() {
+        return done;
+    }
+    let dir = match open_dir(shm_root) {
+        Ok(d) => d,
+        Err(e) => {
+            done.errors.push(format!(
+                "{}: {}",
+                shm_root.display(),
+                std::io::Error::from(e)
+            ));
+            return done;
+        }
+    };
+    for name in &plan.files {
+        let path: PathBuf = shm_root.join(name);
+        // Looked at again through the same descriptor: still the owner's, still no directory.
+        let Some(now) = stat_entry(&dir, name) else {
+            continue;
+        };
+        if !file_removable(job, &now) {
+            continue;
+        }
+        match rustix::fs::unlinkat(dir.as_fd(), name.as_str(), AtFlags::empty()) {
+            Ok(()) => done.files += 1,
+            Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => done
+                .errors
+                .push(format!("{}: {}", path.display(), std::io::Error::from(e))),
+        }
+    }
+    done
+}
+
+/// `IPC_STAT` the object, check it against the rule again, then `IPC_RMID` it. `Ok(false)`:
+/// gone already, or no longer removable.
+fn remove_sysv(o: &SysvObject, job: &Ended) -> std::io::Result<bool> {
+    let Some(now) = stat_sysv(o.kind, o.id) else {
+        return Ok(false);
+    };
+    if !sysv_removable(job, &now) {
+        return Ok(false);
+    }
+    // SAFETY: IPC_RMID takes no buffer (null is allowed for all three); the id is an int.
+    let rc = unsafe {
+        match o.kind {
+            IpcKind::Shm => libc::shmctl(o.id, libc::IPC_RMID, std::ptr::null_mut()),
+            IpcKind::Sem => libc::semctl(o.id, 0, libc::IPC_RMID),
+            IpcKind::Msg => libc::msgctl(o.id, libc::IPC_RMID, std::ptr::null_mut()),
+        }
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        // Removed meanwhile.
+        Some(libc::EINVAL) | Some(libc::EIDRM) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// What the kernel says of one object now; None if it is gone.
+fn stat_sysv(kind: IpcKind, id: i32) -> Option<SysvObject> {
+    let (uid, nattch, ctime) = match kind {
+        IpcKind::Shm => {
+            // SAFETY: shmid_ds is plain data; IPC_STAT fills it or fails.
+            let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid pointer to a buffer of the right type.
+            if unsafe { libc::shmctl(id, libc::IPC_STAT, &mut ds) } != 0 {
+                return None;
+            }
+            (ds.shm_perm.uid, ds.shm_nattch as u64, ds.shm_ctime)
+        }
+        IpcKind::Sem => {
+            // SAFETY: semid_ds is plain data; IPC_STAT fills it or fails.
+            let mut ds: libc::semid_ds = unsafe { std::mem::zeroed() };
+            // SAFETY: semctl's fourth argument is `union semun`, whose `buf` member is this
+            // pointer; passed as a variadic pointer, as glibc reads it.
+            if unsafe { libc::semctl(id, 0, libc::IPC_STAT, &mut ds as *mut libc::semid_ds) } != 0 {
+                return None;
+            }
+            (ds.sem_perm.uid, 0, ds.sem_ctime)
+        }
+        IpcKind::Msg => {
+            // SAFETY: msqid_ds is plain data; IPC_STAT fills it or fails.
+            let mut ds: libc::msqid_ds = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid pointer to a buffer of the right type.
+            if unsafe { libc::msgctl(id, libc::IPC_STAT, &mut ds) } != 0 {
+                return None;
+            }
+            (ds.msg_perm.uid, 0, ds.msg_ctime)
+        }
+    };
+    Some(SysvObject {
+        kind,
+        id,
+        uid,
+        nattch,
+        ctime: ctime.max(0) as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// A fake /proc and /dev/shm: the listing reads both; files are removed through the
+    /// directory's descriptor and a symlink's target is never touched.
+    #[test]
+    fn lists_a_fake_root_and_removes_only_the_owners_files_never_through_a_link() {
+        let t = tempfile::tempdir().unwrap();
+        let proc_root = t.path().join("proc");
+        let shm = t.path().join("shm");
+        let outside = t.path().join("outside");
+        std::fs::create_dir_all(proc_root.join("sysvipc")).unwrap();
+        std::fs::create_dir_all(shm.join("adir")).unwrap();
+        std::fs::write(&outside, "keep").unwrap();
+        std::fs::write(
+            proc_root.join("sysvipc/sem"),
+            "key semid perms nsems uid gid cuid cgid otime ctime\n0 7 600 1 4242 4242 4242 4242 0 120\n",
+        )
+        .unwrap();
+        std::fs::write(shm.join("left"), "x").unwrap();
+        symlink(&outside, shm.join("link")).unwrap();
+        // As root (the test machines), the files are given to another uid: root's are never
+        // a job's.
+        let me = rustix::process::getuid().as_raw();
+        let owner = if me == 0 { 4243 } else { me };
+        if me == 0 {
+            for n in ["left", "link", "adir"] {
+                std::os::unix::fs::lchown(shm.join(n), Some(owner), None).unwrap();
+            }
+        }
+        let l = read_listing(&proc_root, &shm);
+        assert_eq!(l.sysv.len(), 1);
+        assert_eq!((l.sysv[0].id, l.sysv[0].uid), (7, 4242));
+        let mut names: Vec<(&str, bool)> =
+            l.files.iter().map(|f| (f.name.as_str(), f.dir)).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            vec![("adir", true), ("left", false), ("link", false)]
+        );
+        assert!(l.files.iter().all(|f| f.uid == owner));
+        let job = Ended {
+            uid: owner,
+            since: 0,
+            until: u64::MAX,
+        };
+        // Another owner in the plan's name: the re-check keeps the file.
+        let other = Ended {
+            uid: owner + 1,
+            ..job
+        };
+        let plan = Plan {
+            sysv: vec![],
+            files: vec!["left".into()],
+        };
+        assert_eq!(apply(&plan, &shm, &other).files, 0);
+        assert!(shm.join("left").exists());
+        let done = scrub(&proc_root, &shm, &job, &[]);
+        assert_eq!((done.files, done.errors.len()), (2, 0), "{done:?}");
+        assert!(!shm.join("left").exists());
+        assert!(std::fs::symlink_metadata(shm.join("link")).is_err());
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep");
+        assert!(shm.join("adir").is_dir());
+    }
+}
