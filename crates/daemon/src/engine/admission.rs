@@ -231,6 +231,20 @@ impl Engine {
         Some(seq)
     }
 
+    /// A queued job whose side row (GPUs, I/O, binding) the store refused: it is dropped, its
+    /// row ended ("start failed: store") and its client told, so memory and store agree.
+    pub(super) fn refuse_unrecorded(&mut self, seq: i64, e: &pjw_store::StoreError) {
+        if let Some(mut j) = self.jobs.remove(&seq) {
+            error!(job = %j.id, error = %e, "cannot record job");
+            self.store_end(seq, self.clock.now_ms(), "start failed: store", None);
+            if let Some(w) = j.client.waiter.take() {
+                let _ = w
+                    .reply
+                    .send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
+            }
+        }
+    }
+
     pub(super) fn validate(&self, cred: &Cred, who: &Who, req: &RunRequest) -> Result<(), Refusal> {
         let total = self.pool.len();
         if req.cpus == 0 {

@@ -5,11 +5,9 @@
 
 use pjw_core::thread_bind::{self, BindMode};
 use pjw_core::{thread_env, Topology};
-use pjw_proto::ErrorCode;
-use tracing::error;
 
 use super::store_writes::OnFail;
-use super::{err, Engine, Job};
+use super::{Engine, Job};
 use crate::bind::{BindJob, Binder, Born};
 use crate::config::Config;
 
@@ -33,15 +31,7 @@ impl Engine {
                 true
             }
             Err(e) => {
-                if let Some(mut j) = self.jobs.remove(&seq) {
-                    error!(job = %j.id, error = %e, "cannot record job");
-                    self.store_end(seq, self.clock.now_ms(), "start failed: store", None);
-                    if let Some(w) = j.client.waiter.take() {
-                        let _ = w
-                            .reply
-                            .send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
-                    }
-                }
+                self.refuse_unrecorded(seq, &e);
                 false
             }
         }

@@ -8,10 +8,9 @@ use pjw_core::gpu_env::gpu_env;
 use pjw_core::sched::{GpuNode, Phase};
 use pjw_core::{GpuSet, Gpus};
 use pjw_proto::ErrorCode;
-use tracing::error;
 
 use super::store_writes::OnFail;
-use super::{err, refuse, Engine, Job, Refusal};
+use super::{refuse, Engine, Job, Refusal};
 use crate::config::Config;
 
 impl Engine {
@@ -168,15 +167,7 @@ impl Engine {
                 true
             }
             Err(e) => {
-                if let Some(mut j) = self.jobs.remove(&seq) {
-                    error!(job = %j.id, error = %e, "cannot record job");
-                    self.store_end(seq, self.clock.now_ms(), "start failed: store", None);
-                    if let Some(w) = j.client.waiter.take() {
-                        let _ = w
-                            .reply
-                            .send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
-                    }
-                }
+                self.refuse_unrecorded(seq, &e);
                 false
             }
         }

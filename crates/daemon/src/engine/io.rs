@@ -4,10 +4,9 @@
 
 use pjw_core::io_limits::{IoMax, IoWeight, JobIo};
 use pjw_proto::{ErrorCode, RunRequest};
-use tracing::error;
 
 use super::store_writes::OnFail;
-use super::{err, refuse, Engine, Job, Refusal};
+use super::{refuse, Engine, Job, Refusal};
 
 impl Engine {
     /// The I/O settings job `req` gets, asked by uid `client_uid`. A weight above the node's
@@ -63,15 +62,7 @@ impl Engine {
                 true
             }
             Err(e) => {
-                if let Some(mut j) = self.jobs.remove(&seq) {
-                    error!(job = %j.id, error = %e, "cannot record job");
-                    self.store_end(seq, self.clock.now_ms(), "start failed: store", None);
-                    if let Some(w) = j.client.waiter.take() {
-                        let _ = w
-                            .reply
-                            .send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
-                    }
-                }
+                self.refuse_unrecorded(seq, &e);
                 false
             }
         }
