@@ -262,16 +262,18 @@ fn spawn(d: &TestDaemon, rng: &mut Rng, i: u64, ncpus: u64) -> Client {
         "-c".into(),
         format!("sleep {}.{:03}; exit {code}", sleep / 1000, sleep % 1000),
     ]);
-    let child = d
-        .pjw()
-        .args(&args)
-        .env("PJW_CONNECT_WAIT", "120")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn pjw run");
+    let child = pjw_spawn(d, &args);
     Client { id, code, child }
+}
+
+/// `pjw job register` of Slurm's job `local` for root with `cpus` CPUs.
+fn register_args(local: &str, cpus: u64) -> Vec<String> {
+    ["job", "register", "--wlm", "slurm", "--job-id", local]
+        .into_iter()
+        .chain(["--user", "root", "--cpus"])
+        .map(String::from)
+        .chain([cpus.to_string()])
+        .collect()
 }
 
 /// A workload manager's job with a command (the starter's form): `pjw job register` joins the
@@ -281,21 +283,14 @@ fn spawn_wlm(d: &TestDaemon, rng: &mut Rng, i: u64, ncpus: u64) -> Client {
     let code = (i % 120 + 1) as i32;
     let size = rng.range(1, ncpus);
     let sleep = rng.range(0, 30) * 10;
-    let child = d
-        .pjw()
-        .args(["job", "register", "--wlm", "slurm", "--job-id", &local])
-        .args(["--user", "root", "--cpus", &size.to_string(), "--"])
-        .args([
-            "sh",
-            "-c",
-            &format!("sleep {}.{:03}; exit {code}", sleep / 1000, sleep % 1000),
-        ])
-        .env("PJW_CONNECT_WAIT", "120")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn pjw job register");
+    let mut args = register_args(&local, size);
+    args.extend([
+        "--".into(),
+        "sh".into(),
+        "-c".into(),
+        format!("sleep {}.{:03}; exit {code}", sleep / 1000, sleep % 1000),
+    ]);
+    let child = pjw_spawn(d, &args);
     Client {
         id: format!("slurm:{local}"),
         code,
@@ -308,21 +303,25 @@ fn spawn_wlm(d: &TestDaemon, rng: &mut Rng, i: u64, ncpus: u64) -> Client {
 fn spawn_held(d: &TestDaemon, rng: &mut Rng, i: u64, ncpus: u64) -> Held {
     let local = format!("h{i}");
     let size = rng.range(1, ncpus);
-    let register = d
-        .pjw()
-        .args(["job", "register", "--wlm", "slurm", "--job-id", &local])
-        .args(["--user", "root", "--cpus", &size.to_string()])
-        .env("PJW_CONNECT_WAIT", "120")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn pjw job register");
+    let register = pjw_spawn(d, &register_args(&local, size));
     Held {
         id: format!("slurm:{local}"),
         register,
         end_at: i + rng.range(1, 20),
     }
+}
+
+/// `pjw ARGS` started in the background, waiting (bounded) for a daemon that is restarting;
+/// its stderr kept for the verdict.
+fn pjw_spawn(d: &TestDaemon, args: &[String]) -> Child {
+    d.pjw()
+        .args(args)
+        .env("PJW_CONNECT_WAIT", "120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pjw")
 }
 
 /// `pjw ARGS` to its end, with the daemon possibly restarting meanwhile (bounded wait).
