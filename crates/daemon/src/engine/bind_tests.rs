@@ -3,13 +3,13 @@
 //! with their modes (the engine itself reads nothing), and a starting job is offered thread
 //! counts for its CPUs.
 
-use pjw_cgroup::JobLimits;
 use pjw_core::thread_bind::BindMode;
 use pjw_core::CpuSet;
 use pjw_proto::Response;
-use pjw_store::{JobRecord, StoredState};
+use pjw_store::StoredState;
 
-use super::{cgroup_name, Event};
+use super::table_tests::{job_cgroup, record};
+use super::Event;
 use crate::bind::{BindJob, BindMsg, Binder, Born};
 use crate::procs::ProcMsg;
 use crate::store_port::StorePort;
@@ -120,51 +120,11 @@ async fn after_a_restart_a_recovered_job_keeps_its_bind_mode() {
     let pid = std::process::id();
     t.fake_process(pid, UID);
     t.fake_stat(pid);
-    let id = TestEngine::id("old");
-    let rec = JobRecord {
-        seq: 0,
-        job_id: id.to_string(),
-        name: "old".into(),
-        uid: UID,
-        gid: UID,
-        user: "user1000".into(),
-        ncpus: 2,
-        cpus: cs("0-1"),
-        mems: cs("0"),
-        mem_limit: None,
-        pid: Some(pid),
-        pid_start: None,
-        cgroup: cgroup_name(&id),
-        argv: vec![],
-        state: StoredState::Running,
-        submitted_ms: 0,
-        started_ms: Some(1),
-        ended_ms: None,
-        end_reason: None,
-        priority: 10,
-        placement: pjw_core::sched::Placement::Any,
-        exclusive: false,
-        role: pjw_store::StoredRole::Primary,
-    };
+    let rec = record("old", StoredState::Running, pid);
     let mut store = t.store.clone();
     let seq = store.insert_job(&rec).expect("insert");
     store.set_bind(seq, BindMode::Cores).expect("bind row");
-    let limits = JobLimits {
-        cpus: cs("0-1"),
-        mems: cs("0"),
-        memory_max: None,
-        pids_max: None,
-        swap_max: None,
-        io: Default::default(),
-    };
-    t.engine
-        .driver
-        .create_job(&rec.cgroup, &limits)
-        .expect("cgroup");
-    t.engine
-        .driver
-        .add_process(&rec.cgroup, pid)
-        .expect("process");
+    job_cgroup(&t, &rec, Some(pid));
 
     t.engine.recover().expect("recover");
     assert_eq!(t.engine.jobs[&seq].bind, Some(BindMode::Cores));

@@ -1,13 +1,13 @@
 //! GPU jobs through the engine, without root, on a fake cgroup tree and the recording fake
 //! store: 4 CPUs, 4 GPUs (0 and 1 local to CPUs 0-1, 2 and 3 to CPUs 2-3).
 
-use pjw_cgroup::JobLimits;
 use pjw_core::sched::Phase;
 use pjw_core::{CpuSet, Gpu, GpuId, GpuSet, GpuVendor, Gpus};
 use pjw_proto::{ErrorCode, Response};
 use pjw_store::{JobRecord, StoredState};
 use tokio::sync::mpsc;
 
+use super::table_tests::{job_cgroup, record};
 use super::{cgroup_name, Cred, Event};
 use crate::store_port::StorePort;
 use crate::test_support::{client, run_request, who, FakeCgroups, TestEngine};
@@ -141,51 +141,11 @@ async fn after_a_restart_a_recovered_job_keeps_its_gpus() {
     let pid = std::process::id();
     t.fake_process(pid, UID);
     t.fake_stat(pid);
-    let id = TestEngine::id("old");
-    let rec = JobRecord {
-        seq: 0,
-        job_id: id.to_string(),
-        name: "old".into(),
-        uid: UID,
-        gid: UID,
-        user: "user1000".into(),
-        ncpus: 2,
-        cpus: cs("0-1"),
-        mems: cs("0"),
-        mem_limit: None,
-        pid: Some(pid),
-        pid_start: None,
-        cgroup: cgroup_name(&id),
-        argv: vec![],
-        state: StoredState::Running,
-        submitted_ms: 0,
-        started_ms: Some(1),
-        ended_ms: None,
-        end_reason: None,
-        priority: 10,
-        placement: pjw_core::sched::Placement::Any,
-        exclusive: false,
-        role: pjw_store::StoredRole::Primary,
-    };
+    let rec = record("old", StoredState::Running, pid);
     let mut store = t.store.clone();
     let seq = store.insert_job(&rec).expect("insert");
     store.set_gpus(seq, 2, &gs("0-1")).expect("gpus row");
-    let limits = JobLimits {
-        cpus: cs("0-1"),
-        mems: cs("0"),
-        memory_max: None,
-        pids_max: None,
-        swap_max: None,
-        io: Default::default(),
-    };
-    t.engine
-        .driver
-        .create_job(&rec.cgroup, &limits)
-        .expect("cgroup");
-    t.engine
-        .driver
-        .add_process(&rec.cgroup, pid)
-        .expect("process");
+    job_cgroup(&t, &rec, Some(pid));
 
     t.engine.recover().expect("recover");
     let j = &t.engine.jobs[&seq];

@@ -21,7 +21,9 @@ fn cpus(list: &str) -> CpuSet {
     CpuSet::parse_list(list).expect("cpu list")
 }
 
-fn record(id: &str, state: StoredState, pid: u32) -> JobRecord {
+/// A stored row of job `id` of user 1000 with main process `pid`: 2 CPUs, on 0-1 (node 0)
+/// once started. Shared by the engine's recovery tests.
+pub(super) fn record(id: &str, state: StoredState, pid: u32) -> JobRecord {
     let started = state != StoredState::Queued;
     JobRecord {
         seq: 0,
@@ -47,6 +49,29 @@ fn record(id: &str, state: StoredState, pid: u32) -> JobRecord {
         placement: pjw_core::sched::Placement::Any,
         exclusive: false,
         role: pjw_store::StoredRole::Primary,
+    }
+}
+
+/// What a restart finds of a started job `rec`: its cgroups on its CPUs, holding process
+/// `pid` when given.
+pub(super) fn job_cgroup(t: &TestEngine, rec: &JobRecord, pid: Option<u32>) {
+    let limits = JobLimits {
+        cpus: rec.cpus,
+        mems: rec.mems,
+        memory_max: None,
+        pids_max: None,
+        swap_max: None,
+        io: Default::default(),
+    };
+    t.engine
+        .driver
+        .create_job(&rec.cgroup, &limits)
+        .expect("cgroup");
+    if let Some(pid) = pid {
+        t.engine
+            .driver
+            .add_process(&rec.cgroup, pid)
+            .expect("process");
     }
 }
 
@@ -99,24 +124,7 @@ async fn recovery_matrix() {
         let rec = record("r1", stored, pid);
         let seq = t.store.clone().insert_job(&rec).expect("insert");
         if stored != Queued {
-            let limits = JobLimits {
-                cpus: cpus("0-1"),
-                mems: cpus("0"),
-                memory_max: None,
-                pids_max: None,
-                swap_max: None,
-                io: Default::default(),
-            };
-            t.engine
-                .driver
-                .create_job(&rec.cgroup, &limits)
-                .expect("cgroup");
-            if populated {
-                t.engine
-                    .driver
-                    .add_process(&rec.cgroup, pid)
-                    .expect("a process in the cgroup");
-            }
+            job_cgroup(&t, &rec, populated.then_some(pid));
         }
 
         t.engine.recover().expect("recover");
@@ -309,22 +317,7 @@ async fn recovery_takes_each_stored_role_then_plans() {
             ..record("r1", StoredState::Running, pid)
         };
         let seq = t.store.clone().insert_job(&rec).expect("insert");
-        let limits = JobLimits {
-            cpus: cpus("0-1"),
-            mems: cpus("0"),
-            memory_max: None,
-            pids_max: None,
-            swap_max: None,
-            io: Default::default(),
-        };
-        t.engine
-            .driver
-            .create_job(&rec.cgroup, &limits)
-            .expect("cgroup");
-        t.engine
-            .driver
-            .add_process(&rec.cgroup, pid)
-            .expect("process");
+        job_cgroup(&t, &rec, Some(pid));
 
         t.engine.recover().expect("recover");
 
@@ -363,24 +356,7 @@ async fn recovery_matrix_by_role() {
                 ..record("r1", StoredState::Running, pid)
             };
             let seq = t.store.clone().insert_job(&rec).expect("insert");
-            let limits = JobLimits {
-                cpus: cpus("0-1"),
-                mems: cpus("0"),
-                memory_max: None,
-                pids_max: None,
-                swap_max: None,
-                io: Default::default(),
-            };
-            t.engine
-                .driver
-                .create_job(&rec.cgroup, &limits)
-                .expect("cgroup");
-            if populated {
-                t.engine
-                    .driver
-                    .add_process(&rec.cgroup, pid)
-                    .expect("process");
-            }
+            job_cgroup(&t, &rec, populated.then_some(pid));
 
             t.engine.recover().expect("recover");
 
