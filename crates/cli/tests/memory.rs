@@ -99,8 +99,10 @@ fn the_governor_lets_jobs_twice_the_partition_finish_without_oom_kills() {
                 .unwrap()
         })
         .collect();
-    // Watch the governor act while they run.
+    // Watch the governor act while they run. An empty table ends the watch only once a
+    // job has been seen: the first look can come before any client has reached the daemon.
     let mut saw_frozen = false;
+    let mut saw_jobs = false;
     let deadline = Instant::now() + Duration::from_secs(240);
     while Instant::now() < deadline {
         let st = d.status();
@@ -108,7 +110,8 @@ fn the_governor_lets_jobs_twice_the_partition_finish_without_oom_kills() {
         if list.iter().any(|j| j["state"] == "frozen") {
             saw_frozen = true;
         }
-        if list.is_empty() {
+        saw_jobs |= !list.is_empty();
+        if saw_jobs && list.is_empty() {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -128,6 +131,15 @@ fn the_governor_lets_jobs_twice_the_partition_finish_without_oom_kills() {
         "the governor never acted:\n{log}"
     );
     assert!(log.contains("job thawed"), "no job was thawed:\n{log}");
+    // A client exits with its job's main process; the daemon records the end when it
+    // sees the job's cgroup empty, a moment later. Wait for that before reading the store.
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || d.status()["jobs"]
+            .as_array()
+            .is_some_and(|l| l.is_empty())),
+        "jobs still listed after every client ended:\n{}",
+        d.log()
+    );
     // No OOM kill: every job ended as "exited".
     let store = pjw_store::Store::open_file(&d.dir().join("state/pjw.db")).unwrap();
     for i in 0..4 {
