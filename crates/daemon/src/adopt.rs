@@ -228,6 +228,12 @@ impl Scanner {
     /// Pids that exist now and were never looked at (or whose pid was reused); forgets what
     /// was decided about pids that are gone.
     pub fn unseen(&mut self) -> Vec<u32> {
+        self.unseen_after(None)
+    }
+
+    /// [`Scanner::unseen`], only pids above `after` (a sweep taken in turns goes on from
+    /// where its last turn stopped, so each pass looks at a process at most once).
+    pub fn unseen_after(&mut self, after: Option<u32>) -> Vec<u32> {
         let Ok(rd) = std::fs::read_dir(&self.proc_root) else {
             return Vec::new();
         };
@@ -239,7 +245,7 @@ impl Scanner {
         self.lineages.retain(|p, _| now.contains(p));
         let mut out: Vec<u32> = now
             .into_iter()
-            .filter(|p| !self.seen.contains_key(p))
+            .filter(|p| !self.seen.contains_key(p) && after.is_none_or(|a| *p > a))
             .collect();
         out.sort_unstable();
         out

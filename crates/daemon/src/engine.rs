@@ -117,6 +117,8 @@ pub struct Engine {
     last_swap_in: Option<(u64, Instant)>,
     /// Adoption: the /proc reader and when each unknown job id was last logged.
     scanner: Scanner,
+    /// A sweep in turns: the last pid its previous turn looked at (None: no sweep under way).
+    sweep_from: Option<u32>,
     unknown_logged: HashMap<String, i64>,
     /// Which job every jailed process belongs to; exact process and thread counts.
     procs: ProcTracker,
@@ -226,6 +228,7 @@ impl Engine {
         );
         Engine {
             scanner,
+            sweep_from: None,
             unknown_logged: HashMap::new(),
             governor,
             mem_limit,
@@ -377,7 +380,8 @@ impl Engine {
                 req,
                 reply,
             } => self.register(conn, cred, &who, req, reply),
-            Event::Sweep => self.sweep(),
+            Event::Sweep => self.sweep(false),
+            Event::SweepMore => self.sweep(true),
             Event::Proc(msg) => self.proc_events(msg),
             Event::Sample => self.sample(),
             Event::Bind => self.bind_tick(),

@@ -91,6 +91,8 @@ pub enum Event {
     },
     /// The adoption sweep's timer: look at processes started since the last sweep.
     Sweep,
+    /// The next turn of a sweep that had more processes to look at than one turn takes.
+    SweepMore,
     /// Process events from the kernel's proc connector (see [`crate::procs`]).
     Proc(ProcMsg),
     /// The sampler's tick (`profile.interval`): sample every started job.

@@ -154,9 +154,8 @@ async fn process_events_count_a_jobs_processes_and_an_overrun_relearns_them_from
     assert!(counts(&t).lossy);
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn the_sweep_adopts_a_process_that_names_a_registered_job_and_no_other() {
-    let mut t = TestEngine::new();
+/// Slurm job 42 of user [`UID`], registered by root as a prolog would: its seq and cgroup.
+fn register_42(t: &mut TestEngine) -> (i64, String) {
     let root = Cred {
         pid: 1,
         uid: 0,
@@ -186,7 +185,22 @@ async fn the_sweep_adopts_a_process_that_names_a_registered_job_and_no_other() {
     let r = answers.try_recv().expect("an answer");
     assert!(matches!(r, Response::Started { .. }), "{r:?}");
     let seq = *t.engine.jobs.keys().next().expect("the job");
-    let cgroup = t.engine.jobs[&seq].cgroup.clone();
+    (seq, t.engine.jobs[&seq].cgroup.clone())
+}
+
+/// A fake process `pid` of `uid` with environment `env`, outside every job.
+fn env_process(t: &TestEngine, pid: u32, uid: u32, env: &str) {
+    t.fake_process(pid, uid);
+    t.fake_stat(pid);
+    let dir = t.proc_root().join(pid.to_string());
+    std::fs::write(dir.join("environ"), format!("{env}\0")).expect("environ");
+    std::fs::write(dir.join("cgroup"), "0::/user.slice\n").expect("cgroup");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_sweep_adopts_a_process_that_names_a_registered_job_and_no_other() {
+    let mut t = TestEngine::new();
+    let (seq, cgroup) = register_42(&mut t);
     // (pid, its uid, its environment, adopted)
     let table = [
         (700_101, UID, "SLURM_JOB_ID=42", true),
@@ -196,11 +210,7 @@ async fn the_sweep_adopts_a_process_that_names_a_registered_job_and_no_other() {
         (700_104, UID, "HOME=/", false),
     ];
     for &(pid, uid, env, _) in &table {
-        t.fake_process(pid, uid);
-        t.fake_stat(pid);
-        let dir = t.proc_root().join(pid.to_string());
-        std::fs::write(dir.join("environ"), format!("{env}\0")).expect("environ");
-        std::fs::write(dir.join("cgroup"), "0::/user.slice\n").expect("cgroup");
+        env_process(&t, pid, uid, env);
     }
     t.engine.handle(Event::Sweep);
     let inside = t.engine.driver.procs(&cgroup).expect("procs");
@@ -212,6 +222,53 @@ async fn the_sweep_adopts_a_process_that_names_a_registered_job_and_no_other() {
             "{pid} {env}"
         );
     }
+}
+
+/// Thousands of new processes are swept in turns of SWEEP_TURN, each next turn sent to the
+/// back of the engine's queue (so requests already waiting go first), and a timer tick
+/// meanwhile starts no second sweep; every process is looked at once.
+#[tokio::test(flavor = "current_thread")]
+async fn a_large_sweep_is_taken_in_turns_each_queued_behind_waiting_requests() {
+    let mut t = TestEngine::new();
+    let (seq, cgroup) = register_42(&mut t);
+    while t._events.try_recv().is_ok() {}
+    let pids: Vec<u32> = (0..150).map(|i| 710_000 + i).collect();
+    for &pid in &pids {
+        env_process(&t, pid, UID, "SLURM_JOB_ID=42");
+    }
+    let adopted = |t: &TestEngine| {
+        pids.iter()
+            .filter(|p| t.engine.procs.job_of(**p) == Some(seq))
+            .count()
+    };
+    let more = |t: &mut TestEngine| {
+        let mut n = 0;
+        while let Ok(ev) = t._events.try_recv() {
+            n += usize::from(matches!(ev, Event::SweepMore));
+        }
+        n
+    };
+    // (event, processes adopted after it, next turns queued by it)
+    let steps = [
+        (Event::Sweep, 64, 1),
+        // The timer's tick while a sweep is under way: nothing.
+        (Event::Sweep, 64, 0),
+        (Event::SweepMore, 128, 1),
+        (Event::SweepMore, 150, 0),
+        // Nothing left to look at: a stray turn does nothing.
+        (Event::SweepMore, 150, 0),
+    ];
+    for (i, (ev, want, queued)) in steps.into_iter().enumerate() {
+        t.engine.handle(ev);
+        assert_eq!((adopted(&t), more(&mut t)), (want, queued), "step {i}");
+    }
+    let inside = t.engine.driver.procs(&cgroup).expect("procs");
+    assert!(pids.iter().all(|p| inside.contains(p)), "{inside:?}");
+    // A new process after the pass: the next tick starts a new sweep and takes it.
+    env_process(&t, 720_000, UID, "SLURM_JOB_ID=42");
+    t.engine.handle(Event::Sweep);
+    assert_eq!(t.engine.procs.job_of(720_000), Some(seq));
+    assert_eq!(more(&mut t), 0);
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -12,12 +12,14 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info};
 
 use super::Starter;
-use super::{cgroup_name, err, Cred, Engine, Who};
+use super::{cgroup_name, err, Cred, Engine, Event, Who};
 use crate::adopt::Seen;
 use crate::os;
 
 /// At most one log line per unknown job id per minute.
 const UNKNOWN_LOG_EVERY_MS: i64 = 60_000;
+/// Processes one turn of the adoption sweep looks at (a few milliseconds of /proc reads).
+const SWEEP_TURN: usize = 64;
 
 impl Engine {
     /// Register a manager's job: root only; it gets CPUs through the node queue like `run`.
@@ -290,14 +292,33 @@ impl Engine {
         }
     }
 
-    /// The periodic backstop: look at every process never looked at.
-    pub(super) fn sweep(&mut self) {
+    /// The periodic backstop: look at every process never looked at, at most
+    /// [`SWEEP_TURN`] per turn of the engine. A node with thousands of new processes (the
+    /// first sweep after a job registers looks at all of them) is swept over several turns,
+    /// each queued behind what waits already, so clients' requests are served in between.
+    /// `more` is the next turn of a sweep under way; the timer's tick does not start a second
+    /// one meanwhile.
+    pub(super) fn sweep(&mut self, more: bool) {
         if !self.adopting() {
             self.scanner.reset();
+            self.sweep_from = None;
             return;
         }
-        for pid in self.scanner.unseen() {
+        if more != self.sweep_from.is_some() {
+            return;
+        }
+        let pids = self.scanner.unseen_after(self.sweep_from);
+        let rest = pids.len() > SWEEP_TURN;
+        for &pid in pids.iter().take(SWEEP_TURN) {
             self.examine(pid, "sweep");
+        }
+        self.sweep_from = if rest {
+            pids.get(SWEEP_TURN - 1).copied()
+        } else {
+            None
+        };
+        if rest {
+            let _ = self.tx.send(Event::SweepMore);
         }
     }
 
