@@ -132,14 +132,15 @@ fn check_node(d: &TestDaemon, pool: &CpuSet, f: &mut Figures, log: &mut Vec<Stri
             Some("backfill") => {}
             Some("running") | Some("ending") => primaries.push((cg.clone(), cpus)),
             other => {
-                // Tasks in a job cgroup the daemon does not show as running: recheck once
-                // (it may have ended or started between the two reads).
-                std::thread::sleep(Duration::from_millis(200));
-                let now = states(d);
-                let state = now.get(&id).cloned();
-                if runs(d, &cg)
-                    && !matches!(state.as_deref(), Some("running" | "backfill" | "ending"))
-                {
+                // Tasks in a job cgroup the daemon does not show as running: a start, an end
+                // or a freeze may be in flight. Unconfined only if that lasts (bounded wait).
+                let mut state = None;
+                let settled = TestDaemon::wait_for(Duration::from_secs(10), || {
+                    state = states(d).get(&id).cloned();
+                    !runs(d, &cg)
+                        || matches!(state.as_deref(), Some("running" | "backfill" | "ending"))
+                });
+                if !settled {
                     f.unconfined += 1;
                     log.push(format!(
                         "{cg} has running tasks; the daemon says {other:?} then {state:?}"

@@ -45,10 +45,11 @@ fn wait_file(p: &Path) -> String {
     );
     // Written with a single shell redirection; wait until it is complete.
     let mut text = String::new();
-    TestDaemon::wait_for(Duration::from_secs(5), || {
+    let whole = TestDaemon::wait_for(Duration::from_secs(20), || {
         text = std::fs::read_to_string(p).unwrap_or_default();
         text.ends_with('\n')
     });
+    assert!(whole, "{} stayed incomplete: {text:?}", p.display());
     text
 }
 
@@ -168,7 +169,7 @@ fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
         ),
     );
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(10), || jobs(&d.status())
+        TestDaemon::wait_for(Duration::from_secs(30), || jobs(&d.status())
             .iter()
             .any(|j| j["id"] == "c" && j["state"] == "queued")),
         "job c not queued: {}",
@@ -177,7 +178,7 @@ fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
     touch(&dir.join("a.go"));
     finish(a).ok();
     // One CPU is free now, but c needs two: it keeps waiting.
-    assert!(TestDaemon::wait_for(Duration::from_secs(10), || d.status()
+    assert!(TestDaemon::wait_for(Duration::from_secs(30), || d.status()
         ["free_cpus"]
         .as_str()
         .map(|s| CpuSet::parse_list(s).unwrap().len())
@@ -203,7 +204,7 @@ fn two_single_cpu_jobs_are_disjoint_and_a_two_cpu_job_waits_for_both() {
         "said queued more than once: {err:?}"
     );
     assert_eq!(allowed(&dir.join("c.cpus")), ca.union(&cb));
-    assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
+    assert!(TestDaemon::wait_for(Duration::from_secs(30), || jobs(
         &d.status()
     )
     .is_empty()));
@@ -230,7 +231,7 @@ fn daemonized_children_and_threads_stay_jailed_and_die_with_the_job() {
     let cpus = drv.job_cpus("job-esc").unwrap();
     assert_eq!(cpus.len(), 1);
     // Every thread of every process of the job is confined to the job's CPU.
-    assert!(TestDaemon::wait_for(Duration::from_secs(10), || drv
+    assert!(TestDaemon::wait_for(Duration::from_secs(30), || drv
         .thread_count("job-esc")
         .unwrap_or(0)
         >= 24 + 3));
@@ -264,7 +265,7 @@ fn daemonized_children_and_threads_stay_jailed_and_die_with_the_job() {
     // process events' own, at once where they arrive).
     let mut me = serde_json::Value::Null;
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(10), || {
+        TestDaemon::wait_for(Duration::from_secs(30), || {
             me = jobs(&d.status())
                 .into_iter()
                 .find(|j| j["id"] == "esc")
@@ -281,7 +282,7 @@ fn daemonized_children_and_threads_stay_jailed_and_die_with_the_job() {
     assert_eq!(code, 0, "{err}");
     // The setsid daemon does not survive the job, and the job's cgroups go away.
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(10), || !Path::new(&format!(
+        TestDaemon::wait_for(Duration::from_secs(30), || !Path::new(&format!(
             "/proc/{escapee}"
         ))
         .exists()
@@ -291,7 +292,7 @@ fn daemonized_children_and_threads_stay_jailed_and_die_with_the_job() {
         "setsid daemon {escapee} survived the job"
     );
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(10), || drv
+        TestDaemon::wait_for(Duration::from_secs(30), || drv
             .list_jobs()
             .unwrap()
             .is_empty()),
@@ -332,7 +333,7 @@ fn kill_9_of_the_daemon_loses_nothing_and_gives_no_cpu_twice() {
             dir.display()
         ),
     );
-    assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
+    assert!(TestDaemon::wait_for(Duration::from_secs(30), || jobs(
         &d.status()
     )
     .iter()
@@ -348,7 +349,7 @@ fn kill_9_of_the_daemon_loses_nothing_and_gives_no_cpu_twice() {
     touch(&dir.join("b.go"));
     finish(a).ok();
     finish(b).ok();
-    assert!(TestDaemon::wait_for(Duration::from_secs(10), || {
+    assert!(TestDaemon::wait_for(Duration::from_secs(30), || {
         let s = d.status();
         jobs(&s).is_empty()
             && CpuSet::parse_list(s["free_cpus"].as_str().unwrap())
@@ -393,7 +394,7 @@ fn a_client_queued_when_the_daemon_dies_is_served_after_the_restart() {
     let a = d.run_sh(&["--cpus", "2", "--job-id", "big"], &hold(&dir, "a"));
     wait_file(&dir.join("a.cpus"));
     let q = d.run_sh(&["--cpus", "1", "--job-id", "waiter"], "echo served");
-    assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
+    assert!(TestDaemon::wait_for(Duration::from_secs(30), || jobs(
         &d.status()
     )
     .iter()
@@ -534,7 +535,7 @@ fn a_user_cannot_kill_another_users_job() {
     run(d.pjw().args(["kill", "roots"])).ok();
     let a = finish(a);
     assert_ne!(a.code, 0, "killed job exited 0: {}", a.desc);
-    assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
+    assert!(TestDaemon::wait_for(Duration::from_secs(30), || jobs(
         &d.status()
     )
     .is_empty()));
@@ -560,14 +561,14 @@ fn a_queued_client_that_gives_up_leaves_the_queue() {
     let a = d.run_sh(&["--cpus", "2", "--job-id", "big"], &hold(&dir, "a"));
     wait_file(&dir.join("a.cpus"));
     let mut q = d.run_sh(&["--cpus", "1", "--job-id", "impatient"], "true");
-    assert!(TestDaemon::wait_for(Duration::from_secs(10), || jobs(
+    assert!(TestDaemon::wait_for(Duration::from_secs(30), || jobs(
         &d.status()
     )
     .iter()
     .any(|j| j["id"] == "impatient")));
     q.kill().unwrap();
     wait(q, "the impatient client (killed)").signal(libc::SIGKILL);
-    assert!(TestDaemon::wait_for(Duration::from_secs(10), || !jobs(
+    assert!(TestDaemon::wait_for(Duration::from_secs(30), || !jobs(
         &d.status()
     )
     .iter()

@@ -181,6 +181,18 @@ fn stop(d: &TestDaemon, ids: &[&str], children: Vec<Child>) {
     for c in children {
         pjw_testkit::job::wait(c, "a held job (killed)").signal(libc::SIGKILL);
     }
+    // `pjw kill` answers once the signal is sent; the CPUs are free only once the daemon has
+    // seen each job's cgroup empty and dropped it.
+    let listed = |d: &TestDaemon| {
+        d.status()["jobs"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|j| ids.iter().any(|id| j["id"] == *id)))
+    };
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(20), || !listed(d)),
+        "jobs {ids:?} still listed after their kill:\n{}",
+        d.log()
+    );
 }
 
 /// The CPUs sharing an L3 cache with `cpu` (sysfs cache index3), if the machine says.

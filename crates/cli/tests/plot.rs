@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::process::Output;
+use std::time::Duration;
 
 use pjw_testkit::{require_root, TestDaemon};
 
@@ -85,6 +86,21 @@ fn plots_show_the_memory_steps_of_several_jobs_as_svg_and_png() {
                 .args(["steps", mib, "3", "0", "2500"]),
         );
         assert!(out.status.success(), "{}\n{}", out.describe(), d.log());
+    }
+    // The client ends before the daemon records the job's end, and samples reach the store
+    // through the writer thread: wait (bounded) until each job is recorded ended with every
+    // sample its summary counts, as profile.rs does.
+    for id in ["plot1", "plot2"] {
+        let mut last = String::new();
+        let complete = TestDaemon::wait_for(Duration::from_secs(20), || {
+            let o = report(&d, &["-J", id, "--series", "--format", "json"]);
+            last = String::from_utf8_lossy(&o.stdout).into_owned();
+            let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+            let j = &j[0];
+            !j["end"].is_null()
+                && j["series"].as_array().map(|s| s.len() as u64) == j["samples"].as_u64()
+        });
+        assert!(complete, "job {id} not recorded whole: {last}\n{}", d.log());
     }
 
     let svg_path = dir.join("jobs.svg");

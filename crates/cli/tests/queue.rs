@@ -51,7 +51,7 @@ fn output(c: Child) -> JobOutput {
 /// stopped (cgroup.events "frozen 1", freezer.state FROZEN), after the daemon has answered, so
 /// this waits within a bound.
 fn frozen(d: &TestDaemon, name: &str) -> bool {
-    TestDaemon::wait_for(Duration::from_secs(10), || {
+    TestDaemon::wait_for(Duration::from_secs(30), || {
         d.driver().is_frozen(name).unwrap_or(false)
     })
 }
@@ -308,7 +308,7 @@ fn frozen_and_backfill_roles_and_the_queue_survive_a_daemon_crash() {
     run(d.pjw().args(["resume", "b"])).ok();
     go(&dir, "b");
     output(b).ok();
-    assert!(TestDaemon::wait_for(Duration::from_secs(10), || d.status()
+    assert!(TestDaemon::wait_for(Duration::from_secs(30), || d.status()
         ["jobs"]
         .as_array()
         .unwrap()

@@ -195,7 +195,7 @@ fn sighup_restarts_the_sampler_and_moves_the_metrics_listener() {
         d.log()
     );
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(10), || TcpStream::connect((
+        TestDaemon::wait_for(Duration::from_secs(30), || TcpStream::connect((
             "127.0.0.1",
             first
         ))

@@ -47,8 +47,15 @@ fn outsider(var: &str, id: &str) -> KillOnDrop {
     )
 }
 
-/// Poll (every 100 µs) until `pid` is in job cgroup `name`; the time since the call.
+/// Poll (every millisecond, leaving the CPUs to the daemon it waits for) until `pid` is in
+/// job cgroup `name`; the time since the call. The limit is six times longer in a guest, as
+/// for [`TestDaemon::wait_for`].
 fn moved_within(d: &TestDaemon, pid: u32, name: &str, limit: Duration) -> Option<Duration> {
+    let limit = if pjw_testkit::in_vm_guest() {
+        limit * 6
+    } else {
+        limit
+    };
     let t0 = Instant::now();
     let dirs = d.driver().job_dirs(name);
     let procs = dirs
@@ -63,7 +70,7 @@ fn moved_within(d: &TestDaemon, pid: u32, name: &str, limit: Duration) -> Option
         {
             return Some(t0.elapsed());
         }
-        std::thread::sleep(Duration::from_micros(100));
+        std::thread::sleep(Duration::from_millis(1));
     }
     None
 }
@@ -117,7 +124,7 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     let mine = outsider("SLURM_JOB_ID", &id);
     let stranger = outsider("SLURM_JOB_ID", &unknown);
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(10), || job_of(&d, mine.id()).as_deref()
+        TestDaemon::wait_for(Duration::from_secs(30), || job_of(&d, mine.id()).as_deref()
             == Some(format!("job-slurm:{id}").as_str())),
         "process naming job {id} was not adopted:\n{}",
         d.log()
@@ -136,7 +143,7 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
             .and_then(|v| CpuSet::parse_list(v.trim()).ok())
     };
     let mut allowed = None;
-    let on_job_cpus = TestDaemon::wait_for(Duration::from_secs(10), || {
+    let on_job_cpus = TestDaemon::wait_for(Duration::from_secs(30), || {
         allowed = allowed_of(mine.id());
         allowed.as_ref() == Some(&cpus)
     });
@@ -151,7 +158,7 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         "unknown job id must be left alone"
     );
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(5), || d
+        TestDaemon::wait_for(Duration::from_secs(30), || d
             .log()
             .contains("process of an unknown job left alone")),
         "unknown job id not logged:\n{}",
@@ -249,7 +256,7 @@ fn attached_registration_runs_the_command_inside_and_ends_with_it() {
         "not inside its job: {text}"
     );
     assert!(
-        TestDaemon::wait_for(Duration::from_secs(10), || job(
+        TestDaemon::wait_for(Duration::from_secs(30), || job(
             &d.status(),
             &format!("sge:{id}")
         )
@@ -293,7 +300,7 @@ fn exec_events_adopt_without_the_sweep() {
         let pid = c.id();
         kids.push(c);
         times.push(
-            moved_within(&d, pid, &format!("job-slurm:{id}"), Duration::from_secs(10))
+            moved_within(&d, pid, &format!("job-slurm:{id}"), Duration::from_secs(30))
                 .unwrap_or_else(|| panic!("not adopted from its exec event:\n{}", d.log())),
         );
     }
