@@ -75,6 +75,17 @@ fn sighup_changes_vcpus_live_and_refuses_bad_configs() {
     );
     assert!(d.log().contains("vcpus"), "{}", d.log());
     assert_eq!(d.status()["vcpus"], 2);
+    // More job-CPUs than 512 per CPU of the pool: refused too, naming the bound.
+    write_config(&d, "vcpus = 1000000");
+    hup(&d);
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(20), || d
+            .log()
+            .contains("vcpus: 1000000 is more than 512 times the")),
+        "{}",
+        d.log()
+    );
+    assert_eq!(d.status()["vcpus"], 2);
 
     // A key that cannot change live (the state directory): refused whole, vcpus too stays.
     write_config(&d, "vcpus = 3\nstate_dir = \"/var/tmp/pjw-elsewhere\"");

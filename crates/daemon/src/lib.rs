@@ -41,8 +41,9 @@ use tracing::{error, info, warn};
 pub use config::{Config, ConfigError, Overrides};
 
 /// The most job-CPUs (`vcpus`) per CPU of the pool: beyond 4 only nodes of mostly idle jobs
-/// (interactive sessions, I/O waits) make sense, and the daemon warns.
-pub const MAX_VCPUS_PER_CPU: usize = 128;
+/// (interactive sessions, I/O waits) make sense, and the daemon warns. 512 lets a small login
+/// node hold 1,000 idle sessions (2 CPUs) while a typo (an extra zero or three) is refused.
+pub const MAX_VCPUS_PER_CPU: usize = 512;
 
 /// Why the daemon could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
