@@ -15,7 +15,8 @@
 # no target, a query) after the first touch and at the end. Recorded: the share of samples at
 # which a thread ran on another node than its pages, how many threads ended on a CPU of another
 # node than their pages, the threads' node changes, and how many threads' pages the kernel's
-# NUMA balancing moved. The job's allowed CPUs and the per-thread lines are in raw/bind-numa*.
+# NUMA balancing moved. The job's allowed CPUs, the per-thread lines (with tids) and the daemon's
+# pins (its debug log) are in raw/bind-numa*.
 #
 # On a host with one NUMA node nothing is measured: the row says so. Measure it in a guest with
 # two nodes: `make bench-vm-numa` (vm/systemd/run.sh session bench-numa). Under software
@@ -62,7 +63,8 @@ passes=$(calc "p = int($SECS / ($cal / 4)); print (p < 1) ? 1 : p")
 echo "cpus $cpus ($where); $THREADS threads x $MIB MiB, $passes passes (one thread, 3 passes: $cal s); kernel.numa_balancing=$balancing" > "$raw"
 : > "$threads_raw"
 
-start_daemon "cpus = \"$cpus\"" 'vcpus = 2' '[job]' 'bind_interval_ms = 200'
+# The binder's pins at debug level, kept in raw/bind-numa-pins.txt beside the threads' tids.
+PJW_LOG=${PJW_LOG:-info,pjw_daemon::bind=debug} start_daemon "cpus = \"$cpus\"" 'vcpus = 2' '[job]' 'bind_interval_ms = 200'
 total=$((REPS * 2))
 i=0
 for r in $(seq "$REPS"); do
@@ -77,6 +79,7 @@ for r in $(seq "$REPS"); do
     echo "$mode $r $out" >> "$raw"
   done
 done
+grep -e 'thread pinned' -e 'thread unpinned' "$DAEMON_LOG" > "$BENCH_OUT/raw/bind-numa-pins.txt" || true
 stop_daemon
 
 # Per round: bound over unbound wall time (%), and bound minus unbound remote share (points).

@@ -177,7 +177,8 @@ for st in $steps; do
           sleep 2
         done ) >> "$hl" 2>/dev/null &
       hpid=$!
-      step "$st" "BENCH_HOST_LOAD_FILE=$hl BENCH_HOST_CPUS=$(nproc) BENCH_VM_NOTE='Measured in a qemu guest under software emulation (TCG: 16 vCPUs on $(nproc) host CPUs, two emulated NUMA nodes): remote memory costs no more than local there, so the time row cannot show a NUMA gain; the placement row shows where threads ran relative to their pages.' sh $src/vm/systemd/guest-$st.sh $src"
+      commit="$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$src" diff --quiet HEAD -- crates bench ':!bench/results' 2>/dev/null || echo ' with uncommitted changes')"
+      step "$st" "BENCH_COMMIT='$commit' BENCH_HOST_LOAD_FILE=$hl BENCH_HOST_CPUS=$(nproc) BENCH_VM_NOTE='Measured in a qemu guest under software emulation (TCG: 16 vCPUs on $(nproc) host CPUs, two emulated NUMA nodes): remote memory costs no more than local there, so the time row cannot show a NUMA gain; the placement row shows where threads ran relative to their pages.' sh $src/vm/systemd/guest-$st.sh $src"
       kill "$hpid" 2>/dev/null || true
       wait "$hpid" 2>/dev/null || true
       rm -f "$hl" ;;

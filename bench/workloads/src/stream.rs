@@ -21,6 +21,8 @@ use std::time::Instant;
 
 /// What one thread saw of its own placement.
 struct Placement {
+    /// The thread's id (to match the daemon's pins in its log).
+    tid: i64,
     /// Node of its CPU when it first touched its pages.
     touch_node: Option<u32>,
     /// Node most of its pages were on after the first touch, and at the end.
@@ -97,7 +99,10 @@ fn one_thread(mib: usize, passes: u64) -> (u64, Placement) {
     }
     black_box(&mut buf);
     let pages_first = pages_node(&buf);
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
     let mut p = Placement {
+        tid,
         touch_node,
         pages_first,
         pages_end: None,
@@ -149,7 +154,8 @@ pub fn run(n: usize, mib: usize, passes: u64) {
     let (mut remote_end, mut changes, mut samples, mut remote, mut moved) = (0, 0, 0, 0, 0);
     for (i, (_, p)) in rs.iter().enumerate() {
         eprintln!(
-            "thread {i}: touched on node {}, pages on node {}, ran on another node at {} of {} samples, {} node changes, ended on node {}, pages then on node {}",
+            "thread {i} (tid {}): touched on node {}, pages on node {}, ran on another node at {} of {} samples, {} node changes, ended on node {}, pages then on node {}",
+            p.tid,
             show(p.touch_node),
             show(p.pages_first),
             p.remote,
