@@ -4,7 +4,7 @@ CARGO ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all deps build release gen deb test-deb demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd test-fuzz test-unit test-root bench bench-quick bench-alloc chaos lint install uninstall clean
+.PHONY: all deps build release gen deb test-deb demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd bench-vm-numa test-fuzz test-unit test-root bench bench-quick bench-alloc chaos lint install uninstall clean
 
 all: release
 
@@ -91,6 +91,12 @@ bench: deps
 # bench/results/<date>T<time>Z-quick.md of its own.
 bench-quick: deps
 	bench/run.sh --quick $(SCENARIO)
+
+# The NUMA-spanning thread balancing bench (bench/scenarios/bind-numa.sh) where it can run: in the
+# systemd guest (16 vCPUs in two NUMA nodes, software emulation), which writes its results file
+# into this tree's bench/results/ (never overwritten). Release build on the host only.
+bench-vm-numa: deps
+	vm/systemd/run.sh session bench-numa
 
 # Chaos (scripts/chaos.sh): CHAOS_CYCLES (1000) job cycles of mixed sizes, queued, preempting and
 # backfill-only, while the daemon is kill -9'd and restarted at random (seed printed); checks after

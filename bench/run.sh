@@ -26,7 +26,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-ALL=(isolation backfill turnaround memory launch jobmem daemoncpu sampler reaction allocator io bind)
+ALL=(isolation backfill turnaround memory launch jobmem daemoncpu sampler reaction allocator io bind bind-numa)
 quick=0
 want=()
 for a in "$@"; do
@@ -43,9 +43,13 @@ whole=0
 [ "$(id -u)" = 0 ] || { echo "bench: must run as root (pjw manages cgroups)" >&2; exit 1; }
 
 # The commit measured, and whether the tree differs from it; where git is missing (the systemd
-# guest's lean image) the hash is read from .git and the tree's state is not known.
+# guest's lean image) the hash is read from .git and the tree's state is not known; BENCH_COMMIT
+# (the host's description, for a guest) wins.
 commit_desc() {
-  if command -v git >/dev/null; then
+  # A guest whose tree is a worktree (its .git a pointer to a directory it cannot see) is told.
+  if [ -n "${BENCH_COMMIT:-}" ]; then
+    echo "$BENCH_COMMIT (as the host saw the tree)"
+  elif command -v git >/dev/null; then
     echo "$(cd "$root" && git rev-parse --short HEAD)$(cd "$root" && git diff --quiet HEAD -- crates bench ':!bench/results' || echo ' (with uncommitted changes)')"
   else
     local head ref

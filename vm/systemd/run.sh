@@ -15,6 +15,10 @@
 #            the package; measured 2026-11-25)
 #   bench    (optional) the launch benchmark with systemd as PID 1: pjw, bare fork/exec and
 #            `systemd-run --scope` side by side; a results file in bench/results
+#   bench-numa (optional, make bench-vm-numa) the NUMA-spanning thread balancing bench
+#            (bench/scenarios/bind-numa.sh) on the guest's two nodes; a results file in
+#            bench/results, with the host's load sampled every 2 s beside it (the guest's own
+#            load says nothing of the emulator's host)
 # Each check prints "ok: ..." or "FAIL: ..."; the tests print libtest's counts. The tier ends
 # with "VM-systemd-v2: N passed, M failed, K skipped" and exits non-zero on any failure, a
 # timeout or a missing summary.
@@ -39,7 +43,13 @@ step_limit=${VM_STEP_TIMEOUT:-1800}
 
 # The host builds everything the guest runs; cargo in the guest must find it fresh.
 cd "$src"
-if [ "${VM_HOST_BUILD:-1}" = 1 ]; then
+# Steps that run only benchmarks need the release binaries alone.
+only_bench=1
+for st in $steps; do case $st in session|bench|bench-numa) ;; *) only_bench=0 ;; esac; done
+if [ "${VM_HOST_BUILD:-1}" = 1 ] && [ "$only_bench" = 1 ]; then
+echo "$label: building on the host (release binaries)"
+cargo build --release --workspace --bins
+elif [ "${VM_HOST_BUILD:-1}" = 1 ]; then
 echo "$label: building on the host (release binaries, test executables)"
 cargo build --release --workspace --bins
 # Debug binaries too (pjw-wl is another package's: cargo test --no-run does not build it, and the
@@ -157,6 +167,21 @@ for st in $steps; do
       step tests "sh $src/vm/systemd/guest-tests.sh $src /tmp/pjw-tests.list $label" ;;
     session|demo|service|reserve|deb|bench)
       step "$st" "DEMO_REPS=${VM_DEMO_REPS:-2} sh $src/vm/systemd/guest-$st.sh $src" ;;
+    bench-numa)
+      # The host's load beside the guest's bench, in the shared tree (target/ is not tracked):
+      # "EPOCH LOAD1 RUNNABLE-THREADS-OUTSIDE-QEMU" every 2 s.
+      hl=$src/target/vm-host-load-$$.txt
+      : > "$hl"
+      ( while :; do
+          echo "$(date +%s) $(cut -d' ' -f1 /proc/loadavg) $(ps -eL -o stat=,pid=,comm= | awk -v q="$qpid" '$1 ~ /^R/ && $2 != q && $3 != "ps" { n++ } END { print n + 0 }')"
+          sleep 2
+        done ) >> "$hl" 2>/dev/null &
+      hpid=$!
+      commit="$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$src" diff --quiet HEAD -- crates bench ':!bench/results' 2>/dev/null || echo ' with uncommitted changes')"
+      step "$st" "BENCH_COMMIT='$commit' BENCH_HOST_LOAD_FILE=$hl BENCH_HOST_CPUS=$(nproc) BENCH_VM_NOTE='Measured in a qemu guest under software emulation (TCG: 16 vCPUs on $(nproc) host CPUs, two emulated NUMA nodes): remote memory costs no more than local there, so the time row cannot show a NUMA gain; the placement row shows where threads ran relative to their pages.' sh $src/vm/systemd/guest-$st.sh $src"
+      kill "$hpid" 2>/dev/null || true
+      wait "$hpid" 2>/dev/null || true
+      rm -f "$hl" ;;
     *) fail "unknown step $st" ;;
   esac
 done

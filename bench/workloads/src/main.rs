@@ -8,6 +8,9 @@
 //!   writes its pid to PIDFILE first.
 //! - `par N ITERS` — N threads each running `spin ITERS`; prints the wall time until the last
 //!   one finished, in seconds (a job with N busy threads, thread balancing bench).
+//! - `stream N MIB PASSES` — N threads, each first-touching its own MIB MiB buffer and then
+//!   streaming over it PASSES times, each watching which NUMA node it runs on and its pages are
+//!   on; prints the wall time and placement counts (stream.rs; NUMA thread balancing bench).
 //! - `roles N DIR` — N threads; thread I writes its thread id to DIR/tid-I, then spins while
 //!   DIR/busy-I exists and sleeps (20 ms naps) while it does not, until DIR/stop appears. The
 //!   test switches a thread's role by creating or removing its busy file (thread balancing).
@@ -29,6 +32,8 @@
 //!   hostile user exhausting the daemon's descriptors, for the security tests); prints
 //!   "opened O" once it has tried, then, once stdin closes, "alive A" — how many of them the
 //!   daemon still held open — and exits. Its open-file limit is raised to the hard limit first.
+
+mod stream;
 
 use std::hint::black_box;
 use std::io::Write;
@@ -62,7 +67,7 @@ fn raise_nofile() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | par N ITERS | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N");
+    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | par N ITERS | stream N MIB PASSES | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N");
     std::process::exit(2);
 }
 
@@ -165,6 +170,7 @@ fn main() {
                 eprintln!("unlikely");
             }
         }
+        Some("stream") => stream::run(arg(&args, 2), arg(&args, 3), arg(&args, 4)),
         Some("roles") => {
             let n: usize = arg(&args, 2);
             let dir = std::path::PathBuf::from(args.get(3).unwrap_or_else(|| usage()));
