@@ -6,8 +6,8 @@
 # is the daemon's private memory (smaps_rollup Private_*), and its VmRSS. Helpers: pjw's client
 # execs the command, so a running job's cgroup holds only the command's processes; checked.
 # Then a second daemon with `vcpus` raised runs R short sleepers at once (R = JOBMEM_RUNNING,
-# default 1,000, capped at what `vcpus` may be: 128 x the pool, so 256 on 2 CPUs; a node of 8
-# CPUs or more runs the full 1,000): the figure per *running* job, each with its cgroups in every
+# default 1,000, capped at what `vcpus` may be: 512 x the pool, so 1,024 on 2 CPUs; a 1-CPU
+# pool runs 512): the figure per *running* job, each with its cgroups in every
 # hierarchy, its pidfd and its watch.
 # Anchor: condor_shadow 516-972 KB private per running job.
 SCENARIO=jobmem
@@ -56,7 +56,7 @@ ncpu=$(nproc)
 pool=$([ "$ncpu" -ge 2 ] && echo "0-1" || echo "0")
 pool_n=$([ "$ncpu" -ge 2 ] && echo 2 || echo 1)
 R=${JOBMEM_RUNNING:-1000}
-[ "$R" -le $((128 * pool_n)) ] || R=$((128 * pool_n))
+[ "$R" -le $((512 * pool_n)) ] || R=$((512 * pool_n))
 start_daemon "cpus = \"$pool\"" "vcpus = $R"
 "$PJW" run -q -- /bin/true
 sleep 1
@@ -79,7 +79,7 @@ per_r=$(calc "printf \"%.1f\", ($qr - $q0) / ($runs > 0 ? $runs : 1)")
 per_all=$(calc "printf \"%.1f\", ($pn - $p0) / $N")
 per_run=$(calc "printf \"%.1f\", ($p8 - $p0) / 8")
 per_q=$(calc "printf \"%.1f\", ($pn - $p8) / ($N - 8)")
-row "$per_all KiB private per job at $N jobs ($running running + $queued queued; daemon $p0 → $pn KiB private, VmRSS $r0 → $rn KiB); running jobs alone: $per_run KiB each at 8, $per_r KiB each at $runs running (vcpus = $R$([ "$R" -lt 1000 ] && echo ", the most 128 × the $pool_n-CPU pool allows; 1,000 running needs ≥ 8 CPUs"); daemon $q0 → $qr KiB private); queued: $per_q KiB each; per-job helper: $([ "$helpers" = 0 ] && echo none || echo "$helpers jobs with more than their command") ($procs processes in $running running jobs, one command each; a waiting \`pjw run\` client is the job itself, $client KiB private)" \
+row "$per_all KiB private per job at $N jobs ($running running + $queued queued; daemon $p0 → $pn KiB private, VmRSS $r0 → $rn KiB); running jobs alone: $per_run KiB each at 8, $per_r KiB each at $runs running (vcpus = $R$([ "$R" -lt 1000 ] && echo ", the most 512 × the $pool_n-CPU pool allows; 1,000 running needs ≥ 2 CPUs"); daemon $q0 → $qr KiB private); queued: $per_q KiB each; per-job helper: $([ "$helpers" = 0 ] && echo none || echo "$helpers jobs with more than their command") ($procs processes in $running running jobs, one command each; a waiting \`pjw run\` client is the job itself, $client KiB private)" \
   "condor_shadow 516–972 KB private per job" "≤ 16 KB per job, no per-job helper" \
   "$(calc "print ($per_all <= 16 && $per_run <= 16 && $per_r <= 16 && $runs >= $R && $helpers == 0) ? \"pass\" : \"short\"")" \
   "per-job memory (daemon)"
