@@ -68,6 +68,10 @@ if [ -e "$out" ] || [ -e "$root/bench/results/$name" ]; then
   echo "bench: $out exists; a results file is never overwritten" >&2; exit 1
 fi
 
+# Taken before the build: the binaries are this commit's. A tree that moves while the suite runs
+# (a commit, an edit) is named at the end beside it, since later scenarios' scripts are read then.
+measured=$(commit_desc)
+
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   echo "building release binaries (pjw, pjw-wl) ..." >&2
   # The same build as `make release`, so the artifacts are shared and nothing is rebuilt.
@@ -167,7 +171,7 @@ cgmode=$(awk '{ t = ""; for (i = 7; i < NF; i++) if ($i == "-") { t = $(i + 1); 
 {
   echo "# Benchmarks — $day $(date -u -d "@${BENCH_T0%%.*}" +%H:%M:%S) UTC$([ $quick = 1 ] && echo ' (quick)' || true)$([ $whole = 1 ] || echo " (partial: ${want[*]})")"
   echo
-  echo "\`$([ $quick = 1 ] && echo 'make bench-quick' || echo 'make bench')\` on $(hostname): $ncpu CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), cgroup mounts: $cgmode. Commit $(commit_desc), release build. $secs s ($took_list)."
+  echo "\`$([ $quick = 1 ] && echo 'make bench-quick' || echo 'make bench')\` on $(hostname): $ncpu CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), cgroup mounts: $cgmode. Commit $measured$([ "$(commit_desc)" = "$measured" ] || echo " (the tree changed to $(commit_desc) while the suite ran: scenario scripts started after the change ran from it; the binaries are $measured's)"), release build. $secs s ($took_list)."
   echo
   echo "Load: load average $load0 (1, 5, 15 min) at the start and $load1 at the end, on $ncpu CPUs; runnable processes outside the suite: $run0 at the start, $run1 at the end, mean $run_mean and max $run_max while it ran (every 2 s: [raw/load.txt]($name/raw/load.txt)); other work took about $other_pct% of the CPUs' time."
   echo
