@@ -79,6 +79,8 @@
 //!     mode TEXT NOT NULL          -- 'threads' | 'cores' | 'none'
 //! );
 //! ```
+//! A new job's row and its side rows are written in one transaction ([`Store::submit_job`]), and
+//! so is its start ([`Store::start_job`]): a launch is three transactions with its end.
 //! Samples are written in batches (one transaction each); a finished job's summary is written in
 //! the same transaction that marks it ended ([`Store::finish_job`]); retention and the size cap
 //! ([`Store::apply_retention`]) only ever remove ended jobs. A second consumer of finished jobs
