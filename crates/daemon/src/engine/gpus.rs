@@ -156,7 +156,7 @@ impl Engine {
     /// with its start, before it runs on them (durable first, as its CPUs are).
     pub(super) fn gpu_grant(&self, seq: i64) -> Option<(u32, GpuSet)> {
         let j = self.jobs.get(&seq)?;
-        (!j.gpus.is_empty()).then(|| (j.req.ngpus as u32, j.gpus))
+        (!j.gpus.is_empty()).then_some((j.req.ngpus as u32, j.gpus))
     }
 
     /// The variables a started job's client sets for its command (`gpus`: the node's).

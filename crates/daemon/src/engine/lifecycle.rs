@@ -54,7 +54,7 @@ impl Engine {
         // refuses refuses the start (nothing is in the kernel yet). One transaction: its GPUs,
         // CPUs, role and state. A job with a process is recorded `running` at once (recovery
         // treats `starting` and `running` alike when the job has a process); a held job stays
-        // `starting` until its cgroups exist (docs/decisions.md, "One transaction per start").
+        // `starting` until its cgroups exist (docs/decisions.md (at)).
         let running = pid.is_some();
         let record = StartRecord {
             seq,
