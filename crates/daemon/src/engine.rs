@@ -153,6 +153,9 @@ pub struct Engine {
     gpus_fenced: bool,
     /// The thread balancer's thread ([`Engine::set_binder`]); None: no balancing.
     binder: Option<crate::bind::Binder>,
+    /// The next generated job number: read from the store once, taken with each job's
+    /// submission (in the same transaction as its row).
+    next_number: Option<u64>,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -263,6 +266,7 @@ impl Engine {
             gpus: pjw_core::Gpus::none(),
             gpus_fenced: false,
             binder: None,
+            next_number: None,
         }
     }
 

@@ -9,22 +9,23 @@ use std::path::Path;
 use pjw_core::io_limits::JobIo;
 use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, GpuSet};
-use pjw_store::{JobRecord, JobSummary, StarterRecord, Store, StoreError, StoredRole};
+use pjw_store::{
+    JobRecord, JobSummary, StartRecord, StarterRecord, Store, StoreError, StoredRole, SubmitRecord,
+};
 
 /// What the engine asks of the job store.
 pub trait StorePort: Send {
     /// The database file (for the profile writer, reports and logs).
     fn path(&self) -> &Path;
-    fn next_job_number(&mut self) -> Result<u64, StoreError>;
+    /// The next generated job number, read without taking it (a submission takes it).
+    fn job_number(&self) -> Result<u64, StoreError>;
+    /// A new job's row with its side rows (starter, GPUs, I/O, binding) and the job number it
+    /// took, in one transaction; its seq.
+    fn submit_job(&mut self, r: &SubmitRecord) -> Result<i64, StoreError>;
+    /// A job's row alone (a cgroup adopted at recovery).
     fn insert_job(&mut self, j: &JobRecord) -> Result<i64, StoreError>;
-    fn set_starting(
-        &mut self,
-        seq: i64,
-        cpus: &CpuSet,
-        mems: &CpuSet,
-        role: StoredRole,
-        started_ms: i64,
-    ) -> Result<(), StoreError>;
+    /// A job's start (GPUs, CPUs, role, state) before its cgroups exist, in one transaction.
+    fn start_job(&mut self, r: &StartRecord) -> Result<(), StoreError>;
     fn set_role(
         &mut self,
         seq: i64,
@@ -79,21 +80,17 @@ impl StorePort for Store {
     fn bind(&self, seq: i64) -> Result<Option<BindMode>, StoreError> {
         Store::bind(self, seq)
     }
-    fn next_job_number(&mut self) -> Result<u64, StoreError> {
-        Store::next_job_number(self)
+    fn job_number(&self) -> Result<u64, StoreError> {
+        Store::job_number(self)
+    }
+    fn submit_job(&mut self, r: &SubmitRecord) -> Result<i64, StoreError> {
+        Store::submit_job(self, r)
     }
     fn insert_job(&mut self, j: &JobRecord) -> Result<i64, StoreError> {
         Store::insert_job(self, j)
     }
-    fn set_starting(
-        &mut self,
-        seq: i64,
-        cpus: &CpuSet,
-        mems: &CpuSet,
-        role: StoredRole,
-        started_ms: i64,
-    ) -> Result<(), StoreError> {
-        Store::set_starting(self, seq, cpus, mems, role, started_ms)
+    fn start_job(&mut self, r: &StartRecord) -> Result<(), StoreError> {
+        Store::start_job(self, r)
     }
     fn set_role(
         &mut self,

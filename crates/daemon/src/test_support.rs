@@ -10,7 +10,10 @@ use pjw_cgroup::fake_tree::{FakeMachine, FakeSpec};
 use pjw_cgroup::{Backend, Driver, Mode, ParentSpec};
 use pjw_core::alloc::Allocator;
 use pjw_core::{CpuSet, JobId};
-use pjw_store::{JobRecord, JobSummary, StarterRecord, StoreError, StoredRole, StoredState};
+use pjw_store::{
+    JobRecord, JobSummary, StartRecord, StarterRecord, StoreError, StoredRole, StoredState,
+    SubmitRecord,
+};
 use tokio::sync::mpsc;
 
 mod cgroups;
@@ -25,7 +28,11 @@ use pjw_proto::{Placement, RunRequest};
 #[derive(Debug, Default)]
 pub struct FakeState {
     /// Every call, as `op seq` (`set_role 3 suspended`), in order; failed ones end in ` !`.
+    /// A transaction of several parts is recorded as its parts, under the names of the
+    /// single writes they stand for (`insert_job`, `set_starter`, `set_gpus`, ...).
     pub calls: Vec<String>,
+    /// Write transactions committed (a call or a transaction of several parts is one).
+    pub transactions: usize,
     /// Rows by seq.
     pub rows: BTreeMap<i64, JobRecord>,
     /// GPU rows by seq: GPUs asked for and held.
@@ -38,7 +45,7 @@ pub struct FakeState {
     pub bind: BTreeMap<i64, pjw_core::thread_bind::BindMode>,
     /// Fail every write until cleared (a full disk).
     pub full: bool,
-    /// Fail the next this many writes.
+    /// Fail the next this many write transactions (every part of one fails together).
     pub fail_next: usize,
     next_seq: i64,
     next_number: u64,
@@ -91,7 +98,31 @@ impl FakeStore {
             return Err(disk_full(&self.path));
         }
         st.calls.push(call);
+        st.transactions += 1;
         Ok(apply(&mut st))
+    }
+
+    /// One transaction of several parts: all recorded and applied, or (failing) all recorded
+    /// as failed and none applied.
+    fn txn<T>(
+        &self,
+        parts: Vec<String>,
+        apply: impl FnOnce(&mut FakeState) -> T,
+    ) -> Result<T, StoreError> {
+        let mut st = self.state();
+        if st.full || st.fail_next > 0 {
+            st.fail_next = st.fail_next.saturating_sub(1);
+            st.calls.extend(parts.into_iter().map(|c| format!("{c} !")));
+            return Err(disk_full(&self.path));
+        }
+        st.calls.extend(parts);
+        st.transactions += 1;
+        Ok(apply(&mut st))
+    }
+
+    /// Write transactions committed so far.
+    pub fn transactions(&self) -> usize {
+        self.state().transactions
     }
 }
 
@@ -110,10 +141,82 @@ impl StorePort for FakeStore {
     fn path(&self) -> &Path {
         &self.path
     }
-    fn next_job_number(&mut self) -> Result<u64, StoreError> {
-        self.write("next_job_number".into(), |st| {
-            st.next_number += 1;
-            st.next_number
+    fn job_number(&self) -> Result<u64, StoreError> {
+        Ok(self.state().next_number + 1)
+    }
+    fn submit_job(&mut self, r: &SubmitRecord) -> Result<i64, StoreError> {
+        let mut parts = Vec::new();
+        if let Some(n) = r.number {
+            parts.push(format!("take_job_number {n}"));
+        }
+        // Its seq is known only inside; the parts name the seq it will get.
+        let seq = self.state().next_seq + 1;
+        parts.push(format!("insert_job {}", r.job.job_id));
+        if r.starter.is_some() {
+            parts.push(format!("set_starter {seq}"));
+        }
+        if let Some((n, gpus)) = &r.gpus {
+            parts.push(format!("set_gpus {seq} {n} {gpus}"));
+        }
+        if let Some(io) = &r.io {
+            parts.push(format!("set_io {seq} {}", io.summary()));
+        }
+        if let Some(mode) = r.bind {
+            parts.push(format!("set_bind {seq} {}", mode.name()));
+        }
+        self.txn(parts, |st| {
+            if let Some(n) = r.number {
+                st.next_number = st.next_number.max(n);
+            }
+            st.next_seq += 1;
+            let seq = st.next_seq;
+            st.rows.insert(
+                seq,
+                JobRecord {
+                    seq,
+                    ..r.job.clone()
+                },
+            );
+            if let Some(s) = &r.starter {
+                st.starters.insert(seq, s.clone());
+            }
+            if let Some(g) = r.gpus {
+                st.gpus.insert(seq, g);
+            }
+            if let Some(io) = &r.io {
+                st.io.insert(seq, io.clone());
+            }
+            if let Some(mode) = r.bind {
+                st.bind.insert(seq, mode);
+            }
+            seq
+        })
+    }
+    fn start_job(&mut self, r: &StartRecord) -> Result<(), StoreError> {
+        let seq = r.seq;
+        let mut parts = Vec::new();
+        if let Some((n, gpus)) = &r.gpus {
+            parts.push(format!("set_gpus {seq} {n} {gpus}"));
+        }
+        parts.push(format!("set_starting {seq} {} {}", r.role.as_str(), r.cpus));
+        if r.running {
+            parts.push(format!("set_running {seq}"));
+        }
+        self.txn(parts, |st| {
+            if let Some(g) = r.gpus {
+                st.gpus.insert(seq, g);
+            }
+            if let Some(row) = st.rows.get_mut(&seq) {
+                row.state = if r.running {
+                    StoredState::Running
+                } else {
+                    StoredState::Starting
+                };
+                row.cpus = r.cpus;
+                row.mems = r.mems;
+                row.role = r.role;
+                row.started_ms = Some(r.started_ms);
+            }
         })
     }
     fn insert_job(&mut self, j: &JobRecord) -> Result<i64, StoreError> {
@@ -123,27 +226,6 @@ impl StorePort for FakeStore {
             st.rows.insert(seq, JobRecord { seq, ..j.clone() });
             seq
         })
-    }
-    fn set_starting(
-        &mut self,
-        seq: i64,
-        cpus: &CpuSet,
-        mems: &CpuSet,
-        role: StoredRole,
-        started_ms: i64,
-    ) -> Result<(), StoreError> {
-        self.write(
-            format!("set_starting {seq} {} {cpus}", role.as_str()),
-            |st| {
-                if let Some(r) = st.rows.get_mut(&seq) {
-                    r.state = StoredState::Starting;
-                    r.cpus = *cpus;
-                    r.mems = *mems;
-                    r.role = role;
-                    r.started_ms = Some(started_ms);
-                }
-            },
-        )
     }
     fn set_role(
         &mut self,

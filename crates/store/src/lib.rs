@@ -79,6 +79,8 @@
 //!     mode TEXT NOT NULL          -- 'threads' | 'cores' | 'none'
 //! );
 //! ```
+//! A new job's row and its side rows are written in one transaction ([`Store::submit_job`]), and
+//! so is its start ([`Store::start_job`]): a launch is three transactions with its end.
 //! Samples are written in batches (one transaction each); a finished job's summary is written in
 //! the same transaction that marks it ended ([`Store::finish_job`]); retention and the size cap
 //! ([`Store::apply_retention`]) only ever remove ended jobs. A second consumer of finished jobs
@@ -89,7 +91,10 @@
 //! Migrations are numbered and tracked with `PRAGMA user_version`; [`Store::open`] applies the
 //! missing ones in one transaction each.
 
+mod job_txn;
 pub mod profile;
+
+pub use job_txn::{StartRecord, SubmitRecord};
 
 pub use profile::{
     EndClass, JobFilter, JobProfile, JobSummary, ProcessSample, Pruned, Sample, SampleState,
@@ -387,11 +392,137 @@ pub(crate) fn exec_cached(
     conn.prepare_cached(sql)?.execute(params)
 }
 
+/// The job row's INSERT, on a connection or inside a transaction; its `seq`.
+pub(crate) fn insert_job_on(conn: &Connection, j: &JobRecord) -> rusqlite::Result<i64> {
+    let argv = serde_json::to_string(&j.argv).unwrap_or_else(|_| "[]".into());
+    exec_cached(
+        conn,
+        "INSERT INTO jobs (job_id, name, uid, gid, user, ncpus, cpus, mems, mem_limit, pid, pid_start,
+                           cgroup, argv, state, submitted_ms, started_ms, priority, placement,
+                           exclusive, role)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+                 ?19, ?20)",
+        params![
+            j.job_id,
+            j.name,
+            j.uid,
+            j.gid,
+            j.user,
+            j.ncpus,
+            j.cpus.to_string(),
+            j.mems.to_string(),
+            j.mem_limit.map(|m| m as i64),
+            j.pid,
+            j.pid_start.map(|p| p as i64),
+            j.cgroup,
+            argv,
+            j.state.as_str(),
+            j.submitted_ms,
+            j.started_ms,
+            j.priority,
+            placement_str(j.placement),
+            j.exclusive,
+            j.role.as_str(),
+        ],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// State `starting` on `cpus` in `role` (see [`Store::set_starting`]).
+pub(crate) fn set_starting_on(
+    conn: &Connection,
+    seq: i64,
+    cpus: &CpuSet,
+    mems: &CpuSet,
+    role: StoredRole,
+    started_ms: i64,
+) -> rusqlite::Result<()> {
+    exec_cached(
+        conn,
+        "UPDATE jobs SET state = 'starting', cpus = ?2, mems = ?3, role = ?4, started_ms = ?5 WHERE seq = ?1",
+        params![seq, cpus.to_string(), mems.to_string(), role.as_str(), started_ms],
+    )
+    .map(drop)
+}
+
+/// A job's starter row (see [`Store::set_starter`]).
+pub(crate) fn set_starter_on(
+    conn: &Connection,
+    seq: i64,
+    s: &StarterRecord,
+) -> rusqlite::Result<()> {
+    exec_cached(
+        conn,
+        "INSERT OR REPLACE INTO job_starter (seq, wlm, client_uid, tmp_size, tmpdir)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            seq,
+            s.wlm,
+            s.client_uid,
+            s.tmp_size.map(|b| b as i64),
+            s.tmpdir
+        ],
+    )
+    .map(drop)
+}
+
+/// A job's binding row (see [`Store::set_bind`]).
+pub(crate) fn set_bind_on(conn: &Connection, seq: i64, mode: BindMode) -> rusqlite::Result<()> {
+    exec_cached(
+        conn,
+        "INSERT OR REPLACE INTO job_bind (seq, mode) VALUES (?1, ?2)",
+        params![seq, mode.name()],
+    )
+    .map(drop)
+}
+
+/// A job's GPU row (see [`Store::set_gpus`]).
+pub(crate) fn set_gpus_on(
+    conn: &Connection,
+    seq: i64,
+    ngpus: u32,
+    gpus: &GpuSet,
+) -> rusqlite::Result<()> {
+    exec_cached(
+        conn,
+        "INSERT OR REPLACE INTO job_gpus (seq, ngpus, gpus) VALUES (?1, ?2, ?3)",
+        params![seq, ngpus, gpus.to_string()],
+    )
+    .map(drop)
+}
+
+/// A job's I/O row (see [`Store::set_io`]).
+pub(crate) fn set_io_on(conn: &Connection, seq: i64, io: &JobIo) -> rusqlite::Result<()> {
+    exec_cached(
+        conn,
+        "INSERT OR REPLACE INTO job_io (seq, io) VALUES (?1, ?2)",
+        params![seq, io.summary()],
+    )
+    .map(drop)
+}
+
 /// The open database.
 #[derive(Debug)]
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Write transactions committed through this handle (SQLite's commit hook).
+    commits: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// A handle on `conn` that counts its commits.
+fn counted(conn: Connection, path: PathBuf) -> Store {
+    let commits = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let c = commits.clone();
+    conn.commit_hook(Some(move || {
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        false // false: let the commit go ahead
+    }));
+    Store {
+        conn,
+        path,
+        commits,
+    }
 }
 
 impl Store {
@@ -419,7 +550,7 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;
         conn.set_prepared_statement_cache_capacity(64);
-        let mut store = Store { conn, path };
+        let mut store = counted(conn, path);
         store.migrate()?;
         Ok(store)
     }
@@ -439,7 +570,7 @@ impl Store {
         .map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;
-        let store = Store { conn, path };
+        let store = counted(conn, path);
         let v = store.schema_version()?;
         if v != SCHEMA_VERSION {
             return Err(StoreError::TooNew {
@@ -532,39 +663,7 @@ impl Store {
     /// Record a new job in the state its record says (`queued` or `starting`); returns its
     /// `seq`. Fails if a live job has the id.
     pub fn insert_job(&self, j: &JobRecord) -> Result<i64, StoreError> {
-        let argv = serde_json::to_string(&j.argv).unwrap_or_else(|_| "[]".into());
-        exec_cached(
-                &self.conn,
-                "INSERT INTO jobs (job_id, name, uid, gid, user, ncpus, cpus, mems, mem_limit, pid, pid_start,
-                                   cgroup, argv, state, submitted_ms, started_ms, priority, placement,
-                                   exclusive, role)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                         ?19, ?20)",
-                params![
-                    j.job_id,
-                    j.name,
-                    j.uid,
-                    j.gid,
-                    j.user,
-                    j.ncpus,
-                    j.cpus.to_string(),
-                    j.mems.to_string(),
-                    j.mem_limit.map(|m| m as i64),
-                    j.pid,
-                    j.pid_start.map(|p| p as i64),
-                    j.cgroup,
-                    argv,
-                    j.state.as_str(),
-                    j.submitted_ms,
-                    j.started_ms,
-                    j.priority,
-                    placement_str(j.placement),
-                    j.exclusive,
-                    j.role.as_str(),
-                ],
-            )
-            .map_err(self.err())?;
-        Ok(self.conn.last_insert_rowid())
+        insert_job_on(&self.conn, j).map_err(self.err())
     }
 
     /// A queued job is about to start on `cpus`: state `starting`.
@@ -576,13 +675,7 @@ impl Store {
         role: StoredRole,
         started_ms: i64,
     ) -> Result<(), StoreError> {
-        exec_cached(
-                &self.conn,
-                "UPDATE jobs SET state = 'starting', cpus = ?2, mems = ?3, role = ?4, started_ms = ?5 WHERE seq = ?1",
-                params![seq, cpus.to_string(), mems.to_string(), role.as_str(), started_ms],
-            )
-            .map_err(self.err())?;
-        Ok(())
+        set_starting_on(&self.conn, seq, cpus, mems, role, started_ms).map_err(self.err())
     }
 
     /// A running job changed role (promoted, preempted, suspended, resumed) or CPUs.
@@ -637,20 +730,7 @@ impl Store {
 
     /// Record a job's starter details (replacing earlier ones).
     pub fn set_starter(&self, seq: i64, s: &StarterRecord) -> Result<(), StoreError> {
-        exec_cached(
-            &self.conn,
-            "INSERT OR REPLACE INTO job_starter (seq, wlm, client_uid, tmp_size, tmpdir)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                seq,
-                s.wlm,
-                s.client_uid,
-                s.tmp_size.map(|b| b as i64),
-                s.tmpdir
-            ],
-        )
-        .map_err(self.err())?;
-        Ok(())
+        set_starter_on(&self.conn, seq, s).map_err(self.err())
     }
 
     /// A job's starter details, if it has any.
@@ -674,13 +754,7 @@ impl Store {
 
     /// Record the thread binding job `seq` asked for.
     pub fn set_bind(&self, seq: i64, mode: BindMode) -> Result<(), StoreError> {
-        exec_cached(
-            &self.conn,
-            "INSERT OR REPLACE INTO job_bind (seq, mode) VALUES (?1, ?2)",
-            params![seq, mode.name()],
-        )
-        .map_err(self.err())?;
-        Ok(())
+        set_bind_on(&self.conn, seq, mode).map_err(self.err())
     }
 
     /// The thread binding job `seq` asked for; `None`: the node's default.
@@ -708,13 +782,7 @@ impl Store {
 
     /// A GPU job's request and the GPUs it holds (written before the job starts on them).
     pub fn set_gpus(&self, seq: i64, ngpus: u32, gpus: &GpuSet) -> Result<(), StoreError> {
-        exec_cached(
-            &self.conn,
-            "INSERT OR REPLACE INTO job_gpus (seq, ngpus, gpus) VALUES (?1, ?2, ?3)",
-            params![seq, ngpus, gpus.to_string()],
-        )
-        .map_err(self.err())?;
-        Ok(())
+        set_gpus_on(&self.conn, seq, ngpus, gpus).map_err(self.err())
     }
 
     /// What [`Store::set_gpus`] wrote for `seq`; `None` for a job without GPUs.
@@ -742,13 +810,7 @@ impl Store {
 
     /// A job's I/O weight and limits (written when it has any).
     pub fn set_io(&self, seq: i64, io: &JobIo) -> Result<(), StoreError> {
-        exec_cached(
-            &self.conn,
-            "INSERT OR REPLACE INTO job_io (seq, io) VALUES (?1, ?2)",
-            params![seq, io.summary()],
-        )
-        .map_err(self.err())?;
-        Ok(())
+        set_io_on(&self.conn, seq, io).map_err(self.err())
     }
 
     /// What [`Store::set_io`] wrote for `seq`; `None` for a job with the kernel's defaults.

@@ -2,10 +2,12 @@
 //! (the one path a manager's `register` shares: [`Engine::enqueue`]),
 //! and telling the client its place and why it waits.
 
+use pjw_core::io_limits::JobIo;
 use pjw_core::sched::{self, Phase};
+use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, GpuSet, JobId};
 use pjw_proto::{ErrorCode, Placement, Response, RunRequest};
-use pjw_store::{JobRecord, StoredState};
+use pjw_store::{JobRecord, StoredState, SubmitRecord};
 use tokio::sync::mpsc;
 use tracing::{error, info};
 
@@ -66,6 +68,7 @@ impl Engine {
             let _ = reply.send(err(code, message));
             return;
         }
+        let mut number = None;
         let id = match &req.job_id {
             Some(text) => match JobId::new(text) {
                 // A manager's namespace is made by `pjw job register` (root) only.
@@ -86,7 +89,10 @@ impl Engine {
                 }
             },
             None => match self.generate_id() {
-                Ok(id) => id,
+                Ok((id, n)) => {
+                    number = Some(n);
+                    id
+                }
                 Err(e) => {
                     let _ = reply.send(err(ErrorCode::Internal, e));
                     return;
@@ -168,19 +174,16 @@ impl Engine {
             held: false,
             tmpdir: None,
         };
-        let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
+        let sides = Sides {
+            number,
+            gpus: req.gpus,
+            pinned: GpuSet::new(),
+            io: self.io_of(cred.uid, &req).unwrap_or_default(), // checked in validate
+            bind: req.bind,
+        };
+        let Some(seq) = self.enqueue(rec, id, starter, sides, conn, reply) else {
             return;
         };
-        if !self.record_gpu_request(seq, req.gpus, GpuSet::new()) {
-            return;
-        }
-        let io = self.io_of(cred.uid, &req).unwrap_or_default(); // checked in validate
-        if !self.record_io(seq, io) {
-            return;
-        }
-        if !self.record_bind(seq, req.bind) {
-            return;
-        }
         let job = &self.jobs[&seq];
         if job.starter.client_uid != job.uid || job.starter.wlm.is_some() {
             info!(job = %job.id, user = %job.user, wlm = job.starter.wlm.as_deref().unwrap_or(""), client_uid = job.starter.client_uid, "job submitted by a job starter");
@@ -190,59 +193,60 @@ impl Engine {
     }
 
     /// Record a new job as queued and put it in the queue with its waiting client: the one path
-    /// of `run` and of a manager's `register`. Its row first, then its starter details (owner
-    /// and client, manager tag, /tmp) when it has any; a store that refuses either is an error
-    /// to the client and no job. The job's seq, once queued.
+    /// of `run` and of a manager's `register`. Its row, the job number its id took and its side
+    /// rows (starter details, GPUs, I/O, binding, for a job that has any) are one transaction: a
+    /// store that refuses it is an error to the client and no job, and leaves nothing written.
+    /// The job's seq, once queued.
     pub(super) fn enqueue(
         &mut self,
         rec: JobRecord,
         id: JobId,
         st: Starter,
+        sides: Sides,
         conn: u64,
         reply: mpsc::UnboundedSender<Response>,
     ) -> Option<i64> {
-        let seq = match self.store_write(0, "insert_job", OnFail::Refuse, |s| s.insert_job(&rec)) {
+        let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
+        job.starter = st;
+        let starter = (job.starter.client_uid != job.uid
+            || job.starter.wlm.is_some()
+            || job.starter.tmp_size.is_some())
+        .then(|| job.starter_record());
+        // A manager's choice of GPUs is the request: as many as it chose.
+        let ngpus = if sides.pinned.is_empty() {
+            sides.gpus
+        } else {
+            sides.pinned.len() as u32
+        };
+        let record = SubmitRecord {
+            job: rec,
+            number: sides.number,
+            starter,
+            gpus: (ngpus > 0).then_some((ngpus, sides.pinned)),
+            io: (!sides.io.is_empty()).then(|| sides.io.clone()),
+            bind: sides.bind,
+        };
+        let seq = match self.store_write(0, "submit_job", OnFail::Refuse, |s| s.submit_job(&record))
+        {
             Ok(s) => s,
             Err(e) => {
-                error!(job = %id, error = %e, "cannot record job");
+                error!(job = %job.id, error = %e, "cannot record job");
+                if record.number.is_some() {
+                    // Not taken: read the store's counter again.
+                    self.next_number = None;
+                }
                 let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
                 return None;
             }
         };
-        let rec = JobRecord { seq, ..rec };
-        let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
-        job.starter = st;
-        if job.starter.client_uid != job.uid
-            || job.starter.wlm.is_some()
-            || job.starter.tmp_size.is_some()
-        {
-            let record = job.starter_record();
-            if let Err(e) = self.store_write(seq, "set_starter", OnFail::Refuse, |s| {
-                s.set_starter(seq, &record)
-            }) {
-                error!(job = %job.id, error = %e, "cannot record job");
-                self.store_end(seq, self.clock.now_ms(), "start failed: store", None);
-                let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
-                return None;
-            }
-        }
+        job.seq = seq;
+        job.req.ngpus = ngpus as usize;
+        job.req.pinned = sides.pinned;
+        job.io = sides.io;
+        job.bind = sides.bind;
         job.client.waiter = Some(Waiter { conn, reply });
         self.jobs.insert(seq, job);
         Some(seq)
-    }
-
-    /// A queued job whose side row (GPUs, I/O, binding) the store refused: it is dropped, its
-    /// row ended ("start failed: store") and its client told, so memory and store agree.
-    pub(super) fn refuse_unrecorded(&mut self, seq: i64, e: &pjw_store::StoreError) {
-        if let Some(mut j) = self.jobs.remove(&seq) {
-            error!(job = %j.id, error = %e, "cannot record job");
-            self.store_end(seq, self.clock.now_ms(), "start failed: store", None);
-            if let Some(w) = j.client.waiter.take() {
-                let _ = w
-                    .reply
-                    .send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
-            }
-        }
     }
 
     pub(super) fn validate(&self, cred: &Cred, who: &Who, req: &RunRequest) -> Result<(), Refusal> {
@@ -454,17 +458,32 @@ impl Engine {
         }
     }
 
-    pub(super) fn generate_id(&mut self) -> Result<JobId, String> {
+    /// The next free generated id and its number: the store's counter is read once, and the
+    /// number is taken with the job's submission ([`SubmitRecord::number`]).
+    pub(super) fn generate_id(&mut self) -> Result<(JobId, u64), String> {
+        let mut n = match self.next_number {
+            Some(n) => n,
+            None => self.store.job_number().map_err(|e| e.to_string())?,
+        };
         loop {
-            let n = self
-                .store_write(0, "next_job_number", OnFail::Refuse, |s| {
-                    s.next_job_number()
-                })
-                .map_err(|e| e.to_string())?;
             let id = JobId::new(&n.to_string()).map_err(|e| e.to_string())?;
+            self.next_number = Some(n + 1);
             if !self.jobs.values().any(|j| j.id == id) {
-                return Ok(id);
+                return Ok((id, n));
             }
+            n += 1;
         }
     }
+}
+
+/// What a new job asks for beside its row, recorded with it by [`Engine::enqueue`].
+pub(super) struct Sides {
+    /// The generated job number its id took; None: the id was given.
+    pub number: Option<u64>,
+    /// GPUs asked for (ignored when `pinned` names them).
+    pub gpus: u32,
+    /// The GPUs a manager chose.
+    pub pinned: GpuSet,
+    pub io: JobIo,
+    pub bind: Option<BindMode>,
 }

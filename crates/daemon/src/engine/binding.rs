@@ -6,7 +6,6 @@
 use pjw_core::thread_bind::{self, BindMode};
 use pjw_core::{thread_env, Topology};
 
-use super::store_writes::OnFail;
 use super::{Engine, Job};
 use crate::bind::{BindJob, Binder, Born};
 use crate::config::Config;
@@ -15,26 +14,6 @@ impl Engine {
     /// Balance the threads of running jobs through `b` at every [`super::Event::Bind`].
     pub fn set_binder(&mut self, b: Binder) {
         self.binder = Some(b);
-    }
-
-    /// A queued job asked for `mode`: remembered, and recorded before it is planned (a restart
-    /// keeps it). False (and the job is gone, its client told) when the store refuses.
-    pub(super) fn record_bind(&mut self, seq: i64, mode: Option<BindMode>) -> bool {
-        let Some(mode) = mode else {
-            return true;
-        };
-        match self.store_write(seq, "set_bind", OnFail::Refuse, |s| s.set_bind(seq, mode)) {
-            Ok(()) => {
-                if let Some(j) = self.jobs.get_mut(&seq) {
-                    j.bind = Some(mode);
-                }
-                true
-            }
-            Err(e) => {
-                self.refuse_unrecorded(seq, &e);
-                false
-            }
-        }
     }
 
     /// Take back a recovered job's `--bind`.

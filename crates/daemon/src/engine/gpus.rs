@@ -9,7 +9,6 @@ use pjw_core::sched::{GpuNode, Phase};
 use pjw_core::{GpuSet, Gpus};
 use pjw_proto::ErrorCode;
 
-use super::store_writes::OnFail;
 use super::{refuse, Engine, Job, Refusal};
 use crate::config::Config;
 
@@ -142,37 +141,6 @@ impl Engine {
         Ok(out)
     }
 
-    /// A queued job asks for `n` GPUs, or for exactly `pinned` (a manager's choice):
-    /// remembered, and recorded before it is planned (a pinned job's GPUs are recorded at
-    /// once, so that recovery keeps them). False (and the job is gone, its client told) when
-    /// the store refuses.
-    pub(super) fn record_gpu_request(&mut self, seq: i64, n: u32, pinned: GpuSet) -> bool {
-        let n = if pinned.is_empty() {
-            n
-        } else {
-            pinned.len() as u32
-        };
-        if n == 0 {
-            return true;
-        }
-        let written = self.store_write(seq, "set_gpus", OnFail::Refuse, |s| {
-            s.set_gpus(seq, n, &pinned)
-        });
-        match written {
-            Ok(()) => {
-                if let Some(j) = self.jobs.get_mut(&seq) {
-                    j.req.ngpus = n as usize;
-                    j.req.pinned = pinned;
-                }
-                true
-            }
-            Err(e) => {
-                self.refuse_unrecorded(seq, &e);
-                false
-            }
-        }
-    }
-
     /// The policy granted `gpus` to the job that starts next.
     pub(super) fn grant_gpus(&mut self, seq: i64, gpus: GpuSet) -> bool {
         match self.jobs.get_mut(&seq) {
@@ -184,18 +152,11 @@ impl Engine {
         }
     }
 
-    /// Before a job starts on its GPUs they are recorded (durable first, as its CPUs are).
-    pub(super) fn record_gpu_grant(&mut self, seq: i64) -> Result<(), pjw_store::StoreError> {
-        let Some(j) = self.jobs.get(&seq) else {
-            return Ok(());
-        };
-        if j.gpus.is_empty() {
-            return Ok(());
-        }
-        let (n, gpus) = (j.req.ngpus as u32, j.gpus);
-        self.store_write(seq, "set_gpus", OnFail::Refuse, |s| {
-            s.set_gpus(seq, n, &gpus)
-        })
+    /// The GPUs a job starts on, with the number it asked for, when it holds any: recorded
+    /// with its start, before it runs on them (durable first, as its CPUs are).
+    pub(super) fn gpu_grant(&self, seq: i64) -> Option<(u32, GpuSet)> {
+        let j = self.jobs.get(&seq)?;
+        (!j.gpus.is_empty()).then_some((j.req.ngpus as u32, j.gpus))
     }
 
     /// The variables a started job's client sets for its command (`gpus`: the node's).

@@ -5,7 +5,6 @@
 use pjw_core::io_limits::{IoMax, IoWeight, JobIo};
 use pjw_proto::{ErrorCode, RunRequest};
 
-use super::store_writes::OnFail;
 use super::{refuse, Engine, Job, Refusal};
 
 impl Engine {
@@ -46,26 +45,6 @@ impl Engine {
             weight,
             max: JobIo::merge_max(&self.cfg.io.max, &asked),
         })
-    }
-
-    /// A queued job's I/O settings: kept on the job and recorded (when it has any). False (and
-    /// the job is gone, its client told) when the store refuses.
-    pub(super) fn record_io(&mut self, seq: i64, io: JobIo) -> bool {
-        if io.is_empty() {
-            return true;
-        }
-        match self.store_write(seq, "set_io", OnFail::Refuse, |s| s.set_io(seq, &io)) {
-            Ok(()) => {
-                if let Some(j) = self.jobs.get_mut(&seq) {
-                    j.io = io;
-                }
-                true
-            }
-            Err(e) => {
-                self.refuse_unrecorded(seq, &e);
-                false
-            }
-        }
     }
 
     /// Take back a recovered job's I/O settings.

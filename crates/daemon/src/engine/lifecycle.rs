@@ -8,6 +8,7 @@ use pjw_cgroup::JobLimits;
 use pjw_core::sched::Phase;
 use pjw_core::CpuSet;
 use pjw_proto::{ErrorCode, Response};
+use pjw_store::StartRecord;
 use tracing::{debug, error, info, warn};
 
 use super::pidfd::{spawn_pidfd_retry, spawn_pidfd_watch};
@@ -50,13 +51,21 @@ impl Engine {
             Phase::Primary
         };
         // Durable first: after a crash from here on, recovery finds the job. A store that
-        // refuses refuses the start (nothing is in the kernel yet).
-        let started_ms = self.clock.now_ms();
-        let recorded = self.record_gpu_grant(seq).and_then(|_| {
-            self.store_write(seq, "set_starting", OnFail::Refuse, |s| {
-                s.set_starting(seq, &cpus, &mems, role_of(phase), started_ms)
-            })
-        });
+        // refuses refuses the start (nothing is in the kernel yet). One transaction: its GPUs,
+        // CPUs, role and state. A job with a process is recorded `running` at once (recovery
+        // treats `starting` and `running` alike when the job has a process); a held job stays
+        // `starting` until its cgroups exist (docs/decisions.md (at)).
+        let running = pid.is_some();
+        let record = StartRecord {
+            seq,
+            cpus,
+            mems,
+            role: role_of(phase),
+            started_ms: self.clock.now_ms(),
+            gpus: self.gpu_grant(seq),
+            running,
+        };
+        let recorded = self.store_write(seq, "start_job", OnFail::Refuse, |s| s.start_job(&record));
         let j = &self.jobs[&seq];
         if let Err(e) = recorded {
             error!(job = %j.id, error = %e, "cannot record job start");
@@ -143,8 +152,11 @@ impl Engine {
                         ErrorCode::Internal,
                         format!("cannot set up the job's /tmp: {e}"),
                     ));
-                    let _ = self
-                        .store_write(seq, "set_running", OnFail::Rewrite, |s| s.set_running(seq));
+                    if !running {
+                        let _ = self.store_write(seq, "set_running", OnFail::Rewrite, |s| {
+                            s.set_running(seq)
+                        });
+                    }
                     if let Some(j) = self.jobs.get_mut(&seq) {
                         j.phase = phase;
                         j.cpus = cpus;
@@ -159,8 +171,11 @@ impl Engine {
         if !self.jobs.contains_key(&seq) {
             return false;
         }
-        // In its cgroups now: kept in memory if the store refuses, and written again.
-        let _ = self.store_write(seq, "set_running", OnFail::Rewrite, |s| s.set_running(seq));
+        // A held job is in its cgroups now: kept in memory if the store refuses, and written
+        // again.
+        if !running {
+            let _ = self.store_write(seq, "set_running", OnFail::Rewrite, |s| s.set_running(seq));
+        }
         let Some(j) = self.jobs.get_mut(&seq) else {
             return false;
         };

@@ -288,3 +288,157 @@ async fn a_register_takes_the_run_path_and_a_full_store_refuses_it_to_the_manage
     assert_eq!(t.engine.jobs.len(), before);
     assert!(t.engine.store_write_errors() >= 1);
 }
+
+/// `pjw run -- true` with a generated id: what the store is asked from submission to end.
+fn plain_run() -> RunRequest {
+    RunRequest {
+        job_id: None,
+        argv: vec!["true".into()],
+        ..crate::test_support::run_request("unused", 1)
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_plain_launch_is_one_transaction_to_submit_and_start_it_and_one_to_end_it() {
+    let mut t = TestEngine::new();
+    let me = std::process::id();
+    let before = t.store.transactions();
+    let (r, _rx) = t.submit(1, me, 1000, plain_run()).await;
+    let Response::Started { job, cpus: on, .. } = r else {
+        panic!("expected Started, got {r:?}");
+    };
+    assert_eq!(job, "1");
+    let seq = t.seq_of("1");
+    // The submission (number, row) and the start (CPUs, role, running), nothing else.
+    assert_eq!(
+        t.store.transactions() - before,
+        2,
+        "{:?}",
+        t.store.state().calls
+    );
+    assert_eq!(
+        t.store.state().calls,
+        [
+            "take_job_number 1".to_string(),
+            "insert_job 1".to_string(),
+            format!("set_starting {seq} primary {on}"),
+            format!("set_running {seq}"),
+        ]
+    );
+    let row = t.store.state().rows[&seq].clone();
+    assert_eq!((row.state, row.cpus), (StoredState::Running, on));
+
+    // Its end: the row ended with its summary, one transaction.
+    t.engine.handle(Event::MainExited { seq });
+    assert_eq!(
+        t.store.transactions() - before,
+        3,
+        "{:?}",
+        t.store.state().calls
+    );
+    assert_eq!(t.store.state().rows[&seq].state, StoredState::Ended);
+    assert_eq!(t.engine.store_write_errors(), 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_submission_the_store_refuses_leaves_no_row_no_side_row_and_no_number_taken() {
+    let mut t = TestEngine::new();
+    let me = std::process::id();
+    let req = RunRequest {
+        io_weight: Some(50),
+        bind: Some(pjw_core::thread_bind::BindMode::Cores),
+        ..plain_run()
+    };
+    t.store.set_full(true);
+    let (r, _rx) = t.submit(1, me, 1000, req.clone()).await;
+    let Response::Error { code, message } = r else {
+        panic!("expected an error, got {r:?}");
+    };
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(message.starts_with("cannot record job: "), "{message}");
+    // Tried twice as one transaction each time: every part failed together, none applied.
+    {
+        let st = t.store.state();
+        assert_eq!(
+            st.calls,
+            [
+                "take_job_number 1 !",
+                "insert_job 1 !",
+                "set_io 1 weight=50 !",
+                "set_bind 1 cores !",
+                "take_job_number 1 !",
+                "insert_job 1 !",
+                "set_io 1 weight=50 !",
+                "set_bind 1 cores !",
+            ]
+        );
+        assert!(st.rows.is_empty() && st.io.is_empty() && st.bind.is_empty());
+        assert_eq!(st.transactions, 0);
+    }
+    assert!(t.engine.jobs.is_empty());
+    assert_eq!(t.engine.store_write_errors(), 1);
+    assert_eq!(t.store.job_number().expect("number"), 1);
+
+    // Once the disk has room the next run takes the number the refused one did not.
+    t.store.set_full(false);
+    let (r, _rx) = t.submit(2, me, 1000, req).await;
+    assert!(
+        matches!(&r, Response::Started { job, .. } if job == "1"),
+        "{r:?}"
+    );
+    let seq = t.seq_of("1");
+    let st = t.store.state();
+    assert_eq!(st.io[&seq].summary(), "weight=50");
+    assert_eq!(st.bind[&seq], pjw_core::thread_bind::BindMode::Cores);
+    assert_eq!(
+        t.engine.jobs[&seq].bind,
+        Some(pjw_core::thread_bind::BindMode::Cores)
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_start_the_store_refuses_writes_none_of_it_and_is_refused_to_its_client() {
+    let mut t = TestEngine::new();
+    let me = std::process::id();
+    // The whole node to one job; the second waits for it.
+    let whole = |id: &str| RunRequest {
+        cpus: 4,
+        ..crate::test_support::run_request(id, 4)
+    };
+    let (r, _a) = t.submit(1, me, 1000, whole("a")).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    // Another client process (one already running a job is told that job again).
+    let (r, mut b) = t.submit(2, 4242, 1000, whole("b")).await;
+    assert!(matches!(r, Response::Queued { .. }), "{r:?}");
+    let (a, bseq) = (t.seq_of("a"), t.seq_of("b"));
+
+    // The disk fills; a ends (kept for later), b's start is refused: tried twice, all or nothing.
+    t.store.set_full(true);
+    t.engine.handle(Event::MainExited { seq: a });
+    let r = b.try_recv().expect("b's answer");
+    let Response::Error { code, message } = r else {
+        panic!("expected an error, got {r:?}");
+    };
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(message.starts_with("cannot record job: "), "{message}");
+    assert_eq!(
+        t.store.calls_to("set_starting")[1..],
+        [
+            format!("set_starting {bseq} primary 0-3 !"),
+            format!("set_starting {bseq} primary 0-3 !")
+        ]
+    );
+    assert_eq!(
+        t.store.calls_to("set_running").last(),
+        Some(&format!("set_running {bseq} !"))
+    );
+    let row = t.store.state().rows[&bseq].clone();
+    assert_eq!((row.state, row.started_ms), (StoredState::Queued, None));
+    assert!(!t.engine.jobs.contains_key(&bseq));
+    assert!(!t
+        .engine
+        .driver
+        .list_jobs()
+        .expect("list")
+        .contains(&cgroup_name(&TestEngine::id("b"))));
+}

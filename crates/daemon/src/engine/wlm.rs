@@ -11,6 +11,7 @@ use pjw_store::{JobRecord, StoredRole, StoredState};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info};
 
+use super::admission::Sides;
 use super::Starter;
 use super::{cgroup_name, err, Cred, Engine, Event, Who};
 use crate::adopt::Seen;
@@ -138,16 +139,17 @@ impl Engine {
             held: !req.attach,
             tmpdir: None,
         };
-        let Some(seq) = self.enqueue(rec, id, starter, conn, reply) else {
+        let sides = Sides {
+            number: None,
+            gpus: 0,
+            pinned: gpus,
+            // The node's I/O defaults, as for `pjw run`.
+            io: self.cfg.io.clone(),
+            bind: None,
+        };
+        let Some(seq) = self.enqueue(rec, id, starter, sides, conn, reply) else {
             return;
         };
-        if !self.record_gpu_request(seq, 0, gpus) {
-            return;
-        }
-        // The node's I/O defaults, as for `pjw run`.
-        if !self.record_io(seq, self.cfg.io.clone()) {
-            return;
-        }
         let job = &self.jobs[&seq];
         info!(job = %job.id, user = %job.user, cpus = req.cpus, gpus = %gpus, wlm = %wlm, attach = req.attach, "job registered");
         self.scanner_wake();
