@@ -140,6 +140,18 @@ read -r run_mean run_max < <(awk '{ s += $3; n++; if ($3 > m) m = $3 } END { pri
 loaded=$(awk -v a="${load0%% *}" -v b="${load1%% *}" -v n="$ncpu" -v rm="$run_mean" -v o="$other_pct" \
   'BEGIN { print (a > 0.25 * n || b > 0.25 * n || rm > 0.25 || o > 10) ? 1 : 0 }')
 load_why="load average ${load0%% *} at the start, ${load1%% *} at the end on $ncpu CPUs; other runnable processes: mean $run_mean, max $run_max; other work took about $other_pct% of the CPUs"
+# Under software emulation (a qemu TCG guest: the systemd guest's bench steps) every vCPU is a
+# thread on a host the guest cannot see the load of: absolute times mean little, only the
+# ratios paired within this run compare, and no verdict stands. BENCH_HOST (set by
+# vm/systemd/run.sh) says what the host was and its load when the step began.
+tcg=0
+grep -q 'QEMU TCG' /proc/cpuinfo && tcg=1
+tcg_why="software emulation: QEMU TCG, $ncpu vCPUs${BENCH_HOST:+ on $BENCH_HOST}"
+if [ "$tcg" = 1 ]; then
+  awk -F'\t' -v OFS='\t' -v why="$tcg_why" '{ if ($5 != "–" && $5 != "") $5 = $5 "; NOT PUBLISHABLE: " why; print }' \
+    "$BENCH_OUT/rows.tsv" > "$BENCH_OUT/rows.marked"
+  mv "$BENCH_OUT/rows.marked" "$BENCH_OUT/rows.tsv"
+fi
 # On a loaded machine no verdict stands: every one is marked.
 if [ "$loaded" = 1 ]; then
   awk -F'\t' -v OFS='\t' -v why="$load_why" '{ if ($5 != "–" && $5 != "") $5 = $5 "; NOT PUBLISHABLE: machine loaded (" why ")"; print }' \
@@ -175,6 +187,10 @@ cgmode=$(awk '{ t = ""; for (i = 7; i < NF; i++) if ($i == "-") { t = $(i + 1); 
   echo
   echo "Load: load average $load0 (1, 5, 15 min) at the start and $load1 at the end, on $ncpu CPUs; runnable processes outside the suite: $run0 at the start, $run1 at the end, mean $run_mean and max $run_max while it ran (every 2 s: [raw/load.txt]($name/raw/load.txt)); other work took about $other_pct% of the CPUs' time."
   echo
+  if [ "$tcg" = 1 ]; then
+    echo "**NOT PUBLISHABLE: $tcg_why.** Each vCPU is a thread on the host, which other work shares and whose load this guest cannot see (the load line above is the guest's own). Absolute times mean little; only the ratios paired within this run (each round's alternatives against that round's own alone time, on the same emulated CPUs) compare."
+    echo
+  fi
   if [ "$loaded" = 1 ]; then
     echo "**NOT PUBLISHABLE: machine loaded ($load_why).** Every verdict below carries this mark. The figures are ratios or paired comparisons taken in the same run, but the rows that depend on a CPU being otherwise idle (isolation, backfill, launch, turnaround, memory) carry the load's noise: judge them again on an idle machine."
   else

@@ -67,7 +67,8 @@ trap 'rm -f "$block" "$block.new"' EXIT
       n = split($0, f, / \| /)
       scen = f[1]; meas = f[2]; goal = f[4]; res = f[5]
       mark = ""
-      if (index(res, "NOT PUBLISHABLE")) mark = " — NOT PUBLISHABLE (machine loaded)"
+      if (index(res, "NOT PUBLISHABLE: software emulation")) mark = " — NOT PUBLISHABLE (software emulation)"
+      if (index(res, "NOT PUBLISHABLE: machine loaded")) mark = mark (mark == "" ? " — NOT PUBLISHABLE (machine loaded)" : ", machine loaded")
       v = res; sub(/;.*/, "", v)
       if (v == "pass") v = "met"
       if (v == "–" || v == "" || goal == "(baseline)") { v = "(baseline)"; mark = "" }

@@ -29,6 +29,23 @@ kill_burn() {
   kill -KILL "$1" $kids 2>/dev/null || true
   { wait "$1"; } 2>/dev/null || true
 }
+# slurm_probe NEIGHBOUR-JOB-NAME: a one-CPU srun job's cgroup, cpuset and affinity, and the
+# CPUs Slurm gave the neighbour (scontrol's CPU_IDs), on one line.
+slurm_probe() {
+  local where nb
+  # shellcheck disable=SC2016 # expanded in the job
+  # Pure v2: the job's 0:: cgroup and its cpuset.cpus.effective; v1 or hybrid: its cpuset cgroup.
+  where=$(timeout 60 srun -n1 -c1 --cpu-bind=cores sh -c '
+    if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+      cg=$(sed -n "s/^0:://p" /proc/self/cgroup); f=/sys/fs/cgroup$cg/cpuset.cpus.effective; k="cgroup v2"
+    else
+      cg=$(sed -n "s/^[0-9]*:cpuset://p" /proc/self/cgroup); f=/sys/fs/cgroup/cpuset$cg/cpuset.effective_cpus; k="cpuset (v1)"
+    fi
+    printf "%s %s, its effective CPUs %s, affinity %s" "$k" "$cg" "$(cat "$f" 2>/dev/null || echo "?")" "$(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"' 2>&1 | tr '\n' ' ')
+  nb=$(scontrol show job -d "$(squeue -h -n "$1" -o %i | head -1)" 2>/dev/null | grep -o 'CPU_IDs=[^ ]*' | head -1)
+  echo "a one-CPU srun job beside the neighbour: $where; the neighbour's job: ${nb:-CPU_IDs unknown}"
+}
+slurm_where=""
 for r in $(seq "$REPS"); do
   step "$r" "$REPS" "round $r/$REPS: alone"
   alone=$("$WL" spin "$iters")
@@ -55,6 +72,10 @@ for r in $(seq "$REPS"); do
     spawn srun -n1 -c1 --cpu-bind=cores -J "pjw-bench-nb-$r" "$WL" burn 2; nb=$!
     for _ in $(seq 100); do squeue -h -n "pjw-bench-nb-$r" -t R 2>/dev/null | grep -q . && break; sleep 0.1; done
     sleep 0.3
+    # Once, beside the running neighbour: where Slurm puts a job like the reference (its cgroup,
+    # that cgroup's cpuset.cpus.effective where it has one, its affinity) and which CPUs it gave
+    # the neighbour; printed in the Slurm row, so the row says what confined the jobs.
+    [ "$r" != 1 ] || slurm_where=$(slurm_probe "pjw-bench-nb-$r")
     sl=$(srun -n1 -c1 --cpu-bind=cores "$WL" spin "$iters")
     scancel -n "pjw-bench-nb-$r" 2>/dev/null || true
     { wait "$nb"; } 2>/dev/null || true
@@ -87,18 +108,18 @@ row "$(calc "printf \"%+.2f%% ± %.2f (95%% CI; upper bound %+.2f%%), sd %.2f, n
   "seed: +13.45% without CPU sets → no significant difference with them" \
   "≤ 1% slowdown (95% bound), sd ≤ 2× alone's" "$ok" \
   "isolation: pjw, neighbour burning 2 on its 1 CPU"
-# baseline_row NAME LABEL ANCHOR
+# baseline_row NAME LABEL ANCHOR [MORE]: MORE is appended to the measured text.
 baseline_row() {
   local bm bsd bci btm btsd
   read -r _ bm bsd bci _ < <(awk -v k="$1" '$1 == k {print $2}' "$WORK/slow" | stats)
   read -r _ btm btsd _ < <(awk -v k="$1" '$1 == k {print $2}' "$raw" | stats)
-  row "$(calc "printf \"%+.2f%% ± %.2f (95%% CI), sd %.2f, n=%d; %.3f s (sd %.3f)\", $bm, $bci, $bsd, $n, $btm, $btsd")" \
+  row "$(calc "printf \"%+.2f%% ± %.2f (95%% CI), sd %.2f, n=%d; %.3f s (sd %.3f)\", $bm, $bci, $bsd, $n, $btm, $btsd")${4:+; $4}" \
     "$3" "(baseline)" "–" "$2"
 }
 baseline_row plain "isolation: plain Linux, same neighbour" "seed: +13.45%; here about +50% expected"
 baseline_row taskset "isolation: pinning by hand (taskset -c 1 neighbour, -c 0 reference)" "what pjw's CPU sets should match"
 if [ $slurm = 1 ]; then
-  baseline_row slurm "isolation: Slurm, two srun -n1 -c1 --cpu-bind=cores jobs ($(scontrol show config 2>/dev/null | awk -F' *= *' '$1 == "TaskPlugin" {print $2}'))" "Slurm's own allocation and binding"
+  baseline_row slurm "isolation: Slurm, two srun -n1 -c1 --cpu-bind=cores jobs ($(scontrol show config 2>/dev/null | awk -F' *= *' '$1 == "TaskPlugin" {print $2}'))" "Slurm's own allocation and binding" "$slurm_where"
 else
   row "Slurm: not measured ($SLURM_WHY)" "" "(baseline)" "–" "isolation: Slurm, two srun jobs"
 fi

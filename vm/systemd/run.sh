@@ -19,6 +19,11 @@
 #            (bench/scenarios/bind-numa.sh) on the guest's two nodes; a results file in
 #            bench/results, with the host's load sampled every 2 s beside it (the guest's own
 #            load says nothing of the emulator's host)
+#   bench-slurm (optional; best with VM_SYSTEMD_CPUS=2, the bench's 2-CPU shape) the isolation
+#            and turnaround benchmarks beside a live Slurm with task/cgroup, proctrack/cgroup,
+#            cgroup/v2 and cons_tres: Slurm's Debian packages (vm/systemd/slurm-debs.sh) are
+#            installed into this run's overlay only, never into the image; a results file in
+#            bench/results
 # Each check prints "ok: ..." or "FAIL: ..."; the tests print libtest's counts. The tier ends
 # with "VM-systemd-v2: N passed, M failed, K skipped" and exits non-zero on any failure, a
 # timeout or a missing summary.
@@ -28,7 +33,10 @@
 #      VM_DEMO_REPS (the demo's rounds in the guest, default 2: its timings under emulation
 #      are not judged, only that it runs to the end and cleans up),
 #      VM_HOST_BUILD=0 (skip the host's build: debugging this script only),
-#      VM_BOOT_TIMEOUT (s, until ssh answers, default 600), VM_STEP_TIMEOUT (s per step, 1800).
+#      VM_BOOT_TIMEOUT (s, until ssh answers, default 600), VM_STEP_TIMEOUT (s per step, 1800),
+#      VM_SYSTEMD_CPUS (default 16: 2 sockets x 4 cores x 2 threads in 2 NUMA nodes, what the
+#      session step checks; any other N: one socket of N single-thread cores, one NUMA node),
+#      VM_BENCH_SCENARIOS (bench-slurm's scenarios, default "isolation turnaround").
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
@@ -45,7 +53,7 @@ step_limit=${VM_STEP_TIMEOUT:-1800}
 cd "$src"
 # Steps that run only benchmarks need the release binaries alone.
 only_bench=1
-for st in $steps; do case $st in session|bench|bench-numa) ;; *) only_bench=0 ;; esac; done
+for st in $steps; do case $st in session|bench|bench-numa|bench-slurm) ;; *) only_bench=0 ;; esac; done
 if [ "${VM_HOST_BUILD:-1}" = 1 ] && [ "$only_bench" = 1 ]; then
 echo "$label: building on the host (release binaries)"
 cargo build --release --workspace --bins
@@ -109,14 +117,20 @@ trap 'stop_guest' EXIT
 trap 'exit 130' INT TERM
 
 kv=$(cat "$W/kernel-version")
-echo "$label: booting Debian 12 ($kv) with systemd, 16 vCPUs in 2 NUMA nodes (console: $run/console.log)"
+vcpus=${VM_SYSTEMD_CPUS:-16}
+if [ "$vcpus" = 16 ]; then
+  shape="16 vCPUs in 2 NUMA nodes"
+  topo="-smp 16,sockets=2,cores=4,threads=2 -object memory-backend-ram,id=m0,size=2G -object memory-backend-ram,id=m1,size=2G -numa node,nodeid=0,cpus=0-7,memdev=m0 -numa node,nodeid=1,cpus=8-15,memdev=m1"
+else
+  shape="$vcpus vCPUs (one socket of single-thread cores, one NUMA node)"
+  topo="-smp $vcpus,sockets=1,cores=$vcpus,threads=1"
+fi
+echo "$label: booting Debian 12 ($kv) with systemd, $shape (console: $run/console.log)"
 boot_start=$(date +%s)
 # Software emulation (no usable KVM here). The user-mode network is restricted: the guest
 # reaches nothing; only the host's loopback port forwards to its sshd.
 timeout "$total_limit" qemu-system-x86_64 -accel tcg -cpu max,vendor=GenuineIntel \
-  -m 4G -smp 16,sockets=2,cores=4,threads=2 \
-  -object memory-backend-ram,id=m0,size=2G -object memory-backend-ram,id=m1,size=2G \
-  -numa node,nodeid=0,cpus=0-7,memdev=m0 -numa node,nodeid=1,cpus=8-15,memdev=m1 \
+  -m 4G $topo \
   -kernel "$W/vmlinux" -initrd "$W/initrd.img" \
   -append "root=/dev/vda rw console=ttyS0 psi=1 systemd.unified_cgroup_hierarchy=1 panic=-1 pjw.src=$src" \
   -drive file="$run/overlay.qcow2",if=virtio,format=qcow2,cache=unsafe \
@@ -165,6 +179,16 @@ for st in $steps; do
     tests)
       $SSH root@127.0.0.1 "cat > /tmp/pjw-tests.list" < "$run/tests.list" || true
       step tests "sh $src/vm/systemd/guest-tests.sh $src /tmp/pjw-tests.list $label" ;;
+    bench-slurm)
+      # Slurm's packages for this run's overlay only (the image stays as CI builds it).
+      debs=$("$here/slurm-debs.sh")
+      tar -C "$debs" -cf - . | $SSH root@127.0.0.1 'mkdir -p /var/tmp/pjw-slurm-debs && tar -C /var/tmp/pjw-slurm-debs -xf -' \
+        || fail "could not copy the Slurm packages into the guest"
+      # The host's shape and load as the step begins, for the results file's emulation warning.
+      host="the host $(hostname), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) when the step began"
+      # The commit measured, from the host's git (a worktree's git directory is not shared).
+      commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates bench ':!bench/results' || echo ' (with uncommitted changes)')"
+      step "$st" "VM_BENCH_SCENARIOS='${VM_BENCH_SCENARIOS:-isolation turnaround}' BENCH_HOST='$host' BENCH_COMMIT='$commit' sh $src/vm/systemd/guest-bench-slurm.sh $src" ;;
     session|demo|service|reserve|deb|bench)
       step "$st" "DEMO_REPS=${VM_DEMO_REPS:-2} sh $src/vm/systemd/guest-$st.sh $src" ;;
     bench-numa)
