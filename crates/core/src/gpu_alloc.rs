@@ -309,16 +309,20 @@ const MAX_SPREAD_NODES: usize = 8;
 /// across nodes, most free nodes first. A spread set's local CPUs are those of every node it
 /// touches, so a job no single node can hold with local CPUs may still get only local ones.
 fn gpu_candidates(gpus: &Gpus, free: &GpuSet, n: usize) -> Vec<GpuSet> {
-    // (node, free GPUs of that node in id order)
-    let mut groups: Vec<(Option<u32>, Vec<GpuId>)> = Vec::new();
+    // ((node, local CPUs), free GPUs of that node and locality in id order): GPUs of unknown
+    // node but different local CPUs are different groups.
+    type Key = (Option<u32>, CpuSet);
+    let mut groups: Vec<(Key, Vec<GpuId>)> = Vec::new();
     for id in free.iter() {
-        let numa = gpus.get(id).and_then(|g| g.numa);
-        match groups.iter_mut().find(|(k, _)| *k == numa) {
+        let key = gpus
+            .get(id)
+            .map_or((None, CpuSet::new()), |g| (g.numa, g.cpus));
+        match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, v)) => v.push(id),
-            None => groups.push((numa, vec![id])),
+            None => groups.push((key, vec![id])),
         }
     }
-    groups.sort_by_key(|(k, v)| (k.is_none(), v.len(), *k));
+    groups.sort_by_key(|((numa, cpus), v)| (numa.is_none(), v.len(), *numa, cpus.first()));
     let mut out: Vec<GpuSet> = Vec::new();
     for (_, v) in groups.iter().filter(|(_, v)| v.len() >= n) {
         out.push(v.iter().take(n).copied().collect());
@@ -356,8 +360,15 @@ fn gpu_candidates(gpus: &Gpus, free: &GpuSet, n: usize) -> Vec<GpuSet> {
             }
         }
     }
-    let mut spread: Vec<&(Option<u32>, Vec<GpuId>)> = groups.iter().collect();
-    spread.sort_by_key(|(k, v)| (k.is_none(), std::cmp::Reverse(v.len()), *k));
+    let mut spread: Vec<&(Key, Vec<GpuId>)> = groups.iter().collect();
+    spread.sort_by_key(|((numa, cpus), v)| {
+        (
+            numa.is_none(),
+            std::cmp::Reverse(v.len()),
+            *numa,
+            cpus.first(),
+        )
+    });
     let across: GpuSet = spread
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
@@ -747,6 +758,32 @@ mod tests {
             Some("prefer")
         );
         assert_eq!(Locality::parse("strict"), None);
+    }
+
+    #[test]
+    fn gpus_of_unknown_node_are_grouped_by_their_local_cpus() {
+        // No NUMA node known, but GPUs 0-1 are local to CPUs 0-1 and 2-3 to CPUs 2-3. With CPU
+        // 0 busy, a 1-GPU 2-CPU job gets GPU 2 and CPUs 2-3 (before: GPU 0 and a far CPU, and
+        // under require it waited).
+        let topo = synthetic::parse("package:1 core:4").unwrap();
+        let alloc = Allocator::new(&topo);
+        let gpus = Gpus {
+            gpus: vec![
+                gpu(0, None, "0-1"),
+                gpu(1, None, "0-1"),
+                gpu(2, None, "2-3"),
+                gpu(3, None, "2-3"),
+            ],
+            shared: vec![],
+        };
+        for locality in [Locality::Prefer, Locality::Require] {
+            let policy = GpuPolicy {
+                locality,
+                ..GpuPolicy::default()
+            };
+            let p = place(&alloc, &gpus, &cpus("1-3"), &ids("0-3"), 1, 2, &policy).unwrap();
+            assert_eq!((p.gpus, p.cpus), (ids("2"), cpus("2-3")), "{locality:?}");
+        }
     }
 
     #[test]
