@@ -302,8 +302,8 @@ fn nearest_rest(
 const MAX_SPREAD_NODES: usize = 8;
 
 /// The GPU sets a job of `n` GPUs may take, best first: `n` of one NUMA node's free GPUs for each
-/// node that has them (fewest free first, then lowest node; GPUs of unknown node form a group of
-/// their own, last); then `n` spread over the fewest nodes: for 2, 3, ... nodes, every set of
+/// node that has them (a node here: GPUs of one node and one local CPU set; fewest free first,
+/// then lowest node; GPUs of unknown node last, grouped by their local CPUs); then `n` spread over the fewest nodes: for 2, 3, ... nodes, every set of
 /// that many nodes whose free GPUs number at least `n` (fewest free GPUs first, then lowest
 /// nodes), at least one GPU of each node and the rest from those with the fewest free; last, `n`
 /// across nodes, most free nodes first. A spread set's local CPUs are those of every node it
