@@ -314,8 +314,8 @@ pub struct SimArgs {
     pub json: bool,
     /// Jobs with GPUs: GPU and CPU-only jobs on machines with GPUs (--xml files with GPUs,
     /// --synthetic with gpu:N, --corpus: its machine with GPUs; default: two synthetic
-    /// machines) under the GPU policies pjw, kubelet-single-numa, kubelet-best-effort, slurm,
-    /// slurm-enforce [default load: 0.7].
+    /// machines) under the GPU policies pjw, pjw-require, kubelet-single-numa,
+    /// kubelet-best-effort, slurm, slurm-enforce [default load: 0.7].
     #[arg(long)]
     pub gpus: bool,
     /// Run seeds SEED..SEED+N-1 and print each policy's means (with --gpus).

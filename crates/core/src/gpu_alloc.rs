@@ -6,12 +6,16 @@
 //!   GPUs (their `local_cpulist`; a GPU whose locality is unknown counts every CPU as local).
 //! - GPUs on one NUMA node are preferred: every node with `g` free GPUs is tried, the node with
 //!   the fewest free GPUs first (packing keeps whole nodes of GPUs for larger GPU jobs), then the
-//!   lowest node; the first whose local free CPUs hold the job wins. Failing that, the GPUs are
-//!   taken across nodes, the nodes with the most free GPUs first.
-//! - When no choice has enough local CPUs, the job takes the choice with the most free local
-//!   CPUs, every one of them, and the rest from the others the way a CPU-only job would (off the
-//!   CPUs of the other free GPUs first), from the NUMA nodes nearest to its GPUs' nodes first (by
-//!   the topology's distance matrix; any node when distances are unknown).
+//!   lowest node; the first whose local free CPUs hold the job wins. Failing that, a multi-GPU
+//!   job's GPUs are spread over the fewest nodes whose free local CPUs hold it (at least one GPU
+//!   of each, so every CPU it gets is local to one of its GPUs), and last taken across nodes,
+//!   the nodes with the most free GPUs first.
+//! - When no choice has enough local CPUs, under [`Locality::Prefer`] (the default) the job takes
+//!   the choice with the most free local CPUs, every one of them, and the rest from the others
+//!   the way a CPU-only job would (off the CPUs of the other free GPUs first), from the NUMA
+//!   nodes nearest to its GPUs' nodes first (by the topology's distance matrix; any node when
+//!   distances are unknown). Under [`Locality::Require`] it waits instead — unless it could never
+//!   be local on this node ([`could_be_local`]), which is then placed as under `Prefer`.
 //! - A CPU-only job avoids the CPUs local to free GPUs while it fits on the others; then it
 //!   leaves as many cores of each free GPU's local CPUs free as it can, from the GPU's share of
 //!   its local cores ([`fair_share_cores`]) down to one, while it fits without them and spans no
@@ -47,6 +51,42 @@ use crate::CpuSet;
 pub struct GpuPolicy {
     /// Cores of each free GPU's local CPUs that only GPU jobs may use (0: none).
     pub reserve_cores_per_gpu: u32,
+    /// Whether a GPU job may start with CPUs that are not local to its GPUs.
+    pub locality: Locality,
+}
+
+/// How strictly a GPU job's CPUs must be local to its GPUs (`[gpus] locality`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Locality {
+    /// Local CPUs when there are enough, else the nearest: the job starts as soon as enough
+    /// GPUs and CPUs are free.
+    #[default]
+    Prefer,
+    /// Only CPUs local to the job's GPUs: the job waits until it can have them (as Slurm's
+    /// `--gres-flags=enforce-binding` or the kubelet's `single-numa-node`) — unless it could
+    /// never have them on this node ([`could_be_local`] is false: more CPUs than the GPUs it
+    /// could take have local ones), which is then placed as under `Prefer` rather than left
+    /// waiting for good.
+    Require,
+}
+
+impl Locality {
+    /// The config spelling (`prefer`, `require`).
+    pub fn parse(s: &str) -> Option<Locality> {
+        match s {
+            "prefer" => Some(Locality::Prefer),
+            "require" => Some(Locality::Require),
+            _ => None,
+        }
+    }
+
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Locality::Prefer => "prefer",
+            Locality::Require => "require",
+        }
+    }
 }
 
 /// What a job got.
@@ -123,6 +163,15 @@ pub fn place(
         return None;
     }
     let candidates = gpu_candidates(gpus, &free_gpus, n_gpus);
+    let require = policy.locality == Locality::Require
+        && could_be_local(
+            alloc,
+            gpus,
+            &alloc.topology().online(),
+            &gpus.all(),
+            n_gpus,
+            n_cpus,
+        );
     // (free local CPUs, placement) of the best choice short of local CPUs.
     let mut fallback: Option<(usize, Placement)> = None;
     for chosen in candidates {
@@ -141,7 +190,10 @@ pub fn place(
         if let Some(cpus) = cpus {
             return Some(Placement { gpus: chosen, cpus });
         }
-        if free_cpus.len() >= n_cpus && fallback.as_ref().is_none_or(|(k, _)| local.len() > *k) {
+        if !require
+            && free_cpus.len() >= n_cpus
+            && fallback.as_ref().is_none_or(|(k, _)| local.len() > *k)
+        {
             // Every free local CPU, the rest as a CPU-only job would take it (off the CPUs of
             // the other free GPUs first).
             let rest = nearest_rest(
@@ -163,6 +215,36 @@ pub fn place(
         }
     }
     fallback.map(|(_, p)| p)
+}
+
+/// Whether a job of `n_gpus` GPUs and `n_cpus` CPUs could ever have only CPUs local to its GPUs
+/// when it may take GPUs of `ids` and CPUs of `cpus` (all of them free): the `n_gpus` GPUs whose
+/// local CPUs in `cpus` together are the most — one GPU of each distinct local CPU set, the
+/// largest sets first — hold `n_cpus`. A GPU of unknown locality counts every CPU as local.
+pub fn could_be_local(
+    alloc: &Allocator,
+    gpus: &Gpus,
+    cpus: &CpuSet,
+    ids: &GpuSet,
+    n_gpus: usize,
+    n_cpus: usize,
+) -> bool {
+    if ids.len() < n_gpus {
+        return false;
+    }
+    let mut sets: Vec<CpuSet> = Vec::new();
+    for id in ids.iter() {
+        let local = local_cpus(alloc, gpus, &[id].into_iter().collect()).intersection(cpus);
+        if !sets.contains(&local) {
+            sets.push(local);
+        }
+    }
+    sets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let union = sets
+        .iter()
+        .take(n_gpus)
+        .fold(CpuSet::new(), |a, s| a.union(s));
+    union.len() >= n_cpus
 }
 
 /// `need` CPUs of `free` (none local to the job's GPUs `chosen`), taken as a CPU-only job would
@@ -215,28 +297,78 @@ fn nearest_rest(
     pick(free)
 }
 
+/// Most NUMA nodes (with free GPUs) whose subsets [`gpu_candidates`] enumerates; beyond, only
+/// the greedy spread.
+const MAX_SPREAD_NODES: usize = 8;
+
 /// The GPU sets a job of `n` GPUs may take, best first: `n` of one NUMA node's free GPUs for each
-/// node that has them (fewest free first, then lowest node; GPUs of unknown node form a group of
-/// their own, last), then `n` across nodes, most free nodes first.
+/// node that has them (a node here: GPUs of one node and one local CPU set; fewest free first,
+/// then lowest node; GPUs of unknown node last, grouped by their local CPUs); then `n` spread over the fewest nodes: for 2, 3, ... nodes, every set of
+/// that many nodes whose free GPUs number at least `n` (fewest free GPUs first, then lowest
+/// nodes), at least one GPU of each node and the rest from those with the fewest free; last, `n`
+/// across nodes, most free nodes first. A spread set's local CPUs are those of every node it
+/// touches, so a job no single node can hold with local CPUs may still get only local ones.
 fn gpu_candidates(gpus: &Gpus, free: &GpuSet, n: usize) -> Vec<GpuSet> {
-    // (node, free GPUs of that node in id order)
-    let mut groups: Vec<(Option<u32>, Vec<GpuId>)> = Vec::new();
+    // ((node, local CPUs), free GPUs of that node and locality in id order): GPUs of unknown
+    // node but different local CPUs are different groups.
+    type Key = (Option<u32>, CpuSet);
+    let mut groups: Vec<(Key, Vec<GpuId>)> = Vec::new();
     for id in free.iter() {
-        let numa = gpus.get(id).and_then(|g| g.numa);
-        match groups.iter_mut().find(|(k, _)| *k == numa) {
+        let key = gpus
+            .get(id)
+            .map_or((None, CpuSet::new()), |g| (g.numa, g.cpus));
+        match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, v)) => v.push(id),
-            None => groups.push((numa, vec![id])),
+            None => groups.push((key, vec![id])),
         }
     }
-    let mut out = Vec::new();
-    let mut fitting: Vec<&(Option<u32>, Vec<GpuId>)> =
-        groups.iter().filter(|(_, v)| v.len() >= n).collect();
-    fitting.sort_by_key(|(k, v)| (k.is_none(), v.len(), *k));
-    for (_, v) in fitting {
+    groups.sort_by_key(|((numa, cpus), v)| (numa.is_none(), v.len(), *numa, cpus.first()));
+    let mut out: Vec<GpuSet> = Vec::new();
+    for (_, v) in groups.iter().filter(|(_, v)| v.len() >= n) {
         out.push(v.iter().take(n).copied().collect());
     }
-    let mut spread: Vec<&(Option<u32>, Vec<GpuId>)> = groups.iter().collect();
-    spread.sort_by_key(|(k, v)| (k.is_none(), std::cmp::Reverse(v.len()), *k));
+    let nodes = groups.len();
+    if nodes <= MAX_SPREAD_NODES {
+        // Subsets of the groups (bit i: groups[i]) by size, then by free GPUs, then by mask.
+        let mut subsets: Vec<(u32, usize, u32)> = (1u32..1 << nodes)
+            .filter(|m| m.count_ones() >= 2 && m.count_ones() as usize <= n)
+            .map(|m| {
+                let free: usize = (0..nodes)
+                    .filter(|i| m & (1 << i) != 0)
+                    .map(|i| groups[i].1.len())
+                    .sum();
+                (m.count_ones(), free, m)
+            })
+            .filter(|&(_, free, _)| free >= n)
+            .collect();
+        subsets.sort_unstable();
+        for (_, _, m) in subsets {
+            let members: Vec<&Vec<GpuId>> = (0..nodes)
+                .filter(|i| m & (1 << i) != 0)
+                .map(|i| &groups[i].1)
+                .collect();
+            // One of each node, then the rest in group order (fewest free first).
+            let mut set: GpuSet = members.iter().map(|v| v[0]).collect();
+            for id in members.iter().flat_map(|v| v.iter().skip(1)) {
+                if set.len() == n {
+                    break;
+                }
+                set.insert(*id);
+            }
+            if !out.contains(&set) {
+                out.push(set);
+            }
+        }
+    }
+    let mut spread: Vec<&(Key, Vec<GpuId>)> = groups.iter().collect();
+    spread.sort_by_key(|((numa, cpus), v)| {
+        (
+            numa.is_none(),
+            std::cmp::Reverse(v.len()),
+            *numa,
+            cpus.first(),
+        )
+    });
     let across: GpuSet = spread
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
@@ -464,6 +596,7 @@ mod tests {
                 "reserved cores stay for gpu jobs",
                 GpuPolicy {
                     reserve_cores_per_gpu: 1,
+                    ..GpuPolicy::default()
                 },
                 vec![
                     // 4 free gpus reserve cpus 0, 1, 4, 5.
@@ -505,6 +638,151 @@ mod tests {
         ];
         for (name, policy, steps) in tables {
             run_table(name, &alloc, &gpus, policy, &steps);
+        }
+    }
+
+    /// One canned case: free CPUs and GPUs, a job of (GPUs, CPUs), and what it gets (GPUs,
+    /// CPUs) under `prefer` and under `require` (None: it waits).
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        (usize, usize),
+        Option<(&'static str, &'static str)>,
+        Option<(&'static str, &'static str)>,
+    );
+
+    #[test]
+    fn locality_table() {
+        let (alloc, gpus) = two_by_two();
+        let cases: [Case; 6] = [
+            (
+                // No node has 4 free CPUs next to 2 free GPUs: one GPU of each node, and the
+                // CPUs of both are local (before: GPUs 0-1 with CPUs 2-3 and two far ones).
+                "a 2-gpu job spreads over two nodes' gpus rather than take far cpus",
+                "2-3,6-7",
+                "0-3",
+                (2, 4),
+                Some(("0,2", "2-3,6-7")),
+                Some(("0,2", "2-3,6-7")),
+            ),
+            (
+                "one node still comes first when it holds the job",
+                "0-3,6-7",
+                "0-3",
+                (2, 4),
+                Some(("0-1", "0-3")),
+                Some(("0-1", "0-3")),
+            ),
+            (
+                // Node 1's gpus are busy; node 0 has 3 free cpus. prefer: its 3 and the
+                // nearest other; require: the job waits.
+                "short of local cpus: prefer takes far ones, require waits",
+                "1-7",
+                "0-1",
+                (1, 4),
+                Some(("0", "1-4")),
+                None,
+            ),
+            (
+                // 2 gpus on two nodes would have 8 local cpus: require waits for them.
+                "a job that could be local later waits under require",
+                "0-6",
+                "0-1",
+                (2, 6),
+                Some(("0-1", "0-5")),
+                None,
+            ),
+            (
+                // 5 cpus next to 1 gpu: no gpu of this node has that many local cpus, so
+                // require would wait for ever; it is placed as under prefer (the far cpu off
+                // the first cores of node 1's free gpus).
+                "a job that can never be local is placed as under prefer",
+                "0-7",
+                "0-3",
+                (1, 5),
+                Some(("0", "0-3,6")),
+                Some(("0", "0-3,6")),
+            ),
+            (
+                "four gpus take every gpu, every cpu local",
+                "0-7",
+                "0-3",
+                (4, 8),
+                Some(("0-3", "0-7")),
+                Some(("0-3", "0-7")),
+            ),
+        ];
+        for (name, free_cpus, free_gpus, (g, n), prefer, require) in cases {
+            for (locality, want) in [(Locality::Prefer, prefer), (Locality::Require, require)] {
+                let policy = GpuPolicy {
+                    locality,
+                    ..GpuPolicy::default()
+                };
+                let got = place(
+                    &alloc,
+                    &gpus,
+                    &cpus(free_cpus),
+                    &ids(free_gpus),
+                    g,
+                    n,
+                    &policy,
+                )
+                .map(|p| (p.gpus.to_string(), p.cpus.to_string()));
+                let want = want.map(|(a, b)| (a.to_string(), b.to_string()));
+                assert_eq!(got, want, "{name} ({})", locality.name());
+            }
+        }
+    }
+
+    #[test]
+    fn could_be_local_counts_the_largest_local_sets_the_gpus_can_reach() {
+        let (alloc, gpus) = two_by_two();
+        let all = alloc.topology().online();
+        let t = |c: &str, g: &str, ng, nc| could_be_local(&alloc, &gpus, &cpus(c), &ids(g), ng, nc);
+        assert!(t("0-7", "0-3", 1, 4));
+        assert!(!t("0-7", "0-3", 1, 5), "one gpu has 4 local cpus");
+        assert!(t("0-7", "0-3", 2, 8), "two gpus on two nodes reach 8");
+        assert!(!t("0-7", "0-1", 2, 5), "both on node 0: 4");
+        assert!(!t("1-7", "0", 1, 4), "cpu 0 is not there");
+        assert!(!t("0-7", "0", 2, 1), "fewer gpus than asked");
+        // A gpu of unknown locality reaches every cpu.
+        let anywhere = Gpus {
+            gpus: vec![gpu(0, None, "")],
+            shared: vec![],
+        };
+        assert!(could_be_local(&alloc, &anywhere, &all, &ids("0"), 1, 8));
+        assert_eq!(Locality::parse("require"), Some(Locality::Require));
+        assert_eq!(
+            Locality::parse("prefer").map(Locality::name),
+            Some("prefer")
+        );
+        assert_eq!(Locality::parse("strict"), None);
+    }
+
+    #[test]
+    fn gpus_of_unknown_node_are_grouped_by_their_local_cpus() {
+        // No NUMA node known, but GPUs 0-1 are local to CPUs 0-1 and 2-3 to CPUs 2-3. With CPU
+        // 0 busy, a 1-GPU 2-CPU job gets GPU 2 and CPUs 2-3 (before: GPU 0 and a far CPU, and
+        // under require it waited).
+        let topo = synthetic::parse("package:1 core:4").unwrap();
+        let alloc = Allocator::new(&topo);
+        let gpus = Gpus {
+            gpus: vec![
+                gpu(0, None, "0-1"),
+                gpu(1, None, "0-1"),
+                gpu(2, None, "2-3"),
+                gpu(3, None, "2-3"),
+            ],
+            shared: vec![],
+        };
+        for locality in [Locality::Prefer, Locality::Require] {
+            let policy = GpuPolicy {
+                locality,
+                ..GpuPolicy::default()
+            };
+            let p = place(&alloc, &gpus, &cpus("1-3"), &ids("0-3"), 1, 2, &policy).unwrap();
+            assert_eq!((p.gpus, p.cpus), (ids("2"), cpus("2-3")), "{locality:?}");
         }
     }
 

@@ -26,7 +26,10 @@
 //! `vcpus` counts the CPUs of running primaries and backfillers; frozen jobs hold none.
 //!
 //! GPUs ([`plan_gpus`]; [`plan`] is a node without GPUs): a job that asks for GPUs starts only
-//! as a primary, on GPUs no primary holds and CPUs local to them ([`crate::gpu_alloc::place`]);
+//! as a primary, on GPUs no primary holds and CPUs local to them ([`crate::gpu_alloc::place`];
+//! under [`crate::gpu_alloc::Locality::Require`] only local CPUs, unless the job could never have
+//! them on the pool's CPUs and the GPUs it may take — its manager's choice, those it kept, or
+//! any — when it is placed as under `Prefer`);
 //! [`Action::GrantGpus`] comes right before its start. GPUs stay with a job until it ends, also
 //! while it is frozen (its processes keep the devices open), and a resumed GPU job gets CPUs next
 //! to the GPUs it kept. It neither preempts nor is preempted, and never backfills
@@ -39,7 +42,7 @@
 use std::collections::BTreeMap;
 
 use crate::alloc::{Allocator, Scratch};
-use crate::gpu_alloc::{place, place_cpu_only, GpuPolicy};
+use crate::gpu_alloc::{could_be_local, place, place_cpu_only, GpuPolicy, Locality};
 use crate::{CpuSet, GpuSet, Gpus};
 
 /// The daemon's key for a job.
@@ -432,16 +435,46 @@ fn gpu_fit(
     } else {
         return None;
     };
-    place(
+    let fit = |policy: &GpuPolicy| {
+        place(
+            alloc,
+            node.gpus,
+            &free,
+            &from,
+            cur.req.ngpus,
+            cur.req.ncpus,
+            policy,
+        )
+        .map(|p| (p.cpus, p.gpus))
+    };
+    let got = fit(&node.policy);
+    if got.is_some() || node.policy.locality != Locality::Require {
+        return got;
+    }
+    // A job that could never have only local CPUs here — on the CPUs jobs may use and the GPUs
+    // it may have (the manager's choice, those it kept, or any) — is placed as under `prefer`
+    // rather than left waiting for good.
+    let may_have = if cur.phase != Phase::Queued {
+        cur.gpus
+    } else if cur.req.pinned.is_empty() {
+        node.gpus.all()
+    } else {
+        cur.req.pinned
+    };
+    if could_be_local(
         alloc,
         node.gpus,
-        &free,
-        &from,
+        pool,
+        &may_have,
         cur.req.ngpus,
         cur.req.ncpus,
-        &node.policy,
-    )
-    .map(|p| (p.cpus, p.gpus))
+    ) {
+        return None;
+    }
+    fit(&GpuPolicy {
+        locality: Locality::Prefer,
+        ..node.policy
+    })
 }
 
 fn cpus_of(state: &BTreeMap<JobKey, JobView>, f: impl Fn(Phase) -> bool) -> CpuSet {

@@ -49,7 +49,7 @@ proptest! {
                 .collect(),
             shared: vec![],
         };
-        let policy = GpuPolicy { reserve_cores_per_gpu: reserve };
+        let policy = GpuPolicy { reserve_cores_per_gpu: reserve, ..Default::default() };
         let mut live: Vec<Placement> = Vec::new();
         for op in ops {
             match op {

@@ -2,7 +2,7 @@
 //! node 0, GPUs 2 and 3 to node 1.
 
 use pjw_core::alloc::{Allocator, Scratch};
-use pjw_core::gpu_alloc::GpuPolicy;
+use pjw_core::gpu_alloc::{GpuPolicy, Locality};
 use pjw_core::sched::{
     plan_gpus, Action, GpuNode, JobView, Phase, Placement, QueuePolicy, Request,
 };
@@ -67,22 +67,80 @@ fn policy() -> QueuePolicy {
 }
 
 fn run(g: &Gpus, jobs: &[JobView]) -> Vec<Action> {
+    run_with(g, jobs, GpuPolicy::default(), "0-7")
+}
+
+/// [`run`] with a GPU policy and the CPUs jobs may use.
+fn run_with(g: &Gpus, jobs: &[JobView], gpu_policy: GpuPolicy, pool: &str) -> Vec<Action> {
     let topo = synthetic::parse("numa:2 core:4").unwrap();
     let alloc = Allocator::new(&topo);
     let node = GpuNode {
         gpus: g,
-        policy: GpuPolicy::default(),
+        policy: gpu_policy,
         busy: GpuSet::new(),
     };
     plan_gpus(
         &policy(),
         &alloc,
         &mut Scratch::new(),
-        &topo.online(),
+        &cs(pool),
         jobs,
         100,
         &node,
     )
+}
+
+#[test]
+fn under_require_a_gpu_job_waits_for_local_cpus_unless_it_could_never_have_them() {
+    let require = GpuPolicy {
+        locality: Locality::Require,
+        ..GpuPolicy::default()
+    };
+    // CPU 0 and node 1's GPUs (with CPUs 4-5) are taken: node 0 has 3 free CPUs for a job of
+    // 1 GPU and 4 CPUs.
+    let jobs = [
+        job(1, 1, 0, 10, Phase::Primary, "0", ""),
+        job(2, 2, 2, 10, Phase::Primary, "4-5", "2-3"),
+        job(3, 4, 1, 10, Phase::Queued, "", ""),
+    ];
+    let started = |acts: &[Action]| {
+        acts.iter()
+            .any(|a| matches!(a, Action::StartPrimary { key: 3, .. }))
+    };
+    assert!(started(&run(&two_by_two(), &jobs)), "prefer: far cpus");
+    assert_eq!(run_with(&two_by_two(), &jobs, require, "0-7"), vec![]);
+    // Without CPUs 0 and 4 in the pool, no GPU can ever have 4 local CPUs: as under prefer.
+    let busy = job(2, 2, 2, 10, Phase::Primary, "5-6", "2-3");
+    let acts = run_with(&two_by_two(), &[busy, jobs[2]], require, "1-3,5-7");
+    assert_eq!(
+        acts,
+        vec![
+            Action::GrantGpus {
+                key: 3,
+                gpus: gs("0")
+            },
+            Action::StartPrimary {
+                key: 3,
+                cpus: cs("1-3,7")
+            },
+        ]
+    );
+    // A job pinned to GPU 0 by a workload manager, with CPUs 0 busy: GPU 0 could have 4 local
+    // CPUs, so it waits; asking 5 it never could, and starts.
+    let mut pinned = job(3, 4, 1, 10, Phase::Queued, "", "");
+    pinned.req.pinned = gs("0");
+    let jobs = [jobs[0], pinned];
+    assert_eq!(run_with(&two_by_two(), &jobs, require, "0-7"), vec![]);
+    let mut five = pinned;
+    five.req.ncpus = 5;
+    let acts = run_with(&two_by_two(), &[jobs[0], five], require, "0-7");
+    assert!(
+        acts.contains(&Action::GrantGpus {
+            key: 3,
+            gpus: gs("0")
+        }),
+        "{acts:?}"
+    );
 }
 
 fn cs(s: &str) -> CpuSet {

@@ -14,7 +14,7 @@
 //! ```
 
 use crate::alloc::Allocator;
-use crate::gpu_alloc::{self, GpuPolicy};
+use crate::gpu_alloc::{self, GpuPolicy, Locality};
 use crate::topology::{Level, Topology};
 use crate::{CpuSet, GpuId, GpuSet, Gpus};
 
@@ -23,8 +23,9 @@ use super::gpu::{gpu_nodes, GpuPlacement};
 use super::{domain_index, Placement, NO};
 
 /// Names of every GPU policy, in report order.
-pub const ALL: [&str; 5] = [
+pub const ALL: [&str; 6] = [
     "pjw",
+    "pjw-require",
     "kubelet-single-numa",
     "kubelet-best-effort",
     "slurm",
@@ -35,6 +36,7 @@ pub const ALL: [&str; 5] = [
 pub fn by_name(name: &str, topo: &Topology, gpus: &Gpus) -> Option<Box<dyn GpuPlacement>> {
     Some(match name {
         "pjw" => Box::new(Pjw::new(topo, gpus)),
+        "pjw-require" => Box::new(Pjw::with(topo, gpus, Locality::Require)),
         "kubelet-single-numa" => Box::new(KubeletTm::new(topo, gpus, true)),
         "kubelet-best-effort" => Box::new(KubeletTm::new(topo, gpus, false)),
         "slurm" => Box::new(SlurmGres::new(topo, gpus, false)),
@@ -44,25 +46,38 @@ pub fn by_name(name: &str, topo: &Topology, gpus: &Gpus) -> Option<Box<dyn GpuPl
 }
 
 /// pjw: [`gpu_alloc::place`] as the daemon runs it (no reserved cores), which also keeps CPU-only
-/// jobs off the CPUs local to free GPUs while they fit elsewhere.
+/// jobs off the CPUs local to free GPUs while they fit elsewhere; `locality = "prefer"` (the
+/// default, "pjw") or `"require"` ("pjw-require").
 #[derive(Debug)]
 pub struct Pjw {
     alloc: Allocator,
     gpus: Gpus,
+    policy: GpuPolicy,
 }
 
 impl Pjw {
     pub fn new(topo: &Topology, gpus: &Gpus) -> Pjw {
+        Pjw::with(topo, gpus, Locality::Prefer)
+    }
+
+    pub fn with(topo: &Topology, gpus: &Gpus, locality: Locality) -> Pjw {
         Pjw {
             alloc: Allocator::new(topo),
             gpus: gpus.clone(),
+            policy: GpuPolicy {
+                locality,
+                ..GpuPolicy::default()
+            },
         }
     }
 }
 
 impl GpuPlacement for Pjw {
     fn name(&self) -> &str {
-        "pjw"
+        match self.policy.locality {
+            Locality::Prefer => "pjw",
+            Locality::Require => "pjw-require",
+        }
     }
     fn place(
         &mut self,
@@ -78,7 +93,7 @@ impl GpuPlacement for Pjw {
             free_gpus,
             gpus,
             cpus,
-            &GpuPolicy::default(),
+            &self.policy,
         )?;
         Some((p.gpus, p.cpus))
     }

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use pjw_core::gpu_alloc::Locality;
 use pjw_core::{CpuSet, GpuVendor, MAX_GPUS};
 use serde::Deserialize;
 
@@ -14,6 +15,7 @@ use super::{ConfigError, Errs};
 pub struct RawGpus {
     pub discover: Option<bool>,
     pub reserve_cores_per_gpu: Option<u32>,
+    pub locality: Option<String>,
     pub shared: Option<Vec<PathBuf>>,
     #[serde(default)]
     pub device: Vec<RawGpuDevice>,
@@ -49,6 +51,9 @@ pub struct GpuConfig {
     pub discover: bool,
     /// Cores of each free GPU's local CPUs that CPU-only jobs may not take.
     pub reserve_cores_per_gpu: u32,
+    /// Whether a GPU job may start with CPUs not local to its GPUs (`prefer`) or waits for
+    /// local ones (`require`).
+    pub locality: Locality,
     /// The shared control nodes, instead of the discovered ones.
     pub shared: Option<Vec<PathBuf>>,
     /// GPUs declared by hand: when any is, they are the node's GPUs and nothing is discovered.
@@ -60,6 +65,7 @@ impl Default for GpuConfig {
         GpuConfig {
             discover: true,
             reserve_cores_per_gpu: 0,
+            locality: Locality::Prefer,
             shared: None,
             declared: Vec::new(),
         }
@@ -87,6 +93,15 @@ pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
             format!("{reserve} is not 0-64"),
         ));
     }
+    let locality = match g.locality.as_deref() {
+        None => Locality::Prefer,
+        Some(l) => Locality::parse(l).ok_or_else(|| {
+            e.at(
+                "gpus.locality",
+                format!("{l:?} is not one of \"prefer\", \"require\""),
+            )
+        })?,
+    };
     if let Some(shared) = &g.shared {
         for p in shared {
             if !p.is_absolute() {
@@ -163,6 +178,7 @@ pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
     Ok(GpuConfig {
         discover: g.discover.unwrap_or(true),
         reserve_cores_per_gpu: reserve,
+        locality,
         shared: g.shared,
         declared,
     })
@@ -171,6 +187,7 @@ pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
 #[cfg(test)]
 mod tests {
     use crate::config::{Config, Overrides};
+    use pjw_core::gpu_alloc::Locality;
 
     fn parse(text: &str) -> Result<Config, String> {
         Config::parse("t.toml", text, &Overrides::default()).map_err(|e| e.to_string())
@@ -181,6 +198,7 @@ mod tests {
         let c = parse("").unwrap();
         assert!(c.gpus.discover);
         assert_eq!(c.gpus.reserve_cores_per_gpu, 0);
+        assert_eq!(c.gpus.locality, Locality::Prefer);
         assert!(c.gpus.declared.is_empty());
         assert_eq!(c.dev_root, std::path::PathBuf::from("/dev"));
     }
@@ -188,19 +206,21 @@ mod tests {
     #[test]
     fn declared_gpus_are_validated() {
         let c = parse(
-            "[paths]\ndev = \"/tmp/dev\"\n[gpus]\nreserve_cores_per_gpu = 2\n\
+            "[paths]\ndev = \"/tmp/dev\"\n[gpus]\nreserve_cores_per_gpu = 2\nlocality = \"require\"\n\
              [[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"nvidia\"\nnuma = 0\n\
              [[gpus.device]]\nfile = \"/dev/dri/renderD128\"\nvendor = \"amd\"\ncpus = \"4-7\"\npci = \"0000:C1:00.0\"\n",
         )
         .unwrap();
         assert_eq!(c.dev_root, std::path::PathBuf::from("/tmp/dev"));
         assert_eq!(c.gpus.reserve_cores_per_gpu, 2);
+        assert_eq!(c.gpus.locality, Locality::Require);
         assert_eq!(c.gpus.declared.len(), 2);
         assert_eq!(c.gpus.declared[0].numa, Some(0));
         assert_eq!(c.gpus.declared[1].cpus.unwrap().to_string(), "4-7");
         assert_eq!(c.gpus.declared[1].pci.as_deref(), Some("0000:c1:00.0"));
         let table = [
             ("[gpus]\nreserve_cores_per_gpu = 65\n", "gpus.reserve_cores_per_gpu: 65 is not 0-64"),
+            ("[gpus]\nlocality = \"strict\"\n", "gpus.locality: \"strict\" is not one of \"prefer\", \"require\""),
             ("[gpus]\nshared = [\"nvidiactl\"]\n", "gpus.shared: nvidiactl is not absolute"),
             ("[[gpus.device]]\nvendor = \"nvidia\"\n", "gpus.device[0].file: missing"),
             ("[[gpus.device]]\nfile = \"nvidia0\"\nvendor = \"nvidia\"\n", "gpus.device[0].file: nvidia0 is not absolute"),

@@ -395,3 +395,17 @@ async fn after_a_restart_a_queued_job_keeps_the_gpus_its_manager_chose() {
     assert!(matches!(r, Response::Queued { .. }), "{r:?}");
     assert_eq!(t.engine.jobs[&t.seq_of("all")].gpus, GpuSet::new());
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_configured_gpu_locality_reaches_the_planner() {
+    use pjw_core::gpu_alloc::Locality;
+    for (extra, want) in [
+        ("", Locality::Prefer),
+        ("[gpus]\nlocality = \"require\"\n", Locality::Require),
+    ] {
+        let t = TestEngine::with_config(extra);
+        let gpus = node_gpus();
+        let node = super::Engine::gpu_node(&gpus, &t.engine.jobs, &t.engine.cfg, |_| true);
+        assert_eq!(node.policy.locality, want, "{extra:?}");
+    }
+}

@@ -66,6 +66,7 @@ impl Engine {
             gpus,
             policy: GpuPolicy {
                 reserve_cores_per_gpu: cfg.gpus.reserve_cores_per_gpu,
+                locality: cfg.gpus.locality,
             },
             busy,
         }
