@@ -53,6 +53,11 @@ pub struct GpuPolicy {
     pub reserve_cores_per_gpu: u32,
     /// Whether a GPU job may start with CPUs that are not local to its GPUs.
     pub locality: Locality,
+    /// Under [`Locality::Require`], how long a queued GPU job waits for local CPUs before it
+    /// is placed as under `Prefer` (`[gpus] require_wait_secs`); None: as long as it takes.
+    /// A waiting GPU job holds up the queue behind it, so a bound keeps one job whose local
+    /// CPUs a long job holds from stalling the node.
+    pub require_wait_ms: Option<u64>,
 }
 
 /// How strictly a GPU job's CPUs must be local to its GPUs (`[gpus] locality`).

@@ -116,6 +116,24 @@ pub struct GpuNode<'a> {
     pub busy: GpuSet,
 }
 
+impl GpuNode<'_> {
+    /// The node as job `cur` sees it at `now_ms`: under `require`, a queued job that has waited
+    /// `require_wait_ms` already is placed as under `prefer` (it holds up the queue behind it).
+    fn for_job(&self, cur: &JobView, now_ms: i64) -> Self {
+        let waited_out = self.policy.locality == Locality::Require
+            && cur.phase == Phase::Queued
+            && self
+                .policy
+                .require_wait_ms
+                .is_some_and(|w| now_ms.saturating_sub(cur.req.submitted_ms) >= w as i64);
+        let mut node = *self;
+        if waited_out {
+            node.policy.locality = Locality::Prefer;
+        }
+        node
+    }
+}
+
 /// The node's queue settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueuePolicy {
@@ -244,7 +262,8 @@ pub fn plan_gpus(
                 primary_fit(alloc, scratch, pool, &state, &cur, n, &primary_cpus)
                     .map(|cpus| (cpus, node.gpus.all()))
             } else if cur.req.ngpus > 0 {
-                gpu_fit(alloc, node, pool, &state, &cur, &primary_cpus, &free_gpus)
+                let node = node.for_job(&cur, now_ms);
+                gpu_fit(alloc, &node, pool, &state, &cur, &primary_cpus, &free_gpus)
             } else if !node.gpus.is_empty() {
                 let free = pool.difference(&primary_cpus);
                 no_exclusive_primary(&state, &cur)

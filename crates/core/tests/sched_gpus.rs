@@ -109,6 +109,17 @@ fn under_require_a_gpu_job_waits_for_local_cpus_unless_it_could_never_have_them(
     };
     assert!(started(&run(&two_by_two(), &jobs)), "prefer: far cpus");
     assert_eq!(run_with(&two_by_two(), &jobs, require, "0-7"), vec![]);
+    // A bound on the wait (`require_wait_secs`): job 3, queued at 3 ms, has waited 97 ms at the
+    // plan (100 ms). Under a 1 s bound it still waits; under 50 ms it starts with far CPUs.
+    let bounded = |ms| GpuPolicy {
+        require_wait_ms: Some(ms),
+        ..require
+    };
+    assert_eq!(run_with(&two_by_two(), &jobs, bounded(1000), "0-7"), vec![]);
+    assert!(
+        started(&run_with(&two_by_two(), &jobs, bounded(50), "0-7")),
+        "waited out: as under prefer"
+    );
     // Without CPUs 0 and 4 in the pool, no GPU can ever have 4 local CPUs: as under prefer.
     let busy = job(2, 2, 2, 10, Phase::Primary, "5-6", "2-3");
     let acts = run_with(&two_by_two(), &[busy, jobs[2]], require, "1-3,5-7");

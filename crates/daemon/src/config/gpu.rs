@@ -16,6 +16,7 @@ pub struct RawGpus {
     pub discover: Option<bool>,
     pub reserve_cores_per_gpu: Option<u32>,
     pub locality: Option<String>,
+    pub require_wait_secs: Option<u64>,
     pub shared: Option<Vec<PathBuf>>,
     #[serde(default)]
     pub device: Vec<RawGpuDevice>,
@@ -54,6 +55,9 @@ pub struct GpuConfig {
     /// Whether a GPU job may start with CPUs not local to its GPUs (`prefer`) or waits for
     /// local ones (`require`).
     pub locality: Locality,
+    /// Under `require`, how long a GPU job waits for local CPUs before it takes far ones
+    /// (seconds; 0: as long as it takes).
+    pub require_wait_secs: u64,
     /// The shared control nodes, instead of the discovered ones.
     pub shared: Option<Vec<PathBuf>>,
     /// GPUs declared by hand: when any is, they are the node's GPUs and nothing is discovered.
@@ -66,11 +70,17 @@ impl Default for GpuConfig {
             discover: true,
             reserve_cores_per_gpu: 0,
             locality: Locality::Prefer,
+            require_wait_secs: DEFAULT_REQUIRE_WAIT_SECS,
             shared: None,
             declared: Vec::new(),
         }
     }
 }
+
+/// `[gpus] require_wait_secs` by default: ten minutes.
+pub const DEFAULT_REQUIRE_WAIT_SECS: u64 = 600;
+/// Its largest value: thirty days.
+const MAX_REQUIRE_WAIT_SECS: u64 = 30 * 86_400;
 
 fn is_pci_address(s: &str) -> bool {
     // dddd:bb:dd.f
@@ -102,6 +112,13 @@ pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
             )
         })?,
     };
+    let require_wait_secs = g.require_wait_secs.unwrap_or(DEFAULT_REQUIRE_WAIT_SECS);
+    if require_wait_secs > MAX_REQUIRE_WAIT_SECS {
+        return Err(e.at(
+            "gpus.require_wait_secs",
+            format!("{require_wait_secs} is not 0 (no bound) to {MAX_REQUIRE_WAIT_SECS}"),
+        ));
+    }
     if let Some(shared) = &g.shared {
         for p in shared {
             if !p.is_absolute() {
@@ -179,6 +196,7 @@ pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
         discover: g.discover.unwrap_or(true),
         reserve_cores_per_gpu: reserve,
         locality,
+        require_wait_secs,
         shared: g.shared,
         declared,
     })
@@ -199,6 +217,7 @@ mod tests {
         assert!(c.gpus.discover);
         assert_eq!(c.gpus.reserve_cores_per_gpu, 0);
         assert_eq!(c.gpus.locality, Locality::Prefer);
+        assert_eq!(c.gpus.require_wait_secs, 600);
         assert!(c.gpus.declared.is_empty());
         assert_eq!(c.dev_root, std::path::PathBuf::from("/dev"));
     }
@@ -214,6 +233,13 @@ mod tests {
         assert_eq!(c.dev_root, std::path::PathBuf::from("/tmp/dev"));
         assert_eq!(c.gpus.reserve_cores_per_gpu, 2);
         assert_eq!(c.gpus.locality, Locality::Require);
+        assert_eq!(
+            parse("[gpus]\nrequire_wait_secs = 0\n")
+                .unwrap()
+                .gpus
+                .require_wait_secs,
+            0
+        );
         assert_eq!(c.gpus.declared.len(), 2);
         assert_eq!(c.gpus.declared[0].numa, Some(0));
         assert_eq!(c.gpus.declared[1].cpus.unwrap().to_string(), "4-7");
@@ -221,6 +247,7 @@ mod tests {
         let table = [
             ("[gpus]\nreserve_cores_per_gpu = 65\n", "gpus.reserve_cores_per_gpu: 65 is not 0-64"),
             ("[gpus]\nlocality = \"strict\"\n", "gpus.locality: \"strict\" is not one of \"prefer\", \"require\""),
+            ("[gpus]\nrequire_wait_secs = 2592001\n", "gpus.require_wait_secs: 2592001 is not 0 (no bound) to 2592000"),
             ("[gpus]\nshared = [\"nvidiactl\"]\n", "gpus.shared: nvidiactl is not absolute"),
             ("[[gpus.device]]\nvendor = \"nvidia\"\n", "gpus.device[0].file: missing"),
             ("[[gpus.device]]\nfile = \"nvidia0\"\nvendor = \"nvidia\"\n", "gpus.device[0].file: nvidia0 is not absolute"),

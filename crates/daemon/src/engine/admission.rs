@@ -230,11 +230,10 @@ impl Engine {
         {
             Ok(s) => s,
             Err(e) => {
+                // A generated number stays used (the next job takes the one after it): read
+                // again, it could be the number of a row the store still holds live, and every
+                // later submission would be refused on it. Gaps are harmless.
                 error!(job = %job.id, error = %e, "cannot record job");
-                if record.number.is_some() {
-                    // Not taken: read the store's counter again.
-                    self.next_number = None;
-                }
                 let _ = reply.send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
                 return None;
             }

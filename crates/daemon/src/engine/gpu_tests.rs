@@ -399,13 +399,26 @@ async fn after_a_restart_a_queued_job_keeps_the_gpus_its_manager_chose() {
 #[tokio::test(flavor = "current_thread")]
 async fn the_configured_gpu_locality_reaches_the_planner() {
     use pjw_core::gpu_alloc::Locality;
-    for (extra, want) in [
-        ("", Locality::Prefer),
-        ("[gpus]\nlocality = \"require\"\n", Locality::Require),
+    for (extra, want, wait) in [
+        ("", Locality::Prefer, Some(600_000)),
+        (
+            "[gpus]\nlocality = \"require\"\n",
+            Locality::Require,
+            Some(600_000),
+        ),
+        (
+            "[gpus]\nlocality = \"require\"\nrequire_wait_secs = 0\n",
+            Locality::Require,
+            None,
+        ),
     ] {
         let t = TestEngine::with_config(extra);
         let gpus = node_gpus();
         let node = super::Engine::gpu_node(&gpus, &t.engine.jobs, &t.engine.cfg, |_| true);
-        assert_eq!(node.policy.locality, want, "{extra:?}");
+        assert_eq!(
+            (node.policy.locality, node.policy.require_wait_ms),
+            (want, wait),
+            "{extra:?}"
+        );
     }
 }

@@ -72,7 +72,11 @@ impl Engine {
             let _ = waiter
                 .reply
                 .send(err(ErrorCode::Internal, format!("cannot record job: {e}")));
-            self.jobs.remove(&seq);
+            // Its row is still live (queued): ended, so that its id is free again. The store
+            // refused just now, so this end is most likely kept for a later retry.
+            if let Some(j) = self.jobs.remove(&seq) {
+                self.record_end(&j, End::reason("start failed: store"));
+            }
             return false;
         }
         let limits = JobLimits {

@@ -27,6 +27,8 @@ impl Engine {
     pub fn recover(&mut self) -> Result<(), String> {
         let live = self.store.live_jobs().map_err(|e| e.to_string())?;
         let mut known = Vec::new();
+        // The job cgroups that exist, read once when needed (None: could not be read).
+        let mut existing: Option<Option<Vec<String>>> = None;
         for rec in live {
             known.push(rec.cgroup.clone());
             let Ok(id) = JobId::new(&rec.job_id) else {
@@ -47,8 +49,17 @@ impl Engine {
             // A held job lives on empty; one that never got its cgroups ("starting") does not.
             let keep = populated || (held && rec.state == StoredState::Running);
             if !keep {
+                // A start is recorded `running` before its cgroups are made (decision (at)): a
+                // row whose cgroups do not exist never ran its command. Unknown when the list
+                // cannot be read: then it counts as having run, as before.
+                let never_made = rec.state == StoredState::Running
+                    && rec.pid.is_some()
+                    && existing
+                        .get_or_insert_with(|| self.driver.list_jobs().ok())
+                        .as_ref()
+                        .is_some_and(|l| !l.contains(&rec.cgroup));
                 let _ = self.driver.remove_job(&rec.cgroup);
-                let reason = if rec.state == StoredState::Starting {
+                let reason = if rec.state == StoredState::Starting || never_made {
                     "start interrupted"
                 } else {
                     "ended while daemon was down"

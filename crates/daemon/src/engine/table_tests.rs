@@ -161,6 +161,31 @@ async fn recovery_matrix() {
     }
 }
 
+/// A start is recorded `running` before the job's cgroups are made: a daemon killed in between
+/// leaves a `running` row with no cgroup, whose command never ran. Recovery ends it as a start
+/// interrupted (a failure), not as a job that ended while the daemon was down (completed).
+#[tokio::test(flavor = "current_thread")]
+async fn a_running_row_whose_cgroups_were_never_made_is_a_start_interrupted() {
+    for alive in [true, false] {
+        let mut t = TestEngine::new();
+        let pid = if alive { std::process::id() } else { DEAD_PID };
+        if alive {
+            t.fake_process(pid, 1000);
+            t.fake_stat(pid);
+        }
+        let rec = record("r1", StoredState::Running, pid);
+        let seq = t.store.clone().insert_job(&rec).expect("insert");
+        t.engine.recover().expect("recover");
+        let row = t.store.state().rows[&seq].clone();
+        assert_eq!(
+            (row.state, row.end_reason.as_deref()),
+            (StoredState::Ended, Some("start interrupted")),
+            "alive={alive}"
+        );
+        assert_eq!(t.engine.free(), cpus("0-3"), "alive={alive}");
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_run_is_placed_in_its_cgroup_answered_and_ended_when_its_main_process_exits() {
     let mut t = TestEngine::new();
