@@ -5,6 +5,7 @@ use pjw_proto::{ErrorCode, Response};
 use pjw_store::StoredRole;
 use tracing::info;
 
+use super::freezing::FreezeFor;
 use super::store_writes::OnFail;
 use super::{err, Control, Cred, End, Engine, Who};
 
@@ -86,6 +87,24 @@ impl Engine {
                 }
             }
             Control::Resume => {
+                // Suspended, but the v1 freezer has not confirmed it yet (the suspend said "being
+                // frozen"): cancelled; thawed when the freezer answers, its role and CPUs kept.
+                if matches!(
+                    j.freezing,
+                    Some(FreezeFor::Role {
+                        phase: Phase::Suspended,
+                        ..
+                    })
+                ) {
+                    if let Some(j) = self.jobs.get_mut(&seq) {
+                        j.freezing = Some(FreezeFor::Cancelled);
+                    }
+                    return Response::Done {
+                        message: format!(
+                            "job {job} resumed: its suspension is cancelled before the freezer confirmed it"
+                        ),
+                    };
+                }
                 if j.phase != Phase::Suspended {
                     return err(ErrorCode::Invalid, format!("job {job} is not suspended"));
                 }

@@ -162,6 +162,50 @@ async fn a_suspend_says_the_freeze_is_under_way_and_takes_the_cpus_once_it_is_co
     assert_eq!(count(&fake, "freeze job-a true"), 1);
 }
 
+/// A resume that comes before the freezer confirmed the suspension (the suspend said "being
+/// frozen") cancels it: the answer says so, and when the freezer confirms, the job is thawed and
+/// runs on in its role with its CPUs (the chaos test met this in the v1 guest: the resume was
+/// refused as "not suspended").
+#[tokio::test(flavor = "current_thread")]
+async fn a_resume_before_the_freezer_confirms_a_suspend_cancels_it() {
+    let (mut t, fake, gate) = engine(false);
+    let (a, _a) = submit(&mut t, 1, std::process::id(), "a", 4, 10).await;
+    assert!(matches!(a, Response::Started { .. }), "{a:?}");
+    let a_seq = t.seq_of("a");
+    let control = |t: &mut TestEngine, what| {
+        let (reply, rx) = oneshot::channel();
+        t.engine.handle(Event::Control {
+            cred: client(UID),
+            who: who(),
+            job: "a".into(),
+            what,
+            reply,
+        });
+        rx
+    };
+    let r = control(&mut t, Control::Suspend).await.expect("an answer");
+    assert!(
+        matches!(&r, Response::Done { message } if message.contains("is being frozen")),
+        "{r:?}"
+    );
+    let r = control(&mut t, Control::Resume).await.expect("an answer");
+    assert!(
+        matches!(&r, Response::Done { message } if message.contains("suspension is cancelled")),
+        "{r:?}"
+    );
+    gate.0.open();
+    until_frozen(&mut t).await;
+    assert_eq!(t.engine.jobs[&a_seq].phase, Phase::Primary);
+    assert_eq!(t.engine.free().len(), 0, "a keeps its cpus");
+    assert_eq!(count(&fake, "freeze job-a false"), 1, "{:?}", fake.calls());
+    // Nothing pending now: a second resume is refused as before.
+    let r = control(&mut t, Control::Resume).await.expect("an answer");
+    assert!(
+        matches!(&r, Response::Error { message, .. } if message.contains("is not suspended")),
+        "{r:?}"
+    );
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_job_that_ends_while_its_freeze_is_under_way_is_thawed_so_it_can_exit() {
     let (mut t, fake, gate) = engine(false);

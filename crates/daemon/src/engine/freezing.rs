@@ -21,6 +21,9 @@ pub(super) enum FreezeFor {
     },
     /// The memory governor's: the job keeps its CPUs.
     Memory,
+    /// A suspension resumed before the v1 freezer confirmed it: thawed once the freezer
+    /// answers; the job runs on in its role with its CPUs.
+    Cancelled,
 }
 
 impl Engine {
@@ -130,6 +133,10 @@ impl Engine {
                 self.replan();
             }
             FreezeFor::Memory => self.memory_frozen(seq, None),
+            FreezeFor::Cancelled => {
+                info!(job = %self.jobs[&seq].id, "suspension cancelled before the freezer confirmed it: thawed");
+                self.thaw_after_failed_freeze(seq, !governor_holds);
+            }
         }
     }
 }
