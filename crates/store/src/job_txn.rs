@@ -55,69 +55,69 @@ impl Store {
     /// Record a new job with its side rows in one transaction; its `seq`. On an error nothing
     /// is written.
     pub fn submit_job(&mut self, r: &SubmitRecord) -> Result<i64, StoreError> {
-        let path = self.path.clone();
-        let err = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(err)?;
-        if let Some(n) = r.number {
-            // Past the number taken, never back (a caller's cached counter may lag).
-            exec_cached(
-                &tx,
-                "INSERT INTO meta(key, value) VALUES('next_job_number', ?1)
-                 ON CONFLICT(key) DO UPDATE SET value = CASE
-                     WHEN CAST(value AS INTEGER) > CAST(excluded.value AS INTEGER) THEN value
-                     ELSE excluded.value END",
-                params![(n + 1).to_string()],
-            )
-            .map_err(err)?;
-        }
-        let seq = insert_job_on(&tx, &r.job).map_err(err)?;
-        if let Some(st) = &r.starter {
-            set_starter_on(&tx, seq, st).map_err(err)?;
-        }
-        if let Some((n, gpus)) = &r.gpus {
-            set_gpus_on(&tx, seq, *n, gpus).map_err(err)?;
-        }
-        if let Some(io) = &r.io {
-            set_io_on(&tx, seq, io).map_err(err)?;
-        }
-        if let Some(mode) = r.bind {
-            set_bind_on(&tx, seq, mode).map_err(err)?;
-        }
-        tx.commit().map_err(err)?;
-        Ok(seq)
+        self.immediate(|tx| {
+            if let Some(n) = r.number {
+                // Past the number taken, never back (a caller's cached counter may lag).
+                exec_cached(
+                    tx,
+                    "INSERT INTO meta(key, value) VALUES('next_job_number', ?1)
+                     ON CONFLICT(key) DO UPDATE SET value = CASE
+                         WHEN CAST(value AS INTEGER) > CAST(excluded.value AS INTEGER) THEN value
+                         ELSE excluded.value END",
+                    params![(n + 1).to_string()],
+                )?;
+            }
+            let seq = insert_job_on(tx, &r.job)?;
+            if let Some(st) = &r.starter {
+                set_starter_on(tx, seq, st)?;
+            }
+            if let Some((n, gpus)) = &r.gpus {
+                set_gpus_on(tx, seq, *n, gpus)?;
+            }
+            if let Some(io) = &r.io {
+                set_io_on(tx, seq, io)?;
+            }
+            if let Some(mode) = r.bind {
+                set_bind_on(tx, seq, mode)?;
+            }
+            Ok(seq)
+        })
     }
 
     /// Record a job's start (its GPUs, CPUs, role and state) in one transaction. On an error
     /// nothing is written.
     pub fn start_job(&mut self, r: &StartRecord) -> Result<(), StoreError> {
+        self.immediate(|tx| {
+            if let Some((n, gpus)) = &r.gpus {
+                set_gpus_on(tx, r.seq, *n, gpus)?;
+            }
+            set_starting_on(tx, r.seq, &r.cpus, &r.mems, r.role, r.started_ms)?;
+            if r.running {
+                exec_cached(
+                    tx,
+                    "UPDATE jobs SET state = 'running' WHERE seq = ?1",
+                    params![r.seq],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Run `f` in one IMMEDIATE transaction, committed when it succeeds; on an error nothing
+    /// is written (the transaction rolls back when dropped).
+    fn immediate<T>(
+        &mut self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
         let path = self.path.clone();
-        let err = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
+        let err = |source| StoreError::Sqlite { path, source };
+        let run = |conn: &mut rusqlite::Connection| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
         };
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(err)?;
-        if let Some((n, gpus)) = &r.gpus {
-            set_gpus_on(&tx, r.seq, *n, gpus).map_err(err)?;
-        }
-        set_starting_on(&tx, r.seq, &r.cpus, &r.mems, r.role, r.started_ms).map_err(err)?;
-        if r.running {
-            exec_cached(
-                &tx,
-                "UPDATE jobs SET state = 'running' WHERE seq = ?1",
-                params![r.seq],
-            )
-            .map_err(err)?;
-        }
-        tx.commit().map_err(err)
+        run(&mut self.conn).map_err(err)
     }
 
     /// The next generated job number, read without taking it ([`Store::submit_job`] with
