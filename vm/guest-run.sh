@@ -17,6 +17,8 @@ src=$(cat /mnt/srcdir)
 mkdir -p "$src" && mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro src "$src" || echo "cannot mount the source tree at $src"
 # VM_INJECT_FAILURE=1 on the host: a real test (numa's injected_failure_when_asked) fails.
 PJW_VM_INJECT_FAILURE=$(cat /mnt/inject-failure 2>/dev/null); export PJW_VM_INJECT_FAILURE
+# VM_TEST_FILTER on the host: only the test of that exact name (the self-check runs one).
+filter=$(cat /mnt/test-filter 2>/dev/null)
 export PJW_SKIP_LOG=/tmp/skips; : > "$PJW_SKIP_LOG"
 all=/tmp/all.log; : > "$all"
 extra=0; ran=0
@@ -25,7 +27,8 @@ for t in /mnt/bin/*; do
   case $name in pjw|pjw-wl) continue ;; esac
   echo "=== $name"
   log=/tmp/$name.log
-  "$t" --test-threads=4 --show-output > "$log" 2>&1; rc=$?
+  if [ -n "$filter" ]; then "$t" --exact "$filter" --test-threads=4 --show-output > "$log" 2>&1; rc=$?
+  else "$t" --test-threads=4 --show-output > "$log" 2>&1; rc=$?; fi
   cat "$log"; cat "$log" >> "$all"
   set -- $(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log")
   if [ $# -lt 2 ]; then
