@@ -9,7 +9,13 @@
 //!
 //! Rules:
 //! - A thread is **busy** when it ran at least `busy_percent` % of the interval; the others are
-//!   sleepers and are never pinned (a sleeper that was pinned is listed in `unpin`).
+//!   sleepers and are never pinned.
+//! - **One pass of grace.** A pinned thread that looks idle for the first time keeps its pin and
+//!   its place for this pass (listed in `grace`, counted as busy); idle again at the next pass it
+//!   is unpinned (listed in `unpin`). A single low sample (a page-fault storm, a short wait)
+//!   therefore moves nothing: without it, the other busy threads were compacted towards node 0
+//!   and the dipping thread came back to the CPU they left, so two threads swapped NUMA nodes
+//!   and ran away from the pages they had touched (bench/scenarios/bind-numa.sh measured it).
 //! - Busy threads take CPUs in this order: one PU per physical core first (SMT siblings last),
 //!   the cores of one NUMA node before the next, lower CPU numbers first. With more busy threads
 //!   than CPUs they wrap round-robin, so per-CPU counts differ by at most one.
@@ -24,11 +30,12 @@
 //! use pjw_core::{synthetic, CpuSet, Tid};
 //! let topo = synthetic::parse("core:2").unwrap();
 //! let s = |t, ms: u64| ThreadSample { tid: Tid(t), run_ns: ms * 1_000_000 };
-//! let p = plan(&topo, &topo.online(), &BTreeMap::new(), &[s(1, 990), s(2, 3), s(3, 1000)], 1_000_000_000, 50);
+//! let none = BTreeMap::new();
+//! let p = plan(&topo, &topo.online(), &none, &Default::default(), &[s(1, 990), s(2, 3), s(3, 1000)], 1_000_000_000, 50);
 //! assert_eq!(p.pins, BTreeMap::from([(Tid(1), 0), (Tid(3), 1)]));
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{CpuSet, Tid, Topology};
 
@@ -77,8 +84,12 @@ pub struct ThreadSample {
 pub struct BindPlan {
     /// The full new pin map: every busy thread and its CPU.
     pub pins: BTreeMap<Tid, u32>,
-    /// Threads pinned before that are now sleepers: give them the whole job set back.
+    /// Threads pinned before that are sleepers for the second pass running: give them the
+    /// whole job set back.
     pub unpin: Vec<Tid>,
+    /// Pinned threads idle for the first time: kept pinned (they are in `pins`) this pass. The
+    /// caller hands this set back as `grace` to the next pass.
+    pub grace: BTreeSet<Tid>,
 }
 
 /// A CPU's place in the fill order: (sibling rank within its core, NUMA node, CPU number).
@@ -103,11 +114,13 @@ fn fill_order(topo: &Topology, job: &CpuSet) -> Vec<Key> {
 
 /// Decide the pins for one pass. `interval_ns` is the length of the interval the samples cover;
 /// a thread is busy when `run_ns * 100 >= busy_percent * interval_ns` (no thread is busy when the
-/// interval is empty). `previous` is the pin map the last pass returned.
+/// interval is empty). `previous` is the pin map the last pass returned, `grace` the set of
+/// threads it kept pinned through an idle pass.
 pub fn plan(
     topo: &Topology,
     job: &CpuSet,
     previous: &BTreeMap<Tid, u32>,
+    grace: &BTreeSet<Tid>,
     samples: &[ThreadSample],
     interval_ns: u64,
     busy_percent: u32,
@@ -116,24 +129,31 @@ pub fn plan(
         interval_ns > 0
             && u128::from(s.run_ns) * 100 >= u128::from(busy_percent) * u128::from(interval_ns)
     };
-    let mut busy: Vec<Tid> = samples
-        .iter()
-        .filter(|s| is_busy(s))
-        .map(|s| s.tid)
-        .collect();
+    let mut busy = Vec::new();
+    let mut unpin = Vec::new();
+    let mut kept = BTreeSet::new();
+    for s in samples {
+        if is_busy(s) {
+            busy.push(s.tid);
+        } else if previous.contains_key(&s.tid) {
+            if grace.contains(&s.tid) {
+                unpin.push(s.tid);
+            } else {
+                // First idle pass: placed as a busy thread, so it keeps its CPU.
+                busy.push(s.tid);
+                kept.insert(s.tid);
+            }
+        }
+    }
     busy.sort_unstable();
     busy.dedup();
-    let mut unpin: Vec<Tid> = samples
-        .iter()
-        .filter(|s| !is_busy(s) && previous.contains_key(&s.tid))
-        .map(|s| s.tid)
-        .collect();
     unpin.sort_unstable();
     unpin.dedup();
     let order = fill_order(topo, job);
     let mut out = BindPlan {
         pins: BTreeMap::new(),
         unpin,
+        grace: kept,
     };
     if order.is_empty() || busy.is_empty() {
         return out;
@@ -318,10 +338,14 @@ mod tests {
             topo: &'static str,
             job: &'static str,
             previous: &'static [(u32, u32)],
+            /// Threads the previous pass kept pinned through their first idle pass.
+            grace: &'static [u32],
             busy: &'static [u32],
             idle: &'static [u32],
             want: &'static [(u32, u32)],
             unpin: &'static [u32],
+            /// Threads kept pinned through this, their first, idle pass.
+            kept: &'static [u32],
         }
         let cases = [
             Case {
@@ -329,46 +353,103 @@ mod tests {
                 topo: "core:2",
                 job: "0-1",
                 previous: &[],
+                grace: &[],
                 busy: &[10, 11],
                 idle: &[12, 13, 14, 15],
                 want: &[(10, 0), (11, 1)],
                 unpin: &[],
+                kept: &[],
             },
             Case {
-                desc: "busy 10 sleeps, sleeper 12 wakes: 11 keeps cpu 1, 12 takes cpu 0",
+                desc: "busy 10 sleeps, sleeper 12 wakes: 10 keeps cpu 0 one pass, 12 shares it",
                 topo: "core:2",
                 job: "0-1",
                 previous: &[(10, 0), (11, 1)],
+                grace: &[],
+                busy: &[11, 12],
+                idle: &[10, 13, 14, 15],
+                want: &[(10, 0), (11, 1), (12, 0)],
+                unpin: &[],
+                kept: &[10],
+            },
+            Case {
+                desc: "10 idle a second pass: unpinned; 11 keeps cpu 1, 12 keeps cpu 0",
+                topo: "core:2",
+                job: "0-1",
+                previous: &[(10, 0), (11, 1), (12, 0)],
+                grace: &[10],
                 busy: &[11, 12],
                 idle: &[10, 13, 14, 15],
                 want: &[(11, 1), (12, 0)],
                 unpin: &[10],
+                kept: &[],
+            },
+            Case {
+                desc: "one cpu per node, 1 dips for a pass: nobody moves (no swap of nodes)",
+                topo: "numa:2 core:1",
+                job: "0-1",
+                previous: &[(1, 0), (2, 1)],
+                grace: &[],
+                busy: &[2],
+                idle: &[1],
+                want: &[(1, 0), (2, 1)],
+                unpin: &[],
+                kept: &[1],
+            },
+            Case {
+                desc: "one cpu per node, 1 idle a second pass: unpinned, 2 to node 0 first",
+                topo: "numa:2 core:1",
+                job: "0-1",
+                previous: &[(1, 0), (2, 1)],
+                grace: &[1],
+                busy: &[2],
+                idle: &[1],
+                want: &[(2, 0)],
+                unpin: &[1],
+                kept: &[],
+            },
+            Case {
+                desc: "a thread busy again leaves grace",
+                topo: "core:2",
+                job: "0-1",
+                previous: &[(1, 0), (2, 1)],
+                grace: &[1],
+                busy: &[1, 2],
+                idle: &[],
+                want: &[(1, 0), (2, 1)],
+                unpin: &[],
+                kept: &[],
             },
             Case {
                 desc: "stable pins are kept even when not in fill order",
                 topo: "core:2",
                 job: "0-1",
                 previous: &[(10, 1), (11, 0)],
+                grace: &[],
                 busy: &[10, 11],
                 idle: &[],
                 want: &[(10, 1), (11, 0)],
                 unpin: &[],
+                kept: &[],
             },
             Case {
                 desc: "16 cpus, 2 nodes, smt 2, 4 busy: 4 cores of node 0, no siblings",
                 topo: "numa:2 core:4 pu:2",
                 job: "0-15",
                 previous: &[],
+                grace: &[],
                 busy: &[1, 2, 3, 4],
                 idle: &[5],
                 want: &[(1, 0), (2, 2), (3, 4), (4, 6)],
                 unpin: &[],
+                kept: &[],
             },
             Case {
                 desc: "whole cores of node 1 before any sibling",
                 topo: "numa:2 core:4 pu:2",
                 job: "0-15",
                 previous: &[],
+                grace: &[],
                 busy: &[1, 2, 3, 4, 5, 6, 7, 8, 9],
                 idle: &[],
                 want: &[
@@ -383,6 +464,7 @@ mod tests {
                     (9, 1),
                 ],
                 unpin: &[],
+                kept: &[],
             },
             Case {
                 desc:
@@ -390,60 +472,72 @@ mod tests {
                 topo: "numa:2 core:4 pu:2",
                 job: "0-15",
                 previous: &[(1, 2), (2, 3), (3, 9)],
+                grace: &[],
                 busy: &[1, 2, 3],
                 idle: &[],
                 want: &[(1, 2), (2, 0), (3, 4)],
                 unpin: &[],
+                kept: &[],
             },
             Case {
                 desc: "pins outside the job's set move inside it",
                 topo: "core:4",
                 job: "2-3",
                 previous: &[(1, 0), (2, 3)],
+                grace: &[],
                 busy: &[1, 2],
                 idle: &[],
                 want: &[(1, 2), (2, 3)],
                 unpin: &[],
+                kept: &[],
             },
             Case {
                 desc: "5 busy on 4 cpus: round robin, one cpu gets 2",
                 topo: "core:4",
                 job: "0-3",
                 previous: &[],
+                grace: &[],
                 busy: &[1, 2, 3, 4, 5],
                 idle: &[],
                 want: &[(1, 0), (2, 1), (3, 2), (4, 3), (5, 0)],
                 unpin: &[],
+                kept: &[],
             },
             Case {
                 desc: "5 busy on 4 cpus, all stacked on cpu 3 before: spread out",
                 topo: "core:4",
                 job: "0-3",
                 previous: &[(1, 3), (2, 3), (3, 3), (4, 3), (5, 3)],
+                grace: &[],
                 busy: &[1, 2, 3, 4, 5],
                 idle: &[],
                 want: &[(1, 3), (2, 3), (3, 0), (4, 1), (5, 2)],
                 unpin: &[],
+                kept: &[],
             },
             Case {
                 desc: "5 busy on 4 cpus, two stacks before: only one cpu keeps two",
                 topo: "core:4",
                 job: "0-3",
                 previous: &[(1, 3), (2, 3), (3, 2), (4, 2), (5, 0)],
+                grace: &[],
                 busy: &[1, 2, 3, 4, 5],
                 idle: &[],
                 want: &[(1, 3), (2, 3), (3, 2), (4, 1), (5, 0)],
                 unpin: &[],
+                kept: &[],
             },
             Case {
                 desc: "gone threads are dropped, not unpinned",
                 topo: "core:2",
                 job: "0-1",
                 previous: &[(7, 0), (8, 1)],
+                grace: &[],
                 busy: &[8],
                 idle: &[],
                 want: &[(8, 1)],
                 unpin: &[],
+                kept: &[],
             },
         ];
         for c in cases {
@@ -452,6 +546,7 @@ mod tests {
                 &topo,
                 &set(c.job),
                 &pins(c.previous),
+                &c.grace.iter().map(|&t| Tid(t)).collect(),
                 &samples(c.busy, c.idle),
                 SEC,
                 50,
@@ -459,6 +554,8 @@ mod tests {
             assert_eq!(p.pins, pins(c.want), "{}", c.desc);
             let unpin: Vec<Tid> = c.unpin.iter().map(|&t| Tid(t)).collect();
             assert_eq!(p.unpin, unpin, "{}", c.desc);
+            let kept: BTreeSet<Tid> = c.kept.iter().map(|&t| Tid(t)).collect();
+            assert_eq!(p.grace, kept, "{}", c.desc);
         }
     }
 
@@ -482,12 +579,14 @@ mod tests {
             run_ns,
         };
         let samples = [s(1, SEC / 2), s(2, SEC / 2 - 1), s(3, SEC)];
-        let p = plan(&topo, &topo.online(), &BTreeMap::new(), &samples, SEC, 50);
+        let none = BTreeMap::new();
+        let g = BTreeSet::new();
+        let p = plan(&topo, &topo.online(), &none, &g, &samples, SEC, 50);
         assert_eq!(p.pins, pins(&[(1, 0), (3, 1)]));
-        let p = plan(&topo, &topo.online(), &BTreeMap::new(), &samples, SEC, 90);
+        let p = plan(&topo, &topo.online(), &none, &g, &samples, SEC, 90);
         assert_eq!(p.pins, pins(&[(3, 0)]));
         // An empty interval makes nobody busy.
-        let p = plan(&topo, &topo.online(), &BTreeMap::new(), &samples, 0, 50);
+        let p = plan(&topo, &topo.online(), &none, &g, &samples, 0, 50);
         assert!(p.pins.is_empty());
     }
 
@@ -499,6 +598,7 @@ mod tests {
             &topo,
             &topo.online(),
             &BTreeMap::new(),
+            &BTreeSet::new(),
             &samples(&busy, &[]),
             SEC,
             50,
@@ -529,6 +629,7 @@ mod tests {
             &topo,
             &slots(&topo, &job, BindMode::Cores),
             &BTreeMap::new(),
+            &BTreeSet::new(),
             &samples(&[1, 2], &[]),
             SEC,
             50,

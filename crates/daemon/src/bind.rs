@@ -18,7 +18,7 @@
 //! listing and the read is normal and skipped; any other error is logged (at warn once per job
 //! and kind) and the thread is left as it is (not recorded as pinned).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -116,6 +116,8 @@ struct Track {
     cpus: CpuSet,
     /// The slots pinned and confirmed by the kernel.
     pins: BTreeMap<Tid, u32>,
+    /// Pinned threads kept through their first idle pass (`thread_bind::plan`'s grace).
+    grace: BTreeSet<Tid>,
     /// Each thread's run time at the last pass (or at its birth, for one placed since).
     run: HashMap<Tid, u64>,
     /// Threads placed at birth since the last pass, and when: their share is of the time they
@@ -225,6 +227,7 @@ impl Balancer {
                 Track {
                     cpus: job.cpus,
                     pins: BTreeMap::new(),
+                    grace: BTreeSet::new(),
                     run,
                     born: HashMap::new(),
                     at: now,
@@ -252,15 +255,19 @@ impl Balancer {
             })
             .collect();
         let slots = thread_bind::slots(&self.topo, &job.cpus, job.mode);
-        let applied = if prev.cpus == job.cpus {
-            std::mem::take(&mut prev.pins)
+        let (applied, grace) = if prev.cpus == job.cpus {
+            (
+                std::mem::take(&mut prev.pins),
+                std::mem::take(&mut prev.grace),
+            )
         } else {
-            BTreeMap::new()
+            (BTreeMap::new(), BTreeSet::new())
         };
         let plan = thread_bind::plan(
             &self.topo,
             &slots,
             &applied,
+            &grace,
             &samples,
             interval_ns,
             BUSY_PERCENT,
@@ -307,9 +314,15 @@ impl Balancer {
                 }
             }
         }
+        let grace = plan
+            .grace
+            .into_iter()
+            .filter(|t| pins.contains_key(t))
+            .collect();
         *prev = Track {
             cpus: job.cpus,
             pins,
+            grace,
             run,
             born: HashMap::new(),
             at: now,
@@ -329,7 +342,8 @@ pub struct Born {
 impl Balancer {
     /// Place a thread just born (a process-connector fork event) without waiting for the next
     /// pass: pinned to the job's least pinned slot, its run time measured from now, so the next
-    /// pass keeps the pin if it is busy and gives it the job set back if not. Nothing for a job
+    /// pass keeps the pin if it is busy and gives it the job set back if not (a guess gets no
+    /// pass of grace). Nothing for a job
     /// not balanced yet (its first pass frees every thread) or whose CPUs changed since.
     pub fn place_born(&mut self, port: &dyn BindPort, b: &Born, now: Instant, r: &mut PassReport) {
         let Some(t) = self.jobs.get_mut(&b.job.seq) else {
@@ -358,6 +372,8 @@ impl Balancer {
                 t.run.insert(tid, ns);
                 t.born.insert(tid, now);
                 t.pins.insert(tid, slot);
+                // Its pin is a guess, not a measurement: no pass of grace if it is idle.
+                t.grace.insert(tid);
                 r.pinned += 1;
             }
             Err(BindError::Gone) => {}

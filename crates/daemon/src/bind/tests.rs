@@ -123,11 +123,18 @@ fn busy_threads_pinned_apart_sleepers_free_and_pins_follow() {
     fake.advance(&[101, 102]);
     assert_eq!(b.pass(&fake, &j, clock.next()), PassReport::default());
     assert!(fake.take_set().is_empty());
-    // 101 sleeps, 104 wakes: 101 gets the job set back, 104 takes its cpu, 102 stays.
+    // 101 sleeps, 104 wakes: 101 keeps its pin through this first idle pass (one pass of
+    // grace), 104 shares its cpu, 102 stays.
     fake.advance(&[102, 104]);
     let r = b.pass(&fake, &j, clock.next());
-    assert_eq!((r.pinned, r.unpinned), (1, 1));
-    assert_eq!(fake.take_set(), vec![(101, set("2-3")), (104, set("2"))]);
+    assert_eq!((r.pinned, r.unpinned), (1, 0));
+    assert_eq!(fake.take_set(), vec![(104, set("2"))]);
+    assert_eq!(pins(&b), BTreeMap::from([(101, 2), (102, 3), (104, 2)]));
+    // Idle a second pass: 101 gets the job set back; 104 keeps cpu 2, 102 stays.
+    fake.advance(&[102, 104]);
+    let r = b.pass(&fake, &j, clock.next());
+    assert_eq!((r.pinned, r.unpinned), (0, 1));
+    assert_eq!(fake.take_set(), vec![(101, set("2-3"))]);
     assert_eq!(pins(&b), BTreeMap::from([(102, 3), (104, 2)]));
 }
 
