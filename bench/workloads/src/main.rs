@@ -67,7 +67,7 @@ fn raise_nofile() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | par N ITERS | stream N MIB PASSES | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N");
+    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | par N ITERS | stream N MIB PASSES | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N | mq NAME");
     std::process::exit(2);
 }
 
@@ -320,6 +320,32 @@ fn main() {
             black_box(&blocks);
         }
         Some("noop") => {}
+        // Make the POSIX message queue /NAME and leave it behind (the IPC scrub's tests).
+        Some("mq") => {
+            let name: String = arg(&args, 2);
+            let Ok(c) = std::ffi::CString::new(format!("/{name}")) else {
+                usage()
+            };
+            // SAFETY: a valid C string; O_CREAT takes a mode and a null attribute pointer
+            // (the system's defaults).
+            let q = unsafe {
+                libc::mq_open(
+                    c.as_ptr(),
+                    libc::O_CREAT | libc::O_RDWR,
+                    0o600 as libc::mode_t,
+                    std::ptr::null_mut::<libc::mq_attr>(),
+                )
+            };
+            if q == -1 {
+                eprintln!(
+                    "pjw-wl: mq_open /{name}: {}",
+                    std::io::Error::last_os_error()
+                );
+                std::process::exit(1);
+            }
+            // SAFETY: q is the descriptor mq_open returned.
+            unsafe { libc::mq_close(q) };
+        }
         Some("flood") => {
             use std::io::Read;
             let sock: String = arg(&args, 2);

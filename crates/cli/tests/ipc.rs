@@ -305,3 +305,62 @@ fn what_an_unprivileged_job_leaves_in_dev_shm_and_sysv_ipc_is_removed_at_its_end
         "(bystander's segment, bystander's file, the owner's older segment) must stay"
     );
 }
+
+/// A POSIX message queue a job leaves behind is removed at its end where the host's mqueue file
+/// system is mounted at /dev/mqueue (systemd mounts it: the systemd guest runs this test), and
+/// a bystander's queue stays.
+#[test]
+fn a_message_queue_an_unprivileged_job_leaves_is_removed_at_its_end() {
+    require_root!();
+    let mq = Path::new("/dev/mqueue");
+    let mounted = std::fs::read_to_string("/proc/self/mounts")
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(1) == Some("/dev/mqueue"))
+        })
+        .unwrap_or(false);
+    if !mounted {
+        skip!("no mqueue file system at /dev/mqueue on this machine (systemd mounts it; the systemd guest runs this test)");
+    }
+    let wl = pjw_bin().with_file_name("pjw-wl");
+    assert!(wl.exists(), "pjw-wl not built at {}", wl.display());
+    let owner = unused_id(62_200);
+    let other = unused_id(owner + 1);
+    let d = TestDaemon::start(pjw_bin(), "");
+    std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let tag = std::process::id();
+    let (left, bystander) = (format!("pjw-left-{tag}"), format!("pjw-bystander-{tag}"));
+    run(Command::new(&wl)
+        .args(["mq", &bystander])
+        .uid(other)
+        .gid(other)
+        .current_dir("/"))
+    .ok();
+    next_second();
+    let out = run(Command::new(pjw_bin())
+        .args(["run", "-j", "mq-leaver", "--"])
+        .arg(&wl)
+        .args(["mq", &left])
+        .env("PJW_SOCKET", d.socket())
+        .uid(owner)
+        .gid(owner)
+        .current_dir("/"));
+    let made = out.describe();
+    let gone = TestDaemon::wait_for(Duration::from_secs(20), || !mq.join(&left).exists());
+    let kept = mq.join(&bystander).exists();
+    let _ = std::fs::remove_file(mq.join(&left));
+    let _ = std::fs::remove_file(mq.join(&bystander));
+    assert!(
+        out.status.success(),
+        "the job could not make its queue: {made}"
+    );
+    assert!(
+        gone,
+        "/dev/mqueue/{left} left after the job's end\n{}",
+        d.log()
+    );
+    assert!(
+        kept,
+        "the bystander's queue /dev/mqueue/{bystander} was removed"
+    );
+}

@@ -6,8 +6,8 @@
 //! nothing when `uid` is root's (0) or a system user's (below `min_uid`, as logind spares
 //! system users), or the owner has another live job on the node; else every
 //! object owned by `uid` whose change time lies within the job's life — SysV semaphore sets and
-//! message queues, SysV shared memory segments nobody has attached (`nattch == 0`), and entries
-//! of /dev/shm that are not directories. Objects older than the job (a login session's) or newer
+//! message queues, SysV shared memory segments nobody has attached (`nattch == 0`), entries
+//! of /dev/shm that are not directories, and POSIX message queues (entries of /dev/mqueue). Objects older than the job (a login session's) or newer
 //! than its end (the next job's) are left. Pure: the listing comes from the daemon's adapter.
 //!
 //! ```
@@ -15,6 +15,7 @@
 //! let listing = Listing {
 //!     sysv: vec![],
 //!     files: vec![ShmFile { name: "psm_x".into(), uid: 1000, ctime: 150, dir: false }],
+//!     mqueues: vec![],
 //! };
 //! let job = Ended { uid: 1000, since: 100, until: 200 };
 //! assert_eq!(plan(&job, 1000, &[], &listing).files, vec!["psm_x".to_string()]);
@@ -75,11 +76,13 @@ pub struct ShmFile {
     pub dir: bool,
 }
 
-/// What the host holds: SysV objects and /dev/shm entries.
+/// What the host holds: SysV objects, /dev/shm entries and POSIX message queues (the entries
+/// of the host's mqueue file system, /dev/mqueue, listed like /dev/shm's).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Listing {
     pub sysv: Vec<SysvObject>,
     pub files: Vec<ShmFile>,
+    pub mqueues: Vec<ShmFile>,
 }
 
 /// The job that ended: its owner and its life, in whole seconds since the epoch.
@@ -98,11 +101,13 @@ pub struct Plan {
     pub sysv: Vec<SysvObject>,
     /// Names in /dev/shm.
     pub files: Vec<String>,
+    /// Names in /dev/mqueue.
+    pub mqueues: Vec<String>,
 }
 
 impl Plan {
     pub fn is_empty(&self) -> bool {
-        self.sysv.is_empty() && self.files.is_empty()
+        self.sysv.is_empty() && self.files.is_empty() && self.mqueues.is_empty()
     }
 }
 
@@ -125,7 +130,8 @@ pub fn sysv_removable(job: &Ended, o: &SysvObject) -> bool {
         && (job.since..=job.until).contains(&o.ctime)
 }
 
-/// Whether a /dev/shm entry may be removed for `job` (also the adapter's re-check).
+/// Whether a /dev/shm or /dev/mqueue entry may be removed for `job` (also the adapter's
+/// re-check).
 pub fn file_removable(job: &Ended, f: &ShmFile) -> bool {
     f.uid == job.uid && !f.dir && (job.since..=job.until).contains(&f.ctime)
 }
@@ -143,13 +149,18 @@ pub fn plan(job: &Ended, min_uid: u32, live: &[u32], listing: &Listing) -> Plan 
             .filter(|o| sysv_removable(job, o))
             .cloned()
             .collect(),
-        files: listing
-            .files
-            .iter()
-            .filter(|f| file_removable(job, f))
-            .map(|f| f.name.clone())
-            .collect(),
+        files: names(job, &listing.files),
+        mqueues: names(job, &listing.mqueues),
     }
+}
+
+/// The removable entries' names.
+fn names(job: &Ended, entries: &[ShmFile]) -> Vec<String> {
+    entries
+        .iter()
+        .filter(|f| file_removable(job, f))
+        .map(|f| f.name.clone())
+        .collect()
 }
 
 /// Parse one `/proc/sysvipc/{shm,sem,msg}` file: a header naming the columns, one object per
@@ -271,11 +282,18 @@ mod tests {
                 f("e", 1000, 50, false),
                 f("g", 1000, 250, false),
             ],
+            mqueues: vec![
+                f("mq-left", 1000, 150, false),  // left behind: removed
+                f("mq-other", 1001, 150, false), // another user's: kept
+                f("mq-old", 1000, 99, false),    // older than the job: kept
+                f("mq-next", 1000, 201, false),  // newer than its end: kept
+            ],
         };
         let p = plan(&job, 1000, &[1001, 0], &listing);
         let ids: Vec<i32> = p.sysv.iter().map(|o| o.id).collect();
         assert_eq!(ids, vec![1, 5, 6, 9]);
         assert_eq!(p.files, vec!["a".to_string()]);
+        assert_eq!(p.mqueues, vec!["mq-left".to_string()]);
     }
 
     #[test]
@@ -286,6 +304,7 @@ mod tests {
                 o(IpcKind::Shm, 2, 0, 0, 150),
             ],
             files: vec![f("a", 1000, 150, false), f("c", 0, 150, false)],
+            mqueues: vec![f("q", 1000, 150, false)],
         };
         let cases: &[(&str, u32, u32, &[u32], bool)] = &[
             ("last job of the owner", 1000, 1000, &[], false),

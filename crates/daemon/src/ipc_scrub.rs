@@ -1,11 +1,14 @@
 //! The OS side of the IPC scrub at a job's end (the rule is `pjw_core::ipc_scrub`): list the
-//! host's SysV objects (`<proc>/sysvipc/{shm,sem,msg}`) and the entries of `<dev>/shm`, and
-//! remove what the plan names. Runs on a blocking thread, never on the engine's.
+//! host's SysV objects (`<proc>/sysvipc/{shm,sem,msg}`), the entries of `<dev>/shm` and the
+//! POSIX message queues of `<dev>/mqueue` (the host's mqueue file system, where it is mounted —
+//! systemd mounts it; without the mount nothing lists them and they are left), and remove what
+//! the plan names. Runs on a blocking thread, never on the engine's.
 //!
 //! Every removal is checked again just before it: a SysV object by `IPC_STAT` (owner, attach
-//! count, change time), a /dev/shm entry by `fstatat(AT_SYMLINK_NOFOLLOW)` on the directory's
-//! descriptor, then removed with `unlinkat` on the same descriptor — no path is resolved again
-//! and no symlink is followed (a link the user planted is itself removed, never its target).
+//! count, change time), a /dev/shm or /dev/mqueue entry by `fstatat(AT_SYMLINK_NOFOLLOW)` on
+//! the directory's descriptor, then removed with `unlinkat` on the same descriptor (on the
+//! mqueue file system that is `mq_unlink`) — no path is resolved again and no symlink is
+//! followed (a link the user planted is itself removed, never its target).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -21,13 +24,15 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 pub struct Scrubbed {
     pub sysv: usize,
     pub files: usize,
+    pub mqueues: usize,
     /// Failures, each naming the object or path.
     pub errors: Vec<String>,
 }
 
-/// Read the host's SysV objects and /dev/shm entries. A file or directory that cannot be read
-/// contributes nothing (a kernel without SysV IPC, a node without /dev/shm).
-pub fn read_listing(proc_root: &Path, shm_root: &Path) -> Listing {
+/// Read the host's SysV objects, /dev/shm entries and message queues. A file or directory that
+/// cannot be read contributes nothing (a kernel without SysV IPC, a node without /dev/shm or
+/// without the mqueue file system mounted).
+pub fn read_listing(proc_root: &Path, shm_root: &Path, mq_root: &Path) -> Listing {
     let mut sysv = Vec::new();
     for kind in IpcKind::ALL {
         let path = proc_root.join("sysvipc").join(kind.file());
@@ -36,7 +41,12 @@ pub fn read_listing(proc_root: &Path, shm_root: &Path) -> Listing {
         }
     }
     let files = open_dir(shm_root).map(|d| list_dir(&d)).unwrap_or_default();
-    Listing { sysv, files }
+    let mqueues = open_dir(mq_root).map(|d| list_dir(&d)).unwrap_or_default();
+    Listing {
+        sysv,
+        files,
+        mqueues,
+    }
 }
 
 fn open_dir(dir: &Path) -> rustix::io::Result<OwnedFd> {
@@ -83,14 +93,20 @@ fn list_dir(dir: &OwnedFd) -> Vec<ShmFile> {
 
 /// List, plan and remove for `job`, given the owners of the jobs still live (the engine has
 /// checked `wanted` already; `min_uid` 0 here lets the plan decide on the rest).
-pub fn scrub(proc_root: &Path, shm_root: &Path, job: &Ended, live: &[u32]) -> Scrubbed {
-    let listing = read_listing(proc_root, shm_root);
+pub fn scrub(
+    proc_root: &Path,
+    shm_root: &Path,
+    mq_root: &Path,
+    job: &Ended,
+    live: &[u32],
+) -> Scrubbed {
+    let listing = read_listing(proc_root, shm_root, mq_root);
     let plan = pjw_core::ipc_scrub::plan(job, 0, live, &listing);
-    apply(&plan, shm_root, job)
+    apply(&plan, shm_root, mq_root, job)
 }
 
 /// Remove what `plan` names, each checked again against the rule first.
-pub fn apply(plan: &Plan, shm_root: &Path, job: &Ended) -> Scrubbed {
+pub fn apply(plan: &Plan, shm_root: &Path, mq_root: &Path, job: &Ended) -> Scrubbed {
     let mut done = Scrubbed::default();
     for o in &plan.sysv {
         match remove_sysv(o, job) {
@@ -99,22 +115,26 @@ pub fn apply(plan: &Plan, shm_root: &Path, job: &Ended) -> Scrubbed {
             Err(e) => done.errors.push(format!("{} {}: {e}", o.kind.file(), o.id)),
         }
     }
-    if plan.files.is_empty() {
-        return done;
+    done.files = remove_entries(shm_root, &plan.files, job, &mut done.errors);
+    done.mqueues = remove_entries(mq_root, &plan.mqueues, job, &mut done.errors);
+    done
+}
+
+/// Remove the entries `names` of directory `root` that the rule still allows, through one
+/// descriptor of the directory; how many went. Failures join `errors`.
+fn remove_entries(root: &Path, names: &[String], job: &Ended, errors: &mut Vec<String>) -> usize {
+    if names.is_empty() {
+        return 0;
     }
-    let dir = match open_dir(shm_root) {
+    let dir = match open_dir(root) {
         Ok(d) => d,
         Err(e) => {
-            done.errors.push(format!(
-                "{}: {}",
-                shm_root.display(),
-                std::io::Error::from(e)
-            ));
-            return done;
+            errors.push(format!("{}: {}", root.display(), std::io::Error::from(e)));
+            return 0;
         }
     };
-    for name in &plan.files {
-        let path: PathBuf = shm_root.join(name);
+    let mut removed = 0;
+    for name in names {
         // Looked at again through the same descriptor: still the owner's, still no directory.
         let Some(now) = stat_entry(&dir, name) else {
             continue;
@@ -123,14 +143,15 @@ pub fn apply(plan: &Plan, shm_root: &Path, job: &Ended) -> Scrubbed {
             continue;
         }
         match rustix::fs::unlinkat(dir.as_fd(), name.as_str(), AtFlags::empty()) {
-            Ok(()) => done.files += 1,
+            Ok(()) => removed += 1,
             Err(rustix::io::Errno::NOENT) => {}
-            Err(e) => done
-                .errors
-                .push(format!("{}: {}", path.display(), std::io::Error::from(e))),
+            Err(e) => {
+                let path: PathBuf = root.join(name);
+                errors.push(format!("{}: {}", path.display(), std::io::Error::from(e)));
+            }
         }
     }
-    done
+    removed
 }
 
 /// `IPC_STAT` the object, check it against the rule again, then `IPC_RMID` it. `Ok(false)`:
@@ -214,6 +235,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let proc_root = t.path().join("proc");
         let shm = t.path().join("shm");
+        let mq = t.path().join("mqueue");
         let outside = t.path().join("outside");
         std::fs::create_dir_all(proc_root.join("sysvipc")).unwrap();
         std::fs::create_dir_all(shm.join("adir")).unwrap();
@@ -224,6 +246,8 @@ mod tests {
         )
         .unwrap();
         std::fs::write(shm.join("left"), "x").unwrap();
+        std::fs::create_dir(&mq).unwrap();
+        std::fs::write(mq.join("queue"), "").unwrap();
         symlink(&outside, shm.join("link")).unwrap();
         // As root (the test machines), the files are given to another uid: root's are never
         // a job's.
@@ -233,8 +257,18 @@ mod tests {
             for n in ["left", "link", "adir"] {
                 std::os::unix::fs::lchown(shm.join(n), Some(owner), None).unwrap();
             }
+            std::os::unix::fs::lchown(mq.join("queue"), Some(owner), None).unwrap();
         }
-        let l = read_listing(&proc_root, &shm);
+        let l = read_listing(&proc_root, &shm, &mq);
+        assert_eq!(l.mqueues.len(), 1);
+        assert_eq!(
+            (l.mqueues[0].name.as_str(), l.mqueues[0].uid),
+            ("queue", owner)
+        );
+        // No mqueue file system mounted: nothing listed, no error.
+        assert!(read_listing(&proc_root, &shm, &t.path().join("none"))
+            .mqueues
+            .is_empty());
         assert_eq!(l.sysv.len(), 1);
         assert_eq!((l.sysv[0].id, l.sysv[0].uid), (7, 4242));
         let mut names: Vec<(&str, bool)> =
@@ -258,11 +292,19 @@ mod tests {
         let plan = Plan {
             sysv: vec![],
             files: vec!["left".into()],
+            mqueues: vec!["queue".into()],
         };
-        assert_eq!(apply(&plan, &shm, &other).files, 0);
+        let kept = apply(&plan, &shm, &mq, &other);
+        assert_eq!((kept.files, kept.mqueues), (0, 0));
         assert!(shm.join("left").exists());
-        let done = scrub(&proc_root, &shm, &job, &[]);
-        assert_eq!((done.files, done.errors.len()), (2, 0), "{done:?}");
+        assert!(mq.join("queue").exists());
+        let done = scrub(&proc_root, &shm, &mq, &job, &[]);
+        assert_eq!(
+            (done.files, done.mqueues, done.errors.len()),
+            (2, 1, 0),
+            "{done:?}"
+        );
+        assert!(!mq.join("queue").exists());
         assert!(!shm.join("left").exists());
         assert!(std::fs::symlink_metadata(shm.join("link")).is_err());
         assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep");

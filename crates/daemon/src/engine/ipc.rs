@@ -1,4 +1,5 @@
-//! The IPC scrub at a job's end: what its owner left in the host's /dev/shm and SysV IPC is
+//! The IPC scrub at a job's end: what its owner left in the host's /dev/shm, /dev/mqueue and
+//! SysV IPC is
 //! removed once their last job on the node has ended (`[job] scrub_ipc`; the rule is
 //! `pjw_core::ipc_scrub`, the OS side `crate::ipc_scrub`). The decision whether to look is
 //! taken here; the listing and the removals run on a blocking thread, so the engine never
@@ -19,14 +20,15 @@ impl Engine {
         };
         let proc_root = self.cfg.proc_root.clone();
         let shm_root = self.cfg.dev_root.join("shm");
+        let mq_root = self.cfg.dev_root.join("mqueue");
         let (id, user) = (job.id.to_string(), job.user.clone());
         tokio::task::spawn_blocking(move || {
-            let done = crate::ipc_scrub::scrub(&proc_root, &shm_root, &ended, &live);
+            let done = crate::ipc_scrub::scrub(&proc_root, &shm_root, &mq_root, &ended, &live);
             for e in &done.errors {
                 warn!(job = %id, user = %user, error = %e, "cannot remove an IPC object the job left");
             }
-            if done.sysv + done.files > 0 {
-                info!(job = %id, user = %user, sysv = done.sysv, shm_files = done.files, "removed what the job left in /dev/shm and SysV IPC");
+            if done.sysv + done.files + done.mqueues > 0 {
+                info!(job = %id, user = %user, sysv = done.sysv, shm_files = done.files, mqueues = done.mqueues, "removed what the job left in /dev/shm, /dev/mqueue and SysV IPC");
             }
         });
     }
