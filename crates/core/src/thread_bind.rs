@@ -21,7 +21,10 @@
 //!   than CPUs they wrap round-robin, so per-CPU counts differ by at most one.
 //! - Stability: a busy thread keeps its CPU when that CPU is still in the set and keeping it does
 //!   not break the rules above (it is not over its share and, with spare CPUs, the CPU is in a
-//!   class — sibling rank and NUMA node — that the ideal placement uses as often).
+//!   class — sibling rank, and NUMA node while the busy threads span more nodes than the ideal
+//!   placement — that the ideal placement uses as often). So threads are gathered onto fewer
+//!   nodes when they span too many, but never moved from one node to another for its own sake:
+//!   a thread's pages are on the node where it first touched them.
 //! - No pin is ever outside the job's set; threads that no longer exist are dropped.
 //!
 //! ```
@@ -149,7 +152,7 @@ pub fn plan(
     busy.dedup();
     unpin.sort_unstable();
     unpin.dedup();
-    let order = fill_order(topo, job);
+    let mut order = fill_order(topo, job);
     let mut out = BindPlan {
         pins: BTreeMap::new(),
         unpin,
@@ -162,14 +165,30 @@ pub fn plan(
     let m = order.len();
     let n = busy.len();
     let (base, extra) = (n / m, n % m);
+    // With spare CPUs (base 0), the NUMA node is part of a CPU's class only while the busy
+    // threads' pins span more nodes than the ideal placement does: then they are gathered onto
+    // fewer nodes. Otherwise a thread keeps its node, where its pages are (a lone thread left on
+    // the second node when its sibling ends is not moved away from them to "fill node 0
+    // first"), and threads to place go to the nodes already held first.
+    let node_of: BTreeMap<u32, u32> = order.iter().map(|k| (k.2, k.1)).collect();
+    let held: BTreeSet<u32> = busy
+        .iter()
+        .filter_map(|t| previous.get(t).and_then(|cpu| node_of.get(cpu)))
+        .copied()
+        .collect();
+    let ideal: BTreeSet<u32> = order[..n.min(m)].iter().map(|k| k.1).collect();
+    let node_class = base == 0 && held.len() > ideal.len();
+    if base == 0 && !node_class {
+        order.sort_by_key(|k| (k.0, !held.contains(&k.1), k.1, k.2));
+    }
     let index: BTreeMap<u32, usize> = order.iter().enumerate().map(|(i, k)| (k.2, i)).collect();
     let mut count = vec![0usize; m];
     let mut extras_used = 0usize;
-    // With spare CPUs (base 0), how many threads each class gets in the ideal placement.
+    let class = |k: &Key| (k.0, if node_class { k.1 } else { u32::MAX });
     let mut class_room: BTreeMap<(u32, u32), usize> = BTreeMap::new();
     if base == 0 {
         for k in &order[..n] {
-            *class_room.entry((k.0, k.1)).or_insert(0) += 1;
+            *class_room.entry(class(k)).or_insert(0) += 1;
         }
     }
 
@@ -186,7 +205,7 @@ pub fn plan(
         } else if count[i] == base && extras_used < extra {
             if base == 0 {
                 let k = order[i];
-                match class_room.get_mut(&(k.0, k.1)) {
+                match class_room.get_mut(&class(&k)) {
                     Some(r) if *r > 0 => {
                         *r -= 1;
                         true
@@ -397,15 +416,39 @@ mod tests {
                 kept: &[1],
             },
             Case {
-                desc: "one cpu per node, 1 idle a second pass: unpinned, 2 to node 0 first",
+                desc: "one cpu per node, 1 idle a second pass: unpinned; 2 stays on node 1, by its pages",
                 topo: "numa:2 core:1",
                 job: "0-1",
                 previous: &[(1, 0), (2, 1)],
                 grace: &[1],
                 busy: &[2],
                 idle: &[1],
-                want: &[(2, 0)],
+                want: &[(2, 1)],
                 unpin: &[1],
+                kept: &[],
+            },
+            Case {
+                desc: "2 busy on node 1 alone stay; 3 on 2 nodes where 1 holds them gather on node 0",
+                topo: "numa:2 core:4",
+                job: "0-7",
+                previous: &[(1, 4), (2, 5)],
+                grace: &[],
+                busy: &[1, 2],
+                idle: &[],
+                want: &[(1, 4), (2, 5)],
+                unpin: &[],
+                kept: &[],
+            },
+            Case {
+                desc: "3 busy over 2 nodes where one node holds them: gathered onto node 0",
+                topo: "numa:2 core:4",
+                job: "0-7",
+                previous: &[(1, 0), (2, 1), (3, 4)],
+                grace: &[],
+                busy: &[1, 2, 3],
+                idle: &[],
+                want: &[(1, 0), (2, 1), (3, 2)],
+                unpin: &[],
                 kept: &[],
             },
             Case {
