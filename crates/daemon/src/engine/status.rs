@@ -129,6 +129,8 @@ impl Engine {
                     io_rbytes: j.prof.last.as_ref().and_then(|s| s.io_rbytes),
                     io_wbytes: j.prof.last.as_ref().and_then(|s| s.io_wbytes),
                     io: j.io.clone(),
+                    gpu_util: j.prof.last.as_ref().and_then(|s| s.gpu_util),
+                    gpu_mem: j.prof.last.as_ref().and_then(|s| s.gpu_mem),
                 })
                 .collect(),
             store_write_errors: self.writer.as_ref().map_or(0, |w| w.errors()),
