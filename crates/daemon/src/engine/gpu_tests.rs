@@ -469,6 +469,17 @@ async fn nvml_readings_are_folded_into_gpu_jobs_samples() {
         assert_eq!((got[0].1, got[0].2), want[0], "tick {i}: job 7");
         assert_eq!((got[1].1, got[1].2), want[1], "tick {i}: job 8");
         assert_eq!((got[2].1, got[2].2), (None, None), "tick {i}: job 9");
+        // `status` answers with the same figures.
+        let st = t.engine.status();
+        let of = |id: &str| {
+            let j = st.jobs.iter().find(|j| j.id == id).unwrap();
+            (j.gpu_util, j.gpu_mem)
+        };
+        assert_eq!(
+            [of("slurm:7"), of("slurm:8"), of("slurm:9")],
+            [want[0], want[1], (None, None)],
+            "tick {i}: status"
+        );
     }
     // The summaries: mean and highest utilisation over the samples with one, peak memory.
     let summary = |id: &str| {

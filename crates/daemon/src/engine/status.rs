@@ -66,6 +66,8 @@ impl Engine {
                     Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j)
                 },
                 io: super::io::io_info(j),
+                gpu_util: last.and_then(|s| s.gpu_util),
+                gpu_mem: last.and_then(|s| s.gpu_mem),
             }
         };
         let mut jobs: Vec<JobInfo> = self
