@@ -18,11 +18,14 @@
 //!     end_reason, exit_status, end_class, queued_ms, running_ms, backfill_ms, frozen_ms, freezes,
 //!     cpu_user_usec, cpu_system_usec, mem_peak, swap_peak, io_rbytes, io_wbytes,
 //!     procs_total, threads_total, procs_max, threads_max, samples, shipped_ms,
+//!     gpu_util_mean, gpu_util_max, gpu_mem_peak,     -- NULL without GPU readings (NVML)
 //!     PRIMARY KEY (node, job_id, seq));
 //! CREATE TABLE pjw_samples (node, seq, ts_ms, state, cpu_user_usec, cpu_system_usec,
 //!     mem_current, mem_peak, mem_anon, mem_file, swap, io_rbytes, io_wbytes, procs, threads,
-//!     psi_{cpu,mem,io}_{some,full}, PRIMARY KEY (node, seq, ts_ms));
+//!     psi_{cpu,mem,io}_{some,full}, gpu_util, gpu_mem, PRIMARY KEY (node, seq, ts_ms));
 //! ```
+//! The GPU columns came later: on first contact `ALTER TABLE … ADD COLUMN IF NOT EXISTS` adds
+//! them to tables an older pjw created.
 
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -123,15 +126,21 @@ CREATE TABLE IF NOT EXISTS pjw_samples (
     psi_mem_some DOUBLE PRECISION, psi_mem_full DOUBLE PRECISION,
     psi_io_some DOUBLE PRECISION, psi_io_full DOUBLE PRECISION,
     PRIMARY KEY (node, seq, ts_ms)
-);";
+);
+ALTER TABLE pjw_jobs ADD COLUMN IF NOT EXISTS gpu_util_mean DOUBLE PRECISION,
+    ADD COLUMN IF NOT EXISTS gpu_util_max DOUBLE PRECISION,
+    ADD COLUMN IF NOT EXISTS gpu_mem_peak BIGINT;
+ALTER TABLE pjw_samples ADD COLUMN IF NOT EXISTS gpu_util DOUBLE PRECISION,
+    ADD COLUMN IF NOT EXISTS gpu_mem BIGINT;";
 
 const UPSERT_JOB: &str = "
 INSERT INTO pjw_jobs (node, job_id, seq, name, user_name, uid, ncpus, cpus, mem_limit,
     submitted_ms, started_ms, ended_ms, end_reason, exit_status, end_class, queued_ms, running_ms,
     backfill_ms, frozen_ms, freezes, cpu_user_usec, cpu_system_usec, mem_peak, swap_peak,
-    io_rbytes, io_wbytes, procs_total, threads_total, procs_max, threads_max, samples, shipped_ms)
+    io_rbytes, io_wbytes, procs_total, threads_total, procs_max, threads_max, samples, shipped_ms,
+    gpu_util_mean, gpu_util_max, gpu_mem_peak)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
-    $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)
+    $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35)
 ON CONFLICT (node, job_id, seq) DO UPDATE SET
     name = EXCLUDED.name, user_name = EXCLUDED.user_name, uid = EXCLUDED.uid,
     ncpus = EXCLUDED.ncpus, cpus = EXCLUDED.cpus, mem_limit = EXCLUDED.mem_limit,
@@ -146,22 +155,24 @@ ON CONFLICT (node, job_id, seq) DO UPDATE SET
     io_wbytes = EXCLUDED.io_wbytes, procs_total = EXCLUDED.procs_total,
     threads_total = EXCLUDED.threads_total, procs_max = EXCLUDED.procs_max,
     threads_max = EXCLUDED.threads_max, samples = EXCLUDED.samples,
-    shipped_ms = EXCLUDED.shipped_ms";
+    shipped_ms = EXCLUDED.shipped_ms, gpu_util_mean = EXCLUDED.gpu_util_mean,
+    gpu_util_max = EXCLUDED.gpu_util_max, gpu_mem_peak = EXCLUDED.gpu_mem_peak";
 
 const INSERT_SAMPLES: &str = "
 INSERT INTO pjw_samples (node, seq, ts_ms, state, cpu_user_usec, cpu_system_usec, mem_current,
     mem_peak, mem_anon, mem_file, swap, io_rbytes, io_wbytes, procs, threads, psi_cpu_some,
-    psi_cpu_full, psi_mem_some, psi_mem_full, psi_io_some, psi_io_full)
+    psi_cpu_full, psi_mem_some, psi_mem_full, psi_io_some, psi_io_full, gpu_util, gpu_mem)
 SELECT $1, $2, * FROM unnest($3::bigint[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[],
     $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[],
     $14::bigint[], $15::bigint[], $16::float8[], $17::float8[], $18::float8[], $19::float8[],
-    $20::float8[], $21::float8[])
+    $20::float8[], $21::float8[], $22::float8[], $23::bigint[])
 ON CONFLICT (node, seq, ts_ms) DO NOTHING";
 
 const JOB_COLS: &str = "node, job_id, seq, name, user_name, uid, ncpus, cpus, mem_limit, \
     submitted_ms, started_ms, ended_ms, end_reason, exit_status, end_class, queued_ms, running_ms, \
     backfill_ms, frozen_ms, freezes, cpu_user_usec, cpu_system_usec, mem_peak, swap_peak, \
-    io_rbytes, io_wbytes, procs_total, threads_total, procs_max, threads_max, samples, shipped_ms";
+    io_rbytes, io_wbytes, procs_total, threads_total, procs_max, threads_max, samples, shipped_ms, \
+    gpu_util_mean, gpu_util_max, gpu_mem_peak";
 
 /// One finished job as the central store holds it.
 #[derive(Clone, Debug, PartialEq)]
@@ -268,7 +279,8 @@ impl Central {
         let insert = tx.prepare(INSERT_SAMPLES).map_err(err)?;
         for (j, s, samples) in jobs {
             let cpus = j.cpus.to_string();
-            let params: [&(dyn ToSql + Sync); 32] = [
+            let gpu_mem_peak = s.gpu_mem_peak.map(to_i64);
+            let params: [&(dyn ToSql + Sync); 35] = [
                 &s.node,
                 &j.job_id,
                 &j.seq,
@@ -301,6 +313,9 @@ impl Central {
                 &(s.threads_max as i64),
                 &(s.samples as i64),
                 &now_ms,
+                &s.gpu_util_mean,
+                &s.gpu_util_max,
+                &gpu_mem_peak,
             ];
             tx.execute(&upsert, &params).map_err(err)?;
             insert_samples(&mut tx, &insert, &s.node, j.seq, samples).map_err(err)?;
@@ -404,7 +419,7 @@ impl Central {
                 "SELECT ts_ms, state, cpu_user_usec, cpu_system_usec, mem_current, mem_peak,
                         mem_anon, mem_file, swap, io_rbytes, io_wbytes, procs, threads,
                         psi_cpu_some, psi_cpu_full, psi_mem_some, psi_mem_full, psi_io_some,
-                        psi_io_full
+                        psi_io_full, gpu_util, gpu_mem
                  FROM pjw_samples WHERE node = $1 AND seq = $2 ORDER BY ts_ms",
                 &[&node, &seq],
             )
@@ -435,6 +450,8 @@ impl Central {
                 psi_mem_full: r.get(16),
                 psi_io_some: r.get(17),
                 psi_io_full: r.get(18),
+                gpu_util: r.get(19),
+                gpu_mem: u(r, 20),
             })
             .collect())
     }
@@ -482,11 +499,14 @@ fn insert_samples(
         fcol(&|x| x.psi_mem_full),
         fcol(&|x| x.psi_io_some),
         fcol(&|x| x.psi_io_full),
+        fcol(&|x| x.gpu_util),
     ];
+    let gpu_mem = col(&|x| x.gpu_mem);
     let node = node.to_string();
     let mut p: Vec<&(dyn ToSql + Sync)> = vec![&node, &seq, &ts, &state];
     p.extend(cols.iter().map(|c| c as &(dyn ToSql + Sync)));
     p.extend(fcols.iter().map(|c| c as &(dyn ToSql + Sync)));
+    p.push(&gpu_mem);
     tx.execute(insert, &p)?;
     Ok(())
 }
@@ -521,6 +541,9 @@ fn job_from_row(r: &postgres::Row) -> CentralJob {
     summary.threads_max = u32_(29);
     summary.samples = u32_(30);
     summary.shipped_at = Some(r.get(31));
+    summary.gpu_util_mean = r.get(32);
+    summary.gpu_util_max = r.get(33);
+    summary.gpu_mem_peak = ou(34);
     CentralJob {
         node,
         job_id: r.get(1),

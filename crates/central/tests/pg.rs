@@ -277,3 +277,61 @@ fn live_samples_ship_incrementally_and_never_twice() {
     );
     assert_eq!(c.jobs(&CentralFilter::default()).unwrap().len(), 1);
 }
+
+/// The tables as pjw created them before GPU readings (NVML) were shipped: no GPU columns.
+const SCHEMA_BEFORE_GPUS: &str = include_str!("fixtures/schema-before-gpus.sql");
+
+#[test]
+fn gpu_figures_ship_and_older_tables_get_their_columns() {
+    require_pg!();
+    let pg = PgServer::start();
+    let mut old = postgres::Client::connect(&pg.url(), postgres::NoTls).unwrap();
+    old.batch_execute(SCHEMA_BEFORE_GPUS).unwrap();
+    drop(old);
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path()).unwrap();
+    // A GPU job: two samples with readings, one without (NVML had none that tick).
+    let seq = running(&mut store, "g1", "alice", 1001);
+    let mut series = samples(seq, 1, 3);
+    series[0].gpu_util = Some(40.0);
+    series[0].gpu_mem = Some(2 << 30);
+    series[1].gpu_util = Some(80.0);
+    series[1].gpu_mem = Some(6 << 30);
+    store.insert_samples(&series).unwrap();
+    let mut s = JobSummary::new(seq, "n1", EndClass::Completed);
+    s.samples = 3;
+    s.gpu_util_mean = Some(60.0);
+    s.gpu_util_max = Some(80.0);
+    s.gpu_mem_peak = Some(6 << 30);
+    store.finish_job(9_000, "exited", &s).unwrap();
+    let cpu_job = finish(&mut store, "c1", "bob", 1002, "n1");
+    // First contact adds the columns to the old tables; a second contact changes nothing.
+    let mut c = Central::connect(&pg.url()).unwrap();
+    drop(Central::connect(&pg.url()).unwrap());
+    assert_eq!(
+        pjw_central::ship_pending(&mut store, &mut c, &cfg(&pg.url())).unwrap(),
+        2
+    );
+    let jobs = c.jobs(&CentralFilter::default()).unwrap();
+    let g = &jobs.iter().find(|j| j.seq == seq).unwrap().summary;
+    assert_eq!(
+        (g.gpu_util_mean, g.gpu_util_max, g.gpu_mem_peak),
+        (Some(60.0), Some(80.0), Some(6 << 30))
+    );
+    let plain = &jobs.iter().find(|j| j.seq == cpu_job).unwrap().summary;
+    assert_eq!(
+        (plain.gpu_util_mean, plain.gpu_util_max, plain.gpu_mem_peak),
+        (None, None, None)
+    );
+    let back = c.samples("n1", seq).unwrap();
+    assert_eq!(
+        back.iter()
+            .map(|x| (x.gpu_util, x.gpu_mem))
+            .collect::<Vec<_>>(),
+        [
+            (Some(40.0), Some(2 << 30)),
+            (Some(80.0), Some(6 << 30)),
+            (None, None)
+        ]
+    );
+}

@@ -273,6 +273,23 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
         let held = if j.gpus.is_empty() { "-" } else { &j.gpus };
         rows.insert(1, ("GPUs", format!("{} ({held})", j.ngpus)));
     }
+    // GPU readings (NVML), only for jobs that have them: after the memory rows.
+    let at = rows
+        .iter()
+        .position(|r| r.0 == "Peak swap")
+        .map_or(rows.len(), |i| i + 1);
+    if let Some(mem) = j.gpu_mem_peak {
+        rows.insert(at, ("GPU memory", format!("{} at most", size(mem))));
+    }
+    if let (Some(mean), Some(max)) = (j.gpu_util_mean, j.gpu_util_max) {
+        rows.insert(
+            at,
+            (
+                "GPU utilisation",
+                format!("{mean:.1}% mean, {max:.1}% at most"),
+            ),
+        );
+    }
     if let Some(io) = &j.io {
         rows.push(("I/O settings", printable(io, 200).into_owned()));
     }
@@ -452,7 +469,7 @@ fn o<T: ToString>(v: Option<T>) -> String {
 pub fn render_csv(jobs: &[JobReport], series: bool, processes: bool) -> String {
     let mut out = String::new();
     if series {
-        out.push_str("job,ts_ms,state,cpu_user_usec,cpu_system_usec,mem_current,mem_peak,mem_anon,mem_file,swap,io_rbytes,io_wbytes,procs,threads,psi_cpu_some,psi_cpu_full,psi_mem_some,psi_mem_full,psi_io_some,psi_io_full\n");
+        out.push_str("job,ts_ms,state,cpu_user_usec,cpu_system_usec,mem_current,mem_peak,mem_anon,mem_file,swap,io_rbytes,io_wbytes,procs,threads,psi_cpu_some,psi_cpu_full,psi_mem_some,psi_mem_full,psi_io_some,psi_io_full,gpu_util,gpu_mem\n");
         for j in jobs {
             for p in &j.series {
                 out.push_str(&csv_line(&[
@@ -476,6 +493,8 @@ pub fn render_csv(jobs: &[JobReport], series: bool, processes: bool) -> String {
                     o(p.psi_mem_full),
                     o(p.psi_io_some),
                     o(p.psi_io_full),
+                    o(p.gpu_util),
+                    o(p.gpu_mem),
                 ]));
             }
         }
@@ -498,7 +517,7 @@ pub fn render_csv(jobs: &[JobReport], series: bool, processes: bool) -> String {
         }
         return out;
     }
-    out.push_str("job,user,uid,name,node,state,end,exit_status,end_reason,ncpus,cpus,mem_limit,submitted_ms,started_ms,ended_ms,queued_ms,running_ms,backfill_ms,frozen_ms,freezes,cpu_user_usec,cpu_system_usec,efficiency,mem_peak,swap_peak,io_rbytes,io_wbytes,procs_total,procs_max,threads_total,threads_max,samples\n");
+    out.push_str("job,user,uid,name,node,state,end,exit_status,end_reason,ncpus,cpus,mem_limit,submitted_ms,started_ms,ended_ms,queued_ms,running_ms,backfill_ms,frozen_ms,freezes,cpu_user_usec,cpu_system_usec,efficiency,mem_peak,swap_peak,io_rbytes,io_wbytes,procs_total,procs_max,threads_total,threads_max,samples,gpu_util_mean,gpu_util_max,gpu_mem_peak\n");
     for j in jobs {
         out.push_str(&csv_line(&[
             j.id.clone(),
@@ -533,6 +552,9 @@ pub fn render_csv(jobs: &[JobReport], series: bool, processes: bool) -> String {
             o(j.threads_total),
             j.threads_max.to_string(),
             j.samples.to_string(),
+            o(j.gpu_util_mean),
+            o(j.gpu_util_max),
+            o(j.gpu_mem_peak),
         ]));
     }
     out
@@ -590,6 +612,9 @@ mod tests {
             procs_max: 2,
             threads_max: 2,
             samples: 3,
+            gpu_util_mean: None,
+            gpu_util_max: None,
+            gpu_mem_peak: None,
             series: vec![
                 SeriesPoint {
                     ts_ms: T0 + 2_000,
@@ -699,7 +724,20 @@ JOB  USER   NAME   NODE  STATE    END        EXIT  SUBMITTED                  CP
             text.contains("(0-1)\n  GPUs            2 (1,3)\n"),
             "{text}"
         );
-        assert!(!render_job(&job(), &utc()).contains("GPUs"));
+        assert!(!render_job(&job(), &utc()).contains("GPU"));
+        // With NVML readings: utilisation and memory after the memory rows, and in the CSV.
+        g.gpu_util_mean = Some(62.5);
+        g.gpu_util_max = Some(97.0);
+        g.gpu_mem_peak = Some(6 << 30);
+        let text = render_job(&g, &utc());
+        assert!(
+            text.contains(
+                "  Peak swap       0B\n  GPU utilisation 62.5% mean, 97.0% at most\n  GPU memory      6G at most\n"
+            ),
+            "{text}"
+        );
+        let csv = render_csv(&[g], false, false);
+        assert!(csv.ends_with(",3,62.5,97,6442450944\n"), "{csv}");
         // A node that does not count I/O says so instead of showing 0.
         b.io_counted = Some(false);
         let text = render_table(&[b.clone()], false, false, &utc());
@@ -728,13 +766,13 @@ JOB  USER   NAME   NODE  STATE    END        EXIT  SUBMITTED                  CP
         assert_eq!(lines.len(), 2);
         assert_eq!(
             lines[1],
-            "12,alice,1000,steps,n1,ended,completed,0,\"killed by \"\"bob\"\", at last\",2,0-1,,1795323600000,1795323601000,1795323611000,1000,10000,0,2000,1,4000000,1000000,0.2500,314572800,0,4096,512,26,2,26,2,3"
+            "12,alice,1000,steps,n1,ended,completed,0,\"killed by \"\"bob\"\", at last\",2,0-1,,1795323600000,1795323601000,1795323611000,1000,10000,0,2000,1,4000000,1000000,0.2500,314572800,0,4096,512,26,2,26,2,3,,,"
         );
         assert_eq!(lines[0].split(',').count(), lines[1].split(',').count() - 1); // one quoted comma
         let s = render_csv(&[j.clone()], true, false);
         assert_eq!(
             s.lines().nth(2).unwrap(),
-            "12,1795323604000,running,2000000,500000,209715200,209715200,,,,,,2,,1.5,,,,,"
+            "12,1795323604000,running,2000000,500000,209715200,209715200,,,,,,2,,1.5,,,,,,,"
         );
         let p = render_csv(&[j], false, true);
         assert_eq!(

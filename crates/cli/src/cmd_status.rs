@@ -181,6 +181,8 @@ mod tests {
             gpus: GpuSet::parse_list(gpus).unwrap(),
             gpu_env: Vec::new(),
             io: None,
+            gpu_util: None,
+            gpu_mem: None,
         }
     }
 

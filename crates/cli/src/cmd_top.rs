@@ -485,6 +485,8 @@ mod tests {
             gpus: Default::default(),
             gpu_env: Vec::new(),
             io: None,
+            gpu_util: None,
+            gpu_mem: None,
         }
     }
 

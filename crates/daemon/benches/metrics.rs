@@ -33,6 +33,8 @@ fn snapshot(n: usize) -> Snapshot {
                 io_rbytes: None,
                 io_wbytes: None,
                 io: Default::default(),
+                gpu_util: None,
+                gpu_mem: None,
             })
             .collect(),
         store_write_errors: 0,

@@ -48,6 +48,9 @@ pub fn job_report(j: &CentralJob) -> JobReport {
         procs_max: s.procs_max,
         threads_max: s.threads_max,
         samples: s.samples,
+        gpu_util_mean: s.gpu_util_mean,
+        gpu_util_max: s.gpu_util_max,
+        gpu_mem_peak: s.gpu_mem_peak,
         ..JobReport::default()
     }
 }

@@ -151,6 +151,9 @@ pub struct Engine {
     gpus: pjw_core::Gpus,
     /// Whether jobs are fenced off the GPUs they were not given (v1 devices controller).
     gpus_fenced: bool,
+    /// The NVML thread's latest GPU readings ([`Engine::set_gpu_sampler`]); None: no NVML
+    /// sampling (`[gpus] nvml = false`, or no NVIDIA GPU with a PCI address).
+    gpu_sampler: Option<crate::gpu_stats::GpuSampler>,
     /// The thread balancer's thread ([`Engine::set_binder`]); None: no balancing.
     binder: Option<crate::bind::Binder>,
     /// The next generated job number: read from the store once, taken with each job's
@@ -265,6 +268,7 @@ impl Engine {
             clock: Box::new(SystemClock),
             gpus: pjw_core::Gpus::none(),
             gpus_fenced: false,
+            gpu_sampler: None,
             binder: None,
             next_number: None,
         }
@@ -294,6 +298,11 @@ impl Engine {
         let w = Writer::spawn(self.store.path().to_path_buf()).map_err(|e| e.to_string())?;
         self.writer = Some(w);
         Ok(())
+    }
+
+    /// Fold the NVML thread's latest readings into GPU jobs' samples (and poke it each tick).
+    pub fn set_gpu_sampler(&mut self, s: crate::gpu_stats::GpuSampler) {
+        self.gpu_sampler = Some(s);
     }
 
     /// The profile writer's failed writes so far (for metrics).

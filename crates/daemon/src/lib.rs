@@ -11,6 +11,7 @@ pub mod cgroup_port;
 pub mod clock;
 pub mod config;
 pub mod engine;
+pub mod gpu_stats;
 pub mod gpus;
 pub mod ipc_scrub;
 pub mod metrics;
@@ -321,6 +322,15 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     );
     if let Some(kind) = partition {
         eng.enable_partitions(kind);
+    }
+    // GPU utilisation and memory: NVML on its own thread, loaded there (absent: one info line).
+    let readable = gpu_stats::readable(&node_gpus);
+    if cfg.gpus.nvml && !readable.is_empty() {
+        let open = || gpu_stats::Nvml::init().map(|n| Box::new(n) as Box<dyn gpu_stats::GpuStats>);
+        match gpu_stats::GpuSampler::spawn(open, readable) {
+            Ok(s) => eng.set_gpu_sampler(s),
+            Err(e) => warn!(error = %e, "cannot start the NVML thread; no GPU utilisation samples"),
+        }
     }
     eng.set_gpus(node_gpus, gpus_fenced);
     // Thread balancing: its own thread reads /proc and calls sched_setaffinity, off the engine.

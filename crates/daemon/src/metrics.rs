@@ -165,6 +165,10 @@ pub struct JobSnap {
     pub io_wbytes: Option<u64>,
     /// Its I/O weight and limits.
     pub io: pjw_core::io_limits::JobIo,
+    /// From the latest sample (NVML): mean utilisation of its GPUs (percent) and their used
+    /// memory (bytes); None without a reading.
+    pub gpu_util: Option<f64>,
+    pub gpu_mem: Option<u64>,
 }
 
 /// The engine's answer to a scrape: in-memory state only.
@@ -236,6 +240,8 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
     let mem: Family<JobLabels, Gauge> = Family::default();
     let state: Family<JobStateLabels, Gauge> = Family::default();
     let gpu: Family<JobGpuLabels, Gauge> = Family::default();
+    let gpu_util: Family<JobLabels, Gauge<f64, AtomicU64>> = Family::default();
+    let gpu_mem: Family<JobLabels, Gauge> = Family::default();
     for j in &snap.jobs {
         for g in j.gpus.iter() {
             gpu.get_or_create(&JobGpuLabels {
@@ -249,6 +255,14 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
             job: j.id.clone(),
             user: j.user.clone(),
         };
+        if let Some(u) = j.gpu_util {
+            gpu_util.get_or_create(&labels).set(u);
+        }
+        if let Some(b) = j.gpu_mem {
+            gpu_mem
+                .get_or_create(&labels)
+                .set(b.min(i64::MAX as u64) as i64);
+        }
         state
             .get_or_create(&JobStateLabels {
                 job: j.id.clone(),
@@ -293,6 +307,17 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         "job_gpu",
         "A GPU the job holds (1 per GPU; gpu is pjw's id, as in PJW_GPUS)",
         gpu,
+    );
+    reg.register(
+        "job_gpu_utilisation_percent",
+        "Mean utilisation of the job's GPUs in the latest sample (NVML)",
+        gpu_util,
+    );
+    reg.register_with_unit(
+        "job_gpu_memory",
+        "GPU memory the job's GPUs use, summed, in the latest sample (NVML)",
+        Unit::Bytes,
+        gpu_mem,
     );
     reg.register(
         "governor_actions",
@@ -415,6 +440,8 @@ mod tests {
                     io_rbytes: Some(4096),
                     io_wbytes: None,
                     io: pjw_core::io_limits::JobIo::parse("weight=50; 254:0 rbps=1M").unwrap(),
+                    gpu_util: Some(37.5),
+                    gpu_mem: Some(3 << 30),
                 },
                 JobSnap {
                     id: "8".into(),
@@ -427,6 +454,8 @@ mod tests {
                     io_rbytes: None,
                     io_wbytes: None,
                     io: Default::default(),
+                    gpu_util: None,
+                    gpu_mem: None,
                 },
             ],
             store_write_errors: 2,
@@ -442,6 +471,8 @@ mod tests {
             "pjw_node_free_gpus 2",
             "pjw_job_gpu{job=\"7\",user=\"alice\",gpu=\"1\"} 1",
             "pjw_job_gpu{job=\"7\",user=\"alice\",gpu=\"3\"} 1",
+            "pjw_job_gpu_utilisation_percent{job=\"7\",user=\"alice\"} 37.5",
+            "pjw_job_gpu_memory_bytes{job=\"7\",user=\"alice\"} 3221225472",
             "pjw_job_cpu_seconds_total{job=\"7\",user=\"alice\"} 2.5",
             "pjw_job_memory_bytes{job=\"7\",user=\"alice\"} 314572800",
             "pjw_job_io_read_bytes_total{job=\"7\",user=\"alice\"} 4096",
@@ -455,6 +486,9 @@ mod tests {
         ] {
             assert!(page.contains(want), "{want:?} missing from\n{page}");
         }
+        // A job without a GPU reading has no GPU utilisation or memory line.
+        assert!(!page.contains("pjw_job_gpu_utilisation_percent{job=\"8\""));
+        assert!(!page.contains("pjw_job_gpu_memory_bytes{job=\"8\""));
         assert!(page.ends_with("# EOF\n"));
         let classic = to_classic(&page);
         for want in [

@@ -59,6 +59,12 @@ pub struct JobProf {
     pub procs_max: u32,
     pub threads_max: u32,
     pub samples: u32,
+    /// GPU readings (NVML) over the samples that had one: their sum and count (for the mean),
+    /// the highest utilisation and the most memory.
+    pub gpu_util_sum: f64,
+    pub gpu_util_n: u32,
+    pub gpu_util_max: Option<f64>,
+    pub gpu_mem_peak: Option<u64>,
     /// Exit status of the main process, once the process events told it.
     pub exit_status: Option<i32>,
 }
@@ -104,6 +110,14 @@ impl JobProf {
         self.swap_peak = self.swap_peak.max(s.swap.unwrap_or(0));
         self.procs_max = self.procs_max.max(s.procs.unwrap_or(0));
         self.threads_max = self.threads_max.max(s.threads.unwrap_or(0));
+        if let Some(u) = s.gpu_util {
+            self.gpu_util_sum += u;
+            self.gpu_util_n += 1;
+            self.gpu_util_max = Some(self.gpu_util_max.map_or(u, |m| m.max(u)));
+        }
+        if let Some(m) = s.gpu_mem {
+            self.gpu_mem_peak = Some(self.gpu_mem_peak.map_or(m, |p| p.max(m)));
+        }
         self.last = Some(s.clone());
     }
 
@@ -143,6 +157,9 @@ impl JobProf {
         }
         s.threads_max = s.threads_max.max(s.procs_max);
         s.samples = self.samples;
+        s.gpu_util_mean = (self.gpu_util_n > 0).then(|| self.gpu_util_sum / self.gpu_util_n as f64);
+        s.gpu_util_max = self.gpu_util_max;
+        s.gpu_mem_peak = self.gpu_mem_peak;
         s
     }
 }
@@ -224,6 +241,9 @@ pub fn read_sample(
         psi_mem_full: pm.and_then(|p| p.full).map(|f| f.avg10),
         psi_io_some: pi.map(|p| p.some.avg10),
         psi_io_full: pi.and_then(|p| p.full).map(|f| f.avg10),
+        // Filled by the engine from the NVML thread's latest readings.
+        gpu_util: None,
+        gpu_mem: None,
     }
 }
 

@@ -103,6 +103,8 @@ pub(crate) fn point(s: &Sample) -> SeriesPoint {
         psi_mem_full: s.psi_mem_full,
         psi_io_some: s.psi_io_some,
         psi_io_full: s.psi_io_full,
+        gpu_util: s.gpu_util,
+        gpu_mem: s.gpu_mem,
     }
 }
 
@@ -178,6 +180,9 @@ pub fn job_report(
             r.procs_max = s.procs_max;
             r.threads_max = s.threads_max;
             r.samples = s.samples;
+            r.gpu_util_mean = s.gpu_util_mean;
+            r.gpu_util_max = s.gpu_util_max;
+            r.gpu_mem_peak = s.gpu_mem_peak;
         }
         None => {
             // Ended before pjw recorded profiles: what the record tells.

@@ -354,6 +354,12 @@ pub struct JobInfo {
     /// the kernel's defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io: Option<String>,
+    /// At `sampled_ms`, from NVML: the mean utilisation of its GPUs (percent) and their used
+    /// memory (bytes); absent without a GPU reading (no GPUs, no NVML, or an older daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_util: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_mem: Option<u64>,
 }
 
 /// The node as `pjw status` shows it.
@@ -682,8 +688,19 @@ mod tests {
         assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), with);
         let bare = serde_json::to_string(&j).unwrap();
         assert!(
-            !bare.contains("cpu_usec") && !bare.contains("sampled_ms") && !bare.contains("gpus"),
+            !bare.contains("cpu_usec") && !bare.contains("sampled_ms") && !bare.contains("gpu"),
             "{bare}"
         );
+        let nvml = JobInfo {
+            gpu_util: Some(62.5),
+            gpu_mem: Some(1 << 30),
+            ..gpu
+        };
+        let text = serde_json::to_string(&nvml).unwrap();
+        assert!(
+            text.contains(r#""gpu_util":62.5,"gpu_mem":1073741824"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), nvml);
     }
 }

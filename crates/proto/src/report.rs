@@ -88,6 +88,12 @@ pub struct SeriesPoint {
     pub psi_mem_full: Option<f64>,
     pub psi_io_some: Option<f64>,
     pub psi_io_full: Option<f64>,
+    /// The job's GPUs (NVML): mean utilisation (percent) and used memory summed (bytes); absent
+    /// without GPUs or without NVML.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_util: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_mem: Option<u64>,
 }
 
 /// One process of a job at one sample (`profile.processes = N`).
@@ -170,6 +176,14 @@ pub struct JobReport {
     pub threads_max: u32,
     /// Samples recorded.
     pub samples: u32,
+    /// GPU utilisation (percent) over the samples that had a reading (NVML): mean and highest;
+    /// the most GPU memory used at once (bytes). Absent for jobs without GPU readings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_util_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_util_max: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_mem_peak: Option<u64>,
     /// The series (with `series`), oldest first.
     #[serde(default)]
     pub series: Vec<SeriesPoint>,

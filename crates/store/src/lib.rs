@@ -5,7 +5,7 @@
 //! are held. Times are passed in by the caller (milliseconds since the Unix epoch); the store
 //! reads no clock.
 //!
-//! # Schema (versions 1 to 8)
+//! # Schema (versions 1 to 9)
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);   -- 'next_job_number'
 //! CREATE TABLE jobs (
@@ -78,6 +78,12 @@
 //!     seq  INTEGER PRIMARY KEY,   -- jobs.seq
 //!     mode TEXT NOT NULL          -- 'threads' | 'cores' | 'none'
 //! );
+//! -- version 9: GPU utilisation and memory from NVML (NULL without GPUs or without NVML)
+//! ALTER TABLE samples ADD COLUMN gpu_util REAL;              -- mean % over the job's GPUs
+//! ALTER TABLE samples ADD COLUMN gpu_mem INTEGER;            -- bytes used, summed over them
+//! ALTER TABLE job_summary ADD COLUMN gpu_util_mean REAL;     -- over the samples with a reading
+//! ALTER TABLE job_summary ADD COLUMN gpu_util_max REAL;
+//! ALTER TABLE job_summary ADD COLUMN gpu_mem_peak INTEGER;
 //! ```
 //! A new job's row and its side rows are written in one transaction ([`Store::submit_job`]), and
 //! so is its start ([`Store::start_job`]): a launch is three transactions with its end.
@@ -109,7 +115,7 @@ use pjw_core::{CpuSet, GpuSet};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -227,6 +233,13 @@ const MIGRATIONS: &[&str] = &[
          seq  INTEGER PRIMARY KEY,
          mode TEXT NOT NULL
      );",
+    // 9: per-job GPU utilisation and memory, sampled through NVML (nullable: most jobs and
+    // most nodes have none).
+    "ALTER TABLE samples ADD COLUMN gpu_util REAL;
+     ALTER TABLE samples ADD COLUMN gpu_mem INTEGER;
+     ALTER TABLE job_summary ADD COLUMN gpu_util_mean REAL;
+     ALTER TABLE job_summary ADD COLUMN gpu_util_max REAL;
+     ALTER TABLE job_summary ADD COLUMN gpu_mem_peak INTEGER;",
 ];
 
 /// What a job started through `pjw run --user/--from-env/--tmp` has beyond [`JobRecord`].

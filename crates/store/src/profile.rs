@@ -81,6 +81,11 @@ pub struct Sample {
     pub psi_mem_full: Option<f64>,
     pub psi_io_some: Option<f64>,
     pub psi_io_full: Option<f64>,
+    /// The job's GPUs (NVML, schema 9): the mean utilisation (percent) of those with a reading,
+    /// and the sum of their used memory (bytes). None: the job holds no GPU, or NVML is absent
+    /// or had no reading of any of them.
+    pub gpu_util: Option<f64>,
+    pub gpu_mem: Option<u64>,
 }
 
 /// One process of a job at one tick (`profile.processes = N`: the top N by CPU and memory).
@@ -181,6 +186,11 @@ pub struct JobSummary {
     pub threads_max: u32,
     /// Samples taken.
     pub samples: u32,
+    /// GPU utilisation (percent) over the samples that had one: mean and highest; peak GPU
+    /// memory used (bytes). None: no sample had a GPU reading (schema 9).
+    pub gpu_util_mean: Option<f64>,
+    pub gpu_util_max: Option<f64>,
+    pub gpu_mem_peak: Option<u64>,
     /// When it was shipped to the central store (ms since epoch); None: not yet.
     pub shipped_at: Option<i64>,
 }
@@ -210,6 +220,9 @@ impl JobSummary {
             procs_max: 0,
             threads_max: 0,
             samples: 0,
+            gpu_util_mean: None,
+            gpu_util_max: None,
+            gpu_mem_peak: None,
             shipped_at: None,
         }
     }
@@ -252,11 +265,12 @@ pub struct Pruned {
 
 const SAMPLE_COLS: &str = "seq, ts_ms, state, cpu_user_usec, cpu_system_usec, mem_current, mem_peak, mem_anon, \
      mem_file, swap, io_rbytes, io_wbytes, procs, threads, psi_cpu_some, psi_cpu_full, psi_mem_some, \
-     psi_mem_full, psi_io_some, psi_io_full";
+     psi_mem_full, psi_io_some, psi_io_full, gpu_util, gpu_mem";
 
 const SUMMARY_COLS: &str = "seq, node, exit_status, end_class, queued_ms, running_ms, backfill_ms, frozen_ms, \
      freezes, cpu_user_usec, cpu_system_usec, mem_peak, swap_peak, io_rbytes, io_wbytes, procs_total, \
-     threads_total, procs_max, threads_max, samples, shipped_at, counts_exact";
+     threads_total, procs_max, threads_max, samples, shipped_at, counts_exact, gpu_util_mean, gpu_util_max, \
+     gpu_mem_peak";
 
 fn opt_u64(v: Option<u64>) -> Option<i64> {
     v.map(|x| x.min(i64::MAX as u64) as i64)
@@ -290,6 +304,8 @@ fn sample_from_row(r: &Row) -> rusqlite::Result<Sample> {
         psi_mem_full: r.get(17)?,
         psi_io_some: r.get(18)?,
         psi_io_full: r.get(19)?,
+        gpu_util: r.get(20)?,
+        gpu_mem: get_u64(r, 21)?,
     })
 }
 
@@ -321,6 +337,9 @@ fn summary_from_row(r: &Row, off: usize) -> rusqlite::Result<Option<JobSummary>>
         samples: r.get(off + 19)?,
         shipped_at: r.get(off + 20)?,
         counts_exact: r.get(off + 21)?,
+        gpu_util_mean: r.get(off + 22)?,
+        gpu_util_max: r.get(off + 23)?,
+        gpu_mem_peak: get_u64(r, off + 24)?,
     }))
 }
 
@@ -329,7 +348,7 @@ fn insert_summary(tx: &rusqlite::Connection, s: &JobSummary) -> rusqlite::Result
         tx,
         &format!(
             "INSERT OR REPLACE INTO job_summary ({SUMMARY_COLS})
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)"
         ),
         params![
             s.seq,
@@ -354,6 +373,9 @@ fn insert_summary(tx: &rusqlite::Connection, s: &JobSummary) -> rusqlite::Result
             s.samples,
             s.shipped_at,
             s.counts_exact,
+            s.gpu_util_mean,
+            s.gpu_util_max,
+            opt_u64(s.gpu_mem_peak),
         ],
     )?;
     Ok(())
@@ -379,7 +401,7 @@ impl Store {
             let mut st = tx
                 .prepare_cached(&format!(
                     "INSERT OR REPLACE INTO samples ({SAMPLE_COLS})
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
                 ))
                 .map_err(err)?;
             for s in batch {
@@ -404,6 +426,8 @@ impl Store {
                     s.psi_mem_full,
                     s.psi_io_some,
                     s.psi_io_full,
+                    s.gpu_util,
+                    opt_u64(s.gpu_mem),
                 ])
                 .map_err(err)?;
             }

@@ -111,3 +111,46 @@ fn gpus_round_trip(s: &Store, old: i64, other: i64) {
     assert_eq!(s.gpus(other).unwrap(), Some((2, held)));
     assert_eq!(s.gpus(old).unwrap(), None);
 }
+
+#[test]
+fn upgrades_a_version_8_database_with_gpu_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = fixture(dir.path(), include_str!("fixtures/v8.sql"));
+    let mut s = Store::open_file(&path).unwrap();
+    assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    // Old rows keep their figures and have no GPU readings.
+    let old = s.samples(1, None).unwrap();
+    assert_eq!(old.len(), 2);
+    assert_eq!(old[1].cpu_user_usec, Some(900));
+    assert!(old
+        .iter()
+        .all(|x| x.gpu_util.is_none() && x.gpu_mem.is_none()));
+    let sum = s.summary(1).unwrap().unwrap();
+    assert_eq!((sum.mem_peak, sum.samples), (2 << 20, 2));
+    assert_eq!(
+        (sum.gpu_util_mean, sum.gpu_util_max, sum.gpu_mem_peak),
+        (None, None, None)
+    );
+    // New samples and the summary of the GPU job carry them.
+    let new = Sample {
+        seq: 2,
+        ts_ms: 8000,
+        state: Some(SampleState::Running),
+        gpu_util: Some(62.5),
+        gpu_mem: Some(3 << 30),
+        ..Sample::default()
+    };
+    s.insert_samples(std::slice::from_ref(&new)).unwrap();
+    assert_eq!(s.samples(2, Some(8000)).unwrap(), vec![new]);
+    let mut fin = JobSummary::new(2, "node1", EndClass::Completed);
+    fin.gpu_util_mean = Some(40.0);
+    fin.gpu_util_max = Some(62.5);
+    fin.gpu_mem_peak = Some(3 << 30);
+    s.finish_job(9000, "exited", &fin).unwrap();
+    assert_eq!(s.summary(2).unwrap().unwrap(), fin);
+    // Opening again is a no-op.
+    drop(s);
+    let s = Store::open_file(&path).unwrap();
+    assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(s.samples(2, None).unwrap().len(), 2);
+}

@@ -14,6 +14,7 @@ use super::{ConfigError, Errs};
 #[serde(deny_unknown_fields)]
 pub struct RawGpus {
     pub discover: Option<bool>,
+    pub nvml: Option<bool>,
     pub reserve_cores_per_gpu: Option<u32>,
     pub locality: Option<String>,
     pub require_wait_secs: Option<u64>,
@@ -50,6 +51,9 @@ pub struct DeclaredGpu {
 pub struct GpuConfig {
     /// Read the GPUs from sysfs and `/dev` (ignored when `declared` is not empty).
     pub discover: bool,
+    /// Sample each NVIDIA GPU job's utilisation and memory through NVML (loaded at run time;
+    /// nothing is sampled where it is absent).
+    pub nvml: bool,
     /// Cores of each free GPU's local CPUs that CPU-only jobs may not take.
     pub reserve_cores_per_gpu: u32,
     /// Whether a GPU job may start with CPUs not local to its GPUs (`prefer`) or waits for
@@ -68,6 +72,7 @@ impl Default for GpuConfig {
     fn default() -> GpuConfig {
         GpuConfig {
             discover: true,
+            nvml: true,
             reserve_cores_per_gpu: 0,
             locality: Locality::Prefer,
             require_wait_secs: DEFAULT_REQUIRE_WAIT_SECS,
@@ -194,6 +199,7 @@ pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
     }
     Ok(GpuConfig {
         discover: g.discover.unwrap_or(true),
+        nvml: g.nvml.unwrap_or(true),
         reserve_cores_per_gpu: reserve,
         locality,
         require_wait_secs,
@@ -220,6 +226,10 @@ mod tests {
         assert_eq!(c.gpus.require_wait_secs, 600);
         assert!(c.gpus.declared.is_empty());
         assert_eq!(c.dev_root, std::path::PathBuf::from("/dev"));
+        // NVML sampling is on unless turned off (it costs nothing where NVML is absent).
+        assert!(c.gpus.nvml);
+        assert!(!parse("[gpus]\nnvml = false\n").unwrap().gpus.nvml);
+        assert!(parse("[gpus]\nnvml = \"yes\"\n").is_err());
     }
 
     #[test]

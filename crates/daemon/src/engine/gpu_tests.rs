@@ -422,3 +422,84 @@ async fn the_configured_gpu_locality_reaches_the_planner() {
         );
     }
 }
+
+/// NVML's readings reach GPU jobs' samples, summaries and metrics: job 7 on GPUs 0 and 1 (1 has
+/// no reading), job 8 on GPU 2, job 9 on none. Without the NVML thread nothing is filled.
+#[tokio::test(flavor = "current_thread")]
+async fn nvml_readings_are_folded_into_gpu_jobs_samples() {
+    use crate::gpu_stats::tests::sampler_with;
+    const GIB: u64 = 1 << 30;
+    let mut t = TestEngine::recording(FakeCgroups::default());
+    t.engine.set_gpus(node_gpus(), false);
+    for (id, gpus) in [("7", Some(vec![0, 1])), ("8", Some(vec![2])), ("9", None)] {
+        let r = register(&mut t, id, 1, gpus);
+        assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    }
+    let figures = |t: &TestEngine| {
+        let mut v: Vec<(String, Option<f64>, Option<u64>)> = t
+            .engine
+            .metrics_snapshot()
+            .jobs
+            .into_iter()
+            .map(|j| (j.id, j.gpu_util, j.gpu_mem))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    // NVML absent: a tick fills no GPU figure.
+    t.engine.handle(Event::Sample);
+    assert!(figures(&t).iter().all(|f| f.1.is_none() && f.2.is_none()));
+    // (readings by GPU: id, util %, memory; then per job: util, memory)
+    let ticks = [
+        (
+            vec![(0, 80, 4 * GIB), (2, 20, GIB), (3, 99, 8 * GIB)],
+            [(Some(80.0), Some(4 * GIB)), (Some(20.0), Some(GIB))],
+        ),
+        (
+            vec![(0, 40, 2 * GIB), (1, 60, 6 * GIB)],
+            [(Some(50.0), Some(8 * GIB)), (None, None)],
+        ),
+    ];
+    for (i, (readings, want)) in ticks.into_iter().enumerate() {
+        t.engine.set_gpu_sampler(sampler_with(&readings));
+        t.engine.handle(Event::Sample);
+        let got = figures(&t);
+        let ids: Vec<&str> = got.iter().map(|f| f.0.as_str()).collect();
+        assert_eq!(ids, ["slurm:7", "slurm:8", "slurm:9"], "tick {i}");
+        assert_eq!((got[0].1, got[0].2), want[0], "tick {i}: job 7");
+        assert_eq!((got[1].1, got[1].2), want[1], "tick {i}: job 8");
+        assert_eq!((got[2].1, got[2].2), (None, None), "tick {i}: job 9");
+        // `status` answers with the same figures.
+        let st = t.engine.status();
+        let of = |id: &str| {
+            let j = st.jobs.iter().find(|j| j.id == id).unwrap();
+            (j.gpu_util, j.gpu_mem)
+        };
+        assert_eq!(
+            [of("slurm:7"), of("slurm:8"), of("slurm:9")],
+            [want[0], want[1], (None, None)],
+            "tick {i}: status"
+        );
+    }
+    // The summaries: mean and highest utilisation over the samples with one, peak memory.
+    let summary = |id: &str| {
+        let j = t
+            .engine
+            .jobs
+            .values()
+            .find(|j| j.id.as_str() == id)
+            .unwrap();
+        let s = j.prof.summary(
+            j.seq,
+            "n",
+            pjw_store::EndClass::Completed,
+            0,
+            &Default::default(),
+            None,
+        );
+        (s.gpu_util_mean, s.gpu_util_max, s.gpu_mem_peak)
+    };
+    assert_eq!(summary("slurm:7"), (Some(65.0), Some(80.0), Some(8 * GIB)));
+    assert_eq!(summary("slurm:8"), (Some(20.0), Some(20.0), Some(GIB)));
+    assert_eq!(summary("slurm:9"), (None, None, None));
+}

@@ -2,8 +2,10 @@
 //! statuses from process events, and answering `report` (see [`crate::profile`] and
 //! [`crate::report`]).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use pjw_core::GpuId;
 use pjw_proto::{ErrorCode, ReportQuery, Response};
 use pjw_store::{JobRecord, JobSummary, Sample};
 use proc_connector::ProcEvent;
@@ -11,6 +13,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info};
 
 use super::{err, Cred, End, Engine, Job, Who};
+use crate::gpu_stats::{self, GpuReading};
 use crate::profile::{self, JobProf, WriteOp};
 use crate::report::{self, Access, LiveJob};
 
@@ -129,6 +132,9 @@ impl Engine {
         if read_psi {
             self.last_psi_read = Some(t0);
         }
+        // The NVML thread's latest readings (a copy; the thread never holds the lock while it
+        // reads), folded into each GPU job's sample; then it is asked for the next ones.
+        let gpu_now = self.gpu_readings();
         let mut batch: Vec<Sample> = Vec::with_capacity(self.jobs.len());
         let mut jobs = 0usize;
         let mut procs = Vec::new();
@@ -151,6 +157,9 @@ impl Engine {
                 procs_now,
                 read_psi,
             );
+            if let Some(latest) = gpu_now.as_ref().filter(|_| !j.gpus.is_empty()) {
+                (s.gpu_util, s.gpu_mem) = gpu_stats::fold(&j.gpus, latest);
+            }
             if !read_psi {
                 if let Some(last) = &j.prof.last {
                     s.psi_cpu_some = last.psi_cpu_some;
@@ -178,6 +187,9 @@ impl Engine {
                 }
             }
             batch.push(s);
+        }
+        if let Some(g) = &self.gpu_sampler {
+            g.poke();
         }
         self.late_exits
             .retain(|_, (_, at)| at.elapsed() < LATE_EXIT_WAIT);
@@ -208,11 +220,21 @@ impl Engine {
         debug!(jobs, took_us = took.as_micros() as u64, "sampled");
     }
 
+    /// The NVML thread's latest readings, without those older than two sampler intervals (its
+    /// thread is stuck in the driver: no figure rather than a stale one). None: no NVML thread.
+    fn gpu_readings(&self) -> Option<BTreeMap<GpuId, GpuReading>> {
+        let max_age = Duration::from_millis(2 * self.cfg.profile.interval_ms + 1000);
+        self.gpu_sampler
+            .as_ref()
+            .map(|g| g.latest(Instant::now(), max_age))
+    }
+
     /// One sample of started job `seq` now (no PSI), kept as its last so `status` has figures
     /// for a job that has not seen a sampler tick yet (just started, or recovered). Not written
     /// to the store: the tick's samples are the series.
     pub(super) fn sample_now(&mut self, seq: i64) {
         let now = self.clock.now_ms();
+        let gpu_now = self.gpu_readings();
         let Some(j) = self.jobs.get_mut(&seq).filter(|j| j.started.is_some()) else {
             return;
         };
@@ -222,7 +244,7 @@ impl Engine {
             None
         };
         let state = j.prof_state().sample_state();
-        let s = profile::read_sample(
+        let mut s = profile::read_sample(
             self.driver.as_ref(),
             &j.cgroup,
             seq,
@@ -231,6 +253,9 @@ impl Engine {
             procs_now,
             false,
         );
+        if let Some(latest) = gpu_now.as_ref().filter(|_| !j.gpus.is_empty()) {
+            (s.gpu_util, s.gpu_mem) = gpu_stats::fold(&j.gpus, latest);
+        }
         j.prof.last = Some(s);
     }
 

@@ -66,6 +66,8 @@ impl Engine {
                     Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j)
                 },
                 io: super::io::io_info(j),
+                gpu_util: last.and_then(|s| s.gpu_util),
+                gpu_mem: last.and_then(|s| s.gpu_mem),
             }
         };
         let mut jobs: Vec<JobInfo> = self
@@ -129,6 +131,8 @@ impl Engine {
                     io_rbytes: j.prof.last.as_ref().and_then(|s| s.io_rbytes),
                     io_wbytes: j.prof.last.as_ref().and_then(|s| s.io_wbytes),
                     io: j.io.clone(),
+                    gpu_util: j.prof.last.as_ref().and_then(|s| s.gpu_util),
+                    gpu_mem: j.prof.last.as_ref().and_then(|s| s.gpu_mem),
                 })
                 .collect(),
             store_write_errors: self.writer.as_ref().map_or(0, |w| w.errors()),
