@@ -152,7 +152,7 @@ pub fn plan(
     busy.dedup();
     unpin.sort_unstable();
     unpin.dedup();
-    let mut order = fill_order(topo, job);
+    let order = fill_order(topo, job);
     let mut out = BindPlan {
         pins: BTreeMap::new(),
         unpin,
@@ -164,26 +164,58 @@ pub fn plan(
 
     let m = order.len();
     let n = busy.len();
-    let (base, extra) = (n / m, n % m);
-    // With spare CPUs (base 0), the NUMA node is part of a CPU's class only while the busy
-    // threads' pins span more nodes than the ideal placement does: then they are gathered onto
-    // fewer nodes. Otherwise a thread keeps its node, where its pages are (a lone thread left on
-    // the second node when its sibling ends is not moved away from them to "fill node 0
-    // first"), and threads to place go to the nodes already held first.
+    let base = n / m;
+    // With spare CPUs (base 0), the NUMA node is part of a CPU's class only when the busy
+    // threads would otherwise span more nodes than the ideal placement does: then they are
+    // gathered onto fewer nodes. Otherwise a thread keeps its node, where its pages are (a lone
+    // thread left on the second node when its sibling ends is not moved away from them to "fill
+    // node 0 first"), and threads to place go to the nodes already held first.
     let node_of: BTreeMap<u32, u32> = order.iter().map(|k| (k.2, k.1)).collect();
     let held: BTreeSet<u32> = busy
         .iter()
         .filter_map(|t| previous.get(t).and_then(|cpu| node_of.get(cpu)))
         .copied()
         .collect();
-    let ideal: BTreeSet<u32> = order[..n.min(m)].iter().map(|k| k.1).collect();
-    let node_class = base == 0 && held.len() > ideal.len();
-    if base == 0 && !node_class {
-        order.sort_by_key(|k| (k.0, !held.contains(&k.1), k.1, k.2));
+    let ideal = order[..n.min(m)]
+        .iter()
+        .map(|k| k.1)
+        .collect::<BTreeSet<u32>>()
+        .len();
+    if base == 0 && held.len() <= ideal {
+        let mut near = order.clone();
+        near.sort_by_key(|k| (k.0, !held.contains(&k.1), k.1, k.2));
+        let pins = assign(&near, &busy, previous, false);
+        let spans = pins
+            .values()
+            .filter_map(|cpu| node_of.get(cpu))
+            .collect::<BTreeSet<_>>()
+            .len();
+        if spans <= ideal {
+            out.pins = pins;
+            return out;
+        }
     }
+    out.pins = assign(&order, &busy, previous, true);
+    out
+}
+
+/// Place `busy` (sorted) on the CPUs of `order` (the fill order): keep each previous pin the
+/// rules allow, then round-robin the rest. With `node_class`, a CPU's stability class is its
+/// sibling rank and NUMA node, else its sibling rank alone.
+fn assign(
+    order: &[Key],
+    busy: &[Tid],
+    previous: &BTreeMap<Tid, u32>,
+    node_class: bool,
+) -> BTreeMap<Tid, u32> {
+    let m = order.len();
+    let n = busy.len();
+    let (base, extra) = (n / m, n % m);
+    let mut pins = BTreeMap::new();
     let index: BTreeMap<u32, usize> = order.iter().enumerate().map(|(i, k)| (k.2, i)).collect();
     let mut count = vec![0usize; m];
     let mut extras_used = 0usize;
+    // With spare CPUs (base 0), how many threads each class gets in the ideal placement.
     let class = |k: &Key| (k.0, if node_class { k.1 } else { u32::MAX });
     let mut class_room: BTreeMap<(u32, u32), usize> = BTreeMap::new();
     if base == 0 {
@@ -194,7 +226,7 @@ pub fn plan(
 
     // Keep pass: busy threads stay where they are when the rules allow it.
     let mut movers = Vec::new();
-    for &tid in &busy {
+    for &tid in busy {
         let kept = previous.get(&tid).and_then(|cpu| index.get(cpu)).copied();
         let Some(i) = kept else {
             movers.push(tid);
@@ -204,8 +236,7 @@ pub fn plan(
             true
         } else if count[i] == base && extras_used < extra {
             if base == 0 {
-                let k = order[i];
-                match class_room.get_mut(&class(&k)) {
+                match class_room.get_mut(&class(&order[i])) {
                     Some(r) if *r > 0 => {
                         *r -= 1;
                         true
@@ -223,7 +254,7 @@ pub fn plan(
                 extras_used += 1;
             }
             count[i] += 1;
-            out.pins.insert(tid, order[i].2);
+            pins.insert(tid, order[i].2);
         } else {
             movers.push(tid);
         }
@@ -244,12 +275,12 @@ pub fn plan(
                     break 'fill;
                 };
                 count[i] += 1;
-                out.pins.insert(tid, order[i].2);
+                pins.insert(tid, order[i].2);
             }
         }
     }
     debug_assert!(movers.next().is_none());
-    out
+    pins
 }
 
 /// Where a thread that was just born goes, before it can be measured: the slot of `job` (the
@@ -448,6 +479,18 @@ mod tests {
                 busy: &[1, 2, 3],
                 idle: &[],
                 want: &[(1, 0), (2, 1), (3, 2)],
+                unpin: &[],
+                kept: &[],
+            },
+            Case {
+                desc: "a second busy thread with no room on the first's node: both gathered on node 0 (found by the proptest)",
+                topo: "numa:2 core:2",
+                job: "0,1,3",
+                previous: &[(1, 3)],
+                grace: &[],
+                busy: &[1, 2],
+                idle: &[],
+                want: &[(1, 0), (2, 1)],
                 unpin: &[],
                 kept: &[],
             },
