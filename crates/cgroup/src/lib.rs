@@ -560,13 +560,15 @@ impl Driver {
 
     /// Move process `pid` (all its threads) into job `name` in every hierarchy.
     ///
-    /// Every hierarchy is tried (cgroup2 first, v1 cpuset last); if any fails, the error lists
+    /// Every hierarchy is tried (the v1 cpuset first, then cgroup2, then the other v1
+    /// hierarchies); if any fails, the error lists
     /// each failure.
     pub fn add_process(&self, name: &str, pid: u32) -> Result<(), CgroupError> {
         parent::validate_job_name(name)?;
         let mut order: Vec<&Hierarchy> = self.hierarchies().collect();
-        // cgroup2 first (tracking), v1 cpuset last.
-        order.sort_by_key(|h| (!h.v2, !h.v2 && h.has("cpuset")));
+        // Confinement first: a running process (an adopted one) that sees itself in any of its
+        // job's cgroups already runs on the job's CPUs. Then cgroup2 (tracking), then the rest.
+        order.sort_by_key(|h| (!(!h.v2 && h.has("cpuset")), !h.v2));
         let failures: Vec<CgroupError> = order
             .into_iter()
             .filter_map(|h| {

@@ -133,8 +133,9 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         "adoption latency (spawn to moved, sweep every 50 ms): {:?}",
         t0.elapsed()
     );
-    // The move is one write per hierarchy, cgroup2 (which job_of reads) first and the v1
-    // cpuset last on a hybrid machine: the affinity follows within a bound.
+    // The move is one write per hierarchy, the v1 cpuset first on a hybrid machine, then
+    // cgroup2 (which job_of reads): the affinity is the job's once job_of says so; still read
+    // within a bound (pure v2 sets it through cgroup2's cpuset).
     let allowed_of = |pid: u32| {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         status
