@@ -164,6 +164,7 @@ fn gpus_json_has_a_row_per_gpu_policy_on_the_corpus_gpu_machine() {
             names,
             [
                 "pjw",
+                "pjw-stranded",
                 "pjw-require",
                 "kubelet-single-numa",
                 "kubelet-best-effort",

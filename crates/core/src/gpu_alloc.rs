@@ -24,6 +24,13 @@
 //!   Slurm's `RestrictedCoresPerGPU`). A GPU job may use
 //!   any reserved core, but takes its local CPUs outside the other free GPUs' reservations first.
 //!
+//!
+//! That is the default rule, [`PlacementRule::KeepGpuCpus`]: the first choice that fits wins.
+//! Under [`PlacementRule::FewestStranded`] (`[gpus] placement = "fewest-stranded"`) every choice
+//! above — a GPU job's GPU set, its far CPUs, a CPU-only job's CPUs — is the first of its
+//! candidates leaving the fewest free GPUs [`stranded`] (free, none of their local CPUs free),
+//! and a CPU-only job tries one NUMA node at a time ([`fewest_stranded`]).
+//!
 //! The result depends only on its inputs.
 //!
 //! ```
@@ -45,6 +52,9 @@ use crate::alloc::Allocator;
 use crate::gpu::{GpuId, GpuSet, Gpus};
 use crate::topology::Level;
 use crate::CpuSet;
+use std::cmp::Reverse;
+
+pub mod fewest_stranded;
 
 /// How GPU jobs and CPU-only jobs share a node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -58,6 +68,51 @@ pub struct GpuPolicy {
     /// A waiting GPU job holds up the queue behind it, so a bound keeps one job whose local
     /// CPUs a long job holds from stalling the node.
     pub require_wait_ms: Option<u64>,
+    /// Which rule picks among the choices that fit (`[gpus] placement`).
+    pub placement: PlacementRule,
+}
+
+/// Which rule picks among the placements that fit (`[gpus] placement`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PlacementRule {
+    /// The first fitting choice in the order above; CPU-only jobs keep off the CPUs local to
+    /// free GPUs while others are free, so GPU jobs arriving find their local CPUs free.
+    #[default]
+    KeepGpuCpus,
+    /// Of the choices in the order above, the first leaving the fewest free GPUs [`stranded`];
+    /// CPU-only jobs try one NUMA node at a time ([`fewest_stranded::place_cpu_only`]). Less
+    /// stranded GPU time in the simulator, but a CPU-only job may take CPUs next to free GPUs
+    /// while others are free (docs/placement.md).
+    FewestStranded,
+}
+
+impl PlacementRule {
+    /// The config spelling (`keep-gpu-cpus`, `fewest-stranded`).
+    pub fn parse(s: &str) -> Option<PlacementRule> {
+        match s {
+            "keep-gpu-cpus" => Some(PlacementRule::KeepGpuCpus),
+            "fewest-stranded" => Some(PlacementRule::FewestStranded),
+            _ => None,
+        }
+    }
+
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlacementRule::KeepGpuCpus => "keep-gpu-cpus",
+            PlacementRule::FewestStranded => "fewest-stranded",
+        }
+    }
+
+    /// What a choice costs under this rule: the free GPUs of `free_gpus` it leaves stranded
+    /// when `free_cpus` stay free under `FewestStranded`, nothing under `KeepGpuCpus` (the
+    /// first choice that fits wins).
+    fn cost(self, gpus: &Gpus, free_cpus: &CpuSet, free_gpus: &GpuSet) -> usize {
+        match self {
+            PlacementRule::KeepGpuCpus => 0,
+            PlacementRule::FewestStranded => stranded(gpus, free_cpus, free_gpus),
+        }
+    }
 }
 
 /// How strictly a GPU job's CPUs must be local to its GPUs (`[gpus] locality`).
@@ -144,6 +199,19 @@ pub fn reserved_cpus(
     out
 }
 
+/// How many of `free_gpus` are stranded when `free_cpus` are free: none of their local CPUs is
+/// free (a GPU of unknown locality is never stranded). What [`PlacementRule::FewestStranded`]
+/// keeps low, and what the GPU simulator integrates over time.
+pub fn stranded(gpus: &Gpus, free_cpus: &CpuSet, free_gpus: &GpuSet) -> usize {
+    free_gpus
+        .iter()
+        .filter(|id| {
+            gpus.get(*id)
+                .is_some_and(|g| !g.cpus.is_empty() && !g.cpus.intersects(free_cpus))
+        })
+        .count()
+}
+
 /// Place a job of `n_gpus` GPUs and `n_cpus` CPUs; `None` when it does not fit now. With
 /// `n_gpus == 0` this is a CPU-only job ([`place_cpu_only`]).
 pub fn place(
@@ -177,8 +245,11 @@ pub fn place(
             n_gpus,
             n_cpus,
         );
-    // (free local CPUs, placement) of the best choice short of local CPUs.
-    let mut fallback: Option<(usize, Placement)> = None;
+    // Under FewestStranded: (stranded GPUs, placement) of the best choice with local CPUs only.
+    // Under either rule: ((its cost, fewer free local CPUs), placement) of the best choice short
+    // of local CPUs (under KeepGpuCpus the cost is 0: the most free local CPUs wins).
+    let mut best: Option<(usize, Placement)> = None;
+    let mut fallback: Option<((usize, Reverse<usize>), Placement)> = None;
     for chosen in candidates {
         let others = free_gpus.difference(&chosen);
         let reserved = reserved_cpus(
@@ -193,14 +264,24 @@ pub fn place(
             .allocate(&local.difference(&reserved), n_cpus)
             .or_else(|| alloc.allocate(&local, n_cpus));
         if let Some(cpus) = cpus {
-            return Some(Placement { gpus: chosen, cpus });
+            let cost = policy
+                .placement
+                .cost(gpus, &free_cpus.difference(&cpus), &others);
+            if cost == 0 {
+                // Nothing later can do better, and the first wins ties.
+                return Some(Placement { gpus: chosen, cpus });
+            }
+            if best.as_ref().is_none_or(|(b, _)| cost < *b) {
+                best = Some((cost, Placement { gpus: chosen, cpus }));
+            }
+            continue;
         }
-        if !require
-            && free_cpus.len() >= n_cpus
-            && fallback.as_ref().is_none_or(|(k, _)| local.len() > *k)
-        {
-            // Every free local CPU, the rest as a CPU-only job would take it (off the CPUs of
-            // the other free GPUs first).
+        // A choice with no more free local CPUs than a fallback costing nothing cannot beat it.
+        let beaten = fallback
+            .as_ref()
+            .is_some_and(|((c, Reverse(k)), _)| *c == 0 && local.len() <= *k);
+        if best.is_none() && !require && free_cpus.len() >= n_cpus && !beaten {
+            // Every free local CPU, the rest as a CPU-only job would take it.
             let rest = nearest_rest(
                 alloc,
                 gpus,
@@ -210,16 +291,17 @@ pub fn place(
                 n_cpus - local.len(),
                 policy,
             )?;
-            fallback = Some((
-                local.len(),
-                Placement {
-                    gpus: chosen,
-                    cpus: local.union(&rest),
-                },
-            ));
+            let cpus = local.union(&rest);
+            let cost = policy
+                .placement
+                .cost(gpus, &free_cpus.difference(&cpus), &others);
+            let key = (cost, Reverse(local.len()));
+            if fallback.as_ref().is_none_or(|(k, _)| key < *k) {
+                fallback = Some((key, Placement { gpus: chosen, cpus }));
+            }
         }
     }
-    fallback.map(|(_, p)| p)
+    best.map(|(_, p)| p).or(fallback.map(|(_, p)| p))
 }
 
 /// Whether a job of `n_gpus` GPUs and `n_cpus` CPUs could ever have only CPUs local to its GPUs
@@ -395,6 +477,9 @@ pub fn place_cpu_only(
     n: usize,
     policy: &GpuPolicy,
 ) -> Option<CpuSet> {
+    if policy.placement == PlacementRule::FewestStranded {
+        return fewest_stranded::place_cpu_only(alloc, gpus, free_cpus, free_gpus, n, policy);
+    }
     let mut near = CpuSet::new();
     for id in free_gpus.iter() {
         if let Some(g) = gpus.get(id) {
@@ -738,6 +823,156 @@ mod tests {
                 assert_eq!(got, want, "{name} ({})", locality.name());
             }
         }
+    }
+
+    /// `[gpus] placement = "fewest-stranded"`.
+    fn fewest_stranded() -> GpuPolicy {
+        GpuPolicy {
+            placement: PlacementRule::FewestStranded,
+            ..GpuPolicy::default()
+        }
+    }
+
+    #[test]
+    fn under_fewest_stranded_cpu_only_jobs_gather_on_one_node() {
+        let (alloc, gpus) = two_by_two();
+        // The cases of placement_table that go otherwise under this rule.
+        let tables: Vec<(&str, Vec<Step>)> = vec![
+            (
+                // Node 1's free gpus keep cpus 6-7; another 2-cpu job would strand them, so
+                // it takes node 0's (whose gpus are busy).
+                "a cpu-only job takes the node with the most free gpus while they keep a cpu",
+                vec![
+                    (1, 1, Some(("0", "0"))),
+                    (1, 1, Some(("1", "1"))),
+                    (0, 2, Some(("", "4-5"))),
+                    (0, 2, Some(("", "2-3"))),
+                ],
+            ),
+            (
+                "cpu-only jobs fill one node while its free gpus keep a cpu, then the other",
+                vec![
+                    // Both nodes have 2 free gpus: the higher one, node 1, leaving it 6-7.
+                    (0, 2, Some(("", "4-5"))),
+                    (0, 1, Some(("", "6"))),
+                    // Cpu 7 is the last next to gpus 2-3: node 0 instead.
+                    (0, 1, Some(("", "0"))),
+                    (0, 1, Some(("", "1"))),
+                    // Three cpus left, on two nodes: it takes them, stranding every gpu.
+                    (0, 3, Some(("", "2-3,7"))),
+                ],
+            ),
+        ];
+        for (name, steps) in tables {
+            run_table(name, &alloc, &gpus, fewest_stranded(), &steps);
+        }
+        // locality_table's job that can never be local: the far cpu on node 1, whose free gpus
+        // keep free cpus (under keep-gpu-cpus: cpu 6, off the first cores of those gpus).
+        for locality in [Locality::Prefer, Locality::Require] {
+            let policy = GpuPolicy {
+                locality,
+                ..fewest_stranded()
+            };
+            let p = place(&alloc, &gpus, &cpus("0-7"), &ids("0-3"), 1, 5, &policy).unwrap();
+            assert_eq!((p.gpus, p.cpus), (ids("0"), cpus("0-4")), "{locality:?}");
+        }
+        // Far cpus without distances: as a cpu-only job takes them, one node, the highest of
+        // those with as many free gpus (none here) — not the lowest others, 0-1.
+        let topo = synthetic::parse("numa:4 core:2").unwrap();
+        let alloc = Allocator::new(&topo);
+        let gpus = Gpus {
+            gpus: vec![gpu(0, Some(3), "6-7")],
+            shared: vec![],
+        };
+        let p = place(
+            &alloc,
+            &gpus,
+            &topo.online(),
+            &ids("0"),
+            1,
+            4,
+            &fewest_stranded(),
+        );
+        assert_eq!(p.unwrap().cpus, cpus("4-7"));
+    }
+
+    #[test]
+    fn under_fewest_stranded_every_choice_strands_the_fewest_free_gpus() {
+        let (alloc, gpus) = two_by_two();
+        assert_eq!(stranded(&gpus, &cpus("4-7"), &ids("0-3")), 2);
+        assert_eq!(stranded(&gpus, &cpus("3-4"), &ids("0-3")), 0);
+        assert_eq!(stranded(&gpus, &CpuSet::new(), &ids("1")), 1);
+        // (free cpus, free gpus, (gpus, cpus) asked, what the job gets under fewest-stranded,
+        // and under keep-gpu-cpus)
+        let cases = [
+            (
+                // Node 0 comes first (the lowest of equals), but its 2 cpus are gpu 1's last:
+                // node 1, which keeps 6-7 for gpu 3.
+                "a gpu job takes the node where it strands no other gpu",
+                "2-7",
+                "0-3",
+                (1, 2),
+                ("2", "4-5"),
+                ("0", "2-3"),
+            ),
+            (
+                "one node still comes first when it strands nothing",
+                "0-7",
+                "0-3",
+                (1, 2),
+                ("0", "0-1"),
+                ("0", "0-1"),
+            ),
+            (
+                // One node's cpus strand its gpus (2-3 on node 1, 0 on node 0); keeping one
+                // core per free gpu (1, 5, 6) strands none. keep-gpu-cpus keeps the job on one
+                // node rather than keep those cores, and strands gpu 0.
+                "a cpu-only job keeps a core per free gpu when one node would strand some",
+                "1-3,5-7",
+                "0,2-3",
+                (0, 3),
+                ("", "2-3,7"),
+                ("", "1-3"),
+            ),
+            (
+                // Short of local cpus either way: gpu 2 has more of them (5-7), but taking
+                // them all strands gpu 3; gpu 0 with 2-3 and 5-6 leaves 7 for gpus 2-3.
+                "short of local cpus, the choice that strands fewest",
+                "2-3,5-7",
+                "0,2-3",
+                (1, 4),
+                ("0", "2-3,5-6"),
+                ("2", "3,5-7"),
+            ),
+        ];
+        for (name, free_cpus, free_gpus, (g, n), stranding, keeping) in cases {
+            for (policy, (wg, wc)) in [
+                (fewest_stranded(), stranding),
+                (GpuPolicy::default(), keeping),
+            ] {
+                let p = place(
+                    &alloc,
+                    &gpus,
+                    &cpus(free_cpus),
+                    &ids(free_gpus),
+                    g,
+                    n,
+                    &policy,
+                )
+                .unwrap();
+                let want = (ids(wg), cpus(wc));
+                assert_eq!((p.gpus, p.cpus), want, "{name} ({:?})", policy.placement);
+            }
+        }
+        assert_eq!(
+            PlacementRule::parse("fewest-stranded").map(PlacementRule::name),
+            Some("fewest-stranded")
+        );
+        assert_eq!(
+            PlacementRule::parse("keep-gpu-cpus"),
+            Some(PlacementRule::default())
+        );
+        assert_eq!(PlacementRule::parse("stranded"), None);
     }
 
     #[test]

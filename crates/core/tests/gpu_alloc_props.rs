@@ -1,9 +1,10 @@
 //! Property tests of GPU placement: random machines with GPUs on random NUMA nodes (some of
 //! unknown locality), random sequences of GPU and CPU-only jobs and releases. No GPU and no CPU
-//! is ever in two live placements, and every placement has exactly what was asked.
+//! is ever in two live placements, and every placement has exactly what was asked, under either
+//! placement rule.
 
 use pjw_core::alloc::Allocator;
-use pjw_core::gpu_alloc::{place, GpuPolicy, Placement};
+use pjw_core::gpu_alloc::{place, GpuPolicy, Placement, PlacementRule};
 use pjw_core::{synthetic, CpuSet, Gpu, GpuId, GpuSet, GpuVendor, Gpus};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -30,6 +31,8 @@ proptest! {
         // Per GPU: its NUMA node (>= nodes means unknown).
         gpu_nodes in prop::collection::vec(0u32..=3, 0..=6),
         reserve in 0u32..=2,
+        // `[gpus] placement = "fewest-stranded"` rather than the default.
+        fewest_stranded in any::<bool>(),
         ops in prop::collection::vec(op(), 1..40),
     ) {
         let topo = synthetic::parse(&format!("numa:{nodes} core:{cores}")).unwrap();
@@ -49,7 +52,8 @@ proptest! {
                 .collect(),
             shared: vec![],
         };
-        let policy = GpuPolicy { reserve_cores_per_gpu: reserve, ..Default::default() };
+        let placement = if fewest_stranded { PlacementRule::FewestStranded } else { PlacementRule::KeepGpuCpus };
+        let policy = GpuPolicy { reserve_cores_per_gpu: reserve, placement, ..Default::default() };
         let mut live: Vec<Placement> = Vec::new();
         for op in ops {
             match op {

@@ -222,6 +222,15 @@ mod tests {
         assert_eq!(p.config.log_level, old.log_level);
     }
 
+    #[test]
+    fn gpu_placement_changes_at_restart_like_the_rest_of_gpus() {
+        let old = cfg("[gpus]\nlocality = \"prefer\"\n");
+        let new = cfg("[gpus]\nplacement = \"fewest-stranded\"\n");
+        let p = plan(&old, &new, &set("0-3"), &set("0-1")).unwrap();
+        assert_eq!(p.at_restart, ["gpus"]);
+        assert_eq!(p.config.gpus.placement, old.gpus.placement);
+    }
+
     /// Every key issue 15 names, one row each: live keys are in `changed` and the plan's
     /// config is the new file's (nothing kept back); refused ones name the key and change
     /// nothing.

@@ -304,13 +304,7 @@ pub fn simulate(
             }
         }
         if queue.iter().any(|&i| jobs[i].gpus > 0) {
-            let s = free_gpus
-                .iter()
-                .filter(|id| {
-                    gpus.get(*id)
-                        .is_some_and(|g| !g.cpus.is_empty() && !g.cpus.intersects(&free_cpus))
-                })
-                .count();
+            let s = crate::gpu_alloc::stranded(gpus, &free_cpus, &free_gpus);
             strand_events += (s > 0) as usize;
             sample = Some((t, s));
         }
@@ -416,19 +410,36 @@ mod headline {
         rs.iter().find(|r| r.policy == name).unwrap()
     }
 
-    /// pjw (prefer) against the policies that start a job as soon as enough is free: the same
-    /// start times, so the same waits; more GPU jobs local.
-    fn prefer_against_work_conserving(rs: &[GpuReport]) {
-        let pjw = get(rs, "pjw");
+    /// pjw (prefer, under either placement rule: `name` is "pjw" or "pjw-stranded") against the
+    /// policies that start a job as soon as enough is free: the same start times, so the same
+    /// waits; more GPU jobs local.
+    fn prefer_against_work_conserving(rs: &[GpuReport], name: &str) {
+        let pjw = get(rs, name);
         assert_eq!(pjw.placed, 2000.0);
         for other in ["kubelet-best-effort", "slurm"] {
             let o = get(rs, other);
             assert_eq!(o.mean_wait_s, pjw.mean_wait_s, "{other}");
             assert!(
                 pjw.local > o.local,
-                "{other}: {} vs pjw {}",
+                "{other}: {} vs {name} {}",
                 o.local,
                 pjw.local
+            );
+        }
+    }
+
+    /// `placement = "fewest-stranded"` strands less GPU time than every work-conserving baseline
+    /// (and than the default rule).
+    fn fewest_stranded_strands_least(rs: &[GpuReport]) {
+        prefer_against_work_conserving(rs, "pjw-stranded");
+        let pjw = get(rs, "pjw-stranded");
+        for other in ["kubelet-best-effort", "slurm", "pjw"] {
+            let o = get(rs, other);
+            assert!(
+                pjw.stranded < o.stranded,
+                "{other}: stranded {} vs pjw-stranded {}",
+                o.stranded,
+                pjw.stranded
             );
         }
     }
@@ -454,7 +465,8 @@ mod headline {
     #[test]
     fn where_numa_is_finer_than_the_socket() {
         let rs = run_all("package:2 numa:2 core:8 pu:2 gpu:2", 0.7);
-        prefer_against_work_conserving(&rs);
+        prefer_against_work_conserving(&rs, "pjw");
+        fewest_stranded_strands_least(&rs);
         require_against_refusing(&rs);
         let pjw = get(&rs, "pjw");
         for other in ["kubelet-best-effort", "slurm", "slurm-enforce"] {
@@ -480,7 +492,8 @@ mod headline {
     #[test]
     fn where_the_socket_is_the_numa_node() {
         let rs = run_all("package:2 numa:1 core:8 pu:2 gpu:4", 0.7);
-        prefer_against_work_conserving(&rs);
+        prefer_against_work_conserving(&rs, "pjw");
+        fewest_stranded_strands_least(&rs);
         require_against_refusing(&rs);
         let pjw = get(&rs, "pjw");
         let s = get(&rs, "slurm");

@@ -14,7 +14,7 @@
 //! ```
 
 use crate::alloc::Allocator;
-use crate::gpu_alloc::{self, GpuPolicy, Locality};
+use crate::gpu_alloc::{self, GpuPolicy, Locality, PlacementRule};
 use crate::topology::{Level, Topology};
 use crate::{CpuSet, GpuId, GpuSet, Gpus};
 
@@ -23,8 +23,9 @@ use super::gpu::{gpu_nodes, GpuPlacement};
 use super::{domain_index, Placement, NO};
 
 /// Names of every GPU policy, in report order.
-pub const ALL: [&str; 6] = [
+pub const ALL: [&str; 7] = [
     "pjw",
+    "pjw-stranded",
     "pjw-require",
     "kubelet-single-numa",
     "kubelet-best-effort",
@@ -36,7 +37,18 @@ pub const ALL: [&str; 6] = [
 pub fn by_name(name: &str, topo: &Topology, gpus: &Gpus) -> Option<Box<dyn GpuPlacement>> {
     Some(match name {
         "pjw" => Box::new(Pjw::new(topo, gpus)),
-        "pjw-require" => Box::new(Pjw::with(topo, gpus, Locality::Require)),
+        "pjw-stranded" => Box::new(Pjw::with(
+            topo,
+            gpus,
+            Locality::Prefer,
+            PlacementRule::FewestStranded,
+        )),
+        "pjw-require" => Box::new(Pjw::with(
+            topo,
+            gpus,
+            Locality::Require,
+            PlacementRule::KeepGpuCpus,
+        )),
         "kubelet-single-numa" => Box::new(KubeletTm::new(topo, gpus, true)),
         "kubelet-best-effort" => Box::new(KubeletTm::new(topo, gpus, false)),
         "slurm" => Box::new(SlurmGres::new(topo, gpus, false)),
@@ -45,9 +57,10 @@ pub fn by_name(name: &str, topo: &Topology, gpus: &Gpus) -> Option<Box<dyn GpuPl
     })
 }
 
-/// pjw: [`gpu_alloc::place`] as the daemon runs it (no reserved cores), which also keeps CPU-only
-/// jobs off the CPUs local to free GPUs while they fit elsewhere; `locality = "prefer"` (the
-/// default, "pjw") or `"require"` ("pjw-require").
+/// pjw: [`gpu_alloc::place`] as the daemon runs it (no reserved cores). By default ("pjw") it
+/// keeps CPU-only jobs off the CPUs local to free GPUs while they fit elsewhere, with
+/// `locality = "prefer"`; "pjw-stranded" is `placement = "fewest-stranded"` (every choice the
+/// one stranding the fewest free GPUs), "pjw-require" is `locality = "require"`.
 #[derive(Debug)]
 pub struct Pjw {
     alloc: Allocator,
@@ -57,15 +70,16 @@ pub struct Pjw {
 
 impl Pjw {
     pub fn new(topo: &Topology, gpus: &Gpus) -> Pjw {
-        Pjw::with(topo, gpus, Locality::Prefer)
+        Pjw::with(topo, gpus, Locality::Prefer, PlacementRule::KeepGpuCpus)
     }
 
-    pub fn with(topo: &Topology, gpus: &Gpus, locality: Locality) -> Pjw {
+    pub fn with(topo: &Topology, gpus: &Gpus, locality: Locality, placement: PlacementRule) -> Pjw {
         Pjw {
             alloc: Allocator::new(topo),
             gpus: gpus.clone(),
             policy: GpuPolicy {
                 locality,
+                placement,
                 ..GpuPolicy::default()
             },
         }
@@ -74,9 +88,11 @@ impl Pjw {
 
 impl GpuPlacement for Pjw {
     fn name(&self) -> &str {
-        match self.policy.locality {
-            Locality::Prefer => "pjw",
-            Locality::Require => "pjw-require",
+        match (self.policy.locality, self.policy.placement) {
+            (Locality::Prefer, PlacementRule::KeepGpuCpus) => "pjw",
+            (Locality::Prefer, PlacementRule::FewestStranded) => "pjw-stranded",
+            (Locality::Require, PlacementRule::KeepGpuCpus) => "pjw-require",
+            (Locality::Require, PlacementRule::FewestStranded) => "pjw-require-stranded",
         }
     }
     fn place(
@@ -557,6 +573,12 @@ mod tests {
                 SNC,
                 "the same jobs: the cpu-only job keeps off the free gpus' cores",
                 vec![(0, 2, Some(("", "2-3"))), (1, 4, Some(("1", "4-7")))],
+            ),
+            (
+                "pjw-stranded",
+                SNC,
+                "the same jobs: the cpu-only job takes the higher of equal nodes, the gpu job the other",
+                vec![(0, 2, Some(("", "4-5"))), (1, 4, Some(("0", "0-3")))],
             ),
             (
                 "kubelet-best-effort",

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use pjw_core::gpu_alloc::Locality;
+use pjw_core::gpu_alloc::{Locality, PlacementRule};
 use pjw_core::{CpuSet, GpuVendor, MAX_GPUS};
 use serde::Deserialize;
 
@@ -17,6 +17,7 @@ pub struct RawGpus {
     pub nvml: Option<bool>,
     pub reserve_cores_per_gpu: Option<u32>,
     pub locality: Option<String>,
+    pub placement: Option<String>,
     pub require_wait_secs: Option<u64>,
     pub shared: Option<Vec<PathBuf>>,
     #[serde(default)]
@@ -59,6 +60,10 @@ pub struct GpuConfig {
     /// Whether a GPU job may start with CPUs not local to its GPUs (`prefer`) or waits for
     /// local ones (`require`).
     pub locality: Locality,
+    /// Which rule picks among the placements that fit: `keep-gpu-cpus` (CPU-only jobs keep off
+    /// the CPUs local to free GPUs while others are free) or `fewest-stranded` (every choice
+    /// the one leaving the fewest free GPUs without a free local CPU).
+    pub placement: PlacementRule,
     /// Under `require`, how long a GPU job waits for local CPUs before it takes far ones
     /// (seconds; 0: as long as it takes).
     pub require_wait_secs: u64,
@@ -75,6 +80,7 @@ impl Default for GpuConfig {
             nvml: true,
             reserve_cores_per_gpu: 0,
             locality: Locality::Prefer,
+            placement: PlacementRule::KeepGpuCpus,
             require_wait_secs: DEFAULT_REQUIRE_WAIT_SECS,
             shared: None,
             declared: Vec::new(),
@@ -114,6 +120,15 @@ pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
             e.at(
                 "gpus.locality",
                 format!("{l:?} is not one of \"prefer\", \"require\""),
+            )
+        })?,
+    };
+    let placement = match g.placement.as_deref() {
+        None => PlacementRule::KeepGpuCpus,
+        Some(p) => PlacementRule::parse(p).ok_or_else(|| {
+            e.at(
+                "gpus.placement",
+                format!("{p:?} is not one of \"keep-gpu-cpus\", \"fewest-stranded\""),
             )
         })?,
     };
@@ -202,6 +217,7 @@ pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
         nvml: g.nvml.unwrap_or(true),
         reserve_cores_per_gpu: reserve,
         locality,
+        placement,
         require_wait_secs,
         shared: g.shared,
         declared,
@@ -275,5 +291,29 @@ mod tests {
             let err = parse(text).unwrap_err();
             assert!(err.contains(want), "{text:?}: {err} (wanted {want:?})");
         }
+    }
+
+    #[test]
+    fn placement_keeps_gpu_cpus_unless_fewest_stranded_is_asked() {
+        use pjw_core::gpu_alloc::PlacementRule;
+        assert_eq!(
+            parse("").unwrap().gpus.placement,
+            PlacementRule::KeepGpuCpus
+        );
+        for (value, want) in [
+            ("keep-gpu-cpus", PlacementRule::KeepGpuCpus),
+            ("fewest-stranded", PlacementRule::FewestStranded),
+        ] {
+            let c = parse(&format!("[gpus]\nplacement = \"{value}\"\n")).unwrap();
+            assert_eq!(c.gpus.placement, want, "{value}");
+        }
+        let err = parse("[gpus]\nplacement = \"stranded\"\n").unwrap_err();
+        assert!(
+            err.contains(
+                "gpus.placement: \"stranded\" is not one of \"keep-gpu-cpus\", \"fewest-stranded\""
+            ),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "one line: {err:?}");
     }
 }

@@ -423,6 +423,23 @@ async fn the_configured_gpu_locality_reaches_the_planner() {
     }
 }
 
+#[tokio::test(flavor = "current_thread")]
+async fn the_configured_gpu_placement_rule_reaches_the_planner() {
+    use pjw_core::gpu_alloc::PlacementRule;
+    for (extra, want) in [
+        ("", PlacementRule::KeepGpuCpus),
+        (
+            "[gpus]\nplacement = \"fewest-stranded\"\n",
+            PlacementRule::FewestStranded,
+        ),
+    ] {
+        let t = TestEngine::with_config(extra);
+        let gpus = node_gpus();
+        let node = super::Engine::gpu_node(&gpus, &t.engine.jobs, &t.engine.cfg, |_| true);
+        assert_eq!(node.policy.placement, want, "{extra:?}");
+    }
+}
+
 /// NVML's readings reach GPU jobs' samples, summaries and metrics: job 7 on GPUs 0 and 1 (1 has
 /// no reading), job 8 on GPU 2, job 9 on none. Without the NVML thread nothing is filled.
 #[tokio::test(flavor = "current_thread")]

@@ -67,6 +67,7 @@ impl Engine {
             policy: GpuPolicy {
                 reserve_cores_per_gpu: cfg.gpus.reserve_cores_per_gpu,
                 locality: cfg.gpus.locality,
+                placement: cfg.gpus.placement,
                 require_wait_ms: (cfg.gpus.require_wait_secs > 0)
                     .then(|| cfg.gpus.require_wait_secs * 1000),
             },
