@@ -568,7 +568,7 @@ impl Driver {
         let mut order: Vec<&Hierarchy> = self.hierarchies().collect();
         // Confinement first: a running process (an adopted one) that sees itself in any of its
         // job's cgroups already runs on the job's CPUs. Then cgroup2 (tracking), then the rest.
-        order.sort_by_key(|h| (!(!h.v2 && h.has("cpuset")), !h.v2));
+        order.sort_by_key(|h| (h.v2 || !h.has("cpuset"), !h.v2));
         let failures: Vec<CgroupError> = order
             .into_iter()
             .filter_map(|h| {
