@@ -179,6 +179,7 @@ pub fn gpus(text: &str, topo: &Topology) -> Result<Gpus, CoreError> {
                 id: GpuId(out.len() as u32),
                 vendor: GpuVendor::Nvidia,
                 pci: None,
+                switch: None,
                 numa: Some(node.os),
                 cpus: node.cpus,
                 devices: Vec::new(),

@@ -47,7 +47,7 @@ proptest! {
                         .and_then(|n| topo.numa_nodes.iter().find(|x| x.os == n))
                         .map(|x| x.cpus)
                         .unwrap_or_default();
-                    Gpu { id: GpuId(i as u32), vendor: GpuVendor::Nvidia, pci: None, numa, cpus, devices: vec![] }
+                    Gpu { id: GpuId(i as u32), vendor: GpuVendor::Nvidia, pci: None, switch: None, numa, cpus, devices: vec![] }
                 })
                 .collect(),
             shared: vec![],

@@ -49,6 +49,7 @@ pub fn declared(g: &GpuConfig, topo: &Topology) -> Result<Gpus, DaemonError> {
             id: GpuId(i as u32),
             vendor: d.vendor,
             pci: d.pci.clone(),
+            switch: d.switch.clone(),
             numa: d.numa,
             cpus,
             devices: vec![dev],
