@@ -112,6 +112,18 @@ mod tests {
     }
 
     #[test]
+    fn a_declared_switch_is_the_gpus() {
+        // /dev/null stands in for a GPU's character device.
+        let text = "[[gpus.device]]\nfile = \"/dev/null\"\nvendor = \"nvidia\"\nswitch = \"0000:3A:00.0\"\n\
+                    [[gpus.device]]\nfile = \"/dev/zero\"\nvendor = \"nvidia\"\n";
+        let cfg = Config::parse("t.toml", text, &Overrides::default()).unwrap();
+        let topo = pjw_core::synthetic::parse("numa:2 core:2").unwrap();
+        let g = resolve(&cfg, &topo).unwrap();
+        assert_eq!(g.gpus[0].switch.as_deref(), Some("0000:3a:00.0"));
+        assert_eq!(g.gpus[1].switch, None);
+    }
+
+    #[test]
     fn discovery_reads_the_configured_roots_and_can_be_off() {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path().join("sys/bus/pci/devices/0000:01:00.0");

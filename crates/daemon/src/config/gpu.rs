@@ -209,12 +209,14 @@ pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
             p => p.map(|p| p.to_lowercase()),
         };
         let switch = match d.switch {
-            Some(p) if !is_pci_address(&p.to_lowercase()) => return Err(e.at(
-                &format!("{key}.switch"),
-                format!(
+            Some(p) if !is_pci_address(&p.to_lowercase()) => {
+                return Err(e.at(
+                    &format!("{key}.switch"),
+                    format!(
                     "{p:?} is not a PCI address like \"0000:02:00.0\" (the switch's upstream port)"
                 ),
-            )),
+                ))
+            }
             p => p.map(|p| p.to_lowercase()),
         };
         declared.push(DeclaredGpu {
