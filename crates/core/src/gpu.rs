@@ -194,6 +194,13 @@ pub struct Gpu {
     pub pci: Option<String>,
     /// The NUMA node it is attached to; `None` when the kernel says -1 or nothing.
     pub numa: Option<u32>,
+    /// The PCIe switch it sits below: the PCI address of the first bridge below its root port
+    /// (the switch's upstream port), lower case. `None` for a GPU directly on a root port (or
+    /// built into the root complex) and when unknown. GPUs of one switch talk to each other
+    /// without crossing the root complex; [`crate::gpu_alloc::place`] keeps a multi-GPU job's
+    /// GPUs under the fewest switches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch: Option<String>,
     /// CPUs local to it (`local_cpulist`); empty when unknown.
     pub cpus: CpuSet,
     /// The device nodes that open this GPU alone (`/dev/nvidia0`; an AMD or Intel GPU's render
@@ -300,6 +307,7 @@ mod tests {
             id: GpuId(9),
             vendor: GpuVendor::Nvidia,
             pci: pci.map(str::to_string),
+            switch: None,
             numa: None,
             cpus: CpuSet::new(),
             devices: Vec::new(),
@@ -336,6 +344,21 @@ mod tests {
         assert_eq!(pcis, [Some("0000:01:00.0"), Some("0000:81:00.0"), None]);
         assert_eq!(g.all().to_string(), "0-2");
         g.validate().unwrap();
+    }
+
+    #[test]
+    fn a_gpu_without_a_switch_serialises_as_before() {
+        // The form written before GPUs had a switch loads, and a GPU under none writes it.
+        let old =
+            r#"{"id":0,"vendor":"nvidia","pci":"0000:01:00.0","numa":0,"cpus":"0-3","devices":[]}"#;
+        let g: Gpu = serde_json::from_str(old).unwrap();
+        assert_eq!(g.switch, None);
+        assert_eq!(serde_json::to_string(&g).unwrap(), old);
+        let mut s = g.clone();
+        s.switch = Some("0000:00:01.0".into());
+        let text = serde_json::to_string(&s).unwrap();
+        assert!(text.contains(r#""switch":"0000:00:01.0""#), "{text}");
+        assert_eq!(serde_json::from_str::<Gpu>(&text).unwrap(), s);
     }
 
     #[test]

@@ -10,6 +10,11 @@
 //!   job's GPUs are spread over the fewest nodes whose free local CPUs hold it (at least one GPU
 //!   of each, so every CPU it gets is local to one of its GPUs), and last taken across nodes,
 //!   the nodes with the most free GPUs first.
+//! - Of one node's free GPUs, a multi-GPU job takes those under the fewest PCIe switches
+//!   ([`Gpu::switch`](crate::Gpu::switch); a GPU under none counts as a switch of its own), from
+//!   the switch with the fewest free GPUs that holds them; of nodes with as many free GPUs, the
+//!   one that needs the fewest switches comes first. Otherwise the order above stands (GPU sets
+//!   spread over nodes do not look at switches).
 //! - When no choice has enough local CPUs, under [`Locality::Prefer`] (the default) the job takes
 //!   the choice with the most free local CPUs, every one of them, and the rest from the others
 //!   the way a CPU-only job would (off the CPUs of the other free GPUs first), from the NUMA
@@ -38,7 +43,7 @@
 //! use pjw_core::{Gpu, GpuId, GpuVendor, Gpus};
 //! let topo = synthetic::parse("numa:2 core:4").unwrap();
 //! let gpu = |id, numa: u32, cpus| Gpu {
-//!     id: GpuId(id), vendor: GpuVendor::Nvidia, pci: None, numa: Some(numa),
+//!     id: GpuId(id), vendor: GpuVendor::Nvidia, pci: None, switch: None, numa: Some(numa),
 //!     cpus: CpuSet::parse_list(cpus).unwrap(), devices: vec![],
 //! };
 //! let gpus = Gpus { gpus: vec![gpu(0, 0, "0-3"), gpu(1, 1, "4-7")], shared: vec![] };
@@ -55,6 +60,9 @@ use crate::CpuSet;
 use std::cmp::Reverse;
 
 pub mod fewest_stranded;
+mod switches;
+
+use switches::fewest_switches;
 
 /// How GPU jobs and CPU-only jobs share a node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -389,8 +397,9 @@ fn nearest_rest(
 const MAX_SPREAD_NODES: usize = 8;
 
 /// The GPU sets a job of `n` GPUs may take, best first: `n` of one NUMA node's free GPUs for each
-/// node that has them (a node here: GPUs of one node and one local CPU set; fewest free first,
-/// then lowest node; GPUs of unknown node last, grouped by their local CPUs); then `n` spread over the fewest nodes: for 2, 3, ... nodes, every set of
+/// node that has them, those under the fewest PCIe switches ([`fewest_switches`]) (a node here:
+/// GPUs of one node and one local CPU set; fewest free first, then fewest switches, then lowest
+/// node; GPUs of unknown node last, grouped by their local CPUs); then `n` spread over the fewest nodes: for 2, 3, ... nodes, every set of
 /// that many nodes whose free GPUs number at least `n` (fewest free GPUs first, then lowest
 /// nodes), at least one GPU of each node and the rest from those with the fewest free; last, `n`
 /// across nodes, most free nodes first. A spread set's local CPUs are those of every node it
@@ -410,10 +419,18 @@ fn gpu_candidates(gpus: &Gpus, free: &GpuSet, n: usize) -> Vec<GpuSet> {
         }
     }
     groups.sort_by_key(|((numa, cpus), v)| (numa.is_none(), v.len(), *numa, cpus.first()));
-    let mut out: Vec<GpuSet> = Vec::new();
-    for (_, v) in groups.iter().filter(|(_, v)| v.len() >= n) {
-        out.push(v.iter().take(n).copied().collect());
-    }
+    // One node's choice: its GPUs under the fewest PCIe switches; among nodes of as many free
+    // GPUs, the fewest switches first (stable: then the order above).
+    let mut one_node: Vec<((bool, usize, usize), GpuSet)> = groups
+        .iter()
+        .filter(|(_, v)| v.len() >= n)
+        .map(|((numa, _), v)| {
+            let (set, switches) = fewest_switches(gpus, v, n);
+            ((numa.is_none(), v.len(), switches), set)
+        })
+        .collect();
+    one_node.sort_by_key(|&(key, _)| key);
+    let mut out: Vec<GpuSet> = one_node.into_iter().map(|(_, set)| set).collect();
     let nodes = groups.len();
     if nodes <= MAX_SPREAD_NODES {
         // Subsets of the groups (bit i: groups[i]) by size, then by free GPUs, then by mask.
@@ -546,6 +563,7 @@ mod tests {
             id: GpuId(id),
             vendor: GpuVendor::Nvidia,
             pci: None,
+            switch: None,
             numa,
             cpus: CpuSet::parse_list(cpus).unwrap(),
             devices: vec![],
@@ -973,6 +991,120 @@ mod tests {
             Some(PlacementRule::default())
         );
         assert_eq!(PlacementRule::parse("stranded"), None);
+    }
+
+    /// 2 NUMA nodes × 4 CPUs (0-3, 4-7) × 4 GPUs, two PCIe switches of two GPUs per node: GPUs
+    /// 0-1 under switch a, 2-3 under b (node 0), 4-5 under c, 6-7 under d (node 1).
+    fn two_by_four_switched() -> (Allocator, Gpus) {
+        let topo = synthetic::parse("numa:2 core:4").unwrap();
+        let switched = |id: u32, sw: &str| Gpu {
+            switch: Some(sw.to_string()),
+            ..gpu(id, Some(id / 4), if id < 4 { "0-3" } else { "4-7" })
+        };
+        let names = ["a", "a", "b", "b", "c", "c", "d", "d"];
+        let gpus = Gpus {
+            gpus: (0..8).map(|i| switched(i, names[i as usize])).collect(),
+            shared: vec![],
+        };
+        (Allocator::new(&topo), gpus)
+    }
+
+    #[test]
+    fn a_multi_gpu_job_takes_gpus_of_one_switch() {
+        let (alloc, gpus) = two_by_four_switched();
+        // (free gpus, gpus asked, gpus got) with every cpu free, under either rule.
+        let cases = [
+            // GPU 0 busy: the lowest free of node 0 are 1 (switch a) and 2 (b); b holds both.
+            ("1-7", 2, "2-3"),
+            // Nodes of as many free GPUs: node 0's 1-2 would span two switches, node 1's 4-5
+            // one: node 1 (by node order alone: node 0).
+            ("1-2,4-5", 2, "4-5"),
+            // Three GPUs: no switch has three; a whole switch, then one of the other.
+            ("0-3", 3, "0-2"),
+            // A 1-GPU job takes the switch with the fewest free GPUs, keeping a and c whole.
+            ("0-2,4-7", 1, "2"),
+            // Nothing to choose between: the lowest, as before.
+            ("0-7", 2, "0-1"),
+            ("0-7", 4, "0-3"),
+        ];
+        for (free, n, want) in cases {
+            for policy in [GpuPolicy::default(), fewest_stranded()] {
+                let p = place(&alloc, &gpus, &cpus("0-7"), &ids(free), n, 2, &policy).unwrap();
+                assert_eq!(p.gpus, ids(want), "{n} of {free} ({:?})", policy.placement);
+            }
+        }
+        // A fresh node filling up: 1-GPU jobs pack onto a switch in use, 2-GPU jobs get whole
+        // switches.
+        run_table(
+            "1- and 2-gpu jobs on a switched node",
+            &alloc,
+            &gpus,
+            GpuPolicy::default(),
+            &[
+                (1, 1, Some(("0", "0"))),
+                (1, 1, Some(("1", "1"))),
+                (2, 2, Some(("2-3", "2-3"))),
+                (1, 1, Some(("4", "4"))),
+                (2, 2, Some(("6-7", "5-6"))),
+                (1, 1, Some(("5", "7"))),
+                (1, 1, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn gpus_of_no_switch_count_one_switch_each() {
+        // One node: GPUs 0-1 under switch a, 2 on a root port, 3-4 under switch b.
+        let topo = synthetic::parse("numa:1 core:4").unwrap();
+        let alloc = Allocator::new(&topo);
+        let on = |id, sw: Option<&str>| Gpu {
+            switch: sw.map(str::to_string),
+            ..gpu(id, Some(0), "0-3")
+        };
+        let gpus = Gpus {
+            gpus: vec![
+                on(0, Some("a")),
+                on(1, Some("a")),
+                on(2, None),
+                on(3, Some("b")),
+                on(4, Some("b")),
+            ],
+            shared: vec![],
+        };
+        let all = ids("0-4");
+        let got = |free: &GpuSet, n| {
+            place(
+                &alloc,
+                &gpus,
+                &cpus("0-3"),
+                free,
+                n,
+                1,
+                &GpuPolicy::default(),
+            )
+            .unwrap()
+            .gpus
+        };
+        // Two switches either way; a's two and GPU 2 leave b whole.
+        assert_eq!(got(&all, 3), ids("0-2"));
+        // a (the lowest of the smallest that holds 2), a GPU of no switch for one.
+        assert_eq!(got(&all, 2), ids("0-1"));
+        assert_eq!(got(&all, 1), ids("2"));
+        // GPUs 2 and 4 busy: a, then b's last.
+        assert_eq!(got(&ids("0-1,3"), 3), ids("0-1,3"));
+        assert_eq!(
+            fewest_switches(&gpus, &[GpuId(0), GpuId(2), GpuId(3)], 2),
+            (ids("0,2"), 2)
+        );
+        // Without switches, the first n ids: the order before switches were known.
+        let plain = two_by_two().1;
+        let v: Vec<GpuId> = ids("0-3").iter().collect();
+        for n in 1..=4 {
+            assert_eq!(
+                fewest_switches(&plain, &v, n),
+                (GpuSet::first_n(n as u32), n)
+            );
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use pjw_core::{gpu_env::gpu_env, CpuSet, Gpu, GpuId, GpuSet, GpuVendor, Gpus};
-//! let g = |i| Gpu { id: GpuId(i), vendor: GpuVendor::Nvidia, pci: None, numa: None,
+//! let g = |i| Gpu { id: GpuId(i), vendor: GpuVendor::Nvidia, pci: None, switch: None, numa: None,
 //!                   cpus: CpuSet::new(), devices: vec![] };
 //! let gpus = Gpus { gpus: vec![g(0), g(1), g(2)], shared: vec![] };
 //! let env = gpu_env(&gpus, &GpuSet::parse_list("1-2").unwrap(), true);
@@ -82,6 +82,7 @@ mod tests {
                     id: GpuId(i as u32),
                     vendor: *v,
                     pci: None,
+                    switch: None,
                     numa: None,
                     cpus: CpuSet::new(),
                     devices: vec![],

@@ -6,8 +6,9 @@
 //! (case-insensitive; hwloc's `L3Cache` style is accepted). Omitted levels are absent, except
 //! `core` and `pu`, which default to 1, and `package`, which defaults to 1. PUs are numbered in
 //! depth-first order, as hwloc does. An optional `mem:SIZE` item gives every NUMA node memory.
-//! An optional `gpu:N` item attaches N GPUs to every NUMA node (see [`gpus`]); [`parse`] itself
-//! ignores it, since a [`Topology`] holds no GPUs.
+//! An optional `gpu:N` item attaches N GPUs to every NUMA node (see [`gpus`]), and `switch:K`
+//! puts each node's GPUs under K PCIe switches; [`parse`] itself ignores them (checking their
+//! counts), since a [`Topology`] holds no GPUs.
 //!
 //! ```
 //! let t = pjw_core::synthetic::parse("package:2 core:2 pu:2").unwrap();
@@ -36,8 +37,8 @@ pub fn parse(text: &str) -> Result<Topology, CoreError> {
                 Some(parse_size(count).map_err(|_| bad(format!("bad memory size {count:?}")))?);
             continue;
         }
-        if lname == "gpu" || lname == "gpus" {
-            gpus_per_node(text)?;
+        if lname == "gpu" || lname == "gpus" || lname == "switch" || lname == "switches" {
+            switches_per_node(text)?;
             continue;
         }
         let level = match lname.as_str() {
@@ -156,9 +157,35 @@ fn gpus_per_node(text: &str) -> Result<u32, CoreError> {
     Ok(n)
 }
 
+/// The `switch:K` count of a description (0 when absent: no switch), checked against `gpu:N`
+/// (1 to N).
+fn switches_per_node(text: &str) -> Result<u32, CoreError> {
+    let per = gpus_per_node(text)?;
+    let mut k = 0;
+    for item in text.split_whitespace() {
+        if let Some((name, count)) = item.split_once(':') {
+            if matches!(name.to_ascii_lowercase().as_str(), "switch" | "switches") {
+                k = count
+                    .parse()
+                    .ok()
+                    .filter(|k| (1..=per).contains(k))
+                    .ok_or_else(|| CoreError::BadSynthetic {
+                        text: text.to_string(),
+                        reason: format!(
+                            "switch count {count:?} is not 1 to the gpus per node ({per})"
+                        ),
+                    })?;
+            }
+        }
+    }
+    Ok(k)
+}
+
 /// The GPUs a description's `gpu:N` item attaches to `topo` (parsed from the same text): N per
-/// NUMA node, numbered node by node, each local to its node's CPUs. No device nodes: these GPUs
-/// are for the simulator.
+/// NUMA node, numbered node by node, each local to its node's CPUs; with `switch:K`, a node's
+/// GPUs in K consecutive runs under K switches (named by made-up upstream-port addresses,
+/// `0000:01:00.0`, `0000:02:00.0`, … across the machine). No device nodes: these GPUs are for
+/// the simulator.
 ///
 /// ```
 /// let d = "package:2 numa:1 core:8 gpu:4";
@@ -169,21 +196,29 @@ fn gpus_per_node(text: &str) -> Result<u32, CoreError> {
 /// ```
 pub fn gpus(text: &str, topo: &Topology) -> Result<Gpus, CoreError> {
     let per = gpus_per_node(text)?;
+    let k = switches_per_node(text)?;
     let mut out = Vec::new();
+    let mut switches = 0u32;
     for node in &topo.numa_nodes {
         if node.cpus.is_empty() {
             continue;
         }
-        for _ in 0..per {
+        for j in 0..per {
+            let switch = (k > 0).then(|| {
+                let n = switches + j * k / per + 1;
+                format!("{:04x}:{:02x}:00.0", n / 256, n % 256)
+            });
             out.push(Gpu {
                 id: GpuId(out.len() as u32),
                 vendor: GpuVendor::Nvidia,
                 pci: None,
+                switch,
                 numa: Some(node.os),
                 cpus: node.cpus,
                 devices: Vec::new(),
             });
         }
+        switches += k;
     }
     let gpus = Gpus {
         gpus: out,
@@ -249,6 +284,51 @@ mod tests {
             .unwrap()
             .is_empty());
         assert!(parse("core:2 gpu:x").is_err());
+        assert!(g.gpus.iter().all(|g| g.switch.is_none()));
+    }
+
+    #[test]
+    fn switches_split_each_nodes_gpus_into_runs() {
+        let d = "numa:2 core:4 gpu:4 switch:2";
+        let t = parse(d).unwrap();
+        let g = gpus(d, &t).unwrap();
+        let sw: Vec<&str> = g
+            .gpus
+            .iter()
+            .map(|g| g.switch.as_deref().unwrap())
+            .collect();
+        assert_eq!(
+            sw,
+            [
+                "0000:01:00.0",
+                "0000:01:00.0",
+                "0000:02:00.0",
+                "0000:02:00.0",
+                "0000:03:00.0",
+                "0000:03:00.0",
+                "0000:04:00.0",
+                "0000:04:00.0"
+            ]
+        );
+        // Uneven: 3 GPUs under 2 switches are 2 and 1.
+        let d = "core:2 gpu:3 switch:2";
+        let g = gpus(d, &parse(d).unwrap()).unwrap();
+        let sw: Vec<Option<&str>> = g.gpus.iter().map(|g| g.switch.as_deref()).collect();
+        assert_eq!(
+            sw,
+            [
+                Some("0000:01:00.0"),
+                Some("0000:01:00.0"),
+                Some("0000:02:00.0")
+            ]
+        );
+        for bad in [
+            "core:2 gpu:2 switch:3",
+            "core:2 gpu:2 switch:0",
+            "core:2 switch:1",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]

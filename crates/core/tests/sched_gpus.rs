@@ -17,6 +17,7 @@ fn gpus(local: &[(u32, &str)]) -> Gpus {
                 id: GpuId(i as u32),
                 vendor: GpuVendor::Nvidia,
                 pci: None,
+                switch: None,
                 numa: Some(*n),
                 cpus: CpuSet::parse_list(c).unwrap(),
                 devices: vec![],

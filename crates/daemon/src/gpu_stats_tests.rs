@@ -11,6 +11,7 @@ fn gpu(i: u32, vendor: GpuVendor, pci: Option<&str>) -> Gpu {
         id: GpuId(i),
         vendor,
         pci: pci.map(str::to_string),
+        switch: None,
         numa: None,
         cpus: CpuSet::new(),
         devices: vec![DeviceNode {

@@ -49,6 +49,7 @@ pub fn declared(g: &GpuConfig, topo: &Topology) -> Result<Gpus, DaemonError> {
             id: GpuId(i as u32),
             vendor: d.vendor,
             pci: d.pci.clone(),
+            switch: d.switch.clone(),
             numa: d.numa,
             cpus,
             devices: vec![dev],
@@ -108,6 +109,18 @@ mod tests {
         .unwrap();
         let err = resolve(&missing, &topo).unwrap_err().to_string();
         assert!(err.contains("/nonexistent/nvidia9"), "{err}");
+    }
+
+    #[test]
+    fn a_declared_switch_is_the_gpus() {
+        // /dev/null stands in for a GPU's character device.
+        let text = "[[gpus.device]]\nfile = \"/dev/null\"\nvendor = \"nvidia\"\nswitch = \"0000:3A:00.0\"\n\
+                    [[gpus.device]]\nfile = \"/dev/zero\"\nvendor = \"nvidia\"\n";
+        let cfg = Config::parse("t.toml", text, &Overrides::default()).unwrap();
+        let topo = pjw_core::synthetic::parse("numa:2 core:2").unwrap();
+        let g = resolve(&cfg, &topo).unwrap();
+        assert_eq!(g.gpus[0].switch.as_deref(), Some("0000:3a:00.0"));
+        assert_eq!(g.gpus[1].switch, None);
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //!   -1 (no node) or missing means unknown, and an empty or missing `local_cpulist` too;
 //! - `<sys>/bus/pci/devices/<addr>/drm/{renderD*,card*}`: an AMD or Intel GPU's own nodes
 //!   (`<dev>/dri/renderDN`, `<dev>/dri/cardN`);
+//! - the link `<sys>/bus/pci/devices/<addr>` itself (`../../../devices/pci0000:00/0000:00:01.0/
+//!   0000:01:00.0/0000:02:08.0/0000:03:00.0`): the chain of PCI functions from the root port to
+//!   the GPU. The first one below the root port is the upstream port of the PCIe switch the GPU
+//!   sits under ([`switch_of_link`]); a GPU on a root port itself, one built into the root
+//!   complex, or an entry that is not a link has none;
 //! - `<proc>/driver/nvidia/gpus/<addr>/information` (`Device Minor: N`): which `/dev/nvidiaN`
 //!   an NVIDIA GPU is; without it the NVIDIA GPUs take minors 0, 1, ... in PCI address order;
 //! - `<dev>/...`: each device node's major and minor (`stat`). A node missing under `<dev>` gets
@@ -50,6 +55,54 @@ pub fn parse_nvidia_minor(text: &str) -> Option<u32> {
     text.lines()
         .find_map(|l| l.trim().strip_prefix("Device Minor:"))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether `s` is a PCI address: `domain:bb:dd.f` in hex, the domain of 4 digits or more (a
+/// VMD domain has 5).
+fn is_pci_address(s: &str) -> bool {
+    let hex = |t: &str, n: usize| t.len() == n && t.bytes().all(|c| c.is_ascii_hexdigit());
+    let mut it = s.splitn(3, ':');
+    let (Some(dom), Some(bus), Some(rest)) = (it.next(), it.next(), it.next()) else {
+        return false;
+    };
+    let Some((dev, func)) = rest.split_once('.') else {
+        return false;
+    };
+    dom.len() >= 4 && hex(dom, dom.len()) && hex(bus, 2) && hex(dev, 2) && hex(func, 1)
+}
+
+/// Whether `s` is a host bridge's sysfs directory (`pci0000:00`, `pci10000:e0`).
+fn is_host_bridge_dir(s: &str) -> bool {
+    s.strip_prefix("pci")
+        .and_then(|t| t.split_once(':'))
+        .is_some_and(|(d, b)| {
+            d.len() >= 4
+                && b.len() == 2
+                && d.bytes().chain(b.bytes()).all(|c| c.is_ascii_hexdigit())
+        })
+}
+
+/// The PCIe switch of a GPU from the target of its `<sys>/bus/pci/devices/<addr>` link: the
+/// PCI functions after the (last) host bridge's `pciDDDD:BB` directory are the root port, the bridges
+/// below it and the GPU last; with anything between the root port and the GPU, the first such
+/// bridge (the switch's upstream port) names the switch. `None` when the GPU hangs off a root
+/// port or the root complex, or the target does not read as such a chain.
+///
+/// ```
+/// use pjw_topology::switch_of_link;
+/// let l = "../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0";
+/// assert_eq!(switch_of_link(l).as_deref(), Some("0000:01:00.0"));
+/// assert_eq!(switch_of_link("../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0"), None);
+/// ```
+pub fn switch_of_link(target: &str) -> Option<String> {
+    // The last host bridge: a VMD domain (`pci10000:e0`) sits below a function of another.
+    let parts: Vec<&str> = target.split('/').collect();
+    let host = parts.iter().rposition(|p| is_host_bridge_dir(p))?;
+    let chain: Vec<String> = parts[host + 1..].iter().map(|p| p.to_lowercase()).collect();
+    if chain.len() < 3 || !chain.iter().all(|p| is_pci_address(p)) {
+        return None;
+    }
+    Some(chain[1].clone())
 }
 
 /// The device node at `<dev>/<rel>`: its real numbers when it exists, `fixed` otherwise (`None`
@@ -136,6 +189,12 @@ pub fn discover(sys_root: &Path, dev_root: &Path, proc_root: &Path) -> Result<Gp
             continue;
         };
         let numa = read_opt(&dir.join("numa_node"))?.and_then(|t| parse_numa_node(&t));
+        let switch = match fs::read_link(&dir) {
+            Ok(target) => switch_of_link(&target.to_string_lossy()),
+            // Not a link (EINVAL): a tree laid out otherwise, no chain to read.
+            Err(e) if e.kind() == ErrorKind::InvalidInput => None,
+            Err(e) => return Err(io_err(&dir, e)),
+        };
         let cpus_path = dir.join("local_cpulist");
         let cpus = match read_opt(&cpus_path)? {
             Some(t) => CpuSet::parse_list(&t).map_err(|e| TopologyError::Parse {
@@ -174,6 +233,7 @@ pub fn discover(sys_root: &Path, dev_root: &Path, proc_root: &Path) -> Result<Gp
             id: GpuId(0),
             vendor,
             pci: Some(addr),
+            switch,
             numa,
             cpus,
             devices,
@@ -216,5 +276,42 @@ mod tests {
         let info = "Model: \t\t Tesla T4\nIRQ:   \t\t 89\nDevice Minor: \t\t 3\nBus Location: 0000:3b:00.0\n";
         assert_eq!(parse_nvidia_minor(info), Some(3));
         assert_eq!(parse_nvidia_minor("Model: x\n"), None);
+    }
+
+    #[test]
+    fn the_switch_is_the_first_bridge_below_the_root_port() {
+        let t = |l: &str| switch_of_link(l);
+        let base = "../../../devices/pci0000:00";
+        // Root port 00:01.0, switch upstream port 01:00.0, downstream port 02:08.0, GPU.
+        assert_eq!(
+            t(&format!(
+                "{base}/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0"
+            ))
+            .as_deref(),
+            Some("0000:01:00.0")
+        );
+        // Two switches deep: the outer one.
+        assert_eq!(
+            t(&format!("{base}/0000:00:03.0/0000:10:00.0/0000:11:04.0/0000:12:00.0/0000:13:00.0/0000:14:00.0"))
+                .as_deref(),
+            Some("0000:10:00.0")
+        );
+        // On a root port, in the root complex: none.
+        assert_eq!(t(&format!("{base}/0000:00:01.0/0000:01:00.0")), None);
+        assert_eq!(t(&format!("{base}/0000:00:02.0")), None);
+        // A VMD domain below a function of domain 0: the chain starts at its own host bridge.
+        assert_eq!(
+            t(&format!("{base}/0000:00:0e.0/pci10000:e0/10000:e0:1d.0/10000:e1:00.0/10000:e2:00.0/10000:e3:00.0"))
+                .as_deref(),
+            Some("10000:e1:00.0")
+        );
+        // Upper case is lowered; what is not a chain of PCI functions is no switch.
+        assert_eq!(
+            t("/sys/devices/pci0000:3A/0000:3A:00.0/0000:3B:00.0/0000:3C:00.0").as_deref(),
+            Some("0000:3b:00.0")
+        );
+        assert_eq!(t("../../../devices/platform/gpu0"), None);
+        assert_eq!(t(&format!("{base}/0000:00:01.0/usb1/0000:03:00.0")), None);
+        assert_eq!(t("0000:01:00.0/0000:02:00.0/0000:03:00.0"), None);
     }
 }

@@ -213,6 +213,9 @@ pub(crate) fn render_gpus(gpus: &Gpus) -> String {
             if let Some(p) = &g.pci {
                 let _ = write!(line, " {p}");
             }
+            if let Some(s) = &g.switch {
+                let _ = write!(line, ", switch {s}");
+            }
             if !g.cpus.is_empty() {
                 let _ = write!(line, ", cpus {}", g.cpus);
             }

@@ -5,6 +5,11 @@
 //! are that object's `cpuset`, and its NUMA node that object's `nodeset` when it names exactly one
 //! node. A file says nothing of device nodes: GPUs read from XML have none (they are for
 //! `pjw topology` and the simulator, not for fencing).
+//!
+//! hwloc nests `Bridge` objects: a host bridge (`bridge_type="0-1"`), below it a root port and
+//! any PCI-to-PCI bridges (`"1-1"`) down to the device. A GPU with a bridge between its root port
+//! and itself sits under the PCIe switch whose upstream port is the first such bridge
+//! ([`switch_of`]), as the sysfs reader finds it.
 
 use roxmltree::{Document, Node, ParsingOptions};
 
@@ -27,6 +32,26 @@ fn locality<'a>(node: Node<'a, 'a>) -> Option<Node<'a, 'a>> {
     node.ancestors()
         .skip(1)
         .find(|n| n.has_tag_name("object") && n.attribute("cpuset").is_some())
+}
+
+/// The PCIe switch above a `PCIDev`: the `pci_busid` of the second PCI-to-PCI bridge from the
+/// top of its chain (the first below the root port), if the chain has one.
+fn switch_of(node: Node<'_, '_>) -> Option<String> {
+    let mut bridges: Vec<Node<'_, '_>> = node
+        .ancestors()
+        .skip(1)
+        .filter(|n| {
+            n.has_tag_name("object")
+                && n.attribute("type") == Some("Bridge")
+                && n.attribute("bridge_type")
+                    .is_some_and(|t| t.starts_with("1-"))
+        })
+        .collect();
+    bridges.reverse();
+    bridges
+        .get(1)
+        .and_then(|b| b.attribute("pci_busid"))
+        .map(str::to_lowercase)
 }
 
 /// The GPUs of an hwloc XML text; `source` names it in errors.
@@ -70,6 +95,7 @@ pub fn parse(text: &str, source: &str) -> Result<Gpus, TopologyError> {
             id: GpuId(0),
             vendor,
             pci: n.attribute("pci_busid").map(str::to_lowercase),
+            switch: switch_of(n),
             numa,
             cpus,
             devices: Vec::new(),

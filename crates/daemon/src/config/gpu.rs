@@ -33,6 +33,7 @@ pub struct RawGpuDevice {
     pub numa: Option<u32>,
     pub cpus: Option<String>,
     pub pci: Option<String>,
+    pub switch: Option<String>,
 }
 
 /// A GPU declared in the config; its device numbers are read at start.
@@ -45,6 +46,9 @@ pub struct DeclaredGpu {
     /// Its local CPUs; `None`: those of `numa` (every CPU when that is unknown too).
     pub cpus: Option<CpuSet>,
     pub pci: Option<String>,
+    /// The PCIe switch it sits below (its upstream port's PCI address, lower case); GPUs
+    /// declaring one switch are kept together for multi-GPU jobs.
+    pub switch: Option<String>,
 }
 
 /// The validated `[gpus]` section.
@@ -204,12 +208,24 @@ pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
             }
             p => p.map(|p| p.to_lowercase()),
         };
+        let switch = match d.switch {
+            Some(p) if !is_pci_address(&p.to_lowercase()) => {
+                return Err(e.at(
+                    &format!("{key}.switch"),
+                    format!(
+                    "{p:?} is not a PCI address like \"0000:02:00.0\" (the switch's upstream port)"
+                ),
+                ))
+            }
+            p => p.map(|p| p.to_lowercase()),
+        };
         declared.push(DeclaredGpu {
             file,
             vendor,
             numa: d.numa,
             cpus,
             pci,
+            switch,
         });
     }
     Ok(GpuConfig {
@@ -253,7 +269,7 @@ mod tests {
         let c = parse(
             "[paths]\ndev = \"/tmp/dev\"\n[gpus]\nreserve_cores_per_gpu = 2\nlocality = \"require\"\n\
              [[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"nvidia\"\nnuma = 0\n\
-             [[gpus.device]]\nfile = \"/dev/dri/renderD128\"\nvendor = \"amd\"\ncpus = \"4-7\"\npci = \"0000:C1:00.0\"\n",
+             [[gpus.device]]\nfile = \"/dev/dri/renderD128\"\nvendor = \"amd\"\ncpus = \"4-7\"\npci = \"0000:C1:00.0\"\nswitch = \"0000:C0:01.0\"\n",
         )
         .unwrap();
         assert_eq!(c.dev_root, std::path::PathBuf::from("/tmp/dev"));
@@ -270,6 +286,8 @@ mod tests {
         assert_eq!(c.gpus.declared[0].numa, Some(0));
         assert_eq!(c.gpus.declared[1].cpus.unwrap().to_string(), "4-7");
         assert_eq!(c.gpus.declared[1].pci.as_deref(), Some("0000:c1:00.0"));
+        assert_eq!(c.gpus.declared[0].switch, None);
+        assert_eq!(c.gpus.declared[1].switch.as_deref(), Some("0000:c0:01.0"));
         let table = [
             ("[gpus]\nreserve_cores_per_gpu = 65\n", "gpus.reserve_cores_per_gpu: 65 is not 0-64"),
             ("[gpus]\nlocality = \"strict\"\n", "gpus.locality: \"strict\" is not one of \"prefer\", \"require\""),
@@ -281,6 +299,7 @@ mod tests {
             ("[[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"ati\"\n", "gpus.device[0].vendor: \"ati\" is not one of"),
             ("[[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"nvidia\"\ncpus = \"x\"\n", "gpus.device[0].cpus: invalid cpu list"),
             ("[[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"nvidia\"\npci = \"01:00.0\"\n", "gpus.device[0].pci: \"01:00.0\" is not a PCI address"),
+            ("[[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"nvidia\"\nswitch = \"plx0\"\n", "gpus.device[0].switch: \"plx0\" is not a PCI address"),
             (
                 "[[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"nvidia\"\n[[gpus.device]]\nfile = \"/dev/nvidia0\"\nvendor = \"nvidia\"\n",
                 "gpus.device[1].file: /dev/nvidia0 is declared twice",

@@ -27,6 +27,7 @@ fn node_gpus() -> Gpus {
         id: GpuId(i),
         vendor: GpuVendor::Nvidia,
         pci: None,
+        switch: None,
         numa: None,
         cpus: cs(cpus),
         devices: vec![pjw_core::DeviceNode {
