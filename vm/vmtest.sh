@@ -21,8 +21,13 @@
 # A guest that panics, hangs (timeout) or prints no exit marker is a failure. A guest whose kernel
 # locks up (softlockup_panic: a CPU stuck in the kernel for 60 s) panics at once, with its stack on
 # the console, instead of sitting out VM_TIMEOUT; such a tier boots once more and says so in its
-# summary line, the first console kept beside the second (observed once in CI: under software
-# emulation two CPUs stuck for 1,600 s, the guest's tests idle).
+# summary line, the first console kept beside the second (observed in CI: under software
+# emulation two CPUs stuck for 1,600 s, the guest's tests idle). The stack such a panic showed
+# next: a CPU stuck, in the first test of a fresh guest, on the patch site of a static branch in
+# the slab allocator (kmem_cache_alloc_node, during a connect). The first job cgroups of a boot
+# flip static keys (memory cgroup accounting on, cpusets in use), each flip rewrites kernel text
+# on every CPU, and under TCG with 16 vCPUs a vCPU can be left spinning there. Not pjw's code;
+# the retry is the containment.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 bins=${1:?usage: vmtest.sh <dir-with-static-test-executables>}
