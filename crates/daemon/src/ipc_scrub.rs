@@ -146,8 +146,10 @@ fn remove_entries(root: &Path, names: &[String], job: &Ended, errors: &mut Vec<S
             Ok(()) => removed += 1,
             Err(rustix::io::Errno::NOENT) => {}
             Err(e) => {
+                // Debug-quoted: the name is the user's and may hold a newline (a forged log
+                // line otherwise).
                 let path: PathBuf = root.join(name);
-                errors.push(format!("{}: {}", path.display(), std::io::Error::from(e)));
+                errors.push(format!("{path:?}: {}", std::io::Error::from(e)));
             }
         }
     }

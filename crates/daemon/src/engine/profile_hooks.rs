@@ -234,7 +234,13 @@ impl Engine {
     /// to the store: the tick's samples are the series.
     pub(super) fn sample_now(&mut self, seq: i64) {
         let now = self.clock.now_ms();
-        let gpu_now = self.gpu_readings();
+        // The NVML thread's map is copied only for a job that has GPUs: this runs at every start.
+        let gpu_now = self
+            .jobs
+            .get(&seq)
+            .is_some_and(|j| !j.gpus.is_empty())
+            .then(|| self.gpu_readings())
+            .flatten();
         let Some(j) = self.jobs.get_mut(&seq).filter(|j| j.started.is_some()) else {
             return;
         };
