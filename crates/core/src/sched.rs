@@ -217,15 +217,6 @@ pub fn plan_gpus(
     let mut actions = Vec::new();
     let mut state: BTreeMap<JobKey, JobView> = jobs.iter().map(|j| (j.key, *j)).collect();
 
-    if let Some(ttl) = policy.queue_ttl_ms {
-        for j in jobs {
-            if j.phase == Phase::Queued && now_ms - j.req.submitted_ms > ttl {
-                actions.push(Action::Expire { key: j.key });
-                state.remove(&j.key);
-            }
-        }
-    }
-
     let mut order: Vec<JobView> = state
         .values()
         .filter(|j| matches!(j.phase, Phase::Queued | Phase::Preempted | Phase::Backfill))
@@ -369,6 +360,17 @@ pub fn plan_gpus(
         // keep what they have.
         if cur.phase == Phase::Queued {
             break;
+        }
+    }
+
+    // A job past `queue_ttl` expires only if it still cannot start: one whose CPUs are free
+    // when the daemon gets to it starts, however late that is (a slow node may take longer
+    // than the ttl between a request and its first plan).
+    if let Some(ttl) = policy.queue_ttl_ms {
+        for j in state.values() {
+            if j.phase == Phase::Queued && now_ms - j.req.submitted_ms > ttl {
+                actions.push(Action::Expire { key: j.key });
+            }
         }
     }
     actions
@@ -992,6 +994,22 @@ mod tests {
                 ],
                 now: 2000,
                 want: vec![Action::Expire { key: 2 }],
+            },
+            Case {
+                what: "a job past the queue ttl whose cpus are free starts instead of expiring",
+                policy: QueuePolicy {
+                    queue_ttl_ms: Some(1000),
+                    ..policy(2)
+                },
+                jobs: vec![job(1, req(1, 10, 0), q, ""), job(2, req(2, 10, 0), q, "")],
+                now: 2000,
+                want: vec![
+                    Action::StartPrimary {
+                        key: 1,
+                        cpus: cs("0"),
+                    },
+                    Action::Expire { key: 2 },
+                ],
             },
             Case {
                 what: "suspended jobs are left alone and hold no cpus",
