@@ -20,6 +20,15 @@ PJW_VM_INJECT_FAILURE=$(cat /mnt/inject-failure 2>/dev/null); export PJW_VM_INJE
 # VM_TEST_FILTER on the host: only the test of that exact name (the self-check runs one).
 filter=$(cat /mnt/test-filter 2>/dev/null)
 export PJW_SKIP_LOG=/tmp/skips; : > "$PJW_SKIP_LOG"
+# One cgroup that lives through every test, with the cpuset and memory controllers on. The
+# kernel turns on static keys (cpusets in use, socket and kmem accounting) when the first such
+# cgroup appears and off when the last goes, rewriting its own text on every CPU each time.
+# Under TCG, one such rewrite left a vCPU spinning (a soft lockup at the first test of a fresh
+# guest). With this cgroup held, the keys flip once, here, before any test runs.
+keep=pjw-vm-keep
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then keeps=/sys/fs/cgroup/$keep
+else keeps="/sys/fs/cgroup/cpuset/$keep /sys/fs/cgroup/memory/$keep"; fi
+for k in $keeps; do mkdir "$k" || echo "cannot make the keep cgroup $k"; done
 all=/tmp/all.log; : > "$all"
 extra=0; ran=0
 for t in /mnt/bin/*; do
@@ -38,6 +47,7 @@ for t in /mnt/bin/*; do
     if [ "$rc" != 0 ] && [ "$2" = 0 ]; then echo "=== $name: exit $rc"; extra=$((extra + 1)); fi
   fi
 done
+for k in $keeps; do rmdir "$k" || echo "cannot remove the keep cgroup $k"; done
 # The tests remove what they create: no cgroup may be left below the roots.
 if [ -f /sys/fs/cgroup/cgroup.controllers ]; then left=$(find /sys/fs/cgroup -mindepth 1 -type d | head -5)
 else left=$(find /sys/fs/cgroup -mindepth 2 -type d | head -5); fi   # v1: below each hierarchy
