@@ -170,7 +170,7 @@ pub enum Action {
     Resume { key: JobKey, cpus: CpuSet },
     /// A preempted (or resumed) job that may backfill is thawed as a backfiller on `cpus`.
     ResumeBackfill { key: JobKey, cpus: CpuSet },
-    /// A queued job waited longer than the TTL.
+    /// A queued job waited longer than the TTL and this plan could not start it.
     Expire { key: JobKey },
     /// The job that starts next (the following [`Action::StartPrimary`]) gets these GPUs.
     GrantGpus { key: JobKey, gpus: GpuSet },
