@@ -154,6 +154,7 @@ impl JobProf {
             s.threads_total = Some(c.threads_ever);
             s.counts_exact = Some(!c.lossy);
             s.procs_max = s.procs_max.max(c.procs_max.min(u32::MAX as u64) as u32);
+            s.threads_max = s.threads_max.max(c.threads_max.min(u32::MAX as u64) as u32);
         }
         s.threads_max = s.threads_max.max(s.procs_max);
         s.samples = self.samples;
@@ -428,7 +429,9 @@ mod tests {
             threads_ever: 27,
             procs_now: 0,
             procs_max: 5,
+            threads_max: 6,
             lossy: false,
+            ..ProcCounts::default()
         };
         let s = p.summary(7, "n", EndClass::Completed, 1000, &finals, Some(counts));
         assert_eq!(
@@ -439,7 +442,7 @@ mod tests {
                 s.procs_max,
                 s.threads_max
             ),
-            (30, 300, 5, 5, 5)
+            (30, 300, 5, 5, 6)
         );
         assert_eq!(
             (s.procs_total, s.threads_total, s.counts_exact, s.samples),

@@ -53,6 +53,12 @@ pub enum Event {
     },
     /// A `status` request.
     Status { reply: oneshot::Sender<Response> },
+    /// A live pass (see [`crate::live`]) read these jobs' figures, on a blocking thread.
+    LiveRead {
+        readings: Vec<(i64, crate::live::Reading)>,
+    },
+    /// The running live pass takes longer than [`crate::live::WAIT`].
+    LiveLate,
     /// A request about one job.
     Control {
         cred: Cred,
