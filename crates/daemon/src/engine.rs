@@ -164,6 +164,8 @@ pub struct Engine {
     next_number: Option<u64>,
     /// Live figures for `status` (`live.rs`): passes off the engine thread, their readings.
     live: live::Live,
+    /// The young jobs' sampling tick is armed ([`Event::SampleYoung`]).
+    young_armed: bool,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -277,6 +279,7 @@ impl Engine {
             binder: None,
             next_number: None,
             live: live::Live::default(),
+            young_armed: false,
         }
     }
 
@@ -403,6 +406,7 @@ impl Engine {
             Event::SweepMore => self.sweep(true),
             Event::Proc(msg) => self.proc_events(msg),
             Event::Sample => self.sample(),
+            Event::SampleYoung => self.sample_young(),
             Event::Bind => self.bind_tick(),
             Event::Metrics { reply } => {
                 let _ = reply.send(self.metrics_snapshot());

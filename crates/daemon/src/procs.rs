@@ -281,6 +281,21 @@ impl ProcTracker {
     }
 }
 
+/// CLOCK_MONOTONIC in ns: the clock of the proc connector's event timestamps.
+pub fn monotonic_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The [`Instant`](std::time::Instant) of event timestamp `ns` (CLOCK_MONOTONIC, which
+/// `Instant` reads on Linux); now for a timestamp not in the past.
+pub fn instant_of_ns(ns: u64) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    let ago = monotonic_ns().saturating_sub(ns);
+    now.checked_sub(std::time::Duration::from_nanos(ago))
+        .unwrap_or(now)
+}
+
 /// What the reader task sends the engine.
 #[derive(Debug)]
 pub enum ProcMsg {

@@ -1,6 +1,8 @@
 //! Job profiles: the sampler's reads, each job's running totals, and the store writer.
 //!
-//! Every `profile.interval` the engine gets [`crate::engine::Event::Sample`] and, for each
+//! Every `profile.interval` the engine gets [`crate::engine::Event::Sample`] (and, while a job
+//! is younger than [`YOUNG_FOR`], [`crate::engine::Event::SampleYoung`] every [`YOUNG_EVERY`];
+//! a job is also sampled at its start and at its end) and, for each
 //! started job, reads its cgroup files ([`read_sample`]: a fixed number of reads per job, none
 //! per process), folds the sample into the job's [`JobProf`] and hands the batch to the
 //! [`Writer`], a thread with its own SQLite connection, so a slow disk never holds up the engine.
@@ -173,6 +175,31 @@ pub struct Finals {
     pub mem_peak: Option<u64>,
     pub io_rbytes: Option<u64>,
     pub io_wbytes: Option<u64>,
+}
+
+impl Finals {
+    /// The end's counters as a sample read them.
+    pub fn of(s: &Sample) -> Finals {
+        Finals {
+            cpu_user_usec: s.cpu_user_usec,
+            cpu_system_usec: s.cpu_system_usec,
+            mem_peak: s.mem_peak,
+            io_rbytes: s.io_rbytes,
+            io_wbytes: s.io_wbytes,
+        }
+    }
+}
+
+/// How often a young job is sampled, and for how long a job counts as young: a job's first
+/// minute is sampled every second (beside its samples at start and end), so a job of a few
+/// seconds has a series with its shape; then every `profile.interval`.
+pub const YOUNG_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+pub const YOUNG_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether a job of age `age`, last sampled `since_ms` ago (None: never), is due a young
+/// job's sample (pure). A little under the step, so a tick that comes early is not skipped.
+pub fn young_due(age: std::time::Duration, since_ms: Option<i64>) -> bool {
+    age < YOUNG_FOR && since_ms.is_none_or(|ms| ms >= YOUNG_EVERY.as_millis() as i64 - 100)
 }
 
 /// Read the end-of-job counters of `cgroup` (before it is removed).

@@ -103,6 +103,9 @@ pub enum Event {
     Proc(ProcMsg),
     /// The sampler's tick (`profile.interval`): sample every started job.
     Sample,
+    /// The young jobs' tick: sample the jobs in their first minute (see
+    /// [`crate::profile::YOUNG_FOR`]).
+    SampleYoung,
     /// The thread balancing tick (`[job] bind_interval_ms`): hand the running jobs to the
     /// binder.
     Bind,

@@ -343,7 +343,7 @@ impl Engine {
         match self.driver.add_process(&j.cgroup, child) {
             Ok(()) => {
                 info!(job = %j.id, pid = child, via = "fork", "adopted a child forked before its parent's adoption");
-                self.procs.moved(child, monotonic_ns());
+                self.procs.moved(child, crate::procs::monotonic_ns());
             }
             Err(e) => debug!(job = %j.id, pid = child, error = %e, "cannot adopt early child"),
         }
@@ -402,7 +402,7 @@ impl Engine {
                         // From now on its forks and exits count for the job; forks stamped
                         // before now did not inherit its cgroups (see on_early_fork).
                         self.procs.adopt(key, pid, facts.threads);
-                        self.procs.moved(pid, monotonic_ns());
+                        self.procs.moved(pid, crate::procs::monotonic_ns());
                         info!(
                             job = %j.id, user = %j.user, cpus = %j.cpus, pid, var = %var, via,
                             move_us = t0.elapsed().as_micros() as u64, "adopted process"
@@ -441,12 +441,6 @@ impl Engine {
             }
         }
     }
-}
-
-/// CLOCK_MONOTONIC in ns: the clock of the proc connector's event timestamps.
-fn monotonic_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The (manager, id) a job is found under by adoption: from its tag (`slurm:4242`) and its pjw
