@@ -22,6 +22,8 @@ if [ ! -e /etc/pjw-guest ]; then
   # The completion tests ask zsh and fish themselves for job ids.
   command -v zsh >/dev/null || need+=(zsh)
   command -v fish >/dev/null || need+=(fish)
+  # Real software whose processes `pjw status` counts (crates/cli/tests/top.rs).
+  command -v stress-ng >/dev/null || need+=(stress-ng)
 fi
 # The PBS hook (packaging/pbs) is Python; its contract test runs it.
 command -v python3 >/dev/null || need+=(python3)
