@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: every tier, each summed up as "TIER: N passed, M failed, K skipped" with its
 # skipped tests and their reasons, then the self-checks (a failing guest test fails its tier; a
-# component make test provides, when missing on the host, fails its test instead of skipping),
+# component make test provides, when missing on the host, fails its test instead of skipping;
+# a client that lost its exit status fails the chaos gate),
 # then the tiers' lines again and one grand total. Every tier runs even when an earlier one
 # failed; the exit status is non-zero when any tier or self-check failed.
 #
@@ -46,8 +47,8 @@ for t in $tiers; do
     systemd-v2) run_tier systemd-v2 make -s test-vm-systemd ;;
     selfcheck)
       echo; echo "======== self-checks"
-      if make -s test-vm-selfcheck && scripts/skip-selfcheck.sh; then
-        lines+=("selfcheck: ok (an injected guest failure fails its tier; a missing provided component fails its test)")
+      if make -s test-vm-selfcheck && scripts/skip-selfcheck.sh && scripts/chaos-selfcheck.sh; then
+        lines+=("selfcheck: ok (an injected guest failure fails its tier; a missing provided component fails its test; a client that lost its exit status fails the chaos gate)")
       else
         status=1; lines+=("selfcheck: FAILED")
       fi ;;
@@ -58,7 +59,10 @@ done
 echo
 echo "======== summary ($(( $(date +%s) - start_all )) s)"
 printf '%s\n' "${lines[@]}"
-# One grand total over the tiers (self-checks are not tests of pjw and are not counted).
+# One grand total over the tiers (self-checks are not tests of pjw and are not counted). It is a
+# sum of test runs, not of distinct tests: the guest tiers run the host's root tests again, each
+# counted once per tier that ran it; the line says which tiers it adds.
 printf '%s\n' "${lines[@]}" | awk '{ for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^skipped/) s += $i } }
-  END { printf "all tiers: %d passed, %d failed, %d skipped\n", p, f, s }'
+  $1 ~ /:$/ && $1 != "selfcheck:" { t = t (t == "" ? "" : " + ") substr($1, 1, length($1) - 1) }
+  END { printf "all tiers: %d passed, %d failed, %d skipped (test runs summed over %s: a test run in several tiers counts once per tier)\n", p, f, s, t }'
 exit $status
