@@ -417,16 +417,15 @@ fn io_is_counted_where_the_kernel_counts_it_and_said_so_elsewhere() {
     }
     assert_eq!(j["io_counted"], true, "{j:#}");
     assert!(text.contains("I/O             read "), "{text}");
-    if direct {
-        let (r, w) = (
-            j["io_rbytes"].as_u64().unwrap(),
-            j["io_wbytes"].as_u64().unwrap(),
-        );
-        assert!(w >= 8 << 20, "written {w}: {j:#}");
-        assert!(r >= 8 << 20, "read {r}: {j:#}");
-    } else {
-        eprintln!("no O_DIRECT in {f}: only that I/O is counted here was checked");
+    if !direct {
+        skip!("no O_DIRECT in {f}: the byte counts, this test's point on cgroup v2, were not checked (only that I/O is counted here)");
     }
+    let (r, w) = (
+        j["io_rbytes"].as_u64().unwrap(),
+        j["io_wbytes"].as_u64().unwrap(),
+    );
+    assert!(w >= 8 << 20, "written {w}: {j:#}");
+    assert!(r >= 8 << 20, "read {r}: {j:#}");
 }
 
 #[test]
