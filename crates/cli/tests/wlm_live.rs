@@ -391,7 +391,18 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     }
     let latency = latency.unwrap_or_else(|| panic!("rank of job {id} not adopted:\n{}", d.log()));
     eprintln!("adoption latency, exec to moved (slurm job {id}): {latency:?}");
-    std::thread::sleep(Duration::from_millis(500));
+    // First proof that the daemon looked at the stranger (its line names its pid), then that
+    // it left it where it was.
+    let looked = format!("pid={}", stranger.id());
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || d
+            .log()
+            .lines()
+            .any(|l| l.contains("process of an unknown job left alone")
+                && l.split_whitespace().any(|w| w == looked))),
+        "the stranger ({looked}) was never looked at:\n{}",
+        d.log()
+    );
     assert_eq!(
         job_of(&d, stranger.id()),
         None,
