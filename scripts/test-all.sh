@@ -7,13 +7,14 @@
 # failed; the exit status is non-zero when any tier or self-check failed.
 #
 # Tiers: host (unit, property, fake trees, root tests on the real cgroupfs, live Slurm, Grid
-# Engine, PostgreSQL, tmux), busybox-v2 (pure cgroup v2, 2 NUMA nodes), busybox-v1 (pure v1),
+# Engine, PostgreSQL, tmux), readme (README's figures against the results files),
+# busybox-v2 (pure cgroup v2, 2 NUMA nodes), busybox-v1 (pure v1),
 # systemd-v2 (Debian 12 with systemd, tests from an ssh login session, the packaged service);
 # fuzz (the protocol decoder and the workload managers' parsers, bounded).
 # TEST_TIERS="host busybox-v2 ..." runs a subset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-tiers=${TEST_TIERS:-host fuzz busybox-v2 busybox-v1 systemd-v2 selfcheck}
+tiers=${TEST_TIERS:-host readme fuzz busybox-v2 busybox-v1 systemd-v2 selfcheck}
 logs=$(mktemp -d /tmp/pjw-test-all.XXXXXX)
 trap 'rm -rf "$logs"' EXIT
 status=0
@@ -40,6 +41,8 @@ run_tier() {
 for t in $tiers; do
   case $t in
     host) run_tier host scripts/test-summary.sh --workspace ;;
+    # No figure in README.md typed by hand (generated blocks current, the rest cited).
+    readme) run_tier readme scripts/readme-check.sh ;;
     # Reproducible in the gate (a fixed seed and count); `make test-fuzz` alone explores.
     fuzz) run_tier fuzz env FUZZ_SEED="${FUZZ_SEED:-1}" FUZZ_RUNS="${FUZZ_RUNS:-100000}" make -s test-fuzz ;;
     busybox-v2) run_tier busybox-v2 make -s test-vm ;;
