@@ -108,7 +108,7 @@ impl Engine {
         let n = readings.len();
         self.live.figures.clear();
         for (seq, r) in readings {
-            if !self.jobs.get(&seq).is_some_and(|j| j.started.is_some()) {
+            if self.jobs.get(&seq).is_none_or(|j| j.started.is_none()) {
                 continue;
             }
             let age = r.at.elapsed().as_millis() as i64;
@@ -156,9 +156,7 @@ impl Engine {
     /// Job `j`'s freshest figures: the live pass's or the sampler's last sample, whichever is
     /// newer; None while it has neither (queued, or not read yet).
     pub(super) fn figures(&self, j: &Job) -> Option<Figures> {
-        if j.started.is_none() {
-            return None;
-        }
+        j.started?;
         let sampled = j.prof.last.as_ref().map(|s| Figures {
             ts_ms: s.ts_ms,
             cpu_usec: s.cpu_user_usec.map(|u| u + s.cpu_system_usec.unwrap_or(0)),

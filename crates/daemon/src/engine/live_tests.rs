@@ -36,9 +36,12 @@ async fn started(t: &mut TestEngine, id: &str) -> i64 {
 
 /// A reader over a table the test sets (cgroup → CPU µs, memory, tasks), counting its reads;
 /// `hold` keeps every read waiting while set.
+/// Cgroup name → (CPU µs, memory, tasks).
+type Table = std::collections::HashMap<String, (u64, u64, u64)>;
+
 #[derive(Clone, Default)]
 struct FakeReader {
-    table: Arc<Mutex<std::collections::HashMap<String, (u64, u64, u64)>>>,
+    table: Arc<Mutex<Table>>,
     reads: Arc<AtomicU64>,
     hold: Arc<Mutex<()>>,
 }
@@ -151,6 +154,9 @@ async fn requests_during_a_pass_share_it() {
     assert_eq!((live.reads(), t.engine.live_passes()), (1, 1));
 }
 
+// The reader's lock is held across awaits on purpose: it is the hung read (the reading thread
+// waits on it, not this one).
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "current_thread")]
 async fn a_hung_pass_does_not_hold_requests() {
     let mut t = TestEngine::recording(FakeCgroups::default());
