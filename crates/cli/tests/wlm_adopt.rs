@@ -111,8 +111,17 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     assert_eq!(j["procs"], 0);
     let cpus = CpuSet::parse_list(j["cpus"].as_str().unwrap()).unwrap();
     assert_eq!(cpus.len(), 1);
-    // Held while empty: still there after several sweeps.
-    std::thread::sleep(Duration::from_millis(300));
+    // Held while empty: the daemon looked at its empty cgroup (its line says so) and kept it.
+    let held = format!("job=slurm:{id}");
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || d
+            .log()
+            .lines()
+            .any(|l| l.contains("held for its workload manager")
+                && l.split_whitespace().any(|w| w == held))),
+        "the daemon never looked at the empty registered job:\n{}",
+        d.log()
+    );
     assert!(
         job(&d.status(), &format!("slurm:{id}")).is_some(),
         "an empty registered job must be held"

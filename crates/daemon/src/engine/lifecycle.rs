@@ -365,7 +365,11 @@ impl Engine {
         let Some(job) = self.jobs.get(&seq) else {
             return;
         };
-        if job.started.is_none() || job.starter.held {
+        if job.started.is_none() {
+            return;
+        }
+        if job.starter.held {
+            debug!(job = %job.id, "held for its workload manager: kept, empty or not, until it ends the job");
             return;
         }
         // Only the kernel saying "empty" ends a job; a failed read is not an answer (a job
