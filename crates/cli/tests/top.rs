@@ -10,6 +10,14 @@ use std::time::{Duration, Instant};
 
 use pjw_testkit::{require, require_root, Component, TestDaemon};
 
+/// The tests of this file that run busy jobs take the machine in turn: each test's daemon owns
+/// the same CPUs, and one test's load must not be another's measured figure.
+static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn machine() -> std::sync::MutexGuard<'static, ()> {
+    MACHINE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn pjw_bin() -> PathBuf {
     pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
 }
@@ -70,6 +78,7 @@ fn hold(dir: &Path, tag: &str) -> String {
 #[test]
 fn top_renders_in_80x24_sorts_and_quits_cleanly() {
     require!(Component::Root, Component::Tmux);
+    let _machine = machine();
     let two = pjw_testkit::need_cpus!(2);
     // The node's default sampler interval: top's CPU % comes from figures read for it.
     let d = TestDaemon::start(&pjw_bin(), &format!("cpus = \"{two}\"\n"));
@@ -186,6 +195,7 @@ fn follows(
 #[test]
 fn top_cpu_follows_a_load_change_within_2_s() {
     require!(Component::Root, Component::Tmux);
+    let _machine = machine();
     let one = pjw_testkit::need_cpus!(1);
     let d = TestDaemon::start(&pjw_bin(), &format!("cpus = \"{one}\"\n"));
     let dir = d.dir().to_path_buf();
@@ -237,6 +247,7 @@ fn top_cpu_follows_a_load_change_within_2_s() {
 #[test]
 fn status_never_shows_fewer_threads_than_processes() {
     require!(Component::Root, Component::StressNg);
+    let _machine = machine();
     let two = pjw_testkit::need_cpus!(2);
     let d = TestDaemon::start(&pjw_bin(), &format!("cpus = \"{two}\"\n"));
     for (id, script, procs) in [
