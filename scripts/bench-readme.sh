@@ -6,8 +6,10 @@
 #   (quick and partial runs are not full). The block holds the file and its machine line, its
 #   load line and every warning it carries (NOT PUBLISHABLE, quick), and the table with one verdict
 #   per row: met, short, within noise, or (baseline), with the results file's mark carried along.
-#   A verdict on a goal that states no 95% bound (a single measurement or a median compared with
-#   the goal) is labelled so: only the others are taken on a confidence bound.
+#   A verdict that stands on no 95% bound (neither its goal nor its measurement states one: a
+#   single measurement or a median compared with the goal) is labelled so, unless the results
+#   file says itself what it stands on ("met (single measurement)"); only the others are taken
+#   on a confidence bound.
 # - the demo table ("bench-readme demo: begin/end") from the latest demo results file,
 #   bench/results/<date>T<time>Z-demo.md (scripts/demo.sh writes one at every `make demo`), with
 #   its machine, load and mark.
@@ -77,12 +79,12 @@ quote() {
   echo
   quote "$file" "$rel"
   echo
-  echo "Verdicts are the results file's. Where pjw's goal states a 95% bound, the verdict is taken on"
-  echo "that bound in the unfavourable direction: **met**, **short** (even the favourable bound misses"
-  echo "the goal) or **within noise**. Where it states none, the verdict compares one measurement (or a"
-  echo "median of a few) with the goal and says so: it has no confidence bound. (baseline) rows are"
-  echo "the alternatives a user would pick, measured in the same run. The anchors, a note on every goal"
-  echo "missed and the plots are in the results file."
+  echo "Verdicts are the results file's. Where the goal or the measurement states a 95% bound, the"
+  echo "verdict is taken on that bound in the unfavourable direction: **met**, **short** (even the"
+  echo "favourable bound misses the goal) or **within noise**. Elsewhere the verdict compares one"
+  echo "measurement (or a median, or the worst of a few rounds) with the goal and says so: it has no"
+  echo "confidence bound. (baseline) rows are the alternatives a user would pick, measured in the"
+  echo "same run. The anchors, a note on every goal missed and the plots are in the results file."
   echo
   echo "| scenario | measured | pjw's goal | verdict |"
   echo "|---|---|---|---|"
@@ -99,9 +101,13 @@ quote() {
       if (index(res, "NOT PUBLISHABLE: software emulation")) mark = " — NOT PUBLISHABLE (software emulation)"
       if (index(res, "NOT PUBLISHABLE: machine loaded")) mark = mark (mark == "" ? " — NOT PUBLISHABLE (machine loaded)" : ", machine loaded")
       v = res; sub(/;.*/, "", v)
+      # What the verdict stands on, where the results file says it: "met (single measurement)".
+      q = ""
+      if (match(v, / \(.*\)$/)) { q = substr(v, RSTART); v = substr(v, 1, RSTART - 1) }
       if (v == "pass") v = "met"
       if (v == "–" || v == "" || goal == "(baseline)") { v = "(baseline)"; mark = "" }
-      else if (index(goal, "95%")) v = "**" v "**"
+      else if (q != "") v = "**" v "**" q
+      else if (index(goal, "95%") || index(meas, "95% CI")) v = "**" v "**"
       else v = "**" v "** (single measurement or median, no confidence bound)"
       if (goal == "(baseline)") goal = ""
       printf "| %s | %s | %s | %s%s |\n", scen, meas, goal, v, mark
