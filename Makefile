@@ -17,7 +17,9 @@ build: deps
 release: deps
 	$(CARGO) build --release --workspace --bins
 
-# Build, start a private daemon, run the demonstration, stop the daemon, leave nothing behind.
+# Build, start a private daemon, run the demonstration, stop the daemon, leave nothing behind but
+# its figures: a new bench/results/<date>T<time>Z-demo.md (README's demo table is generated from
+# the latest one by scripts/bench-readme.sh).
 demo: release
 	scripts/demo.sh
 
@@ -81,7 +83,8 @@ test-fuzz: deps
 # (plain Linux, taskset, a FIFO runner, nice/chrt -i, one memory cgroup, srun on a live Slurm),
 # a table and a new bench/results/<date>T<time>Z.md (never overwritten) with the machine's load
 # and plots; a run on a loaded machine is marked NOT PUBLISHABLE. scripts/bench-readme.sh puts
-# the latest full file's table in README. SCENARIO=name runs one (make bench SCENARIO=isolation).
+# the latest full file's table (and the latest demo file's) in README; scripts/readme-check.sh, in
+# make test, checks every README figure against the results files. SCENARIO=name runs one (make bench SCENARIO=isolation).
 # Root; cgroups only below the bench's own cgroup, removed even on failure. Not part of make test.
 SCENARIO ?=
 bench: deps
