@@ -132,6 +132,35 @@ impl Scanner {
         Some(Lineage::Daemon)
     }
 
+    /// What the direct parent of `pid` is, for a task joining its job from slurmstepd (see
+    /// `pjw_core::task_join`): [`Lineage::Step`] when it is a root-owned step daemon whose
+    /// argv names a job, with the step its argv names (`batch`, `0`; `""` when unreadable);
+    /// [`Lineage::Outside`] for anything else, a parent that could not be read, one that
+    /// started after `pid` (a reused pid), or `pid` itself gone. Nothing is remembered.
+    pub fn parent_step(&self, pid: u32) -> (Lineage, String) {
+        let outside = (Lineage::Outside, String::new());
+        let Some((ppid, start)) = self.stat(pid) else {
+            return outside;
+        };
+        let Some((_, pstart)) = self.stat(ppid) else {
+            return outside;
+        };
+        if ppid <= 1 || pstart > start {
+            return outside;
+        }
+        match self.daemon_kind(ppid) {
+            Some(l @ Lineage::Step { .. }) => {
+                let step = std::fs::read(self.dir(ppid).join("cmdline"))
+                    .ok()
+                    .and_then(|c| pjw_core::adopt::step_id(&c))
+                    .map(|(_, s)| s)
+                    .unwrap_or_default();
+                (l, step)
+            }
+            _ => outside,
+        }
+    }
+
     /// The lineage of `pid` (a process whose start time is `start`): the nearest root-owned
     /// manager daemon above it decides. Remembered per (pid, start time) for it and every
     /// ancestor walked.
