@@ -10,7 +10,6 @@
 //! process's lineage costs its own `stat` and its parent's.
 
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use pjw_core::adopt::{Lineage, STEP_DAEMONS};
@@ -100,13 +99,12 @@ impl Scanner {
     }
 
     /// What `pid` itself is, when it is a manager's daemon running as root: its executable's
-    /// name (never its argv, which any process sets) and real uid decide.
+    /// name (never its argv, which any process sets) and real uid decide. Not its effective
+    /// uid: slurmstepd drops that to the job's user for a while as it forks the tasks (a
+    /// task joining its job from the SPANK plugin asks in that window), and only root makes a
+    /// process whose real uid is 0.
     fn daemon_kind(&self, pid: u32) -> Option<Lineage> {
         let dir = self.dir(pid);
-        // The owner of /proc/PID is the process's effective uid; the real one is checked too.
-        if std::fs::metadata(&dir).ok()?.uid() != 0 {
-            return None;
-        }
         let exe = std::fs::read_link(dir.join("exe")).ok()?;
         let name = exe.file_name()?.to_str()?;
         let name = name.strip_suffix(" (deleted)").unwrap_or(name);
