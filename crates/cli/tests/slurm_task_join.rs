@@ -101,7 +101,7 @@ impl Fixture {
     /// The client as a child of a root process whose executable is `exe` and argv[0] `argv0`
     /// (`slurmstepd: [ID.0]`), sending the plugin's request for `uid`. `deeper`: below a shell
     /// below it, not its direct child.
-    fn from_step(&self, exe: &Path, argv0: &str, uid: u32, deeper: bool) -> Command {
+    fn below_step(&self, exe: &Path, argv0: &str, uid: u32, deeper: bool) -> Command {
         let req = Fixture::request(uid);
         let client = format!("{} '{req}'", self.client());
         // `; exit` keeps bash from exec'ing the client in its own place.
@@ -154,7 +154,7 @@ fn only_slurmstepds_root_child_joins_the_job_its_step_names() {
     let f = Fixture::new("root");
     let stepd = f.dir.path().join("slurmstepd");
 
-    let (resp, job) = f.ask(&mut f.from_step(&stepd, &f.step_argv(), 0, false));
+    let (resp, job) = f.ask(&mut f.below_step(&stepd, &f.step_argv(), 0, false));
     assert_eq!(resp["type"], "started", "{resp:#}\n{}", f.d.log());
     assert_eq!(resp["job"], format!("slurm:{}", f.id));
     assert_eq!(job.as_deref(), Some(f.job().as_str()), "{resp:#}");
@@ -169,7 +169,7 @@ fn only_slurmstepds_root_child_joins_the_job_its_step_names() {
     assert!(f.d.log().contains("slurm task joined its job before exec"));
 
     // A forged step daemon: any executable (bash here, root) with slurmstepd's argv.
-    let (resp, job) = f.ask(&mut f.from_step(Path::new("/bin/bash"), &f.step_argv(), 0, false));
+    let (resp, job) = f.ask(&mut f.below_step(Path::new("/bin/bash"), &f.step_argv(), 0, false));
     assert!(
         refused(&resp, "denied", "not a root slurmstepd"),
         "{resp:#}"
@@ -177,7 +177,7 @@ fn only_slurmstepds_root_child_joins_the_job_its_step_names() {
     assert_eq!(job, None, "a forged step daemon's child was moved");
 
     // Below the step daemon, but not its child (a task's own child, were it root).
-    let (resp, job) = f.ask(&mut f.from_step(&stepd, &f.step_argv(), 0, true));
+    let (resp, job) = f.ask(&mut f.below_step(&stepd, &f.step_argv(), 0, true));
     assert!(
         refused(&resp, "denied", "not a root slurmstepd"),
         "{resp:#}"
@@ -185,13 +185,13 @@ fn only_slurmstepds_root_child_joins_the_job_its_step_names() {
     assert_eq!(job, None);
 
     // Slurm runs the task as another user than the job's owner (a stale registration).
-    let (resp, job) = f.ask(&mut f.from_step(&stepd, &f.step_argv(), 65534, false));
+    let (resp, job) = f.ask(&mut f.below_step(&stepd, &f.step_argv(), 65534, false));
     assert!(refused(&resp, "denied", "belongs to uid 0"), "{resp:#}");
     assert_eq!(job, None);
 
     // A step of a job this daemon does not run.
     let other = format!("slurmstepd: [{}9.0]", f.id);
-    let (resp, job) = f.ask(&mut f.from_step(&stepd, &other, 0, false));
+    let (resp, job) = f.ask(&mut f.below_step(&stepd, &other, 0, false));
     assert!(refused(&resp, "not_found", "not registered"), "{resp:#}");
     assert_eq!(job, None);
 }
@@ -241,7 +241,7 @@ fn a_user_process_cannot_join_a_job() {
     assert!(refused(&resp, "denied", "is refused"), "{resp:#}");
     assert_eq!(job, None);
     // Root below the step daemon, for the owner: joined.
-    let (resp, job) = f.ask(&mut f.from_step(&stepd, &f.step_argv(), uid, false));
+    let (resp, job) = f.ask(&mut f.below_step(&stepd, &f.step_argv(), uid, false));
     assert_eq!(resp["type"], "started", "{resp:#}");
     assert_eq!(job.as_deref(), Some(f.job().as_str()));
 }

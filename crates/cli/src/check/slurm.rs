@@ -59,11 +59,11 @@ pub fn parse_plugstack(text: &str) -> Result<Vec<PlugLine>, String> {
 /// The value of `key` in a slurm.conf text (keys are case-insensitive; the last one counts).
 pub fn conf_value(text: &str, key: &str) -> Option<String> {
     text.lines()
+        .rev()
         .map(|l| l.split('#').next().unwrap_or("").trim())
         .filter_map(|l| l.split_once('='))
-        .filter(|(k, _)| k.trim().eq_ignore_ascii_case(key))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case(key))
         .map(|(_, v)| v.trim().to_string())
-        .last()
 }
 
 /// A pjw plugin entry found in the plugin stack, with what was read about it.
