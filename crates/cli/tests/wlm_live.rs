@@ -1040,6 +1040,22 @@ fn slurm_tasks_are_jailed_from_their_first_instruction() {
         .matches("slurm task joined its job before exec")
         .count();
     assert!(joined >= 33, "{joined} joins logged:\n{}", d.log());
+    // The join's cost: the daemon's move of the task (one cgroup.procs write per hierarchy).
+    let mut moves: Vec<u64> = d
+        .log()
+        .lines()
+        .filter(|l| l.contains("slurm task joined its job before exec"))
+        .filter_map(|l| l.split("move_us=").nth(1))
+        .filter_map(|v| v.split_whitespace().next()?.parse().ok())
+        .collect();
+    moves.sort_unstable();
+    eprintln!(
+        "join: {} tasks moved before exec; move min {} us, median {} us, max {} us",
+        moves.len(),
+        moves.first().unwrap_or(&0),
+        moves.get(moves.len() / 2).unwrap_or(&0),
+        moves.last().unwrap_or(&0)
+    );
 
     // The daemon unreachable: `required` fails the task before its first instruction...
     let plugstack = w.dir().join("plugstack.conf");
