@@ -102,11 +102,13 @@ test-fuzz: deps
 # Root; cgroups only below the bench's own cgroup, removed even on failure. Not part of make test.
 SCENARIO ?=
 bench: deps
+	bench/setup.sh
 	bench/run.sh $(SCENARIO)
 
 # The same in under 5 minutes on an idle machine: fewer rounds, shorter workloads; it writes a
 # bench/results/<date>T<time>Z-quick.md of its own.
 bench-quick: deps
+	bench/setup.sh
 	bench/run.sh --quick $(SCENARIO)
 
 # The NUMA-spanning thread balancing bench (bench/scenarios/bind-numa.sh) where it can run: in the
