@@ -75,8 +75,13 @@ impl Fixture {
 
     /// The join request as the plugin writes it.
     fn request(uid: u32) -> String {
+        Fixture::request_with(uid, "[\"HOME\"]")
+    }
+
+    /// The same, with the task's environment holding the variables of `set` (a JSON array).
+    fn request_with(uid: u32, set: &str) -> String {
         format!(
-            r#"{{"v":1,"req":{{"type":"slurm_task","uid":{uid},"cpus_per_task":1,"tasks":1}}}}"#
+            r#"{{"v":1,"req":{{"type":"slurm_task","uid":{uid},"cpus_per_task":1,"tasks":1,"set":{set}}}}}"#
         )
     }
 
@@ -102,7 +107,11 @@ impl Fixture {
     /// (`slurmstepd: [ID.0]`), sending the plugin's request for `uid`. `deeper`: below a shell
     /// below it, not its direct child.
     fn below_step(&self, exe: &Path, argv0: &str, uid: u32, deeper: bool) -> Command {
-        let req = Fixture::request(uid);
+        self.below_step_asking(exe, argv0, &Fixture::request(uid), deeper)
+    }
+
+    /// [`Fixture::below_step`] sending `req`.
+    fn below_step_asking(&self, exe: &Path, argv0: &str, req: &str, deeper: bool) -> Command {
         let client = format!("{} '{req}'", self.client());
         // `; exit` keeps bash from exec'ing the client in its own place.
         let script = if deeper {
@@ -167,6 +176,21 @@ fn only_slurmstepds_root_child_joins_the_job_its_step_names() {
         "{resp:#}"
     );
     assert!(f.d.log().contains("slurm task joined its job before exec"));
+    // A variable the task's environment has is the user's: no default for it.
+    let req = Fixture::request_with(0, "[\"OMP_NUM_THREADS\"]");
+    let (resp, job) = f.ask(&mut f.below_step_asking(&stepd, &f.step_argv(), &req, false));
+    assert_eq!(job.as_deref(), Some(f.job().as_str()), "{resp:#}");
+    assert!(
+        resp["env_defaults"]
+            .as_array()
+            .is_none_or(|a| !a.iter().any(|p| p[0] == "OMP_NUM_THREADS")),
+        "{resp:#}"
+    );
+    // A name that is no variable name is a clear refusal, and nothing is moved.
+    let req = Fixture::request_with(0, "[\"A\\nB\"]");
+    let (resp, job) = f.ask(&mut f.below_step_asking(&stepd, &f.step_argv(), &req, false));
+    assert!(refused(&resp, "invalid", "not a variable name"), "{resp:#}");
+    assert_eq!(job, None);
 
     // A forged step daemon: any executable (bash here, root) with slurmstepd's argv.
     let (resp, job) = f.ask(&mut f.below_step(Path::new("/bin/bash"), &f.step_argv(), 0, false));

@@ -841,6 +841,17 @@ fn slurm_gres_gpu_jobs_get_slurms_gpu_fenced_with_local_cpus() {
 fn as_user_of(w: &Wlm, name: &str, prog: &str) -> Command {
     let mut c = w.cmd("setpriv");
     c.args(["--reuid", name, "--regid", name, "--clear-groups", prog]);
+    // srun passes its environment to the tasks: none of the runner's own thread settings.
+    for v in [
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OMP_PLACES",
+        "OMP_PROC_BIND",
+        "PJW_THREAD_ENV",
+    ] {
+        c.env_remove(v);
+    }
     c
 }
 

@@ -42,6 +42,8 @@ SPANK_PLUGIN(pjw, 1);
 #define PJW_MAX_VARS 64
 #define PJW_MAX_NAME 128
 #define PJW_MAX_VALUE 4096
+/* Most names the request lists (pjw_proto::slurm_task::MAX_SET_NAMES). */
+#define PJW_MAX_SET 4096
 /* The variable naming the thread variables pjw set (NAME=VALUE, space-separated), so that a
  * step inside a job script tells pjw's values (replaced) from the user's own (kept). */
 #define PJW_MARK "PJW_THREAD_ENV"
@@ -234,32 +236,138 @@ static int keep_vars(json_object *answer, const char *field, struct var *out, in
 	return 0;
 }
 
+/* Whether the space-separated NAME=VALUE list `mark` holds exactly `name`=`value`. */
+static int marked(const char *mark, const char *name, const char *value)
+{
+	size_t nl = strlen(name), vl = strlen(value);
+	const char *p = mark;
+	while (*p) {
+		while (*p == ' ')
+			p++;
+		const char *end = strchr(p, ' ');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		if (len == nl + 1 + vl && strncmp(p, name, nl) == 0 && p[nl] == '=' &&
+		    strncmp(p + nl + 1, value, vl) == 0)
+			return 1;
+		p += len;
+	}
+	return 0;
+}
+
+static int is_default(const char *name)
+{
+	for (int i = 0; i < n_defaults; i++)
+		if (strcmp(defaults[i].name, name) == 0)
+			return 1;
+	return 0;
+}
+
+/* A growing text buffer; `failed` once memory ran out. */
+struct buf {
+	char *p;
+	size_t len, cap;
+	int failed;
+};
+
+static void put(struct buf *b, const char *s, size_t n)
+{
+	if (b->failed)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 1024;
+		while (b->len + n + 1 > cap)
+			cap *= 2;
+		char *p = realloc(b->p, cap);
+		if (!p) {
+			b->failed = 1;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+static void puts_buf(struct buf *b, const char *s)
+{
+	put(b, s, strlen(s));
+}
+
+/* The request: the uid Slurm runs the task as, the step's CPUs per task and tasks here, and
+ * the names of the variables the task's environment has — less those whose value is still
+ * the one pjw set for the enclosing job script (PJW_THREAD_ENV): those are not the user's. */
+static char *build_request(spank_t sp, uid_t uid)
+{
+	uint32_t cpt = 0, tasks = 0;
+	char num[64], mark[2048] = "";
+	char **env = NULL;
+	struct buf b = { 0 };
+	int names = 0;
+
+	if (spank_getenv(sp, PJW_MARK, mark, sizeof(mark)) != ESPANK_SUCCESS)
+		mark[0] = '\0';
+	snprintf(num, sizeof(num), "{\"v\":%d,\"req\":{\"type\":\"slurm_task\",\"uid\":%u",
+		 PJW_PROTO_VERSION, (unsigned)uid);
+	puts_buf(&b, num);
+	if (spank_get_item(sp, S_STEP_CPUS_PER_TASK, &cpt) == ESPANK_SUCCESS)
+		snprintf(num, sizeof(num), ",\"cpus_per_task\":%u", cpt);
+	else
+		snprintf(num, sizeof(num), ",\"cpus_per_task\":null");
+	puts_buf(&b, num);
+	if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &tasks) == ESPANK_SUCCESS)
+		snprintf(num, sizeof(num), ",\"tasks\":%u", tasks);
+	else
+		snprintf(num, sizeof(num), ",\"tasks\":null");
+	puts_buf(&b, num);
+	puts_buf(&b, ",\"set\":[");
+	if (spank_get_item(sp, S_JOB_ENV, &env) == ESPANK_SUCCESS && env) {
+		for (char **e = env; *e && names < PJW_MAX_SET; e++) {
+			const char *eq = strchr(*e, '=');
+			char name[PJW_MAX_NAME + 1];
+			size_t n = eq ? (size_t)(eq - *e) : 0;
+			if (!eq || n == 0 || n > PJW_MAX_NAME)
+				continue;
+			memcpy(name, *e, n);
+			name[n] = '\0';
+			if (!valid_name(name) || marked(mark, name, eq + 1))
+				continue;
+			puts_buf(&b, names++ ? ",\"" : "\"");
+			puts_buf(&b, name);
+			puts_buf(&b, "\"");
+		}
+	}
+	puts_buf(&b, "]}}");
+	if (b.failed) {
+		free(b.p);
+		return NULL;
+	}
+	return b.p;
+}
+
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
 	uid_t uid;
-	uint32_t cpt = 0, tasks = 0;
-	char cpt_s[16] = "null", tasks_s[16] = "null";
-	char req[256], why[512] = "";
+	char why[512] = "";
 	int task_id = -1;
 	json_object *ans = NULL, *type, *field;
+	char *req = NULL, *text = NULL;
 	int rc = -1;
 
 	if (parse_args(ac, av) < 0)
 		return -1;
-	if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) {
-		slurm_error("pjw: cannot read the task's uid from Slurm; task not joined to its pjw job");
-		return -1;
-	}
 	spank_get_item(sp, S_TASK_ID, &task_id);
-	if (spank_get_item(sp, S_STEP_CPUS_PER_TASK, &cpt) == ESPANK_SUCCESS)
-		snprintf(cpt_s, sizeof(cpt_s), "%u", cpt);
-	if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &tasks) == ESPANK_SUCCESS)
-		snprintf(tasks_s, sizeof(tasks_s), "%u", tasks);
-	snprintf(req, sizeof(req),
-		 "{\"v\":%d,\"req\":{\"type\":\"slurm_task\",\"uid\":%u,\"cpus_per_task\":%s,\"tasks\":%s}}",
-		 PJW_PROTO_VERSION, (unsigned)uid, cpt_s, tasks_s);
-
-	char *text = ask_daemon(req, why, sizeof(why));
+	if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) {
+		snprintf(why, sizeof(why), "cannot read the task's uid from Slurm");
+		goto fail;
+	}
+	if (!(req = build_request(sp, uid))) {
+		snprintf(why, sizeof(why), "out of memory");
+		goto fail;
+	}
+	text = ask_daemon(req, why, sizeof(why));
+	free(req);
 	if (!text)
 		goto fail;
 	ans = json_tokener_parse(text);
@@ -298,36 +406,11 @@ out:
 	return rc;
 }
 
-/* Whether the space-separated NAME=VALUE list `mark` holds exactly `name`=`value`. */
-static int marked(const char *mark, const char *name, const char *value)
-{
-	size_t nl = strlen(name), vl = strlen(value);
-	const char *p = mark;
-	while (*p) {
-		while (*p == ' ')
-			p++;
-		const char *end = strchr(p, ' ');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		if (len == nl + 1 + vl && strncmp(p, name, nl) == 0 && p[nl] == '=' &&
-		    strncmp(p + nl + 1, value, vl) == 0)
-			return 1;
-		p += len;
-	}
-	return 0;
-}
-
-static int is_default(const char *name)
-{
-	for (int i = 0; i < n_defaults; i++)
-		if (strcmp(defaults[i].name, name) == 0)
-			return 1;
-	return 0;
-}
-
-/* The thread variables: a variable the task does not have, or has with the value pjw set for
- * an enclosing level (the job script's, named in PJW_THREAD_ENV), gets this task's value; a
- * value the user set is kept. pjw's values for the enclosing level that this task gets no
- * value for (OMP_PLACES of a script, in a step of several tasks) are removed. */
+/* The thread variables the daemon gave this task: it already left out those the user set (the
+ * request named them), so each is set, replacing pjw's value for the enclosing job script
+ * where one was inherited. pjw's values of the enclosing level that this task gets none for
+ * (OMP_PLACES of a script, in a step of several tasks) are removed if still unchanged.
+ * PJW_THREAD_ENV then lists what pjw set here. */
 static void set_thread_vars(spank_t sp)
 {
 	char mark[2048] = "", cur[PJW_MAX_VALUE + 1];
@@ -338,11 +421,10 @@ static void set_thread_vars(spank_t sp)
 		mark[0] = '\0';
 	for (int i = 0; i < n_defaults; i++) {
 		struct var *v = &defaults[i];
-		int have = spank_getenv(sp, v->name, cur, sizeof(cur)) == ESPANK_SUCCESS;
-		if (have && !marked(mark, v->name, cur))
-			continue; /* the user's own */
-		if (spank_setenv(sp, v->name, v->value, 1) != ESPANK_SUCCESS)
+		if (spank_setenv(sp, v->name, v->value, 1) != ESPANK_SUCCESS) {
+			slurm_error("pjw: cannot set %s in the task's environment", v->name);
 			continue;
+		}
 		if (!strchr(v->value, ' ')) {
 			int n = snprintf(now + used, sizeof(now) - used, "%s%s=%s", used ? " " : "",
 					 v->name, v->value);
@@ -352,7 +434,6 @@ static void set_thread_vars(spank_t sp)
 				now[used] = '\0';
 		}
 	}
-	/* pjw's values of the enclosing level that this task gets none for. */
 	for (char *p = mark; *p;) {
 		while (*p == ' ')
 			p++;

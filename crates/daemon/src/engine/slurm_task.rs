@@ -4,6 +4,7 @@
 //! kernel's facts about the caller, moves it, and answers with the job's CPUs and the
 //! variables the plugin sets in the task (its GPUs; its thread counts for the task's CPUs).
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use pjw_core::adopt::Target;
@@ -33,6 +34,10 @@ impl Engine {
             );
             let r = Refusal::NotRoot { uid: cred.uid };
             let _ = reply.send(err(ErrorCode::Denied, r.message()));
+            return;
+        }
+        if let Some(why) = bad_set(&req.set) {
+            let _ = reply.send(err(ErrorCode::Invalid, why));
             return;
         }
         let (parent, step) = self.scanner.parent_step(cred.pid);
@@ -140,7 +145,8 @@ impl Engine {
 
     /// The thread variables of one task of `step` in job `j` (`[job] thread_env`): counts for
     /// the task's CPUs ([`task_join::task_cpus`]; its cores with `bind = "cores"`), and the
-    /// OpenMP places when the job binds and the task has the job's CPUs to itself.
+    /// OpenMP places when the job binds and the task has the job's CPUs to itself; less those
+    /// the task's environment sets itself (`req.set`, [`thread_env::unset_only`]).
     fn task_thread_env(
         &self,
         j: &Job,
@@ -155,6 +161,22 @@ impl Engine {
         if mode == thread_bind::BindMode::Cores {
             n = n.min(thread_bind::slots(self.alloc.topology(), &j.cpus, mode).len());
         }
-        thread_env::thread_env(n, mode)
+        let set: HashSet<&str> = req.set.iter().map(String::as_str).collect();
+        thread_env::unset_only(&thread_env::thread_env(n, mode), |k| set.contains(k))
     }
+}
+
+/// Why the request's `set` is refused, if it is: too many names, or one that is no variable
+/// name (shown escaped, cut short).
+fn bad_set(set: &[String]) -> Option<String> {
+    use pjw_proto::slurm_task::{valid_env_name, MAX_SET_NAMES};
+    if set.len() > MAX_SET_NAMES {
+        return Some(format!(
+            "set lists {} names; at most {MAX_SET_NAMES}",
+            set.len()
+        ));
+    }
+    let bad = set.iter().find(|n| !valid_env_name(n))?;
+    let shown: String = bad.escape_debug().take(80).collect();
+    Some(format!("set names \"{shown}\", not a variable name"))
 }
