@@ -160,9 +160,14 @@ static char *ask_daemon(const char *req, char *why, size_t why_len)
 		snprintf(why, why_len, "cannot send to the pjw daemon: %s", strerror(errno));
 		goto out;
 	}
+	errno = 0;
 	if (read_all(fd, (char *)len, 4) < 0) {
-		snprintf(why, why_len, "no answer from the pjw daemon within %d s: %s", timeout_s,
-			 errno ? strerror(errno) : "connection closed");
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			snprintf(why, why_len, "no answer from the pjw daemon within %d s (timeout=)",
+				 timeout_s);
+		else
+			snprintf(why, why_len, "no answer from the pjw daemon: %s",
+				 errno ? strerror(errno) : "it closed the connection");
 		goto out;
 	}
 	n = (uint32_t)len[0] << 24 | (uint32_t)len[1] << 16 | (uint32_t)len[2] << 8 | len[3];
@@ -175,6 +180,7 @@ static char *ask_daemon(const char *req, char *why, size_t why_len)
 		snprintf(why, why_len, "out of memory");
 		goto out;
 	}
+	errno = 0;
 	if (read_all(fd, answer, n) < 0) {
 		snprintf(why, why_len, "the pjw daemon's answer was cut short");
 		free(answer);
