@@ -76,6 +76,8 @@ mod profile_hooks;
 mod recovery;
 mod reload;
 mod slurm_task;
+#[cfg(test)]
+mod slurm_task_tests;
 mod status;
 #[cfg(test)]
 mod store_tests;
