@@ -108,7 +108,9 @@ impl Engine {
         let n = readings.len();
         self.live.figures.clear();
         for (seq, r) in readings {
-            if self.jobs.get(&seq).is_none_or(|j| j.started.is_none()) {
+            // A job whose CPU time could not be read (its cgroup going away) keeps its sample's
+            // figures: `sampled_ms` must be the time of the `cpu_usec` shown.
+            if r.cpu_usec.is_none() || self.jobs.get(&seq).is_none_or(|j| j.started.is_none()) {
                 continue;
             }
             let age = r.at.elapsed().as_millis() as i64;

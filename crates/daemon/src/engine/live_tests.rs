@@ -266,3 +266,24 @@ async fn threads_are_counted_from_process_events_and_never_fewer_than_processes(
         assert_eq!((a.procs, a.threads), (procs, threads), "row {i}");
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_job_the_pass_could_not_read_keeps_its_samples_figures() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    let live = FakeReader::default();
+    t.engine.set_live_reader(live.reader());
+    fake.set_stats(&cgroup_name(&TestEngine::id("a")), 1 << 20, 1_000_000);
+    let t0 = t.clock.now_ms();
+    started(&mut t, "a").await;
+    t.clock.advance(1000);
+    // Nothing readable for it (its cgroup going away): the start sample's figures and time.
+    let s = {
+        let rx = ask(&mut t);
+        answered(&mut t, rx)
+    }
+    .await;
+    let a = &s.jobs[0];
+    assert_eq!((a.cpu_usec, a.sampled_ms), (Some(1_000_000), Some(t0)));
+    assert_eq!(live.reads(), 1);
+}
