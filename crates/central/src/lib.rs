@@ -73,7 +73,7 @@ pub use shipper::{ShipConfig, Shipper};
 /// Errors of the central store.
 #[derive(Debug, thiserror::Error)]
 pub enum CentralError {
-    #[error("central store {target}: {source}")]
+    #[error("central store {target}: {}", describe(source))]
     Postgres {
         /// host:port/db (never the password).
         target: String,
@@ -85,6 +85,22 @@ pub enum CentralError {
     Tls(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A PostgreSQL error with its causes ("db error: ERROR: password authentication failed …",
+/// "error performing TLS handshake: invalid peer certificate: UnknownIssuer"), on one line.
+pub fn describe(e: &postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text.replace(['\n', '\r'], " ")
 }
 
 impl CentralError {

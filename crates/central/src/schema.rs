@@ -308,7 +308,7 @@ pub fn migrate(
              CREATE TABLE IF NOT EXISTS pjw_schema (version INT PRIMARY KEY, applied_ms BIGINT NOT NULL);",
         )?;
     }
-    for v in (from + 1).max(1)..=LATEST {
+    for v in 1..=LATEST {
         tx.execute(
             "INSERT INTO pjw_schema (version, applied_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             &[&v, &now_ms],
