@@ -326,9 +326,41 @@ fn is_missing_partition(e: &postgres::Error) -> bool {
             .is_some_and(|d| d.message().contains("no partition"))
 }
 
+/// Where finished jobs wait to be shipped: the node's SQLite store ([`Store`]), or the load
+/// generator's simulated nodes (crates/central/examples/central_load.rs), which so run the
+/// shipper's own passes.
+pub trait Spool {
+    /// Finished jobs not yet shipped, oldest first, at most `limit`.
+    fn unshipped(&self, limit: usize) -> Result<Vec<JobSummary>, StoreError>;
+    fn job(&self, seq: i64) -> Result<Option<JobRecord>, StoreError>;
+    /// A job's samples, from `since_ms` on.
+    fn samples(&self, seq: i64, since_ms: Option<i64>) -> Result<Vec<Sample>, StoreError>;
+    fn mark_shipped(&mut self, seqs: &[i64], at_ms: i64) -> Result<(), StoreError>;
+    /// Jobs queued or running.
+    fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError>;
+}
+
+impl Spool for Store {
+    fn unshipped(&self, limit: usize) -> Result<Vec<JobSummary>, StoreError> {
+        Store::unshipped(self, limit)
+    }
+    fn job(&self, seq: i64) -> Result<Option<JobRecord>, StoreError> {
+        Store::job(self, seq)
+    }
+    fn samples(&self, seq: i64, since_ms: Option<i64>) -> Result<Vec<Sample>, StoreError> {
+        Store::samples(self, seq, since_ms)
+    }
+    fn mark_shipped(&mut self, seqs: &[i64], at_ms: i64) -> Result<(), StoreError> {
+        Store::mark_shipped(self, seqs, at_ms)
+    }
+    fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        Store::live_jobs(self)
+    }
+}
+
 /// Ship everything unshipped in `store`, batch by batch; the number of jobs shipped.
 pub fn ship_pending(
-    store: &mut Store,
+    store: &mut impl Spool,
     central: &mut Central,
     batch_size: usize,
 ) -> Result<usize, CentralError> {
@@ -363,8 +395,46 @@ pub fn ship_pending(
     }
 }
 
+/// What one shipping pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Finished jobs shipped.
+    pub jobs: usize,
+    /// Live samples shipped (`ship_samples`).
+    pub live_samples: usize,
+    /// The maintenance it ran (when due).
+    pub maintained: Option<Maintained>,
+}
+
+/// One shipping pass, as the shipper thread runs it: open a connection, maintain the schema
+/// when `maintain` (partitions ahead, retention), ship the spool in batches, with `node` set
+/// send the samples of running jobs, and close the connection.
+pub fn pass(
+    ep: &Endpoint,
+    retention: &Retention,
+    spool: &mut impl Spool,
+    batch_size: usize,
+    live_node: Option<&str>,
+    maintain: bool,
+) -> Result<Pass, CentralError> {
+    let mut c = Central::open(ep, retention)?;
+    let mut done = Pass::default();
+    if maintain {
+        done.maintained = Some(c.maintain(now_ms(), false)?);
+    }
+    done.jobs = ship_pending(spool, &mut c, batch_size)?;
+    if let Some(node) = live_node {
+        done.live_samples = ship_live(spool, &mut c, node)?;
+    }
+    Ok(done)
+}
+
 /// With `ship_samples`: send the new samples of this node's running jobs.
-pub fn ship_live(store: &Store, central: &mut Central, node: &str) -> Result<usize, CentralError> {
+pub fn ship_live(
+    store: &impl Spool,
+    central: &mut Central,
+    node: &str,
+) -> Result<usize, CentralError> {
     let live: Vec<(i64, i64)> = store
         .live_jobs()?
         .iter()

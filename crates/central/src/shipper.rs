@@ -11,7 +11,7 @@ use pjw_store::Store;
 use tracing::{debug, info, warn};
 
 use crate::schema::MAINTAIN_EVERY_MS;
-use crate::{now_ms, ship_live, ship_pending, Central, CentralError, Endpoint, Retention};
+use crate::{CentralError, Endpoint, Retention};
 
 /// How the shipper works (`[central]`).
 #[derive(Clone, Debug, PartialEq)]
@@ -130,20 +130,27 @@ impl State {
         let (Some(store), Some(ep)) = (self.store.as_mut(), self.endpoint.as_ref()) else {
             return Ok(0);
         };
-        let mut c = Central::open(ep, &self.cfg.retention)?;
-        if Instant::now() >= self.next_maintain {
-            let m = c.maintain(now_ms(), false)?;
+        let maintain = Instant::now() >= self.next_maintain;
+        let live = self.cfg.ship_samples.then_some(self.cfg.node.as_str());
+        let p = crate::pass(
+            ep,
+            &self.cfg.retention,
+            store,
+            self.cfg.batch_size,
+            live,
+            maintain,
+        )?;
+        if let Some(m) = p.maintained {
             if m.ran {
                 info!(created = m.created, dropped = ?m.dropped, "central store maintained (partitions ahead, retention)");
             }
             self.next_maintain =
                 Instant::now() + jitter(Duration::from_millis(MAINTAIN_EVERY_MS as u64), 0.5);
         }
-        let n = ship_pending(store, &mut c, self.cfg.batch_size)?;
-        if self.cfg.ship_samples {
-            let live = ship_live(store, &mut c, &self.cfg.node)?;
-            debug!(samples = live, "live samples shipped");
+        if live.is_some() {
+            debug!(samples = p.live_samples, "live samples shipped");
         }
+        let n = p.jobs;
         Ok(n)
     }
 }
