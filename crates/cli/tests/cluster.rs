@@ -362,10 +362,11 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
     assert_eq!(table.lines().filter(|l| l.contains("node3")).count(), 2, "{table}");
     assert!(!table.contains("node2"), "{table}");
 
-    // 2. node2 is killed in the middle of a shipment, twice.
+    // 2. node2 is killed in the middle of a shipment, twice. Its jobs run long enough to be
+    // sampled (1 s), so the shipment writes samples after the job's row, in one transaction.
     // (a) Before PostgreSQL commits: its transaction waits on the test's lock, SIGKILL.
     let lock = PgLock::take(&pg);
-    nodes[1].run("crash-a", "sleep 0.2");
+    nodes[1].run("crash-a", "sleep 1.5");
     want.push((names[1].clone(), "crash-a".into()));
     assert!(
         TestDaemon::wait_for(Duration::from_secs(30), || shipper_blocked(&pg, &names[1])),
@@ -387,7 +388,7 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
     // the node's SQLite store, so the mark waits; SIGKILL; the restarted node sends the batch
     // again, which the upsert absorbs.
     let lock = PgLock::take(&pg);
-    nodes[1].run("crash-b", "sleep 0.2");
+    nodes[1].run("crash-b", "sleep 1.5");
     want.push((names[1].clone(), "crash-b".into()));
     assert!(TestDaemon::wait_for(Duration::from_secs(30), || shipper_blocked(&pg, &names[1])));
     assert!(TestDaemon::wait_for(Duration::from_secs(30), || nodes[1].ended("crash-b")));
