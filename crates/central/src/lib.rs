@@ -364,13 +364,25 @@ pub fn ship_pending(
     central: &mut Central,
     batch_size: usize,
 ) -> Result<usize, CentralError> {
+    ship_pending_from(store, central, batch_size, None)
+}
+
+/// [`ship_pending`]; with `live_node` (the node ships live samples, `ship_samples`), a finished
+/// job's series is sent from what PostgreSQL already holds of it on (one high-water query per
+/// batch), not whole again.
+pub fn ship_pending_from(
+    store: &mut impl Spool,
+    central: &mut Central,
+    batch_size: usize,
+    live_node: Option<&str>,
+) -> Result<usize, CentralError> {
     let mut total = 0;
     loop {
         let batch = store.unshipped(batch_size)?;
         if batch.is_empty() {
             return Ok(total);
         }
-        let mut jobs = Vec::with_capacity(batch.len());
+        let mut found = Vec::with_capacity(batch.len());
         let mut seqs = Vec::with_capacity(batch.len());
         for s in batch {
             seqs.push(s.seq);
@@ -379,7 +391,23 @@ pub fn ship_pending(
                 warn!(seq = s.seq, "finished job without a record; not shipped");
                 continue;
             };
-            let samples = store.samples(s.seq, None)?;
+            found.push((j, s));
+        }
+        let hw = match (live_node, found.iter().map(|(j, _)| write::filed_ms(j)).min()) {
+            (Some(node), Some(_)) => {
+                let oldest = found
+                    .iter()
+                    .map(|(j, _)| j.started_ms.unwrap_or(j.submitted_ms))
+                    .min()
+                    .unwrap_or(0);
+                let with: Vec<i64> = found.iter().map(|(j, _)| j.seq).collect();
+                central.high_water(node, &with, oldest)?
+            }
+            _ => HashMap::new(),
+        };
+        let mut jobs = Vec::with_capacity(found.len());
+        for (j, s) in found {
+            let samples = store.samples(j.seq, hw.get(&j.seq).map(|t| t + 1))?;
             jobs.push((j, s, samples));
         }
         let now = now_ms();
@@ -422,7 +450,7 @@ pub fn pass(
     if maintain {
         done.maintained = Some(c.maintain(now_ms(), false)?);
     }
-    done.jobs = ship_pending(spool, &mut c, batch_size)?;
+    done.jobs = ship_pending_from(spool, &mut c, batch_size, live_node)?;
     if let Some(node) = live_node {
         done.live_samples = ship_live(spool, &mut c, node)?;
     }
