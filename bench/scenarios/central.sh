@@ -14,6 +14,7 @@
 # The simulated nodes share this machine's CPUs with PostgreSQL: the rows/s are what one
 # 2-CPU machine holds with the load generator beside it, a floor for a real server.
 SCENARIO=central
+BENCH_NEEDS_PJW=0
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 

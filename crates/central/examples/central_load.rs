@@ -501,15 +501,21 @@ fn main() {
         out("history_fill_s", format!("{:.1}", t.elapsed().as_secs_f64()));
     }
 
-    // The nodes and their first passes.
+    // The nodes (in a steady state from now on) and their first passes.
+    let start_ms = now_ms();
     let nodes: Arc<Vec<Mutex<SimNode>>> =
-        Arc::new((0..a.nodes).map(|i| Mutex::new(SimNode::new(i, &a, now0))).collect());
+        Arc::new((0..a.nodes).map(|i| Mutex::new(SimNode::new(i, &a, start_ms))).collect());
+    // Each node's next pass, published for the backlog count (a pass late or still running
+    // more than a second after it fell due).
+    let due_at: Arc<Vec<std::sync::atomic::AtomicI64>> =
+        Arc::new((0..a.nodes).map(|_| std::sync::atomic::AtomicI64::new(i64::MAX)).collect());
     let due: Due = Arc::new((Mutex::new(BinaryHeap::new()), Condvar::new()));
     {
         let mut h = due.0.lock().unwrap();
         for (i, n) in nodes.iter().enumerate() {
             let n = n.lock().unwrap();
             let next = if a.mode_live { n.next_end().min(n.next_live) } else { n.next_end() };
+            due_at[i].store(next, Ordering::Relaxed);
             h.push(Reverse((next, i)));
         }
     }
@@ -530,6 +536,7 @@ fn main() {
     // Workers: each takes the earliest pass that is due.
     let mut handles = Vec::new();
     for _ in 0..a.workers {
+        let due_at = due_at.clone();
         let (nodes, due, totals, lags, durations, stop, ep, a) = (
             nodes.clone(),
             due.clone(),
@@ -595,6 +602,7 @@ fn main() {
                     }
                 };
                 drop(n);
+                due_at[i].store(next, Ordering::Relaxed);
                 let (lock, cv) = &*due;
                 lock.lock().unwrap().push(Reverse((next, i)));
                 cv.notify_one();
@@ -619,12 +627,9 @@ fn main() {
             .unwrap_or(-1);
         conn_samples.push(conns);
         let now = now_ms();
-        let overdue = due
-            .0
-            .lock()
-            .unwrap()
+        let overdue = due_at
             .iter()
-            .filter(|Reverse((t, _))| *t < now - 1000)
+            .filter(|t| t.load(Ordering::Relaxed) < now - 1000)
             .count();
         backlog.push((t0.elapsed().as_secs_f64(), overdue));
         if last_print.elapsed() >= Duration::from_secs(5) {
