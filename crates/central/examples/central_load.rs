@@ -363,12 +363,14 @@ impl Spool for SimNode {
             .map(|j| self.series(j, since_ms, now))
             .unwrap_or_default())
     }
-    fn mark_shipped(&mut self, seqs: &[i64], at_ms: i64) -> Result<(), StoreError> {
+    fn mark_shipped(&mut self, seqs: &[i64], _at_ms: i64) -> Result<(), StoreError> {
+        // Called right after PostgreSQL's commit: the job's end to here is its ship latency.
+        let now = now_ms();
         let mut lat = Vec::new();
         self.jobs.retain(|j| {
             let gone = j.done && seqs.contains(&j.rec.seq);
             if gone {
-                lat.push(at_ms - j.end_ms);
+                lat.push(now - j.end_ms);
             }
             !gone
         });
