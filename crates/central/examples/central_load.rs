@@ -287,7 +287,9 @@ impl SimNode {
         let start = j.rec.started_ms.unwrap_or(0);
         let first = start + self.interval_ms;
         let mut t = match since {
-            Some(s) if s > first => first + (s - first + self.interval_ms - 1) / self.interval_ms * self.interval_ms,
+            Some(s) if s > first => {
+                first + (s - first + self.interval_ms - 1) / self.interval_ms * self.interval_ms
+            }
             _ => first,
         };
         let mut out = Vec::new();
@@ -352,7 +354,11 @@ impl Spool for SimNode {
             .collect())
     }
     fn job(&self, seq: i64) -> Result<Option<JobRecord>, StoreError> {
-        Ok(self.jobs.iter().find(|j| j.rec.seq == seq).map(|j| j.rec.clone()))
+        Ok(self
+            .jobs
+            .iter()
+            .find(|j| j.rec.seq == seq)
+            .map(|j| j.rec.clone()))
     }
     fn samples(&self, seq: i64, since_ms: Option<i64>) -> Result<Vec<Sample>, StoreError> {
         let now = now_ms();
@@ -432,10 +438,13 @@ fn cpu_of_uid(uid: u32) -> f64 {
 }
 
 fn postgres_uid() -> Option<u32> {
-    std::fs::read_to_string("/etc/passwd").ok()?.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        (f.first() == Some(&"postgres")).then(|| f.get(2)?.parse().ok())?
-    })
+    std::fs::read_to_string("/etc/passwd")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.first() == Some(&"postgres")).then(|| f.get(2)?.parse().ok())?
+        })
 }
 
 fn out(k: &str, v: impl std::fmt::Display) {
@@ -450,9 +459,12 @@ fn main() {
     let (url, password) = match &a.url {
         Some(u) => (
             u.clone(),
-            a.password_file
-                .as_ref()
-                .map(|f| std::fs::read_to_string(f).expect("read the password file").trim_end().to_string()),
+            a.password_file.as_ref().map(|f| {
+                std::fs::read_to_string(f)
+                    .expect("read the password file")
+                    .trim_end()
+                    .to_string()
+            }),
         ),
         None => {
             ca = pjw_testkit::tls::TestCa::new("pjw-bench-ca");
@@ -492,7 +504,10 @@ fn main() {
     out("workers", a.workers);
     out("max_connections", max_conn);
     out("sslmode", ep.tls_mode().as_str());
-    out("offered_rows_per_s", format!("{:.0}", a.nodes as f64 * a.jobs / a.interval_s));
+    out(
+        "offered_rows_per_s",
+        format!("{:.0}", a.nodes as f64 * a.jobs / a.interval_s),
+    );
     out("jobs_per_day", jobs_per_day);
 
     // History: `--history-days` of finished jobs at the cluster's rate.
@@ -500,23 +515,36 @@ fn main() {
         let t = Instant::now();
         fill_history(&mut admin, &a, now0, jobs_per_day);
         out("history_jobs", jobs_per_day * a.history_days as i64);
-        out("history_fill_s", format!("{:.1}", t.elapsed().as_secs_f64()));
+        out(
+            "history_fill_s",
+            format!("{:.1}", t.elapsed().as_secs_f64()),
+        );
     }
 
     // The nodes (in a steady state from now on) and their first passes.
     let start_ms = now_ms();
-    let nodes: Arc<Vec<Mutex<SimNode>>> =
-        Arc::new((0..a.nodes).map(|i| Mutex::new(SimNode::new(i, &a, start_ms))).collect());
+    let nodes: Arc<Vec<Mutex<SimNode>>> = Arc::new(
+        (0..a.nodes)
+            .map(|i| Mutex::new(SimNode::new(i, &a, start_ms)))
+            .collect(),
+    );
     // Each node's next pass, published for the backlog count (a pass late or still running
     // more than a second after it fell due).
-    let due_at: Arc<Vec<std::sync::atomic::AtomicI64>> =
-        Arc::new((0..a.nodes).map(|_| std::sync::atomic::AtomicI64::new(i64::MAX)).collect());
+    let due_at: Arc<Vec<std::sync::atomic::AtomicI64>> = Arc::new(
+        (0..a.nodes)
+            .map(|_| std::sync::atomic::AtomicI64::new(i64::MAX))
+            .collect(),
+    );
     let due: Due = Arc::new((Mutex::new(BinaryHeap::new()), Condvar::new()));
     {
         let mut h = due.0.lock().unwrap();
         for (i, n) in nodes.iter().enumerate() {
             let n = n.lock().unwrap();
-            let next = if a.mode_live { n.next_end().min(n.next_live) } else { n.next_end() };
+            let next = if a.mode_live {
+                n.next_end().min(n.next_live)
+            } else {
+                n.next_end()
+            };
             due_at[i].store(next, Ordering::Relaxed);
             h.push(Reverse((next, i)));
         }
@@ -550,65 +578,70 @@ fn main() {
             a.clone(),
         );
         let mut ep = ep;
-        handles.push(std::thread::spawn(move || {
-            loop {
-                let (when, i) = {
-                    let (lock, cv) = &*due;
-                    let mut h = lock.lock().unwrap();
-                    loop {
-                        if stop.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        let now = now_ms();
-                        match h.peek() {
-                            Some(Reverse((t, _))) if *t <= now => break,
-                            Some(Reverse((t, _))) => {
-                                let wait = Duration::from_millis((*t - now).clamp(1, 200) as u64);
-                                h = cv.wait_timeout(h, wait).unwrap().0;
-                            }
-                            None => h = cv.wait_timeout(h, Duration::from_millis(200)).unwrap().0,
-                        }
-                    }
-                    h.pop().unwrap().0
-                };
-                let started = now_ms();
-                lags.lock().unwrap().push(started - when);
-                let mut n = nodes[i].lock().unwrap();
-                n.advance(started);
-                ep.set_application_name(&format!("pjw/{}", n.name));
-                let live = a.mode_live.then(|| n.name.clone());
-                let t = Instant::now();
-                let res = pjw_central::pass(&ep, &retention, &mut *n, a.batch, live.as_deref(), false);
-                durations.lock().unwrap().push(t.elapsed().as_millis() as i64);
-                totals.passes.fetch_add(1, Ordering::Relaxed);
-                let retry_ms = (a.retry_s * 1000.0) as i64;
-                let next = match res {
-                    Ok(p) => {
-                        totals.jobs.fetch_add(p.jobs as u64, Ordering::Relaxed);
-                        totals
-                            .sample_rows
-                            .fetch_add(p.live_samples as u64, Ordering::Relaxed);
-                        if a.mode_live && n.next_live <= started {
-                            n.next_live = started + n.rng.around(retry_ms as f64, 0.25) as i64;
-                        }
-                        if a.mode_live { n.next_end().min(n.next_live) } else { n.next_end() }
-                    }
-                    Err(e) => {
-                        totals.errors.fetch_add(1, Ordering::Relaxed);
-                        if e.is_connection_limit() {
-                            totals.limit_errors.fetch_add(1, Ordering::Relaxed);
-                        } else {
-                            eprintln!("central_load: {}: {e}", n.name);
-                        }
-                        started + n.rng.around(retry_ms as f64, 0.25) as i64
-                    }
-                };
-                drop(n);
-                due_at[i].store(next, Ordering::Relaxed);
+        handles.push(std::thread::spawn(move || loop {
+            let (when, i) = {
                 let (lock, cv) = &*due;
-                lock.lock().unwrap().push(Reverse((next, i)));
-                cv.notify_one();
-            }
+                let mut h = lock.lock().unwrap();
+                loop {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let now = now_ms();
+                    match h.peek() {
+                        Some(Reverse((t, _))) if *t <= now => break,
+                        Some(Reverse((t, _))) => {
+                            let wait = Duration::from_millis((*t - now).clamp(1, 200) as u64);
+                            h = cv.wait_timeout(h, wait).unwrap().0;
+                        }
+                        None => h = cv.wait_timeout(h, Duration::from_millis(200)).unwrap().0,
+                    }
+                }
+                h.pop().unwrap().0
+            };
+            let started = now_ms();
+            lags.lock().unwrap().push(started - when);
+            let mut n = nodes[i].lock().unwrap();
+            n.advance(started);
+            ep.set_application_name(&format!("pjw/{}", n.name));
+            let live = a.mode_live.then(|| n.name.clone());
+            let t = Instant::now();
+            let res = pjw_central::pass(&ep, &retention, &mut *n, a.batch, live.as_deref(), false);
+            durations
+                .lock()
+                .unwrap()
+                .push(t.elapsed().as_millis() as i64);
+            totals.passes.fetch_add(1, Ordering::Relaxed);
+            let retry_ms = (a.retry_s * 1000.0) as i64;
+            let next = match res {
+                Ok(p) => {
+                    totals.jobs.fetch_add(p.jobs as u64, Ordering::Relaxed);
+                    totals
+                        .sample_rows
+                        .fetch_add(p.live_samples as u64, Ordering::Relaxed);
+                    if a.mode_live && n.next_live <= started {
+                        n.next_live = started + n.rng.around(retry_ms as f64, 0.25) as i64;
+                    }
+                    if a.mode_live {
+                        n.next_end().min(n.next_live)
+                    } else {
+                        n.next_end()
+                    }
+                }
+                Err(e) => {
+                    totals.errors.fetch_add(1, Ordering::Relaxed);
+                    if e.is_connection_limit() {
+                        totals.limit_errors.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        eprintln!("central_load: {}: {e}", n.name);
+                    }
+                    started + n.rng.around(retry_ms as f64, 0.25) as i64
+                }
+            };
+            drop(n);
+            due_at[i].store(next, Ordering::Relaxed);
+            let (lock, cv) = &*due;
+            lock.lock().unwrap().push(Reverse((next, i)));
+            cv.notify_one();
         }));
     }
 
@@ -671,7 +704,10 @@ fn main() {
         .unwrap()
         .get(0);
     // Rows/s in PostgreSQL over the run's second half (the first may still fill up).
-    let half: Vec<&(f64, i64)> = rows_series.iter().filter(|(t, _)| *t >= secs / 2.0).collect();
+    let half: Vec<&(f64, i64)> = rows_series
+        .iter()
+        .filter(|(t, _)| *t >= secs / 2.0)
+        .collect();
     let rate_2nd = match (half.first(), half.last()) {
         (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) as f64 / (b.0 - a.0),
         _ => 0.0,
@@ -688,13 +724,19 @@ fn main() {
     out("jobs_shipped", totals.jobs.load(Ordering::Relaxed));
     out("passes", totals.passes.load(Ordering::Relaxed));
     out("errors", totals.errors.load(Ordering::Relaxed));
-    out("connection_limit_refusals", totals.limit_errors.load(Ordering::Relaxed));
+    out(
+        "connection_limit_refusals",
+        totals.limit_errors.load(Ordering::Relaxed),
+    );
     let mut cs = conn_samples.clone();
     out("connections_max", cs.iter().copied().max().unwrap_or(0));
     out("connections_p99", pct(&mut cs, 0.99));
     out(
         "connections_mean",
-        format!("{:.2}", conn_samples.iter().sum::<i64>() as f64 / conn_samples.len().max(1) as f64),
+        format!(
+            "{:.2}",
+            conn_samples.iter().sum::<i64>() as f64 / conn_samples.len().max(1) as f64
+        ),
     );
     // Backlog: passes overdue by more than 1 s, mean of the first and last thirds.
     let third = |lo: f64, hi: f64| -> f64 {
@@ -705,9 +747,18 @@ fn main() {
             .collect();
         v.iter().sum::<usize>() as f64 / v.len().max(1) as f64
     };
-    out("backlog_first_third", format!("{:.2}", third(0.0, 1.0 / 3.0)));
-    out("backlog_last_third", format!("{:.2}", third(2.0 / 3.0, 1.01)));
-    out("backlog_max", backlog.iter().map(|(_, n)| *n).max().unwrap_or(0));
+    out(
+        "backlog_first_third",
+        format!("{:.2}", third(0.0, 1.0 / 3.0)),
+    );
+    out(
+        "backlog_last_third",
+        format!("{:.2}", third(2.0 / 3.0, 1.01)),
+    );
+    out(
+        "backlog_max",
+        backlog.iter().map(|(_, n)| *n).max().unwrap_or(0),
+    );
     let mut l = lags.lock().unwrap().clone();
     out("pass_lag_p50_ms", pct(&mut l, 0.5));
     out("pass_lag_p99_ms", pct(&mut l, 0.99));
@@ -722,10 +773,16 @@ fn main() {
     out("ship_latency_jobs", lat.len());
     out("ship_latency_p50_ms", pct(&mut lat, 0.5));
     out("ship_latency_p99_ms", pct(&mut lat, 0.99));
-    out("ship_latency_max_ms", lat.iter().copied().max().unwrap_or(0));
+    out(
+        "ship_latency_max_ms",
+        lat.iter().copied().max().unwrap_or(0),
+    );
     out("postgres_cpu_s", format!("{pg_cpu:.1}"));
     out("postgres_cpu_share", format!("{:.3}", pg_cpu / secs));
-    out("wal_bytes_per_s", format!("{:.0}", (wal1 - wal0) as f64 / secs));
+    out(
+        "wal_bytes_per_s",
+        format!("{:.0}", (wal1 - wal0) as f64 / secs),
+    );
 
     sizes(&mut admin, "before_retention");
     queries(&mut admin, now_ms(), a.nodes);
@@ -760,7 +817,9 @@ fn fill_history(c: &mut Central, a: &Args, now: i64, per_day: i64) {
         c.client().batch_execute(&sql).expect("fill history");
         eprintln!("central_load: history day -{d} filed ({per_day} jobs)");
     }
-    c.client().batch_execute("ANALYZE pjw_jobs").expect("analyze");
+    c.client()
+        .batch_execute("ANALYZE pjw_jobs")
+        .expect("analyze");
 }
 
 /// Sizes of the tables (heap, indexes, TOAST) over their partitions, and bytes per row.
@@ -795,10 +854,21 @@ fn queries(c: &mut Central, now: i64, nodes: usize) {
     let week = Some(now - 7 * DAY);
     let day = Some(now - DAY);
     let cases: Vec<(&str, CentralFilter)> = vec![
-        ("user", CentralFilter { user: Some("user17".into()), limit: 100, ..Default::default() }),
+        (
+            "user",
+            CentralFilter {
+                user: Some("user17".into()),
+                limit: 100,
+                ..Default::default()
+            },
+        ),
         (
             "node",
-            CentralFilter { node: Some(format!("cn{:04}", nodes / 2)), limit: 100, ..Default::default() },
+            CentralFilter {
+                node: Some(format!("cn{:04}", nodes / 2)),
+                limit: 100,
+                ..Default::default()
+            },
         ),
         (
             "range_1h",
@@ -809,13 +879,49 @@ fn queries(c: &mut Central, now: i64, nodes: usize) {
                 ..Default::default()
             },
         ),
-        ("newest", CentralFilter { limit: 100, ..Default::default() }),
-        ("top_cpu_week", CentralFilter { since_ms: week, order: Order::Cpu, limit: 20, ..Default::default() }),
-        ("top_mem_day", CentralFilter { since_ms: day, order: Order::Mem, limit: 20, ..Default::default() }),
-        ("top_wait_day", CentralFilter { since_ms: day, order: Order::Wait, limit: 20, ..Default::default() }),
+        (
+            "newest",
+            CentralFilter {
+                limit: 100,
+                ..Default::default()
+            },
+        ),
+        (
+            "top_cpu_week",
+            CentralFilter {
+                since_ms: week,
+                order: Order::Cpu,
+                limit: 20,
+                ..Default::default()
+            },
+        ),
+        (
+            "top_mem_day",
+            CentralFilter {
+                since_ms: day,
+                order: Order::Mem,
+                limit: 20,
+                ..Default::default()
+            },
+        ),
+        (
+            "top_wait_day",
+            CentralFilter {
+                since_ms: day,
+                order: Order::Wait,
+                limit: 20,
+                ..Default::default()
+            },
+        ),
         (
             "user_top_cpu_week",
-            CentralFilter { user: Some("user17".into()), since_ms: week, order: Order::Cpu, limit: 20, ..Default::default() },
+            CentralFilter {
+                user: Some("user17".into()),
+                since_ms: week,
+                order: Order::Cpu,
+                limit: 20,
+                ..Default::default()
+            },
         ),
     ];
     let mut worst = 0.0f64;

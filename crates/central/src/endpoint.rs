@@ -50,11 +50,9 @@ impl TlsMode {
                         .into(),
                 )
             }
-            other => {
-                return Err(format!(
-                    "sslmode={other:?} is not one of disable, prefer, require, verify-ca, verify-full"
-                ))
-            }
+            other => return Err(format!(
+                "sslmode={other:?} is not one of disable, prefer, require, verify-ca, verify-full"
+            )),
         })
     }
 
@@ -111,11 +109,15 @@ pub fn split_tls(url: &str) -> Result<(String, TlsOptions), String> {
                 } else if Path::new(&v).is_absolute() {
                     RootCerts::File(PathBuf::from(v))
                 } else {
-                    return Err(format!("sslrootcert={v:?} is not an absolute path or \"system\""));
+                    return Err(format!(
+                        "sslrootcert={v:?} is not an absolute path or \"system\""
+                    ));
                 });
             }
             "sslcert" | "sslkey" | "sslpassword" | "sslcrl" | "sslcrldir" | "sslsni" => {
-                return Err(format!("{k} is not supported (client certificates and CRLs are not)"))
+                return Err(format!(
+                    "{k} is not supported (client certificates and CRLs are not)"
+                ))
             }
             _ => rest.push(pair),
         }

@@ -267,7 +267,8 @@ impl Central {
         match write(self) {
             Err(e) if is_missing_partition(&e) => {
                 let want = needed();
-                let made = schema::ensure_partitions(&mut self.client, &want).map_err(self.err())?;
+                let made =
+                    schema::ensure_partitions(&mut self.client, &want).map_err(self.err())?;
                 debug!(target = %self.target, partitions = made, "central store partitions created for late rows");
                 write(self).map_err(self.err())
             }
@@ -310,7 +311,10 @@ impl Central {
             .client
             .query(query::SAMPLE_SQL, &[&node, &seq])
             .map_err(self.err())?;
-        Ok(rows.iter().map(|r| query::sample_from_row(seq, r)).collect())
+        Ok(rows
+            .iter()
+            .map(|r| query::sample_from_row(seq, r))
+            .collect())
     }
 
     /// Partitions ahead, retention behind (at most hourly across the cluster unless `force`).
@@ -393,7 +397,10 @@ pub fn ship_pending_from(
             };
             found.push((j, s));
         }
-        let hw = match (live_node, found.iter().map(|(j, _)| write::filed_ms(j)).min()) {
+        let hw = match (
+            live_node,
+            found.iter().map(|(j, _)| write::filed_ms(j)).min(),
+        ) {
             (Some(node), Some(_)) => {
                 let oldest = found
                     .iter()

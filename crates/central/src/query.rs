@@ -82,7 +82,8 @@ pub struct CentralFilter {
     pub limit: usize,
 }
 
-pub(crate) const JOB_COLS: &str = "node, job_id, seq, name, user_name, uid, ncpus, cpus, mem_limit, \
+pub(crate) const JOB_COLS: &str =
+    "node, job_id, seq, name, user_name, uid, ncpus, cpus, mem_limit, \
     submitted_ms, started_ms, ended_ms, end_reason, exit_status, end_class, queued_ms, running_ms, \
     backfill_ms, frozen_ms, freezes, cpu_user_usec, cpu_system_usec, mem_peak, swap_peak, \
     io_rbytes, io_wbytes, procs_total, threads_total, procs_max, threads_max, samples, shipped_ms, \

@@ -296,8 +296,7 @@ pub fn migrate(
                 &format!("SELECT min({col}), max({col}) FROM {src} WHERE {col} >= $1"),
                 &[&cut],
             )?;
-            if let (Some(lo), Some(hi)) = (r.get::<_, Option<i64>>(0), r.get::<_, Option<i64>>(1))
-            {
+            if let (Some(lo), Some(hi)) = (r.get::<_, Option<i64>>(0), r.get::<_, Option<i64>>(1)) {
                 create_partitions(&mut tx, table, &table.starts_between(lo, hi))?;
             }
         }
@@ -434,7 +433,10 @@ pub fn maintain(
 }
 
 /// The partitions of `table`, by name.
-pub fn partitions<C: GenericClient>(c: &mut C, table: Table) -> Result<Vec<String>, postgres::Error> {
+pub fn partitions<C: GenericClient>(
+    c: &mut C,
+    table: Table,
+) -> Result<Vec<String>, postgres::Error> {
     let rows = c.query(
         "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
          WHERE i.inhparent = to_regclass($1) ORDER BY 1",
@@ -453,7 +455,10 @@ mod tests {
     fn partitions_are_days_and_weeks_from_monday_utc() {
         let t = NOV_26_2026 + 13 * 3_600_000;
         assert_eq!(Table::Samples.start_of(t), NOV_26_2026);
-        assert_eq!(Table::Samples.partition_name(NOV_26_2026), "pjw_samples_d20261126");
+        assert_eq!(
+            Table::Samples.partition_name(NOV_26_2026),
+            "pjw_samples_d20261126"
+        );
         let monday = NOV_26_2026 - 3 * DAY_MS;
         assert_eq!(Table::Jobs.start_of(t), monday);
         assert_eq!(Table::Jobs.partition_name(monday), "pjw_jobs_w20261123");
@@ -465,7 +470,11 @@ mod tests {
             let s = table.start_of(t);
             assert_eq!(table.start_from_name(&table.partition_name(s)), Some(s));
         }
-        assert_eq!(Table::Jobs.start_from_name("pjw_jobs_w20261126"), None, "not a Monday");
+        assert_eq!(
+            Table::Jobs.start_from_name("pjw_jobs_w20261126"),
+            None,
+            "not a Monday"
+        );
         assert_eq!(Table::Jobs.start_from_name("pjw_jobs_old"), None);
         assert_eq!(Table::Samples.start_from_name("pjw_jobs_w20261123"), None);
     }

@@ -229,7 +229,10 @@ mod tests {
         let d = Duration::from_secs(60);
         for _ in 0..1000 {
             let j = jitter(d, 0.5);
-            assert!(j >= Duration::from_secs(45) && j <= Duration::from_secs(75), "{j:?}");
+            assert!(
+                j >= Duration::from_secs(45) && j <= Duration::from_secs(75),
+                "{j:?}"
+            );
         }
         let r: Vec<f64> = (0..100).map(|_| unit_random()).collect();
         assert!(r.iter().all(|x| (0.0..1.0).contains(x)));

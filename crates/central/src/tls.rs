@@ -61,9 +61,7 @@ pub fn client_config(mode: TlsMode, root: Option<&RootCerts>) -> Result<ClientCo
         .map_err(|e| e.to_string())?;
     let verifier: Arc<dyn ServerCertVerifier> = match (mode, root) {
         (TlsMode::Disable, _) => return Err("no TLS configuration for sslmode=disable".into()),
-        (TlsMode::Prefer, None) | (TlsMode::Require, None) => {
-            Arc::new(Unverified { provider })
-        }
+        (TlsMode::Prefer, None) | (TlsMode::Require, None) => Arc::new(Unverified { provider }),
         (TlsMode::Prefer, Some(r)) | (TlsMode::Require, Some(r)) | (TlsMode::VerifyCa, Some(r)) => {
             Arc::new(ChainOnly(webpki(r, provider)?))
         }
@@ -98,13 +96,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, Error> {
-        match self.0.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        ) {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
             Err(Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),

@@ -98,8 +98,10 @@ pub fn write_jobs(
     now_ms: i64,
 ) -> Result<usize, postgres::Error> {
     let job_cut = retention.cutoff(Table::Jobs, now_ms);
-    let kept: Vec<&(JobRecord, JobSummary, Vec<Sample>)> =
-        jobs.iter().filter(|(j, _, _)| filed_ms(j) >= job_cut).collect();
+    let kept: Vec<&(JobRecord, JobSummary, Vec<Sample>)> = jobs
+        .iter()
+        .filter(|(j, _, _)| filed_ms(j) >= job_cut)
+        .collect();
     if !kept.is_empty() {
         upsert_jobs(tx, &kept, now_ms)?;
     }

@@ -323,10 +323,7 @@ fn gpu_figures_ship_and_older_tables_get_their_columns() {
     // First contact adds the columns to the old tables; a second contact changes nothing.
     let mut c = Central::connect(&pg.url()).unwrap();
     drop(Central::connect(&pg.url()).unwrap());
-    assert_eq!(
-        pjw_central::ship_pending(&mut store, &mut c, 2).unwrap(),
-        2
-    );
+    assert_eq!(pjw_central::ship_pending(&mut store, &mut c, 2).unwrap(), 2);
     let jobs = c.jobs(&CentralFilter::default()).unwrap();
     let g = &jobs.iter().find(|j| j.seq == seq).unwrap().summary;
     assert_eq!(
@@ -435,7 +432,11 @@ fn tables_of_an_older_pjw_move_into_time_partitions_once() {
     for (id, seq, sub, end) in jobs {
         old.execute(ins_job, &[&id, &seq, &sub, &end]).unwrap();
     }
-    for (seq, ts) in [(1i64, now() - DAY), (2, now() - 10 * DAY), (2, now() - 40 * DAY)] {
+    for (seq, ts) in [
+        (1i64, now() - DAY),
+        (2, now() - 10 * DAY),
+        (2, now() - 40 * DAY),
+    ] {
         old.execute(
             "INSERT INTO pjw_samples (node, seq, ts_ms) VALUES ('n1', $1, $2)",
             &[&seq, &ts],
@@ -452,13 +453,19 @@ fn tables_of_an_older_pjw_move_into_time_partitions_once() {
     for t in ["pjw_jobs", "pjw_samples"] {
         let kind: i8 = c
             .client()
-            .query_one("SELECT relkind::\"char\" FROM pg_class WHERE relname = $1", &[&t])
+            .query_one(
+                "SELECT relkind::\"char\" FROM pg_class WHERE relname = $1",
+                &[&t],
+            )
             .unwrap()
             .get(0);
         assert_eq!(kind as u8, b'p', "{t} is not partitioned");
     }
     assert_eq!(
-        scalar(&mut c, "SELECT count(*) FROM pg_class WHERE relname IN ('pjw_jobs_v1', 'pjw_samples_v1')"),
+        scalar(
+            &mut c,
+            "SELECT count(*) FROM pg_class WHERE relname IN ('pjw_jobs_v1', 'pjw_samples_v1')"
+        ),
         0
     );
     // Inside the retention (400 days of jobs, 30 of samples) everything moved, the job without
@@ -474,7 +481,10 @@ fn tables_of_an_older_pjw_move_into_time_partitions_once() {
     // The GPU columns of migration 1 are there, a second contact changes nothing.
     drop(c);
     let mut again = Central::connect(&pg.url()).unwrap();
-    assert_eq!(scalar(&mut again, "SELECT count(*)::bigint FROM pjw_schema"), 2);
+    assert_eq!(
+        scalar(&mut again, "SELECT count(*)::bigint FROM pjw_schema"),
+        2
+    );
     assert_eq!(again.jobs(&CentralFilter::default()).unwrap().len(), 3);
 }
 
@@ -519,7 +529,10 @@ fn retention_drops_old_partitions_and_late_rows_find_theirs() {
     };
     let late_week = pjw_central::schema::Table::Jobs
         .partition_name(pjw_central::schema::Table::Jobs.start_of(now() - 20 * DAY));
-    assert!(parts(&mut c, "pjw_jobs").contains(&late_week), "{late_week}");
+    assert!(
+        parts(&mut c, "pjw_jobs").contains(&late_week),
+        "{late_week}"
+    );
 
     // Maintenance: 25 days on, "late" (45 days old then) has gone with its week, "now" stays;
     // no sample partition older than 7 days is left.
@@ -558,7 +571,15 @@ fn cluster_queries_by_node_time_user_and_top() {
         shipped_job("n1", "a", 1, "alice", now() - 3 * DAY, (500, 10, 5), 1),
         shipped_job("n1", "b", 2, "bob", now() - DAY, (10, 4000, 1), 1),
         shipped_job("n2", "c", 1, "alice", now() - DAY, (20, 20, 900), 1),
-        shipped_job("n3", "d", 1, "carol", now() - 12 * DAY, (9000, 9000, 9000), 1),
+        shipped_job(
+            "n3",
+            "d",
+            1,
+            "carol",
+            now() - 12 * DAY,
+            (9000, 9000, 9000),
+            1,
+        ),
     ];
     c.ship(&batch, now()).unwrap();
     let ids = |c: &mut Central, f: CentralFilter| -> Vec<String> {

@@ -75,7 +75,9 @@ fn verified_tls_connects_and_a_wrong_certificate_is_refused() {
     }
     // prefer/require without a CA encrypt but do not authenticate (libpq's meaning).
     let plain_require = format!("postgres://pjw@127.0.0.1:{port}/postgres?sslmode=require");
-    assert!(encrypted(&mut open(&plain_require, Some("s3cret")).unwrap()));
+    assert!(encrypted(
+        &mut open(&plain_require, Some("s3cret")).unwrap()
+    ));
 
     // A certificate of the site's CA made out to another host: verify-full refuses, verify-ca
     // (the chain only) takes it.

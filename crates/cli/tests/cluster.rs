@@ -175,7 +175,9 @@ impl Drop for Prometheus {
 /// Every job PostgreSQL holds: (node, job id) → rows, and the jobs whose series is not whole
 /// (a sample lost or sent twice would show there).
 fn central_rows(pg: &PgServer) -> (BTreeMap<(String, String), u32>, String) {
-    let text = pg.psql("SELECT node || ' ' || job_id || ' ' || count(*) FROM pjw_jobs GROUP BY node, job_id");
+    let text = pg.psql(
+        "SELECT node || ' ' || job_id || ' ' || count(*) FROM pjw_jobs GROUP BY node, job_id",
+    );
     let rows = text
         .lines()
         .filter_map(|l| {
@@ -205,7 +207,11 @@ fn assert_exactly_once(pg: &PgServer, want: &[(String, String)], nodes: &[Node],
         for n in nodes {
             let log = n.daemon.log();
             let tail: Vec<&str> = log.lines().rev().take(15).collect();
-            eprintln!("--- {} ---\n{}", n.name, tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            eprintln!(
+                "--- {} ---\n{}",
+                n.name,
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
         }
         panic!(
             "{what}: PostgreSQL holds {:?} (series not whole: {:?}), want {:?}",
@@ -240,7 +246,11 @@ impl PgLock {
             .unwrap();
         use std::io::Write;
         let stdin = c.stdin.as_mut().unwrap();
-        writeln!(stdin, "BEGIN; LOCK TABLE pjw_samples IN EXCLUSIVE MODE; SELECT 1;").unwrap();
+        writeln!(
+            stdin,
+            "BEGIN; LOCK TABLE pjw_samples IN EXCLUSIVE MODE; SELECT 1;"
+        )
+        .unwrap();
         stdin.flush().unwrap();
         let until = Instant::now() + Duration::from_secs(30);
         while !pg
@@ -273,7 +283,11 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
     let names: Vec<String> = (1..=NODES).map(|i| format!("node{i}")).collect();
     let spaces: Vec<Netns> = names.iter().map(|n| Netns::new(n)).collect();
     for (i, ns) in spaces.iter().enumerate() {
-        hub.link(ns, &format!("{}/24", hub_addr(i + 1)), &format!("{}/24", node_addr(i + 1)));
+        hub.link(
+            ns,
+            &format!("{}/24", hub_addr(i + 1)),
+            &format!("{}/24", node_addr(i + 1)),
+        );
     }
     let ca = TestCa::new("pjw-cluster-ca");
     let hub_names: Vec<String> = (1..=NODES).map(hub_addr).collect();
@@ -359,7 +373,11 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
         .output()
         .unwrap();
     let table = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(table.lines().filter(|l| l.contains("node3")).count(), 2, "{table}");
+    assert_eq!(
+        table.lines().filter(|l| l.contains("node3")).count(),
+        2,
+        "{table}"
+    );
     assert!(!table.contains("node2"), "{table}");
 
     // 2. node2 is killed in the middle of a shipment, twice. Its jobs run long enough to be
@@ -378,7 +396,8 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
     // PostgreSQL rolls the dead node's transaction back: nothing of crash-a yet.
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
-        pg.psql("SELECT count(*) FROM pjw_jobs WHERE job_id = 'crash-a'").trim(),
+        pg.psql("SELECT count(*) FROM pjw_jobs WHERE job_id = 'crash-a'")
+            .trim(),
         "0"
     );
     restart(&mut nodes[1]);
@@ -390,7 +409,9 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
     let lock = PgLock::take(&pg);
     nodes[1].run("crash-b", "sleep 1.5");
     want.push((names[1].clone(), "crash-b".into()));
-    assert!(TestDaemon::wait_for(Duration::from_secs(30), || shipper_blocked(&pg, &names[1])));
+    assert!(TestDaemon::wait_for(Duration::from_secs(30), || {
+        shipper_blocked(&pg, &names[1])
+    }));
     assert!(TestDaemon::wait_for(Duration::from_secs(30), || nodes[1].ended("crash-b")));
     let db = rusqlite::Connection::open(nodes[1].daemon.dir().join("state/pjw.db")).unwrap();
     db.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -403,7 +424,11 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
         "crash-b not committed:\n{}",
         nodes[1].daemon.log()
     );
-    assert_eq!(unshipped(&nodes[1]), 1, "crash-b was marked shipped despite the lock");
+    assert_eq!(
+        unshipped(&nodes[1]),
+        1,
+        "crash-b was marked shipped despite the lock"
+    );
     nodes[1].daemon.kill9();
     db.execute_batch("ROLLBACK").unwrap();
     drop(db);
@@ -413,7 +438,12 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
         "the restarted node2 did not ship its spool:\n{}",
         nodes[1].daemon.log()
     );
-    assert_exactly_once(&pg, &want, &nodes, "after a kill between the commit and the mark");
+    assert_exactly_once(
+        &pg,
+        &want,
+        &nodes,
+        "after a kill between the commit and the mark",
+    );
 
     // 3. PostgreSQL stops for a minute; a job ends on every node meanwhile.
     pg.stop();
@@ -423,10 +453,18 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
         want.push((n.name.clone(), "while-down".into()));
     }
     // While it is away: the central report says so on one line, the nodes keep their jobs ...
-    let o = nodes[2].daemon.pjw().args(["report", "--central"]).output().unwrap();
+    let o = nodes[2]
+        .daemon
+        .pjw()
+        .args(["report", "--central"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("central store") && err.trim().lines().count() == 1, "{err}");
+    assert!(
+        err.contains("central store") && err.trim().lines().count() == 1,
+        "{err}"
+    );
     for n in &nodes {
         assert!(TestDaemon::wait_for(Duration::from_secs(30), || n
             .daemon
@@ -469,7 +507,11 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
     assert_exactly_once(&pg, &want, &nodes, "after PostgreSQL was away for a minute");
     for n in &nodes {
         assert_eq!(unshipped(n), 0, "{}", n.name);
-        assert!(n.daemon.log().contains("central store reachable again"), "{}", n.name);
+        assert!(
+            n.daemon.log().contains("central store reachable again"),
+            "{}",
+            n.name
+        );
     }
     eprintln!(
         "cluster tier: {NODES} nodes, {} jobs, {:.0} s",

@@ -120,7 +120,10 @@ impl PgServer {
         }
         s.start_again();
         if let Some(pw) = s.opts.password.clone() {
-            s.psql(&format!("ALTER ROLE pjw PASSWORD '{}'", pw.replace('\'', "''")));
+            s.psql(&format!(
+                "ALTER ROLE pjw PASSWORD '{}'",
+                pw.replace('\'', "''")
+            ));
         }
         s
     }
@@ -142,7 +145,10 @@ impl PgServer {
     /// Serve this certificate and key from now on (reloaded when running: new connections
     /// get it).
     pub fn set_tls(&mut self, cert: &Path, key: &Path) {
-        self.write_owned("server.crt", &std::fs::read(cert).expect("read the certificate"));
+        self.write_owned(
+            "server.crt",
+            &std::fs::read(cert).expect("read the certificate"),
+        );
         self.write_owned("server.key", &std::fs::read(key).expect("read the key"));
         self.opts.tls = Some((cert.to_path_buf(), key.to_path_buf()));
         if self.running {
@@ -184,7 +190,17 @@ impl PgServer {
     pub fn psql(&self, sql: &str) -> String {
         let out = self
             .prefixed("psql")
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-U", "pjw", "-h"])
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-U",
+                "pjw",
+                "-h",
+            ])
             .arg(self.dir.path())
             .args(["-p", &self.port.to_string(), "-d", "postgres", "-c", sql])
             .output()
