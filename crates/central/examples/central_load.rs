@@ -749,7 +749,7 @@ fn run(a: &Args) {
         (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) as f64 / (b.0 - a.0),
         _ => 0.0,
     };
-    let first = rows_series.first().map(|x| *x).unwrap_or((0.0, 0));
+    let first = rows_series.first().copied().unwrap_or((0.0, 0));
     let rate_all = match rows_series.last() {
         Some(b) if b.0 > first.0 => (b.1 - first.1) as f64 / (b.0 - first.0),
         _ => 0.0,

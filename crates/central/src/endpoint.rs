@@ -50,9 +50,11 @@ impl TlsMode {
                         .into(),
                 )
             }
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "sslmode={other:?} is not one of disable, prefer, require, verify-ca, verify-full"
-            )),
+            ))
+            }
         })
     }
 

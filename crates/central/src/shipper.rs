@@ -2,7 +2,7 @@
 //! closed after it (decisions (bv)).
 
 use std::hash::BuildHasher;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -114,7 +114,7 @@ struct State {
 
 impl State {
     /// One pass: connect, maintain when due, ship the spool (and live samples), disconnect.
-    fn pass(&mut self, db: &PathBuf) -> Result<usize, CentralError> {
+    fn pass(&mut self, db: &Path) -> Result<usize, CentralError> {
         if self.store.is_none() {
             self.store = Some(Store::open_file(db)?);
         }

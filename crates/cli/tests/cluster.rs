@@ -384,7 +384,16 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
     let o = nodes[3]
         .daemon
         .pjw()
-        .args(["report", "--central", "--top", "cpu", "--limit", "3", "--format", "json"])
+        .args([
+            "report",
+            "--central",
+            "--top",
+            "cpu",
+            "--limit",
+            "3",
+            "--format",
+            "json",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -398,14 +407,33 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
     let o = nodes[3]
         .daemon
         .pjw()
-        .args(["report", "--central", "--since", "2020-01-01", "--until", "2020-01-02", "--format", "json"])
+        .args([
+            "report",
+            "--central",
+            "--since",
+            "2020-01-01",
+            "--until",
+            "2020-01-02",
+            "--format",
+            "json",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
     // --node, --until and --top ask the central store only.
-    let o = nodes[3].daemon.pjw().args(["report", "--top", "cpu"]).output().unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = nodes[3]
+        .daemon
+        .pjw()
+        .args(["report", "--top", "cpu"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 
     // 2. node2 is killed in the middle of a shipment, twice. Its jobs run long enough to be
     // sampled (1 s), so the shipment writes samples after the job's row, in one transaction.

@@ -77,8 +77,9 @@ pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, String> 
     };
     let order = match q.top.as_deref() {
         None => Order::Newest,
-        Some(t) => Order::parse(t)
-            .ok_or_else(|| format!("--top {t:?} is not one of cpu, mem, wait"))?,
+        Some(t) => {
+            Order::parse(t).ok_or_else(|| format!("--top {t:?} is not one of cpu, mem, wait"))?
+        }
     };
     if let (Some(a), Some(b)) = (q.since_ms, q.until_ms) {
         if b <= a {

@@ -209,7 +209,11 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         version: env!("CARGO_PKG_VERSION").to_string(),
     })
     .set(1);
-    reg.register("node_info", "This node's name and pjw's version (always 1)", info);
+    reg.register(
+        "node_info",
+        "This node's name and pjw's version (always 1)",
+        info,
+    );
     reg.register(
         "node_cpus",
         "CPUs pjw may hand out",

@@ -135,8 +135,7 @@ pub(super) fn parse(c: RawCentral, e: Errs) -> Result<Option<CentralConfig>, Con
             if url_password(&url).is_some() {
                 return Err(err(
                     "central.url",
-                    "holds a password: keep it in central.password_file (root's, mode 0600)"
-                        .into(),
+                    "holds a password: keep it in central.password_file (root's, mode 0600)".into(),
                 ));
             }
             if let Err(why) = pjw_central::endpoint::split_tls(&url) {
