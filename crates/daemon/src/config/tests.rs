@@ -297,6 +297,25 @@ fn a_password_in_the_url_is_refused_and_a_password_file_must_be_roots_0600() {
 }
 
 #[test]
+fn the_sites_ca_file_is_read_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("pjw.toml");
+    let ca = dir.path().join("site-ca.pem");
+    let url = format!(
+        "[central]\nurl = \"postgres://pjw@db/pjw?sslmode=verify-full&sslrootcert={}\"\n",
+        ca.display()
+    );
+    std::fs::write(&f, &url).unwrap();
+    let e = Config::load(Some(&f), &Overrides::default()).unwrap_err();
+    assert_eq!(e.key, "central.url", "{e}");
+    assert!(e.to_string().contains("site-ca.pem"), "{e}");
+    // A file with no certificate in it is refused too.
+    std::fs::write(&ca, "not a certificate\n").unwrap();
+    let e = Config::load(Some(&f), &Overrides::default()).unwrap_err();
+    assert!(e.to_string().contains("no PEM certificate"), "{e}");
+}
+
+#[test]
 fn job_bind_mode() {
     use pjw_core::thread_bind::BindMode;
     let c = Config::parse("t.toml", "", &Overrides::default()).unwrap();
