@@ -116,7 +116,7 @@ bench-quick: deps
 # short-lived connections, batched upserts) into a private PostgreSQL; rows/s, backlog,
 # connections, ship latency, sizes after retention, the cluster queries' latency. Writes
 # bench/results/<date>T<time>Z-central.md (never overwritten; marked when the machine is loaded).
-# About 12 minutes. Not part of make bench.
+# About 17 minutes (7 days of history filed, then two 5-minute runs). Not part of make bench.
 bench-central: deps
 	BENCH_SAVE=1 bench/run.sh central
 
