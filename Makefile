@@ -4,7 +4,7 @@ CARGO ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all deps build release spank gen deb test-deb demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd bench-vm-numa test-fuzz test-unit test-root bench bench-quick bench-alloc chaos lint install uninstall clean
+.PHONY: all deps build release spank gen deb test-deb demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd bench-vm-numa test-fuzz test-unit test-root bench bench-quick bench-central bench-alloc chaos lint install uninstall clean
 
 all: release
 
@@ -113,6 +113,15 @@ bench: deps
 bench-quick: deps
 	bench/setup.sh
 	bench/run.sh --quick $(SCENARIO)
+
+# The load of a big cluster on one PostgreSQL (bench/scenarios/central.sh): 2,000 simulated nodes
+# with their running jobs at the default sampling ship through pjw's own shipping pass (TLS,
+# short-lived connections, batched upserts) into a private PostgreSQL; rows/s, backlog,
+# connections, ship latency, sizes after retention, the cluster queries' latency. Writes
+# bench/results/<date>T<time>Z-central.md (never overwritten; marked when the machine is loaded).
+# About 17 minutes (7 days of history filed, then two 5-minute runs). Not part of make bench.
+bench-central: deps
+	BENCH_SAVE=1 bench/run.sh central
 
 # The NUMA-spanning thread balancing bench (bench/scenarios/bind-numa.sh) where it can run: in the
 # systemd guest (16 vCPUs in two NUMA nodes, software emulation), which writes its results file

@@ -34,6 +34,13 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         processes: a.processes,
         limit: a.limit,
         central: a.central,
+        node: a.node.clone(),
+        until_ms: a
+            .until
+            .as_deref()
+            .map(|s| parse_since(s, now_ms))
+            .transpose()?,
+        top: a.top.clone(),
     };
     let tz = chrono::Local::now().offset().fix();
     if let Some(path) = &a.plot {

@@ -50,6 +50,16 @@ pub struct ReportQuery {
     /// instead of this node's store.
     #[serde(default)]
     pub central: bool,
+    /// Jobs that ran on this node (with `central`).
+    #[serde(default)]
+    pub node: Option<String>,
+    /// Jobs ended before this time (ms since the epoch; with `central`).
+    #[serde(default)]
+    pub until_ms: Option<i64>,
+    /// The top jobs by `cpu` (CPU time), `mem` (memory peak) or `wait` (time queued) instead
+    /// of the newest (with `central`).
+    #[serde(default)]
+    pub top: Option<String>,
 }
 
 /// The states `--state` accepts.

@@ -111,6 +111,7 @@ impl Engine {
     /// What a metrics scrape needs from the engine: in-memory state only, O(jobs).
     pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
         crate::metrics::Snapshot {
+            node: self.node.clone(),
             cpus: self.pool.len() as u32,
             free_cpus: self.free().len() as u32,
             gpus: self.gpus.len() as u32,
