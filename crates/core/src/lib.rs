@@ -22,7 +22,6 @@ pub mod io_limits;
 pub mod ipc_scrub;
 pub mod jobid;
 pub mod sched;
-pub mod sim;
 pub mod size;
 pub mod synthetic;
 pub mod task_join;
