@@ -17,6 +17,7 @@ pub mod cgroup_events;
 pub mod cpu_stat;
 pub mod error;
 pub mod io_stat;
+pub mod meminfo;
 pub mod memory_stat;
 pub mod mountinfo;
 pub mod proc_cgroup;
@@ -24,6 +25,7 @@ pub mod proc_stat;
 pub mod proc_status;
 pub mod psi;
 pub mod schedstat;
+pub mod sysvipc;
 pub mod task_stat;
 
 pub use error::ParseError;

@@ -48,7 +48,6 @@ mod xml_gpu;
 pub use gpu::{
     parse_hex, parse_numa_node, parse_nvidia_minor, switch_of_link, DRM_MAJOR, NVIDIA_MAJOR,
 };
-pub use sysfs::{parse_meminfo_total, parse_status_allowed};
 pub use xml::parse_hwloc_mask;
 pub use xml_gpu::parse_pci_type;
 
