@@ -21,7 +21,7 @@ use crate::{CoreError, CpuSet, Gpu, GpuId, GpuVendor, Gpus, MAX_CPUS};
 
 /// Parse a synthetic description into a topology whose every PU is online and allowed.
 pub fn parse(text: &str) -> Result<Topology, CoreError> {
-    let (counts, memory) = levels(text)?;
+    let Levels { counts, memory } = levels(text)?;
     let total: u64 = counts.iter().map(|(_, c)| *c as u64).product();
     if total as usize > MAX_CPUS {
         return Err(bad_synthetic(
@@ -50,9 +50,17 @@ fn bad_synthetic(text: &str, reason: String) -> CoreError {
     }
 }
 
-/// The levels a description names, outermost first, with their counts per parent (`package`,
-/// `core` and `pu` added with 1 where absent), and the memory of each NUMA node (`mem:SIZE`).
-fn levels(text: &str) -> Result<(Vec<(Level, u32)>, Option<u64>), CoreError> {
+/// What a description says about the machine.
+struct Levels {
+    /// The levels it names, outermost first, with their counts per parent (`package`, `core`
+    /// and `pu` added with 1 where absent).
+    counts: Vec<(Level, u32)>,
+    /// The memory of each NUMA node (`mem:SIZE`).
+    memory: Option<u64>,
+}
+
+/// The levels of a description, checked.
+fn levels(text: &str) -> Result<Levels, CoreError> {
     let bad = |reason: String| bad_synthetic(text, reason);
     let mut counts: Vec<(Level, u32)> = Vec::new();
     let mut memory: Option<u64> = None;
@@ -107,7 +115,7 @@ fn levels(text: &str) -> Result<(Vec<(Level, u32)>, Option<u64>), CoreError> {
             counts.insert(pos, (must, 1));
         }
     }
-    Ok((counts, memory))
+    Ok(Levels { counts, memory })
 }
 
 /// The `total` PUs of `counts`, numbered in depth-first order, each with its domains.

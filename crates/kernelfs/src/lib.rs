@@ -13,6 +13,16 @@
 //! assert!(lines[1].is_v2());
 //! ```
 
+// Issue 29's lints, on where they pass (decisions (cg)); the workspace takes them once every
+// crate does.
+#![warn(missing_docs)]
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless
+)]
+
 pub mod cgroup_events;
 pub mod cpu_stat;
 pub mod error;

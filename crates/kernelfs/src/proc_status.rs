@@ -11,11 +11,15 @@ const FORMAT: &str = "/proc/PID/status";
 /// The fields pjw uses, plus every line by key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcStatus {
+    /// `Name` (empty when absent).
     pub name: String,
     /// Real, effective, saved set, filesystem.
     pub uid: [u32; 4],
+    /// Real, effective, saved set, filesystem.
     pub gid: [u32; 4],
+    /// `Threads`.
     pub threads: u64,
+    /// `Cpus_allowed_list`.
     pub cpus_allowed_list: CpuSet,
     /// `Mems_allowed_list` (absent without NUMA support in the kernel).
     pub mems_allowed_list: Option<CpuSet>,

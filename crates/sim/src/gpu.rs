@@ -117,7 +117,9 @@ pub fn trace(seed: u64, njobs: usize, cpus: usize, ngpus: usize, load: f64) -> V
 /// Results of one simulation with GPU jobs (counts are `f64` so that [`mean`] can average them).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct GpuReport {
+    /// The policy's name.
     pub policy: String,
+    /// Jobs in the trace.
     pub jobs: f64,
     /// Jobs that asked for GPUs.
     pub gpu_jobs: f64,

@@ -69,10 +69,12 @@ pub struct Pjw {
 }
 
 impl Pjw {
+    /// The default: `locality = "prefer"`, CPU-only jobs kept off the free GPUs' CPUs.
     pub fn new(topo: &Topology, gpus: &Gpus) -> Pjw {
         Pjw::with(topo, gpus, Locality::Prefer, PlacementRule::KeepGpuCpus)
     }
 
+    /// With the `[gpus] locality` and `placement` given.
     pub fn with(topo: &Topology, gpus: &Gpus, locality: Locality, placement: PlacementRule) -> Pjw {
         Pjw {
             alloc: Allocator::new(topo),
@@ -153,6 +155,7 @@ pub struct KubeletTm {
 }
 
 impl KubeletTm {
+    /// The `best-effort` policy, or `single-numa-node` when `single`.
     pub fn new(topo: &Topology, gpus: &Gpus, single: bool) -> KubeletTm {
         let (numas, _) = domain_index(topo, Level::Numa);
         KubeletTm {
@@ -339,6 +342,7 @@ pub struct SlurmGres {
 }
 
 impl SlurmGres {
+    /// `--gres-flags=enforce-binding` when `enforce`, else without it.
     pub fn new(topo: &Topology, gpus: &Gpus, enforce: bool) -> SlurmGres {
         let (packages, package_of) = domain_index(topo, Level::Package);
         let gpu_package = gpus

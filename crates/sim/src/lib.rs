@@ -33,6 +33,9 @@
 //!
 //! See [`SimReport`]; docs/placement.md gives the definitions with the results.
 
+// Issue 29's `missing_docs`, on where it passes (decisions (cg)).
+#![warn(missing_docs)]
+
 pub mod baselines;
 pub mod gpu;
 pub mod gpu_policies;
@@ -78,7 +81,9 @@ pub enum SimError {
     /// A policy returned a set that is not exactly `n` free CPUs.
     #[error("policy {policy} returned {got} for a job of {n} cpus with {free} free")]
     BadPlacement {
+        /// The policy's name.
         policy: String,
+        /// The CPUs the job asked for.
         n: usize,
         /// The set returned, in list format.
         got: String,
@@ -88,16 +93,31 @@ pub enum SimError {
     /// A job larger than the machine.
     #[error("job {index} asks for {n} cpus but the machine has {online}")]
     TooLarge {
+        /// The job's index in the trace.
         index: usize,
+        /// The CPUs it asks for.
         n: usize,
+        /// The machine's online CPUs.
         online: usize,
     },
     /// A job asking for more GPUs than the machine has.
     #[error("job {index} asks for {n} gpus but the machine has {gpus}")]
-    TooManyGpus { index: usize, n: usize, gpus: usize },
+    TooManyGpus {
+        /// The job's index in the trace.
+        index: usize,
+        /// The GPUs it asks for.
+        n: usize,
+        /// The machine's GPUs.
+        gpus: usize,
+    },
     /// A line of a Standard Workload Format file that does not parse.
     #[error("swf line {line}: {reason}")]
-    BadSwf { line: usize, reason: String },
+    BadSwf {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// Results of one simulation.

@@ -225,14 +225,17 @@ impl<'a, 'input> Reader<'a, 'input> {
             _ => return Ok(None),
         };
         let os_index = match self.number(n, "os_index")? {
-            Some(v) if v >= MAX_CPUS as u64 => {
-                return Err(self.err(format!(
-                    "line {}: {ty} os_index {v} is out of range (pjw handles 0-{})",
-                    line(),
-                    MAX_CPUS - 1
-                )))
-            }
-            v => v.map(|v| v as u32),
+            None => None,
+            Some(v) => match u32::try_from(v).ok().filter(|&os| (os as usize) < MAX_CPUS) {
+                Some(os) => Some(os),
+                None => {
+                    return Err(self.err(format!(
+                        "line {}: {ty} os_index {v} is out of range (pjw handles 0-{})",
+                        line(),
+                        MAX_CPUS - 1
+                    )))
+                }
+            },
         };
         let cpuset = match (self.mask(n, "cpuset")?, kind, os_index) {
             (Some(s), _, _) => s,
