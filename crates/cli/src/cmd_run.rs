@@ -105,6 +105,7 @@ pub fn run(a: RunArgs) -> i32 {
     let mut req = RunRequest {
         gpus: a.gpus,
         bind: a.bind,
+        tasks: None,
         cpus,
         mem,
         job_id,

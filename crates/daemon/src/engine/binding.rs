@@ -84,8 +84,9 @@ impl Engine {
             && j.freezing.is_none()
     }
 
-    /// What a starting job's client sets where the user did not: thread counts for its CPUs
-    /// (its cores with `cores`) and, when it binds, the OpenMP places.
+    /// What a starting job's client sets where the user did not (`thread_env`): thread and
+    /// CPU counts for its CPUs (its cores with `cores`) and tasks, and, when it binds, the
+    /// OpenMP places.
     pub(super) fn thread_env_of(cfg: &Config, topo: &Topology, j: &Job) -> Vec<(String, String)> {
         if !cfg.thread_env {
             return Vec::new();
@@ -95,6 +96,6 @@ impl Engine {
             BindMode::Cores => thread_bind::slots(topo, &j.cpus, mode).len(),
             _ => j.cpus.len(),
         };
-        thread_env::thread_env(n, mode)
+        thread_env::thread_env(n, j.tasks, mode)
     }
 }
