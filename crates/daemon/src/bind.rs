@@ -12,7 +12,8 @@
 //! nothing for the other threads of the node.
 //!
 //! Threads born in a binding job (fork events, [`Born`]) are pinned at once to the job's least
-//! pinned slot and measured from birth. A thread first seen by a pass that inherited a pin pjw
+//! pinned slot and measured from birth; a new process keeps the job set (the program it execs
+//! sizes itself from it) and is measured from birth. A thread first seen by a pass that inherited a pin pjw
 //! set on the thread that made it gets the whole job set, and is measured from the next pass.
 //! A thread or process that vanished between the listing and the read is normal and skipped;
 //! any other error is logged (at warn once per job and kind) and the thread is left as it is
@@ -453,9 +454,14 @@ impl Balancer {
     /// Place a thread just born (a process-connector fork event) without waiting for the next
     /// pass: pinned to the job's least pinned open slot, its run time measured from now, so the
     /// next pass keeps the pin if it is busy and gives it the job set back if not (a guess gets
-    /// no pass of grace). Nothing for a thread born pinned by a runtime (libgomp creates its
-    /// threads on their places), a job not balanced yet (its first pass only looks) or whose
-    /// CPUs changed since.
+    /// no pass of grace).
+    ///
+    /// A new **process** is not pinned: it usually execs a program whose runtime sizes itself
+    /// from its affinity when it starts (libgomp, OpenBLAS), and pinned to one CPU it would
+    /// start one thread. It keeps the job set (gets it back if it inherited a pin of pjw's) and
+    /// is measured from birth. Nothing for a thread born pinned by a runtime (libgomp creates
+    /// its threads on their places; Open MPI binds each rank), a job not balanced yet (its
+    /// first pass only looks) or whose CPUs changed since.
     pub fn place_born(&mut self, port: &dyn BindPort, b: &Born, now: Instant, r: &mut PassReport) {
         let Some(t) = self.jobs.get_mut(&b.job.seq) else {
             return;
@@ -472,15 +478,10 @@ impl Balancer {
                 return;
             }
         };
-        if pin_owner::owner(&b.job.cpus, &current, t.ours.get(&tid), &t.pjw_pins())
-            == Owner::Runtime
-        {
+        let owner = pin_owner::owner(&b.job.cpus, &current, t.ours.get(&tid), &t.pjw_pins());
+        if owner == Owner::Runtime {
             return;
         }
-        let slots = pin_owner::open_slots(&self.topo, &b.job.cpus, b.job.mode, &t.reserved);
-        let Some(slot) = thread_bind::place_one(&self.topo, &slots, &t.pins) else {
-            return;
-        };
         let ns = match port.runnable_ns(b.tgid, b.tid) {
             Ok(ns) => ns,
             Err(BindError::Gone) => return,
@@ -488,6 +489,22 @@ impl Balancer {
                 failed!(self.logged, b.job.seq, "cannot read a new thread's run time", cgroup = %b.job.cgroup, tid = b.tid, error = %e);
                 return;
             }
+        };
+        if b.tgid == b.tid {
+            // A new process: the job set, measured from birth.
+            if owner == Owner::Inherited && !free(port, &b.job, tid, &mut self.logged, r) {
+                return;
+            }
+            if owner == Owner::Inherited {
+                t.ours.insert(tid, b.job.cpus);
+            }
+            t.run.insert(tid, ns);
+            t.born.insert(tid, now);
+            return;
+        }
+        let slots = pin_owner::open_slots(&self.topo, &b.job.cpus, b.job.mode, &t.reserved);
+        let Some(slot) = thread_bind::place_one(&self.topo, &slots, &t.pins) else {
+            return;
         };
         let set = thread_bind::pin_set(&self.topo, &b.job.cpus, b.job.mode, slot);
         match port.set_affinity(b.tid, &set) {

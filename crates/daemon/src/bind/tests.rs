@@ -446,6 +446,45 @@ fn a_thread_born_on_a_runtimes_place_stays_there() {
 }
 
 #[test]
+fn a_born_process_keeps_the_job_set_for_the_program_it_execs() {
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    // Pinned 10 forks 20 (which inherits cpu 0) and 30 is forked free: 20 gets the job set
+    // back, 30 is left as it is; neither is pinned to one cpu before its program starts.
+    fake.procs.insert("job-a".into(), vec![10, 20, 30]);
+    fake.threads.insert(20, vec![20]);
+    fake.threads.insert(30, vec![30]);
+    fake.run.lock().unwrap().extend([(20, 0), (30, 0)]);
+    fake.runtime_pin(20, "0");
+    let mut r = PassReport::default();
+    for pid in [20, 30] {
+        let born = Born {
+            job: j.clone(),
+            tgid: pid,
+            tid: pid,
+        };
+        b.place_born(&fake, &born, clock.0, &mut r);
+    }
+    assert_eq!(fake.take_set(), vec![(20, set("0-3"))]);
+    // Measured from birth: busy at the next pass, both are pinned then, off cpu 0.
+    fake.advance(&[10, 20, 30]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    let got = fake.take_set();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(
+        got.iter().all(|(_, c)| c.len() == 1 && !c.contains(0)),
+        "{got:?}"
+    );
+}
+
+#[test]
 fn a_failure_is_a_warning_once_per_job_and_kind() {
     let mut l = Logged::default();
     assert!(l.first(1, "cannot pin"));
