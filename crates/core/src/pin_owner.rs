@@ -57,16 +57,24 @@ pub fn owner(job: &CpuSet, current: &CpuSet, ours: Option<&CpuSet>, pjw_pins: &[
     }
 }
 
-/// The slots of `job` in `mode` ([`slots`]) whose pin sets miss `reserved` (the CPUs of
-/// runtime pins), so pjw's pins do not land on threads a runtime placed; all the slots when
-/// the runtime pins cover every one (pjw's threads must go somewhere).
-pub fn open_slots(topo: &Topology, job: &CpuSet, mode: BindMode, reserved: &CpuSet) -> CpuSet {
+/// The slots of `job` in `mode` ([`slots`]) for `wanted` threads of pjw's: those whose pin
+/// sets miss `reserved` (the CPUs of runtime pins), so pjw's pins do not land on threads a
+/// runtime placed — while they have room for all `wanted`. With fewer open slots than that,
+/// every slot: crowding pjw's threads onto the few free CPUs would leave the runtime's alone
+/// on theirs (3 of pjw's on one CPU beside 1 of libgomp's on the other).
+pub fn open_slots(
+    topo: &Topology,
+    job: &CpuSet,
+    mode: BindMode,
+    reserved: &CpuSet,
+    wanted: usize,
+) -> CpuSet {
     let all = slots(topo, job, mode);
     let open: CpuSet = all
         .iter()
         .filter(|&s| !pin_set(topo, job, mode, s).intersects(reserved))
         .collect();
-    if open.is_empty() {
+    if open.is_empty() || open.len() < wanted {
         all
     } else {
         open
@@ -174,23 +182,34 @@ mod tests {
 
     #[test]
     fn open_slots_table() {
-        // (description, topology, job, mode, reserved, open slots)
-        let cases: &[(&str, &str, &str, BindMode, &str, &str)] = &[
+        // (description, topology, job, mode, reserved, threads wanted, open slots)
+        let cases: &[(&str, &str, &str, BindMode, &str, usize, &str)] = &[
             (
                 "nothing reserved: every slot",
                 "core:4",
                 "0-3",
                 BindMode::Threads,
                 "",
+                2,
                 "0-3",
             ),
             (
-                "OpenMP holds 0 and 1: pjw places on 2 and 3",
+                "OpenMP holds 0 and 1: pjw places its 2 on 2 and 3",
                 "core:4",
                 "0-3",
                 BindMode::Threads,
                 "0-1",
+                2,
                 "2-3",
+            ),
+            (
+                "3 of pjw's for the 2 open slots: every slot",
+                "core:4",
+                "0-3",
+                BindMode::Threads,
+                "0-1",
+                3,
+                "0-3",
             ),
             (
                 "runtime pins cover the job: every slot",
@@ -198,6 +217,7 @@ mod tests {
                 "0-3",
                 BindMode::Threads,
                 "0-3",
+                1,
                 "0-3",
             ),
             (
@@ -206,6 +226,7 @@ mod tests {
                 "0-7",
                 BindMode::Cores,
                 "3",
+                3,
                 "0,4,6",
             ),
             (
@@ -214,13 +235,14 @@ mod tests {
                 "0-1",
                 BindMode::Threads,
                 "3",
+                2,
                 "0-1",
             ),
         ];
-        for (desc, topo, job, mode, reserved, want) in cases {
+        for (desc, topo, job, mode, reserved, wanted, want) in cases {
             let topo = synthetic::parse(topo).unwrap();
             assert_eq!(
-                open_slots(&topo, &set(job), *mode, &set(reserved)),
+                open_slots(&topo, &set(job), *mode, &set(reserved), *wanted),
                 set(want),
                 "{desc}"
             );

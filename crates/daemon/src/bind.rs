@@ -117,6 +117,8 @@ pub trait BindPort: Send {
     fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError>;
     /// The CPUs thread `tid` may run on now.
     fn affinity(&self, tid: u32) -> Result<CpuSet, BindError>;
+    /// The parent of process `pid`.
+    fn parent(&self, pid: u32) -> Result<u32, BindError>;
 }
 
 /// What the binder remembers about a job between passes.
@@ -134,22 +136,49 @@ struct Track {
     /// Threads placed at birth since the last pass, and when: their share is of the time they
     /// lived, not of the whole interval.
     born: HashMap<Tid, Instant>,
-    /// What pjw last set on each live thread (a pin set, or the job set): a thread whose
-    /// affinity is something else was pinned by someone else since.
-    ours: HashMap<Tid, CpuSet>,
+    /// What pjw last set on each live thread (a pin set, or the job set), and the thread's
+    /// process: a thread whose affinity is something else was pinned by someone else since.
+    ours: HashMap<Tid, (u32, CpuSet)>,
     /// The CPUs of the runtime pins seen at the last pass (kept out of pjw's placements).
     reserved: CpuSet,
     at: Instant,
 }
 
 impl Track {
-    /// The pins pjw set on the job's threads (sets narrower than the job's).
-    fn pjw_pins(&self) -> Vec<CpuSet> {
+    /// What pjw last set on thread `tid`.
+    fn ours_of(&self, tid: &Tid) -> Option<&CpuSet> {
+        self.ours.get(tid).map(|(_, s)| s)
+    }
+
+    /// The pins pjw set on the threads of process `pid` (sets narrower than the job's).
+    fn pins_in(&self, pid: u32) -> Vec<CpuSet> {
         self.ours
             .values()
-            .filter(|s| **s != self.cpus)
-            .copied()
+            .filter(|(p, s)| *p == pid && *s != self.cpus)
+            .map(|(_, s)| *s)
             .collect()
+    }
+
+    /// Whose the affinity `current` of thread `tid` of process `pid` is. A thread may have
+    /// inherited a pin pjw set on another thread of its process, and a new process's first
+    /// thread one pjw set on its parent's (asked of `port` only then).
+    fn owner(
+        &self,
+        port: &dyn BindPort,
+        job: &CpuSet,
+        pid: u32,
+        tid: Tid,
+        current: &CpuSet,
+    ) -> Owner {
+        let ours = self.ours_of(&tid);
+        let o = pin_owner::owner(job, current, ours, &self.pins_in(pid));
+        if o != Owner::Runtime || ours.is_some() || tid.0 != pid {
+            return o;
+        }
+        match port.parent(pid) {
+            Ok(parent) => pin_owner::owner(job, current, None, &self.pins_in(parent)),
+            Err(_) => o,
+        }
     }
 }
 
@@ -193,7 +222,7 @@ impl Balancer {
             if let Some(t) = self.jobs.remove(&job.seq) {
                 for tid in t.pins.keys() {
                     // Re-pinned by a runtime since: its pin, not ours to undo.
-                    if port.affinity(tid.0).ok().as_ref() != t.ours.get(tid) {
+                    if port.affinity(tid.0).ok().as_ref() != t.ours_of(tid) {
                         continue;
                     }
                     match port.set_affinity(tid.0, &job.cpus) {
@@ -241,15 +270,14 @@ impl Balancer {
             return;
         };
         // Whose each thread's affinity is, judged on what pjw set by the last pass.
-        let pjw_pins = prev.pjw_pins();
         let owners: HashMap<Tid, Owner> = seen
             .run
             .keys()
             .map(|tid| {
-                let o = match seen.affinity.get(tid) {
-                    Some(cur) => pin_owner::owner(&job.cpus, cur, prev.ours.get(tid), &pjw_pins),
+                let o = match (seen.affinity.get(tid), seen.pid.get(tid)) {
+                    (Some(cur), Some(pid)) => prev.owner(port, &job.cpus, *pid, *tid, cur),
                     // Unreadable: left as it is, like a runtime's pin.
-                    None => Owner::Runtime,
+                    _ => Owner::Runtime,
                 };
                 (*tid, o)
             })
@@ -277,7 +305,14 @@ impl Balancer {
             })
             .collect();
         let reserved = seen.runtime_cpus(job, &owners);
-        let slots = pin_owner::open_slots(&self.topo, &job.cpus, job.mode, &reserved);
+        // Those the plan places: the busy, and the pinned it may keep through a pass of grace.
+        let wanted = samples
+            .iter()
+            .filter(|s| {
+                thread_bind::is_busy(s, interval_ns, BUSY_PERCENT) || prev.pins.contains_key(&s.tid)
+            })
+            .count();
+        let slots = pin_owner::open_slots(&self.topo, &job.cpus, job.mode, &reserved, wanted);
         let (mut applied, grace) = if prev.cpus == job.cpus {
             (
                 std::mem::take(&mut prev.pins),
@@ -299,6 +334,7 @@ impl Balancer {
             BUSY_PERCENT,
         );
         let mut ours = std::mem::take(&mut prev.ours);
+        let pid_of = |tid: &Tid| seen.pid.get(tid).copied().unwrap_or(tid.0);
         let mut pins = BTreeMap::new();
         for (tid, slot) in plan.pins {
             if applied.get(&tid) == Some(&slot) {
@@ -310,7 +346,7 @@ impl Balancer {
                 Ok(()) => {
                     debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %set, "thread pinned");
                     pins.insert(tid, slot);
-                    ours.insert(tid, set);
+                    ours.insert(tid, (pid_of(&tid), set));
                     r.pinned += 1;
                 }
                 Err(BindError::Gone) => {}
@@ -326,14 +362,14 @@ impl Balancer {
             if owners.get(tid) == Some(&Owner::Inherited)
                 && free(port, job, *tid, &mut self.logged, r)
             {
-                ours.insert(*tid, job.cpus);
+                ours.insert(*tid, (pid_of(tid), job.cpus));
             }
         }
         for tid in plan.unpin {
             match port.set_affinity(tid.0, &job.cpus) {
                 Ok(()) => {
                     debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %job.cpus, "thread unpinned");
-                    ours.insert(tid, job.cpus);
+                    ours.insert(tid, (pid_of(&tid), job.cpus));
                     r.unpinned += 1;
                 }
                 Err(BindError::Gone) => {}
@@ -390,6 +426,7 @@ impl Balancer {
                 match port.runnable_ns(pid, tid) {
                     Ok(ns) => {
                         seen.run.insert(Tid(tid), ns);
+                        seen.pid.insert(Tid(tid), pid);
                     }
                     Err(BindError::Gone) => continue,
                     Err(BindError::Failed(e)) => {
@@ -421,6 +458,8 @@ struct Seen {
     run: HashMap<Tid, u64>,
     /// Affinity per thread whose affinity could be read.
     affinity: HashMap<Tid, CpuSet>,
+    /// Each thread's process.
+    pid: HashMap<Tid, u32>,
 }
 
 impl Seen {
@@ -478,7 +517,7 @@ impl Balancer {
                 return;
             }
         };
-        let owner = pin_owner::owner(&b.job.cpus, &current, t.ours.get(&tid), &t.pjw_pins());
+        let owner = t.owner(port, &b.job.cpus, b.tgid, tid, &current);
         if owner == Owner::Runtime {
             return;
         }
@@ -496,13 +535,19 @@ impl Balancer {
                 return;
             }
             if owner == Owner::Inherited {
-                t.ours.insert(tid, b.job.cpus);
+                t.ours.insert(tid, (b.tgid, b.job.cpus));
             }
             t.run.insert(tid, ns);
             t.born.insert(tid, now);
             return;
         }
-        let slots = pin_owner::open_slots(&self.topo, &b.job.cpus, b.job.mode, &t.reserved);
+        let slots = pin_owner::open_slots(
+            &self.topo,
+            &b.job.cpus,
+            b.job.mode,
+            &t.reserved,
+            t.pins.len() + 1,
+        );
         let Some(slot) = thread_bind::place_one(&self.topo, &slots, &t.pins) else {
             return;
         };
@@ -513,7 +558,7 @@ impl Balancer {
                 t.run.insert(tid, ns);
                 t.born.insert(tid, now);
                 t.pins.insert(tid, slot);
-                t.ours.insert(tid, set);
+                t.ours.insert(tid, (b.tgid, set));
                 // Its pin is a guess, not a measurement: no pass of grace if it is idle.
                 t.grace.insert(tid);
                 r.pinned += 1;

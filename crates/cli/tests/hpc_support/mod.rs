@@ -47,7 +47,12 @@ impl Hpc {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hpc/probe.c");
         compile("gcc", &["-fopenmp"], &src, &bin.join("omp"));
         if mpi {
-            compile("mpicc", &["-fopenmp", "-DUSE_MPI"], &src, &bin.join("hybrid"));
+            compile(
+                "mpicc",
+                &["-fopenmp", "-DUSE_MPI"],
+                &src,
+                &bin.join("hybrid"),
+            );
         }
         Hpc { d, user, bin, home }
     }
@@ -59,7 +64,14 @@ impl Hpc {
 
     /// `pjw ARGS` as the user, in a clean environment (no OMP_* or OMPI_* of the test's own).
     pub fn pjw(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(pjw_bin());
+        let mut c = self.command(pjw_bin());
+        c.args(args);
+        c
+    }
+
+    /// `program` as the user, in a clean environment that reaches the daemon.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new(program);
         c.uid(self.user.uid)
             .gid(self.user.gid)
             .current_dir(&self.home)
@@ -69,7 +81,6 @@ impl Hpc {
             .env("USER", USER)
             .env("LOGNAME", USER)
             .env("PJW_SOCKET", self.d.socket())
-            .args(args)
             .stdin(Stdio::null());
         c
     }
@@ -120,9 +131,8 @@ impl Hpc {
                 let Some(tid) = e.file_name().to_str().and_then(|t| t.parse().ok()) else {
                     continue;
                 };
-                let status =
-                    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
-                        .unwrap_or_default();
+                let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+                    .unwrap_or_default();
                 let Some(allowed) = status_field(&status, "Cpus_allowed_list:")
                     .and_then(|v| CpuSet::parse_list(v).ok())
                 else {

@@ -1,5 +1,6 @@
 //! The binder's port on a real machine: job processes from the cgroup driver, threads and run
-//! times from `/proc` (any root), affinity with `sched_getaffinity` and `sched_setaffinity`.
+//! times and parents from `/proc` (any root), affinity with `sched_getaffinity` and
+//! `sched_setaffinity`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -101,5 +102,14 @@ impl BindPort for ProcPort {
         Ok((0..pjw_core::MAX_CPUS as u32)
             .filter(|&c| set.is_set(c as usize))
             .collect())
+    }
+
+    fn parent(&self, pid: u32) -> Result<u32, BindError> {
+        let path = self.proc_root.join(pid.to_string()).join("stat");
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| BindError::of_io(&e, path.display()))?;
+        pjw_kernelfs::proc_stat::parse(&text)
+            .map(|s| s.ppid)
+            .map_err(|e| BindError::Failed(format!("{}: {e}", path.display())))
     }
 }

@@ -24,6 +24,8 @@ struct Fake {
     set: Mutex<Vec<(u32, CpuSet)>>,
     /// Each thread's affinity (absent: the whole machine, wider than any job).
     aff: Mutex<HashMap<u32, CpuSet>>,
+    /// Each process's parent.
+    parents: HashMap<u32, u32>,
 }
 
 impl Fake {
@@ -90,6 +92,9 @@ impl BindPort for Fake {
     }
     fn affinity(&self, tid: u32) -> Result<CpuSet, BindError> {
         Ok(self.affinity_of(tid))
+    }
+    fn parent(&self, pid: u32) -> Result<u32, BindError> {
+        self.parents.get(&pid).copied().ok_or(BindError::Gone)
     }
 }
 
@@ -463,6 +468,7 @@ fn a_born_process_keeps_the_job_set_for_the_program_it_execs() {
     fake.threads.insert(30, vec![30]);
     fake.run.lock().unwrap().extend([(20, 0), (30, 0)]);
     fake.runtime_pin(20, "0");
+    fake.parents.extend([(20, 10), (30, 10)]);
     let mut r = PassReport::default();
     for pid in [20, 30] {
         let born = Born {
@@ -482,6 +488,34 @@ fn a_born_process_keeps_the_job_set_for_the_program_it_execs() {
         got.iter().all(|(_, c)| c.len() == 1 && !c.contains(0)),
         "{got:?}"
     );
+}
+
+#[test]
+fn a_runtime_pin_equal_to_pjws_pin_in_another_process_is_still_the_runtimes() {
+    // pjw pinned the busy thread of process 10 to cpu 0; process 20 (not 10's child) starts,
+    // its threads placed by libgomp on cpu 0 as well: a coincidence, not an inheritance.
+    let topo = synthetic::parse("core:2").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = [job(BindMode::Threads, "0-1")];
+    b.pass(&fake, &j, clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, &j, clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    fake.procs.insert("job-a".into(), vec![10, 20]);
+    fake.threads.insert(20, vec![20, 21]);
+    fake.parents.insert(20, 1);
+    fake.run.lock().unwrap().extend([(20, 0), (21, 0)]);
+    fake.runtime_pin(20, "0");
+    fake.runtime_pin(21, "0");
+    for _ in 0..3 {
+        fake.advance(&[10, 20, 21]);
+        b.pass(&fake, &j, clock.next());
+    }
+    // Only pjw's own thread moved (off the cpu the runtime holds); 20 and 21 stay.
+    assert_eq!(fake.take_set(), vec![(10, set("1"))]);
+    assert_eq!((fake.affinity_of(20), fake.affinity_of(21)), (set("0"), set("0")));
 }
 
 #[test]
