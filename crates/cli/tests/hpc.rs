@@ -292,6 +292,16 @@ fn with_bind_threads_a_runtimes_pins_never_widen() {
     let samples = sample(&h, "ompi", Duration::from_secs(3));
     let o = job.wait_with_output().expect("job");
     assert!(o.status.success(), "{}", text(&o));
+    // Open MPI bound each rank to a CPU of its own before it ran (the binder's pins on
+    // mpirun's threads would have been inherited by the ranks and left them unbound)...
+    let out = stdout(&o);
+    let bound = ranks_of(&Probe::parse(&out), &out);
+    assert_eq!(bound.len(), 2, "{out}");
+    assert!(
+        bound.values().all(|s| s.len() == 1) && bound[&0] != bound[&1],
+        "{out}"
+    );
+    // ... and that binding never widened.
     let ranks =
         never_widened(&samples, &hybrid, &job_set).unwrap_or_else(|e| panic!("{e}\n{}", h.d.log()));
     assert!(ranks >= 2, "Open MPI bound its 2 ranks: {samples:?}");

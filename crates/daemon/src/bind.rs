@@ -497,10 +497,13 @@ impl Balancer {
     ///
     /// A new **process** is not pinned: it usually execs a program whose runtime sizes itself
     /// from its affinity when it starts (libgomp, OpenBLAS), and pinned to one CPU it would
-    /// start one thread. It keeps the job set (gets it back if it inherited a pin of pjw's) and
-    /// is measured from birth. Nothing for a thread born pinned by a runtime (libgomp creates
-    /// its threads on their places; Open MPI binds each rank), a job not balanced yet (its
-    /// first pass only looks) or whose CPUs changed since.
+    /// start one thread. Nor is a new thread of a process none of whose threads pjw has pinned
+    /// busy: a launcher's helper thread (`mpirun` forks its ranks from one, and a rank forked
+    /// on a pinned thread was left unbound by Open MPI) or a worker of a program that just
+    /// started. Such a one keeps the job set (gets it back if it inherited a pin of pjw's) and
+    /// is measured from birth, so the next pass places it. Nothing for a thread born pinned by
+    /// a runtime (libgomp creates its threads on their places; Open MPI binds each rank), a job
+    /// not balanced yet (its first pass only looks) or whose CPUs changed since.
     pub fn place_born(&mut self, port: &dyn BindPort, b: &Born, now: Instant, r: &mut PassReport) {
         let Some(t) = self.jobs.get_mut(&b.job.seq) else {
             return;
@@ -529,7 +532,14 @@ impl Balancer {
                 return;
             }
         };
-        if b.tgid == b.tid {
+        // A thread of a process pjw has not seen compute (a launcher's helper thread; a
+        // program just started) is measured before it is placed: a launcher's forks inherit
+        // its threads' affinity, and Open MPI does not bind a rank forked on a pinned thread.
+        let computes = t
+            .pins
+            .keys()
+            .any(|p| t.ours.get(p).is_some_and(|(pid, _)| *pid == b.tgid));
+        if b.tgid == b.tid || !computes {
             // A new process: the job set, measured from birth.
             if owner == Owner::Inherited && !free(port, &b.job, tid, &mut self.logged, r) {
                 return;

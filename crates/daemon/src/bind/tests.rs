@@ -515,7 +515,38 @@ fn a_runtime_pin_equal_to_pjws_pin_in_another_process_is_still_the_runtimes() {
     }
     // Only pjw's own thread moved (off the cpu the runtime holds); 20 and 21 stay.
     assert_eq!(fake.take_set(), vec![(10, set("1"))]);
-    assert_eq!((fake.affinity_of(20), fake.affinity_of(21)), (set("0"), set("0")));
+    assert_eq!(
+        (fake.affinity_of(20), fake.affinity_of(21)),
+        (set("0"), set("0"))
+    );
+}
+
+#[test]
+fn a_thread_born_to_a_process_not_seen_computing_is_measured_first() {
+    // mpirun (10) sleeps and starts helper threads; it forks its ranks from them, so a pin on
+    // one would be every rank's.
+    let topo = synthetic::parse("core:2").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-1");
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.advance(&[]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.threads.insert(10, vec![10, 11]);
+    fake.run.lock().unwrap().insert(11, 0);
+    let mut r = PassReport::default();
+    let born = Born {
+        job: j.clone(),
+        tgid: 10,
+        tid: 11,
+    };
+    b.place_born(&fake, &born, clock.0, &mut r);
+    assert!(fake.take_set().is_empty());
+    // Measured from birth: a busy one is placed at the next pass, a sleeper never.
+    fake.advance(&[11]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(11, set("0"))]);
 }
 
 #[test]
