@@ -22,6 +22,13 @@ if [ ! -e /etc/pjw-guest ]; then
   # The completion tests ask zsh and fish themselves for job ids.
   command -v zsh >/dev/null || need+=(zsh)
   command -v fish >/dev/null || need+=(fish)
+  # The real-software tests (crates/cli/tests/hpc*.rs) run Open MPI, libgomp, hwloc,
+  # stress-ng and sysbench under pjw (the systemd guest's image has them too).
+  command -v mpirun >/dev/null || need+=(openmpi-bin)
+  command -v mpicc >/dev/null || need+=(libopenmpi-dev)
+  command -v hwloc-ps >/dev/null || need+=(hwloc)
+  command -v stress-ng >/dev/null || need+=(stress-ng)
+  command -v sysbench >/dev/null || need+=(sysbench)
 fi
 # The PBS hook (packaging/pbs) is Python; its contract test runs it.
 command -v python3 >/dev/null || need+=(python3)
