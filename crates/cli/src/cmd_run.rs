@@ -299,7 +299,7 @@ fn job_cpus(cpus: Option<u32>, ntasks: Option<u32>, wlm: Option<u32>) -> Result<
         Some(n) => {
             let per_task = match (cpus, wlm) {
                 (Some(c), _) => c,
-                (None, Some(w)) if w % n == 0 => w / n,
+                (None, Some(w)) if w.is_multiple_of(n) => w / n,
                 (None, Some(w)) => {
                     return Err(format!(
                         "--ntasks {n} does not divide the workload manager's {w} cpus; give --cpus per task"
@@ -336,16 +336,18 @@ fn parse_io_max(spec: &str) -> Result<String, String> {
 mod tests {
     use super::job_cpus;
 
+    /// (description, --cpus, --ntasks, the manager's cpus, expected or a part of the error)
+    type Case = (
+        &'static str,
+        Option<u32>,
+        Option<u32>,
+        Option<u32>,
+        Result<u32, &'static str>,
+    );
+
     #[test]
     fn cpus_per_task_times_tasks() {
-        // (description, --cpus, --ntasks, the manager's cpus, expected)
-        let cases: &[(
-            &str,
-            Option<u32>,
-            Option<u32>,
-            Option<u32>,
-            Result<u32, &str>,
-        )] = &[
+        let cases: &[Case] = &[
             ("nothing said: one cpu", None, None, None, Ok(1)),
             ("-c alone is the job's", Some(4), None, None, Ok(4)),
             ("the manager's count", None, None, Some(6), Ok(6)),

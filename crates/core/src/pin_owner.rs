@@ -90,10 +90,20 @@ mod tests {
         CpuSet::parse_list(s).unwrap()
     }
 
+    /// (description, job, current, ours, pins pjw holds on the threads it could inherit from,
+    /// owner)
+    type OwnerCase = (
+        &'static str,
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+        &'static [&'static str],
+        Owner,
+    );
+
     #[test]
     fn owner_table() {
-        // (description, job, current, ours, pins pjw holds on other threads, owner)
-        let cases: &[(&str, &str, &str, Option<&str>, &[&str], Owner)] = &[
+        let cases: &[OwnerCase] = &[
             ("the whole job set", "0-3", "0-3", None, &[], Owner::Free),
             (
                 "wider than the job (a set that shrank)",
@@ -180,10 +190,20 @@ mod tests {
         }
     }
 
+    /// (description, topology, job, mode, reserved, threads wanted, open slots)
+    type SlotCase = (
+        &'static str,
+        &'static str,
+        &'static str,
+        BindMode,
+        &'static str,
+        usize,
+        &'static str,
+    );
+
     #[test]
     fn open_slots_table() {
-        // (description, topology, job, mode, reserved, threads wanted, open slots)
-        let cases: &[(&str, &str, &str, BindMode, &str, usize, &str)] = &[
+        let cases: &[SlotCase] = &[
             (
                 "nothing reserved: every slot",
                 "core:4",

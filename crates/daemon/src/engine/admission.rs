@@ -274,7 +274,7 @@ impl Engine {
             return Err(refuse(ErrorCode::Invalid, "--mem must be more than 0"));
         }
         if let Some(t) = req.tasks {
-            if t == 0 || req.cpus % t != 0 {
+            if t == 0 || !req.cpus.is_multiple_of(t) {
                 return Err(refuse(
                     ErrorCode::Invalid,
                     format!("--ntasks {t} does not divide the job's {} cpus", req.cpus),
