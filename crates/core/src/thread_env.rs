@@ -14,9 +14,9 @@
 //!   `Sys.CPU_THREADS`): told always, the job's CPUs (per task with tasks).
 //! - **Its default is one thread** (Julia): its thread count only with tasks.
 //!
-//! Launchers: with tasks, Open MPI (4.x) is told how many ranks the job holds and that each
-//! rank takes its share of CPUs as hardware threads (`OMPI_MCA_*`), so a plain `mpirun` starts
-//! one rank per task, each bound to its own CPUs.
+//! Launchers: a job of tasks (`pjw run --ntasks`) also tells Open MPI (4.x) how many ranks it
+//! holds and that each rank takes its share of CPUs as hardware threads (`OMPI_MCA_*`,
+//! [`launcher_env`]), so a plain `mpirun` starts one rank per task, each bound to its own CPUs.
 //!
 //! A user's own setting always wins, and so does a variable the runtime reads in its place:
 //! `OPENBLAS_NUM_THREADS` is not set when the user set `OMP_NUM_THREADS`, which OpenBLAS falls
@@ -106,17 +106,20 @@ const COUNTS: &[Var] = &[
 /// Variables whose presence keeps pjw's OpenMP placement away: the user places threads.
 const PLACES_INSTEAD: &[&str] = &["GOMP_CPU_AFFINITY", "KMP_AFFINITY"];
 
+/// Each task's share of `cpus` CPUs among `tasks` (all of them when not said), at least 1.
+pub fn per_task(cpus: usize, tasks: Option<u32>) -> usize {
+    tasks.map_or(cpus, |t| (cpus / t.max(1) as usize).max(1))
+}
+
 /// The defaults for a job (or a task) with `cpus` CPUs — its cores in `cores` mode — shared by
 /// `tasks` tasks (None: not said; the command may be a launcher that binds its ranks itself),
-/// bound in `mode`: the count variables as the module describes, the OpenMP places when the
-/// job binds, and with tasks Open MPI's rank mapping. Empty for 0 CPUs.
+/// bound in `mode`: the count variables as the module describes, and the OpenMP places when
+/// the job binds. Empty for 0 CPUs.
 pub fn thread_env(cpus: usize, tasks: Option<u32>, mode: BindMode) -> Vec<(String, String)> {
     if cpus == 0 {
         return Vec::new();
     }
-    let tasks = tasks.map(|t| t.max(1) as usize);
-    let per_task = tasks.map_or(cpus, |t| (cpus / t).max(1));
-    let n = per_task.to_string();
+    let n = per_task(cpus, tasks).to_string();
     let mut env: Vec<(String, String)> = COUNTS
         .iter()
         .filter(|v| match v.when {
@@ -131,18 +134,16 @@ pub fn thread_env(cpus: usize, tasks: Option<u32>, mode: BindMode) -> Vec<(Strin
         env.push(("OMP_PLACES".into(), mode.name().into()));
         env.push(("OMP_PROC_BIND".into(), "close".into()));
     }
-    if let Some(t) = tasks {
-        env.extend(open_mpi(t, per_task, mode));
-    }
     env
 }
 
-/// Open MPI 4's rank mapping for `tasks` tasks of `per_task` CPUs: that many slots (a plain
-/// `mpirun` starts one rank per task; more needs `--oversubscribe`), each rank mapped to
-/// `per_task` processing elements and bound to them, counted as hardware threads — pjw's CPUs
-/// are hardware threads, so a task of 2 CPUs on an SMT node is one core's 2 threads, not 2
-/// cores.
-fn open_mpi(tasks: usize, per_task: usize, mode: BindMode) -> Vec<(String, String)> {
+/// What a launcher inside a job of `tasks` tasks of `per_task` CPUs each (its cores in `cores`
+/// mode) is told: Open MPI 4's rank mapping — that many slots (a plain `mpirun` starts one rank
+/// per task; more needs `--oversubscribe`), each rank mapped to `per_task` processing elements
+/// and bound to them, counted as hardware threads (pjw's CPUs are hardware threads, so a task
+/// of 2 CPUs on an SMT node is one core's 2 threads, not 2 cores). For `pjw run --ntasks`; not
+/// for a workload manager's task, whose launcher is the manager's.
+pub fn launcher_env(tasks: u32, per_task: usize, mode: BindMode) -> Vec<(String, String)> {
     // In cores mode a task's share counts cores: each rank takes whole cores.
     let hwthreads = if mode == BindMode::Cores { "0" } else { "1" };
     vec![
@@ -271,7 +272,7 @@ mod tests {
                 ],
             ),
             (
-                "2 tasks of 2 CPUs: every count per task, Open MPI maps 2 ranks of 2 threads",
+                "2 tasks of 2 CPUs: every count per task",
                 4,
                 Some(2),
                 BindMode::None,
@@ -283,9 +284,6 @@ mod tests {
                     ("JULIA_NUM_THREADS", "2"),
                     ("JULIA_CPU_THREADS", "2"),
                     ("PYTHON_CPU_COUNT", "2"),
-                    ("OMPI_MCA_orte_set_default_slots", "2"),
-                    ("OMPI_MCA_rmaps_base_mapping_policy", "slot:PE=2"),
-                    ("OMPI_MCA_hwloc_base_use_hwthreads_as_cpus", "1"),
                 ],
             ),
             (
@@ -303,13 +301,10 @@ mod tests {
                     ("PYTHON_CPU_COUNT", "3"),
                     ("OMP_PLACES", "threads"),
                     ("OMP_PROC_BIND", "close"),
-                    ("OMPI_MCA_orte_set_default_slots", "1"),
-                    ("OMPI_MCA_rmaps_base_mapping_policy", "slot:PE=3"),
-                    ("OMPI_MCA_hwloc_base_use_hwthreads_as_cpus", "1"),
                 ],
             ),
             (
-                "tasks in cores mode: a rank's share counts whole cores",
+                "tasks in cores mode: a task's share of cores",
                 4,
                 Some(2),
                 BindMode::Cores,
@@ -323,9 +318,6 @@ mod tests {
                     ("PYTHON_CPU_COUNT", "2"),
                     ("OMP_PLACES", "cores"),
                     ("OMP_PROC_BIND", "close"),
-                    ("OMPI_MCA_orte_set_default_slots", "2"),
-                    ("OMPI_MCA_rmaps_base_mapping_policy", "slot:PE=2"),
-                    ("OMPI_MCA_hwloc_base_use_hwthreads_as_cpus", "0"),
                 ],
             ),
             (
@@ -341,9 +333,6 @@ mod tests {
                     ("JULIA_NUM_THREADS", "1"),
                     ("JULIA_CPU_THREADS", "1"),
                     ("PYTHON_CPU_COUNT", "1"),
-                    ("OMPI_MCA_orte_set_default_slots", "3"),
-                    ("OMPI_MCA_rmaps_base_mapping_policy", "slot:PE=1"),
-                    ("OMPI_MCA_hwloc_base_use_hwthreads_as_cpus", "1"),
                 ],
             ),
             (
@@ -359,9 +348,6 @@ mod tests {
                     ("JULIA_NUM_THREADS", "2"),
                     ("JULIA_CPU_THREADS", "2"),
                     ("PYTHON_CPU_COUNT", "2"),
-                    ("OMPI_MCA_orte_set_default_slots", "1"),
-                    ("OMPI_MCA_rmaps_base_mapping_policy", "slot:PE=2"),
-                    ("OMPI_MCA_hwloc_base_use_hwthreads_as_cpus", "1"),
                 ],
             ),
             ("no cpus: nothing", 0, Some(2), BindMode::Threads, &[]),
@@ -373,6 +359,41 @@ mod tests {
                 .collect();
             assert_eq!(thread_env(*n, *tasks, *mode), want, "{desc}");
         }
+    }
+
+    #[test]
+    fn open_mpi_is_told_the_tasks_and_their_share() {
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        // 2 tasks of 2 cpus: 2 slots, each rank bound to 2 hardware threads.
+        assert_eq!(
+            launcher_env(2, 2, BindMode::None),
+            pairs(&[
+                ("OMPI_MCA_orte_set_default_slots", "2"),
+                ("OMPI_MCA_rmaps_base_mapping_policy", "slot:PE=2"),
+                ("OMPI_MCA_hwloc_base_use_hwthreads_as_cpus", "1"),
+            ])
+        );
+        // In cores mode a share counts cores.
+        assert_eq!(
+            launcher_env(3, 1, BindMode::Cores),
+            pairs(&[
+                ("OMPI_MCA_orte_set_default_slots", "3"),
+                ("OMPI_MCA_rmaps_base_mapping_policy", "slot:PE=1"),
+                ("OMPI_MCA_hwloc_base_use_hwthreads_as_cpus", "0"),
+            ])
+        );
+        assert_eq!(
+            (
+                per_task(4, Some(2)),
+                per_task(2, Some(3)),
+                per_task(5, None)
+            ),
+            (2, 1, 5)
+        );
     }
 
     #[test]
@@ -432,9 +453,10 @@ mod tests {
                 &[],
             ),
         ];
-        let all = thread_env(4, Some(2), BindMode::Threads);
+        let mut all = thread_env(4, Some(2), BindMode::Threads);
+        all.extend(launcher_env(2, 2, BindMode::Threads));
         for (desc, set, dropped) in cases {
-            let kept = task_env(4, Some(2), BindMode::Threads, |k| set.contains(&k));
+            let kept = unset_only(&all, |k| set.contains(&k));
             let want: Vec<(String, String)> = all
                 .iter()
                 .filter(|(k, _)| !set.contains(&k.as_str()) && !dropped.contains(&k.as_str()))

@@ -75,6 +75,9 @@ mod proc_events;
 mod profile_hooks;
 mod recovery;
 mod reload;
+mod slurm_task;
+#[cfg(test)]
+mod slurm_task_tests;
 mod status;
 #[cfg(test)]
 mod store_tests;
@@ -393,6 +396,7 @@ impl Engine {
                 req,
                 reply,
             } => self.register(conn, cred, &who, req, reply),
+            Event::SlurmTask { cred, req, reply } => self.slurm_task(cred, req, reply),
             Event::Sweep => self.sweep(false),
             Event::SweepMore => self.sweep(true),
             Event::Proc(msg) => self.proc_events(msg),

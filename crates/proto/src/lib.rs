@@ -29,7 +29,9 @@ use pjw_core::{CpuSet, GpuSet};
 use serde::{Deserialize, Serialize};
 
 pub mod report;
+pub mod slurm_task;
 pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, SERIES_CHUNK};
+pub use slurm_task::SlurmTaskRequest;
 
 /// Protocol version spoken by this build.
 pub const VERSION: u32 = 1;
@@ -77,6 +79,9 @@ pub enum Request {
     /// End a registered job (root only): kill what is left in it, remove its cgroups. Answered
     /// with [`Response::Done`] once its cgroups are gone.
     End { job: String },
+    /// A Slurm task joins its job before it execs (root only: pjw's SPANK plugin in
+    /// slurmstepd's child; see [`slurm_task`]). Answered with [`Response::Started`] or an error.
+    SlurmTask(SlurmTaskRequest),
 }
 
 /// A workload manager's job, registered by its prolog or job starter.
