@@ -160,19 +160,19 @@ impl Track {
     }
 
     /// Whose the affinity `current` of thread `tid` of process `pid` is. A thread may have
-    /// inherited a pin pjw set on another thread of its process, and a new process's first
+    /// inherited a pin pjw set on another thread of its process, and a `new` process's first
     /// thread one pjw set on its parent's (asked of `port` only then).
     fn owner(
         &self,
         port: &dyn BindPort,
         job: &CpuSet,
-        pid: u32,
-        tid: Tid,
+        (pid, tid): (u32, Tid),
+        new: bool,
         current: &CpuSet,
     ) -> Owner {
         let ours = self.ours_of(&tid);
         let o = pin_owner::owner(job, current, ours, &self.pins_in(pid));
-        if o != Owner::Runtime || ours.is_some() || tid.0 != pid {
+        if o != Owner::Runtime || ours.is_some() || tid.0 != pid || !new {
             return o;
         }
         match port.parent(pid) {
@@ -275,7 +275,10 @@ impl Balancer {
             .keys()
             .map(|tid| {
                 let o = match (seen.affinity.get(tid), seen.pid.get(tid)) {
-                    (Some(cur), Some(pid)) => prev.owner(port, &job.cpus, *pid, *tid, cur),
+                    (Some(cur), Some(pid)) => {
+                        let new = !prev.run.contains_key(tid);
+                        prev.owner(port, &job.cpus, (*pid, *tid), new, cur)
+                    }
                     // Unreadable: left as it is, like a runtime's pin.
                     _ => Owner::Runtime,
                 };
@@ -520,7 +523,7 @@ impl Balancer {
                 return;
             }
         };
-        let owner = t.owner(port, &b.job.cpus, b.tgid, tid, &current);
+        let owner = t.owner(port, &b.job.cpus, (b.tgid, tid), true, &current);
         if owner == Owner::Runtime {
             return;
         }
