@@ -24,8 +24,9 @@ struct Fake {
     set: Mutex<Vec<(u32, CpuSet)>>,
     /// Each thread's affinity (absent: the whole machine, wider than any job).
     aff: Mutex<HashMap<u32, CpuSet>>,
-    /// Each process's parent.
+    /// Each process's parent, and how often one was asked for.
     parents: HashMap<u32, u32>,
+    parent_reads: Mutex<u32>,
 }
 
 impl Fake {
@@ -94,6 +95,7 @@ impl BindPort for Fake {
         Ok(self.affinity_of(tid))
     }
     fn parent(&self, pid: u32) -> Result<u32, BindError> {
+        *self.parent_reads.lock().unwrap() += 1;
         self.parents.get(&pid).copied().ok_or(BindError::Gone)
     }
 }
@@ -374,6 +376,8 @@ fn a_runtimes_pins_are_never_moved_or_widened_and_pjw_places_around_them() {
         (fake.affinity_of(100), fake.affinity_of(101)),
         (set("0"), set("1"))
     );
+    // The runtime-pinned main thread's parent is not read pass after pass.
+    assert_eq!(*fake.parent_reads.lock().unwrap(), 0);
 }
 
 #[test]
