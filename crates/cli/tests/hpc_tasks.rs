@@ -21,11 +21,16 @@ fn two_ranks_of_two(o: &std::process::Output) -> BTreeMap<u32, CpuSet> {
     let p = Probe::parse(&out);
     let job = p.first[0].pjw_cpus.expect("PJW_CPUS");
     assert_eq!(job.len(), 4, "--ntasks 2 -c 2 is 4 cpus:\n{out}");
-    let ranks: BTreeMap<u32, CpuSet> = p
-        .first
-        .iter()
-        .map(|f| (f.rank.expect("an MPI rank"), f.allowed))
-        .collect();
+    // A rank's CPUs: what it could use when it started, and what its threads may use (under
+    // OMP_PROC_BIND libgomp pins the first thread to its first place before main runs, so the
+    // first line then shows that one CPU); libgomp counted them (procs).
+    let mut ranks: BTreeMap<u32, CpuSet> = BTreeMap::new();
+    for f in &p.first {
+        let r = f.rank.expect("an MPI rank");
+        let threads = p.threads.iter().filter(|t| t.rank == r);
+        let set = threads.fold(f.allowed, |s, t| s.union(&t.allowed));
+        ranks.insert(r, set);
+    }
     assert_eq!(ranks.len(), 2, "{out}");
     assert!(!ranks[&0].intersects(&ranks[&1]), "ranks overlap:\n{out}");
     for (r, set) in &ranks {
@@ -37,7 +42,7 @@ fn two_ranks_of_two(o: &std::process::Output) -> BTreeMap<u32, CpuSet> {
         assert_eq!(threads.len(), 2, "rank {r} runs 2 threads:\n{out}");
         for t in threads {
             assert!(
-                t.of == 2 && set.contains(t.cpu) && t.allowed.is_subset(set),
+                t.of == 2 && t.procs == 2 && set.contains(t.cpu) && t.allowed.is_subset(set),
                 "rank {r}'s thread {t:?} outside {set}:\n{out}"
             );
         }
