@@ -238,7 +238,9 @@ fn with_bind_threads_a_runtimes_pins_never_widen() {
     let hybrid = h.probe("hybrid");
     // libgomp under the OMP_PROC_BIND=close that --bind threads sets pins its threads; the
     // second program opts out (its user's own setting wins), so the binder has threads of its
-    // own to pin: proof that it ran and acted in this job.
+    // own to pin: proof that it ran and acted in this job. (pjw's own pins may be given back
+    // and made again as its measure of a busy thread varies on a loaded machine; they are
+    // not what this test is about.)
     let script = format!(
         "{omp} --busy 4 --tag pinned & OMP_PROC_BIND=false {omp} --busy 4 --tag free & wait"
     );
@@ -251,23 +253,24 @@ fn with_bind_threads_a_runtimes_pins_never_widen() {
     assert!(o.status.success(), "{}", text(&o));
     let out = stdout(&o);
     let job_set = Probe::parse(&out).first[0].pjw_cpus.expect("PJW_CPUS");
-    // Every thread of both programs got one CPU (libgomp's place, or pjw's pin for the busy
-    // threads libgomp left free) and kept it: nothing widened a pin while they ran.
+    // libgomp pinned both threads of the first program (the first before main, the other as
+    // it made it), and nothing widened those pins while they ran...
+    let pinned = format!("{omp} --busy 4 --tag pinned");
     let narrowed =
-        never_widened(&samples, &omp, &job_set).unwrap_or_else(|e| panic!("{e}\n{}", h.d.log()));
-    assert_eq!(narrowed, 4, "2 threads in each program: {samples:?}");
-    // libgomp placed its worker itself, and pjw never set that thread's affinity.
+        never_widened(&samples, &pinned, &job_set).unwrap_or_else(|e| panic!("{e}\n{}", h.d.log()));
+    assert_eq!(narrowed, 2, "libgomp's 2 threads: {samples:?}");
+    // ... nor did pjw set their affinity at all.
     let log = h.d.log();
-    let workers: Vec<u32> = samples
+    let gomp: Vec<u32> = samples
         .iter()
-        .filter(|((pid, tid), (c, _))| c.contains("--tag pinned") && pid != tid)
+        .filter(|(_, (c, _))| c.starts_with(&pinned))
         .map(|((_, tid), _)| *tid)
         .collect();
-    assert_eq!(workers.len(), 1, "{samples:?}");
-    for w in &workers {
+    assert_eq!(gomp.len(), 2, "{samples:?}");
+    for t in &gomp {
         assert!(
-            !log.contains(&format!("cgroup=job-gomp tid={w} ")),
-            "pjw set the affinity of libgomp's worker {w}:\n{log}"
+            !log.contains(&format!("cgroup=job-gomp tid={t} ")),
+            "pjw set the affinity of libgomp's thread {t}:\n{log}"
         );
     }
     let free_tids: Vec<u32> = samples

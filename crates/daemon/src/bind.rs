@@ -500,11 +500,12 @@ impl Balancer {
     ///
     /// A new **process** is not pinned: it usually execs a program whose runtime sizes itself
     /// from its affinity when it starts (libgomp, OpenBLAS), and pinned to one CPU it would
-    /// start one thread. Nor is a new thread of a process none of whose threads pjw has pinned
-    /// busy: a launcher's helper thread (`mpirun` forks its ranks from one, and a rank forked
-    /// on a pinned thread was left unbound by Open MPI) or a worker of a program that just
-    /// started. Such a one keeps the job set (gets it back if it inherited a pin of pjw's) and
-    /// is measured from birth, so the next pass places it. Nothing for a thread born pinned by
+    /// start one thread; it keeps the job set (gets it back if it inherited a pin of pjw's) and
+    /// is measured from the first pass that sees it, so it is placed a full interval after its
+    /// start at the earliest. Nor is a new thread of a process none of whose threads pjw has
+    /// pinned busy: a launcher's helper thread (`mpirun` forks its ranks from one, and a rank
+    /// forked on a pinned thread was left unbound by Open MPI) or a worker of a program that
+    /// just started; it is measured from birth, so the next pass places it. Nothing for a thread born pinned by
     /// a runtime (libgomp creates its threads on their places; Open MPI binds each rank), a job
     /// not balanced yet (its first pass only looks) or whose CPUs changed since.
     pub fn place_born(&mut self, port: &dyn BindPort, b: &Born, now: Instant, r: &mut PassReport) {
@@ -543,15 +544,21 @@ impl Balancer {
             .keys()
             .any(|p| t.ours.get(p).is_some_and(|(pid, _)| *pid == b.tgid));
         if b.tgid == b.tid || !computes {
-            // A new process: the job set, measured from birth.
+            // The job set (back, if it inherited a pin of pjw's).
             if owner == Owner::Inherited && !free(port, &b.job, tid, &mut self.logged, r) {
                 return;
             }
             if owner == Owner::Inherited {
                 t.ours.insert(tid, (b.tgid, b.job.cpus));
             }
-            t.run.insert(tid, ns);
-            t.born.insert(tid, now);
+            // A thread is measured from birth. A new process only from the first pass that
+            // sees it, so it is not pinned before a full interval has passed: the program it
+            // execs sizes its runtime from its affinity as it starts (libgomp also pins its
+            // first thread then, under OMP_PROC_BIND), and a pin before that is all it sees.
+            if b.tgid != b.tid {
+                t.run.insert(tid, ns);
+                t.born.insert(tid, now);
+            }
             return;
         }
         let slots = pin_owner::open_slots(

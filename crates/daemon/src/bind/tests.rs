@@ -483,7 +483,11 @@ fn a_born_process_keeps_the_job_set_for_the_program_it_execs() {
         b.place_born(&fake, &born, clock.0, &mut r);
     }
     assert_eq!(fake.take_set(), vec![(20, set("0-3"))]);
-    // Measured from birth: busy at the next pass, both are pinned then, off cpu 0.
+    // Measured from the first pass that sees them (not from birth: the program each execs
+    // has a full interval to start on the job set), pinned at the one after, off cpu 0.
+    fake.advance(&[10, 20, 30]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert!(fake.take_set().is_empty());
     fake.advance(&[10, 20, 30]);
     b.pass(&fake, std::slice::from_ref(&j), clock.next());
     let got = fake.take_set();
