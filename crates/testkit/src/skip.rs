@@ -6,9 +6,9 @@
 //! the guests' runners), so the summary counts it as skipped, not passed, and lists its reason.
 //!
 //! A component that `make test` installs or provides (root, Slurm, Grid Engine, PostgreSQL, tmux,
-//! promtool, python3, a swap file, Open MPI, hwloc, stress-ng, sysbench) is checked with [`require`]: missing on the host, the test
-//! fails; missing in one of the project's test guests (which carry `/etc/pjw-guest`), where the
-//! host tier runs that test instead, it skips. No environment variable can turn a host test
+//! promtool, python3, a swap file, Open MPI, hwloc, stress-ng, sysbench) is checked with
+//! [`require`]: missing on the host, the test fails; missing in one of the project's test guests
+//! (which carry `/etc/pjw-guest`), where the host tier runs that test instead, it skips. No environment variable can turn a host test
 //! into a skip or a pass: the guest marker is a file the guests' images carry.
 
 use std::io::Write;
@@ -110,7 +110,8 @@ pub enum Component {
     Mpi,
     /// hwloc's tools (hwloc-ps, hwloc-bind).
     Hwloc,
-    /// stress-ng.
+    /// stress-ng: real software whose processes `pjw status` counts and whose workers must
+    /// stay in their job.
     StressNg,
     /// sysbench.
     Sysbench,
