@@ -266,6 +266,7 @@ impl Engine {
             store_dirty: false,
             freezing: None,
             bind: None,
+            tasks: None,
         }
     }
 
