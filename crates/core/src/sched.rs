@@ -207,7 +207,7 @@ pub fn plan(
     plan_gpus(policy, alloc, scratch, pool, jobs, now_ms, &node)
 }
 
-/// [`plan`] on a node with `node`'s GPUs: every candidate takes its turn ([`Pass::turn`]) until
+/// [`plan`] on a node with `node`'s GPUs: every candidate takes its turn, rule by rule, until
 /// a queued job waits, then the queued jobs past their TTL expire.
 pub fn plan_gpus(
     policy: &QueuePolicy,
