@@ -231,6 +231,13 @@ pub fn run(a: RunArgs) -> i32 {
         }
     };
     let (job, cpus, _mems, tmp, shm, env, env_defaults) = started;
+    // A step of the job this process is in already (the daemon said so): its share of the
+    // job's CPUs, inherited by the command and its children.
+    if let Some((_, step)) = env.iter().find(|(k, _)| k == "PJW_STEP_ID") {
+        if let Err(e) = crate::affinity::set_own(&cpus) {
+            eprintln!("pjw: step {step} of job {job}: cannot run on cpus {cpus} ({e}); it runs on all of the job's");
+        }
+    }
     let mut cmd = std::process::Command::new(&a.command[0]);
     // The thread counts the daemon suggests, where the user did not set their own.
     let defaults =

@@ -487,6 +487,7 @@ mod tests {
             io: None,
             gpu_util: None,
             gpu_mem: None,
+            steps: vec![],
         }
     }
 

@@ -118,6 +118,7 @@ mod tests {
             io: None,
             gpu_util: None,
             gpu_mem: None,
+            steps: vec![],
         }
     }
 

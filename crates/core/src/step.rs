@@ -99,13 +99,16 @@ mod tests {
         CpuSet::parse_list(s).unwrap()
     }
 
+    /// What a case says: a description, the live steps' CPUs, the CPUs asked for, the answer.
+    type Case<'a> = (&'a str, &'a [&'a str], usize, Result<&'a str, StepError>);
+
     #[test]
     fn steps_fill_the_job_side_by_side_then_share_the_least_used() {
         // Two cores of two threads each, and a job on all four PUs.
         let topo = synthetic::parse("package:1 core:2 pu:2").unwrap();
         let alloc = Allocator::new(&topo);
         let job = set("0-3");
-        let cases: &[(&str, &[&str], usize, Result<&str, StepError>)] = &[
+        let cases: &[Case] = &[
             ("the whole job", &[], 4, Ok("0-3")),
             ("a whole core first", &[], 2, Ok("0-1")),
             ("the other core beside a live step", &["0-1"], 2, Ok("2-3")),

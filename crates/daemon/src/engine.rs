@@ -68,6 +68,7 @@ mod ipc;
 mod ipc_tests;
 mod job;
 mod lifecycle;
+mod login;
 mod mem_governor;
 mod pidfd;
 mod planning;
@@ -76,6 +77,9 @@ mod profile_hooks;
 mod recovery;
 mod reload;
 mod status;
+#[cfg(test)]
+mod step_tests;
+mod steps;
 #[cfg(test)]
 mod store_tests;
 mod store_writes;
@@ -372,6 +376,13 @@ impl Engine {
                 }
             }
             Event::MainExited { seq } => self.main_exited(seq),
+            Event::StepExited { seq, step } => self.step_exited(seq, step),
+            Event::Login {
+                cred,
+                who,
+                req,
+                reply,
+            } => self.login(cred, &who, req, reply),
             Event::CgroupChanged { wd } => {
                 if let Some(seq) = self.by_watch.get(&wd).copied() {
                     self.check_empty(seq);

@@ -540,6 +540,18 @@ impl TestEngine {
             format!("Name:\tpjw\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nThreads:\t1\nCpus_allowed_list:\t0-3\n"),
         )
         .expect("fake /proc/PID/status");
+        // Outside every job unless a test put it in one (`in_cgroup`).
+        let cg = dir.join("cgroup");
+        if !cg.exists() {
+            std::fs::write(cg, "0::/\n").expect("fake /proc/PID/cgroup");
+        }
+    }
+
+    /// Put process `pid` of the fake `/proc` in the cgroup2 `path` (`/pjw/job-a`).
+    pub fn in_cgroup(&self, pid: u32, path: &str) {
+        let dir = self._machine.proc_root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).expect("fake /proc/PID");
+        std::fs::write(dir.join("cgroup"), format!("0::{path}\n")).expect("fake /proc/PID/cgroup");
     }
 
     /// Give process `pid` a `stat` in the fake `/proc` (it is alive there).

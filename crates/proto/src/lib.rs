@@ -28,7 +28,9 @@ pub use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, GpuSet};
 use serde::{Deserialize, Serialize};
 
+pub mod login;
 pub mod report;
+pub use login::{LoginPhase, LoginRequest, StepInfo};
 pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, SERIES_CHUNK};
 
 /// Protocol version spoken by this build.
@@ -77,6 +79,9 @@ pub enum Request {
     /// End a registered job (root only): kill what is left in it, remove its cgroups. Answered
     /// with [`Response::Done`] once its cgroups are gone.
     End { job: String },
+    /// A PAM login (root only): may the user log in, and the session's process into the user's
+    /// job ([`login`]). Answered with [`Response::Done`] or a refusal.
+    Login(LoginRequest),
 }
 
 /// A workload manager's job, registered by its prolog or job starter.
@@ -360,6 +365,9 @@ pub struct JobInfo {
     pub gpu_util: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_mem: Option<u64>,
+    /// Its running steps: `pjw run`s started from inside it (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepInfo>,
 }
 
 /// The node as `pjw status` shows it.
@@ -635,6 +643,25 @@ mod tests {
         let end = Request::End { job: "4242".into() };
         assert_eq!(decode_request(&encode_request(&end)).unwrap(), end);
         assert!(decode_request(br#"{"v":1,"req":{"type":"register","job":"1"}}"#).is_err());
+    }
+
+    #[test]
+    fn login_round_trips_and_names_no_pid() {
+        let req = Request::Login(LoginRequest {
+            user: "alice".into(),
+            phase: LoginPhase::Session,
+        });
+        let text = String::from_utf8(encode_request(&req)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"v":1,"req":{"type":"login","user":"alice","phase":"session"}}"#
+        );
+        assert_eq!(decode_request(text.as_bytes()).unwrap(), req);
+        // The process to move is never the request's to say.
+        assert!(decode_request(
+            br#"{"v":1,"req":{"type":"login","user":"alice","phase":"session","pid":1}}"#
+        )
+        .is_err());
     }
 
     #[test]

@@ -205,6 +205,8 @@ impl Engine {
             env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
             env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
         });
+        // From now on a `run` from its main process is a step of it (engine/steps.rs).
+        j.steps.main_told = true;
         self.track(seq, true);
         // After the reply: `status` has the new job's figures before the sampler's next tick.
         self.sample_now(seq);
@@ -404,9 +406,10 @@ impl Engine {
     }
 
     pub(super) fn finish(&mut self, seq: i64, reason: &str) {
-        let Some(job) = self.jobs.remove(&seq) else {
+        let Some(mut job) = self.jobs.remove(&seq) else {
             return;
         };
+        self.end_steps(&mut job);
         if let Some(wd) = job.end.watch.clone() {
             self.by_watch.remove(&wd);
             if let Some(w) = self.watches.as_mut() {

@@ -111,6 +111,7 @@ impl Engine {
                     j.prof.exit_status = Some(status);
                 }
             }
+            self.note_step_exit(seq, tgid, status);
         } else if let Some((seq, _)) = self.late_exits.remove(&tgid) {
             // The job was recorded ended before its main process's exit event arrived.
             self.store_exit_status(seq, status);

@@ -265,6 +265,7 @@ impl Engine {
             store_dirty: false,
             freezing: None,
             bind: None,
+            steps: Default::default(),
         }
     }
 

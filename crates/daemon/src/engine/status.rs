@@ -68,6 +68,7 @@ impl Engine {
                 io: super::io::io_info(j),
                 gpu_util: last.and_then(|s| s.gpu_util),
                 gpu_mem: last.and_then(|s| s.gpu_mem),
+                steps: Engine::step_infos(j),
             }
         };
         let mut jobs: Vec<JobInfo> = self

@@ -444,7 +444,7 @@ impl Engine {
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of the proc connector's event timestamps.
-fn monotonic_ns() -> u64 {
+pub(super) fn monotonic_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
