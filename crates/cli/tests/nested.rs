@@ -230,7 +230,7 @@ exec "$PJW" run -c 1 -- sh -c 'echo $$ > {d}/step.pid; exec sleep 600'"#,
     let log = d.log();
     assert!(log.contains(&format!("step started job={tag}")), "{log}");
     assert!(
-        log.contains(&format!("step ended job={tag} step=0 pid={pid} exit_status=Some(137)"))
+        log.contains(&format!("step ended job={tag} step=0 pid={pid}"))
             || log.contains("steps ended with their job"),
         "the step did not end with its job (killed):\n{log}"
     );
@@ -307,6 +307,24 @@ exit 3"#,
         &d.status()
     )
     .is_empty()));
+    // The job's report lists both steps: the first with its own status, the second killed.
+    let rep = run(d.pjw().args(["report", "-J", "outer", "--format", "json"]))
+        .ok()
+        .stdout();
+    let rep: serde_json::Value = serde_json::from_str(&rep).unwrap();
+    let steps = rep[0]["steps"].as_array().cloned().unwrap_or_default();
+    let got: Vec<(u64, i64)> = steps
+        .iter()
+        .map(|s| {
+            (
+                s["step"].as_u64().unwrap(),
+                s["exit_status"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    assert_eq!(got, vec![(0, 7), (1, 128 + 9)], "{rep:#}");
+    let shown = run(d.pjw().args(["report", "-J", "outer"])).ok().stdout();
+    assert!(shown.contains("  Steps           2"), "{shown}");
 }
 
 /// J7, as the attack: a user's job runs `pjw run` with every option that could make it a job of

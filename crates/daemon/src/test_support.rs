@@ -43,6 +43,8 @@ pub struct FakeState {
     pub io: BTreeMap<i64, pjw_core::io_limits::JobIo>,
     /// Bind rows by seq.
     pub bind: BTreeMap<i64, pjw_core::thread_bind::BindMode>,
+    /// Step rows by seq.
+    pub steps: BTreeMap<i64, Vec<pjw_store::StepRecord>>,
     /// Fail every write until cleared (a full disk).
     pub full: bool,
     /// Fail the next this many write transactions (every part of one fails together).
@@ -323,6 +325,15 @@ impl StorePort for FakeStore {
     }
     fn bind(&self, seq: i64) -> Result<Option<pjw_core::thread_bind::BindMode>, StoreError> {
         Ok(self.state().bind.get(&seq).copied())
+    }
+    fn record_steps(
+        &mut self,
+        seq: i64,
+        steps: &[pjw_store::StepRecord],
+    ) -> Result<(), StoreError> {
+        self.write(format!("record_steps {seq} {}", steps.len()), |st| {
+            st.steps.entry(seq).or_default().extend_from_slice(steps);
+        })
     }
     fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         Ok(self

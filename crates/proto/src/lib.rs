@@ -30,8 +30,10 @@ use serde::{Deserialize, Serialize};
 
 pub mod login;
 pub mod report;
-pub use login::{LoginPhase, LoginRequest, StepInfo};
+pub mod step;
+pub use login::{LoginPhase, LoginRequest};
 pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, SERIES_CHUNK};
+pub use step::{StepInfo, StepReport};
 
 /// Protocol version spoken by this build.
 pub const VERSION: u32 = 1;

@@ -190,6 +190,9 @@ pub struct JobReport {
     /// Per-process rows (with `processes`).
     #[serde(default)]
     pub processes: Vec<ProcessRow>,
+    /// Its steps (`pjw run`s started from inside it), by number; absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::StepReport>,
 }
 
 fn is_zero(n: &u32) -> bool {

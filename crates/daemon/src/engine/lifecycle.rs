@@ -446,6 +446,7 @@ impl Engine {
             .map(|s| s.elapsed().as_millis() as u64)
             .unwrap_or(0);
         self.scrub_ipc(&job, runtime_ms);
+        self.record_steps(&job);
         self.record_end(
             &job,
             End {

@@ -323,6 +323,7 @@ impl Engine {
                 };
                 let class = pjw_store::EndClass::Completed;
                 LiveJob {
+                    steps: Engine::step_reports(j),
                     seq: j.seq,
                     state: j.state().as_str().to_string(),
                     cpus: j.cpus.to_string(),

@@ -151,6 +151,15 @@ async fn a_run_from_inside_a_job_is_a_step_on_its_cpus_never_a_job() {
         (job.as_str(), cpus, step_of(&env)),
         ("a", job_cpus, Some("4"))
     );
+
+    // The job ends: its running steps end with it, and all five go to the store.
+    t.engine.finish(a, "exited");
+    let recorded = t.store.state().steps.get(&a).cloned().unwrap_or_default();
+    let mut numbers: Vec<u32> = recorded.iter().map(|s| s.step).collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, vec![0, 1, 2, 3, 4], "{recorded:?}");
+    assert!(recorded.iter().all(|s| s.ended_ms.is_some()));
+    assert_eq!(t.store.calls_to("record_steps").len(), 1, "one transaction");
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -16,9 +16,10 @@ use pjw_core::sched::Phase;
 use pjw_core::step::step_cpus;
 use pjw_core::thread_bind::{self, BindMode};
 use pjw_core::{thread_env, CpuSet};
-use pjw_proto::{ErrorCode, JobTmp, Response, RunRequest, StepInfo};
+use pjw_proto::{ErrorCode, JobTmp, Response, RunRequest, StepInfo, StepReport};
+use pjw_store::StepRecord;
 use tokio::sync::mpsc;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::pidfd::wait_pidfd;
 use super::{err, refuse, Cred, Engine, Event, Job, Refusal, Who};
@@ -41,6 +42,21 @@ pub(super) struct Step {
     /// When it ended (ms since the epoch) and its exit status, once known.
     pub(super) ended_ms: Option<i64>,
     pub(super) exit_status: Option<i32>,
+}
+
+impl Step {
+    fn record(&self) -> StepRecord {
+        StepRecord {
+            step: self.n,
+            name: self.name.clone(),
+            uid: self.uid,
+            cpus: self.cpus,
+            pid: self.pid,
+            started_ms: self.started_ms,
+            ended_ms: self.ended_ms,
+            exit_status: self.exit_status,
+        }
+    }
 }
 
 /// A job's steps.
@@ -284,10 +300,18 @@ impl Engine {
         }
     }
 
-    /// The exit status of process `tgid` of job `seq` (from its exit event): a step's own.
+    /// The exit status of process `tgid` of job `seq` (from its exit event): a step's own,
+    /// also when its pidfd told of the exit first.
     pub(super) fn note_step_exit(&mut self, seq: i64, tgid: u32, status: i32) {
         if let Some(j) = self.jobs.get_mut(&seq) {
-            if let Some(s) = j.steps.live.iter_mut().find(|s| s.pid == tgid) {
+            let ended = j.steps.ended.iter_mut().rev().take(8);
+            if let Some(s) = j
+                .steps
+                .live
+                .iter_mut()
+                .chain(ended)
+                .find(|s| s.pid == tgid && s.exit_status.is_none())
+            {
                 s.exit_status = Some(status);
             }
         }
@@ -307,6 +331,36 @@ impl Engine {
                 age_secs: s.started.elapsed().as_secs(),
             })
             .collect()
+    }
+
+    /// Every step of `j` so far (ended, then running), for a report of the live job.
+    pub(super) fn step_reports(j: &Job) -> Vec<StepReport> {
+        let mut all: Vec<StepReport> = j
+            .steps
+            .ended
+            .iter()
+            .chain(&j.steps.live)
+            .map(|s| crate::report::step_report(s.record()))
+            .collect();
+        all.sort_by_key(|s| s.step);
+        all
+    }
+
+    /// Write the steps of the ended job `j` to the store (one transaction; none for a job
+    /// without steps). Lost when the store refuses: logged and counted, the job's report then
+    /// lacks them.
+    pub(super) fn record_steps(&mut self, j: &Job) {
+        if j.steps.ended.is_empty() {
+            return;
+        }
+        let recs: Vec<StepRecord> = j.steps.ended.iter().map(Step::record).collect();
+        if j.steps.next as usize > recs.len() {
+            info!(job = %j.id, steps = j.steps.next, recorded = recs.len(), "only the first steps of the job are recorded");
+        }
+        if let Err(e) = self.store.record_steps(j.seq, &recs) {
+            self.metrics.store_write_error();
+            warn!(job = %j.id, steps = recs.len(), error = %e, "cannot record the job's steps; its report lacks them");
+        }
     }
 
     /// At the end of `j`: its steps still running ended with it.
