@@ -37,6 +37,14 @@ pub fn parent(proc_root: &Path, pid: u32) -> Option<(u32, u64)> {
     (parent.starttime <= me.starttime).then_some((me.ppid, parent.starttime))
 }
 
+/// The CPUs `pid` may run on now (its affinity, `Cpus_allowed_list`), when it can be read.
+pub fn allowed_cpus(proc_root: &Path, pid: u32) -> Option<pjw_core::CpuSet> {
+    std::fs::read_to_string(proc_root.join(pid.to_string()).join("status"))
+        .ok()
+        .and_then(|t| pjw_kernelfs::proc_status::parse(&t).ok())
+        .map(|s| s.cpus_allowed_list)
+}
+
 /// The number of threads of `pid` (its `status`), 1 when that cannot be read.
 pub fn threads(proc_root: &Path, pid: u32) -> u64 {
     std::fs::read_to_string(proc_root.join(pid.to_string()).join("status"))

@@ -322,3 +322,54 @@ async fn a_session_already_inside_a_job_never_leaves_it() {
     assert_eq!(code, ErrorCode::Denied);
     assert!(msg.contains("inside job a"), "{msg}");
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_step_of_a_pinned_caller_stays_in_its_cpus_and_a_rerun_replaces_its_step() {
+    let mut t = TestEngine::new();
+    let p = Live::new(3);
+    job_a(&mut t, p.pid(0), 4).await;
+    // A caller pinned to CPUs 2-3 (a step's child, an MPI rank): its step is one of them.
+    let pinned = p.pid(1);
+    t.fake_process(pinned, UID);
+    let status = t.proc_root().join(format!("{pinned}/status"));
+    let text = std::fs::read_to_string(&status).unwrap();
+    std::fs::write(
+        &status,
+        text.replace("Cpus_allowed_list:\t0-3", "Cpus_allowed_list:\t2-3"),
+    )
+    .unwrap();
+    t.in_cgroup(pinned, "/pjw/job-a");
+    let r = submit_as_is(&mut t, pinned, run_request("s", 1)).await;
+    let (_, cpus, _) = started(&r);
+    assert!(
+        cpus.is_subset(&CpuSet::parse_list("2-3").unwrap()),
+        "{cpus}"
+    );
+    // Asking for more than its own CPUs: chosen among the job's.
+    let r = submit_as_is(&mut t, pinned, run_request("s", 3)).await;
+    let (_, cpus, env) = started(&r);
+    assert_eq!(cpus.len(), 3);
+    assert_eq!(step_of(&env), Some("1"));
+    // That was the same process running `pjw run` again: its first step ended.
+    let a = t.seq_of("a");
+    let live: Vec<u32> = t.engine.jobs[&a].steps.live.iter().map(|s| s.n).collect();
+    assert_eq!(live, vec![1]);
+    assert_eq!(t.engine.jobs[&a].steps.ended.len(), 1);
+}
+
+/// A run from `pid` of the fake `/proc` as it is (its status and cgroup untouched).
+async fn submit_as_is(t: &mut TestEngine, pid: u32, req: RunRequest) -> Response {
+    let (reply, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    t.engine.handle(Event::Submit {
+        conn: pid as u64,
+        cred: Cred {
+            pid,
+            uid: UID,
+            gid: UID,
+        },
+        who: crate::test_support::who(),
+        req,
+        reply,
+    });
+    rx.recv().await.expect("an answer")
+}

@@ -128,6 +128,16 @@ impl Engine {
         let Some(j) = self.jobs.get_mut(&seq) else {
             return true;
         };
+        // A step's process that execs another `pjw run` (`pjw run -- pjw run -c 1 -- cmd`):
+        // the earlier step became this one.
+        while let Some(i) = j.steps.live.iter().position(|s| s.pid == cred.pid) {
+            let mut old = j.steps.live.remove(i);
+            old.ended_ms = Some(now_ms);
+            info!(job = %j.id, step = old.n, pid = old.pid, "step ran pjw run again: ended, a new step follows");
+            if j.steps.ended.len() < ENDED_KEPT {
+                j.steps.ended.push(old);
+            }
+        }
         let n = j.steps.next;
         j.steps.next += 1;
         j.steps.live.push(Step {
@@ -264,8 +274,33 @@ impl Engine {
                 ),
             ));
         }
-        let held: Vec<CpuSet> = j.steps.live.iter().map(|s| s.cpus).collect();
-        step_cpus(&self.alloc, &j.cpus, &held, req.cpus as usize)
+        let k = req.cpus as usize;
+        // Within the job's CPUs the caller may run on, when they are enough: a step's own
+        // child (or an MPI rank pinned by its launcher) gets a share of its own CPUs. Else
+        // the job's. The caller's affinity only narrows the choice inside the job's cpuset.
+        let mine = crate::caller::allowed_cpus(&self.cfg.proc_root, cred.pid)
+            .map(|a| a.intersection(&j.cpus))
+            .filter(|m| m.len() >= k && k > 0)
+            .unwrap_or(j.cpus);
+        // The caller's own earlier step (it execs `pjw run` again) holds nothing any more.
+        let held: Vec<CpuSet> = j
+            .steps
+            .live
+            .iter()
+            .filter(|s| s.pid != cred.pid)
+            .map(|s| s.cpus)
+            .collect();
+        if k > j.cpus.len() {
+            return Err(refuse(
+                ErrorCode::Invalid,
+                format!(
+                    "{inside}: the job has {} cpus; a step of it can have at most {}, not {k}",
+                    j.cpus.len(),
+                    j.cpus.len()
+                ),
+            ));
+        }
+        step_cpus(&self.alloc, &mine, &held, k)
             .map_err(|e| refuse(ErrorCode::Invalid, format!("{inside}: {e}")))
     }
 
