@@ -22,6 +22,9 @@ if [ ! -e /etc/pjw-guest ]; then
   # The completion tests ask zsh and fish themselves for job ids.
   command -v zsh >/dev/null || need+=(zsh)
   command -v fish >/dev/null || need+=(fish)
+  # The Slurm SPANK plugin (make spank) is built against Slurm's spank.h and json-c.
+  [ -e /usr/include/slurm/spank.h ] || need+=(libslurm-dev)
+  [ -e /usr/include/json-c/json.h ] || need+=(libjson-c-dev)
 fi
 # The PBS hook (packaging/pbs) is Python; its contract test runs it.
 command -v python3 >/dev/null || need+=(python3)

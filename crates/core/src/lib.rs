@@ -27,6 +27,7 @@ pub mod sim;
 pub mod size;
 pub mod step;
 pub mod synthetic;
+pub mod task_join;
 pub mod text;
 pub mod thread_bind;
 pub mod thread_env;

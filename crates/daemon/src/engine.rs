@@ -76,6 +76,9 @@ mod proc_events;
 mod profile_hooks;
 mod recovery;
 mod reload;
+mod slurm_task;
+#[cfg(test)]
+mod slurm_task_tests;
 mod status;
 #[cfg(test)]
 mod step_tests;
@@ -404,6 +407,7 @@ impl Engine {
                 req,
                 reply,
             } => self.register(conn, cred, &who, req, reply),
+            Event::SlurmTask { cred, req, reply } => self.slurm_task(cred, req, reply),
             Event::Sweep => self.sweep(false),
             Event::SweepMore => self.sweep(true),
             Event::Proc(msg) => self.proc_events(msg),

@@ -30,9 +30,11 @@ use serde::{Deserialize, Serialize};
 
 pub mod login;
 pub mod report;
+pub mod slurm_task;
 pub mod step;
 pub use login::{LoginPhase, LoginRequest};
 pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, SERIES_CHUNK};
+pub use slurm_task::SlurmTaskRequest;
 pub use step::{StepInfo, StepReport};
 
 /// Protocol version spoken by this build.
@@ -84,6 +86,9 @@ pub enum Request {
     /// A PAM login (root only): may the user log in, and the session's process into the user's
     /// job ([`login`]). Answered with [`Response::Done`] or a refusal.
     Login(LoginRequest),
+    /// A Slurm task joins its job before it execs (root only: pjw's SPANK plugin in
+    /// slurmstepd's child; see [`slurm_task`]). Answered with [`Response::Started`] or an error.
+    SlurmTask(SlurmTaskRequest),
 }
 
 /// A workload manager's job, registered by its prolog or job starter.
