@@ -6,12 +6,12 @@
 #   demo     `make demo` runs to the end and leaves nothing behind
 #   tests    the root tests of vm/guest-tests (the host's build, target/debug/deps)
 #   service  the packaged service: `make install`, enable --now, two users' jobs through
-#            daemon-reload, restart, stop + start (same CPUs, own exit statuses, nothing left)
+#            daemon-reload, restart, stop + start (same CPUs, own exit statuses, nothing left);
+#            ssh logins through the shipped PAM snippet over the real sshd (guest-ssh.sh): each
+#            user's session in their own job (cgroup, CPUs; what it leaves dies with the job),
+#            root never adopted; without a job outside, then refused after a reload with
+#            login_without_job = "refuse"
 #   reserve  a slice with AllowedCPUs=: pjw's pool follows it
-#   ssh      ssh logins join their user's job (the shipped PAM snippet over the real sshd, after
-#            pam_systemd): alice's session in her job's cgroup and CPUs, and what it leaves dies
-#            with the job; bob without a job outside, then refused after a reload with
-#            login_without_job = "refuse"; root never adopted (guest-ssh.sh)
 #   deb      the Debian package of make deb (built on the host after the release build): apt
 #            install ./pjw_*.deb, the service active, pjw check, a user's pjw run, man pjw-run,
 #            bash completion, systemctl reload, an upgrade with a job running, then purge leaves
@@ -32,7 +32,7 @@
 # with "VM-systemd-v2: N passed, M failed, K skipped" and exits non-zero on any failure, a
 # timeout or a missing summary.
 #
-# usage: vm/systemd/run.sh [step ...]     (default: session demo tests service reserve ssh deb)
+# usage: vm/systemd/run.sh [step ...]     (default: session demo tests service reserve deb)
 # Env: VM_WORK (default /var/tmp/pjw-vm), VM_SYSTEMD_TIMEOUT (s, the whole guest, default 5400),
 #      VM_DEMO_REPS (the demo's rounds in the guest, default 2: its timings under emulation
 #      are not judged, only that it runs to the end and cleans up),
@@ -45,7 +45,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
 W=${VM_WORK:-/var/tmp/pjw-vm}/systemd
-steps=${*:-session demo tests service reserve ssh deb}
+steps=${*:-session demo tests service reserve deb}
 label=VM-systemd-v2
 total_limit=${VM_SYSTEMD_TIMEOUT:-5400}   # not VM_TIMEOUT: the Makefile exports that for the busybox tier
 boot_limit=${VM_BOOT_TIMEOUT:-600}
@@ -193,7 +193,7 @@ for st in $steps; do
       # The commit measured, from the host's git (a worktree's git directory is not shared).
       commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates bench ':!bench/results' || echo ' (with uncommitted changes)')"
       step "$st" "VM_BENCH_SCENARIOS='${VM_BENCH_SCENARIOS:-isolation turnaround}' BENCH_HOST='$host' BENCH_COMMIT='$commit' sh $src/vm/systemd/guest-bench-slurm.sh $src" ;;
-    session|demo|service|reserve|ssh|deb|bench)
+    session|demo|service|reserve|deb|bench)
       step "$st" "DEMO_REPS=${VM_DEMO_REPS:-2} sh $src/vm/systemd/guest-$st.sh $src" ;;
     bench-numa)
       # The host's load beside the guest's bench, in the shared tree (target/ is not tracked):
