@@ -361,6 +361,25 @@ mod tests {
                 EndClass::Completed,
             ),
         ];
+        // What memory did is appended after "; " and does not change the class.
+        for (reason, killed, ooms, status, want) in [
+            (
+                "exited; stalled on memory inside its own 64M limit for 12 s",
+                false,
+                0,
+                Some(0),
+                EndClass::Completed,
+            ),
+            (
+                "killed by the memory governor: frozen 600 s; 1 process(es) OOM-killed at its own 64M limit (peak 64M)",
+                true,
+                1,
+                Some(137),
+                EndClass::Killed,
+            ),
+        ] {
+            assert_eq!(end_class(reason, killed, ooms, status), want, "{reason}");
+        }
         for (reason, killed, ooms, status, want) in table {
             assert_eq!(end_class(reason, killed, ooms, status), want, "{reason}");
             assert_eq!(EndReason::parse(reason).text(), reason, "round trip");

@@ -414,21 +414,12 @@ impl Engine {
             }
         }
         let ooms = self.driver.oom_kills(&job.cgroup);
-        let reason = if ooms > 0 {
-            let inside = if job.mem.is_some() {
-                "inside its own memory limit"
-            } else {
-                "at the node's job partition"
-            };
-            warn!(job = %job.id, user = %job.user, oom_kills = ooms, "job had processes killed for memory {inside}");
-            format!("{reason}; {ooms} process(es) OOM-killed {inside}")
-        } else {
-            reason.to_string()
-        };
-        let reason = reason.as_str();
-        let counts = self.procs.end_job(seq).unwrap_or_default();
         // The last counters (CPU, the memory high-water mark, I/O) before the cgroups go.
         let finals = profile::read_finals(self.driver.as_ref(), &job.cgroup);
+        let reason = self.memory_end_reason(&job, reason, ooms, finals.mem_peak);
+        let reason = reason.as_str();
+        self.remember_outcome(&job, ooms, finals.mem_peak, reason);
+        let counts = self.procs.end_job(seq).unwrap_or_default();
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
