@@ -144,7 +144,7 @@ impl JobProf {
         s.cpu_user_usec = pick(finals.cpu_user_usec, last.cpu_user_usec);
         s.cpu_system_usec = pick(finals.cpu_system_usec, last.cpu_system_usec);
         s.mem_peak = pick(finals.mem_peak, last.mem_peak).max(last.mem_current.unwrap_or(0));
-        s.swap_peak = self.swap_peak;
+        s.swap_peak = self.swap_peak.max(finals.swap_peak.unwrap_or(0));
         s.io_rbytes = pick(finals.io_rbytes, last.io_rbytes);
         s.io_wbytes = pick(finals.io_wbytes, last.io_wbytes);
         s.procs_max = self.procs_max;
@@ -170,6 +170,9 @@ pub struct Finals {
     pub cpu_user_usec: Option<u64>,
     pub cpu_system_usec: Option<u64>,
     pub mem_peak: Option<u64>,
+    /// The kernel's swap high-water mark (`memory.swap.peak`; on v1 a lower bound), where kept:
+    /// exact for a job that swapped between two samples, or ended before its second.
+    pub swap_peak: Option<u64>,
     pub io_rbytes: Option<u64>,
     pub io_wbytes: Option<u64>,
 }
@@ -182,6 +185,7 @@ pub fn read_finals(driver: &dyn CgroupPort, cgroup: &str) -> Finals {
         cpu_user_usec: cpu.map(|c| c.user_usec),
         cpu_system_usec: cpu.map(|c| c.system_usec),
         mem_peak: driver.memory_peak(cgroup).ok(),
+        swap_peak: driver.memory_swap_peak(cgroup).ok().flatten(),
         io_rbytes: io.map(|i| i.rbytes),
         io_wbytes: io.map(|i| i.wbytes),
     }
@@ -469,5 +473,20 @@ mod tests {
             (s.cpu_user_usec, s.mem_peak, s.procs_total),
             (20, 250, None)
         );
+        // A short job that swapped between samples (none saw it): the kernel's swap peak read
+        // at the end counts; it never lowers what a sample saw.
+        for (sampled, kernel, want) in [(0, Some(150), 150), (5, Some(3), 5), (5, None, 5)] {
+            let mut p = JobProf::default();
+            p.add(&Sample {
+                swap: Some(sampled),
+                ..Sample::default()
+            });
+            let finals = Finals {
+                swap_peak: kernel,
+                ..Finals::default()
+            };
+            let s = p.summary(7, "n", EndClass::Completed, 700, &finals, None);
+            assert_eq!(s.swap_peak, want, "sampled {sampled}, kernel {kernel:?}");
+        }
     }
 }
