@@ -22,6 +22,8 @@ if [ ! -e /etc/pjw-guest ]; then
   # The completion tests ask zsh and fish themselves for job ids.
   command -v zsh >/dev/null || need+=(zsh)
   command -v fish >/dev/null || need+=(fish)
+  # The memory governor's tests thrash and grow with Debian's stress-ng.
+  command -v stress-ng >/dev/null || need+=(stress-ng)
 fi
 # The PBS hook (packaging/pbs) is Python; its contract test runs it.
 command -v python3 >/dev/null || need+=(python3)

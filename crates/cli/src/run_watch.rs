@@ -88,6 +88,8 @@ fn watch(from_run: OwnedFd, pidfd: OwnedFd) -> ! {
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
     keep_only_stderr(&[from_run.as_raw_fd(), pidfd.as_raw_fd()]);
+    let socket = pjw_proto::socket_path();
+    blank_environment();
     let mut id = String::new();
     let _ = std::fs::File::from(from_run)
         .take(4096)
@@ -101,7 +103,7 @@ fn watch(from_run: OwnedFd, pidfd: OwnedFd) -> ! {
         };
         // SAFETY: one valid pollfd; -1: until the command exits.
         while unsafe { libc::poll(&mut p, 1, -1) } < 0 {}
-        if let Some(o) = ask(&job) {
+        if let Some(o) = ask(&socket, &job) {
             let lines = tell(&o);
             if !lines.is_empty() {
                 let _ = std::io::stderr().write_all(lines.as_bytes());
@@ -138,9 +140,30 @@ fn keep_only_stderr(keep: &[libc::c_int]) {
     }
 }
 
-/// Ask the daemon what memory did to `job`.
-fn ask(job: &str) -> Option<JobOutcome> {
-    let mut c = Client::connect(&pjw_proto::socket_path()).ok()?;
+/// Blank this process's copy of its environment (what `/proc/PID/environ` shows): the watcher
+/// carries `pjw run`'s variables, and one naming a workload manager's job (`LSB_JOBID=…`) would
+/// make the daemon adopt the watcher into that job, where the end of the job would kill it
+/// before it could speak. It reads nothing from the environment after this.
+fn blank_environment() {
+    extern "C" {
+        static environ: *const *mut libc::c_char;
+    }
+    // SAFETY: single-threaded; `environ` is libc's NULL-terminated array of NUL-terminated
+    // strings, each written over with NULs within its own length.
+    unsafe {
+        let mut p = environ;
+        while !p.is_null() && !(*p).is_null() {
+            let s = *p;
+            let n = libc::strlen(s);
+            std::ptr::write_bytes(s, 0, n);
+            p = p.add(1);
+        }
+    }
+}
+
+/// Ask the daemon at `socket` what memory did to `job`.
+fn ask(socket: &std::path::Path, job: &str) -> Option<JobOutcome> {
+    let mut c = Client::connect(socket).ok()?;
     c.set_read_timeout(Some(ASK_TIMEOUT)).ok()?;
     match c.call(&Request::Outcome { job: job.into() }).ok()? {
         Response::Outcome(o) => Some(o),

@@ -105,6 +105,8 @@ pub enum Component {
     Zsh,
     /// fish, to ask it for pjw's completions.
     Fish,
+    /// Debian's stress-ng, a memory workload nobody here wrote.
+    StressNg,
 }
 
 impl Component {
@@ -121,6 +123,7 @@ impl Component {
             Component::Swap => "swap",
             Component::Zsh => "zsh",
             Component::Fish => "fish",
+            Component::StressNg => "stress-ng",
         }
     }
 
@@ -150,6 +153,7 @@ impl Component {
             Component::Swap => on_path("swapon") && on_path("mkswap"),
             Component::Zsh => on_path("zsh"),
             Component::Fish => on_path("fish"),
+            Component::StressNg => on_path("stress-ng"),
         }
     }
 }
