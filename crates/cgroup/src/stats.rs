@@ -168,7 +168,9 @@ impl Driver {
             if !self.fs.exists(&path) {
                 return Ok(None);
             }
-            return self.read_stat_u64(name, &path, "memory.swap.peak").map(Some);
+            return self
+                .read_stat_u64(name, &path, "memory.swap.peak")
+                .map(Some);
         }
         let memsw = dir.join("memory.memsw.max_usage_in_bytes");
         if !self.fs.exists(&memsw) {

@@ -568,7 +568,11 @@ fn usage_is_read_from_the_right_files_in_every_mode() {
         } else {
             put(mem, "memory.memsw.max_usage_in_bytes", "471859200\n");
         }
-        assert_eq!(d.memory_swap_peak("job-1").unwrap(), Some(157286400), "{mode}");
+        assert_eq!(
+            d.memory_swap_peak("job-1").unwrap(),
+            Some(157286400),
+            "{mode}"
+        );
         let b = d.memory_breakdown("job-1").unwrap();
         assert_eq!((b.anon, b.file, b.swap), (300, 20, Some(4096)), "{mode}");
         assert_eq!(d.pids_current("job-1").unwrap(), Some(7), "{mode}");

@@ -37,7 +37,11 @@ fn memory_line(m: &pjw_proto::MemoryStatus) -> String {
         (None, None) => line.push_str("; no pressure"),
         (shared, outside) => {
             if let Some(why) = shared {
-                let act = if m.governor { "the governor acts" } else { "the governor is off" };
+                let act = if m.governor {
+                    "the governor acts"
+                } else {
+                    "the governor is off"
+                };
                 line.push_str(&format!("; pressure among pjw's jobs ({act}): {why}"));
             }
             if let Some(why) = outside {
@@ -95,7 +99,8 @@ pub fn render(s: &StatusReport) -> String {
                 "{}: {} process(es) killed for memory (OOM) at its {} limit",
                 j.id,
                 j.oom_kills,
-                j.mem.map_or_else(|| "job partition".to_string(), format_size)
+                j.mem
+                    .map_or_else(|| "job partition".to_string(), format_size)
             ));
         }
         if let Some(io) = &j.io {
@@ -274,11 +279,14 @@ mod tests {
 
     #[test]
     fn memory_shows_whose_pressure_it_is_and_oom_kills_per_job() {
-        let mut r = report("", vec![JobInfo {
-            oom_kills: 3,
-            mem: Some(64 << 20),
-            ..job("a", "0", JobState::Running, "", 0)
-        }]);
+        let mut r = report(
+            "",
+            vec![JobInfo {
+                oom_kills: 3,
+                mem: Some(64 << 20),
+                ..job("a", "0", JobState::Running, "", 0)
+            }],
+        );
         r.memory = Some(pjw_proto::MemoryStatus {
             limit: 1 << 30,
             used: 300 << 20,
@@ -286,7 +294,10 @@ mod tests {
             held: 0,
             governor: true,
             shared: None,
-            outside: Some("the node stalls on memory beyond pjw's job partition (PSI some 35.0%, full 2.0%)".into()),
+            outside: Some(
+                "the node stalls on memory beyond pjw's job partition (PSI some 35.0%, full 2.0%)"
+                    .into(),
+            ),
             node_psi_some: Some(35.0),
             partition_psi_some: Some(0.0),
             sampled_ms: 0,

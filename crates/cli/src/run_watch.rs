@@ -117,7 +117,11 @@ fn watch(from_run: OwnedFd, pidfd: OwnedFd) -> ! {
 /// Point stdin and stdout at /dev/null and close every descriptor but stderr and `keep`: the
 /// watcher must not hold the user's pipes open (a reader of the job's output would wait).
 fn keep_only_stderr(keep: &[libc::c_int]) {
-    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
         // SAFETY: dup2 of a valid descriptor onto 0 and 1.
         unsafe {
             libc::dup2(null.as_raw_fd(), 0);

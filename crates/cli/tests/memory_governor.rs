@@ -187,7 +187,13 @@ fn a_users_job_thrashing_in_its_own_limit_freezes_no_other_users_job_and_new_job
     while t0.elapsed() < Duration::from_secs(30) {
         let st = d.status();
         let idle_state = field(&st, "idle", "state");
-        assert_eq!(idle_state, "running", "the victim's job at {:?}: {st:#}\n{}", t0.elapsed(), d.log());
+        assert_eq!(
+            idle_state,
+            "running",
+            "the victim's job at {:?}: {st:#}\n{}",
+            t0.elapsed(),
+            d.log()
+        );
         assert_eq!(field(&st, "idle", "reason"), "", "{st:#}");
         let why = field(&st, "thrash", "reason");
         if why.contains("inside its own 64M limit") {
@@ -195,7 +201,10 @@ fn a_users_job_thrashing_in_its_own_limit_freezes_no_other_users_job_and_new_job
         }
         // Midway, the victim starts a new 1-CPU job: it must not wait for memory.
         if !started_new && t0.elapsed() > Duration::from_secs(10) {
-            let o = finish(run_as(&d, victim, &["-j", "new"], &["true"]), Duration::from_secs(60));
+            let o = finish(
+                run_as(&d, victim, &["-j", "new"], &["true"]),
+                Duration::from_secs(60),
+            );
             assert!(o.status.success(), "{}", text(&o));
             let err = String::from_utf8_lossy(&o.stderr);
             assert!(!err.contains("queued"), "the new job waited: {err}");
@@ -206,7 +215,10 @@ fn a_users_job_thrashing_in_its_own_limit_freezes_no_other_users_job_and_new_job
     let out = finish(thrash, Duration::from_secs(60));
     assert!(started_new);
     let waited = queue_wait_ms(&d, "new");
-    assert!(waited < 1000, "the new job waited {waited} ms in the daemon");
+    assert!(
+        waited < 1000,
+        "the new job waited {waited} ms in the daemon"
+    );
     assert!(
         !saw_stall.is_empty(),
         "status never showed the thrasher's stall (the governor did not see it):\n{}\n{}",
@@ -217,7 +229,10 @@ fn a_users_job_thrashing_in_its_own_limit_freezes_no_other_users_job_and_new_job
     for never in ["job frozen", "job throttled"] {
         assert!(!log.contains(never), "{never}:\n{log}");
     }
-    eprintln!("thrasher: {saw_stall}\nits pjw run said: {}", String::from_utf8_lossy(&out.stderr).trim());
+    eprintln!(
+        "thrasher: {saw_stall}\nits pjw run said: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
     run_kill(&d, "idle");
     let _ = finish(idle, Duration::from_secs(30));
 }
@@ -234,11 +249,12 @@ struct Outside {
 
 impl Outside {
     fn new(limit: u64) -> Outside {
-        let parent =
-            pjw_testkit::test_parent(&format!("pjw-test-{}-outside", std::process::id()));
+        let parent = pjw_testkit::test_parent(&format!("pjw-test-{}-outside", std::process::id()));
         let spec = ParentSpec::parse(&parent).unwrap();
         let driver = Driver::detect(Path::new("/proc"), &spec).expect("cgroups");
-        driver.prepare_parent().expect("the outside cgroup's parent");
+        driver
+            .prepare_parent()
+            .expect("the outside cgroup's parent");
         let mems = std::fs::read_to_string("/sys/devices/system/node/online")
             .ok()
             .and_then(|t| CpuSet::parse_list(t.trim()).ok())
@@ -251,7 +267,9 @@ impl Outside {
             swap_max: None,
             io: Default::default(),
         };
-        driver.create_job("job-outside", &limits).expect("the outside cgroup");
+        driver
+            .create_job("job-outside", &limits)
+            .expect("the outside cgroup");
         Outside { driver }
     }
 
@@ -264,7 +282,9 @@ impl Outside {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start the outside process");
-        self.driver.add_process("job-outside", c.id()).expect("move it");
+        self.driver
+            .add_process("job-outside", c.id())
+            .expect("move it");
         c
     }
 }
@@ -324,10 +344,16 @@ fn a_process_outside_pjw_thrashing_freezes_no_job_and_status_and_metrics_show_it
         std::thread::sleep(Duration::from_millis(500));
     }
     let page = metrics_page(port);
-    let new = finish(run_as(&d, bob, &["-j", "new"], &["true"]), Duration::from_secs(60));
+    let new = finish(
+        run_as(&d, bob, &["-j", "new"], &["true"]),
+        Duration::from_secs(60),
+    );
     let _ = thrasher.kill();
     let mut err = String::new();
-    let _ = thrasher.stderr.take().map(|mut e| e.read_to_string(&mut err));
+    let _ = thrasher
+        .stderr
+        .take()
+        .map(|mut e| e.read_to_string(&mut err));
     let _ = thrasher.wait();
     assert!(
         said.contains("beyond pjw's job partition"),
@@ -341,8 +367,14 @@ fn a_process_outside_pjw_thrashing_freezes_no_job_and_status_and_metrics_show_it
     assert!(new.status.success(), "{}", text(&new));
     assert!(queue_wait_ms(&d, "new") < 1000);
     let log = d.log();
-    assert!(log.contains("memory pressure from outside pjw's jobs"), "{log}");
-    assert!(!log.contains("job frozen") && !log.contains("job throttled"), "{log}");
+    assert!(
+        log.contains("memory pressure from outside pjw's jobs"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("job frozen") && !log.contains("job throttled"),
+        "{log}"
+    );
     for (id, c) in [("a", a), ("b", b)] {
         run_kill(&d, id);
         let _ = finish(c, Duration::from_secs(30));
@@ -369,7 +401,12 @@ fn holder_and_grower(extra: &str) -> (TestDaemon, Child, Child) {
     ));
     let wl = wl();
     let wl = wl.to_str().unwrap();
-    let a = run_as(&d, alice, &["-j", "a"], &[wl, "grow", "100", "1", "1000000"]);
+    let a = run_as(
+        &d,
+        alice,
+        &["-j", "a"],
+        &[wl, "grow", "100", "1", "1000000"],
+    );
     wait_running(&d, "a");
     // Until a's memory stays put (its own growth is over before b starts).
     assert!(
@@ -414,8 +451,13 @@ fn only_the_grower_is_throttled_then_frozen_and_it_is_thawed_when_memory_returns
     let (d, a, b) = holder_and_grower("");
     let seen = until_b_frozen(&d);
     let v2 = d.driver().mode() == pjw_cgroup::Mode::Unified;
-    let throttled = seen.iter().any(|s| s.contains("throttled by the memory governor"));
-    assert_eq!(throttled, v2, "throttled first only where memory.high exists: {seen:#?}");
+    let throttled = seen
+        .iter()
+        .any(|s| s.contains("throttled by the memory governor"));
+    assert_eq!(
+        throttled, v2,
+        "throttled first only where memory.high exists: {seen:#?}"
+    );
     let frozen = seen.last().unwrap();
     assert!(
         frozen.contains("frozen by the memory governor") && frozen.contains("it grew"),
@@ -438,7 +480,11 @@ fn only_the_grower_is_throttled_then_frozen_and_it_is_thawed_when_memory_returns
         "b was not thawed:\n{}",
         d.log()
     );
-    assert!(d.log().contains("memory is free again: job thawed"), "{}", d.log());
+    assert!(
+        d.log().contains("memory is free again: job thawed"),
+        "{}",
+        d.log()
+    );
     run_kill(&d, "b");
     let _ = finish(b, Duration::from_secs(30));
 }
@@ -482,7 +528,11 @@ fn an_oom_kill_at_the_jobs_limit_is_told_and_the_commands_exit_status_kept() {
             &d,
             alice,
             &["-m", "64M"],
-            &["sh", "-c", "python3 -c \"a = bytearray(300 << 20)\"; exit 0"],
+            &[
+                "sh",
+                "-c",
+                "python3 -c \"a = bytearray(300 << 20)\"; exit 0",
+            ],
         ),
         Duration::from_secs(120),
     );

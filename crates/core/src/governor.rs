@@ -193,13 +193,24 @@ pub struct Assessment {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemAction {
     /// Hold the job's memory at `high` bytes (reclaim instead of growth).
-    Throttle { key: i64, high: u64 },
+    Throttle {
+        key: i64,
+        high: u64,
+    },
     /// Lift the throttle.
-    Unthrottle { key: i64 },
-    Freeze { key: i64 },
-    Thaw { key: i64 },
+    Unthrottle {
+        key: i64,
+    },
+    Freeze {
+        key: i64,
+    },
+    Thaw {
+        key: i64,
+    },
     /// Frozen longer than `frozen_max`: requeue it where it allows that, else kill it.
-    LastStep { key: i64 },
+    LastStep {
+        key: i64,
+    },
 }
 
 /// A tick's assessment and actions.

@@ -516,7 +516,10 @@ mod tests {
         // A job without a GPU reading has no GPU utilisation or memory line.
         assert!(!page.contains("pjw_job_gpu_utilisation_percent{job=\"8\""));
         assert!(!page.contains("pjw_job_gpu_memory_bytes{job=\"8\""));
-        assert!(!page.contains("pjw_job_oom_kills{job=\"8\""), "none: no line");
+        assert!(
+            !page.contains("pjw_job_oom_kills{job=\"8\""),
+            "none: no line"
+        );
         assert!(page.ends_with("# EOF\n"));
         let classic = to_classic(&page);
         for want in [

@@ -771,7 +771,10 @@ mod tests {
         assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), nvml);
         // OOM kills show only once there are some.
         assert!(!text.contains("oom_kills"), "{text}");
-        let oom = JobInfo { oom_kills: 3, ..nvml };
+        let oom = JobInfo {
+            oom_kills: 3,
+            ..nvml
+        };
         let text = serde_json::to_string(&oom).unwrap();
         assert!(text.contains(r#""oom_kills":3"#), "{text}");
         assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), oom);

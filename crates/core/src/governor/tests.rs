@@ -368,7 +368,8 @@ fn assessment_says_whose_pressure_it_is() {
     let thrasher = stalling(limited(j(1, 64, 0.0), 64), 85.0);
     let node = |some| Some(Stall { some, full: 0.0 });
     // (what, snapshot, shared, outside, self-stalled)
-    let cases: Vec<(&str, MemSnapshot, Option<Shared>, Option<Outside>, Vec<i64>)> = vec![
+    type Case = (&'static str, MemSnapshot, Option<Shared>, Option<Outside>, Vec<i64>);
+    let cases: Vec<Case> = vec![
         ("calm", snap(vec![j(1, 100, 0.0)]), None, None, vec![]),
         (
             "a thrasher in its own limit: its own business, the node's PSI is the partition's",
@@ -481,7 +482,10 @@ fn demand_is_need_plus_predicted_growth_at_most_the_own_limit() {
     let a = assess(&c, &snap(vec![j(1, 100, 0.5)]));
     assert_eq!(a.demand, 100 * MIB, "growth under 1 MiB/s is noise");
     assert!(a.growers.is_empty());
-    let a = assess(&c, &snap(vec![j(1, 10, 5.0), j(2, 10, 9.0), frozen(3, 70, 0)]));
+    let a = assess(
+        &c,
+        &snap(vec![j(1, 10, 5.0), j(2, 10, 9.0), frozen(3, 70, 0)]),
+    );
     assert_eq!(a.growers, vec![2, 1], "fastest first");
     assert_eq!(a.held, 70 * MIB);
 }
@@ -495,23 +499,45 @@ fn admission_while_jobs_are_frozen_or_memory_is_short() {
     // (what, assessment, frozen jobs, --mem, expected)
     let cases = [
         ("calm: any job", &calm, 0, None, Admission::Start),
-        ("calm: a big --mem too (the promises decide)", &calm, 0, Some(4096 * MIB), Admission::Start),
+        (
+            "calm: a big --mem too (the promises decide)",
+            &calm,
+            0,
+            Some(4096 * MIB),
+            Admission::Start,
+        ),
         (
             "jobs frozen: one of unknown size waits",
             &with_frozen,
             1,
             None,
-            Admission::Wait { left: ((0.9 * 1024.0 - 500.0) * MIB as f64) as u64 },
+            Admission::Wait {
+                left: ((0.9 * 1024.0 - 500.0) * MIB as f64) as u64,
+            },
         ),
-        ("jobs frozen: one that fits what is left starts", &with_frozen, 1, Some(400 * MIB), Admission::Start),
+        (
+            "jobs frozen: one that fits what is left starts",
+            &with_frozen,
+            1,
+            Some(400 * MIB),
+            Admission::Start,
+        ),
         (
             "jobs frozen: one that does not fit waits",
             &with_frozen,
             1,
             Some(500 * MIB),
-            Admission::Wait { left: ((0.9 * 1024.0 - 500.0) * MIB as f64) as u64 },
+            Admission::Wait {
+                left: ((0.9 * 1024.0 - 500.0) * MIB as f64) as u64,
+            },
         ),
-        ("shared pressure, nothing frozen yet: unknown size waits", &short, 0, None, Admission::Wait { left: 0 }),
+        (
+            "shared pressure, nothing frozen yet: unknown size waits",
+            &short,
+            0,
+            None,
+            Admission::Wait { left: 0 },
+        ),
     ];
     for (what, a, n, want, expect) in cases {
         assert_eq!(admits(&c, a, n, want), expect, "{what}");

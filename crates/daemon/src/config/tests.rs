@@ -340,12 +340,20 @@ fn the_governors_horizon_follows_its_tick_and_a_freeze_is_bounded() {
     let cases = [
         ("", 3.0, Some(600_000)),
         ("[memory]\ninterval_ms = 250\n", 0.75, Some(600_000)),
-        ("[memory]\ninterval_ms = 250\nvm_prediction = 2\n", 2.0, Some(600_000)),
+        (
+            "[memory]\ninterval_ms = 250\nvm_prediction = 2\n",
+            2.0,
+            Some(600_000),
+        ),
         ("[memory]\nfrozen_max = \"90s\"\n", 3.0, Some(90_000)),
         ("[memory]\nfrozen_max = 0\n", 3.0, None),
     ];
     for (text, secs, max) in cases {
         let g = c(text).governor_cfg;
-        assert_eq!((g.prediction_secs, g.frozen_max_ms), (secs, max), "{text:?}");
+        assert_eq!(
+            (g.prediction_secs, g.frozen_max_ms),
+            (secs, max),
+            "{text:?}"
+        );
     }
 }

@@ -5,10 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use pjw_core::governor::{self, Assessment, MemAction, MemJob, MemSnapshot, Stall};
-use pjw_core::sched::Phase;
 use pjw_core::format_size;
 use pjw_core::governor::GovernorConfig;
+use pjw_core::governor::{self, Assessment, MemAction, MemJob, MemSnapshot, Stall};
+use pjw_core::sched::Phase;
 use pjw_kernelfs::psi::Psi;
 use tracing::{info, warn};
 
@@ -63,8 +63,7 @@ impl Engine {
         // Admission follows what the governor sees: replan when it may admit more now.
         let frozen_after = self.jobs.values().filter(|j| j.memory.frozen).count();
         let queued = self.jobs.values().any(|j| j.phase == Phase::Queued);
-        if queued && (frozen_after < frozen_before || (shared_before && !self.shared_pressure()))
-        {
+        if queued && (frozen_after < frozen_before || (shared_before && !self.shared_pressure())) {
             self.replan();
         }
     }
@@ -212,11 +211,7 @@ impl Engine {
                 .and_then(|t| {
                     t.lines().find_map(|l| {
                         l.strip_prefix(key).and_then(|v| {
-                            v.trim()
-                                .trim_end_matches("kB")
-                                .trim()
-                                .parse::<u64>()
-                                .ok()
+                            v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
                         })
                     })
                 })

@@ -6,7 +6,7 @@
 
 use pjw_proto::{ErrorCode, Response, RunRequest};
 
-use super::{cgroup_name, Cred, Event};
+use super::{cgroup_name, Event};
 use crate::test_support::{client, run_request, FakeCgroups, TestEngine};
 
 const MIB: u64 = 1 << 20;
@@ -114,7 +114,11 @@ async fn a_job_stalling_inside_its_own_limit_freezes_nobody_and_status_says_so()
     for _ in 0..5 {
         t.engine.handle(Event::Govern);
     }
-    assert_eq!(writes_since(&fake, from), Vec::<String>::new(), "nobody throttled or frozen");
+    assert_eq!(
+        writes_since(&fake, from),
+        Vec::<String>::new(),
+        "nobody throttled or frozen"
+    );
     let st = status(&mut t).await;
     let why = reason(&st, "thrash");
     assert!(
@@ -123,7 +127,11 @@ async fn a_job_stalling_inside_its_own_limit_freezes_nobody_and_status_says_so()
     );
     assert_eq!(reason(&st, "idle"), "");
     let m = st.memory.expect("the governor's view");
-    assert_eq!((m.shared, m.outside), (None, None), "nobody's pressure on others");
+    assert_eq!(
+        (m.shared, m.outside),
+        (None, None),
+        "nobody's pressure on others"
+    );
     // A new 1-CPU job starts at once.
     started(&mut t, &mut p, BOB, req("new", None)).await;
 }
@@ -149,9 +157,16 @@ async fn pressure_from_outside_pjw_freezes_nobody_and_status_and_metrics_show_it
     assert_eq!(m.shared, None);
     let outside = m.outside.unwrap_or_default();
     assert!(outside.contains("beyond pjw's job partition"), "{outside}");
-    assert_eq!((m.node_psi_some, m.partition_psi_some), (Some(60.0), Some(1.0)));
+    assert_eq!(
+        (m.node_psi_some, m.partition_psi_some),
+        (Some(60.0), Some(1.0))
+    );
     let snap = t.engine.metrics_snapshot();
-    assert!(snap.memory.as_ref().is_some_and(|m| m.outside), "{:?}", snap.memory);
+    assert!(
+        snap.memory.as_ref().is_some_and(|m| m.outside),
+        "{:?}",
+        snap.memory
+    );
     started(&mut t, &mut p, BOB, req("new", None)).await;
 }
 
@@ -244,7 +259,11 @@ async fn a_job_frozen_past_frozen_max_is_killed_and_its_outcome_says_why() {
             ..
         }
     ));
-    assert!(t.engine.jobs.get(&b).is_none_or(|j| j.end.killed_by.is_some()));
+    assert!(t
+        .engine
+        .jobs
+        .get(&b)
+        .is_none_or(|j| j.end.killed_by.is_some()));
     // a ran on all along.
     let a = t.seq_of("a");
     assert!(!t.engine.jobs[&a].memory.frozen && !t.engine.jobs[&a].memory.throttled);
@@ -271,7 +290,7 @@ async fn oom_kills_are_counted_shown_and_told_after_the_end() {
     // The end: the outcome is kept for the owner, with the end reason naming the limit.
     let seq = t.seq_of("py");
     t.engine.handle(Event::MainExited { seq });
-    assert!(t.engine.jobs.get(&seq).is_none(), "ended");
+    assert!(!t.engine.jobs.contains_key(&seq), "ended");
     match outcome(&mut t, ALICE, "py").await {
         Response::Outcome(o) => {
             assert_eq!(o.oom_kills, 2);

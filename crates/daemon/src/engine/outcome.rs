@@ -82,7 +82,10 @@ impl Engine {
         if let Some(seq) = live {
             let j = &self.jobs[&seq];
             if cred.uid != 0 && cred.uid != j.uid {
-                return err(ErrorCode::Denied, format!("job {job} belongs to {}", j.user));
+                return err(
+                    ErrorCode::Denied,
+                    format!("job {job} belongs to {}", j.user),
+                );
             }
             // Its command has exited (that is when a client asks): count its OOM kills now.
             let (ooms, peak) = match j.started {
@@ -104,7 +107,10 @@ impl Engine {
             Some(_) => err(ErrorCode::Denied, format!("job {job} is not yours")),
             None => err(
                 ErrorCode::NotFound,
-                format!("no job {job} on this node (or it ended more than {} s ago)", KEEP.as_secs()),
+                format!(
+                    "no job {job} on this node (or it ended more than {} s ago)",
+                    KEEP.as_secs()
+                ),
             ),
         }
     }
@@ -124,7 +130,9 @@ impl Engine {
                 Some(m) => format!("its own {} limit", format_size(m)),
                 None => format!("the node's {} job partition", format_size(self.mem_limit)),
             };
-            let peak = peak.map(|p| format!(" (peak {})", format_size(p))).unwrap_or_default();
+            let peak = peak
+                .map(|p| format!(" (peak {})", format_size(p)))
+                .unwrap_or_default();
             tracing::warn!(job = %job.id, user = %job.user, oom_kills = ooms, "job had processes killed for memory at {limit}{peak}");
             out.push_str(&format!("; {ooms} process(es) OOM-killed at {limit}{peak}"));
         }
@@ -139,7 +147,13 @@ impl Engine {
     }
 
     /// Keep what memory did to `job`, which ends now with `reason`.
-    pub(super) fn remember_outcome(&mut self, job: &Job, ooms: u64, peak: Option<u64>, reason: &str) {
+    pub(super) fn remember_outcome(
+        &mut self,
+        job: &Job,
+        ooms: u64,
+        peak: Option<u64>,
+        reason: &str,
+    ) {
         let mut o = self.outcome_of(job, peak, Some(reason.to_string()));
         o.oom_kills = o.oom_kills.max(ooms);
         self.outcomes.add(job.uid, o, Instant::now());
@@ -165,7 +179,11 @@ mod tests {
             k.add(1000, o(&format!("a{i}")), t0);
         }
         k.add(1001, o("b"), t0);
-        assert_eq!(k.len(), PER_USER + 1, "one user's flood keeps only its own last ends");
+        assert_eq!(
+            k.len(),
+            PER_USER + 1,
+            "one user's flood keeps only its own last ends"
+        );
         assert!(k.get("a0", t0).is_none(), "the oldest went first");
         assert_eq!(k.get("b", t0).map(|(u, _)| u), Some(1001));
         assert_eq!(k.get("a73", t0).map(|(u, _)| u), Some(1000));

@@ -106,7 +106,8 @@ impl Engine {
             {
                 job.memory.frozen = true;
                 job.memory.frozen_since_ms = Some(self.clock.now_ms());
-                job.memory.why = Some("it was frozen for memory before the daemon restarted".into());
+                job.memory.why =
+                    Some("it was frozen for memory before the daemon restarted".into());
                 job.memory.footprint = self.driver.memory_usage(&rec.cgroup).unwrap_or(0);
             }
             info!(

@@ -61,11 +61,21 @@ async fn the_governor_tick_throttles_then_freezes_the_grower_never_the_idle_job_
         // b grows past 90 % of the 1 GiB partition: b, the grower, is throttled at its usage.
         (100 * MIB, 600 * MIB, vec![high(600)], false),
         // It keeps growing under its throttle: frozen.
-        (100 * MIB, 700 * MIB, vec![format!("freeze {} true", cg("b"))], true),
+        (
+            100 * MIB,
+            700 * MIB,
+            vec![format!("freeze {} true", cg("b"))],
+            true,
+        ),
         // a and b's 700 MiB do not fit under 75 %: b stays frozen.
         (100 * MIB, 700 * MIB, vec![], true),
         // a shrank: they fit: b is thawed.
-        (50 * MIB, 700 * MIB, vec![format!("freeze {} false", cg("b"))], false),
+        (
+            50 * MIB,
+            700 * MIB,
+            vec![format!("freeze {} false", cg("b"))],
+            false,
+        ),
         // Room again (b no longer grows): its throttle is lifted.
         (
             50 * MIB,

@@ -84,7 +84,10 @@ pub(super) fn register(reg: &mut Registry, mem: Option<&MemorySnap>, jobs: &[Job
         pressure,
     );
     let psi: Family<ScopeLabel, Gauge<f64, AtomicU64>> = Family::default();
-    for (scope, v) in [("node", m.node_psi_some), ("partition", m.partition_psi_some)] {
+    for (scope, v) in [
+        ("node", m.node_psi_some),
+        ("partition", m.partition_psi_some),
+    ] {
         if let Some(v) = v {
             psi.get_or_create(&ScopeLabel {
                 scope: scope.into(),

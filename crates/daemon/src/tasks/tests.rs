@@ -164,7 +164,10 @@ async fn a_reload_restarts_the_tasks_whose_keys_changed() {
     let (mut t, _rx, _dir, _m) = tasks();
     t.start(&mut te.engine, None);
     let before = t.running();
-    assert_eq!((before.governor_ms, before.sample_ms), (Some(1000), Some(10_000)));
+    assert_eq!(
+        (before.governor_ms, before.sample_ms),
+        (Some(1000), Some(10_000))
+    );
     assert_eq!(before.sweep_ms, Some(1000));
     assert_eq!(before.bind_ms, Some(1000));
 
