@@ -4,7 +4,7 @@ CARGO ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all deps build release gen deb test-deb demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd bench-vm-numa test-fuzz test-unit test-root bench bench-quick bench-alloc chaos lint install uninstall clean
+.PHONY: all deps build release spank gen deb test-deb demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd bench-vm-numa test-fuzz test-unit test-root bench bench-quick bench-alloc chaos lint install uninstall clean
 
 all: release
 
@@ -13,9 +13,26 @@ deps:
 
 build: deps
 	$(CARGO) build --workspace --bins
+	@$(MAKE) --no-print-directory spank
 
 release: deps
 	$(CARGO) build --release --workspace --bins
+	@$(MAKE) --no-print-directory spank
+
+# The Slurm SPANK plugin (packaging/slurm/spank/pjw_spank.c, docs/wlm/slurm.md), built against
+# the installed Slurm's <slurm/spank.h> and json-c (libslurm-dev, libjson-c-dev: installed by
+# scripts/install-deps.sh). Where they are missing (the test guests) it is skipped with a line.
+SPANK_SO = target/spank/pjw_spank.so
+SPANK_CFLAGS = -O2 -g -fPIC -Wall -Wextra -Werror -D_FORTIFY_SOURCE=2 -fstack-protector-strong
+SPANK_LDFLAGS = -shared -Wl,-z,relro,-z,now -Wl,--as-needed
+spank:
+	@if printf '#include <slurm/spank.h>\n#include <json-c/json.h>\n' | $(CC) -fsyntax-only -x c - 2>/dev/null; then \
+	  $(MAKE) --no-print-directory $(SPANK_SO); \
+	else echo "spank: skipped: no <slurm/spank.h> or <json-c/json.h> (apt install libslurm-dev libjson-c-dev)"; fi
+
+$(SPANK_SO): packaging/slurm/spank/pjw_spank.c
+	@mkdir -p $(@D)
+	$(CC) $(SPANK_CFLAGS) $(SPANK_LDFLAGS) -o $@ $< -ljson-c
 
 # Build, start a private daemon, run the demonstration, stop the daemon, leave nothing behind.
 demo: release
@@ -85,11 +102,13 @@ test-fuzz: deps
 # Root; cgroups only below the bench's own cgroup, removed even on failure. Not part of make test.
 SCENARIO ?=
 bench: deps
+	bench/setup.sh
 	bench/run.sh $(SCENARIO)
 
 # The same in under 5 minutes on an idle machine: fewer rounds, shorter workloads; it writes a
 # bench/results/<date>T<time>Z-quick.md of its own.
 bench-quick: deps
+	bench/setup.sh
 	bench/run.sh --quick $(SCENARIO)
 
 # The NUMA-spanning thread balancing bench (bench/scenarios/bind-numa.sh) where it can run: in the
@@ -134,7 +153,9 @@ install: release gen
 	install -D -m 0755 scripts/pjw-scope $(DESTDIR)$(PREFIX)/lib/pjw/pjw-scope
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/pjw/README.md
 	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/pjw-prolog.sh packaging/slurm/pjw-epilog.sh packaging/slurm/pjw-task-prolog.sh
-	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/slurm.conf packaging/slurm/cgroup.conf
+	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/slurm.conf packaging/slurm/cgroup.conf packaging/slurm/plugstack.conf
+	@if [ -f $(SPANK_SO) ]; then install -D -m 0644 $(SPANK_SO) $(DESTDIR)$(PREFIX)/lib/pjw/slurm/pjw_spank.so; \
+	 else echo "not installing the Slurm SPANK plugin: not built here (see make spank)"; fi
 	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/sge packaging/sge/pjw-shepherd.sh
 	install -D -m 0755 packaging/lsf/pjw-job-starter $(DESTDIR)$(PREFIX)/lib/pjw/lsf/pjw-job-starter
 	install -D -m 0755 packaging/condor/pjw-job-wrapper $(DESTDIR)$(PREFIX)/lib/pjw/condor/pjw-job-wrapper

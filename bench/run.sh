@@ -31,7 +31,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-ALL=(isolation backfill turnaround memory launch jobmem daemoncpu sampler reaction allocator io bind bind-numa)
+ALL=(isolation sysbench openmp mpi backfill turnaround memory launch jobmem daemoncpu sampler reaction allocator io bind bind-numa)
 quick=0
 want=()
 for a in "$@"; do

@@ -24,6 +24,9 @@ if [ ! -e /etc/pjw-guest ]; then
   command -v fish >/dev/null || need+=(fish)
   # The memory governor's tests thrash and grow with Debian's stress-ng.
   command -v stress-ng >/dev/null || need+=(stress-ng)
+  # The Slurm SPANK plugin (make spank) is built against Slurm's spank.h and json-c.
+  [ -e /usr/include/slurm/spank.h ] || need+=(libslurm-dev)
+  [ -e /usr/include/json-c/json.h ] || need+=(libjson-c-dev)
 fi
 # The PBS hook (packaging/pbs) is Python; its contract test runs it.
 command -v python3 >/dev/null || need+=(python3)

@@ -64,6 +64,10 @@ pub struct CheckArgs {
     /// (/run/pjw/cgroup-parent.env), else the config's].
     #[arg(long, value_name = "P", env = "PJW_CGROUP_PARENT")]
     pub cgroup_parent: Option<String>,
+    /// Slurm's slurm.conf to check, with the plugstack.conf it names [default: SLURM_CONF,
+    /// else /etc/slurm/slurm.conf].
+    #[arg(long, value_name = "FILE", env = "SLURM_CONF")]
+    pub slurm_conf: Option<PathBuf>,
     /// Machine-readable JSON.
     #[arg(long)]
     pub json: bool,

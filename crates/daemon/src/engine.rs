@@ -79,6 +79,9 @@ mod proc_events;
 mod profile_hooks;
 mod recovery;
 mod reload;
+mod slurm_task;
+#[cfg(test)]
+mod slurm_task_tests;
 mod status;
 #[cfg(test)]
 mod store_tests;
@@ -408,6 +411,7 @@ impl Engine {
                 req,
                 reply,
             } => self.register(conn, cred, &who, req, reply),
+            Event::SlurmTask { cred, req, reply } => self.slurm_task(cred, req, reply),
             Event::Sweep => self.sweep(false),
             Event::SweepMore => self.sweep(true),
             Event::Proc(msg) => self.proc_events(msg),

@@ -29,7 +29,9 @@ use pjw_core::{CpuSet, GpuSet};
 use serde::{Deserialize, Serialize};
 
 pub mod report;
+pub mod slurm_task;
 pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, SERIES_CHUNK};
+pub use slurm_task::SlurmTaskRequest;
 
 /// Protocol version spoken by this build.
 pub const VERSION: u32 = 1;
@@ -81,6 +83,9 @@ pub enum Request {
     /// limit and peak, a stall inside its own limit, the memory governor's last step. Answered
     /// at once with [`Response::Outcome`] (`pjw run` asks when its command exits).
     Outcome { job: String },
+    /// A Slurm task joins its job before it execs (root only: pjw's SPANK plugin in
+    /// slurmstepd's child; see [`slurm_task`]). Answered with [`Response::Started`] or an error.
+    SlurmTask(SlurmTaskRequest),
 }
 
 /// A workload manager's job, registered by its prolog or job starter.

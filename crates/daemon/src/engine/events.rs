@@ -2,7 +2,7 @@
 //! [`Event`] the connections, watchers and timers send down the engine's one channel.
 
 use inotify::WatchDescriptor;
-use pjw_proto::{RegisterRequest, Response, RunRequest};
+use pjw_proto::{RegisterRequest, Response, RunRequest, SlurmTaskRequest};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::procs::ProcMsg;
@@ -94,6 +94,13 @@ pub enum Event {
         who: Who,
         req: RegisterRequest,
         reply: mpsc::UnboundedSender<Response>,
+    },
+    /// A Slurm task asks to join its job before it execs (pjw's SPANK plugin; see
+    /// `engine/slurm_task.rs`). Answered with `Started` or an error.
+    SlurmTask {
+        cred: Cred,
+        req: SlurmTaskRequest,
+        reply: oneshot::Sender<Response>,
     },
     /// The adoption sweep's timer: look at processes started since the last sweep.
     Sweep,

@@ -451,7 +451,7 @@ fn monotonic_ns() -> u64 {
 
 /// The (manager, id) a job is found under by adoption: from its tag (`slurm:4242`) and its pjw
 /// id's part inside the namespace; a job without a tag has manager "".
-fn target_names(id: &str, tag: Option<&str>) -> (String, String) {
+pub(super) fn target_names(id: &str, tag: Option<&str>) -> (String, String) {
     let ns = tag
         .and_then(|t| t.split_once(':'))
         .map(|(m, _)| m.to_string())
