@@ -368,7 +368,13 @@ fn assessment_says_whose_pressure_it_is() {
     let thrasher = stalling(limited(j(1, 64, 0.0), 64), 85.0);
     let node = |some| Some(Stall { some, full: 0.0 });
     // (what, snapshot, shared, outside, self-stalled)
-    type Case = (&'static str, MemSnapshot, Option<Shared>, Option<Outside>, Vec<i64>);
+    type Case = (
+        &'static str,
+        MemSnapshot,
+        Option<Shared>,
+        Option<Outside>,
+        Vec<i64>,
+    );
     let cases: Vec<Case> = vec![
         ("calm", snap(vec![j(1, 100, 0.0)]), None, None, vec![]),
         (
