@@ -43,6 +43,7 @@ async fn submit(t: &mut TestEngine, procs: &mut Vec<Proc>, uid: u32, r: RunReque
         .expect("spawn sleep");
     let pid = child.id();
     procs.push(Proc(child));
+    t.fake_stat(pid);
     t.submit(pid as u64, pid, uid, r).await.0
 }
 
@@ -316,4 +317,22 @@ async fn oom_kills_are_counted_shown_and_told_after_the_end() {
             ..
         }
     ));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_throttle_left_from_before_a_restart_is_lifted_when_the_job_is_recovered() {
+    let fake = FakeCgroups::default();
+    let mut p = Vec::new();
+    let mut t = TestEngine::governed(fake.clone());
+    started(&mut t, &mut p, ALICE, req("a", None)).await;
+    let mut t = t.restart();
+    let from = fake.calls().len();
+    t.engine.recover().expect("recover");
+    let seq = t.seq_of("a");
+    assert!(t.engine.jobs.contains_key(&seq), "recovered");
+    assert!(
+        writes_since(&fake, from).contains(&format!("set_memory_high {} None", cg("a"))),
+        "{:?}",
+        writes_since(&fake, from)
+    );
 }

@@ -110,6 +110,13 @@ impl Engine {
                     Some("it was frozen for memory before the daemon restarted".into());
                 job.memory.footprint = self.driver.memory_usage(&rec.cgroup).unwrap_or(0);
             }
+            // A throttle the governor set before the restart is not remembered: lifted, so no
+            // job stays held at an old memory.high (the governor throttles again if it must).
+            if self.governor.is_some_and(|g| g.throttle) {
+                if let Err(e) = self.driver.set_memory_high(&rec.cgroup, None) {
+                    warn!(job = %job.id, error = %e, "cannot lift a throttle left from before the restart");
+                }
+            }
             info!(
                 job = %job.id, user = %job.user, cpus = %job.cpus, role = role_of(phase).as_str(), main_alive,
                 memory_frozen = job.memory.frozen, "recovered running job"
