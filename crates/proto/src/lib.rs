@@ -182,6 +182,11 @@ pub struct RunRequest {
     /// sent then, so older daemons still take the request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bind: Option<BindMode>,
+    /// How many tasks (MPI ranks) share the job's CPUs (`--ntasks`): each task's thread
+    /// variables count its share, and an MPI launcher is told the ranks. None: not said (not
+    /// sent then, so older daemons still take the request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<u32>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -274,8 +279,10 @@ pub enum Response {
         /// `CUDA_VISIBLE_DEVICES`, ...).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         env: Vec<(String, String)>,
-        /// Variables the client sets only where the user's environment lacks them: the
-        /// OpenMP/BLAS thread counts and places matching the job's CPUs (`[job] thread_env`).
+        /// Variables the client sets only where the user's environment lacks them (nor a
+        /// variable the runtime reads instead: `pjw_core::thread_env::unset_only`): the thread
+        /// and CPU counts and OpenMP places matching the job's CPUs and tasks (`[job]
+        /// thread_env`).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         env_defaults: Vec<(String, String)>,
     },
@@ -387,16 +394,17 @@ pub struct JobInfo {
     /// The job's main process.
     pub pid: Option<u32>,
     /// CPU time the job had used at `sampled_ms` (microseconds, user + system); absent while
-    /// queued, or from a daemon that does not report it. `pjw top` turns two samples into CPU %.
+    /// queued, or from a daemon that does not report it. `pjw top` turns two readings into CPU %.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_usec: Option<u64>,
     /// Memory charged to the job (bytes) at `sampled_ms`; absent while queued or from an older
     /// daemon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_bytes: Option<u64>,
-    /// When the daemon's sampler read `cpu_usec`, `mem_bytes` and `threads` (ms since the
-    /// epoch): `status` answers from the last sample, it reads no cgroup file. Absent while
-    /// queued or from an older daemon (whose figures were read at the request).
+    /// When the daemon read `cpu_usec` and `mem_bytes` (ms since the epoch): for the request,
+    /// within half a second of it, or by its sampler, whichever is newer (docs/decisions.md
+    /// (bp)). Absent while queued or from an older daemon (whose figures were read at the
+    /// request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled_ms: Option<i64>,
     /// The workload manager's name for the job (`slurm:42`).
@@ -656,6 +664,7 @@ mod tests {
         let run = Request::Run(RunRequest {
             gpus: 2,
             bind: None,
+            tasks: None,
             priority: Some(12),
             placement: Placement::BackfillOnly,
             exclusive: false,
