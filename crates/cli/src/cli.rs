@@ -120,7 +120,13 @@ pub struct RegisterArgs {
     /// CPUs the manager gave the job on this node.
     #[arg(short = 'c', long, value_name = "N")]
     pub cpus: u32,
-    /// Memory limit (e.g. 512M, 4G).
+    /// Memory limit (e.g. 512M, 4G): the job's RAM, not its swap
+    ///
+    /// It caps the job's RAM: its processes' memory, page cache,
+    /// /dev/shm and /tmp files. It does not cap swap: where the node has swap, the job may also
+    /// use swap up to the node's [job] swap_max (by default no cap), slower but alive. Beyond
+    /// the cap the kernel kills the job's processes (OOM), and pjw run says so when the job
+    /// ends.
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,
     /// Job name.
@@ -218,7 +224,13 @@ pub struct RunArgs {
     /// path on the disk); repeat per disk. Can only tighten the node's [job] io_max.
     #[arg(long, value_name = "SPEC")]
     pub io_max: Vec<String>,
-    /// Memory limit (e.g. 512M, 4G).
+    /// Memory limit (e.g. 512M, 4G): the job's RAM, not its swap
+    ///
+    /// It caps the job's RAM: its processes' memory, page cache,
+    /// /dev/shm and /tmp files. It does not cap swap: where the node has swap, the job may also
+    /// use swap up to the node's [job] swap_max (by default no cap), slower but alive. Beyond
+    /// the cap the kernel kills the job's processes (OOM), and pjw run says so when the job
+    /// ends.
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,
     /// Job id (else the daemon makes one).

@@ -2,7 +2,8 @@
 //!
 //! This process stays single-threaded until it execs: the daemon moves the whole process
 //! (found by `SO_PEERCRED`) into the job's cgroups, so the command starts confined from its
-//! first instruction and no helper process remains.
+//! first instruction and no helper process remains in the job. A watcher outside it
+//! (`run_watch`) says on stderr what memory did to the job once the command has exited.
 
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
@@ -121,6 +122,8 @@ pub fn run(a: RunArgs) -> i32 {
         io_max,
     };
     let path = pjw_proto::socket_path();
+    // Who tells the user what memory did to the job once the command has exited.
+    let watch = crate::run_watch::Watch::spawn();
 
     let mut said_queued = false;
     let mut lost_since: Option<Instant> = None;
@@ -278,6 +281,9 @@ pub fn run(a: RunArgs) -> i32 {
             return fail(format!("job {job}: cannot become {}: {e:#}", t.name));
         }
         cmd.envs(crate::starter::user_env(t));
+    }
+    if let Some(w) = watch {
+        w.started(&job);
     }
     let e = cmd.exec();
     let prog = a.command[0].to_string_lossy();

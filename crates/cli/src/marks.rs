@@ -118,6 +118,7 @@ mod tests {
             io: None,
             gpu_util: None,
             gpu_mem: None,
+            oom_kills: 0,
         }
     }
 
@@ -134,6 +135,7 @@ mod tests {
             free_gpus: Default::default(),
             cgroup: String::new(),
             version: String::new(),
+            memory: None,
         }
     }
 

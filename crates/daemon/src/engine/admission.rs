@@ -428,19 +428,8 @@ impl Engine {
         if j.client.waiter.is_none() && j.started.is_none() {
             return "waiting for its client to reconnect".into();
         }
-        if self.jobs.values().any(|x| x.memory.frozen) {
-            return "waiting for memory (the governor has frozen jobs)".into();
-        }
-        if let Some(m) = j.mem {
-            let held = self.mem_promised();
-            if held + m > self.mem_limit {
-                return format!(
-                    "waiting for memory ({} requested, {} of {} promised)",
-                    pjw_core::format_size(m),
-                    pjw_core::format_size(held),
-                    pjw_core::format_size(self.mem_limit)
-                );
-            }
+        if let Err(why) = self.memory_wait(j) {
+            return why;
         }
         let order = self.queue_order();
         match order.first() {
