@@ -123,7 +123,13 @@ pub struct RegisterArgs {
     /// CPUs the manager gave the job on this node.
     #[arg(short = 'c', long, value_name = "N")]
     pub cpus: u32,
-    /// Memory limit (e.g. 512M, 4G).
+    /// Memory limit (e.g. 512M, 4G): the job's RAM, not its swap
+    ///
+    /// It caps the job's RAM: its processes' memory, page cache,
+    /// /dev/shm and /tmp files. It does not cap swap: where the node has swap, the job may also
+    /// use swap up to the node's [job] swap_max (by default no cap), slower but alive. Beyond
+    /// the cap the kernel kills the job's processes (OOM), and pjw run says so when the job
+    /// ends.
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,
     /// Job name.
@@ -201,9 +207,15 @@ pub struct DaemonArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Number of CPUs [default: the workload manager's with --from-env, else 1].
-    #[arg(short = 'c', long, value_name = "N")]
+    /// Number of CPUs; with --ntasks, CPUs per task [default: the workload manager's with
+    /// --from-env (divided among the tasks), else 1].
+    #[arg(short = 'c', long, visible_alias = "cpus-per-task", value_name = "N")]
     pub cpus: Option<u32>,
+    /// Tasks (MPI ranks) the command starts, Slurm's --ntasks: the job gets tasks × --cpus
+    /// CPUs; each task's thread counts are its share, and Open MPI's mpirun is told to start
+    /// that many ranks, each bound to its own CPUs.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ntasks: Option<u32>,
     /// Whole GPUs, with CPUs local to them; the job can open only its own GPUs' devices.
     #[arg(short = 'g', long, value_name = "N", default_value_t = 0)]
     pub gpus: u32,
@@ -215,7 +227,13 @@ pub struct RunArgs {
     /// path on the disk); repeat per disk. Can only tighten the node's [job] io_max.
     #[arg(long, value_name = "SPEC")]
     pub io_max: Vec<String>,
-    /// Memory limit (e.g. 512M, 4G).
+    /// Memory limit (e.g. 512M, 4G): the job's RAM, not its swap
+    ///
+    /// It caps the job's RAM: its processes' memory, page cache,
+    /// /dev/shm and /tmp files. It does not cap swap: where the node has swap, the job may also
+    /// use swap up to the node's [job] swap_max (by default no cap), slower but alive. Beyond
+    /// the cap the kernel kills the job's processes (OOM), and pjw run says so when the job
+    /// ends.
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,
     /// Job id (else the daemon makes one).
@@ -406,6 +424,17 @@ pub struct ReportArgs {
     /// Ask the cluster store (PostgreSQL) for finished jobs of every node.
     #[arg(long, conflicts_with_all = ["watch", "processes"])]
     pub central: bool,
+    /// Jobs that ran on this node (with --central).
+    #[arg(long, value_name = "NODE", requires = "central")]
+    pub node: Option<String>,
+    /// Jobs ended before: an RFC 3339 time, a date (YYYY-MM-DD) or a duration ago (with
+    /// --central; with --since, a time range).
+    #[arg(long, value_name = "WHEN", requires = "central")]
+    pub until: Option<String>,
+    /// The top jobs by cpu (CPU time), mem (memory peak) or wait (time queued) instead of
+    /// the newest (with --central).
+    #[arg(long, value_name = "WHAT", value_parser = ["cpu", "mem", "wait"], requires = "central")]
+    pub top: Option<String>,
     /// Write charts of memory and CPU over the jobs' lives to FILE (.svg or .png).
     #[arg(long, value_name = "FILE", conflicts_with = "watch")]
     pub plot: Option<PathBuf>,

@@ -119,6 +119,7 @@ mod tests {
             gpu_util: None,
             gpu_mem: None,
             steps: vec![],
+            oom_kills: 0,
         }
     }
 
@@ -135,6 +136,7 @@ mod tests {
             free_gpus: Default::default(),
             cgroup: String::new(),
             version: String::new(),
+            memory: None,
         }
     }
 

@@ -272,6 +272,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         let o = w
             .cmd("sbatch")
             .args(["-n1", "--mem-per-cpu=200M", "-o", "/dev/null"])
+            .args(["-J", &format!("solver run{n}")])
             .arg(&script)
             .output()
             .unwrap();
@@ -306,11 +307,13 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         ids.iter().map(|i| format!("slurm:{i}")).collect(),
         "pjw job ids are Slurm's, in Slurm's namespace"
     );
-    for (id, allowed) in ids.iter().zip(&seen) {
+    for (n, (id, allowed)) in ids.iter().zip(&seen).enumerate() {
         let j = jobs
             .iter()
             .find(|j| j["id"] == format!("slurm:{id}"))
             .unwrap();
+        // The job's own name, from Slurm (not "slurm job slurm:N").
+        assert_eq!(j["name"], format!("solver run{n}"), "job {id}: {j:#}");
         assert_eq!(cpus_of(j).len(), 1);
         // The Prolog is not told the memory; scontrol's Mem= for the node is the job's limit.
         assert_eq!(j["mem"], 200u64 << 20, "job {id}: {j:#}");
@@ -395,7 +398,18 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     }
     let latency = latency.unwrap_or_else(|| panic!("rank of job {id} not adopted:\n{}", d.log()));
     eprintln!("adoption latency, exec to moved (slurm job {id}): {latency:?}");
-    std::thread::sleep(Duration::from_millis(500));
+    // First proof that the daemon looked at the stranger (its line names its pid), then that
+    // it left it where it was.
+    let looked = format!("pid={}", stranger.id());
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || d
+            .log()
+            .lines()
+            .any(|l| l.contains("process of an unknown job left alone")
+                && l.split_whitespace().any(|w| w == looked))),
+        "the stranger ({looked}) was never looked at:\n{}",
+        d.log()
+    );
     assert_eq!(
         job_of(&d, stranger.id()),
         None,
@@ -470,6 +484,11 @@ fn slurm_user_cannot_dodge_adoption_or_steer_the_prolog() {
         .find(|j| j["id"] == format!("slurm:{id}"))
         .unwrap_or_else(|| panic!("no pjw job slurm:{id}: {st:#}"));
     assert_eq!(j["user"], "pjwatk1", "the name steered the owner: {j:#}");
+    // The name is shown, cut at its first newline: what followed is not taken for anything.
+    assert_eq!(
+        j["name"], "x UserId=root(0) NumCPUs=2 MinMemoryNode=64G",
+        "{j:#}"
+    );
     assert_eq!(j["uid"], uid);
     assert_eq!(cpus_of(&j).len(), 1, "the name steered the CPUs: {j:#}");
     assert_eq!(j["mem"], 100u64 << 20, "the name steered the memory: {j:#}");
@@ -550,7 +569,7 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
                 "-o",
                 "/dev/null",
             ])
-            .args(["-S", "/bin/sh", "-cwd"])
+            .args(["-S", "/bin/sh", "-cwd", "-N", "sgesim"])
             .arg(&script)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -580,6 +599,8 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
             .find(|j| j["id"] == id.as_str())
             .unwrap_or_else(|| panic!("no pjw job {id}: {st:#}"));
         assert_eq!(j["user"], nb.name.as_str());
+        // The job's own name, from Grid Engine's config for the shepherd.
+        assert_eq!(j["name"], "sgesim", "{j:#}");
         assert_eq!(&cpus_of(j), allowed);
         assert_eq!(allowed.len(), 1);
     }
@@ -896,8 +917,9 @@ fn probe_wrong(text: &str, cpus: usize, threads: usize) -> Option<String> {
 /// `-c2`, all submitted at once, each run an OpenMP program (gcc -fopenmp, libgomp) as its
 /// first instruction — the batch scripts *are* the program (`#!probe`). Each prints a
 /// `Cpus_allowed_list` of its job's size as its first output, and OpenMP sizes itself to it
-/// (`omp_get_num_procs()`, `OMP_NUM_THREADS`, the team). A job script of `-n2 -c1` gets 2
-/// threads, and its `srun` tasks 1 each (the script's value is pjw's, replaced) unless the user
+/// (`omp_get_num_procs()`, `OMP_NUM_THREADS`, the team). A job script of `-n2 -c1` gets a
+/// task's count, 1 (the ranks its `mpirun` would start inherit it), and its `srun` tasks 1
+/// each (the script's value is pjw's, replaced) unless the user
 /// set their own (kept). Then the failure modes: with the daemon unreachable a `required`
 /// plugin fails the task before it runs a single instruction, and an `optional` one lets it run
 /// and be adopted after exec (the figure printed is adoption's delay; the plugin's is 0).
@@ -973,7 +995,7 @@ fn slurm_tasks_are_jailed_from_their_first_instruction() {
             batch.push((c, res));
         }
     }
-    // A script of two 1-CPU tasks: the script's threads are the job's, its tasks' their own.
+    // A script of two 1-CPU tasks: the script's count is a task's, its tasks' their own.
     let nested = out.join("nested.sh");
     std::fs::write(
         &nested,
@@ -1034,8 +1056,8 @@ fn slurm_tasks_are_jailed_from_their_first_instruction() {
     let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap_or_default();
     assert_eq!(
         read("nested-script.out").trim(),
-        "script 2",
-        "the job script's threads"
+        "script 1",
+        "the threads of a script of two 1-CPU tasks: a task's (its mpirun ranks inherit them)"
     );
     for t in ["nested-0.out", "nested-1.out"] {
         // Each task has the job's two CPUs (pjw jails the job, not each task) and one thread.

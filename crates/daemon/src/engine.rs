@@ -20,7 +20,7 @@
 //! process watcher) and [`freezing`] (freezes, waited for off the engine thread), [`control`] (kill, suspend, resume, priority), [`recovery`] (restart),
 //! [`mem_governor`] (the memory governor's reads and writes), [`profile_hooks`] (sampler, job
 //! summaries, `report`), [`proc_events`] (the process tracker), [`binding`] (thread balancing), [`wlm`] (workload-manager
-//! jobs and adoption) and [`status`] (`pjw status`, metrics).
+//! jobs and adoption), [`status`] (`pjw status`, metrics) with [`live`] (its fresh figures).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -69,7 +69,14 @@ mod ipc_tests;
 mod job;
 mod lifecycle;
 mod login;
+mod live;
+#[cfg(test)]
+mod live_tests;
 mod mem_governor;
+mod mem_status;
+#[cfg(test)]
+mod mem_tests;
+mod outcome;
 mod pidfd;
 mod planning;
 mod proc_events;
@@ -122,6 +129,11 @@ pub struct Engine {
     last_thaw_ms: Option<i64>,
     /// `pswpin` of /proc/vmstat at the last governor tick, and when.
     last_swap_in: Option<(u64, Instant)>,
+    /// When the governor's tick last ran, and what it saw (status, metrics, admission).
+    mem_tick_at: Option<Instant>,
+    mem_view: Option<mem_governor::MemView>,
+    /// What memory did to recently ended jobs, for `outcome` requests.
+    outcomes: outcome::Outcomes,
     /// Adoption: the /proc reader and when each unknown job id was last logged.
     scanner: Scanner,
     /// A sweep in turns: the last pid its previous turn looked at (None: no sweep under way).
@@ -166,6 +178,10 @@ pub struct Engine {
     /// The next generated job number: read from the store once, taken with each job's
     /// submission (in the same transaction as its row).
     next_number: Option<u64>,
+    /// Live figures for `status` (`live.rs`): passes off the engine thread, their readings.
+    live: live::Live,
+    /// The young jobs' sampling tick is armed ([`Event::SampleYoung`]).
+    young_armed: bool,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -247,6 +263,9 @@ impl Engine {
             mem_limit,
             last_thaw_ms: None,
             last_swap_in: None,
+            mem_tick_at: None,
+            mem_view: None,
+            outcomes: outcome::Outcomes::default(),
             cfg,
             driver: Box::new(driver),
             store: Box::new(store),
@@ -278,6 +297,8 @@ impl Engine {
             gpu_sampler: None,
             binder: None,
             next_number: None,
+            live: live::Live::default(),
+            young_armed: false,
         }
     }
 
@@ -347,9 +368,9 @@ impl Engine {
                 req,
                 reply,
             } => self.submit(conn, cred, &who, req, reply),
-            Event::Status { reply } => {
-                let _ = reply.send(Response::Status(self.status()));
-            }
+            Event::Status { reply } => self.status_request(reply),
+            Event::LiveRead { readings } => self.live_read(readings),
+            Event::LiveLate => self.live_late(),
             Event::Control {
                 cred,
                 who,
@@ -400,6 +421,9 @@ impl Engine {
             Event::Killed { seq, error } => self.killed(seq, error),
             Event::Frozen { seq, error } => self.freeze_done(seq, error),
             Event::Govern => self.govern(),
+            Event::Outcome { cred, job, reply } => {
+                let _ = reply.send(self.outcome(cred, &job));
+            }
             Event::Register {
                 conn,
                 cred,
@@ -412,6 +436,7 @@ impl Engine {
             Event::SweepMore => self.sweep(true),
             Event::Proc(msg) => self.proc_events(msg),
             Event::Sample => self.sample(),
+            Event::SampleYoung => self.sample_young(),
             Event::Bind => self.bind_tick(),
             Event::Metrics { reply } => {
                 let _ = reply.send(self.metrics_snapshot());

@@ -24,8 +24,10 @@ use tracing::warn;
 
 mod http;
 mod io;
+mod memory;
 
 pub use http::{bind, route, serve, wants_openmetrics, Route};
+pub use memory::MemorySnap;
 
 /// What the governor did.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -35,6 +37,8 @@ pub enum GovernorKind {
     unthrottle,
     freeze,
     thaw,
+    /// The last step: a job frozen longer than `memory.frozen_max` killed.
+    kill,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -60,6 +64,12 @@ struct JobGpuLabels {
     job: String,
     user: String,
     gpu: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+    version: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -102,6 +112,7 @@ impl Metrics {
             GovernorKind::unthrottle,
             GovernorKind::freeze,
             GovernorKind::thaw,
+            GovernorKind::kill,
         ] {
             let _ = m.governor_actions.get_or_create(&KindLabel { kind });
         }
@@ -169,11 +180,16 @@ pub struct JobSnap {
     /// memory (bytes); None without a reading.
     pub gpu_util: Option<f64>,
     pub gpu_mem: Option<u64>,
+    /// Processes the kernel OOM-killed in it so far.
+    pub oom_kills: u64,
 }
 
 /// The engine's answer to a scrape: in-memory state only.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
+    /// The node's name (its host name), for `pjw_node_info`: a cluster's Prometheus joins
+    /// every other series of a target on it.
+    pub node: String,
     pub cpus: u32,
     pub free_cpus: u32,
     /// The node's GPUs, and those no job holds.
@@ -183,6 +199,8 @@ pub struct Snapshot {
     pub jobs: Vec<JobSnap>,
     /// Failed writes to the local store (the profile writer's count).
     pub store_write_errors: u64,
+    /// The job partition's memory as the governor last saw it.
+    pub memory: Option<MemorySnap>,
 }
 
 /// Render the metrics page: the snapshot, per-job cgroup reads through `driver`, and the
@@ -194,6 +212,17 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         g.set(v);
         g
     };
+    let info: Family<NodeLabels, Gauge> = Family::default();
+    info.get_or_create(&NodeLabels {
+        node: snap.node.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    })
+    .set(1);
+    reg.register(
+        "node_info",
+        "This node's name and pjw's version (always 1)",
+        info,
+    );
     reg.register(
         "node_cpus",
         "CPUs pjw may hand out",
@@ -303,6 +332,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         state,
     );
     io::register(&mut reg, &snap.jobs);
+    memory::register(&mut reg, snap.memory.as_ref(), &snap.jobs);
     reg.register(
         "job_gpu",
         "A GPU the job holds (1 per GPU; gpu is pjw's id, as in PJW_GPUS)",
@@ -423,6 +453,7 @@ mod tests {
         m.launch(0.004);
         m.governor_action(GovernorKind::freeze);
         let snap = Snapshot {
+            node: "cn7".into(),
             cpus: 4,
             free_cpus: 3,
             gpus: 4,
@@ -442,6 +473,7 @@ mod tests {
                     io: pjw_core::io_limits::JobIo::parse("weight=50; 254:0 rbps=1M").unwrap(),
                     gpu_util: Some(37.5),
                     gpu_mem: Some(3 << 30),
+                    oom_kills: 2,
                 },
                 JobSnap {
                     id: "8".into(),
@@ -456,13 +488,23 @@ mod tests {
                     io: Default::default(),
                     gpu_util: None,
                     gpu_mem: None,
+                    oom_kills: 0,
                 },
             ],
             store_write_errors: 2,
+            memory: Some(MemorySnap {
+                limit: 1 << 30,
+                used: 300 << 20,
+                shared: false,
+                outside: true,
+                node_psi_some: Some(35.5),
+                partition_psi_some: Some(1.0),
+            }),
         };
         let page = render(&snap, &m, None);
         for want in [
             "pjw_node_free_cpus 3",
+            "pjw_node_info{node=\"cn7\",version=\"",
             "pjw_queue_length 1",
             "pjw_jobs{state=\"running\"} 1",
             "pjw_jobs{state=\"frozen\"} 0",
@@ -483,12 +525,23 @@ mod tests {
             "pjw_launch_latency_seconds_count 1",
             "pjw_sampler_duration_seconds_count 0",
             "pjw_store_write_errors_total 2",
+            "pjw_job_oom_kills{job=\"7\",user=\"alice\"} 2",
+            "pjw_memory_partition_limit_bytes 1073741824",
+            "pjw_memory_partition_used_bytes 314572800",
+            "pjw_memory_pressure{source=\"shared\"} 0",
+            "pjw_memory_pressure{source=\"outside\"} 1",
+            "pjw_memory_psi_some_percent{scope=\"node\"} 35.5",
+            "pjw_governor_actions_total{kind=\"kill\"} 0",
         ] {
             assert!(page.contains(want), "{want:?} missing from\n{page}");
         }
         // A job without a GPU reading has no GPU utilisation or memory line.
         assert!(!page.contains("pjw_job_gpu_utilisation_percent{job=\"8\""));
         assert!(!page.contains("pjw_job_gpu_memory_bytes{job=\"8\""));
+        assert!(
+            !page.contains("pjw_job_oom_kills{job=\"8\""),
+            "none: no line"
+        );
         assert!(page.ends_with("# EOF\n"));
         let classic = to_classic(&page);
         for want in [

@@ -1,6 +1,8 @@
 //! Job profiles: the sampler's reads, each job's running totals, and the store writer.
 //!
-//! Every `profile.interval` the engine gets [`crate::engine::Event::Sample`] and, for each
+//! Every `profile.interval` the engine gets [`crate::engine::Event::Sample`] (and, while a job
+//! is younger than [`YOUNG_FOR`], [`crate::engine::Event::SampleYoung`] every [`YOUNG_EVERY`];
+//! a job is also sampled at its start and at its end) and, for each
 //! started job, reads its cgroup files ([`read_sample`]: a fixed number of reads per job, none
 //! per process), folds the sample into the job's [`JobProf`] and hands the batch to the
 //! [`Writer`], a thread with its own SQLite connection, so a slow disk never holds up the engine.
@@ -144,7 +146,7 @@ impl JobProf {
         s.cpu_user_usec = pick(finals.cpu_user_usec, last.cpu_user_usec);
         s.cpu_system_usec = pick(finals.cpu_system_usec, last.cpu_system_usec);
         s.mem_peak = pick(finals.mem_peak, last.mem_peak).max(last.mem_current.unwrap_or(0));
-        s.swap_peak = self.swap_peak;
+        s.swap_peak = self.swap_peak.max(finals.swap_peak.unwrap_or(0));
         s.io_rbytes = pick(finals.io_rbytes, last.io_rbytes);
         s.io_wbytes = pick(finals.io_wbytes, last.io_wbytes);
         s.procs_max = self.procs_max;
@@ -154,6 +156,7 @@ impl JobProf {
             s.threads_total = Some(c.threads_ever);
             s.counts_exact = Some(!c.lossy);
             s.procs_max = s.procs_max.max(c.procs_max.min(u32::MAX as u64) as u32);
+            s.threads_max = s.threads_max.max(c.threads_max.min(u32::MAX as u64) as u32);
         }
         s.threads_max = s.threads_max.max(s.procs_max);
         s.samples = self.samples;
@@ -170,8 +173,38 @@ pub struct Finals {
     pub cpu_user_usec: Option<u64>,
     pub cpu_system_usec: Option<u64>,
     pub mem_peak: Option<u64>,
+    /// The kernel's swap high-water mark (`memory.swap.peak`; on v1 a lower bound), where kept:
+    /// exact for a job that swapped between two samples, or ended before its second.
+    pub swap_peak: Option<u64>,
     pub io_rbytes: Option<u64>,
     pub io_wbytes: Option<u64>,
+}
+
+impl Finals {
+    /// The end's counters as a sample read them.
+    pub fn of(s: &Sample) -> Finals {
+        Finals {
+            cpu_user_usec: s.cpu_user_usec,
+            cpu_system_usec: s.cpu_system_usec,
+            mem_peak: s.mem_peak,
+            // No sample reads it: `read_finals`, or the end reads it beside the last sample.
+            swap_peak: None,
+            io_rbytes: s.io_rbytes,
+            io_wbytes: s.io_wbytes,
+        }
+    }
+}
+
+/// How often a young job is sampled, and for how long a job counts as young: a job's first
+/// minute is sampled every second (beside its samples at start and end), so a job of a few
+/// seconds has a series with its shape; then every `profile.interval`.
+pub const YOUNG_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+pub const YOUNG_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether a job of age `age`, last sampled `since_ms` ago (None: never), is due a young
+/// job's sample (pure). A little under the step, so a tick that comes early is not skipped.
+pub fn young_due(age: std::time::Duration, since_ms: Option<i64>) -> bool {
+    age < YOUNG_FOR && since_ms.is_none_or(|ms| ms >= YOUNG_EVERY.as_millis() as i64 - 100)
 }
 
 /// Read the end-of-job counters of `cgroup` (before it is removed).
@@ -182,6 +215,7 @@ pub fn read_finals(driver: &dyn CgroupPort, cgroup: &str) -> Finals {
         cpu_user_usec: cpu.map(|c| c.user_usec),
         cpu_system_usec: cpu.map(|c| c.system_usec),
         mem_peak: driver.memory_peak(cgroup).ok(),
+        swap_peak: driver.memory_swap_peak(cgroup).ok().flatten(),
         io_rbytes: io.map(|i| i.rbytes),
         io_wbytes: io.map(|i| i.wbytes),
     }
@@ -361,6 +395,25 @@ mod tests {
                 EndClass::Completed,
             ),
         ];
+        // What memory did is appended after "; " and does not change the class.
+        for (reason, killed, ooms, status, want) in [
+            (
+                "exited; stalled on memory inside its own 64M limit for 12 s",
+                false,
+                0,
+                Some(0),
+                EndClass::Completed,
+            ),
+            (
+                "killed by the memory governor: frozen 600 s; 1 process(es) OOM-killed at its own 64M limit (peak 64M)",
+                true,
+                1,
+                Some(137),
+                EndClass::Killed,
+            ),
+        ] {
+            assert_eq!(end_class(reason, killed, ooms, status), want, "{reason}");
+        }
         for (reason, killed, ooms, status, want) in table {
             assert_eq!(end_class(reason, killed, ooms, status), want, "{reason}");
             assert_eq!(EndReason::parse(reason).text(), reason, "round trip");
@@ -428,7 +481,9 @@ mod tests {
             threads_ever: 27,
             procs_now: 0,
             procs_max: 5,
+            threads_max: 6,
             lossy: false,
+            ..ProcCounts::default()
         };
         let s = p.summary(7, "n", EndClass::Completed, 1000, &finals, Some(counts));
         assert_eq!(
@@ -439,7 +494,7 @@ mod tests {
                 s.procs_max,
                 s.threads_max
             ),
-            (30, 300, 5, 5, 5)
+            (30, 300, 5, 5, 6)
         );
         assert_eq!(
             (s.procs_total, s.threads_total, s.counts_exact, s.samples),
@@ -450,5 +505,20 @@ mod tests {
             (s.cpu_user_usec, s.mem_peak, s.procs_total),
             (20, 250, None)
         );
+        // A short job that swapped between samples (none saw it): the kernel's swap peak read
+        // at the end counts; it never lowers what a sample saw.
+        for (sampled, kernel, want) in [(0, Some(150), 150), (5, Some(3), 5), (5, None, 5)] {
+            let mut p = JobProf::default();
+            p.add(&Sample {
+                swap: Some(sampled),
+                ..Sample::default()
+            });
+            let finals = Finals {
+                swap_peak: kernel,
+                ..Finals::default()
+            };
+            let s = p.summary(7, "n", EndClass::Completed, 700, &finals, None);
+            assert_eq!(s.swap_peak, want, "sampled {sampled}, kernel {kernel:?}");
+        }
     }
 }

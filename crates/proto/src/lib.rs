@@ -86,6 +86,10 @@ pub enum Request {
     /// A PAM login (root only): may the user log in, and the session's process into the user's
     /// job ([`login`]). Answered with [`Response::Done`] or a refusal.
     Login(LoginRequest),
+    /// What memory did to a job that runs or has just ended (owner or root): OOM kills, its
+    /// limit and peak, a stall inside its own limit, the memory governor's last step. Answered
+    /// at once with [`Response::Outcome`] (`pjw run` asks when its command exits).
+    Outcome { job: String },
     /// A Slurm task joins its job before it execs (root only: pjw's SPANK plugin in
     /// slurmstepd's child; see [`slurm_task`]). Answered with [`Response::Started`] or an error.
     SlurmTask(SlurmTaskRequest),
@@ -185,10 +189,68 @@ pub struct RunRequest {
     /// sent then, so older daemons still take the request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bind: Option<BindMode>,
+    /// How many tasks (MPI ranks) share the job's CPUs (`--ntasks`): each task's thread
+    /// variables count its share, and an MPI launcher is told the ranks. None: not said (not
+    /// sent then, so older daemons still take the request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<u32>,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What memory did to one job ([`Request::Outcome`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobOutcome {
+    pub job: String,
+    /// Processes of the job the kernel killed for memory.
+    pub oom_kills: u64,
+    /// The job's own limit (`--mem`), bytes; None: the node's job partition was its limit.
+    pub mem: Option<u64>,
+    /// The node's job partition, bytes.
+    pub partition: u64,
+    /// The most memory it had charged (bytes), where known.
+    pub mem_peak: Option<u64>,
+    /// Seconds it stalled on memory inside its own limit (the governor's ticks that saw it).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub own_stall_secs: u64,
+    /// Set when the memory governor ended the job (its last step), saying why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub governor: Option<String>,
+    /// How it ended, once it has (the daemon's end reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+}
+
+/// The node's memory as the governor last saw it (in [`StatusReport`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryStatus {
+    /// The job partition and what the jobs have charged (bytes).
+    pub limit: u64,
+    pub used: u64,
+    /// The running jobs' predicted demand (need plus growth) and the frozen jobs' footprints.
+    pub demand: u64,
+    pub held: u64,
+    /// Whether the governor acts on pressure (`[memory] governor`).
+    pub governor: bool,
+    /// Why pjw's jobs press on each other now (the governor acts), for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<String>,
+    /// Pressure from outside pjw's jobs now (reported, left to the node's memory managers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside: Option<String>,
+    /// Memory PSI `some` avg10 (percent) of the node and of the job partition, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_psi_some: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_psi_some: Option<f64>,
+    /// When the governor last looked (ms since the epoch).
+    pub sampled_ms: i64,
 }
 
 /// What the daemon answers.
@@ -224,8 +286,10 @@ pub enum Response {
         /// `CUDA_VISIBLE_DEVICES`, ...).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         env: Vec<(String, String)>,
-        /// Variables the client sets only where the user's environment lacks them: the
-        /// OpenMP/BLAS thread counts and places matching the job's CPUs (`[job] thread_env`).
+        /// Variables the client sets only where the user's environment lacks them (nor a
+        /// variable the runtime reads instead: `pjw_core::thread_env::unset_only`): the thread
+        /// and CPU counts and OpenMP places matching the job's CPUs and tasks (`[job]
+        /// thread_env`).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         env_defaults: Vec<(String, String)>,
     },
@@ -243,6 +307,8 @@ pub enum Response {
     ReportProcesses { rows: Vec<ProcessRow> },
     /// A report is complete: `count` jobs.
     ReportEnd { count: u32 },
+    /// Answer to [`Request::Outcome`].
+    Outcome(JobOutcome),
 }
 
 /// A job's temporary space, as told to the client in [`Response::Started`].
@@ -335,16 +401,17 @@ pub struct JobInfo {
     /// The job's main process.
     pub pid: Option<u32>,
     /// CPU time the job had used at `sampled_ms` (microseconds, user + system); absent while
-    /// queued, or from a daemon that does not report it. `pjw top` turns two samples into CPU %.
+    /// queued, or from a daemon that does not report it. `pjw top` turns two readings into CPU %.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_usec: Option<u64>,
     /// Memory charged to the job (bytes) at `sampled_ms`; absent while queued or from an older
     /// daemon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_bytes: Option<u64>,
-    /// When the daemon's sampler read `cpu_usec`, `mem_bytes` and `threads` (ms since the
-    /// epoch): `status` answers from the last sample, it reads no cgroup file. Absent while
-    /// queued or from an older daemon (whose figures were read at the request).
+    /// When the daemon read `cpu_usec` and `mem_bytes` (ms since the epoch): for the request,
+    /// within half a second of it, or by its sampler, whichever is newer (docs/decisions.md
+    /// (bp)). Absent while queued or from an older daemon (whose figures were read at the
+    /// request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled_ms: Option<i64>,
     /// The workload manager's name for the job (`slurm:42`).
@@ -375,6 +442,9 @@ pub struct JobInfo {
     /// Its running steps: `pjw run`s started from inside it (absent: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepInfo>,
+    /// Processes of the job the kernel has killed for memory so far (absent: none).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub oom_kills: u64,
 }
 
 /// The node as `pjw status` shows it.
@@ -403,6 +473,10 @@ pub struct StatusReport {
     pub cgroup: String,
     /// Daemon version.
     pub version: String,
+    /// The job partition's memory and its pressure, as the governor last saw it (absent
+    /// before its first look, or from an older daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStatus>,
 }
 
 /// Errors of the transport and client.
@@ -600,6 +674,7 @@ mod tests {
         let run = Request::Run(RunRequest {
             gpus: 2,
             bind: None,
+            tasks: None,
             priority: Some(12),
             placement: Placement::BackfillOnly,
             exclusive: false,
@@ -684,6 +759,7 @@ mod tests {
             free_gpus: GpuSet::parse_list("1,3").unwrap(),
             cgroup: "hybrid".into(),
             version: "0.1.0".into(),
+            memory: None,
         });
         let v: serde_json::Value = serde_json::from_slice(&encode_response(&s)).unwrap();
         assert_eq!(v["free_cpus"], "1");
@@ -736,5 +812,14 @@ mod tests {
             "{text}"
         );
         assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), nvml);
+        // OOM kills show only once there are some.
+        assert!(!text.contains("oom_kills"), "{text}");
+        let oom = JobInfo {
+            oom_kills: 3,
+            ..nvml
+        };
+        let text = serde_json::to_string(&oom).unwrap();
+        assert!(text.contains(r#""oom_kills":3"#), "{text}");
+        assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), oom);
     }
 }

@@ -130,7 +130,7 @@ impl Engine {
             Ok(()) => {
                 let threads = crate::caller::threads(&self.cfg.proc_root, pid);
                 self.procs.adopt(key, pid, threads);
-                self.procs.moved(pid, super::wlm::monotonic_ns());
+                self.procs.moved(pid, crate::procs::monotonic_ns());
                 info!(job = %j.id, user = %user, pid, cpus = %j.cpus, jobs_of_user = of, "login joined job");
                 Response::Done {
                     message: format!(

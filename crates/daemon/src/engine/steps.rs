@@ -14,8 +14,7 @@ use std::time::Instant;
 
 use pjw_core::sched::Phase;
 use pjw_core::step::step_cpus;
-use pjw_core::thread_bind::{self, BindMode};
-use pjw_core::{thread_env, CpuSet};
+use pjw_core::CpuSet;
 use pjw_proto::{ErrorCode, JobTmp, Response, RunRequest, StepInfo, StepReport};
 use pjw_store::StepRecord;
 use tokio::sync::mpsc;
@@ -170,7 +169,7 @@ impl Engine {
             tmp: j.tmp_reply().filter(|t| matches!(t, JobTmp::Dir { .. })),
             shm: None,
             env,
-            env_defaults: self.step_thread_env(j, &cpus),
+            env_defaults: self.step_thread_env(j, &cpus, req.tasks),
         });
         true
     }
@@ -274,6 +273,17 @@ impl Engine {
                 ),
             ));
         }
+        if let Some(t) = req.tasks {
+            if t == 0 || !req.cpus.is_multiple_of(t) {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    format!(
+                        "{inside}: --ntasks {t} does not divide the step's {} cpus",
+                        req.cpus
+                    ),
+                ));
+            }
+        }
         let k = req.cpus as usize;
         // Within the job's CPUs the caller may run on, when they are enough: a step's own
         // child (or an MPI rank pinned by its launcher) gets a share of its own CPUs. Else
@@ -305,17 +315,9 @@ impl Engine {
     }
 
     /// The thread counts a step's client sets where the user did not: as for a job, for the
-    /// step's CPUs.
-    fn step_thread_env(&self, j: &Job, cpus: &CpuSet) -> Vec<(String, String)> {
-        if !self.cfg.thread_env {
-            return Vec::new();
-        }
-        let mode = j.bind.unwrap_or(self.cfg.bind);
-        let n = match mode {
-            BindMode::Cores => thread_bind::slots(self.alloc.topology(), cpus, mode).len(),
-            _ => cpus.len(),
-        };
-        thread_env::thread_env(n, mode)
+    /// step's CPUs and its own `--ntasks`.
+    fn step_thread_env(&self, j: &Job, cpus: &CpuSet, tasks: Option<u32>) -> Vec<(String, String)> {
+        Engine::thread_env_for(&self.cfg, self.alloc.topology(), cpus, j.bind, tasks)
     }
 
     /// Step `n` of job `seq` exited (its pidfd fired).
