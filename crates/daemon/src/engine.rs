@@ -68,10 +68,10 @@ mod ipc;
 mod ipc_tests;
 mod job;
 mod lifecycle;
-mod login;
 mod live;
 #[cfg(test)]
 mod live_tests;
+mod login;
 mod mem_governor;
 mod mem_status;
 #[cfg(test)]
@@ -145,6 +145,9 @@ pub struct Engine {
     writer: Option<Writer>,
     /// Main processes of ended jobs whose exit status had not arrived yet: pid → (seq, when).
     late_exits: HashMap<u32, (i64, Instant)>,
+    /// Steps of ended jobs recorded before their process's exit status arrived: pid → (seq,
+    /// its record, when).
+    late_step_exits: HashMap<u32, (i64, pjw_store::StepRecord, Instant)>,
     /// When retention last ran.
     last_retention: Option<Instant>,
     /// When the sampler last read the jobs' PSI files.
@@ -282,6 +285,7 @@ impl Engine {
             procs: ProcTracker::new(),
             writer: None,
             late_exits: HashMap::new(),
+            late_step_exits: HashMap::new(),
             last_retention: None,
             last_psi_read: None,
             proc_events: false,

@@ -115,6 +115,9 @@ impl Engine {
         } else if let Some((seq, _)) = self.late_exits.remove(&tgid) {
             // The job was recorded ended before its main process's exit event arrived.
             self.store_exit_status(seq, status);
+        } else if let Some((seq, rec, _)) = self.late_step_exits.remove(&tgid) {
+            // Likewise a step of it (killed with the job, its event behind the job's end).
+            self.record_late_step_exit(seq, rec, status);
         }
     }
 
@@ -237,6 +240,8 @@ impl Engine {
         }
         self.late_exits
             .retain(|_, (_, at)| at.elapsed() < LATE_EXIT_WAIT);
+        self.late_step_exits
+            .retain(|_, (_, _, at)| at.elapsed() < LATE_EXIT_WAIT);
         if let Some(writer) = writer {
             if !batch.is_empty() {
                 writer.send(WriteOp::Samples(batch));

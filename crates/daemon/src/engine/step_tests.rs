@@ -160,6 +160,33 @@ async fn a_run_from_inside_a_job_is_a_step_on_its_cpus_never_a_job() {
     assert_eq!(numbers, vec![0, 1, 2, 3, 4], "{recorded:?}");
     assert!(recorded.iter().all(|s| s.ended_ms.is_some()));
     assert_eq!(t.store.calls_to("record_steps").len(), 1, "one transaction");
+
+    // A step killed with its job whose exit event comes after the job's record (a slow
+    // machine): its status is written over its row when it arrives.
+    assert_eq!(
+        recorded.iter().find(|s| s.step == 2).unwrap().exit_status,
+        None
+    );
+    let killed = proc_connector::ProcEvent::Exit {
+        cpu: 0,
+        seq: 0,
+        pid: p.pid(3),
+        tgid: p.pid(3),
+        exit_code: 9,
+        exit_signal: 17,
+        parent_pid: 1,
+        parent_tgid: 1,
+        timestamp_ns: 0,
+    };
+    t.engine
+        .handle(Event::Proc(crate::procs::ProcMsg::Events(vec![killed])));
+    let recorded = t.store.state().steps.get(&a).cloned().unwrap_or_default();
+    let late: Vec<Option<i32>> = recorded
+        .iter()
+        .filter(|s| s.step == 2)
+        .map(|s| s.exit_status)
+        .collect();
+    assert_eq!(late.last(), Some(&Some(128 + 9)), "{recorded:?}");
 }
 
 #[tokio::test(flavor = "current_thread")]

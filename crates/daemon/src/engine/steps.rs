@@ -385,18 +385,33 @@ impl Engine {
 
     /// Write the steps of the ended job `j` to the store (one transaction; none for a job
     /// without steps). Lost when the store refuses: logged and counted, the job's report then
-    /// lacks them.
+    /// lacks them. A step whose exit status has not arrived yet (its exit event comes after its
+    /// job's end, as on a slow machine) gets it written when it does.
     pub(super) fn record_steps(&mut self, j: &Job) {
         if j.steps.ended.is_empty() {
             return;
         }
         let recs: Vec<StepRecord> = j.steps.ended.iter().map(Step::record).collect();
+        for r in recs.iter().filter(|r| r.exit_status.is_none()) {
+            self.late_step_exits
+                .insert(r.pid, (j.seq, r.clone(), Instant::now()));
+        }
         if j.steps.next as usize > recs.len() {
             info!(job = %j.id, steps = j.steps.next, recorded = recs.len(), "only the first steps of the job are recorded");
         }
         if let Err(e) = self.store.record_steps(j.seq, &recs) {
             self.metrics.store_write_error();
             warn!(job = %j.id, steps = recs.len(), error = %e, "cannot record the job's steps; its report lacks them");
+        }
+    }
+
+    /// The exit status of a step of an ended job, come after its job's record: written over
+    /// its row.
+    pub(super) fn record_late_step_exit(&mut self, seq: i64, mut rec: StepRecord, status: i32) {
+        rec.exit_status = Some(status);
+        if let Err(e) = self.store.record_steps(seq, std::slice::from_ref(&rec)) {
+            self.metrics.store_write_error();
+            warn!(seq, step = rec.step, error = %e, "cannot record a step's late exit status");
         }
     }
 
