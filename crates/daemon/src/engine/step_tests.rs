@@ -119,6 +119,15 @@ async fn a_run_from_inside_a_job_is_a_step_on_its_cpus_never_a_job() {
         msg.contains("inside job a") && msg.contains("at most 4"),
         "{msg}"
     );
+    // Tasks that do not divide the step's CPUs: refused as a job's are.
+    let mut req = run_request("t", 3);
+    req.tasks = Some(2);
+    let (code, msg) = error(&run_in(&mut t, 206, UID, "/pjw/job-a", req).await);
+    assert_eq!(code, ErrorCode::Invalid);
+    assert!(
+        msg.contains("inside job a") && msg.contains("--ntasks 2 does not divide"),
+        "{msg}"
+    );
     // A step runs as its caller: naming another user is refused.
     let mut req = run_request("y", 1);
     req.user = Some("bob".into());
