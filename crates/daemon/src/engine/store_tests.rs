@@ -11,7 +11,7 @@ use pjw_store::{JobRecord, StoredState};
 use tokio::sync::mpsc;
 
 use super::{cgroup_name, Control, Cred, Event, Who};
-use crate::store_port::StorePort;
+use crate::store_port::{StoreReader, StoreWriter};
 use crate::test_support::TestEngine;
 
 const ROOT: Cred = Cred {
