@@ -54,6 +54,8 @@ pub struct Lines {
     pub label: String,
     pub mem_mib: Vec<(f64, f64)>,
     pub cpu_pct: Vec<(f64, f64)>,
+    /// The job's busiest threads (a report with threads): label and % of one CPU.
+    pub threads: Vec<(String, Vec<(f64, f64)>)>,
 }
 
 /// The points of every job that has samples (pure).
@@ -91,10 +93,21 @@ pub fn lines(jobs: &[JobReport]) -> Vec<Lines> {
             } else {
                 format!("job {}", j.id)
             };
+            let threads = j
+                .threads
+                .iter()
+                .filter(|th| !th.points.is_empty())
+                .map(|th| {
+                    let name = pjw_core::text::printable(&th.comm, 16);
+                    let pts = th.points.iter().map(|(ts, pct)| (t(*ts), *pct)).collect();
+                    (format!("{label} tid {} ({name})", th.tid), pts)
+                })
+                .collect();
             Lines {
                 label,
                 mem_mib,
                 cpu_pct,
+                threads,
             }
         })
         .collect()
@@ -166,7 +179,11 @@ where
             .flat_map(|l| l.mem_mib.iter().chain(&l.cpu_pct).map(|(x, _)| *x)),
     ) / 1.1;
     let x_max = x_max.max(1.0);
-    let panels = root.split_evenly((2, 1));
+    let threads: Vec<(String, &[(f64, f64)])> = jobs
+        .iter()
+        .flat_map(|l| l.threads.iter().map(|(n, p)| (n.clone(), p.as_slice())))
+        .collect();
+    let panels = root.split_evenly((if threads.is_empty() { 2 } else { 3 }, 1));
     let mem: Vec<(String, &[(f64, f64)])> = jobs
         .iter()
         .map(|l| (l.label.clone(), l.mem_mib.as_slice()))
@@ -177,6 +194,9 @@ where
         .map(|l| (l.label.clone(), l.cpu_pct.as_slice()))
         .collect();
     panel(&panels[1], "CPU", "CPU (% of one CPU)", x_max, &cpu)?;
+    if !threads.is_empty() {
+        panel(&panels[2], "Busiest threads", "CPU (% of one CPU)", x_max, &threads)?;
+    }
     root.present()
         .map_err(|e| anyhow::anyhow!("cannot write the chart: {e}"))?;
     Ok(())

@@ -30,7 +30,9 @@ use serde::{Deserialize, Serialize};
 
 pub mod report;
 pub mod slurm_task;
-pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, SERIES_CHUNK};
+pub use report::{
+    collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, ThreadRow, SERIES_CHUNK,
+};
 pub use slurm_task::SlurmTaskRequest;
 
 /// Protocol version spoken by this build.
@@ -234,6 +236,8 @@ pub enum Response {
     ReportSeries { points: Vec<SeriesPoint> },
     /// A report: a chunk of the per-process rows of the job in the last `ReportJob`.
     ReportProcesses { rows: Vec<ProcessRow> },
+    /// A report: a chunk of the per-thread rows of the job in the last `ReportJob`.
+    ReportThreads { rows: Vec<ThreadRow> },
     /// A report is complete: `count` jobs.
     ReportEnd { count: u32 },
 }
