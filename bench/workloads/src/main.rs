@@ -5,7 +5,7 @@
 //!   here (measured on the thread's own CPU clock, so a loaded machine does not shrink it).
 //! - `burn N` — N busy processes (itself and N-1 children) until killed: a noisy neighbour.
 //! - `threads N SECONDS [PIDFILE]` — N threads, half busy and half sleeping, for SECONDS;
-//!   writes its pid to PIDFILE first.
+//!   writes its pid to PIDFILE first. Thread I is named `busy-I` (even I) or `sleep-I`.
 //! - `par N ITERS` — N threads each running `spin ITERS`; prints the wall time until the last
 //!   one finished, in seconds (a job with N busy threads, thread balancing bench).
 //! - `stream N MIB PASSES` — N threads, each first-touching its own MIB MiB buffer and then
@@ -137,17 +137,22 @@ fn main() {
                 let _ = std::fs::write(p, format!("{}\n", std::process::id()));
             }
             let end = Instant::now() + Duration::from_secs_f64(secs);
+            // Named `busy-I` and `sleep-I` (their comm), so a test can tell them apart.
             let hs: Vec<_> = (0..n)
                 .map(|i| {
-                    std::thread::spawn(move || {
-                        while Instant::now() < end {
-                            if i % 2 == 0 {
-                                spin(1_000_000);
-                            } else {
-                                std::thread::sleep(Duration::from_millis(20));
+                    let name = if i % 2 == 0 { "busy" } else { "sleep" };
+                    std::thread::Builder::new()
+                        .name(format!("{name}-{i}"))
+                        .spawn(move || {
+                            while Instant::now() < end {
+                                if i % 2 == 0 {
+                                    spin(1_000_000);
+                                } else {
+                                    std::thread::sleep(Duration::from_millis(20));
+                                }
                             }
-                        }
-                    })
+                        })
+                        .expect("spawn a thread")
                 })
                 .collect();
             for h in hs {
