@@ -183,6 +183,7 @@ mod tests {
             io: None,
             gpu_util: None,
             gpu_mem: None,
+            lease: None,
         }
     }
 
@@ -198,6 +199,7 @@ mod tests {
             free_gpus: GpuSet::parse_list(gpus).unwrap(),
             cgroup: "v1".into(),
             version: "0".into(),
+            starts: None,
         }
     }
 

@@ -118,6 +118,7 @@ mod tests {
             io: None,
             gpu_util: None,
             gpu_mem: None,
+            lease: None,
         }
     }
 
@@ -134,6 +135,7 @@ mod tests {
             free_gpus: Default::default(),
             cgroup: String::new(),
             version: String::new(),
+            starts: None,
         }
     }
 

@@ -25,6 +25,7 @@ pub mod lease;
 pub mod sched;
 pub mod sim;
 pub mod size;
+pub mod start_stats;
 pub mod synthetic;
 pub mod task_join;
 pub mod text;

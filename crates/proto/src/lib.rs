@@ -30,10 +30,12 @@ use serde::{Deserialize, Serialize};
 
 pub mod report;
 pub mod slurm_task;
+pub mod stats;
 pub use report::{
     collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, ThreadRow, SERIES_CHUNK,
 };
 pub use slurm_task::SlurmTaskRequest;
+pub use stats::{LeaseInfo, StartStats, StartWindow};
 
 /// Protocol version spoken by this build.
 pub const VERSION: u32 = 1;
@@ -369,6 +371,9 @@ pub struct JobInfo {
     pub gpu_util: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_mem: Option<u64>,
+    /// A registered job's lease (absent for other jobs, and from older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseInfo>,
 }
 
 /// The node as `pjw status` shows it.
@@ -397,6 +402,9 @@ pub struct StatusReport {
     pub cgroup: String,
     /// Daemon version.
     pub version: String,
+    /// Start-time statistics (absent from older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts: Option<StartStats>,
 }
 
 /// Errors of the transport and client.
@@ -659,6 +667,7 @@ mod tests {
             free_gpus: GpuSet::parse_list("1,3").unwrap(),
             cgroup: "hybrid".into(),
             version: "0.1.0".into(),
+            starts: None,
         });
         let v: serde_json::Value = serde_json::from_slice(&encode_response(&s)).unwrap();
         assert_eq!(v["free_cpus"], "1");
