@@ -57,7 +57,9 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
             }
             ReportFormat::Table => render_table(&jobs, a.series, a.processes, &tz),
             ReportFormat::Json => serde_json::to_string_pretty(&jobs)? + "\n",
-            ReportFormat::Csv if a.threads && !a.series && !a.processes => render_threads_csv(&jobs),
+            ReportFormat::Csv if a.threads && !a.series && !a.processes => {
+                render_threads_csv(&jobs)
+            }
             ReportFormat::Csv => render_csv(&jobs, a.series, a.processes),
         };
         let Some(secs) = a.watch else {
@@ -438,10 +440,17 @@ fn pct(v: Option<f64>) -> String {
 /// first, the sleepers apart; names escaped.
 pub fn render_threads(j: &JobReport, tz: &FixedOffset) -> String {
     let mut o = String::new();
-    let head = ["TID", "PID", "NAME", "CPU_S", "RUN", "WAIT", "SLEEP", "CPUS", "MIGR", "PIN", "LAST"];
+    let head = [
+        "TID", "PID", "NAME", "CPU_S", "RUN", "WAIT", "SLEEP", "CPUS", "MIGR", "PIN", "LAST",
+    ];
     for (busy, title) in [(true, "Busy threads"), (false, "Sleeping threads")] {
         let mine: Vec<_> = j.threads.iter().filter(|t| t.busy == busy).collect();
-        let _ = write!(o, "\n{title} of job {} ({})\n", printable(&j.id, 64), mine.len());
+        let _ = write!(
+            o,
+            "\n{title} of job {} ({})\n",
+            printable(&j.id, 64),
+            mine.len()
+        );
         if mine.is_empty() {
             continue;
         }
@@ -456,7 +465,9 @@ pub fn render_threads(j: &JobReport, tz: &FixedOffset) -> String {
                 pct(t.waiting_pct),
                 pct(t.sleeping_pct),
                 t.cpus.clone(),
-                t.migrations.map(|m| m.to_string()).unwrap_or_else(|| "-".into()),
+                t.migrations
+                    .map(|m| m.to_string())
+                    .unwrap_or_else(|| "-".into()),
                 t.pin.clone().unwrap_or_else(|| "-".into()),
                 time(Some(t.last_ms), tz),
             ]);

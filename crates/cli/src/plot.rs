@@ -195,7 +195,13 @@ where
         .collect();
     panel(&panels[1], "CPU", "CPU (% of one CPU)", x_max, &cpu)?;
     if !threads.is_empty() {
-        panel(&panels[2], "Busiest threads", "CPU (% of one CPU)", x_max, &threads)?;
+        panel(
+            &panels[2],
+            "Busiest threads",
+            "CPU (% of one CPU)",
+            x_max,
+            &threads,
+        )?;
     }
     root.present()
         .map_err(|e| anyhow::anyhow!("cannot write the chart: {e}"))?;

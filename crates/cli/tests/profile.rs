@@ -503,7 +503,13 @@ fn a_job_of_two_busy_and_two_sleeping_threads_is_reported_per_thread() {
     assert!(seen, "the job's 5 threads not seen: {named:?}\n{}", d.log());
     let out = job.join().unwrap();
     assert!(out.status.success(), "{}\n{}", out.describe(), d.log());
-    let tid_of = |name: &str| named.iter().find(|(_, n)| n == name).map(|(t, _)| *t).unwrap();
+    let tid_of = |name: &str| {
+        named
+            .iter()
+            .find(|(_, n)| n == name)
+            .map(|(t, _)| *t)
+            .unwrap()
+    };
     // Rows reach the store through the writer: wait (bounded) until the job's end is recorded
     // and every named thread has rows.
     let mut j = serde_json::Value::Null;
@@ -511,9 +517,10 @@ fn a_job_of_two_busy_and_two_sleeping_threads_is_reported_per_thread() {
         j = report_json(&d, &["-J", "thr1", "--threads"])[0].clone();
         !j["end"].is_null()
             && j["threads"].as_array().is_some_and(|t| {
-                ["busy-0", "busy-2", "sleep-1", "sleep-3"]
-                    .iter()
-                    .all(|n| t.iter().any(|r| r["tid"] == tid_of(n) && r["samples"].as_u64() > Some(1)))
+                ["busy-0", "busy-2", "sleep-1", "sleep-3"].iter().all(|n| {
+                    t.iter()
+                        .any(|r| r["tid"] == tid_of(n) && r["samples"].as_u64() > Some(1))
+                })
             })
     });
     assert!(complete, "thread rows missing: {j:#}\n{}", d.log());
@@ -529,13 +536,22 @@ fn a_job_of_two_busy_and_two_sleeping_threads_is_reported_per_thread() {
         let cpu = r["cpu_usec"].as_u64().unwrap();
         assert!(cpu > 300_000, "{name}: {cpu} µs: {r:#}");
         let ran = CpuSet::parse_list(r["cpus"].as_str().unwrap()).unwrap();
-        assert!(!ran.is_empty() && ran.is_subset(&cpus), "{name} ran on {ran}: {r:#}");
+        assert!(
+            !ran.is_empty() && ran.is_subset(&cpus),
+            "{name} ran on {ran}: {r:#}"
+        );
         // Pinned by the binder to one CPU of the job.
         let pin = CpuSet::parse_list(r["pin"].as_str().unwrap_or("")).unwrap_or_default();
-        assert!(pin.len() == 1 && pin.is_subset(&cpus), "{name} pin {pin}: {r:#}");
+        assert!(
+            pin.len() == 1 && pin.is_subset(&cpus),
+            "{name} pin {pin}: {r:#}"
+        );
         pins.push(pin);
     }
-    assert_ne!(pins[0], pins[1], "both busy threads pinned to one CPU: {rows:#?}");
+    assert_ne!(
+        pins[0], pins[1],
+        "both busy threads pinned to one CPU: {rows:#?}"
+    );
     for name in ["sleep-1", "sleep-3"] {
         let r = row(name);
         assert_eq!(r["busy"], false, "{name} busy: {r:#}");
@@ -545,19 +561,34 @@ fn a_job_of_two_busy_and_two_sleeping_threads_is_reported_per_thread() {
         assert!(r["cpu_usec"].as_u64().unwrap() < row("busy-0")["cpu_usec"].as_u64().unwrap() / 10);
     }
     // The table: the busy threads' ids in the busy section, the sleepers' in theirs.
-    let text = String::from_utf8_lossy(&report(&d, &["-J", "thr1", "--threads"]).stdout).into_owned();
+    let text =
+        String::from_utf8_lossy(&report(&d, &["-J", "thr1", "--threads"]).stdout).into_owned();
     let (busy, sleeping) = text
         .split_once("Sleeping threads of job thr1")
         .unwrap_or_else(|| panic!("no sleeping section:\n{text}"));
-    let busy = busy.split_once("Busy threads of job thr1 (2)").map(|(_, b)| b).unwrap_or_else(|| panic!("no busy section of 2:\n{text}"));
+    let busy = busy
+        .split_once("Busy threads of job thr1 (2)")
+        .map(|(_, b)| b)
+        .unwrap_or_else(|| panic!("no busy section of 2:\n{text}"));
     let has = |sec: &str, name: &str| {
-        sec.lines().any(|l| l.split_whitespace().next() == Some(&tid_of(name).to_string()) && l.contains(name))
+        sec.lines().any(|l| {
+            l.split_whitespace().next() == Some(&tid_of(name).to_string()) && l.contains(name)
+        })
     };
     assert!(has(busy, "busy-0") && has(busy, "busy-2"), "{text}");
-    assert!(has(sleeping, "sleep-1") && has(sleeping, "sleep-3"), "{text}");
+    assert!(
+        has(sleeping, "sleep-1") && has(sleeping, "sleep-3"),
+        "{text}"
+    );
     assert!(!has(busy, "sleep-1") && !has(sleeping, "busy-0"), "{text}");
     // CSV carries the same rows.
-    let csv = String::from_utf8_lossy(&report(&d, &["-J", "thr1", "--threads", "--format", "csv"]).stdout).into_owned();
+    let csv = String::from_utf8_lossy(
+        &report(&d, &["-J", "thr1", "--threads", "--format", "csv"]).stdout,
+    )
+    .into_owned();
     assert!(csv.starts_with("job,tid,pid,comm,cpu_usec,"), "{csv}");
-    assert!(csv.contains(&format!("thr1,{},", tid_of("busy-2"))), "{csv}");
+    assert!(
+        csv.contains(&format!("thr1,{},", tid_of("busy-2"))),
+        "{csv}"
+    );
 }

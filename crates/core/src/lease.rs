@@ -59,7 +59,9 @@ pub enum Why {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// It goes on; its lease was last renewed at `renewed_ms`.
-    Keep { renewed_ms: i64 },
+    Keep {
+        renewed_ms: i64,
+    },
     End(Why),
 }
 
@@ -101,19 +103,103 @@ mod tests {
         let expired = |r| Verdict::End(Why::Expired { renewed_ms: r });
         // (description, renewed, now, lease, has processes, word, verdict)
         let cases: &[(&str, i64, i64, Option<u64>, bool, Option<&Word>, Verdict)] = &[
-            ("runs here: renewed", 0, 10, Some(5), false, Some(&run), keep(10)),
-            ("gone: ends, lease or not", 0, 1, Some(100), true, Some(&gone), Verdict::End(Why::Gone("COMPLETED".into()))),
-            ("gone without a lease", 0, 1, None, false, Some(&gone), Verdict::End(Why::Gone("COMPLETED".into()))),
-            ("no answer, lease left: kept, not renewed", 0, 50, Some(100), false, Some(&none), keep(0)),
-            ("no answer, processes: renewed", 0, 500, Some(100), true, Some(&none), keep(500)),
-            ("no answer, no process, lease out: ends", 0, 100, Some(100), false, Some(&none), expired(0)),
-            ("not asked, no process, lease out: ends", 20, 200, Some(100), false, None, expired(20)),
-            ("not asked, no process, no lease: kept", 20, 9_999_999, None, false, None, keep(20)),
-            ("not asked, processes: renewed", 20, 200, Some(100), true, None, keep(200)),
-            ("a huge lease never overflows", 0, i64::MAX - 1, Some(u64::MAX), false, None, keep(0)),
+            (
+                "runs here: renewed",
+                0,
+                10,
+                Some(5),
+                false,
+                Some(&run),
+                keep(10),
+            ),
+            (
+                "gone: ends, lease or not",
+                0,
+                1,
+                Some(100),
+                true,
+                Some(&gone),
+                Verdict::End(Why::Gone("COMPLETED".into())),
+            ),
+            (
+                "gone without a lease",
+                0,
+                1,
+                None,
+                false,
+                Some(&gone),
+                Verdict::End(Why::Gone("COMPLETED".into())),
+            ),
+            (
+                "no answer, lease left: kept, not renewed",
+                0,
+                50,
+                Some(100),
+                false,
+                Some(&none),
+                keep(0),
+            ),
+            (
+                "no answer, processes: renewed",
+                0,
+                500,
+                Some(100),
+                true,
+                Some(&none),
+                keep(500),
+            ),
+            (
+                "no answer, no process, lease out: ends",
+                0,
+                100,
+                Some(100),
+                false,
+                Some(&none),
+                expired(0),
+            ),
+            (
+                "not asked, no process, lease out: ends",
+                20,
+                200,
+                Some(100),
+                false,
+                None,
+                expired(20),
+            ),
+            (
+                "not asked, no process, no lease: kept",
+                20,
+                9_999_999,
+                None,
+                false,
+                None,
+                keep(20),
+            ),
+            (
+                "not asked, processes: renewed",
+                20,
+                200,
+                Some(100),
+                true,
+                None,
+                keep(200),
+            ),
+            (
+                "a huge lease never overflows",
+                0,
+                i64::MAX - 1,
+                Some(u64::MAX),
+                false,
+                None,
+                keep(0),
+            ),
         ];
         for (desc, renewed, now, lease, procs, word, want) in cases {
-            assert_eq!(&judge(*renewed, *now, *lease, *procs, *word), want, "{desc}");
+            assert_eq!(
+                &judge(*renewed, *now, *lease, *procs, *word),
+                want,
+                "{desc}"
+            );
         }
     }
 }

@@ -215,6 +215,13 @@ impl StartStats {
         self.queue_len
     }
 
+    /// The figures over the last window and since the start, as of `now_ms`, leaving the
+    /// statistics as they are (a copy is brought up to `now_ms`).
+    pub fn figures(&self, now_ms: i64) -> (Figures, Figures) {
+        let mut c = self.clone();
+        (c.recent(now_ms), c.total(now_ms))
+    }
+
     /// Since the statistics started.
     pub fn total(&mut self, now_ms: i64) -> Figures {
         self.settle_queue(now_ms);
@@ -288,12 +295,27 @@ mod tests {
     #[test]
     fn buckets_are_monotone_and_tight() {
         let mut last = 0;
-        for ms in [0u64, 1, 2, 3, 10, 100, 999, 1000, 60_000, 86_400_000, u64::MAX] {
+        for ms in [
+            0u64,
+            1,
+            2,
+            3,
+            10,
+            100,
+            999,
+            1000,
+            60_000,
+            86_400_000,
+            u64::MAX,
+        ] {
             let b = bucket(ms);
             assert!(b >= last, "{ms}");
             last = b;
             if ms > 0 && b < BUCKETS - 1 {
-                assert!((ms as f64) < bucket_top(b) && bucket_top(b) <= ms as f64 * 1.19 + 1.0, "{ms}");
+                assert!(
+                    (ms as f64) < bucket_top(b) && bucket_top(b) <= ms as f64 * 1.19 + 1.0,
+                    "{ms}"
+                );
             }
         }
     }
@@ -320,10 +342,16 @@ mod tests {
         // 100 s later the window holds one new start; the total keeps all.
         s.started(110_000, 5_000);
         let r = s.recent(110_000);
-        assert_eq!((r.started, r.wait_max_ms, r.covered_ms), (1, Some(5_000), 60_000));
+        assert_eq!(
+            (r.started, r.wait_max_ms, r.covered_ms),
+            (1, Some(5_000), 60_000)
+        );
         assert!((r.started_per_sec - 1.0 / 60.0).abs() < 1e-9);
         let t = s.total(110_000);
-        assert_eq!((t.started, t.ended, t.freezes, t.covered_ms), (101, 1, 1, 110_000));
+        assert_eq!(
+            (t.started, t.ended, t.freezes, t.covered_ms),
+            (101, 1, 1, 110_000)
+        );
         assert!(s.recent(110_000).wait_p50_ms.unwrap() <= 5_000.0);
     }
 

@@ -111,11 +111,14 @@ pub trait BindPort: Send {
     /// Thread `tid`'s time on a CPU and time waiting for one, apart (thread profiles); by
     /// default all of [`BindPort::runnable_ns`] as running.
     fn sched(&self, pid: u32, tid: u32) -> Result<SchedRead, BindError> {
-        self.runnable_ns(pid, tid).map(|run_ns| SchedRead { run_ns, wait_ns: 0 })
+        self.runnable_ns(pid, tid)
+            .map(|run_ns| SchedRead { run_ns, wait_ns: 0 })
     }
     /// Thread `tid`'s name, last CPU and migrations (thread profiles' top threads only).
     fn task(&self, _pid: u32, _tid: u32) -> Result<TaskFacts, BindError> {
-        Err(BindError::Failed("thread facts are not offered here".into()))
+        Err(BindError::Failed(
+            "thread facts are not offered here".into(),
+        ))
     }
 }
 

@@ -10,9 +10,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use pjw_proto::report::{REPORT_STATES, SERIES_CHUNK};
-use pjw_proto::{
-    ErrorCode, JobReport, ProcessRow, ReportQuery, Response, SeriesPoint, ThreadRow,
-};
+use pjw_proto::{ErrorCode, JobReport, ProcessRow, ReportQuery, Response, SeriesPoint, ThreadRow};
 use pjw_store::{
     JobFilter, JobRecord, JobSummary, ProcessSample, Sample, Store, StoreError, StoredState,
 };
@@ -135,9 +133,9 @@ pub fn thread_row(t: &pjw_store::ThreadTotals) -> ThreadRow {
     let sleeping = running
         .zip(waiting)
         .map(|(r, w)| (100.0 - r - w).clamp(0.0, 100.0));
-    let busy = running.zip(waiting).is_some_and(|(r, w)| {
-        r + w >= f64::from(crate::bind::BUSY_PERCENT)
-    });
+    let busy = running
+        .zip(waiting)
+        .is_some_and(|(r, w)| r + w >= f64::from(crate::bind::BUSY_PERCENT));
     let mut cpus = pjw_core::CpuSet::new();
     for c in &t.cpus {
         cpus.insert(*c);
@@ -172,7 +170,11 @@ fn thread_rows(store: &Store, seq: i64, series: bool) -> Result<Vec<ThreadRow>, 
                 .total_cmp(&a.running_pct.unwrap_or(0.0))
                 .then(b.cpu_usec.cmp(&a.cpu_usec))
         });
-        let tids: Vec<u32> = busiest.iter().take(PLOTTED_THREADS).map(|r| r.tid).collect();
+        let tids: Vec<u32> = busiest
+            .iter()
+            .take(PLOTTED_THREADS)
+            .map(|r| r.tid)
+            .collect();
         for s in store.thread_samples(seq, &tids)? {
             if s.span_usec == 0 {
                 continue;

@@ -52,7 +52,11 @@ nr_switches                                  :                    1\n";
     fn table() {
         let cases: &[(&str, String, Option<u64>)] = &[
             ("real", REAL.to_string(), Some(3)),
-            ("no such line", REAL.replace("se.nr_migrations", "se.other"), None),
+            (
+                "no such line",
+                REAL.replace("se.nr_migrations", "se.other"),
+                None,
+            ),
             ("no rule", "se.nr_migrations : 5\n".to_string(), None),
             (
                 "a name forging a line is above the rule",

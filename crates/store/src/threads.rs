@@ -232,7 +232,10 @@ mod tests {
         );
         assert_eq!((t[0].cpus.clone(), t[0].migrations), (vec![0, 1], Some(1)));
         assert_eq!((t[0].pin.as_deref(), t[0].samples), (Some("1"), 3));
-        assert_eq!((t[1].tid, t[1].run_usec, t[1].pin.as_deref()), (12, 0, None));
+        assert_eq!(
+            (t[1].tid, t[1].run_usec, t[1].pin.as_deref()),
+            (12, 0, None)
+        );
         assert_eq!(s.thread_samples(1, &[12]).unwrap().len(), 2);
         assert!(s.thread_totals(2).unwrap().is_empty());
     }

@@ -160,7 +160,8 @@ fn upgrades_a_version_8_database_with_gpu_columns() {
     assert_eq!(s.thread_totals(2).unwrap()[0].cpu_usec, 5000);
     s.finish_job(9000, "exited", &fin).unwrap();
     assert_eq!(s.summary(2).unwrap().unwrap(), fin);
-    s.apply_retention(9000 + 10_000, Some(1), None, false).unwrap();
+    s.apply_retention(9000 + 10_000, Some(1), None, false)
+        .unwrap();
     assert!(s.thread_totals(2).unwrap().is_empty());
     // Opening again is a no-op.
     drop(s);

@@ -84,7 +84,11 @@ pub fn slurm_command(ids: &[&str], node: &str) -> Vec<String> {
 
 /// One line of a tool's error output, bounded and printable (for status and the log).
 fn said(text: &str) -> String {
-    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
     pjw_core::text::printable(line, 160).into_owned()
 }
 
@@ -102,15 +106,18 @@ pub fn slurm_words(ids: &[&str], out: &Outcome) -> Vec<(String, Word)> {
             return all(ids, Word::Gone("unknown to slurm".into()));
         }
         let why = said(&out.stderr);
-        let why = if why.is_empty() { "squeue failed".into() } else { why };
+        let why = if why.is_empty() {
+            "squeue failed".into()
+        } else {
+            why
+        };
         return all(ids, Word::NoAnswer(why));
     }
     let mut states: Vec<(&str, &str)> = Vec::new();
     for line in out.stdout.lines().filter(|l| !l.trim().is_empty()) {
-        let parsed = line
-            .trim()
-            .split_once('|')
-            .filter(|(id, st)| ids.contains(id) && st.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'));
+        let parsed = line.trim().split_once('|').filter(|(id, st)| {
+            ids.contains(id) && st.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+        });
         match parsed {
             Some(p) => states.push(p),
             None => {
@@ -148,7 +155,11 @@ pub fn sge_command() -> Vec<String> {
 pub fn sge_words(ids: &[&str], node: &str, out: &Outcome) -> Vec<(String, Word)> {
     if !out.success {
         let why = said(&out.stderr);
-        let why = if why.is_empty() { "qstat failed".into() } else { why };
+        let why = if why.is_empty() {
+            "qstat failed".into()
+        } else {
+            why
+        };
         return all(ids, Word::NoAnswer(why));
     }
     let doc = match roxmltree::Document::parse(&out.stdout) {
@@ -227,22 +238,51 @@ mod tests {
             ]
         );
         assert_eq!(
-            words(slurm_words(&["9"], &failed("slurm_load_jobs error: Invalid job id specified\n"))),
+            words(slurm_words(
+                &["9"],
+                &failed("slurm_load_jobs error: Invalid job id specified\n")
+            )),
             [Gone("unknown to slurm".into())]
         );
         // The controller down, or stopped (the daemon's timeout): no answer.
-        let down = failed("slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n");
-        assert!(words(slurm_words(&ids, &down)).iter().all(|w| matches!(w, NoAnswer(m) if m.contains("Unable to contact"))));
+        let down =
+            failed("slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n");
+        assert!(words(slurm_words(&ids, &down))
+            .iter()
+            .all(|w| matches!(w, NoAnswer(m) if m.contains("Unable to contact"))));
         // Several unknown numbers with an error: not read as gone.
-        assert!(matches!(&words(slurm_words(&["1", "2"], &failed("slurm_load_jobs error: Invalid job id specified")))[0], NoAnswer(_)));
+        assert!(matches!(
+            &words(slurm_words(
+                &["1", "2"],
+                &failed("slurm_load_jobs error: Invalid job id specified")
+            ))[0],
+            NoAnswer(_)
+        ));
         // A node name Slurm does not know (the wrong cluster, or `[lease] node` wrong): no answer,
         // not every job gone.
-        assert!(matches!(&words(slurm_words(&ids, &failed("squeue: error: Invalid node name x")))[0], NoAnswer(_)));
+        assert!(matches!(
+            &words(slurm_words(
+                &ids,
+                &failed("squeue: error: Invalid node name x")
+            ))[0],
+            NoAnswer(_)
+        ));
         // Unknown states and unreadable lines are no answer, for every job.
-        assert!(matches!(&words(slurm_words(&["41"], &ok("41|NEW_STATE\n")))[0], NoAnswer(_)));
-        for bad in ["41|RUNNING|x\n", "41 RUNNING\n", "7|COMPLETED\n", "41|completed\n", "41|RUNNING\n42|COMPLETED x\n"] {
+        assert!(matches!(
+            &words(slurm_words(&["41"], &ok("41|NEW_STATE\n")))[0],
+            NoAnswer(_)
+        ));
+        for bad in [
+            "41|RUNNING|x\n",
+            "41 RUNNING\n",
+            "7|COMPLETED\n",
+            "41|completed\n",
+            "41|RUNNING\n42|COMPLETED x\n",
+        ] {
             assert!(
-                words(slurm_words(&ids, &ok(bad))).iter().all(|w| matches!(w, NoAnswer(_))),
+                words(slurm_words(&ids, &ok(bad)))
+                    .iter()
+                    .all(|w| matches!(w, NoAnswer(_))),
                 "{bad:?}"
             );
         }
@@ -250,7 +290,12 @@ mod tests {
             slurm_command(&["41", "42"], "node1").join(" "),
             "squeue --noheader --states=all --nodelist node1 --jobs 41,42 --format %A|%T"
         );
-        assert!(is_job_number("4242") && !is_job_number("42_1") && !is_job_number("") && !is_job_number("-1"));
+        assert!(
+            is_job_number("4242")
+                && !is_job_number("42_1")
+                && !is_job_number("")
+                && !is_job_number("-1")
+        );
     }
 
     const QSTAT: &str = r#"<?xml version='1.0'?>
@@ -288,8 +333,13 @@ mod tests {
         assert!(matches!(&w[1], Gone(_)), "{w:?}");
         // 9 runs on another host.
         assert!(matches!(&w[2], Gone(_)), "{w:?}");
-        assert!(matches!(&words(sge_words(&["7"], "node1", &ok("<job_info><oops")))[0], NoAnswer(_)));
-        assert!(matches!(&words(sge_words(&["7"], "node1", &failed("error: commlib error: can't connect")))[0], NoAnswer(m) if m.contains("commlib")));
+        assert!(matches!(
+            &words(sge_words(&["7"], "node1", &ok("<job_info><oops")))[0],
+            NoAnswer(_)
+        ));
+        assert!(
+            matches!(&words(sge_words(&["7"], "node1", &failed("error: commlib error: can't connect")))[0], NoAnswer(m) if m.contains("commlib"))
+        );
         assert!(askable(Manager::Slurm) && askable(Manager::Sge) && !askable(Manager::Pbs));
     }
 }

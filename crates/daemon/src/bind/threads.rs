@@ -103,7 +103,9 @@ pub struct Recorder<'a> {
 
 impl std::fmt::Debug for Recorder<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Recorder").field("reads", &self.reads).finish()
+        f.debug_struct("Recorder")
+            .field("reads", &self.reads)
+            .finish()
     }
 }
 
@@ -127,7 +129,9 @@ impl BindPort for Recorder<'_> {
         let r = self.inner.procs(cgroup);
         if r.is_ok() {
             *self.current.borrow_mut() = Some(cgroup.to_string());
-            self.reads.borrow_mut().insert(cgroup.to_string(), Vec::new());
+            self.reads
+                .borrow_mut()
+                .insert(cgroup.to_string(), Vec::new());
         } else {
             *self.current.borrow_mut() = None;
         }
@@ -140,11 +144,7 @@ impl BindPort for Recorder<'_> {
         let s = self.inner.sched(pid, tid)?;
         if let Some(cg) = self.current.borrow().as_ref() {
             if let Some(v) = self.reads.borrow_mut().get_mut(cg) {
-                v.push(Reading {
-                    pid,
-                    tid,
-                    sched: s,
-                });
+                v.push(Reading { pid, tid, sched: s });
             }
         }
         Ok(s.run_ns.saturating_add(s.wait_ns))
@@ -278,7 +278,12 @@ impl ThreadProfiler {
     ) {
         let t0 = Instant::now();
         let rows = self.sample(port, &tick, pin, Instant::now());
-        debug!(jobs = tick.jobs.len(), rows = rows.len(), took_us = t0.elapsed().as_micros() as u64, "threads profiled");
+        debug!(
+            jobs = tick.jobs.len(),
+            rows = rows.len(),
+            took_us = t0.elapsed().as_micros() as u64,
+            "threads profiled"
+        );
         if !rows.is_empty() {
             tick.writer.send(WriteOp::Threads(rows));
         }
@@ -358,7 +363,12 @@ mod tests {
     #[test]
     fn the_most_active_threads_first() {
         let tids = |v: Vec<Activity>| v.iter().map(|a| a.reading.tid).collect::<Vec<_>>();
-        let all = vec![act(1, 0, 900), act(2, 50, 50), act(3, 70, 70), act(4, 0, 10)];
+        let all = vec![
+            act(1, 0, 900),
+            act(2, 50, 50),
+            act(3, 70, 70),
+            act(4, 0, 10),
+        ];
         assert_eq!(tids(top_threads(all.clone(), 2)), [3, 2]);
         // Idle threads: most CPU since they started first.
         assert_eq!(tids(top_threads(all.clone(), 9)), [3, 2, 1, 4]);
@@ -432,8 +442,18 @@ mod tests {
             port.run.lock().unwrap().insert(t, ns);
         }
         let rows = p.sample(&port, &tick(3), &pin, t0 + Duration::from_secs(1));
-        let got: Vec<(u32, u64, u64)> = rows.iter().map(|r| (r.tid, r.run_usec, r.span_usec)).collect();
-        assert_eq!(got, [(11, 1_000_000, 1_000_000), (12, 900_000, 1_000_000), (10, 1000, 1_000_000)]);
+        let got: Vec<(u32, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.tid, r.run_usec, r.span_usec))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (11, 1_000_000, 1_000_000),
+                (12, 900_000, 1_000_000),
+                (10, 1000, 1_000_000)
+            ]
+        );
         assert_eq!(rows[0].pin.as_deref(), Some("1"));
         assert_eq!(rows[1].pin, None);
         assert_eq!(rows[0].comm, "t11");
@@ -448,9 +468,15 @@ mod tests {
         p.remember(rec.take(), t2);
         assert_eq!(port.reads.load(Ordering::Relaxed), 15);
         let rows = p.sample(&port, &tick(5), &pin, t2 + Duration::from_millis(300));
-        assert_eq!(port.reads.load(Ordering::Relaxed), 15, "no schedstat read again");
+        assert_eq!(
+            port.reads.load(Ordering::Relaxed),
+            15,
+            "no schedstat read again"
+        );
         assert_eq!(rows.len(), 5);
         // Nothing ran since: every span is the second between the two readings.
-        assert!(rows.iter().all(|r| r.run_usec == 0 && r.span_usec == 1_000_000));
+        assert!(rows
+            .iter()
+            .all(|r| r.run_usec == 0 && r.span_usec == 1_000_000));
     }
 }

@@ -79,7 +79,8 @@ pub(super) fn parse(l: &RawLease, e: Errs) -> Result<LeaseConfig, ConfigError> {
         None | Some("") => None,
         Some(n)
             if n.len() <= 255
-                && n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
         {
             Some(n.to_string())
         }

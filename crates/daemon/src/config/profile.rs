@@ -133,7 +133,10 @@ pub(super) fn parse(p: &RawProfile, e: Errs) -> Result<ProfileConfig, ConfigErro
     }
     let threads = p.threads.unwrap_or(pd.threads);
     if threads > 256 {
-        return Err(err("profile.threads", format!("{threads} is more than 256")));
+        return Err(err(
+            "profile.threads",
+            format!("{threads} is more than 256"),
+        ));
     }
     let threads_scan = p.threads_scan.unwrap_or(pd.threads_scan);
     if !(1..=100_000).contains(&threads_scan) {

@@ -209,7 +209,10 @@ fn errors_name_file_key_and_reason() {
         ("[profile]\nmax_db_size = \"10k\"", "profile.max_db_size"),
         ("[profile]\nadmin_group = \"a b\"", "profile.admin_group"),
         ("[profile]\nprocesses = 5000", "profile.processes"),
-        ("[profile]\nthreads = 300", "profile.threads: 300 is more than 256"),
+        (
+            "[profile]\nthreads = 300",
+            "profile.threads: 300 is more than 256",
+        ),
         ("[profile]\nthreads_scan = 0", "profile.threads_scan"),
         ("[profile]\nbogus = 1", "unknown field"),
         (
