@@ -706,6 +706,7 @@ mod tests {
             gpu_util_mean: None,
             gpu_util_max: None,
             gpu_mem_peak: None,
+            threads: Vec::new(),
             series: vec![
                 SeriesPoint {
                     ts_ms: T0 + 2_000,
