@@ -39,15 +39,18 @@ pub trait CommandPort: Send {
 }
 
 /// Commands run as child processes of the daemon, with its environment (`SLURM_CONF`,
-/// `SGE_ROOT`, `SGE_CELL`, `PATH`) and `LC_ALL=C`.
+/// `SGE_ROOT`, `SGE_CELL`, `PATH`), `[lease] command_env` over it, and `LC_ALL=C`.
 #[derive(Debug, Default)]
-pub struct Commands;
+pub struct Commands {
+    pub env: Vec<(String, String)>,
+}
 
 impl CommandPort for Commands {
     fn run(&self, argv: &[String], timeout: Duration) -> Result<Outcome, String> {
         let (prog, args) = argv.split_first().ok_or("no command")?;
         let mut child = Command::new(prog)
             .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("LC_ALL", "C")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -264,22 +267,17 @@ mod tests {
     #[test]
     fn a_hung_command_is_killed_at_its_timeout() {
         let t0 = Instant::now();
-        let r = Commands.run(&["sleep".into(), "30".into()], Duration::from_millis(300));
+        let r = Commands::default().run(&["sleep".into(), "30".into()], Duration::from_millis(300));
         assert!(r.unwrap_err().contains("did not answer"));
         assert!(t0.elapsed() < Duration::from_secs(5));
-        let r = Commands
-            .run(
-                &[
-                    "sh".into(),
-                    "-c".into(),
-                    "echo out; echo err >&2; exit 3".into(),
-                ],
-                Duration::from_secs(10),
-            )
-            .unwrap();
+        let c = Commands {
+            env: vec![("PJW_T".into(), "x".into())],
+        };
+        let argv = ["sh", "-c", "echo out$PJW_T; echo err >&2; exit 3"].map(String::from);
+        let r = c.run(&argv, Duration::from_secs(10)).unwrap();
         assert_eq!(
             (r.success, r.stdout.as_str(), r.stderr.as_str()),
-            (false, "out\n", "err\n")
+            (false, "outx\n", "err\n")
         );
     }
 }

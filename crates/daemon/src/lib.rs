@@ -352,7 +352,9 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     });
     let words_tx = tx.clone();
     match lease::Asker::spawn(
-        lease::Commands,
+        lease::Commands {
+            env: cfg.lease.command_env.clone(),
+        },
         lease_node,
         std::time::Duration::from_millis(cfg.lease.timeout_ms),
         move |w| {

@@ -14,6 +14,7 @@ pub struct RawLease {
     pub check_timeout: Option<RawDuration>,
     pub duration: Option<RawDuration>,
     pub node: Option<String>,
+    pub command_env: Option<Vec<String>>,
 }
 
 /// The validated `[lease]` section.
@@ -29,6 +30,9 @@ pub struct LeaseConfig {
     /// This node's name in the managers' eyes (Slurm's `NodeName`, Grid Engine's host); None:
     /// the host name (short).
     pub node: Option<String>,
+    /// Variables set for the managers' commands beside the daemon's own environment
+    /// (`SLURM_CONF`, `SGE_ROOT`, `SGE_CELL`).
+    pub command_env: Vec<(String, String)>,
 }
 
 impl Default for LeaseConfig {
@@ -38,6 +42,7 @@ impl Default for LeaseConfig {
             timeout_ms: 30_000,
             lease_ms: Some(3_600_000),
             node: None,
+            command_env: Vec::new(),
         }
     }
 }
@@ -91,10 +96,29 @@ pub(super) fn parse(l: &RawLease, e: Errs) -> Result<LeaseConfig, ConfigError> {
             ))
         }
     };
+    let mut command_env = Vec::new();
+    for v in l.command_env.iter().flatten() {
+        let ok = v.split_once('=').filter(|(n, val)| {
+            !n.is_empty()
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !n.starts_with(|c: char| c.is_ascii_digit())
+                && !val.contains('\0')
+        });
+        match ok {
+            Some((n, val)) => command_env.push((n.to_string(), val.to_string())),
+            None => {
+                return Err(e.at(
+                    "lease.command_env",
+                    format!("{v:?} is not NAME=VALUE"),
+                ))
+            }
+        }
+    }
     Ok(LeaseConfig {
         check_ms,
         timeout_ms,
         lease_ms,
         node,
+        command_env,
     })
 }
