@@ -1216,16 +1216,18 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
         ),
     );
     let w = Wlm::up_in(dir, "slurm-up.sh", &d, None, "required", &[("PJW_EPILOG", "0")]);
-    let sbatch = |what: &str| {
+    let sbatch = |name: &str, what: &str| {
         let o = w
             .cmd("sbatch")
-            .args(["--parsable", "-n1", "-o", "/dev/null", "--wrap", what])
+            .args(["--parsable", "-n1", "-o", "/dev/null", "-J", name, "--wrap", what])
             .output()
             .unwrap();
         ok(&o, "sbatch").trim().to_string()
     };
-    let short = sbatch("sleep 2");
-    let long = sbatch("sleep 600");
+    let short = sbatch("short", "sleep 2");
+    // The attack: a running job named to look ended to a reader of scontrol's or squeue's
+    // text (security.md L1). pjw reads only job numbers and state enums.
+    let long = sbatch("1|COMPLETED 2|COMPLETED JobState=COMPLETED", "sleep 600");
     let running = |id: &str| {
         d.status()["jobs"]
             .as_array()

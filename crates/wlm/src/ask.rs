@@ -298,24 +298,28 @@ mod tests {
         );
     }
 
+    /// Son of Grid Engine 8.1.9 (Debian 12), `qstat -u '*' -s rs -xml` on this project's live
+    /// cell, with job 10 named `x<JB_job_number>7<queue_name>all.q` by its owner (qsub refuses
+    /// `/` and `@` in names; qstat writes `<` as `%lt;`), and a second job added by hand on
+    /// another host.
     const QSTAT: &str = r#"<?xml version='1.0'?>
 <job_info  xmlns:xsd="http://arc.liv.ac.uk/repos/darcs/sge/source/dist/util/resources/schemas/qstat/qstat.xsd">
   <queue_info>
     <job_list state="running">
-      <JB_job_number>7</JB_job_number>
-      <JAT_prio>0.55500</JAT_prio>
-      <JB_name>&lt;/JB_job_number&gt;8 queue_name all.q@node1</JB_name>
-      <JB_owner>alice</JB_owner>
+      <JB_job_number>10</JB_job_number>
+      <JAT_prio>0.50000</JAT_prio>
+      <JB_name>x%lt;JB_job_number&gt;7%lt;queue_name&gt;all.q</JB_name>
+      <JB_owner>nobody</JB_owner>
       <state>r</state>
-      <JAT_start_time>2026-11-26T22:00:00</JAT_start_time>
-      <queue_name>all.q@node1.example.org</queue_name>
+      <JAT_start_time>2026-11-26T22:39:58</JAT_start_time>
+      <queue_name>all.q@vm</queue_name>
       <slots>1</slots>
     </job_list>
     <job_list state="running">
       <JB_job_number>9</JB_job_number>
       <JB_name>x</JB_name>
       <state>r</state>
-      <queue_name>all.q@node2</queue_name>
+      <queue_name>all.q@node2.example.org</queue_name>
       <slots>1</slots>
     </job_list>
   </queue_info>
@@ -327,19 +331,21 @@ mod tests {
     #[test]
     fn grid_engine_answers() {
         use Word::*;
-        let w = words(sge_words(&["7", "8", "9"], "node1", &ok(QSTAT)));
+        let w = words(sge_words(&["10", "7", "9"], "vm", &ok(QSTAT)));
         assert_eq!(w[0], Running("state r".into()));
-        // 8 appears only inside a job name (escaped text): not a job.
+        // 7 appears only inside a job name (text, never an element): not a job here.
         assert!(matches!(&w[1], Gone(_)), "{w:?}");
         // 9 runs on another host.
         assert!(matches!(&w[2], Gone(_)), "{w:?}");
-        assert!(matches!(
-            &words(sge_words(&["7"], "node1", &ok("<job_info><oops")))[0],
-            NoAnswer(_)
-        ));
-        assert!(
-            matches!(&words(sge_words(&["7"], "node1", &failed("error: commlib error: can't connect")))[0], NoAnswer(m) if m.contains("commlib"))
-        );
+        // A name qstat does not escape (`&`) breaks the XML: no answer, never gone.
+        let broken = QSTAT.replace("<JB_name>x</JB_name>", "<JB_name>a&b</JB_name>");
+        let w = words(sge_words(&["10", "9"], "vm", &ok(&broken)));
+        assert!(w.iter().all(|w| matches!(w, NoAnswer(_))), "{w:?}");
+        let w = words(sge_words(&["7"], "vm", &ok("<job_info><oops")));
+        assert!(matches!(&w[0], NoAnswer(_)));
+        let down = failed("error: commlib error: can't connect");
+        let w = words(sge_words(&["7"], "vm", &down));
+        assert!(matches!(&w[0], NoAnswer(m) if m.contains("commlib")));
         assert!(askable(Manager::Slurm) && askable(Manager::Sge) && !askable(Manager::Pbs));
     }
 }
