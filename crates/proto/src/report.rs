@@ -44,8 +44,9 @@ pub struct ReportQuery {
     #[serde(default)]
     pub processes: bool,
     /// Include each thread's totals (`profile.threads`); with `series` too, the series of the
-    /// busiest threads.
-    #[serde(default)]
+    /// busiest threads. Sent only when set, so a daemon from before it (which refuses unknown
+    /// fields) still answers other reports.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub threads: bool,
     /// At most this many jobs, newest first (default 100).
     #[serde(default)]
@@ -361,6 +362,14 @@ mod tests {
                     ..Default::default()
                 }],
             },
+            Response::ReportThreads {
+                rows: vec![ThreadRow {
+                    tid: 11,
+                    busy: true,
+                    points: vec![(5, 99.5)],
+                    ..Default::default()
+                }],
+            },
             Response::ReportEnd { count: 2 },
         ];
         let mut it = frames
@@ -375,6 +384,14 @@ mod tests {
             [1, 2]
         );
         assert_eq!(jobs[1].processes[0].pid, 9);
+        assert_eq!(
+            (jobs[1].threads[0].tid, jobs[1].threads[0].busy, jobs[1].threads[0].points.clone()),
+            (11, true, vec![(5, 99.5)])
+        );
+        // A query without threads says nothing of them: a daemon that refuses unknown fields
+        // (one from before them) reads it.
+        let q = crate::encode_request(&Request::Report(ReportQuery::default()));
+        assert!(!String::from_utf8_lossy(&q).contains("threads"));
         let mut err = vec![Response::Error {
             code: ErrorCode::Denied,
             message: "no".into(),
