@@ -787,15 +787,31 @@ Job 12 (steps) of alice on n1: ended, completed (exit 0)
             last_ms: T0 + 3_000,
             points: Vec::new(),
         };
-        j.threads = vec![row(101, "busy-0", true, 97.0), row(102, "\x1b[2Jevil\n", false, 0.5)];
+        j.threads = vec![
+            row(101, "busy-0", true, 97.0),
+            row(102, "\x1b[2Jevil\n", false, 0.5),
+        ];
         let text = render_threads(&j, &tz);
         let (busy, sleeping) = text.split_once("Sleeping threads").unwrap();
         assert!(busy.contains("Busy threads of job 12 (1)"), "{text}");
-        assert!(busy.lines().any(|l| l.starts_with("101 ") && l.contains("busy-0") && l.contains("2.50") && l.contains("97%") && l.contains("0-1")), "{text}");
-        assert!(sleeping.contains("102 ") && sleeping.contains("\\u{1b}[2Jevil\\u{a}"), "{text}");
+        assert!(
+            busy.lines().any(|l| l.starts_with("101 ")
+                && l.contains("busy-0")
+                && l.contains("2.50")
+                && l.contains("97%")
+                && l.contains("0-1")),
+            "{text}"
+        );
+        assert!(
+            sleeping.contains("102 ") && sleeping.contains("\\u{1b}[2Jevil\\u{a}"),
+            "{text}"
+        );
         assert!(!text.contains('\x1b'), "{text:?}");
         let csv = render_threads_csv(&[j]);
-        assert!(csv.contains("\n12,101,100,busy-0,2500000,0-1,3,97.0,1.0,2.0,true,1,4,"), "{csv}");
+        assert!(
+            csv.contains("\n12,101,100,busy-0,2500000,0-1,3,97.0,1.0,2.0,true,1,4,"),
+            "{csv}"
+        );
         assert!(!csv.contains('\x1b'), "{csv:?}");
     }
 

@@ -16,7 +16,12 @@ pub fn run(a: StatusArgs) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {
                 let now_ms = chrono::Utc::now().timestamp_millis();
-                print!("{}{}{}", render(&s), render_leases(&s, now_ms), render_starts(&s));
+                print!(
+                    "{}{}{}",
+                    render(&s),
+                    render_leases(&s, now_ms),
+                    render_starts(&s)
+                );
             }
             Ok(())
         }
@@ -48,7 +53,10 @@ pub fn render_leases(s: &StatusReport, now_ms: i64) -> String {
             Some(_) => "runs out now".into(),
             None => "no lease".into(),
         };
-        let manager = j.id.split_once(':').map(|(m, _)| m).unwrap_or("its manager");
+        let manager =
+            j.id.split_once(':')
+                .map(|(m, _)| m)
+                .unwrap_or("its manager");
         let word = match (&l.word, l.word_ms, l.asked) {
             (Some(w), Some(at), _) => format!(
                 "; {}: {} ({} ago)",
@@ -57,7 +65,10 @@ pub fn render_leases(s: &StatusReport, now_ms: i64) -> String {
                 span(now_ms - at)
             ),
             (_, _, true) => format!("; {} not asked yet", printable(manager, 16)),
-            _ => format!("; {} is not asked (the lease alone)", printable(manager, 16)),
+            _ => format!(
+                "; {} is not asked (the lease alone)",
+                printable(manager, 16)
+            ),
         };
         out.push_str(&format!(
             "lease {}: renewed {} ago, {expiry}{word}\n",

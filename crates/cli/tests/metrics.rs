@@ -149,7 +149,8 @@ fn metrics_page_passes_promtool_and_shows_jobs() {
     let out = d.pjw().arg("status").output().expect("pjw status");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("starts last 5 min: 1 started (") && text.contains("starts since start: 1 started ("),
+        text.contains("starts last 5 min: 1 started (")
+            && text.contains("starts since start: 1 started ("),
         "{text}"
     );
     let st = d.status();

@@ -1175,18 +1175,27 @@ fn scrape(port: u16) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to metrics");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     let text = String::from_utf8_lossy(&out).into_owned();
-    text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(text)
+    text.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(text)
 }
 
 /// The end reason the daemon recorded for job `id`, once it has one.
 fn end_reason(d: &TestDaemon, id: &str) -> Option<String> {
-    let o = d.pjw().args(["report", "-J", id, "--format", "json"]).output().ok()?;
+    let o = d
+        .pjw()
+        .args(["report", "-J", id, "--format", "json"])
+        .output()
+        .ok()?;
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
-    v.as_array()?.first()?["end_reason"].as_str().map(String::from)
+    v.as_array()?.first()?["end_reason"]
+        .as_str()
+        .map(String::from)
 }
 
 /// Issue 27, leases: pjw's Epilog is left out of slurm.conf, so no job is ever ended by it.
@@ -1215,11 +1224,27 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
             conf.display()
         ),
     );
-    let w = Wlm::up_in(dir, "slurm-up.sh", &d, None, "required", &[("PJW_EPILOG", "0")]);
+    let w = Wlm::up_in(
+        dir,
+        "slurm-up.sh",
+        &d,
+        None,
+        "required",
+        &[("PJW_EPILOG", "0")],
+    );
     let sbatch = |name: &str, what: &str| {
         let o = w
             .cmd("sbatch")
-            .args(["--parsable", "-n1", "-o", "/dev/null", "-J", name, "--wrap", what])
+            .args([
+                "--parsable",
+                "-n1",
+                "-o",
+                "/dev/null",
+                "-J",
+                name,
+                "--wrap",
+                what,
+            ])
             .output()
             .unwrap();
         ok(&o, "sbatch").trim().to_string()
@@ -1229,9 +1254,10 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
     // text (security.md L1). pjw reads only job numbers and state enums.
     let long = sbatch("1|COMPLETED 2|COMPLETED JobState=COMPLETED", "sleep 600");
     let running = |id: &str| {
-        d.status()["jobs"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|j| j["id"] == format!("slurm:{id}") && j["state"] == "running"))
+        d.status()["jobs"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|j| j["id"] == format!("slurm:{id}") && j["state"] == "running")
+        })
     };
     assert!(
         TestDaemon::wait_for(Duration::from_secs(60), || running(&long)),
@@ -1249,7 +1275,12 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
         "slurm:{short} not ended\n{}",
         d.log()
     );
-    assert_eq!(why.as_deref(), Some("lease: slurm says COMPLETED"), "{}", d.log());
+    assert_eq!(
+        why.as_deref(),
+        Some("lease: slurm says COMPLETED"),
+        "{}",
+        d.log()
+    );
 
     // slurmctld stopped for a minute.
     let stopped = Stopped::slurmctld(&w);
@@ -1259,7 +1290,9 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
     let held = format!("9{}", std::process::id());
     let o = d
         .pjw()
-        .args(["job", "register", "--wlm", "slurm", "-j", &held, "-u", "nobody", "-c", "1"])
+        .args([
+            "job", "register", "--wlm", "slurm", "-j", &held, "-u", "nobody", "-c", "1",
+        ])
         .output()
         .unwrap();
     ok(&o, "pjw job register");
@@ -1267,14 +1300,24 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
     let mut held_why = None;
     let mut page = String::new();
     while t0.elapsed() < Duration::from_secs(60) {
-        assert!(running(&long), "slurm:{long} ended while slurmctld was stopped\n{}", d.log());
+        assert!(
+            running(&long),
+            "slurm:{long} ended while slurmctld was stopped\n{}",
+            d.log()
+        );
         let st = d.status();
         let lease = st["jobs"]
             .as_array()
-            .and_then(|a| a.iter().find(|j| j["id"] == format!("slurm:{long}")).cloned())
+            .and_then(|a| {
+                a.iter()
+                    .find(|j| j["id"] == format!("slurm:{long}"))
+                    .cloned()
+            })
             .map(|j| j["lease"].clone())
             .unwrap_or_default();
-        silent |= lease["word"].as_str().is_some_and(|w| w.starts_with("no answer"));
+        silent |= lease["word"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("no answer"));
         if held_why.is_none() {
             held_why = end_reason(&d, &format!("slurm:{held}"));
         }
@@ -1286,7 +1329,8 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
     // Asks were made and got no answer (what would have ended the job did run).
     assert!(silent, "no 'no answer' seen for slurm:{long}:\n{}", d.log());
     assert!(
-        held_why.as_deref().is_some_and(|r| r.starts_with("lease: expired (no word from slurm that it runs, and no process, for ")),
+        held_why.as_deref().is_some_and(|r| r
+            .starts_with("lease: expired (no word from slurm that it runs, and no process, for ")),
         "held job: {held_why:?}\n{}",
         d.log()
     );
@@ -1308,7 +1352,12 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
         use std::io::Write;
         c.stdin.take().unwrap().write_all(page.as_bytes()).unwrap();
         let out = c.wait_with_output().unwrap();
-        assert!(out.status.success(), "promtool: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "promtool: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     } else {
         panic!("promtool missing: run scripts/install-deps.sh");
     }
@@ -1324,6 +1373,13 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
         "slurm:{long} not ended after scancel\n{}",
         d.log()
     );
-    assert_eq!(why.as_deref(), Some("lease: slurm says CANCELLED"), "{}", d.log());
-    assert!(TestDaemon::wait_for(Duration::from_secs(10), || no_job_cgroups(&d)));
+    assert_eq!(
+        why.as_deref(),
+        Some("lease: slurm says CANCELLED"),
+        "{}",
+        d.log()
+    );
+    assert!(TestDaemon::wait_for(Duration::from_secs(10), || {
+        no_job_cgroups(&d)
+    }));
 }

@@ -385,7 +385,11 @@ mod tests {
         );
         assert_eq!(jobs[1].processes[0].pid, 9);
         assert_eq!(
-            (jobs[1].threads[0].tid, jobs[1].threads[0].busy, jobs[1].threads[0].points.clone()),
+            (
+                jobs[1].threads[0].tid,
+                jobs[1].threads[0].busy,
+                jobs[1].threads[0].points.clone()
+            ),
             (11, true, vec![(5, 99.5)])
         );
         // A query without threads says nothing of them: a daemon that refuses unknown fields

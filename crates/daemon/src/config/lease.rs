@@ -106,12 +106,7 @@ pub(super) fn parse(l: &RawLease, e: Errs) -> Result<LeaseConfig, ConfigError> {
         });
         match ok {
             Some((n, val)) => command_env.push((n.to_string(), val.to_string())),
-            None => {
-                return Err(e.at(
-                    "lease.command_env",
-                    format!("{v:?} is not NAME=VALUE"),
-                ))
-            }
+            None => return Err(e.at("lease.command_env", format!("{v:?} is not NAME=VALUE"))),
         }
     }
     Ok(LeaseConfig {
