@@ -340,7 +340,7 @@ mod tests {
             text,
             "lease slurm:7: renewed 60 s ago, runs out in 59 min; slurm: no answer: squeue did not answer within 30 s\\u{1b}[2J (10 s ago)\n"
         );
-        r.starts = Some(pjw_proto::StartStats {
+        r.starts = Some(Box::new(pjw_proto::StartStats {
             queue_len: 0,
             recent: pjw_proto::StartWindow {
                 window_secs: 300,
@@ -351,7 +351,7 @@ mod tests {
                 ..Default::default()
             },
             total: Default::default(),
-        });
+        }));
         let text = render_starts(&r);
         assert!(text.starts_with("starts last 5 min: 3 started (0.010/s), 0 ended (0.000/s); wait to start mean 1.50s p50 0.25s p90 - "), "{text}");
         assert!(text.contains("\nstarts since start: 0 started"), "{text}");

@@ -1154,7 +1154,7 @@ impl Stopped {
         let pid: i32 = pids
             .lines()
             .filter_map(|l| l.strip_prefix("slurmctld "))
-            .last()
+            .next_back()
             .and_then(|p| p.trim().parse().ok())
             .expect("slurmctld's pid in DIR/pids");
         // SAFETY: kill(2) on the pid the up script recorded for the daemon it started.

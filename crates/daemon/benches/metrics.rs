@@ -38,6 +38,7 @@ fn snapshot(n: usize) -> Snapshot {
             })
             .collect(),
         store_write_errors: 0,
+        starts: None,
     }
 }
 

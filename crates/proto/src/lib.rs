@@ -404,7 +404,7 @@ pub struct StatusReport {
     pub version: String,
     /// Start-time statistics (absent from older daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub starts: Option<StartStats>,
+    pub starts: Option<Box<StartStats>>,
 }
 
 /// Errors of the transport and client.

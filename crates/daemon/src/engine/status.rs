@@ -94,7 +94,7 @@ impl Engine {
             free_gpus: self.free_gpus(),
             cgroup: self.driver.describe(),
             version: env!("CARGO_PKG_VERSION").to_string(),
-            starts: Some(self.start_figures()),
+            starts: Some(Box::new(self.start_figures())),
         }
     }
 
