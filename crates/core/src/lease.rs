@@ -102,7 +102,15 @@ mod tests {
         let keep = |r| Verdict::Keep { renewed_ms: r };
         let expired = |r| Verdict::End(Why::Expired { renewed_ms: r });
         // (description, renewed, now, lease, has processes, word, verdict)
-        type Case<'a> = (&'a str, i64, i64, Option<u64>, bool, Option<&'a Word>, Verdict);
+        type Case<'a> = (
+            &'a str,
+            i64,
+            i64,
+            Option<u64>,
+            bool,
+            Option<&'a Word>,
+            Verdict,
+        );
         let cases: &[Case] = &[
             (
                 "runs here: renewed",
