@@ -205,10 +205,11 @@ impl ThreadProfiler {
                 .filter(|(at, _)| now.saturating_duration_since(*at) <= tick.reuse)
                 .map(|(at, r)| (*at, r.clone()));
             let st = self.jobs.entry(job.seq).or_default();
-            let (at, reads) = match fresh {
-                Some(x) => x,
+            // A balancing pass reads every thread; a read of our own may stop at `scan`.
+            let (at, reads, complete) = match fresh {
+                Some((at, r)) => (at, r, true),
                 None => match read_job(port, job, tick.scan, &mut st.offset) {
-                    Some(r) => (now, r),
+                    Some((r, complete)) => (now, r, complete),
                     None => continue,
                 },
             };
@@ -229,9 +230,11 @@ impl ThreadProfiler {
                     },
                 })
                 .collect();
-            let full = reads.len() >= tick.scan.max(1);
-            if !full {
+            if complete {
                 // Every thread was read: those not there any more are gone.
+                st.prev.clear();
+            } else if st.prev.len() > 8 * tick.scan.max(1) {
+                // Read in turns: threads that exited cannot be told apart; bounded instead.
                 st.prev.clear();
             }
             for r in &reads {
@@ -290,14 +293,15 @@ impl ThreadProfiler {
     }
 }
 
-/// Read the threads of `job` (at most `scan`, from `offset` on in turn). None: the job's
-/// processes cannot be listed (it ended, or a failure, logged at debug).
+/// Read the threads of `job` (at most `scan`, from `offset` on in turn), and whether that was
+/// all of them. None: the job's processes cannot be listed (it ended, or a failure, logged at
+/// debug).
 fn read_job(
     port: &dyn BindPort,
     job: &ProfJob,
     scan: usize,
     offset: &mut usize,
-) -> Option<Vec<Reading>> {
+) -> Option<(Vec<Reading>, bool)> {
     let pids = match port.procs(&job.cgroup) {
         Ok(p) => p,
         Err(e) => {
@@ -335,7 +339,7 @@ fn read_job(
             }
         }
     }
-    Some(out)
+    Some((out, tids.len() <= scan))
 }
 
 #[cfg(test)]
