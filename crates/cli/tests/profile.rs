@@ -591,4 +591,18 @@ fn a_job_of_two_busy_and_two_sleeping_threads_is_reported_per_thread() {
         csv.contains(&format!("thr1,{},", tid_of("busy-2"))),
         "{csv}"
     );
+    // The plot's third panel: the busiest threads, each by its id.
+    let svg = d.dir().join("thr1.svg");
+    let out = report(&d, &["-J", "thr1", "--plot", svg.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("Busiest threads"), "no thread panel");
+    for name in ["busy-0", "busy-2"] {
+        let label = format!("tid {} ({name})", tid_of(name));
+        assert!(svg.contains(&label), "{label} not in the plot");
+    }
 }
