@@ -257,9 +257,10 @@ pub fn slurm(c: SlurmCommand) -> i32 {
                     String::from_utf8_lossy(&out.stderr).trim()
                 ));
             }
-            job.mem =
-                wlm_parse::scontrol_mem(&String::from_utf8_lossy(&out.stdout), &node, job.cpus);
-            let name = std::env::var("SLURM_JOB_NAME").ok();
+            let text = String::from_utf8_lossy(&out.stdout);
+            job.mem = wlm_parse::scontrol_mem(&text, &node, job.cpus);
+            let name =
+                wlm_parse::slurm_job_name(std::env::var("SLURM_JOB_NAME").ok().as_deref(), &text);
             match register("slurm", &job, name, false) {
                 Ok(got) => {
                     eprintln!("pjw: slurm job {id} of {} registered on {got}", job.user);
@@ -325,6 +326,11 @@ pub fn sge(c: SgeCommand) -> i32 {
                     return 125;
                 }
             };
+            // Grid Engine's name for the job, bounded and escaped as Slurm's.
+            let name = pjw_wlm::sge_shepherd(&text)
+                .ok()
+                .and_then(|w| w.name)
+                .and_then(|n| wlm_parse::job_name(&n));
             let job = match pjw_wlm::sge_shepherd(&text) {
                 Ok(w) => match (w.user, w.cpus) {
                     (Some(user), cpus) => WlmJob {
@@ -347,7 +353,7 @@ pub fn sge(c: SgeCommand) -> i32 {
                     return 125;
                 }
             };
-            match register("sge", &job, None, true) {
+            match register("sge", &job, name, true) {
                 Ok(_) => exec(&a.command),
                 // Another task of a job already registered (a `qrsh -inherit` slave): its
                 // processes carry JOB_ID and are adopted into that job.

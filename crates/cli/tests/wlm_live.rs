@@ -290,6 +290,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         let o = w
             .cmd("sbatch")
             .args(["-n1", "--mem-per-cpu=200M", "-o", "/dev/null"])
+            .args(["-J", &format!("solver run{n}")])
             .arg(&script)
             .output()
             .unwrap();
@@ -324,11 +325,13 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         ids.iter().map(|i| format!("slurm:{i}")).collect(),
         "pjw job ids are Slurm's, in Slurm's namespace"
     );
-    for (id, allowed) in ids.iter().zip(&seen) {
+    for (n, (id, allowed)) in ids.iter().zip(&seen).enumerate() {
         let j = jobs
             .iter()
             .find(|j| j["id"] == format!("slurm:{id}"))
             .unwrap();
+        // The job's own name, from Slurm (not "slurm job slurm:N").
+        assert_eq!(j["name"], format!("solver run{n}"), "job {id}: {j:#}");
         assert_eq!(cpus_of(j).len(), 1);
         // The Prolog is not told the memory; scontrol's Mem= for the node is the job's limit.
         assert_eq!(j["mem"], 200u64 << 20, "job {id}: {j:#}");
@@ -413,7 +416,18 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     }
     let latency = latency.unwrap_or_else(|| panic!("rank of job {id} not adopted:\n{}", d.log()));
     eprintln!("adoption latency, exec to moved (slurm job {id}): {latency:?}");
-    std::thread::sleep(Duration::from_millis(500));
+    // First proof that the daemon looked at the stranger (its line names its pid), then that
+    // it left it where it was.
+    let looked = format!("pid={}", stranger.id());
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || d
+            .log()
+            .lines()
+            .any(|l| l.contains("process of an unknown job left alone")
+                && l.split_whitespace().any(|w| w == looked))),
+        "the stranger ({looked}) was never looked at:\n{}",
+        d.log()
+    );
     assert_eq!(
         job_of(&d, stranger.id()),
         None,
@@ -488,6 +502,11 @@ fn slurm_user_cannot_dodge_adoption_or_steer_the_prolog() {
         .find(|j| j["id"] == format!("slurm:{id}"))
         .unwrap_or_else(|| panic!("no pjw job slurm:{id}: {st:#}"));
     assert_eq!(j["user"], "pjwatk1", "the name steered the owner: {j:#}");
+    // The name is shown, cut at its first newline: what followed is not taken for anything.
+    assert_eq!(
+        j["name"], "x UserId=root(0) NumCPUs=2 MinMemoryNode=64G",
+        "{j:#}"
+    );
     assert_eq!(j["uid"], uid);
     assert_eq!(cpus_of(&j).len(), 1, "the name steered the CPUs: {j:#}");
     assert_eq!(j["mem"], 100u64 << 20, "the name steered the memory: {j:#}");
@@ -568,7 +587,7 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
                 "-o",
                 "/dev/null",
             ])
-            .args(["-S", "/bin/sh", "-cwd"])
+            .args(["-S", "/bin/sh", "-cwd", "-N", "sgesim"])
             .arg(&script)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -598,6 +617,8 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
             .find(|j| j["id"] == id.as_str())
             .unwrap_or_else(|| panic!("no pjw job {id}: {st:#}"));
         assert_eq!(j["user"], nb.name.as_str());
+        // The job's own name, from Grid Engine's config for the shepherd.
+        assert_eq!(j["name"], "sgesim", "{j:#}");
         assert_eq!(&cpus_of(j), allowed);
         assert_eq!(allowed.len(), 1);
     }

@@ -407,14 +407,11 @@ mod tests {
 
     /// Lineages of real processes: copies of `sh` named `slurmd` and `slurmstepd` (root, as
     /// this test runs) stand for the manager's daemons. Root only (reads other processes'
-    /// `exe`); skipped otherwise.
+    /// `exe`); a skip elsewhere (recorded, not a pass).
     #[test]
     fn lineage_of_real_processes() {
         use std::process::{Command, Stdio};
-        if rustix::process::geteuid().as_raw() != 0 {
-            eprintln!("skipped: not root");
-            return;
-        }
+        pjw_testkit::require_root!();
         let dir = tempfile::tempdir().unwrap();
         for name in ["slurmd", "slurmstepd"] {
             std::fs::copy("/bin/bash", dir.path().join(name)).unwrap();

@@ -20,7 +20,7 @@
 //! process watcher) and [`freezing`] (freezes, waited for off the engine thread), [`control`] (kill, suspend, resume, priority), [`recovery`] (restart),
 //! [`mem_governor`] (the memory governor's reads and writes), [`profile_hooks`] (sampler, job
 //! summaries, `report`), [`proc_events`] (the process tracker), [`binding`] (thread balancing), [`wlm`] (workload-manager
-//! jobs and adoption) and [`status`] (`pjw status`, metrics).
+//! jobs and adoption), [`status`] (`pjw status`, metrics) with [`live`] (its fresh figures).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -71,6 +71,9 @@ mod lease;
 #[cfg(test)]
 mod lease_tests;
 mod lifecycle;
+mod live;
+#[cfg(test)]
+mod live_tests;
 mod mem_governor;
 mod pidfd;
 mod planning;
@@ -172,6 +175,10 @@ pub struct Engine {
     lease_armed: bool,
     /// Start-time statistics: starts and ends per second, waits to start, queue, freezes.
     start_stats: pjw_core::start_stats::StartStats,
+    /// Live figures for `status` (`live.rs`): passes off the engine thread, their readings.
+    live: live::Live,
+    /// The young jobs' sampling tick is armed ([`Event::SampleYoung`]).
+    young_armed: bool,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -292,6 +299,8 @@ impl Engine {
                 cfg_window_ms,
                 crate::clock::SystemClock.now_ms(),
             ),
+            live: live::Live::default(),
+            young_armed: false,
         }
     }
 
@@ -377,9 +386,9 @@ impl Engine {
                 req,
                 reply,
             } => self.submit(conn, cred, &who, req, reply),
-            Event::Status { reply } => {
-                let _ = reply.send(Response::Status(self.status()));
-            }
+            Event::Status { reply } => self.status_request(reply),
+            Event::LiveRead { readings } => self.live_read(readings),
+            Event::LiveLate => self.live_late(),
             Event::Control {
                 cred,
                 who,
@@ -435,6 +444,7 @@ impl Engine {
             Event::SweepMore => self.sweep(true),
             Event::Proc(msg) => self.proc_events(msg),
             Event::Sample => self.sample(),
+            Event::SampleYoung => self.sample_young(),
             Event::Bind => self.bind_tick(),
             Event::LeaseTick => self.lease_tick(),
             Event::LeaseWords(words) => self.lease_words(words),

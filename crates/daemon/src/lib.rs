@@ -15,6 +15,7 @@ pub mod gpu_stats;
 pub mod gpus;
 pub mod ipc_scrub;
 pub mod lease;
+pub mod live;
 pub mod metrics;
 pub mod os;
 pub mod procs;
@@ -324,6 +325,8 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     if let Some(kind) = partition {
         eng.enable_partitions(kind);
     }
+    // `status` figures as of the request, read on a blocking thread (docs/decisions.md (bp)).
+    eng.set_live_reader(live::driver_reader(&metrics_driver));
     // GPU utilisation and memory: NVML on its own thread, loaded there (absent: one info line).
     let readable = gpu_stats::readable(&node_gpus);
     if cfg.gpus.nvml && !readable.is_empty() {

@@ -181,7 +181,7 @@ fn hybrid_and_v1_need_the_v1_hierarchies() {
 }
 
 #[test]
-fn a_password_in_a_world_readable_config_fails() {
+fn a_password_in_the_config_fails_whatever_its_mode() {
     let f = machine(Mode::Unified);
     let cfg = config(
         &f,
@@ -193,9 +193,12 @@ fn a_password_in_a_world_readable_config_fails() {
     assert_eq!(l.status, Status::Fail, "{l:?}");
     assert!(l.detail.contains("central.url"), "{l:?}");
     assert!(!l.detail.contains("secret"), "the password leaked: {l:?}");
-    // 0600 is fine.
+    // 0600 is not enough: the password belongs in central.password_file alone.
     std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert_eq!(line(&check(&f, &cfg, "/pjw"), "config").status, Status::Ok);
+    let l = line(&check(&f, &cfg, "/pjw"), "config").clone();
+    assert_eq!(l.status, Status::Fail, "{l:?}");
+    assert!(l.detail.contains("central.password_file"), "{l:?}");
+    assert!(!l.detail.contains("secret"), "the password leaked: {l:?}");
 }
 
 #[test]

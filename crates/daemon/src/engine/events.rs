@@ -53,6 +53,12 @@ pub enum Event {
     },
     /// A `status` request.
     Status { reply: oneshot::Sender<Response> },
+    /// A live pass (see [`crate::live`]) read these jobs' figures, on a blocking thread.
+    LiveRead {
+        readings: Vec<(i64, crate::live::Reading)>,
+    },
+    /// The running live pass takes longer than [`crate::live::WAIT`].
+    LiveLate,
     /// A request about one job.
     Control {
         cred: Cred,
@@ -104,6 +110,9 @@ pub enum Event {
     Proc(ProcMsg),
     /// The sampler's tick (`profile.interval`): sample every started job.
     Sample,
+    /// The young jobs' tick: sample the jobs in their first minute (see
+    /// [`crate::profile::YOUNG_FOR`]).
+    SampleYoung,
     /// The thread balancing tick (`[job] bind_interval_ms`): hand the running jobs to the
     /// binder.
     Bind,
