@@ -604,6 +604,7 @@ fn a_job_of_two_busy_and_two_sleeping_threads_is_reported_per_thread() {
         let label = format!("tid {} ({name})", tid_of(name));
         assert!(svg.contains(&label), "{label} not in the plot");
     }
+}
 
 /// CPU efficiency means something or is not shown: `pjw run -- true` (a few milliseconds,
 /// most of them pjw's client becoming the command) shows none; a 1-CPU job busy for 1.5 s,
