@@ -369,7 +369,8 @@ pub struct ReportArgs {
     #[arg(long)]
     pub processes: bool,
     /// Show each thread: its CPU time, the CPUs it ran on, migrations, its shares of time
-    /// running, waiting and asleep, and its pin (recorded with profile.threads = N).
+    /// running, waiting and asleep, and its pin (recorded with profile.threads = N); with
+    /// --plot, a panel of the busiest threads.
     #[arg(long)]
     pub threads: bool,
     /// Output format.

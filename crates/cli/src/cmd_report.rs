@@ -32,8 +32,8 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         // A plot needs the series.
         series: a.series || a.plot.is_some(),
         processes: a.processes,
-        // A plot shows the busiest threads where they were recorded.
-        threads: a.threads || a.plot.is_some(),
+        // With --plot, --threads adds a panel of the busiest threads.
+        threads: a.threads,
         limit: a.limit,
         central: a.central,
         node: a.node.clone(),

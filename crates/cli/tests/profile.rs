@@ -592,7 +592,10 @@ fn a_job_of_two_busy_and_two_sleeping_threads_is_reported_per_thread() {
     );
     // The plot's third panel: the busiest threads, each by its id.
     let svg = d.dir().join("thr1.svg");
-    let out = report(&d, &["-J", "thr1", "--plot", svg.to_str().unwrap()]);
+    let out = report(
+        &d,
+        &["-J", "thr1", "--threads", "--plot", svg.to_str().unwrap()],
+    );
     assert!(
         out.status.success(),
         "{}",
