@@ -416,6 +416,38 @@ mod tests {
     }
 
     #[test]
+    fn a_job_with_more_threads_than_the_scan_is_read_in_turns() {
+        let port = Fake {
+            run: Mutex::new(HashMap::new()),
+            reads: AtomicUsize::new(0),
+        };
+        let (writer, _rx) = Writer::collecting();
+        let tick = ProfileTick {
+            ts_ms: 0,
+            top: 9,
+            scan: 2,
+            reuse: Duration::from_secs(1),
+            jobs: vec![ProfJob {
+                seq: 1,
+                cgroup: "job-1".into(),
+                cpus: CpuSet::parse_list("0").unwrap(),
+                mode: BindMode::None,
+            }],
+            writer,
+        };
+        let mut p = ThreadProfiler::default();
+        let t0 = Instant::now();
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..3 {
+            let rows = p.sample(&port, &tick, &|_, _| None, t0 + Duration::from_secs(i));
+            assert_eq!(rows.len(), 2, "tick {i}: at most `scan` threads read");
+            seen.extend(rows.iter().map(|r| r.tid));
+        }
+        assert_eq!(port.reads.load(Ordering::Relaxed), 6);
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [10, 11, 12, 13, 14]);
+    }
+
+    #[test]
     fn busy_threads_lead_and_a_recent_pass_is_not_read_again() {
         let port = Fake {
             run: Mutex::new(HashMap::new()),
