@@ -6,7 +6,8 @@
 //! binds, so a thread's file is never read twice in one interval — give each thread's running
 //! and waiting since its last reading; the top N by that activity ([`top_threads`], pure) get
 //! two more reads each (`stat`: name and last CPU; `sched`: migrations) and a row, with the pin
-//! the balancer gave them. Rows go to the profile writer. Per job and tick that is one listing
+//! the balancer gave them — except a thread that neither ran nor waited since, which gets a row
+//! once a minute ([`IDLE_ROW_EVERY`]), its facts unchanged and unread. Rows go to the profile writer. Per job and tick that is one listing
 //! per process, at most `scan` small reads and 2N more: nothing on the engine's thread, and the
 //! rows stored grow with jobs (N each), not with threads.
 
@@ -165,9 +166,16 @@ impl BindPort for Recorder<'_> {
 struct JobThreads {
     /// Each thread's last reading and when it was taken.
     prev: HashMap<u32, (SchedRead, Instant)>,
+    /// Each thread's last row: its reading, when, and its facts (reused while it stays idle).
+    stored: HashMap<u32, (SchedRead, Instant, TaskFacts)>,
     /// Where the next tick's scan starts, for a job with more threads than `scan`.
     offset: usize,
 }
+
+/// A top thread that neither ran nor waited since its last reading gets a row at most this
+/// often: its next row's span covers the time in between, so its shares stay exact, and an
+/// idle thread costs no `stat`, no `sched` and no row at most ticks.
+pub const IDLE_ROW_EVERY: Duration = Duration::from_secs(60);
 
 /// The profiler's state: per job, the threads' last readings; per job cgroup, what the last
 /// balancing pass read.
@@ -233,40 +241,67 @@ impl ThreadProfiler {
             if complete {
                 // Every thread was read: those not there any more are gone.
                 st.prev.clear();
+                st.stored
+                    .retain(|tid, _| reads.iter().any(|r| r.tid == *tid));
             } else if st.prev.len() > 8 * tick.scan.max(1) {
                 // Read in turns: threads that exited cannot be told apart; bounded instead.
                 st.prev.clear();
+                st.stored.clear();
             }
             for r in &reads {
                 st.prev.insert(r.tid, (r.sched, at));
             }
             for a in top_threads(acts, tick.top) {
                 let Reading { pid, tid, sched } = a.reading;
-                let facts = match port.task(pid, tid) {
-                    Ok(f) => f,
-                    Err(BindError::Gone) => continue,
-                    Err(BindError::Failed(e)) => {
-                        debug!(cgroup = %job.cgroup, tid, error = %e, "thread profile: cannot read the thread");
-                        continue;
-                    }
+                let idle = a.span_ns > 0 && a.run_ns + a.wait_ns == 0;
+                let last = st.stored.get(&tid);
+                if idle
+                    && last.is_some_and(|(_, when, _)| {
+                        at.saturating_duration_since(*when) < IDLE_ROW_EVERY
+                    })
+                {
+                    continue;
+                }
+                // A thread that did not run cannot have moved or migrated: its facts are kept.
+                let facts = match last {
+                    Some((_, _, f)) if idle => f.clone(),
+                    _ => match port.task(pid, tid) {
+                        Ok(f) => f,
+                        Err(BindError::Gone) => continue,
+                        Err(BindError::Failed(e)) => {
+                            debug!(cgroup = %job.cgroup, tid, error = %e, "thread profile: cannot read the thread");
+                            continue;
+                        }
+                    },
+                };
+                // Deltas since the thread's last row (the rows of a thread cover its time without
+                // gaps or overlaps), or since its previous reading for its first row.
+                let (run_ns, wait_ns, span_ns) = match last {
+                    Some((was, when, _)) if at >= *when => (
+                        sched.run_ns.saturating_sub(was.run_ns),
+                        sched.wait_ns.saturating_sub(was.wait_ns),
+                        at.saturating_duration_since(*when).as_nanos() as u64,
+                    ),
+                    _ => (a.run_ns, a.wait_ns, a.span_ns),
                 };
                 let us = |ns: u64| ns / 1000;
                 // A span shorter than what ran in it (readings taken a little apart) is the run.
-                let span = a.span_ns.max(a.run_ns + a.wait_ns);
+                let span = span_ns.max(run_ns + wait_ns);
                 rows.push(ThreadSample {
                     seq: job.seq,
                     ts_ms: tick.ts_ms,
                     tid,
                     pid,
-                    comm: facts.comm,
+                    comm: facts.comm.clone(),
                     cpu_usec: us(sched.run_ns),
-                    run_usec: us(a.run_ns),
-                    wait_usec: us(a.wait_ns),
-                    span_usec: if a.span_ns == 0 { 0 } else { us(span) },
+                    run_usec: us(run_ns),
+                    wait_usec: us(wait_ns),
+                    span_usec: if span_ns == 0 { 0 } else { us(span) },
                     cpu: facts.cpu,
                     migrations: facts.migrations,
                     pin: pin(job, Tid(tid)).map(|c| c.to_string()),
                 });
+                st.stored.insert(tid, (sched, at, facts));
             }
         }
         rows
@@ -440,7 +475,8 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for i in 0..3 {
             let rows = p.sample(&port, &tick, &|_, _| None, t0 + Duration::from_secs(i));
-            assert_eq!(rows.len(), 2, "tick {i}: at most `scan` threads read");
+            // At most `scan` threads read; thread 10, idle since its row, gets none the third time.
+            assert_eq!(rows.len(), [2, 2, 1][i as usize], "tick {i}");
             seen.extend(rows.iter().map(|r| r.tid));
         }
         assert_eq!(port.reads.load(Ordering::Relaxed), 6);
@@ -509,10 +545,32 @@ mod tests {
             15,
             "no schedstat read again"
         );
-        assert_eq!(rows.len(), 5);
-        // Nothing ran since: every span is the second between the two readings.
-        assert!(rows
+        // Nothing ran since: the idle threads that have a row get none now; the two that never
+        // had one get theirs, over the second between their two readings.
+        let got: Vec<(u32, u64, u64)> = rows
             .iter()
-            .all(|r| r.run_usec == 0 && r.span_usec == 1_000_000));
+            .map(|r| (r.tid, r.run_usec, r.span_usec))
+            .collect();
+        assert_eq!(got, [(13, 0, 1_000_000), (14, 0, 1_000_000)]);
+        // A minute on, the idle threads get a row whose span covers all the time since their
+        // last one, and thread 11, which ran again, one of its own time.
+        port.run.lock().unwrap().insert(11, 1_500_000_000);
+        let t3 = t2 + IDLE_ROW_EVERY;
+        let rows = p.sample(&port, &tick(5), &pin, t3);
+        let got: Vec<(u32, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.tid, r.run_usec, r.span_usec))
+            .collect();
+        let minute = IDLE_ROW_EVERY.as_micros() as u64;
+        assert_eq!(
+            got,
+            [
+                (11, 500_000, minute + 1_000_000),
+                (12, 0, minute + 1_000_000),
+                (10, 0, minute + 1_000_000),
+                (13, 0, minute),
+                (14, 0, minute),
+            ]
+        );
     }
 }
