@@ -120,7 +120,13 @@ pub struct RegisterArgs {
     /// CPUs the manager gave the job on this node.
     #[arg(short = 'c', long, value_name = "N")]
     pub cpus: u32,
-    /// Memory limit (e.g. 512M, 4G).
+    /// Memory limit (e.g. 512M, 4G): the job's RAM, not its swap
+    ///
+    /// It caps the job's RAM: its processes' memory, page cache,
+    /// /dev/shm and /tmp files. It does not cap swap: where the node has swap, the job may also
+    /// use swap up to the node's [job] swap_max (by default no cap), slower but alive. Beyond
+    /// the cap the kernel kills the job's processes (OOM), and pjw run says so when the job
+    /// ends.
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,
     /// Job name.
@@ -198,9 +204,15 @@ pub struct DaemonArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Number of CPUs [default: the workload manager's with --from-env, else 1].
-    #[arg(short = 'c', long, value_name = "N")]
+    /// Number of CPUs; with --ntasks, CPUs per task [default: the workload manager's with
+    /// --from-env (divided among the tasks), else 1].
+    #[arg(short = 'c', long, visible_alias = "cpus-per-task", value_name = "N")]
     pub cpus: Option<u32>,
+    /// Tasks (MPI ranks) the command starts, Slurm's --ntasks: the job gets tasks × --cpus
+    /// CPUs; each task's thread counts are its share, and Open MPI's mpirun is told to start
+    /// that many ranks, each bound to its own CPUs.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ntasks: Option<u32>,
     /// Whole GPUs, with CPUs local to them; the job can open only its own GPUs' devices.
     #[arg(short = 'g', long, value_name = "N", default_value_t = 0)]
     pub gpus: u32,
@@ -212,7 +224,13 @@ pub struct RunArgs {
     /// path on the disk); repeat per disk. Can only tighten the node's [job] io_max.
     #[arg(long, value_name = "SPEC")]
     pub io_max: Vec<String>,
-    /// Memory limit (e.g. 512M, 4G).
+    /// Memory limit (e.g. 512M, 4G): the job's RAM, not its swap
+    ///
+    /// It caps the job's RAM: its processes' memory, page cache,
+    /// /dev/shm and /tmp files. It does not cap swap: where the node has swap, the job may also
+    /// use swap up to the node's [job] swap_max (by default no cap), slower but alive. Beyond
+    /// the cap the kernel kills the job's processes (OOM), and pjw run says so when the job
+    /// ends.
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,
     /// Job id (else the daemon makes one).

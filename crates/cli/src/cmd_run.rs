@@ -2,7 +2,8 @@
 //!
 //! This process stays single-threaded until it execs: the daemon moves the whole process
 //! (found by `SO_PEERCRED`) into the job's cgroups, so the command starts confined from its
-//! first instruction and no helper process remains.
+//! first instruction and no helper process remains in the job. A watcher outside it
+//! (`run_watch`) says on stderr what memory did to the job once the command has exited.
 
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
@@ -55,10 +56,10 @@ pub fn run(a: RunArgs) -> i32 {
         Ok(m) => m.or(wlm.as_ref().and_then(|w| w.mem)),
         Err(e) => return fail(format!("--mem: {e}")),
     };
-    let cpus = a.cpus.or(wlm.as_ref().and_then(|w| w.cpus)).unwrap_or(1);
-    if cpus == 0 {
-        return fail("--cpus must be at least 1");
-    }
+    let cpus = match job_cpus(a.cpus, a.ntasks, wlm.as_ref().and_then(|w| w.cpus)) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
     let job_id = a.job_id.clone().or(wlm.as_ref().map(|w| w.pjw_id.clone()));
     if let Some(id) = &job_id {
         if let Err(e) = pjw_core::JobId::new(id) {
@@ -105,6 +106,7 @@ pub fn run(a: RunArgs) -> i32 {
     let mut req = RunRequest {
         gpus: a.gpus,
         bind: a.bind,
+        tasks: a.ntasks,
         cpus,
         mem,
         job_id,
@@ -120,6 +122,8 @@ pub fn run(a: RunArgs) -> i32 {
         io_max,
     };
     let path = pjw_proto::socket_path();
+    // Who tells the user what memory did to the job once the command has exited.
+    let watch = crate::run_watch::Watch::spawn();
 
     let mut said_queued = false;
     let mut lost_since: Option<Instant> = None;
@@ -240,6 +244,12 @@ pub fn run(a: RunArgs) -> i32 {
         .env("PJW_CPUS", cpus.to_string())
         .envs(defaults)
         .envs(env);
+    if let Some(n) = a.ntasks {
+        cmd.env("PJW_NTASKS", n.to_string()).env(
+            "PJW_CPUS_PER_TASK",
+            (cpus.len() / n as usize).max(1).to_string(),
+        );
+    }
     // Job starter mode: private /tmp (needs root), then become the user.
     match &tmp {
         Some(JobTmp::Private { size }) if root => {
@@ -272,6 +282,9 @@ pub fn run(a: RunArgs) -> i32 {
         }
         cmd.envs(crate::starter::user_env(t));
     }
+    if let Some(w) = watch {
+        w.started(&job);
+    }
     let e = cmd.exec();
     let prog = a.command[0].to_string_lossy();
     if e.kind() == std::io::ErrorKind::NotFound {
@@ -281,6 +294,33 @@ pub fn run(a: RunArgs) -> i32 {
         eprintln!("pjw: {prog}: {e}");
         126
     }
+}
+
+/// The job's CPUs from `--cpus`, `--ntasks` and the workload manager's count: with tasks,
+/// `--cpus` counts per task (Slurm's `-c`), and a manager's count is divided among them.
+fn job_cpus(cpus: Option<u32>, ntasks: Option<u32>, wlm: Option<u32>) -> Result<u32, String> {
+    let total = match ntasks {
+        None => cpus.or(wlm).unwrap_or(1),
+        Some(0) => return Err("--ntasks must be at least 1".into()),
+        Some(n) => {
+            let per_task = match (cpus, wlm) {
+                (Some(c), _) => c,
+                (None, Some(w)) if w.is_multiple_of(n) => w / n,
+                (None, Some(w)) => {
+                    return Err(format!(
+                        "--ntasks {n} does not divide the workload manager's {w} cpus; give --cpus per task"
+                    ))
+                }
+                (None, None) => 1,
+            };
+            n.checked_mul(per_task)
+                .ok_or_else(|| format!("--ntasks {n} × --cpus {per_task} is too many cpus"))?
+        }
+    };
+    if total == 0 {
+        return Err("--cpus must be at least 1".into());
+    }
+    Ok(total)
 }
 
 /// `--io-max 'DEV key=value…'`, DEV `MAJ:MIN` or a path (resolved to its whole disk here, on
@@ -296,4 +336,79 @@ fn parse_io_max(spec: &str) -> Result<String, String> {
     pjw_core::io_limits::IoMax::parse(&format!("{dev} {rest}"))
         .map(|m| m.to_string())
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::job_cpus;
+
+    /// (description, --cpus, --ntasks, the manager's cpus, expected or a part of the error)
+    type Case = (
+        &'static str,
+        Option<u32>,
+        Option<u32>,
+        Option<u32>,
+        Result<u32, &'static str>,
+    );
+
+    #[test]
+    fn cpus_per_task_times_tasks() {
+        let cases: &[Case] = &[
+            ("nothing said: one cpu", None, None, None, Ok(1)),
+            ("-c alone is the job's", Some(4), None, None, Ok(4)),
+            ("the manager's count", None, None, Some(6), Ok(6)),
+            ("-c wins over the manager", Some(2), None, Some(6), Ok(2)),
+            ("2 tasks of 2", Some(2), Some(2), None, Ok(4)),
+            ("tasks without -c: one cpu each", None, Some(3), None, Ok(3)),
+            (
+                "the manager's 8 cpus for 4 tasks",
+                None,
+                Some(4),
+                Some(8),
+                Ok(8),
+            ),
+            (
+                "-c per task beside the manager",
+                Some(1),
+                Some(4),
+                Some(8),
+                Ok(4),
+            ),
+            (
+                "3 tasks do not divide 8",
+                None,
+                Some(3),
+                Some(8),
+                Err("--ntasks 3 does not divide"),
+            ),
+            (
+                "-c 0",
+                Some(0),
+                None,
+                None,
+                Err("--cpus must be at least 1"),
+            ),
+            (
+                "-c 0 per task",
+                Some(0),
+                Some(2),
+                None,
+                Err("--cpus must be at least 1"),
+            ),
+            (
+                "overflow",
+                Some(u32::MAX),
+                Some(2),
+                None,
+                Err("too many cpus"),
+            ),
+        ];
+        for (desc, c, n, w, want) in cases {
+            match (job_cpus(*c, *n, *w), want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, *want, "{desc}"),
+                (Err(e), Err(want)) => assert!(e.contains(want), "{desc}: {e}"),
+                (got, want) => panic!("{desc}: {got:?}, want {want:?}"),
+            }
+        }
+    }
 }

@@ -115,6 +115,37 @@ pub fn render_starts(s: &StatusReport) -> String {
     out
 }
 
+/// The job partition's line: use, demand, and whose pressure there is.
+fn memory_line(m: &pjw_proto::MemoryStatus) -> String {
+    let mut line = format!(
+        "memory {} of {} used by jobs; demand {}, {} held by frozen jobs",
+        format_size(m.used),
+        format_size(m.limit),
+        format_size(m.demand),
+        format_size(m.held)
+    );
+    match (&m.shared, &m.outside) {
+        (None, None) => line.push_str("; no pressure"),
+        (shared, outside) => {
+            if let Some(why) = shared {
+                let act = if m.governor {
+                    "the governor acts"
+                } else {
+                    "the governor is off"
+                };
+                line.push_str(&format!("; pressure among pjw's jobs ({act}): {why}"));
+            }
+            if let Some(why) = outside {
+                line.push_str(&format!(
+                    "; pressure from outside pjw's jobs (left to the node's memory managers): {why}"
+                ));
+            }
+        }
+    }
+    line.push('\n');
+    line
+}
+
 fn age(secs: u64) -> String {
     if secs >= 86400 {
         format!("{}d{:02}h", secs / 86400, secs % 86400 / 3600)
@@ -152,7 +183,16 @@ pub fn render(s: &StatusReport) -> String {
             ));
         }
         if let Some(r) = &j.reason {
-            reasons.push(format!("{}: {}", j.id, printable(r, 200)));
+            reasons.push(format!("{}: {}", j.id, printable(r, 320)));
+        }
+        if j.oom_kills > 0 {
+            reasons.push(format!(
+                "{}: {} process(es) killed for memory (OOM) at its {} limit",
+                j.id,
+                j.oom_kills,
+                j.mem
+                    .map_or_else(|| "job partition".to_string(), format_size)
+            ));
         }
         if let Some(io) = &j.io {
             reasons.push(format!("{}: I/O {}", j.id, printable(io, 200)));
@@ -238,6 +278,9 @@ pub fn render(s: &StatusReport) -> String {
         count(JobState::Frozen),
         count(JobState::Queued),
     ));
+    if let Some(m) = &s.memory {
+        out.push_str(&memory_line(m));
+    }
     out
 }
 
@@ -275,6 +318,7 @@ mod tests {
             gpu_util: None,
             gpu_mem: None,
             lease: None,
+            oom_kills: 0,
         }
     }
 
@@ -291,6 +335,7 @@ mod tests {
             cgroup: "v1".into(),
             version: "0".into(),
             starts: None,
+            memory: None,
         }
     }
 
@@ -355,5 +400,43 @@ mod tests {
         let text = render_starts(&r);
         assert!(text.starts_with("starts last 5 min: 3 started (0.010/s), 0 ended (0.000/s); wait to start mean 1.50s p50 0.25s p90 - "), "{text}");
         assert!(text.contains("\nstarts since start: 0 started"), "{text}");
+    }
+
+    #[test]
+    fn memory_shows_whose_pressure_it_is_and_oom_kills_per_job() {
+        let mut r = report(
+            "",
+            vec![JobInfo {
+                oom_kills: 3,
+                mem: Some(64 << 20),
+                ..job("a", "0", JobState::Running, "", 0)
+            }],
+        );
+        r.memory = Some(pjw_proto::MemoryStatus {
+            limit: 1 << 30,
+            used: 300 << 20,
+            demand: 320 << 20,
+            held: 0,
+            governor: true,
+            shared: None,
+            outside: Some(
+                "the node stalls on memory beyond pjw's job partition (PSI some 35.0%, full 2.0%)"
+                    .into(),
+            ),
+            node_psi_some: Some(35.0),
+            partition_psi_some: Some(0.0),
+            sampled_ms: 0,
+        });
+        let text = render(&r);
+        assert!(
+            text.contains("  a: 3 process(es) killed for memory (OOM) at its 64M limit\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("memory 300M of 1G used by jobs; demand 320M, 0 held by frozen jobs; pressure from outside pjw's jobs (left to the node's memory managers): the node stalls on memory beyond pjw's job partition (PSI some 35.0%, full 2.0%)\n"),
+            "{text}"
+        );
+        r.memory.as_mut().unwrap().outside = None;
+        assert!(render(&r).ends_with("0 held by frozen jobs; no pressure\n"));
     }
 }

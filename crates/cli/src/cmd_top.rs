@@ -488,6 +488,7 @@ mod tests {
             gpu_util: None,
             gpu_mem: None,
             lease: None,
+            oom_kills: 0,
         }
     }
 
@@ -504,6 +505,7 @@ mod tests {
             cgroup: "v2".into(),
             version: "0".into(),
             starts: None,
+            memory: None,
         }
     }
 

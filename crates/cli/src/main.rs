@@ -21,6 +21,7 @@ mod connect;
 mod logging;
 mod marks;
 mod plot;
+mod run_watch;
 mod starter;
 mod wlm_parse;
 

@@ -119,6 +119,7 @@ mod tests {
             gpu_util: None,
             gpu_mem: None,
             lease: None,
+            oom_kills: 0,
         }
     }
 
@@ -136,6 +137,7 @@ mod tests {
             cgroup: String::new(),
             version: String::new(),
             starts: None,
+            memory: None,
         }
     }
 

@@ -22,6 +22,7 @@ pub mod io_limits;
 pub mod ipc_scrub;
 pub mod jobid;
 pub mod lease;
+pub mod pin_owner;
 pub mod sched;
 pub mod sim;
 pub mod size;

@@ -75,6 +75,10 @@ mod live;
 #[cfg(test)]
 mod live_tests;
 mod mem_governor;
+mod mem_status;
+#[cfg(test)]
+mod mem_tests;
+mod outcome;
 mod pidfd;
 mod planning;
 mod proc_events;
@@ -124,6 +128,11 @@ pub struct Engine {
     last_thaw_ms: Option<i64>,
     /// `pswpin` of /proc/vmstat at the last governor tick, and when.
     last_swap_in: Option<(u64, Instant)>,
+    /// When the governor's tick last ran, and what it saw (status, metrics, admission).
+    mem_tick_at: Option<Instant>,
+    mem_view: Option<mem_governor::MemView>,
+    /// What memory did to recently ended jobs, for `outcome` requests.
+    outcomes: outcome::Outcomes,
     /// Adoption: the /proc reader and when each unknown job id was last logged.
     scanner: Scanner,
     /// A sweep in turns: the last pid its previous turn looked at (None: no sweep under way).
@@ -261,6 +270,9 @@ impl Engine {
             mem_limit,
             last_thaw_ms: None,
             last_swap_in: None,
+            mem_tick_at: None,
+            mem_view: None,
+            outcomes: outcome::Outcomes::default(),
             cfg,
             driver: Box::new(driver),
             store: Box::new(store),
@@ -432,6 +444,9 @@ impl Engine {
             Event::Killed { seq, error } => self.killed(seq, error),
             Event::Frozen { seq, error } => self.freeze_done(seq, error),
             Event::Govern => self.govern(),
+            Event::Outcome { cred, job, reply } => {
+                let _ = reply.send(self.outcome(cred, &job));
+            }
             Event::Register {
                 conn,
                 cred,

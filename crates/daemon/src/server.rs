@@ -333,6 +333,21 @@ async fn handle(
             Ok(())
         }
         Request::End { job } => control(&mut stream, &tx, &users, cred, job, Control::End).await,
+        Request::Outcome { job } => {
+            let (rtx, rrx) = oneshot::channel();
+            if tx
+                .send(Event::Outcome {
+                    cred,
+                    job,
+                    reply: rtx,
+                })
+                .is_err()
+            {
+                return write(&mut stream, &shutting_down()).await;
+            }
+            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
+            write(&mut stream, &resp).await
+        }
         Request::Run(run) => {
             if cred.pid == 0 {
                 return write(&mut stream, &no_pid()).await;

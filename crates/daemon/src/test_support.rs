@@ -364,8 +364,9 @@ pub struct TestEngine {
     pub _events: mpsc::UnboundedReceiver<Event>,
     _machine: FakeMachine,
     _dir: tempfile::TempDir,
-    /// How it was built, for [`TestEngine::restart`].
-    spec: (String, Option<FakeCgroups>, bool),
+    /// How it was built, for [`TestEngine::restart`]: top-level config keys, the fake, the
+    /// governor, `[memory]` keys.
+    spec: (String, Option<FakeCgroups>, bool, String),
 }
 
 impl TestEngine {
@@ -426,14 +427,28 @@ impl TestEngine {
         TestEngine::build("", Some(cgroups), true)
     }
 
+    /// [`TestEngine::governed`] with `[memory]` keys `memory` (`"frozen_max = 5\n"`).
+    pub fn governed_with(cgroups: FakeCgroups, memory: &str) -> TestEngine {
+        TestEngine::build_with("", Some(cgroups), true, memory)
+    }
+
     fn build(extra: &str, cgroups: Option<FakeCgroups>, governor: bool) -> TestEngine {
+        TestEngine::build_with(extra, cgroups, governor, "")
+    }
+
+    fn build_with(
+        extra: &str,
+        cgroups: Option<FakeCgroups>,
+        governor: bool,
+        memory: &str,
+    ) -> TestEngine {
         let dir = tempfile::tempdir().expect("temp dir");
         let machine = FakeSpec::new(Mode::Unified)
             .build(dir.path())
             .expect("fake cgroup tree");
         let store = FakeStore::new();
         let clock = FakeClock::at(1_700_000_000_000);
-        let spec = (extra.to_string(), cgroups, governor);
+        let spec = (extra.to_string(), cgroups, governor, memory.to_string());
         let (engine, events) = Self::engine_on(&machine, dir.path(), &spec, &store, &clock);
         TestEngine {
             engine,
@@ -474,7 +489,7 @@ impl TestEngine {
     fn engine_on(
         machine: &FakeMachine,
         dir: &Path,
-        (extra, cgroups, governor): &(String, Option<FakeCgroups>, bool),
+        (extra, cgroups, governor, memory): &(String, Option<FakeCgroups>, bool, String),
         store: &FakeStore,
         clock: &FakeClock,
     ) -> (Engine, mpsc::UnboundedReceiver<Event>) {
@@ -488,7 +503,7 @@ impl TestEngine {
             .prepare_parent()
             .expect("parent cgroups on the fake tree");
         let text = format!(
-            "{extra}[paths]\nproc = {:?}\ndev = {:?}\n[memory]\ngovernor = {governor}\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
+            "{extra}[paths]\nproc = {:?}\ndev = {:?}\n[memory]\ngovernor = {governor}\n{memory}[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
             machine.proc_root,
             dir.join("dev"),
             dir.join("tmp")
@@ -581,6 +596,7 @@ pub fn run_request(id: &str, cpus: u32) -> RunRequest {
     RunRequest {
         gpus: 0,
         bind: None,
+        tasks: None,
         cpus,
         mem: None,
         job_id: Some(id.into()),

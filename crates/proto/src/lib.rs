@@ -83,6 +83,10 @@ pub enum Request {
     /// End a registered job (root only): kill what is left in it, remove its cgroups. Answered
     /// with [`Response::Done`] once its cgroups are gone.
     End { job: String },
+    /// What memory did to a job that runs or has just ended (owner or root): OOM kills, its
+    /// limit and peak, a stall inside its own limit, the memory governor's last step. Answered
+    /// at once with [`Response::Outcome`] (`pjw run` asks when its command exits).
+    Outcome { job: String },
     /// A Slurm task joins its job before it execs (root only: pjw's SPANK plugin in
     /// slurmstepd's child; see [`slurm_task`]). Answered with [`Response::Started`] or an error.
     SlurmTask(SlurmTaskRequest),
@@ -182,10 +186,68 @@ pub struct RunRequest {
     /// sent then, so older daemons still take the request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bind: Option<BindMode>,
+    /// How many tasks (MPI ranks) share the job's CPUs (`--ntasks`): each task's thread
+    /// variables count its share, and an MPI launcher is told the ranks. None: not said (not
+    /// sent then, so older daemons still take the request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<u32>,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What memory did to one job ([`Request::Outcome`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobOutcome {
+    pub job: String,
+    /// Processes of the job the kernel killed for memory.
+    pub oom_kills: u64,
+    /// The job's own limit (`--mem`), bytes; None: the node's job partition was its limit.
+    pub mem: Option<u64>,
+    /// The node's job partition, bytes.
+    pub partition: u64,
+    /// The most memory it had charged (bytes), where known.
+    pub mem_peak: Option<u64>,
+    /// Seconds it stalled on memory inside its own limit (the governor's ticks that saw it).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub own_stall_secs: u64,
+    /// Set when the memory governor ended the job (its last step), saying why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub governor: Option<String>,
+    /// How it ended, once it has (the daemon's end reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+}
+
+/// The node's memory as the governor last saw it (in [`StatusReport`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryStatus {
+    /// The job partition and what the jobs have charged (bytes).
+    pub limit: u64,
+    pub used: u64,
+    /// The running jobs' predicted demand (need plus growth) and the frozen jobs' footprints.
+    pub demand: u64,
+    pub held: u64,
+    /// Whether the governor acts on pressure (`[memory] governor`).
+    pub governor: bool,
+    /// Why pjw's jobs press on each other now (the governor acts), for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<String>,
+    /// Pressure from outside pjw's jobs now (reported, left to the node's memory managers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside: Option<String>,
+    /// Memory PSI `some` avg10 (percent) of the node and of the job partition, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_psi_some: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_psi_some: Option<f64>,
+    /// When the governor last looked (ms since the epoch).
+    pub sampled_ms: i64,
 }
 
 /// What the daemon answers.
@@ -221,8 +283,10 @@ pub enum Response {
         /// `CUDA_VISIBLE_DEVICES`, ...).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         env: Vec<(String, String)>,
-        /// Variables the client sets only where the user's environment lacks them: the
-        /// OpenMP/BLAS thread counts and places matching the job's CPUs (`[job] thread_env`).
+        /// Variables the client sets only where the user's environment lacks them (nor a
+        /// variable the runtime reads instead: `pjw_core::thread_env::unset_only`): the thread
+        /// and CPU counts and OpenMP places matching the job's CPUs and tasks (`[job]
+        /// thread_env`).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         env_defaults: Vec<(String, String)>,
     },
@@ -242,6 +306,8 @@ pub enum Response {
     ReportThreads { rows: Vec<ThreadRow> },
     /// A report is complete: `count` jobs.
     ReportEnd { count: u32 },
+    /// Answer to [`Request::Outcome`].
+    Outcome(JobOutcome),
 }
 
 /// A job's temporary space, as told to the client in [`Response::Started`].
@@ -375,6 +441,9 @@ pub struct JobInfo {
     /// A registered job's lease (absent for other jobs, and from older daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseInfo>,
+    /// Processes of the job the kernel has killed for memory so far (absent: none).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub oom_kills: u64,
 }
 
 /// The node as `pjw status` shows it.
@@ -406,6 +475,10 @@ pub struct StatusReport {
     /// Start-time statistics (absent from older daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub starts: Option<Box<StartStats>>,
+    /// The job partition's memory and its pressure, as the governor last saw it (absent
+    /// before its first look, or from an older daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStatus>,
 }
 
 /// Errors of the transport and client.
@@ -603,6 +676,7 @@ mod tests {
         let run = Request::Run(RunRequest {
             gpus: 2,
             bind: None,
+            tasks: None,
             priority: Some(12),
             placement: Placement::BackfillOnly,
             exclusive: false,
@@ -669,6 +743,7 @@ mod tests {
             cgroup: "hybrid".into(),
             version: "0.1.0".into(),
             starts: None,
+            memory: None,
         });
         let v: serde_json::Value = serde_json::from_slice(&encode_response(&s)).unwrap();
         assert_eq!(v["free_cpus"], "1");
@@ -721,5 +796,14 @@ mod tests {
             "{text}"
         );
         assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), nvml);
+        // OOM kills show only once there are some.
+        assert!(!text.contains("oom_kills"), "{text}");
+        let oom = JobInfo {
+            oom_kills: 3,
+            ..nvml
+        };
+        let text = serde_json::to_string(&oom).unwrap();
+        assert!(text.contains(r#""oom_kills":3"#), "{text}");
+        assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), oom);
     }
 }

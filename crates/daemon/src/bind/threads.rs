@@ -159,6 +159,12 @@ impl BindPort for Recorder<'_> {
     fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError> {
         self.inner.set_affinity(tid, cpus)
     }
+    fn affinity(&self, tid: u32) -> Result<CpuSet, BindError> {
+        self.inner.affinity(tid)
+    }
+    fn parent(&self, pid: u32) -> Result<u32, BindError> {
+        self.inner.parent(pid)
+    }
 }
 
 /// What the profiler remembers of one job between ticks.
@@ -447,6 +453,12 @@ mod tests {
         }
         fn set_affinity(&self, _: u32, _: &CpuSet) -> Result<(), BindError> {
             Ok(())
+        }
+        fn affinity(&self, _: u32) -> Result<CpuSet, BindError> {
+            Err(BindError::Failed("the profiler reads no affinity".into()))
+        }
+        fn parent(&self, _: u32) -> Result<u32, BindError> {
+            Err(BindError::Failed("the profiler reads no parent".into()))
         }
     }
 

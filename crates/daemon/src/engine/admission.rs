@@ -35,6 +35,10 @@ impl Engine {
                 && !j.end.ending
         }) {
             info!(job = %j.id, pid = cred.pid, "client reconnected; job already running");
+            let seq = j.seq;
+            // Its tasks were not stored: the client sends them again.
+            self.jobs.get_mut(&seq).expect("found above").tasks = req.tasks;
+            let j = &self.jobs[&seq];
             let _ = reply.send(Response::Started {
                 job: j.id.to_string(),
                 cpus: j.cpus,
@@ -59,6 +63,7 @@ impl Engine {
             info!(job = %j.id, pid = cred.pid, "queued client reconnected; place kept");
             j.client.waiter = Some(Waiter { conn, reply });
             j.client.reconnect_by = None;
+            j.tasks = req.tasks;
             let seq = j.seq;
             self.replan();
             self.tell_queued(seq);
@@ -184,6 +189,9 @@ impl Engine {
         let Some(seq) = self.enqueue(rec, id, starter, sides, conn, reply) else {
             return;
         };
+        if let Some(j) = self.jobs.get_mut(&seq) {
+            j.tasks = req.tasks;
+        }
         let job = &self.jobs[&seq];
         if job.starter.client_uid != job.uid || job.starter.wlm.is_some() {
             info!(job = %job.id, user = %job.user, wlm = job.starter.wlm.as_deref().unwrap_or(""), client_uid = job.starter.client_uid, "job submitted by a job starter");
@@ -264,6 +272,14 @@ impl Engine {
         }
         if req.mem == Some(0) {
             return Err(refuse(ErrorCode::Invalid, "--mem must be more than 0"));
+        }
+        if let Some(t) = req.tasks {
+            if t == 0 || !req.cpus.is_multiple_of(t) {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    format!("--ntasks {t} does not divide the job's {} cpus", req.cpus),
+                ));
+            }
         }
         self.validate_gpus(req.gpus)?;
         self.io_of(cred.uid, req)?;
@@ -412,19 +428,8 @@ impl Engine {
         if j.client.waiter.is_none() && j.started.is_none() {
             return "waiting for its client to reconnect".into();
         }
-        if self.jobs.values().any(|x| x.memory.frozen) {
-            return "waiting for memory (the governor has frozen jobs)".into();
-        }
-        if let Some(m) = j.mem {
-            let held = self.mem_promised();
-            if held + m > self.mem_limit {
-                return format!(
-                    "waiting for memory ({} requested, {} of {} promised)",
-                    pjw_core::format_size(m),
-                    pjw_core::format_size(held),
-                    pjw_core::format_size(self.mem_limit)
-                );
-            }
+        if let Err(why) = self.memory_wait(j) {
+            return why;
         }
         let order = self.queue_order();
         match order.first() {

@@ -87,6 +87,12 @@ pub enum Event {
     StoreRetry,
     /// The memory governor's tick: sample memory and PSI, freeze or thaw.
     Govern,
+    /// An `outcome` request: what memory did to a job (owner or root).
+    Outcome {
+        cred: Cred,
+        job: String,
+        reply: oneshot::Sender<Response>,
+    },
     /// A `register` request from a workload manager's prolog or job starter (root only).
     Register {
         conn: u64,

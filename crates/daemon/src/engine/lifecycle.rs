@@ -427,25 +427,20 @@ impl Engine {
             }
         }
         let ooms = self.driver.oom_kills(&job.cgroup);
-        let reason = if ooms > 0 {
-            let inside = if job.mem.is_some() {
-                "inside its own memory limit"
-            } else {
-                "at the node's job partition"
-            };
-            warn!(job = %job.id, user = %job.user, oom_kills = ooms, "job had processes killed for memory {inside}");
-            format!("{reason}; {ooms} process(es) OOM-killed {inside}")
-        } else {
-            reason.to_string()
-        };
-        let reason = reason.as_str();
         let counts = self.procs.end_job(seq).unwrap_or_default();
         if job.started.is_some() {
             self.start_stats.ended(self.clock.now_ms());
         }
         // The last counters (CPU, the memory high-water mark, I/O) before the cgroups go: the
         // series' last sample, with profiles on.
-        let finals = self.sample_end(&mut job);
+        let mut finals = self.sample_end(&mut job);
+        if finals.swap_peak.is_none() {
+            // The kernel's swap peak, which no sample reads (a short job swaps between samples).
+            finals.swap_peak = self.driver.memory_swap_peak(&job.cgroup).ok().flatten();
+        }
+        let reason = self.memory_end_reason(&job, reason, ooms, finals.mem_peak);
+        let reason = reason.as_str();
+        self.remember_outcome(&job, ooms, finals.mem_peak, reason);
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }

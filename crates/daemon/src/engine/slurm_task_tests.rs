@@ -97,6 +97,8 @@ fn req(cpus_per_task: u32, tasks: u32, set: &[&str]) -> SlurmTaskRequest {
         uid: 1000,
         cpus_per_task: Some(cpus_per_task),
         tasks: Some(tasks),
+        job_cpus_per_task: None,
+        job_tasks: None,
         set: set.iter().map(|s| s.to_string()).collect(),
     }
 }
@@ -133,7 +135,17 @@ async fn a_task_gets_its_jobs_cpus_and_thread_variables_for_its_step() {
         "tracked as the job's"
     );
 
-    // An srun -c1 task, alone on the node: one thread, placed.
+    // A script of two 1-CPU tasks (sbatch -n2 -c1): its counts are a task's, and no places,
+    // since the ranks its mpirun starts inherit them (2 threads in each of 2 ranks would put 4
+    // threads on the job's 2 CPUs).
+    let mut two = req(2, 1, &[]);
+    two.job_cpus_per_task = Some(1);
+    two.job_tasks = Some(2);
+    let env = defaults(&join(&mut t, "batch", two));
+    assert_eq!(value(&env, "OMP_NUM_THREADS"), Some("1"), "{env:?}");
+    assert_eq!(value(&env, "OMP_PLACES"), None, "{env:?}");
+
+        // An srun -c1 task, alone on the node: one thread, placed.
     let env = defaults(&join(&mut t, "0", req(1, 1, &[])));
     assert_eq!(value(&env, "OMP_NUM_THREADS"), Some("1"), "{env:?}");
     assert_eq!(value(&env, "OMP_PLACES"), Some("threads"), "{env:?}");
@@ -144,10 +156,12 @@ async fn a_task_gets_its_jobs_cpus_and_thread_variables_for_its_step() {
     assert_eq!(value(&env, "OMP_PLACES"), None, "{env:?}");
     assert_eq!(value(&env, "OMP_PROC_BIND"), None, "{env:?}");
 
-    // The user's own OMP_NUM_THREADS: no default for it.
+    // The user's own OMP_NUM_THREADS: no default for it, nor for MKL's, which falls back on
+    // it (decisions.md (bd)); a count no runtime reads in its place is still given.
     let env = defaults(&join(&mut t, "2", req(2, 1, &["HOME", "OMP_NUM_THREADS"])));
     assert_eq!(value(&env, "OMP_NUM_THREADS"), None, "{env:?}");
-    assert_eq!(value(&env, "MKL_NUM_THREADS"), Some("2"), "{env:?}");
+    assert_eq!(value(&env, "MKL_NUM_THREADS"), None, "{env:?}");
+    assert_eq!(value(&env, "PYTHON_CPU_COUNT"), Some("2"), "{env:?}");
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -54,10 +54,8 @@ impl Engine {
                 state: j.state(),
                 reason: if j.phase == Phase::Queued {
                     Some(self.wait_reason(j))
-                } else if j.memory.frozen {
-                    Some("frozen by the memory governor (memory pressure)".into())
                 } else {
-                    j.reason.clone()
+                    self.memory_reason(j).or_else(|| j.reason.clone())
                 },
                 priority: j.req.priority,
                 age_secs: j.started.unwrap_or(j.queued_at).elapsed().as_secs(),
@@ -81,6 +79,7 @@ impl Engine {
                 gpu_util: last.and_then(|s| s.gpu_util),
                 gpu_mem: last.and_then(|s| s.gpu_mem),
                 lease: self.lease_info(j),
+                oom_kills: j.memory.oom_kills,
             }
         };
         let mut jobs: Vec<JobInfo> = self
@@ -107,6 +106,7 @@ impl Engine {
             cgroup: self.driver.describe(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             starts: Some(Box::new(self.start_figures())),
+            memory: self.memory_status(),
         }
     }
 
@@ -146,9 +146,18 @@ impl Engine {
                     io: j.io.clone(),
                     gpu_util: j.prof.last.as_ref().and_then(|s| s.gpu_util),
                     gpu_mem: j.prof.last.as_ref().and_then(|s| s.gpu_mem),
+                    oom_kills: j.memory.oom_kills,
                 })
                 .collect(),
             store_write_errors: self.writer.as_ref().map_or(0, |w| w.errors()),
+            memory: self.memory_status().map(|m| crate::metrics::MemorySnap {
+                limit: m.limit,
+                used: m.used,
+                shared: m.shared.is_some(),
+                outside: m.outside.is_some(),
+                node_psi_some: m.node_psi_some,
+                partition_psi_some: m.partition_psi_some,
+            }),
         }
     }
 }
