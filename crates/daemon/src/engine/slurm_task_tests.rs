@@ -145,7 +145,7 @@ async fn a_task_gets_its_jobs_cpus_and_thread_variables_for_its_step() {
     assert_eq!(value(&env, "OMP_NUM_THREADS"), Some("1"), "{env:?}");
     assert_eq!(value(&env, "OMP_PLACES"), None, "{env:?}");
 
-        // An srun -c1 task, alone on the node: one thread, placed.
+    // An srun -c1 task, alone on the node: one thread, placed.
     let env = defaults(&join(&mut t, "0", req(1, 1, &[])));
     assert_eq!(value(&env, "OMP_NUM_THREADS"), Some("1"), "{env:?}");
     assert_eq!(value(&env, "OMP_PLACES"), Some("threads"), "{env:?}");
