@@ -1220,13 +1220,17 @@ fn end_reason(d: &TestDaemon, id: &str) -> Option<String> {
         .map(String::from)
 }
 
+/// How long the lease test keeps slurmctld stopped: three of its leases, and five asks that time
+/// out (decisions.md (ce): the issue's minute was 3 leases of 20 s; what it proves is the ratio).
+const OUTAGE: Duration = Duration::from_secs(30);
+
 /// Issue 27, leases: pjw's Epilog is left out of slurm.conf, so no job is ever ended by it.
 /// A job that finishes is ended by Slurm's word (`squeue` says COMPLETED); then slurmctld is
-/// stopped (SIGSTOP) for a minute: a running job is never ended while it gives no answer —
-/// its lease is renewed by its processes, and status shows the asks got no answer — while a
-/// held job with no process and no word ends when its 20 s lease runs out; the metrics page
-/// keeps answering with the start-time figures, and promtool accepts it. Once slurmctld is
-/// back, cancelling the running job ends it in pjw by Slurm's word.
+/// stopped (SIGSTOP) for three lease durations ([`OUTAGE`]): a running job is never ended while
+/// it gives no answer — its lease is renewed by its processes, and status shows the asks got no
+/// answer — while a held job with no process and no word ends when its 10 s lease runs out; the
+/// metrics page keeps answering with the start-time figures, and promtool accepts it. Once
+/// slurmctld is back, cancelling the running job ends it in pjw by Slurm's word.
 #[test]
 fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_ends_none() {
     require!(Component::Root, Component::Slurm);
@@ -1241,7 +1245,7 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
     let d = TestDaemon::start(
         &pjw_bin(),
         &format!(
-            "{}[lease]\ncheck_interval = \"2s\"\ncheck_timeout = \"5s\"\nduration = \"20s\"\ncommand_env = [\"SLURM_CONF={}\"]\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
+            "{}[lease]\ncheck_interval = \"2s\"\ncheck_timeout = \"5s\"\nduration = \"10s\"\ncommand_env = [\"SLURM_CONF={}\"]\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
             wlm_config(&two, "SLURM_JOB_ID"),
             conf.display()
         ),
@@ -1304,7 +1308,7 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
         d.log()
     );
 
-    // slurmctld stopped for a minute.
+    // slurmctld stopped for three leases.
     let stopped = Stopped::slurmctld(&w);
     let t0 = std::time::Instant::now();
     // A held registration Slurm never made (as a Prolog's whose job then vanished): no
@@ -1321,7 +1325,7 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
     let mut silent = false;
     let mut held_why = None;
     let mut page = String::new();
-    while t0.elapsed() < Duration::from_secs(60) {
+    while t0.elapsed() < OUTAGE {
         assert!(
             running(&long),
             "slurm:{long} ended while slurmctld was stopped\n{}",
@@ -1343,7 +1347,8 @@ fn slurm_jobs_without_their_epilog_end_by_their_lease_and_a_stopped_controller_e
         if held_why.is_none() {
             held_why = end_reason(&d, &format!("slurm:{held}"));
         }
-        if page.is_empty() && t0.elapsed() > Duration::from_secs(30) {
+        // Scraped once the held job has ended, while slurmctld is still stopped.
+        if page.is_empty() && held_why.is_some() {
             page = scrape(port);
         }
         std::thread::sleep(Duration::from_secs(1));
