@@ -6,7 +6,11 @@
 #   demo     `make demo` runs to the end and leaves nothing behind
 #   tests    the root tests of vm/guest-tests (the host's build, target/debug/deps)
 #   service  the packaged service: `make install`, enable --now, two users' jobs through
-#            daemon-reload, restart, stop + start (same CPUs, own exit statuses, nothing left)
+#            daemon-reload, restart, stop + start (same CPUs, own exit statuses, nothing left);
+#            ssh logins through the shipped PAM snippet over the real sshd (guest-ssh.sh): each
+#            user's session in their own job (cgroup, CPUs; what it leaves dies with the job),
+#            root never adopted; without a job outside, then refused after a reload with
+#            login_without_job = "refuse"
 #   reserve  a slice with AllowedCPUs=: pjw's pool follows it
 #   deb      the Debian package of make deb (built on the host after the release build): apt
 #            install ./pjw_*.deb, the service active, pjw check, a user's pjw run, man pjw-run,

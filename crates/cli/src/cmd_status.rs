@@ -197,6 +197,17 @@ pub fn render(s: &StatusReport) -> String {
         if let Some(io) = &j.io {
             reasons.push(format!("{}: I/O {}", j.id, printable(io, 200)));
         }
+        for s in &j.steps {
+            reasons.push(format!(
+                "{}: step {} {} on cpus {}, pid {}, {}",
+                j.id,
+                s.step,
+                printable(&s.name, 64),
+                s.cpus,
+                s.pid,
+                age(s.age_secs)
+            ));
+        }
         let mut row = vec![
             m.to_string(),
             printable(&j.id, 64).into_owned(),
@@ -318,6 +329,7 @@ mod tests {
             gpu_util: None,
             gpu_mem: None,
             lease: None,
+            steps: vec![],
             oom_kills: 0,
         }
     }

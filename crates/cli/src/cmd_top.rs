@@ -488,6 +488,7 @@ mod tests {
             gpu_util: None,
             gpu_mem: None,
             lease: None,
+            steps: vec![],
             oom_kills: 0,
         }
     }

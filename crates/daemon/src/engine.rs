@@ -74,6 +74,7 @@ mod lifecycle;
 mod live;
 #[cfg(test)]
 mod live_tests;
+mod login;
 mod mem_governor;
 mod mem_status;
 #[cfg(test)]
@@ -89,6 +90,9 @@ mod slurm_task;
 #[cfg(test)]
 mod slurm_task_tests;
 mod status;
+#[cfg(test)]
+mod step_tests;
+mod steps;
 #[cfg(test)]
 mod store_tests;
 mod store_writes;
@@ -144,6 +148,9 @@ pub struct Engine {
     writer: Option<Writer>,
     /// Main processes of ended jobs whose exit status had not arrived yet: pid → (seq, when).
     late_exits: HashMap<u32, (i64, Instant)>,
+    /// Steps of ended jobs recorded before their process's exit status arrived: pid → (seq,
+    /// its record, when).
+    late_step_exits: HashMap<u32, (i64, pjw_store::StepRecord, Instant)>,
     /// When retention last ran.
     last_retention: Option<Instant>,
     /// When the sampler last read the jobs' PSI files.
@@ -289,6 +296,7 @@ impl Engine {
             procs: ProcTracker::new(),
             writer: None,
             late_exits: HashMap::new(),
+            late_step_exits: HashMap::new(),
             last_retention: None,
             last_psi_read: None,
             proc_events: false,
@@ -430,6 +438,13 @@ impl Engine {
                 }
             }
             Event::MainExited { seq } => self.main_exited(seq),
+            Event::StepExited { seq, step } => self.step_exited(seq, step),
+            Event::Login {
+                cred,
+                who,
+                req,
+                reply,
+            } => self.login(cred, &who, req, reply),
             Event::CgroupChanged { wd } => {
                 if let Some(seq) = self.by_watch.get(&wd).copied() {
                     self.check_empty(seq);

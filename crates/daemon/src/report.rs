@@ -38,6 +38,8 @@ pub struct LiveJob {
     pub state: String,
     pub cpus: String,
     pub summary: JobSummary,
+    /// Its steps so far (the store has them once it ends).
+    pub steps: Vec<pjw_proto::StepReport>,
 }
 
 /// Decide what the caller may see, or refuse with a one-line reason.
@@ -189,6 +191,20 @@ fn thread_rows(store: &Store, seq: i64, series: bool) -> Result<Vec<ThreadRow>, 
         }
     }
     Ok(rows)
+}
+
+/// A recorded step as the report shows it.
+pub(crate) fn step_report(s: pjw_store::StepRecord) -> pjw_proto::StepReport {
+    pjw_proto::StepReport {
+        step: s.step,
+        name: s.name,
+        uid: s.uid,
+        cpus: s.cpus,
+        pid: s.pid,
+        started_ms: s.started_ms,
+        ended_ms: s.ended_ms,
+        exit_status: s.exit_status,
+    }
 }
 
 /// A job's report from its record and summary (ended), or the live totals (pure).
@@ -345,6 +361,16 @@ pub fn answer(
         }
         // A store from before I/O settings has no job_io table: nothing to show then.
         rep.io = store.io(p.job.seq).ok().flatten().map(|io| io.summary());
+        rep.steps = match live.get(&p.job.seq) {
+            Some(l) => l.steps.clone(),
+            // A store from before steps has no job_steps table: none then.
+            None => store
+                .steps(p.job.seq)
+                .unwrap_or_default()
+                .into_iter()
+                .map(step_report)
+                .collect(),
+        };
         if reply.send(Response::ReportJob(Box::new(rep))).is_err() {
             return;
         }

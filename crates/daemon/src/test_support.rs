@@ -43,6 +43,8 @@ pub struct FakeState {
     pub io: BTreeMap<i64, pjw_core::io_limits::JobIo>,
     /// Bind rows by seq.
     pub bind: BTreeMap<i64, pjw_core::thread_bind::BindMode>,
+    /// Step rows by seq.
+    pub steps: BTreeMap<i64, Vec<pjw_store::StepRecord>>,
     /// Fail every write until cleared (a full disk).
     pub full: bool,
     /// Fail the next this many write transactions (every part of one fails together).
@@ -324,6 +326,15 @@ impl StorePort for FakeStore {
     fn bind(&self, seq: i64) -> Result<Option<pjw_core::thread_bind::BindMode>, StoreError> {
         Ok(self.state().bind.get(&seq).copied())
     }
+    fn record_steps(
+        &mut self,
+        seq: i64,
+        steps: &[pjw_store::StepRecord],
+    ) -> Result<(), StoreError> {
+        self.write(format!("record_steps {seq} {}", steps.len()), |st| {
+            st.steps.entry(seq).or_default().extend_from_slice(steps);
+        })
+    }
     fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         Ok(self
             .state()
@@ -555,6 +566,18 @@ impl TestEngine {
             format!("Name:\tpjw\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nThreads:\t1\nCpus_allowed_list:\t0-3\n"),
         )
         .expect("fake /proc/PID/status");
+        // Outside every job unless a test put it in one (`in_cgroup`).
+        let cg = dir.join("cgroup");
+        if !cg.exists() {
+            std::fs::write(cg, "0::/\n").expect("fake /proc/PID/cgroup");
+        }
+    }
+
+    /// Put process `pid` of the fake `/proc` in the cgroup2 `path` (`/pjw/job-a`).
+    pub fn in_cgroup(&self, pid: u32, path: &str) {
+        let dir = self._machine.proc_root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).expect("fake /proc/PID");
+        std::fs::write(dir.join("cgroup"), format!("0::{path}\n")).expect("fake /proc/PID/cgroup");
     }
 
     /// Give process `pid` a `stat` in the fake `/proc` (it is alive there).

@@ -28,14 +28,18 @@ pub use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, GpuSet};
 use serde::{Deserialize, Serialize};
 
+pub mod login;
 pub mod report;
 pub mod slurm_task;
 pub mod stats;
+pub mod step;
+pub use login::{LoginPhase, LoginRequest};
 pub use report::{
     collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, ThreadRow, SERIES_CHUNK,
 };
 pub use slurm_task::SlurmTaskRequest;
 pub use stats::{LeaseInfo, StartStats, StartWindow};
+pub use step::{StepInfo, StepReport};
 
 /// Protocol version spoken by this build.
 pub const VERSION: u32 = 1;
@@ -83,6 +87,9 @@ pub enum Request {
     /// End a registered job (root only): kill what is left in it, remove its cgroups. Answered
     /// with [`Response::Done`] once its cgroups are gone.
     End { job: String },
+    /// A PAM login (root only): may the user log in, and the session's process into the user's
+    /// job ([`login`]). Answered with [`Response::Done`] or a refusal.
+    Login(LoginRequest),
     /// What memory did to a job that runs or has just ended (owner or root): OOM kills, its
     /// limit and peak, a stall inside its own limit, the memory governor's last step. Answered
     /// at once with [`Response::Outcome`] (`pjw run` asks when its command exits).
@@ -441,6 +448,9 @@ pub struct JobInfo {
     /// A registered job's lease (absent for other jobs, and from older daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseInfo>,
+    /// Its running steps: `pjw run`s started from inside it (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepInfo>,
     /// Processes of the job the kernel has killed for memory so far (absent: none).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub oom_kills: u64,
@@ -727,6 +737,25 @@ mod tests {
         let end = Request::End { job: "4242".into() };
         assert_eq!(decode_request(&encode_request(&end)).unwrap(), end);
         assert!(decode_request(br#"{"v":1,"req":{"type":"register","job":"1"}}"#).is_err());
+    }
+
+    #[test]
+    fn login_round_trips_and_names_no_pid() {
+        let req = Request::Login(LoginRequest {
+            user: "alice".into(),
+            phase: LoginPhase::Session,
+        });
+        let text = String::from_utf8(encode_request(&req)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"v":1,"req":{"type":"login","user":"alice","phase":"session"}}"#
+        );
+        assert_eq!(decode_request(text.as_bytes()).unwrap(), req);
+        // The process to move is never the request's to say.
+        assert!(decode_request(
+            br#"{"v":1,"req":{"type":"login","user":"alice","phase":"session","pid":1}}"#
+        )
+        .is_err());
     }
 
     #[test]

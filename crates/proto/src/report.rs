@@ -240,6 +240,9 @@ pub struct JobReport {
     /// Per-thread rows (with `threads`), most CPU time first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub threads: Vec<ThreadRow>,
+    /// Its steps (`pjw run`s started from inside it), by number; absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::StepReport>,
 }
 
 /// The shortest running time whose CPU efficiency is shown (ms): below it the start's and

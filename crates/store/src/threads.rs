@@ -1,4 +1,4 @@
-//! Per-thread profiles (schema 10): the top N threads of each job per sampler tick
+//! Per-thread profiles (schema 11): the top N threads of each job per sampler tick
 //! (`profile.threads = N`), and their per-thread totals for `pjw report --threads`.
 //!
 //! One row per thread per tick, keyed `(seq, ts_ms, tid)`. Its run, wait and span times are

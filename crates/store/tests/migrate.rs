@@ -146,7 +146,7 @@ fn upgrades_a_version_8_database_with_gpu_columns() {
     fin.gpu_util_mean = Some(40.0);
     fin.gpu_util_max = Some(62.5);
     fin.gpu_mem_peak = Some(3 << 30);
-    // Version 10: thread rows of the upgraded job, removed by retention with its series.
+    // Version 11: thread rows of the upgraded job, removed by retention with its series.
     let t = pjw_store::ThreadSample {
         seq: 2,
         ts_ms: 8000,

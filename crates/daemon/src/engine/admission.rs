@@ -26,6 +26,10 @@ impl Engine {
         req: RunRequest,
         reply: mpsc::UnboundedSender<Response>,
     ) {
+        // A caller inside a job runs inside it, as a step (engine/steps.rs): never a new job.
+        if self.submit_step(&cred, who, &req, &reply) {
+            return;
+        }
         // A client whose process is already a live job's main process reconnected after a
         // daemon crash between being moved and being told: tell it again.
         if let Some(j) = self.jobs.values().find(|j| {
@@ -49,6 +53,9 @@ impl Engine {
                 env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
                 env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
             });
+            if let Some(j) = self.jobs.get_mut(&seq) {
+                j.steps.main_told = true;
+            }
             return;
         }
         // A queued client reconnecting after a restart takes its place back.

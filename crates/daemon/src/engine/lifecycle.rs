@@ -211,6 +211,8 @@ impl Engine {
             env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
             env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
         });
+        // From now on a `run` from its main process is a step of it (engine/steps.rs).
+        j.steps.main_told = true;
         self.track(seq, true);
         // After the reply: `status` has the new job's figures before the sampler's next tick,
         // and its series starts now; its first minute is sampled every second.
@@ -420,6 +422,7 @@ impl Engine {
         let Some(mut job) = self.jobs.remove(&seq) else {
             return;
         };
+        self.end_steps(&mut job);
         if let Some(wd) = job.end.watch.clone() {
             self.by_watch.remove(&wd);
             if let Some(w) = self.watches.as_mut() {
@@ -462,6 +465,7 @@ impl Engine {
             .map(|s| ended.saturating_duration_since(s).as_millis() as u64)
             .unwrap_or(0);
         self.scrub_ipc(&job, runtime_ms);
+        self.record_steps(&job);
         self.record_end(
             &job,
             End {

@@ -276,6 +276,7 @@ impl Engine {
             store_dirty: false,
             freezing: None,
             bind: None,
+            steps: Default::default(),
             tasks: None,
         }
     }

@@ -79,6 +79,7 @@ impl Engine {
                 gpu_util: last.and_then(|s| s.gpu_util),
                 gpu_mem: last.and_then(|s| s.gpu_mem),
                 lease: self.lease_info(j),
+                steps: Engine::step_infos(j),
                 oom_kills: j.memory.oom_kills,
             }
         };
