@@ -140,17 +140,7 @@ impl Engine {
             },
         };
         let tmp_size = req.tmp.or(self.cfg.tmp).filter(|s| *s > 0);
-        let name = req
-            .name
-            .clone()
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| {
-                req.argv
-                    .first()
-                    .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
-                    .unwrap_or_else(|| "job".into())
-            });
-        let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+        let name = super::steps::run_name(&req, "job");
         let submitted_ms = self.clock.now_ms();
         let priority = req.priority.unwrap_or(self.cfg.default_priority);
         let cgroup = cgroup_name(&id);

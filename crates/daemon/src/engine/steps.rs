@@ -121,7 +121,7 @@ impl Engine {
                 return true;
             }
         };
-        let name = step_name(req);
+        let name = run_name(req, "step");
         let mems = self.alloc.topology().mems_for(&cpus);
         let now_ms = self.clock.now_ms();
         let Some(j) = self.jobs.get_mut(&seq) else {
@@ -430,8 +430,9 @@ impl Engine {
     }
 }
 
-/// A step's name: `--name`, else the command's file name; bounded, no control characters.
-fn step_name(req: &RunRequest) -> String {
+/// A job's or step's name: `--name`, else the command's file name, else `fallback`; bounded,
+/// no control characters.
+pub(super) fn run_name(req: &RunRequest, fallback: &str) -> String {
     let name = req
         .name
         .clone()
@@ -440,7 +441,7 @@ fn step_name(req: &RunRequest) -> String {
             req.argv
                 .first()
                 .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
-                .unwrap_or_else(|| "step".into())
+                .unwrap_or_else(|| fallback.into())
         });
     name.chars().filter(|c| !c.is_control()).take(64).collect()
 }
