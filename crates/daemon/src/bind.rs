@@ -38,8 +38,10 @@ use tracing::{debug, warn};
 mod proc_port;
 #[cfg(test)]
 mod tests;
+pub mod threads;
 
 pub use proc_port::ProcPort;
+pub use threads::{ProfJob, ProfileTick, SchedRead, TaskFacts, ThreadProfiler};
 
 /// A thread counts as busy when it ran at least this share of the interval (%).
 pub const BUSY_PERCENT: u32 = 50;
@@ -115,6 +117,18 @@ pub trait BindPort: Send {
     fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError>;
     /// Let thread `tid` run only on `cpus`.
     fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError>;
+    /// Thread `tid`'s time on a CPU and time waiting for one, apart (thread profiles); by
+    /// default all of [`BindPort::runnable_ns`] as running.
+    fn sched(&self, pid: u32, tid: u32) -> Result<SchedRead, BindError> {
+        self.runnable_ns(pid, tid)
+            .map(|run_ns| SchedRead { run_ns, wait_ns: 0 })
+    }
+    /// Thread `tid`'s name, last CPU and migrations (thread profiles' top threads only).
+    fn task(&self, _pid: u32, _tid: u32) -> Result<TaskFacts, BindError> {
+        Err(BindError::Failed(
+            "thread facts are not offered here".into(),
+        ))
+    }
     /// The CPUs thread `tid` may run on now.
     fn affinity(&self, tid: u32) -> Result<CpuSet, BindError>;
     /// The parent of process `pid`.
@@ -205,6 +219,14 @@ impl Balancer {
             jobs: BTreeMap::new(),
             logged: Logged::default(),
         }
+    }
+
+    /// The CPUs thread `tid` of `job` is pinned to by the balancer, if it is.
+    pub fn pin_of(&self, job: &ProfJob, tid: Tid) -> Option<CpuSet> {
+        let t = self.jobs.get(&job.seq)?;
+        let slot = *t.pins.get(&tid)?;
+        (t.cpus == job.cpus && job.mode != BindMode::None)
+            .then(|| thread_bind::pin_set(&self.topo, &job.cpus, job.mode, slot))
     }
 
     /// The pins of job `seq` (slot per thread), as last applied.
@@ -599,6 +621,8 @@ pub enum BindMsg {
     Pass(Vec<BindJob>),
     /// Threads just born in jobs that bind.
     Born(Vec<Born>),
+    /// A sampler tick: profile the jobs' top threads.
+    Profile(ProfileTick),
 }
 
 /// Give thread `tid` the whole job set (a new thread that inherited a pin of pjw's); whether
@@ -629,24 +653,34 @@ pub struct Binder {
 
 impl Binder {
     /// Start the thread balancing through `port`.
-    pub fn spawn(port: impl BindPort + 'static, topo: Topology) -> std::io::Result<Binder> {
+    pub fn spawn(port: impl BindPort + Sync + 'static, topo: Topology) -> std::io::Result<Binder> {
         let (tx, rx) = mpsc::channel::<BindMsg>();
         std::thread::Builder::new()
             .name("pjw-bind".into())
             .spawn(move || {
                 let mut b = Balancer::new(topo);
+                let mut prof = ThreadProfiler::default();
                 while let Ok(msg) = rx.recv() {
                     match msg {
                         BindMsg::Pass(mut jobs) => {
                             // Passes that queued up while one ran: only the newest counts.
                             let mut born = Vec::new();
+                            let mut ticks = Vec::new();
                             while let Ok(more) = rx.try_recv() {
                                 match more {
                                     BindMsg::Pass(newer) => jobs = newer,
                                     BindMsg::Born(b) => born.extend(b),
+                                    BindMsg::Profile(t) => ticks.push(t),
                                 }
                             }
-                            b.pass(&port, &jobs, Instant::now());
+                            // What the pass reads is kept for the thread profile that follows.
+                            let rec = threads::Recorder::new(&port);
+                            let at = Instant::now();
+                            b.pass(&rec, &jobs, at);
+                            prof.remember(rec.take(), at);
+                            for t in ticks {
+                                prof.tick(&port, t, &|j, tid| b.pin_of(j, tid));
+                            }
                             let mut r = PassReport::default();
                             for t in &born {
                                 b.place_born(&port, t, Instant::now(), &mut r);
@@ -658,6 +692,7 @@ impl Binder {
                                 b.place_born(&port, t, Instant::now(), &mut r);
                             }
                         }
+                        BindMsg::Profile(t) => prof.tick(&port, t, &|j, tid| b.pin_of(j, tid)),
                     }
                 }
             })?;
@@ -674,6 +709,11 @@ impl Binder {
     /// Queue a pass over `jobs`; never blocks.
     pub fn send(&self, jobs: Vec<BindJob>) {
         let _ = self.tx.send(BindMsg::Pass(jobs));
+    }
+
+    /// Queue a thread profile tick; never blocks.
+    pub fn profile(&self, tick: ProfileTick) {
+        let _ = self.tx.send(BindMsg::Profile(tick));
     }
 
     /// Queue the placement of threads just born; never blocks.
