@@ -15,6 +15,9 @@
 //! pinned slot and measured from birth; a new process keeps the job set (the program it execs
 //! sizes itself from it) and is measured from birth. A thread first seen by a pass that inherited a pin pjw
 //! set on the thread that made it gets the whole job set, and is measured from the next pass.
+//! Inheritance happens at birth only: a thread pjw saw before (at birth or at a pass) with
+//! another affinity, or the first thread of a process whose other threads carry a runtime's
+//! pins elsewhere, was placed by its runtime even when its pin equals one of pjw's.
 //! A thread or process that vanished between the listing and the read is normal and skipped;
 //! any other error is logged (at warn once per job and kind) and the thread is left as it is
 //! (not recorded as pinned).
@@ -186,6 +189,12 @@ impl Track {
     ) -> Owner {
         let ours = self.ours_of(&tid);
         let o = pin_owner::owner(job, current, ours, &self.pins_in(pid));
+        // A thread inherits its affinity when it is made, never later: one pjw has seen
+        // before with another affinity was narrowed since by someone else, even onto a set
+        // equal to a pin of pjw's (libgomp's places and pjw's one-CPU pins meet often).
+        if o == Owner::Inherited && !new {
+            return Owner::Runtime;
+        }
         if o != Owner::Runtime || ours.is_some() || tid.0 != pid || !new {
             return o;
         }
@@ -307,6 +316,7 @@ impl Balancer {
                 (*tid, o)
             })
             .collect();
+        let owners = runtime_processes_keep_their_pins(owners, &seen);
         let mine = |tid: &Tid| owners.get(tid).is_some_and(|o| *o != Owner::Runtime);
         let interval_ns = now.saturating_duration_since(prev.at).as_nanos() as u64;
         // pjw's threads seen at both passes; a new one is measured from the next pass.
@@ -570,9 +580,10 @@ impl Balancer {
             if owner == Owner::Inherited && !free(port, &b.job, tid, &mut self.logged, r) {
                 return;
             }
-            if owner == Owner::Inherited {
-                t.ours.insert(tid, (b.tgid, b.job.cpus));
-            }
+            // Seen free at birth (or freed): a pin it gets later is not an inheritance but
+            // its runtime's (Open MPI binds a rank, libgomp its first thread), even when it
+            // equals a pin pjw holds on the parent's threads.
+            t.ours.insert(tid, (b.tgid, b.job.cpus));
             // A thread is measured from birth. A new process only from the first pass that
             // sees it, so it is not pinned before a full interval has passed: the program it
             // execs sizes its runtime from its affinity as it starts (libgomp also pins its
@@ -612,6 +623,32 @@ impl Balancer {
             }
         }
     }
+}
+
+/// A process some of whose threads carry a runtime's pins elsewhere than its first thread is
+/// that runtime's: its first thread's pin is the runtime's too, even where it equals a pin pjw
+/// holds on the parent's threads (an Open MPI rank forked by a launcher pjw pinned, its libgomp
+/// master placed on the same CPU as the launcher, its workers on the rank's other CPUs), so it
+/// is not taken for an inheritance. Threads all on their first thread's CPUs inherited them.
+fn runtime_processes_keep_their_pins(
+    mut owners: HashMap<Tid, Owner>,
+    seen: &Seen,
+) -> HashMap<Tid, Owner> {
+    let runtime: BTreeSet<u32> = owners
+        .iter()
+        .filter(|(_, o)| **o == Owner::Runtime)
+        .filter_map(|(tid, _)| {
+            let pid = *seen.pid.get(tid)?;
+            let first = seen.affinity.get(&Tid(pid));
+            (first.is_some() && seen.affinity.get(tid) != first).then_some(pid)
+        })
+        .collect();
+    for (tid, o) in owners.iter_mut() {
+        if *o == Owner::Inherited && runtime.contains(&tid.0) && seen.pid.get(tid) == Some(&tid.0) {
+            *o = Owner::Runtime;
+        }
+    }
+    owners
 }
 
 /// What the engine sends the binder's thread.
