@@ -487,6 +487,7 @@ mod tests {
             io: None,
             gpu_util: None,
             gpu_mem: None,
+            lease: None,
             steps: vec![],
             oom_kills: 0,
         }
@@ -504,6 +505,7 @@ mod tests {
             free_gpus: Default::default(),
             cgroup: "v2".into(),
             version: "0".into(),
+            starts: None,
             memory: None,
         }
     }

@@ -36,6 +36,7 @@ pub mod proc_status;
 pub mod psi;
 pub mod schedstat;
 pub mod sysvipc;
+pub mod task_sched;
 pub mod task_stat;
 
 pub use error::ParseError;

@@ -569,3 +569,129 @@ fn a_failure_is_a_warning_once_per_job_and_kind() {
     assert!(l.first(1, "cannot pin"));
     assert!(!l.first(2, "cannot pin"));
 }
+
+/// mpirun (10) with two busy threads pjw pinned to two cpus; returns those cpus.
+fn launcher_pinned(
+    fake: &mut Fake,
+    b: &mut Balancer,
+    clock: &mut Clock,
+    j: &BindJob,
+) -> Vec<CpuSet> {
+    fake.threads.insert(10, vec![10, 11]);
+    fake.run.lock().unwrap().insert(11, 0);
+    b.pass(&*fake, std::slice::from_ref(j), clock.next());
+    fake.advance(&[10, 11]);
+    b.pass(&*fake, std::slice::from_ref(j), clock.next());
+    let got = fake.take_set();
+    assert_eq!(
+        got.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+        vec![10, 11]
+    );
+    got.into_iter().map(|(_, c)| c).collect()
+}
+
+/// Rank `pid` (threads pid and pid+1), forked by 10: the runtime placed them on `cpus`.
+fn rank(fake: &mut Fake, pid: u32, cpus: [&CpuSet; 2]) {
+    fake.procs.get_mut("job-a").unwrap().push(pid);
+    fake.threads.insert(pid, vec![pid, pid + 1]);
+    fake.parents.insert(pid, 10);
+    fake.run.lock().unwrap().extend([(pid, 0), (pid + 1, 0)]);
+    fake.aff
+        .lock()
+        .unwrap()
+        .extend([(pid, *cpus[0]), (pid + 1, *cpus[1])]);
+}
+
+#[test]
+fn ranks_whose_libgomp_places_equal_the_launchers_pins_keep_them_when_first_seen_by_a_pass() {
+    // The hpc_tasks failure: `--bind threads -- mpirun -np 2` with OMP_PROC_BIND. pjw pinned
+    // mpirun's busy threads; each rank's libgomp master landed on a cpu of one of them, its worker
+    // on the rank's other cpu. No fork events (missed): the first pass sees them placed.
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    let l = launcher_pinned(&mut fake, &mut b, &mut clock, &j);
+    // The workers go to the two cpus mpirun's threads do not hold.
+    let rest: Vec<u32> = set("0-3")
+        .difference(&l[0])
+        .difference(&l[1])
+        .iter()
+        .collect();
+    let (w20, w30) = (set(&rest[0].to_string()), set(&rest[1].to_string()));
+    rank(&mut fake, 20, [&l[0], &w20]);
+    rank(&mut fake, 30, [&l[1], &w30]);
+    for _ in 0..3 {
+        fake.advance(&[10, 11, 20, 21, 30, 31]);
+        b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    }
+    // No rank thread was freed or pinned by pjw: each is where its runtime put it.
+    let touched: Vec<u32> = fake
+        .take_set()
+        .into_iter()
+        .map(|(t, _)| t)
+        .filter(|t| *t >= 20)
+        .collect();
+    assert!(touched.is_empty(), "pjw moved rank threads {touched:?}");
+    assert_eq!(
+        [20, 21, 30, 31].map(|t| fake.affinity_of(t)),
+        [l[0], w20, l[1], w30]
+    );
+}
+
+#[test]
+fn a_process_seen_free_at_birth_keeps_the_pin_its_runtime_gives_it_later() {
+    // Rank 20 is born free (mpirun forked it from an unpinned thread); before the next pass
+    // libgomp pins its only thread to the cpu pjw holds on mpirun's thread 10.
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    let l = launcher_pinned(&mut fake, &mut b, &mut clock, &j);
+    fake.procs.get_mut("job-a").unwrap().push(20);
+    fake.threads.insert(20, vec![20]);
+    fake.parents.insert(20, 10);
+    fake.run.lock().unwrap().insert(20, 0);
+    fake.runtime_pin(20, "0-3");
+    let mut r = PassReport::default();
+    let born = Born {
+        job: j.clone(),
+        tgid: 20,
+        tid: 20,
+    };
+    b.place_born(&fake, &born, clock.0, &mut r);
+    assert!(fake.take_set().is_empty());
+    fake.aff.lock().unwrap().insert(20, l[0]);
+    for _ in 0..3 {
+        fake.advance(&[10, 11, 20]);
+        b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    }
+    assert!(fake.take_set().iter().all(|(t, _)| *t != 20));
+    assert_eq!(fake.affinity_of(20), l[0]);
+}
+
+#[test]
+fn a_thread_seen_before_and_narrowed_to_a_siblings_pin_later_is_the_runtimes() {
+    // Thread 12 of process 10 was seen free at a pass; then the program pins it itself to the
+    // cpu pjw holds on its sibling 10: inheritance happens at birth only, so it is left.
+    let topo = synthetic::parse("core:4").unwrap();
+    let fake = Fake::job("job-a", 10, &[10, 12]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = [job(BindMode::Threads, "0-3")];
+    b.pass(&fake, &j, clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, &j, clock.next());
+    let got = fake.take_set();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let (_, pin10) = got[0];
+    fake.aff.lock().unwrap().insert(12, pin10);
+    for _ in 0..2 {
+        fake.advance(&[10, 12]);
+        b.pass(&fake, &j, clock.next());
+    }
+    assert!(fake.take_set().iter().all(|(t, _)| *t != 12));
+    assert_eq!(fake.affinity_of(12), pin10);
+}

@@ -76,7 +76,7 @@ impl Engine {
     }
 
     /// Whether job `j`'s threads are balanced now: running on CPUs, not frozen or ending.
-    fn balanced(j: &Job) -> bool {
+    pub(super) fn balanced(j: &Job) -> bool {
         j.started.is_some()
             && !j.cpus.is_empty()
             && !j.end.ending
