@@ -8,6 +8,7 @@ use tracing::info;
 use super::freezing::FreezeFor;
 use super::store_writes::OnFail;
 use super::{err, Control, Cred, End, Engine, Who};
+use crate::profile::EndReason;
 
 impl Engine {
     pub(super) fn control(&mut self, cred: Cred, who: &Who, job: &str, what: Control) -> Response {
@@ -195,7 +196,7 @@ impl Engine {
             let j = self.jobs.remove(&seq);
             if let Some(j) = j {
                 info!(job = %j.id, user = %j.user, by = %by, "queued job withdrawn");
-                let mut end = End::reason(&format!("killed by {by}"));
+                let mut end = End::of(EndReason::KilledBy(by.clone()));
                 end.killed = true;
                 self.record_end(&j, end);
                 if let Some(w) = j.client.waiter {

@@ -201,7 +201,7 @@ async fn an_end_the_store_refuses_is_not_lost() {
     let seq = add_job(&mut t, "9", Some("0-1"));
     t.store.set_full(true);
 
-    t.engine.finish(seq, "exited");
+    t.engine.finish(seq, crate::profile::EndReason::Exited);
 
     // Gone from memory (its cgroups are gone), its end kept until the store takes it.
     assert!(!t.engine.jobs.contains_key(&seq));
