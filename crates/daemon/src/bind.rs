@@ -15,7 +15,10 @@
 //! pinned slot and measured from birth; a new process keeps the job set (the program it execs
 //! sizes itself from it) and is measured from birth. A thread first seen by a pass that inherited a pin pjw
 //! set on the thread that made it gets the whole job set, and is measured from the next pass.
-//! Inheritance happens at birth only: a thread pjw saw before (at birth or at a pass) with
+//! A process born on a pin pjw set on its parent's thread gets the job set when it execs, not
+//! at its fork (a launcher binds its child in between: Open MPI its ranks, taskset, hwloc-bind),
+//! and its parent is a launcher: its pins go at once and it is not pinned again, so what it
+//! forks next starts free. Inheritance happens at birth only: a thread pjw saw before (at birth or at a pass) with
 //! another affinity, or the first thread of a process whose other threads carry a runtime's
 //! pins elsewhere, was placed by its runtime even when its pin equals one of pjw's.
 //! A thread or process that vanished between the listing and the read is normal and skipped;
@@ -158,6 +161,13 @@ struct Track {
     ours: HashMap<Tid, (u32, CpuSet)>,
     /// The CPUs of the runtime pins seen at the last pass (kept out of pjw's placements).
     reserved: CpuSet,
+    /// Processes born on a pin pjw set on their parent's thread, with that pin: freed when
+    /// they exec if they still hold it (a launcher binds its child between fork and exec), or
+    /// by the first pass that sees them.
+    inherited: HashMap<Tid, CpuSet>,
+    /// Processes that forked on a pin of pjw's: launchers (mpirun, a driver script), never
+    /// pinned again — what a launcher holds, each child it forks inherits.
+    launchers: BTreeSet<u32>,
     at: Instant,
 }
 
@@ -188,6 +198,9 @@ impl Track {
         current: &CpuSet,
     ) -> Owner {
         let ours = self.ours_of(&tid);
+        if new && ours.is_none() && self.inherited.get(&tid) == Some(current) {
+            return Owner::Inherited;
+        }
         let o = pin_owner::owner(job, current, ours, &self.pins_in(pid));
         // A thread inherits its affinity when it is made, never later: one pjw has seen
         // before with another affinity was narrowed since by someone else, even onto a set
@@ -295,6 +308,8 @@ impl Balancer {
                     born: HashMap::new(),
                     ours: HashMap::new(),
                     reserved,
+                    inherited: HashMap::new(),
+                    launchers: BTreeSet::new(),
                     at: now,
                 },
             );
@@ -317,7 +332,12 @@ impl Balancer {
             })
             .collect();
         let owners = runtime_processes_keep_their_pins(owners, &seen);
-        let mine = |tid: &Tid| owners.get(tid).is_some_and(|o| *o != Owner::Runtime);
+        // A launcher's threads are never pjw's to pin: its children would inherit the pin.
+        let launchers = std::mem::take(&mut prev.launchers);
+        let mine = |tid: &Tid| {
+            owners.get(tid).is_some_and(|o| *o != Owner::Runtime)
+                && !seen.pid.get(tid).is_some_and(|p| launchers.contains(p))
+        };
         let interval_ns = now.saturating_duration_since(prev.at).as_nanos() as u64;
         // pjw's threads seen at both passes; a new one is measured from the next pass.
         let samples: Vec<ThreadSample> = seen
@@ -419,6 +439,11 @@ impl Balancer {
             }
         }
         ours.retain(|tid, _| seen.run.contains_key(tid));
+        // Judged by this pass (freed above if it still held the pin), or gone.
+        let mut inherited = std::mem::take(&mut prev.inherited);
+        inherited.retain(|tid, _| !seen.run.contains_key(tid));
+        let mut launchers = launchers;
+        launchers.retain(|p| seen.pid.values().any(|q| q == p));
         let grace = plan
             .grace
             .into_iter()
@@ -432,6 +457,8 @@ impl Balancer {
             born: HashMap::new(),
             ours,
             reserved,
+            inherited,
+            launchers,
             at: now,
         };
     }
@@ -515,13 +542,24 @@ impl Seen {
     }
 }
 
-/// A thread the kernel just reported born (a fork event) in a job that binds.
+/// A thread the kernel just reported born (a fork event), or a process that just called exec,
+/// in a job that binds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Born {
     pub job: BindJob,
     /// Its thread group (process) and its own id.
     pub tgid: u32,
     pub tid: u32,
+    pub at: Birth,
+}
+
+/// Which event a [`Born`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Birth {
+    /// The thread or process was made.
+    Fork,
+    /// The process replaced its program.
+    Exec,
 }
 
 impl Balancer {
@@ -545,7 +583,13 @@ impl Balancer {
             return;
         };
         let tid = Tid(b.tid);
-        if b.job.mode == BindMode::None || t.cpus != b.job.cpus || t.run.contains_key(&tid) {
+        if b.job.mode == BindMode::None || t.cpus != b.job.cpus {
+            return;
+        }
+        if b.at == Birth::Exec {
+            return exec_frees_an_inherited_pin(t, port, b, &mut self.logged, r);
+        }
+        if t.run.contains_key(&tid) {
             return;
         }
         let current = match port.affinity(b.tid) {
@@ -575,6 +619,14 @@ impl Balancer {
             .pins
             .keys()
             .any(|p| t.ours.get(p).is_some_and(|(pid, _)| *pid == b.tgid));
+        if b.tgid == b.tid && owner == Owner::Inherited {
+            // Born on a pin of pjw's: its parent is a launcher, and the child is freed when it
+            // execs, not now — a launcher binds its child between fork and exec (Open MPI its
+            // ranks, taskset, hwloc-bind), and freeing it now could undo that binding.
+            t.inherited.insert(tid, current);
+            t.make_launcher(port, &b.job, b.tgid, &mut self.logged, r);
+            return;
+        }
         if b.tgid == b.tid || !computes {
             // The job set (back, if it inherited a pin of pjw's).
             if owner == Owner::Inherited && !free(port, &b.job, tid, &mut self.logged, r) {
@@ -649,6 +701,72 @@ fn runtime_processes_keep_their_pins(
         }
     }
     owners
+}
+
+/// Process `b` execs: it is given the whole job set if it still holds the pin it was born on
+/// (nobody bound it before its exec), so the program it runs sizes itself from its job's CPUs.
+fn exec_frees_an_inherited_pin(
+    t: &mut Track,
+    port: &dyn BindPort,
+    b: &Born,
+    logged: &mut Logged,
+    r: &mut PassReport,
+) {
+    let tid = Tid(b.tid);
+    let Some(pin) = t.inherited.remove(&tid) else {
+        return;
+    };
+    match port.affinity(b.tid) {
+        Ok(current) if current == pin => {
+            if free(port, &b.job, tid, logged, r) {
+                t.ours.insert(tid, (b.tgid, b.job.cpus));
+            }
+        }
+        // Bound by its launcher before the exec: the launcher's pin.
+        Ok(_) | Err(BindError::Gone) => {}
+        Err(BindError::Failed(e)) => {
+            failed!(logged, b.job.seq, "cannot read a thread's affinity", cgroup = %b.job.cgroup, tid = b.tid, error = %e);
+        }
+    }
+}
+
+impl Track {
+    /// The parent of process `child` forked it on a pin of pjw's: the parent is a launcher, its
+    /// threads get the job set back and are not pinned again, so its next children start free.
+    fn make_launcher(
+        &mut self,
+        port: &dyn BindPort,
+        job: &BindJob,
+        child: u32,
+        logged: &mut Logged,
+        r: &mut PassReport,
+    ) {
+        let Ok(parent) = port.parent(child) else {
+            return;
+        };
+        if !self.launchers.insert(parent) {
+            return;
+        }
+        let pinned: Vec<Tid> = self
+            .ours
+            .iter()
+            .filter(|(_, (pid, set))| *pid == parent && *set != job.cpus)
+            .map(|(tid, _)| *tid)
+            .collect();
+        for tid in pinned {
+            // Re-pinned by a runtime since: its pin, not ours to undo.
+            if port.affinity(tid.0).ok().as_ref() != self.ours_of(&tid) {
+                continue;
+            }
+            if free(port, job, tid, logged, r) {
+                debug!(cgroup = %job.cgroup, tid = tid.0, parent, "launcher's thread unpinned");
+                self.ours.insert(tid, (parent, job.cpus));
+                self.pins.remove(&tid);
+                self.grace.remove(&tid);
+                r.unpinned += 1;
+            }
+        }
+    }
 }
 
 /// What the engine sends the binder's thread.

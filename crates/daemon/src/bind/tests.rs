@@ -306,6 +306,7 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
             job: j.clone(),
             tgid: 10,
             tid,
+            at: Birth::Fork,
         };
         b.place_born(&fake, &born, birth, &mut r);
     }
@@ -327,6 +328,7 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
             job: other,
             tgid: 10,
             tid: 13,
+            at: Birth::Fork,
         },
         birth,
         &mut r,
@@ -339,6 +341,7 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
             job: moved,
             tgid: 10,
             tid: 13,
+            at: Birth::Fork,
         },
         birth,
         &mut r,
@@ -434,6 +437,7 @@ fn a_thread_born_on_a_runtimes_place_stays_there() {
             job: j.clone(),
             tgid: 10,
             tid,
+            at: Birth::Fork,
         };
         b.place_born(&fake, &born, clock.0, &mut r);
     }
@@ -465,8 +469,9 @@ fn a_born_process_keeps_the_job_set_for_the_program_it_execs() {
     fake.advance(&[10]);
     b.pass(&fake, std::slice::from_ref(&j), clock.next());
     assert_eq!(fake.take_set(), vec![(10, set("0"))]);
-    // Pinned 10 forks 20 (which inherits cpu 0) and 30 is forked free: 20 gets the job set
-    // back, 30 is left as it is; neither is pinned to one cpu before its program starts.
+    // Pinned 10 forks 20 (which inherits cpu 0) and 30 is forked free. 10 is a launcher: its
+    // pin goes at once, so what it forks next starts free; 20 gets the job set when it execs
+    // (not at its fork: a launcher may bind it before), 30 is left as it is.
     fake.procs.insert("job-a".into(), vec![10, 20, 30]);
     fake.threads.insert(20, vec![20]);
     fake.threads.insert(30, vec![30]);
@@ -474,27 +479,86 @@ fn a_born_process_keeps_the_job_set_for_the_program_it_execs() {
     fake.runtime_pin(20, "0");
     fake.parents.extend([(20, 10), (30, 10)]);
     let mut r = PassReport::default();
+    let event = |pid, at| Born {
+        job: j.clone(),
+        tgid: pid,
+        tid: pid,
+        at,
+    };
+    b.place_born(&fake, &event(20, Birth::Fork), clock.0, &mut r);
+    assert_eq!(fake.take_set(), vec![(10, set("0-3"))]);
+    fake.aff.lock().unwrap().insert(30, set("0-3"));
+    b.place_born(&fake, &event(30, Birth::Fork), clock.0, &mut r);
+    assert!(fake.take_set().is_empty());
     for pid in [20, 30] {
-        let born = Born {
-            job: j.clone(),
-            tgid: pid,
-            tid: pid,
-        };
-        b.place_born(&fake, &born, clock.0, &mut r);
+        b.place_born(&fake, &event(pid, Birth::Exec), clock.0, &mut r);
     }
     assert_eq!(fake.take_set(), vec![(20, set("0-3"))]);
-    // Measured from the first pass that sees them (not from birth: the program each execs
-    // has a full interval to start on the job set), pinned at the one after, off cpu 0.
+    // Measured from the first pass that sees them (the program each execs has a full
+    // interval to start on the job set), pinned at the one after; the launcher never again.
     fake.advance(&[10, 20, 30]);
     b.pass(&fake, std::slice::from_ref(&j), clock.next());
     assert!(fake.take_set().is_empty());
     fake.advance(&[10, 20, 30]);
     b.pass(&fake, std::slice::from_ref(&j), clock.next());
     let got = fake.take_set();
-    assert_eq!(got.len(), 2, "{got:?}");
-    assert!(
-        got.iter().all(|(_, c)| c.len() == 1 && !c.contains(0)),
+    assert_eq!(
+        got.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+        vec![20, 30],
         "{got:?}"
+    );
+    assert!(
+        got.iter().all(|(_, c)| c.len() == 1) && got[0].1 != got[1].1,
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_rank_its_launcher_binds_between_fork_and_exec_keeps_that_binding() {
+    // The hpc_tasks failure in the systemd guest: pjw had pinned mpirun's busy main thread
+    // (10) to cpu 0 before it forked its ranks; each rank was born on cpu 0, and Open MPI
+    // bound rank 20 to cpus 2-3 before its exec. pjw freeing the child at its fork raced with
+    // that binding and undid it (the rank's libgomp then counted 4 cpus).
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    fake.procs.insert("job-a".into(), vec![10, 20]);
+    fake.threads.insert(20, vec![20, 21]);
+    fake.run.lock().unwrap().extend([(20, 0), (21, 0)]);
+    fake.parents.insert(20, 10);
+    fake.runtime_pin(20, "0");
+    let mut r = PassReport::default();
+    let event = |at| Born {
+        job: j.clone(),
+        tgid: 20,
+        tid: 20,
+        at,
+    };
+    b.place_born(&fake, &event(Birth::Fork), clock.0, &mut r);
+    // Only the launcher's own pin went; the rank is not touched at its fork.
+    assert_eq!(fake.take_set(), vec![(10, set("0-3"))]);
+    // Open MPI binds it, it execs; libgomp places its two threads inside the binding.
+    fake.runtime_pin(20, "2-3");
+    b.place_born(&fake, &event(Birth::Exec), clock.0, &mut r);
+    fake.runtime_pin(20, "2");
+    fake.runtime_pin(21, "3");
+    for _ in 0..3 {
+        fake.advance(&[10, 20, 21]);
+        b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    }
+    assert!(
+        fake.take_set().is_empty(),
+        "the launcher stays free, the rank its runtime's"
+    );
+    assert_eq!(
+        (fake.affinity_of(20), fake.affinity_of(21)),
+        (set("2"), set("3"))
     );
 }
 
@@ -548,6 +612,7 @@ fn a_thread_born_to_a_process_not_seen_computing_is_measured_first() {
         job: j.clone(),
         tgid: 10,
         tid: 11,
+        at: Birth::Fork,
     };
     b.place_born(&fake, &born, clock.0, &mut r);
     assert!(fake.take_set().is_empty());
@@ -660,6 +725,7 @@ fn a_process_seen_free_at_birth_keeps_the_pin_its_runtime_gives_it_later() {
         job: j.clone(),
         tgid: 20,
         tid: 20,
+        at: Birth::Fork,
     };
     b.place_born(&fake, &born, clock.0, &mut r);
     assert!(fake.take_set().is_empty());
