@@ -14,8 +14,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use pjw_core::ipc_scrub::{
-    file_removable, parse_sysvipc, sysv_removable, Ended, IpcKind, Listing, Plan, ShmFile,
-    SysvObject,
+    file_removable, sysv_removable, Ended, IpcKind, Listing, Plan, ShmFile, SysvObject,
 };
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
@@ -37,7 +36,7 @@ pub fn read_listing(proc_root: &Path, shm_root: &Path, mq_root: &Path) -> Listin
     for kind in IpcKind::ALL {
         let path = proc_root.join("sysvipc").join(kind.file());
         if let Ok(text) = std::fs::read_to_string(&path) {
-            sysv.extend(parse_sysvipc(kind, &text));
+            sysv.extend(pjw_kernelfs::sysvipc::parse(kind, &text));
         }
     }
     let files = open_dir(shm_root).map(|d| list_dir(&d)).unwrap_or_default();
