@@ -178,6 +178,108 @@ struct JobThreads {
     offset: usize,
 }
 
+impl JobThreads {
+    /// What each thread of `reads`, taken at `at`, did since its previous reading.
+    fn activities(&self, reads: &[Reading], at: Instant) -> Vec<Activity> {
+        reads
+            .iter()
+            .map(|r| match self.prev.get(&r.tid) {
+                Some((p, was)) if at >= *was => Activity {
+                    reading: *r,
+                    run_ns: r.sched.run_ns.saturating_sub(p.run_ns),
+                    wait_ns: r.sched.wait_ns.saturating_sub(p.wait_ns),
+                    span_ns: at.saturating_duration_since(*was).as_nanos() as u64,
+                },
+                _ => Activity {
+                    reading: *r,
+                    run_ns: 0,
+                    wait_ns: 0,
+                    span_ns: 0,
+                },
+            })
+            .collect()
+    }
+
+    /// Keep `reads` as the threads' last readings, forgetting the threads that are gone
+    /// (`complete`: every thread was read) or, read in turns, bounding what is kept.
+    fn remember(&mut self, reads: &[Reading], at: Instant, complete: bool, scan: usize) {
+        if complete {
+            // Every thread was read: those not there any more are gone.
+            self.prev.clear();
+            self.stored
+                .retain(|tid, _| reads.iter().any(|r| r.tid == *tid));
+        } else if self.prev.len() > 8 * scan.max(1) {
+            // Read in turns: threads that exited cannot be told apart; bounded instead.
+            self.prev.clear();
+            self.stored.clear();
+        }
+        for r in reads {
+            self.prev.insert(r.tid, (r.sched, at));
+        }
+    }
+
+    /// The row of top thread `a` of `job` at `at`; none for an idle thread whose last row is
+    /// recent, or one that cannot be read.
+    fn row(
+        &mut self,
+        port: &dyn BindPort,
+        (job, tick): (&ProfJob, &ProfileTick),
+        pin: &dyn Fn(&ProfJob, Tid) -> Option<CpuSet>,
+        a: Activity,
+        at: Instant,
+    ) -> Option<ThreadSample> {
+        let Reading { pid, tid, sched } = a.reading;
+        let idle = a.span_ns > 0 && a.run_ns + a.wait_ns == 0;
+        let last = self.stored.get(&tid);
+        if idle
+            && last.is_some_and(|(_, when, _)| at.saturating_duration_since(*when) < IDLE_ROW_EVERY)
+        {
+            return None;
+        }
+        // A thread that did not run cannot have moved or migrated: its facts are kept.
+        let facts = match last {
+            Some((_, _, f)) if idle => f.clone(),
+            _ => match port.task(pid, tid) {
+                Ok(f) => f,
+                Err(BindError::Gone) => return None,
+                Err(BindError::Failed(e)) => {
+                    debug!(cgroup = %job.cgroup, tid, error = %e, "thread profile: cannot read the thread");
+                    return None;
+                }
+            },
+        };
+        // Deltas since the thread's last row (the rows of a thread cover its time without
+        // gaps or overlaps), or since its previous reading for its first row.
+        let (run_ns, wait_ns, span_ns) = match last {
+            Some((was, when, _)) if at >= *when => (
+                sched.run_ns.saturating_sub(was.run_ns),
+                sched.wait_ns.saturating_sub(was.wait_ns),
+                at.saturating_duration_since(*when).as_nanos() as u64,
+            ),
+            _ => (a.run_ns, a.wait_ns, a.span_ns),
+        };
+        let us = |ns: u64| ns / 1000;
+        // A span shorter than what ran in it (readings taken a little apart) is the run.
+        let span = span_ns.max(run_ns + wait_ns);
+        let row = ThreadSample {
+            seq: job.seq,
+            ts_ms: tick.ts_ms,
+            tid,
+            pid,
+            comm: facts.comm.clone(),
+            cpu_usec: us(sched.run_ns),
+            run_usec: us(run_ns),
+            wait_usec: us(wait_ns),
+            span_usec: if span_ns == 0 { 0 } else { us(span) },
+            cpu: facts.cpu,
+            migrations: facts.migrations,
+            pin: pin(job, Tid(tid)).map(|c| c.to_string()),
+        };
+        self.stored.insert(tid, (sched, at, facts));
+        Some(row)
+    }
+}
+
 /// A top thread that neither ran nor waited since its last reading gets a row at most this
 /// often: its next row's span covers the time in between, so its shares stay exact, and an
 /// idle thread costs no `stat`, no `sched` and no row at most ticks.
@@ -227,87 +329,10 @@ impl ThreadProfiler {
                     None => continue,
                 },
             };
-            let acts: Vec<Activity> = reads
-                .iter()
-                .map(|r| match st.prev.get(&r.tid) {
-                    Some((p, was)) if at >= *was => Activity {
-                        reading: *r,
-                        run_ns: r.sched.run_ns.saturating_sub(p.run_ns),
-                        wait_ns: r.sched.wait_ns.saturating_sub(p.wait_ns),
-                        span_ns: at.saturating_duration_since(*was).as_nanos() as u64,
-                    },
-                    _ => Activity {
-                        reading: *r,
-                        run_ns: 0,
-                        wait_ns: 0,
-                        span_ns: 0,
-                    },
-                })
-                .collect();
-            if complete {
-                // Every thread was read: those not there any more are gone.
-                st.prev.clear();
-                st.stored
-                    .retain(|tid, _| reads.iter().any(|r| r.tid == *tid));
-            } else if st.prev.len() > 8 * tick.scan.max(1) {
-                // Read in turns: threads that exited cannot be told apart; bounded instead.
-                st.prev.clear();
-                st.stored.clear();
-            }
-            for r in &reads {
-                st.prev.insert(r.tid, (r.sched, at));
-            }
+            let acts = st.activities(&reads, at);
+            st.remember(&reads, at, complete, tick.scan);
             for a in top_threads(acts, tick.top) {
-                let Reading { pid, tid, sched } = a.reading;
-                let idle = a.span_ns > 0 && a.run_ns + a.wait_ns == 0;
-                let last = st.stored.get(&tid);
-                if idle
-                    && last.is_some_and(|(_, when, _)| {
-                        at.saturating_duration_since(*when) < IDLE_ROW_EVERY
-                    })
-                {
-                    continue;
-                }
-                // A thread that did not run cannot have moved or migrated: its facts are kept.
-                let facts = match last {
-                    Some((_, _, f)) if idle => f.clone(),
-                    _ => match port.task(pid, tid) {
-                        Ok(f) => f,
-                        Err(BindError::Gone) => continue,
-                        Err(BindError::Failed(e)) => {
-                            debug!(cgroup = %job.cgroup, tid, error = %e, "thread profile: cannot read the thread");
-                            continue;
-                        }
-                    },
-                };
-                // Deltas since the thread's last row (the rows of a thread cover its time without
-                // gaps or overlaps), or since its previous reading for its first row.
-                let (run_ns, wait_ns, span_ns) = match last {
-                    Some((was, when, _)) if at >= *when => (
-                        sched.run_ns.saturating_sub(was.run_ns),
-                        sched.wait_ns.saturating_sub(was.wait_ns),
-                        at.saturating_duration_since(*when).as_nanos() as u64,
-                    ),
-                    _ => (a.run_ns, a.wait_ns, a.span_ns),
-                };
-                let us = |ns: u64| ns / 1000;
-                // A span shorter than what ran in it (readings taken a little apart) is the run.
-                let span = span_ns.max(run_ns + wait_ns);
-                rows.push(ThreadSample {
-                    seq: job.seq,
-                    ts_ms: tick.ts_ms,
-                    tid,
-                    pid,
-                    comm: facts.comm.clone(),
-                    cpu_usec: us(sched.run_ns),
-                    run_usec: us(run_ns),
-                    wait_usec: us(wait_ns),
-                    span_usec: if span_ns == 0 { 0 } else { us(span) },
-                    cpu: facts.cpu,
-                    migrations: facts.migrations,
-                    pin: pin(job, Tid(tid)).map(|c| c.to_string()),
-                });
-                st.stored.insert(tid, (sched, at, facts));
+                rows.extend(st.row(port, (job, tick), pin, a, at));
             }
         }
         rows
@@ -384,205 +409,4 @@ fn read_job(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Mutex;
-
-    fn act(tid: u32, run_ns: u64, total: u64) -> Activity {
-        Activity {
-            reading: Reading {
-                pid: 1,
-                tid,
-                sched: SchedRead {
-                    run_ns: total,
-                    wait_ns: 0,
-                },
-            },
-            run_ns,
-            wait_ns: 0,
-            span_ns: 1,
-        }
-    }
-
-    #[test]
-    fn the_most_active_threads_first() {
-        let tids = |v: Vec<Activity>| v.iter().map(|a| a.reading.tid).collect::<Vec<_>>();
-        let all = vec![
-            act(1, 0, 900),
-            act(2, 50, 50),
-            act(3, 70, 70),
-            act(4, 0, 10),
-        ];
-        assert_eq!(tids(top_threads(all.clone(), 2)), [3, 2]);
-        // Idle threads: most CPU since they started first.
-        assert_eq!(tids(top_threads(all.clone(), 9)), [3, 2, 1, 4]);
-        assert!(top_threads(all, 0).is_empty());
-    }
-
-    /// A job of two busy and two sleeping threads; counts the schedstat reads.
-    struct Fake {
-        run: Mutex<HashMap<u32, u64>>,
-        reads: AtomicUsize,
-    }
-
-    impl BindPort for Fake {
-        fn procs(&self, _: &str) -> Result<Vec<u32>, BindError> {
-            Ok(vec![10])
-        }
-        fn threads(&self, _: u32) -> Result<Vec<u32>, BindError> {
-            Ok(vec![10, 11, 12, 13, 14])
-        }
-        fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError> {
-            self.sched(pid, tid).map(|s| s.run_ns + s.wait_ns)
-        }
-        fn sched(&self, _: u32, tid: u32) -> Result<SchedRead, BindError> {
-            self.reads.fetch_add(1, Ordering::Relaxed);
-            let run = *self.run.lock().unwrap().get(&tid).unwrap_or(&0);
-            Ok(SchedRead {
-                run_ns: run,
-                wait_ns: 0,
-            })
-        }
-        fn task(&self, _: u32, tid: u32) -> Result<TaskFacts, BindError> {
-            Ok(TaskFacts {
-                comm: format!("t{tid}"),
-                cpu: tid % 2,
-                migrations: Some(1),
-            })
-        }
-        fn set_affinity(&self, _: u32, _: &CpuSet) -> Result<(), BindError> {
-            Ok(())
-        }
-        fn affinity(&self, _: u32) -> Result<CpuSet, BindError> {
-            Err(BindError::Failed("the profiler reads no affinity".into()))
-        }
-        fn parent(&self, _: u32) -> Result<u32, BindError> {
-            Err(BindError::Failed("the profiler reads no parent".into()))
-        }
-    }
-
-    #[test]
-    fn a_job_with_more_threads_than_the_scan_is_read_in_turns() {
-        let port = Fake {
-            run: Mutex::new(HashMap::new()),
-            reads: AtomicUsize::new(0),
-        };
-        let (writer, _rx) = Writer::collecting();
-        let tick = ProfileTick {
-            ts_ms: 0,
-            top: 9,
-            scan: 2,
-            reuse: Duration::from_secs(1),
-            jobs: vec![ProfJob {
-                seq: 1,
-                cgroup: "job-1".into(),
-                cpus: CpuSet::parse_list("0").unwrap(),
-                mode: BindMode::None,
-            }],
-            writer,
-        };
-        let mut p = ThreadProfiler::default();
-        let t0 = Instant::now();
-        let mut seen = std::collections::BTreeSet::new();
-        for i in 0..3 {
-            let rows = p.sample(&port, &tick, &|_, _| None, t0 + Duration::from_secs(i));
-            // At most `scan` threads read; thread 10, idle since its row, gets none the third time.
-            assert_eq!(rows.len(), [2, 2, 1][i as usize], "tick {i}");
-            seen.extend(rows.iter().map(|r| r.tid));
-        }
-        assert_eq!(port.reads.load(Ordering::Relaxed), 6);
-        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [10, 11, 12, 13, 14]);
-    }
-
-    #[test]
-    fn busy_threads_lead_and_a_recent_pass_is_not_read_again() {
-        let port = Fake {
-            run: Mutex::new(HashMap::new()),
-            reads: AtomicUsize::new(0),
-        };
-        let (writer, _rx) = Writer::collecting();
-        let job = ProfJob {
-            seq: 1,
-            cgroup: "job-1".into(),
-            cpus: CpuSet::parse_list("0-1").unwrap(),
-            mode: BindMode::Threads,
-        };
-        let tick = |top| ProfileTick {
-            ts_ms: 0,
-            top,
-            scan: 1024,
-            reuse: Duration::from_secs(1),
-            jobs: vec![job.clone()],
-            writer: writer.clone(),
-        };
-        let pin = |_: &ProfJob, t: Tid| (t.0 == 11).then(|| CpuSet::parse_list("1").unwrap());
-        let mut p = ThreadProfiler::default();
-        let t0 = Instant::now();
-        assert_eq!(p.sample(&port, &tick(3), &pin, t0).len(), 3);
-        assert_eq!(port.reads.load(Ordering::Relaxed), 5);
-        // Threads 11 and 12 run the next second.
-        for (t, ns) in [(11, 1_000_000_000), (12, 900_000_000), (10, 1_000_000)] {
-            port.run.lock().unwrap().insert(t, ns);
-        }
-        let rows = p.sample(&port, &tick(3), &pin, t0 + Duration::from_secs(1));
-        let got: Vec<(u32, u64, u64)> = rows
-            .iter()
-            .map(|r| (r.tid, r.run_usec, r.span_usec))
-            .collect();
-        assert_eq!(
-            got,
-            [
-                (11, 1_000_000, 1_000_000),
-                (12, 900_000, 1_000_000),
-                (10, 1000, 1_000_000)
-            ]
-        );
-        assert_eq!(rows[0].pin.as_deref(), Some("1"));
-        assert_eq!(rows[1].pin, None);
-        assert_eq!(rows[0].comm, "t11");
-        assert_eq!(port.reads.load(Ordering::Relaxed), 10);
-        // A balancing pass read the job just now: the tick uses its readings.
-        let rec = Recorder::new(&port);
-        rec.procs("job-1").unwrap();
-        for t in [10, 11, 12, 13, 14] {
-            rec.runnable_ns(10, t).unwrap();
-        }
-        let t2 = t0 + Duration::from_secs(2);
-        p.remember(rec.take(), t2);
-        assert_eq!(port.reads.load(Ordering::Relaxed), 15);
-        let rows = p.sample(&port, &tick(5), &pin, t2 + Duration::from_millis(300));
-        assert_eq!(
-            port.reads.load(Ordering::Relaxed),
-            15,
-            "no schedstat read again"
-        );
-        // Nothing ran since: the idle threads that have a row get none now; the two that never
-        // had one get theirs, over the second between their two readings.
-        let got: Vec<(u32, u64, u64)> = rows
-            .iter()
-            .map(|r| (r.tid, r.run_usec, r.span_usec))
-            .collect();
-        assert_eq!(got, [(13, 0, 1_000_000), (14, 0, 1_000_000)]);
-        // A minute on, the idle threads get a row whose span covers all the time since their
-        // last one, and thread 11, which ran again, one of its own time.
-        port.run.lock().unwrap().insert(11, 1_500_000_000);
-        let t3 = t2 + IDLE_ROW_EVERY;
-        let rows = p.sample(&port, &tick(5), &pin, t3);
-        let got: Vec<(u32, u64, u64)> = rows
-            .iter()
-            .map(|r| (r.tid, r.run_usec, r.span_usec))
-            .collect();
-        let minute = IDLE_ROW_EVERY.as_micros() as u64;
-        assert_eq!(
-            got,
-            [
-                (11, 500_000, minute + 1_000_000),
-                (12, 0, minute + 1_000_000),
-                (10, 0, minute + 1_000_000),
-                (13, 0, minute),
-                (14, 0, minute),
-            ]
-        );
-    }
-}
+mod tests;

@@ -5,95 +5,23 @@ use pjw_core::sched::Phase;
 use pjw_core::CpuSet;
 use pjw_proto::{JobInfo, StatusReport};
 
+use super::live::Figures;
 use super::{Engine, Job};
 
 impl Engine {
     /// The node's state for `pjw status`: running jobs, then the queue in order.
     pub fn status(&self) -> StatusReport {
-        // No cgroup file is read here: figures are the freshest of the live pass's (`live.rs`,
-        // read off this thread for the request) and the sampler's last sample; process and
-        // thread counts are the process tracker's where process events arrive. A request
-        // costs O(jobs) in memory.
-        let info = |j: &Job| {
-            let last = j.prof.last.as_ref().filter(|_| j.started.is_some());
-            let fig = self.figures(j);
-            let counts = if self.proc_events && j.started.is_some() {
-                self.procs.counts(j.seq)
-            } else {
-                None
-            };
-            let procs = counts
-                .map(|c| c.procs_now as u32)
-                .or_else(|| last.and_then(|s| s.procs))
-                .unwrap_or(0);
-            // Every process has at least one thread: a count read at another moment than
-            // the process count (or none) never shows fewer.
-            let threads = counts
-                .map(|c| c.threads_now.min(u32::MAX as u64) as u32)
-                .or_else(|| {
-                    fig.and_then(|f| f.tasks)
-                        .map(|t| t.min(u32::MAX as u64) as u32)
-                })
-                .unwrap_or(0)
-                .max(procs);
-            JobInfo {
-                id: j.id.to_string(),
-                name: j.name.clone(),
-                user: j.user.clone(),
-                uid: j.uid,
-                cpus: j.cpus,
-                mems: if j.cpus.is_empty() {
-                    CpuSet::new()
-                } else {
-                    j.mems
-                },
-                ncpus: j.req.ncpus as u32,
-                mem: j.mem,
-                procs,
-                threads,
-                state: j.state(),
-                reason: if j.phase == Phase::Queued {
-                    Some(self.wait_reason(j))
-                } else {
-                    self.memory_reason(j).or_else(|| j.reason.clone())
-                },
-                priority: j.req.priority,
-                age_secs: j.started.unwrap_or(j.queued_at).elapsed().as_secs(),
-                pid: j.pid,
-                cpu_usec: fig.and_then(|f| f.cpu_usec),
-                mem_bytes: fig.and_then(|f| f.mem_bytes),
-                sampled_ms: fig.map(|f| f.ts_ms),
-                wlm: j.starter.wlm.clone(),
-                ngpus: j.req.ngpus as u32,
-                gpus: if j.phase == Phase::Queued {
-                    j.req.pinned
-                } else {
-                    j.gpus
-                },
-                gpu_env: if j.phase == Phase::Queued || j.gpus.is_empty() {
-                    Vec::new()
-                } else {
-                    Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j)
-                },
-                io: super::io::io_info(j),
-                gpu_util: last.and_then(|s| s.gpu_util),
-                gpu_mem: last.and_then(|s| s.gpu_mem),
-                lease: self.lease_info(j),
-                steps: Engine::step_infos(j),
-                oom_kills: j.memory.oom_kills,
-            }
-        };
         let mut jobs: Vec<JobInfo> = self
             .jobs
             .values()
             .filter(|j| j.phase != Phase::Queued)
-            .map(info)
+            .map(|j| self.job_info(j))
             .collect();
         jobs.extend(
             self.queue_order()
                 .iter()
                 .filter_map(|s| self.jobs.get(s))
-                .map(info),
+                .map(|j| self.job_info(j)),
         );
         StatusReport {
             node: self.node.clone(),
@@ -109,6 +37,89 @@ impl Engine {
             starts: Some(Box::new(self.start_figures())),
             memory: self.memory_status(),
         }
+    }
+
+    /// Job `j` as `pjw status` shows it.
+    fn job_info(&self, j: &Job) -> JobInfo {
+        // No cgroup file is read here: figures are the freshest of the live pass's (`live.rs`,
+        // read off this thread for the request) and the sampler's last sample; process and
+        // thread counts are the process tracker's where process events arrive. A request
+        // costs O(jobs) in memory.
+        let last = j.prof.last.as_ref().filter(|_| j.started.is_some());
+        let fig = self.figures(j);
+        let (procs, threads) = self.procs_threads(j, fig);
+        JobInfo {
+            id: j.id.to_string(),
+            name: j.name.clone(),
+            user: j.user.clone(),
+            uid: j.uid,
+            cpus: j.cpus,
+            mems: if j.cpus.is_empty() {
+                CpuSet::new()
+            } else {
+                j.mems
+            },
+            ncpus: j.req.ncpus as u32,
+            mem: j.mem,
+            procs,
+            threads,
+            state: j.state(),
+            reason: if j.phase == Phase::Queued {
+                Some(self.wait_reason(j))
+            } else {
+                self.memory_reason(j).or_else(|| j.reason.clone())
+            },
+            priority: j.req.priority,
+            age_secs: j.started.unwrap_or(j.queued_at).elapsed().as_secs(),
+            pid: j.pid,
+            cpu_usec: fig.and_then(|f| f.cpu_usec),
+            mem_bytes: fig.and_then(|f| f.mem_bytes),
+            sampled_ms: fig.map(|f| f.ts_ms),
+            wlm: j.starter.wlm.clone(),
+            ngpus: j.req.ngpus as u32,
+            gpus: if j.phase == Phase::Queued {
+                j.req.pinned
+            } else {
+                j.gpus
+            },
+            gpu_env: if j.phase == Phase::Queued || j.gpus.is_empty() {
+                Vec::new()
+            } else {
+                Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j)
+            },
+            io: super::io::io_info(j),
+            gpu_util: last.and_then(|s| s.gpu_util),
+            gpu_mem: last.and_then(|s| s.gpu_mem),
+            lease: self.lease_info(j),
+            steps: Engine::step_infos(j),
+            oom_kills: j.memory.oom_kills,
+        }
+    }
+
+    /// The processes and threads of `j`: the process tracker's counts where process events
+    /// arrive, else the last sample's (`fig`).
+    fn procs_threads(&self, j: &Job, fig: Option<Figures>) -> (u32, u32) {
+        let last = j.prof.last.as_ref().filter(|_| j.started.is_some());
+        let counts = if self.proc_events && j.started.is_some() {
+            self.procs.counts(j.seq)
+        } else {
+            None
+        };
+        let procs = counts
+            .map(|c| c.procs_now as u32)
+            .or_else(|| last.and_then(|s| s.procs))
+            .unwrap_or(0);
+        // Every process has at least one thread: a count read at another moment than
+        // the process count (or none) never shows fewer.
+        let threads = counts
+            .map(|c| c.threads_now.min(u32::MAX as u64) as u32)
+            .or_else(|| {
+                fig.and_then(|f| f.tasks)
+                    .map(|t| t.min(u32::MAX as u64) as u32)
+            })
+            .unwrap_or(0)
+            .max(procs);
+        (procs, threads)
     }
 
     /// What a metrics scrape needs from the engine: in-memory state only, O(jobs).

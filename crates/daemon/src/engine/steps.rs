@@ -205,85 +205,20 @@ impl Engine {
         j: &Job,
     ) -> Result<CpuSet, Refusal> {
         let inside = format!("this `pjw run` runs inside job {} (as a step of it)", j.id);
-        if j.end.ending {
-            return Err(refuse(
-                ErrorCode::Invalid,
-                format!("{inside}, which is ending"),
-            ));
-        }
-        if j.cpus.is_empty() || matches!(j.phase, Phase::Preempted | Phase::Suspended) {
-            return Err(refuse(
-                ErrorCode::Invalid,
-                format!("{inside}, which holds no cpus now"),
-            ));
-        }
-        if let (Some(name), Some((uid, _))) = (&req.user, who.named) {
-            if uid != cred.uid {
-                return Err(refuse(
-                    ErrorCode::Denied,
-                    format!("{inside}: a step runs as its caller, not as {name}"),
-                ));
-            }
-        } else if let Some(name) = &req.user {
-            return Err(refuse(ErrorCode::Invalid, format!("no such user: {name}")));
-        }
-        if req.exclusive {
-            return Err(refuse(
-                ErrorCode::Invalid,
-                format!("{inside}: --exclusive (the whole node) is for jobs, not steps"),
-            ));
-        }
-        if let (Some(m), Some(limit)) = (req.mem, j.mem) {
-            if m > limit {
-                return Err(refuse(
-                    ErrorCode::Invalid,
-                    format!(
-                        "{inside}, whose memory limit is {}: a step cannot have --mem {}",
-                        pjw_core::format_size(limit),
-                        pjw_core::format_size(m)
-                    ),
-                ));
-            }
-        }
-        if req.gpus as usize > j.gpus.len() {
-            return Err(refuse(
-                ErrorCode::Invalid,
-                format!(
-                    "{inside}, which has {} gpus: a step cannot have --gpus {}",
-                    j.gpus.len(),
-                    req.gpus
-                ),
-            ));
-        }
-        if req.argv.len() > pjw_proto::MAX_ARGS {
-            return Err(refuse(ErrorCode::Invalid, "too many arguments"));
-        }
-        if req.name.as_ref().is_some_and(|n| n.len() > 256) {
-            return Err(refuse(
-                ErrorCode::Invalid,
-                "--name is longer than 256 bytes",
-            ));
-        }
-        if j.steps.live.len() >= Steps::limit(j.cpus.len()) {
-            return Err(refuse(
-                ErrorCode::Denied,
-                format!(
-                    "{inside}, which has {} steps running, its limit",
-                    j.steps.live.len()
-                ),
-            ));
-        }
-        if let Some(t) = req.tasks {
-            if t == 0 || !req.cpus.is_multiple_of(t) {
-                return Err(refuse(
-                    ErrorCode::Invalid,
-                    format!(
-                        "{inside}: --ntasks {t} does not divide the step's {} cpus",
-                        req.cpus
-                    ),
-                ));
-            }
-        }
+        step_job_runs(j, &inside)?;
+        step_caller(cred, who, req, &inside)?;
+        step_fits(req, j, &inside)?;
+        self.step_cpus_for(cred, req, j, &inside)
+    }
+
+    /// The CPUs of the step `req` of `j`, among those its caller may run on.
+    fn step_cpus_for(
+        &self,
+        cred: &Cred,
+        req: &RunRequest,
+        j: &Job,
+        inside: &str,
+    ) -> Result<CpuSet, Refusal> {
         let k = req.cpus as usize;
         // Within the job's CPUs the caller may run on, when they are enough: a step's own
         // child (or an MPI rank pinned by its launcher) gets a share of its own CPUs. Else
@@ -444,4 +379,98 @@ pub(super) fn run_name(req: &RunRequest, fallback: &str) -> String {
                 .unwrap_or_else(|| fallback.into())
         });
     name.chars().filter(|c| !c.is_control()).take(64).collect()
+}
+
+/// A step of `j` needs the job running on its CPUs.
+fn step_job_runs(j: &Job, inside: &str) -> Result<(), Refusal> {
+    if j.end.ending {
+        return Err(refuse(
+            ErrorCode::Invalid,
+            format!("{inside}, which is ending"),
+        ));
+    }
+    if j.cpus.is_empty() || matches!(j.phase, Phase::Preempted | Phase::Suspended) {
+        return Err(refuse(
+            ErrorCode::Invalid,
+            format!("{inside}, which holds no cpus now"),
+        ));
+    }
+    Ok(())
+}
+
+/// A step runs as its caller.
+fn step_caller(cred: &Cred, who: &Who, req: &RunRequest, inside: &str) -> Result<(), Refusal> {
+    if let (Some(name), Some((uid, _))) = (&req.user, who.named) {
+        if uid != cred.uid {
+            return Err(refuse(
+                ErrorCode::Denied,
+                format!("{inside}: a step runs as its caller, not as {name}"),
+            ));
+        }
+    } else if let Some(name) = &req.user {
+        return Err(refuse(ErrorCode::Invalid, format!("no such user: {name}")));
+    }
+    Ok(())
+}
+
+/// What the step asks for fits in its job: memory, GPUs, arguments, name, steps, tasks.
+fn step_fits(req: &RunRequest, j: &Job, inside: &str) -> Result<(), Refusal> {
+    if req.exclusive {
+        return Err(refuse(
+            ErrorCode::Invalid,
+            format!("{inside}: --exclusive (the whole node) is for jobs, not steps"),
+        ));
+    }
+    if let (Some(m), Some(limit)) = (req.mem, j.mem) {
+        if m > limit {
+            return Err(refuse(
+                ErrorCode::Invalid,
+                format!(
+                    "{inside}, whose memory limit is {}: a step cannot have --mem {}",
+                    pjw_core::format_size(limit),
+                    pjw_core::format_size(m)
+                ),
+            ));
+        }
+    }
+    if req.gpus as usize > j.gpus.len() {
+        return Err(refuse(
+            ErrorCode::Invalid,
+            format!(
+                "{inside}, which has {} gpus: a step cannot have --gpus {}",
+                j.gpus.len(),
+                req.gpus
+            ),
+        ));
+    }
+    if req.argv.len() > pjw_proto::MAX_ARGS {
+        return Err(refuse(ErrorCode::Invalid, "too many arguments"));
+    }
+    if req.name.as_ref().is_some_and(|n| n.len() > 256) {
+        return Err(refuse(
+            ErrorCode::Invalid,
+            "--name is longer than 256 bytes",
+        ));
+    }
+    if j.steps.live.len() >= Steps::limit(j.cpus.len()) {
+        return Err(refuse(
+            ErrorCode::Denied,
+            format!(
+                "{inside}, which has {} steps running, its limit",
+                j.steps.live.len()
+            ),
+        ));
+    }
+    if let Some(t) = req.tasks {
+        if t == 0 || !req.cpus.is_multiple_of(t) {
+            return Err(refuse(
+                ErrorCode::Invalid,
+                format!(
+                    "{inside}: --ntasks {t} does not divide the step's {} cpus",
+                    req.cpus
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

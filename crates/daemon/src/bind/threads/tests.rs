@@ -1,0 +1,203 @@
+//! The thread profiler: the most active threads first, a job with more threads than the scan
+//! read in turns, and a recent balancing pass's readings used instead of reading again.
+
+use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+fn act(tid: u32, run_ns: u64, total: u64) -> Activity {
+    Activity {
+        reading: Reading {
+            pid: 1,
+            tid,
+            sched: SchedRead {
+                run_ns: total,
+                wait_ns: 0,
+            },
+        },
+        run_ns,
+        wait_ns: 0,
+        span_ns: 1,
+    }
+}
+
+#[test]
+fn the_most_active_threads_first() {
+    let tids = |v: Vec<Activity>| v.iter().map(|a| a.reading.tid).collect::<Vec<_>>();
+    let all = vec![
+        act(1, 0, 900),
+        act(2, 50, 50),
+        act(3, 70, 70),
+        act(4, 0, 10),
+    ];
+    assert_eq!(tids(top_threads(all.clone(), 2)), [3, 2]);
+    // Idle threads: most CPU since they started first.
+    assert_eq!(tids(top_threads(all.clone(), 9)), [3, 2, 1, 4]);
+    assert!(top_threads(all, 0).is_empty());
+}
+
+/// A job of two busy and two sleeping threads; counts the schedstat reads.
+struct Fake {
+    run: Mutex<HashMap<u32, u64>>,
+    reads: AtomicUsize,
+}
+
+impl BindPort for Fake {
+    fn procs(&self, _: &str) -> Result<Vec<u32>, BindError> {
+        Ok(vec![10])
+    }
+    fn threads(&self, _: u32) -> Result<Vec<u32>, BindError> {
+        Ok(vec![10, 11, 12, 13, 14])
+    }
+    fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError> {
+        self.sched(pid, tid).map(|s| s.run_ns + s.wait_ns)
+    }
+    fn sched(&self, _: u32, tid: u32) -> Result<SchedRead, BindError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let run = *self.run.lock().unwrap().get(&tid).unwrap_or(&0);
+        Ok(SchedRead {
+            run_ns: run,
+            wait_ns: 0,
+        })
+    }
+    fn task(&self, _: u32, tid: u32) -> Result<TaskFacts, BindError> {
+        Ok(TaskFacts {
+            comm: format!("t{tid}"),
+            cpu: tid % 2,
+            migrations: Some(1),
+        })
+    }
+    fn set_affinity(&self, _: u32, _: &CpuSet) -> Result<(), BindError> {
+        Ok(())
+    }
+    fn affinity(&self, _: u32) -> Result<CpuSet, BindError> {
+        Err(BindError::Failed("the profiler reads no affinity".into()))
+    }
+    fn parent(&self, _: u32) -> Result<u32, BindError> {
+        Err(BindError::Failed("the profiler reads no parent".into()))
+    }
+}
+
+#[test]
+fn a_job_with_more_threads_than_the_scan_is_read_in_turns() {
+    let port = Fake {
+        run: Mutex::new(HashMap::new()),
+        reads: AtomicUsize::new(0),
+    };
+    let (writer, _rx) = Writer::collecting();
+    let tick = ProfileTick {
+        ts_ms: 0,
+        top: 9,
+        scan: 2,
+        reuse: Duration::from_secs(1),
+        jobs: vec![ProfJob {
+            seq: 1,
+            cgroup: "job-1".into(),
+            cpus: CpuSet::parse_list("0").unwrap(),
+            mode: BindMode::None,
+        }],
+        writer,
+    };
+    let mut p = ThreadProfiler::default();
+    let t0 = Instant::now();
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..3 {
+        let rows = p.sample(&port, &tick, &|_, _| None, t0 + Duration::from_secs(i));
+        // At most `scan` threads read; thread 10, idle since its row, gets none the third time.
+        assert_eq!(rows.len(), [2, 2, 1][i as usize], "tick {i}");
+        seen.extend(rows.iter().map(|r| r.tid));
+    }
+    assert_eq!(port.reads.load(Ordering::Relaxed), 6);
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), [10, 11, 12, 13, 14]);
+}
+
+#[test]
+fn busy_threads_lead_and_a_recent_pass_is_not_read_again() {
+    let port = Fake {
+        run: Mutex::new(HashMap::new()),
+        reads: AtomicUsize::new(0),
+    };
+    let (writer, _rx) = Writer::collecting();
+    let job = ProfJob {
+        seq: 1,
+        cgroup: "job-1".into(),
+        cpus: CpuSet::parse_list("0-1").unwrap(),
+        mode: BindMode::Threads,
+    };
+    let tick = |top| ProfileTick {
+        ts_ms: 0,
+        top,
+        scan: 1024,
+        reuse: Duration::from_secs(1),
+        jobs: vec![job.clone()],
+        writer: writer.clone(),
+    };
+    let pin = |_: &ProfJob, t: Tid| (t.0 == 11).then(|| CpuSet::parse_list("1").unwrap());
+    let mut p = ThreadProfiler::default();
+    let t0 = Instant::now();
+    assert_eq!(p.sample(&port, &tick(3), &pin, t0).len(), 3);
+    assert_eq!(port.reads.load(Ordering::Relaxed), 5);
+    // Threads 11 and 12 run the next second.
+    for (t, ns) in [(11, 1_000_000_000), (12, 900_000_000), (10, 1_000_000)] {
+        port.run.lock().unwrap().insert(t, ns);
+    }
+    let rows = p.sample(&port, &tick(3), &pin, t0 + Duration::from_secs(1));
+    let got: Vec<(u32, u64, u64)> = rows
+        .iter()
+        .map(|r| (r.tid, r.run_usec, r.span_usec))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (11, 1_000_000, 1_000_000),
+            (12, 900_000, 1_000_000),
+            (10, 1000, 1_000_000)
+        ]
+    );
+    assert_eq!(rows[0].pin.as_deref(), Some("1"));
+    assert_eq!(rows[1].pin, None);
+    assert_eq!(rows[0].comm, "t11");
+    assert_eq!(port.reads.load(Ordering::Relaxed), 10);
+    // A balancing pass read the job just now: the tick uses its readings.
+    let rec = Recorder::new(&port);
+    rec.procs("job-1").unwrap();
+    for t in [10, 11, 12, 13, 14] {
+        rec.runnable_ns(10, t).unwrap();
+    }
+    let t2 = t0 + Duration::from_secs(2);
+    p.remember(rec.take(), t2);
+    assert_eq!(port.reads.load(Ordering::Relaxed), 15);
+    let rows = p.sample(&port, &tick(5), &pin, t2 + Duration::from_millis(300));
+    assert_eq!(
+        port.reads.load(Ordering::Relaxed),
+        15,
+        "no schedstat read again"
+    );
+    // Nothing ran since: the idle threads that have a row get none now; the two that never
+    // had one get theirs, over the second between their two readings.
+    let got: Vec<(u32, u64, u64)> = rows
+        .iter()
+        .map(|r| (r.tid, r.run_usec, r.span_usec))
+        .collect();
+    assert_eq!(got, [(13, 0, 1_000_000), (14, 0, 1_000_000)]);
+    // A minute on, the idle threads get a row whose span covers all the time since their
+    // last one, and thread 11, which ran again, one of its own time.
+    port.run.lock().unwrap().insert(11, 1_500_000_000);
+    let t3 = t2 + IDLE_ROW_EVERY;
+    let rows = p.sample(&port, &tick(5), &pin, t3);
+    let got: Vec<(u32, u64, u64)> = rows
+        .iter()
+        .map(|r| (r.tid, r.run_usec, r.span_usec))
+        .collect();
+    let minute = IDLE_ROW_EVERY.as_micros() as u64;
+    assert_eq!(
+        got,
+        [
+            (11, 500_000, minute + 1_000_000),
+            (12, 0, minute + 1_000_000),
+            (10, 0, minute + 1_000_000),
+            (13, 0, minute),
+            (14, 0, minute),
+        ]
+    );
+}
