@@ -592,3 +592,210 @@ fn a_user_cannot_fill_the_queue() {
         let _ = finish(c);
     }
 }
+
+/// Every entry of the state directory now, with its mode: `(path, mode, is_dir)`. Entries that
+/// vanish while listed are skipped.
+fn state_entries(dir: &Path) -> Vec<(PathBuf, u32, bool)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            let is_dir = m.is_dir();
+            // A job's tmpfs is the job's user's (0700); what is inside is theirs.
+            let mount = is_dir && {
+                use std::os::unix::fs::MetadataExt;
+                m.dev() != std::fs::metadata(&d).map(|p| p.dev()).unwrap_or(m.dev())
+            };
+            out.push((e.path(), m.permissions().mode() & 0o7777, is_dir));
+            if is_dir && !mount {
+                todo.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// What in the state directory others could read: a file with any group or other bit, a
+/// directory others may list.
+fn open_to_others(dir: &Path) -> Vec<String> {
+    state_entries(dir)
+        .into_iter()
+        .filter(|(_, mode, is_dir)| {
+            if *is_dir {
+                mode & 0o004 != 0
+            } else {
+                mode & 0o077 != 0
+            }
+        })
+        .map(|(p, mode, _)| format!("{} {mode:o}", p.display()))
+        .collect()
+}
+
+/// Issue 25, item 1: job data (names, full command lines) cannot be read from the state
+/// directory by other users at any moment of a job's life: the store and every file SQLite
+/// makes beside it (`pjw.db-wal`, `pjw.db-shm`, `pjw.db-journal`) are 0600 from their
+/// creation, also after a restart and after `kill -9`, and ones an older pjw left open are
+/// narrowed at the next start. A watcher lists the directory without pause all along.
+#[test]
+fn a_user_cannot_read_job_data_from_the_state_directory_at_any_moment() {
+    require_root!();
+    let (attacker, victim) = users();
+    let mut d = daemon("");
+    let state = d.dir().join("state");
+    // The watcher: every entry, as often as it can, until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (stop, state) = (stop.clone(), state.clone());
+        std::thread::spawn(move || {
+            let (mut seen, mut passes) = (Vec::<(Instant, String)>::new(), 0u64);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for bad in open_to_others(&state) {
+                    if seen.len() < 10_000 {
+                        seen.push((Instant::now(), bad));
+                    }
+                }
+                passes += 1;
+            }
+            (seen, passes)
+        })
+    };
+    let steal = |what: &str| {
+        let mut got = Vec::new();
+        for f in ["pjw.db", "pjw.db-wal", "pjw.db-shm", "pjw.db-journal"] {
+            let p = state.join(f);
+            if !p.exists() {
+                continue;
+            }
+            let o = as_user(attacker, Path::new("/bin/cat"))
+                .arg(&p)
+                .output()
+                .expect("cat as a user");
+            assert!(
+                o.status.success() || String::from_utf8_lossy(&o.stderr).contains("denied"),
+                "the attack did not run ({what}): {}",
+                text(&o)
+            );
+            if o.status.success() {
+                got.push(format!("{f} ({} bytes)", o.stdout.len()));
+            }
+        }
+        assert!(got.is_empty(), "{what}: the attacker read {got:?}");
+    };
+    // The victim's job carries a secret in its command line.
+    let c = spawn_as(
+        &d,
+        victim,
+        &["--job-id", "secret", "--name", "payroll"],
+        "sleep 30 # --password=hunter2",
+    );
+    wait_state(&d, "secret", "running");
+    // Control: the secret is in the files the attacker goes for (the WAL holds the new rows).
+    let holds_secret = ["pjw.db", "pjw.db-wal"].iter().any(|f| {
+        std::fs::read(state.join(f)).is_ok_and(|b| b.windows(7).any(|w| w == b"hunter2"))
+    });
+    assert!(holds_secret, "the control failed: no secret in the store");
+    assert!(state.join("pjw.db-wal").exists(), "no WAL: {:?}", state_entries(&state));
+    steal("while the job runs");
+    // A crash while the job runs: the WAL and its index stay behind as they were.
+    d.kill9();
+    steal("after kill -9");
+    d.restart();
+    wait_state(&d, "secret", "running");
+    steal("after the restart");
+    // As an older pjw left them: readable by all. The next start narrows them.
+    d.kill9();
+    let window = Instant::now();
+    for f in ["pjw.db", "pjw.db-wal", "pjw.db-shm"] {
+        let p = state.join(f);
+        if p.exists() {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+    let o = as_user(attacker, Path::new("/bin/cat"))
+        .arg(state.join("pjw.db-wal"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "the control failed: {}", text(&o));
+    d.restart();
+    // That window (files opened by the test, until the start narrowed them) is the test's own
+    // doing; the watcher judges the daemon's files outside it.
+    let window = window..Instant::now();
+    steal("after a restart over files an older pjw left open");
+    let k = d.pjw().args(["kill", "secret"]).output().unwrap();
+    assert!(k.status.success(), "{}", text(&k));
+    let _ = finish(c);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (seen, passes) = watcher.join().unwrap();
+    let mut seen: Vec<String> = seen
+        .into_iter()
+        .filter(|(t, _)| !window.contains(t))
+        .map(|(_, b)| b)
+        .collect();
+    seen.dedup();
+    let left = open_to_others(&state);
+    eprintln!("watcher: {passes} listings of the state directory; open to others: {seen:?}; after: {left:?}");
+    assert!(passes > 10, "the watcher hardly ran ({passes} listings)");
+    assert!(seen.is_empty(), "readable by others at some moment: {seen:?}");
+    assert!(left.is_empty(), "readable by others at the end: {left:?}");
+}
+
+/// `kill -HUP` the daemon with `config` as its file (TestDaemon's own layout), and wait until
+/// it logged the reload.
+fn reload_with(d: &TestDaemon, config: &str) {
+    let before = d.log().matches("config reloaded").count();
+    std::fs::write(
+        d.dir().join("pjw.toml"),
+        format!("{config}\n[log]\nlevel = \"debug\"\n"),
+    )
+    .unwrap();
+    let pid = d.pid().expect("daemon pid") as libc::pid_t;
+    // SAFETY: signalling the test's own daemon child, by the pid it holds and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(20), || d
+            .log()
+            .matches("config reloaded")
+            .count()
+            > before),
+        "no reload:\n{}",
+        d.log()
+    );
+}
+
+/// Issue 25, item 4: an admin removed from `[profile] admin_group` by a reload loses the
+/// group's rights at once (every user's reports, root's priorities), though the connection
+/// layer decides them: it follows the reload as the engine does.
+#[test]
+fn an_admin_removed_by_a_reload_loses_the_rights_at_once() {
+    require_root!();
+    let (attacker, victim) = users();
+    // The attacker's own gid (as_user runs it with gid = uid) is the admin group.
+    let with_group = format!("[profile]\ninterval = \"1s\"\nadmin_group = \"{attacker}\"\n");
+    let d = daemon(&with_group);
+    let o = finish(spawn_as(&d, victim, &["--job-id", "victims"], "true"));
+    assert!(o.status.success(), "{}", text(&o));
+    // Control: while in the group, the attacker reads the victim's report and runs at 16.
+    let rep = pjw_as(&d, attacker, &["report", "-J", "victims"]);
+    assert!(rep.status.success(), "the control failed: {}", text(&rep));
+    let pri = pjw_as(&d, attacker, &["run", "--priority", "16", "--", "true"]);
+    assert!(pri.status.success(), "the control failed: {}", text(&pri));
+    reload_with(&d, "[profile]\ninterval = \"1s\"\n");
+    refused(
+        &pjw_as(&d, attacker, &["report", "-J", "victims"]),
+        "belongs to another user",
+    );
+    refused(
+        &pjw_as(&d, attacker, &["run", "--priority", "16", "--", "true"]),
+        "above this node's maximum for users (12)",
+    );
+    // And the other way: given back by a reload, at once.
+    reload_with(&d, &with_group);
+    let rep = pjw_as(&d, attacker, &["report", "-J", "victims"]);
+    assert!(rep.status.success(), "{}", text(&rep));
+}

@@ -826,3 +826,81 @@ fn slurm_gres_gpu_jobs_get_slurms_gpu_fenced_with_local_cpus() {
     let state = ok(&state, "sinfo");
     assert!(!state.contains("drain"), "node {state:?}:\n{}", w.logs());
 }
+
+/// Issue 25, item 2, as a user of the live Slurm: a job named `x MinMemoryNode=1e-9` (which
+/// once gave a memory of 0, a refused registration, a failed Prolog and a drained node), one
+/// named `x MinMemoryNode=0.001K` (a 1-byte limit), and one whose name forges smaller memory
+/// lines after newlines are each registered with the memory Slurm gave them; every Prolog
+/// exits 0 (the jobs run, the node is not drained).
+#[test]
+fn slurm_prolog_registers_the_real_memory_whatever_the_job_name() {
+    require!(Component::Root, Component::Slurm);
+    let two = need_cpus!(2);
+    pjw_testkit::machine::test_user("pjwatk1");
+    let _turn = slurm_turn();
+    let d = TestDaemon::start(&pjw_bin(), &wlm_config(&two, "SLURM_JOB_ID"));
+    let w = Wlm::up("slurm-up.sh", &d);
+    let out = w.out();
+    let cases: [(&str, &[&str], u64); 4] = [
+        ("x MinMemoryNode=1e-9", &["--mem-per-cpu=100M"], 100),
+        ("x MinMemoryNode=0.001K", &["--mem=150M"], 150),
+        (
+            "x MinMemoryCPU=1M\n     Nodes=vm CPU_IDs=0 Mem=1 GRES=\n   MinMemoryNode=1M TRES=cpu=1,mem=1M",
+            &["--mem-per-cpu=120M"],
+            120,
+        ),
+        ("x MinMemoryNode=1e-9", &["-n2", "--mem-per-cpu=64M"], 128),
+    ];
+    for (n, (name, args, want_mib)) in cases.iter().enumerate() {
+        let go = out.join(format!("go-{n}"));
+        let report = out.join(format!("mem-{n}.out"));
+        let script = out.join(format!("mem-{n}.sh"));
+        std::fs::write(&script, job_script(&report, &go)).unwrap();
+        set_mode(&script, 0o755);
+        let o = w
+            .cmd("setpriv")
+            .args(["--reuid", "pjwatk1", "--regid", "pjwatk1", "--clear-groups", "sbatch"])
+            .args(*args)
+            .args(["-o", "/dev/null", "-J", name])
+            .arg(&script)
+            .output()
+            .unwrap();
+        let text = ok(&o, "sbatch");
+        let id = text.trim().rsplit(' ').next().unwrap().to_string();
+        let (cg, _, _) = job_report(&report);
+        assert!(
+            cg.ends_with(&format!("/job-slurm:{id}")),
+            "job {id} ({name:?}) ran in {cg:?}\n{}\n{}",
+            d.log(),
+            w.logs()
+        );
+        let st = d.status();
+        let j = jobs_of(&st, "slurm")
+            .into_iter()
+            .find(|j| j["id"] == format!("slurm:{id}"))
+            .unwrap_or_else(|| panic!("no pjw job slurm:{id}: {st:#}"));
+        eprintln!("job {id} named {name:?} ({args:?}): registered with mem {}", j["mem"]);
+        assert_eq!(
+            j["mem"],
+            want_mib << 20,
+            "job {id} named {name:?} was not registered with Slurm's memory: {j:#}"
+        );
+        assert_eq!(
+            memory_limit(&d, &format!("job-slurm:{id}")),
+            Some(want_mib << 20),
+            "the cgroup's limit"
+        );
+        std::fs::write(&go, "").unwrap();
+    }
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(60), || jobs_of(&d.status(), "slurm")
+            .is_empty()),
+        "slurm jobs left:\n{:#}\n{}",
+        d.status(),
+        w.logs()
+    );
+    let state = w.cmd("sinfo").args(["-h", "-o", "%T"]).output().unwrap();
+    let state = ok(&state, "sinfo");
+    assert!(!state.contains("drain"), "node {state:?}:\n{}", w.logs());
+    assert!(!w.logs().contains("prolog failed"), "{}", w.logs());
+}

@@ -159,6 +159,10 @@ pub struct Engine {
     /// The next generated job number: read from the store once, taken with each job's
     /// submission (in the same transaction as its row).
     next_number: Option<u64>,
+    /// The rules the connection layer enforces before a request reaches the engine (the admin
+    /// group), as in effect now: published again by every reload, so a reload that changes one
+    /// changes it in that layer too ([`Engine::conn_rules`]).
+    conn_rules: tokio::sync::watch::Sender<crate::reload::ConnRules>,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -232,7 +236,9 @@ impl Engine {
             cfg.adopt_env.clone(),
             cfg.adopt_hook_daemons.clone(),
         );
+        let (conn_rules, _) = tokio::sync::watch::channel(crate::reload::ConnRules::of(&cfg));
         Engine {
+            conn_rules,
             scanner,
             sweep_from: None,
             unknown_logged: HashMap::new(),
@@ -283,6 +289,11 @@ impl Engine {
     /// Ship finished jobs to the central store with `s` (woken at every job end).
     pub fn set_shipper(&mut self, s: pjw_central::Shipper) {
         self.shipper = Some(s);
+    }
+
+    /// The connection layer's rules as in effect now, following every reload.
+    pub fn conn_rules(&self) -> tokio::sync::watch::Receiver<crate::reload::ConnRules> {
+        self.conn_rules.subscribe()
     }
 
     /// The counters and histograms this engine feeds (for the metrics endpoint).
