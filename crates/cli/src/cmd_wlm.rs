@@ -234,7 +234,14 @@ fn slurm_command(name: &str) -> std::ffi::OsString {
 /// `x MinMemoryNode=1e-9` cannot change it).
 fn slurm_job_mem(id: &str, cpus_here: u32) -> Result<Option<u64>, String> {
     let out = std::process::Command::new(slurm_command("squeue"))
-        .args(["--noconvert", "-h", "-j", id, "-O", wlm_parse::SQUEUE_MEM_FIELDS])
+        .args([
+            "--noconvert",
+            "-h",
+            "-j",
+            id,
+            "-O",
+            wlm_parse::SQUEUE_MEM_FIELDS,
+        ])
         .output()
         .map_err(|e| format!("cannot run squeue: {e}"))?;
     if !out.status.success() {

@@ -185,13 +185,19 @@ fn slurm_mib(text: &str, decimals: bool) -> Result<f64, String> {
 /// Parse what `squeue --noconvert -h -j ID -O` [`SQUEUE_MEM_FIELDS`] printed: one line of four
 /// `|`-ended fields. Anything else is an error naming it.
 pub fn parse_squeue_mem(text: &str) -> Result<SqueueMem, String> {
-    let line = match text.lines().filter(|l| !l.trim().is_empty()).collect::<Vec<_>>()[..] {
+    let line = match text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()[..]
+    {
         [l] => l.trim(),
         _ => return Err(format!("squeue printed {text:?}, not one line")),
     };
     let f: Vec<&str> = line.split('|').map(str::trim).collect();
     let [min, cpus, nodes, tres, ""] = f[..] else {
-        return Err(format!("squeue printed {line:?}, not MinMemory|NumCPUs|NumNodes|tres-alloc|"));
+        return Err(format!(
+            "squeue printed {line:?}, not MinMemory|NumCPUs|NumNodes|tres-alloc|"
+        ));
     };
     let count = |what: &str, v: &str| -> Result<u64, String> {
         match v.parse::<u64>() {
@@ -200,7 +206,11 @@ pub fn parse_squeue_mem(text: &str) -> Result<SqueueMem, String> {
         }
     };
     let min_mib = slurm_mib(min, false).map_err(|e| format!("squeue MinMemory {e}"))?;
-    let tres_mib = match tres.split(',').filter_map(|kv| kv.strip_prefix("mem=")).collect::<Vec<_>>()[..] {
+    let tres_mib = match tres
+        .split(',')
+        .filter_map(|kv| kv.strip_prefix("mem="))
+        .collect::<Vec<_>>()[..]
+    {
         [] => None,
         [m] => Some(slurm_mib(m, true).map_err(|e| format!("squeue tres-alloc mem {e}"))?)
             .filter(|m| *m > 0.0),
@@ -308,18 +318,73 @@ mod tests {
     fn the_memory_slurm_gave_whatever_the_job_s_text() {
         let mib = |n: u64| Some(n << 20);
         for (out, cpus_here, want, what) in [
-            ("100M|1|1|cpu=1,mem=100M,node=1,billing=1|\n", 1, mib(100), "--mem-per-cpu=100M -n1 (named `x MinMemoryNode=1e-9`)"),
-            ("300M|2|1|cpu=2,mem=300M,node=1,billing=2|\n", 2, mib(300), "--mem=300M -n2"),
-            ("256M|2|1|cpu=2,mem=512M,node=1,billing=2|\n", 2, mib(512), "DefMemPerCPU=256, -n2"),
-            ("768M|2|1|cpu=2,mem=1.50G,node=1,billing=2|\n", 2, mib(1536), "--mem-per-cpu=768M -n2"),
-            ("1537M|1|1|cpu=1,mem=1537M,node=1,billing=1|", 1, mib(1537), "--mem-per-cpu=1537M"),
-            ("0|1|1|cpu=1,mem=24005M,node=1,billing=1|", 1, mib(24005), "--mem=0: the node's"),
-            ("0|1|1|cpu=1,mem=200M,node=1,billing=1|", 1, mib(200), "--gpus=2 --mem-per-gpu=100M"),
+            (
+                "100M|1|1|cpu=1,mem=100M,node=1,billing=1|\n",
+                1,
+                mib(100),
+                "--mem-per-cpu=100M -n1 (named `x MinMemoryNode=1e-9`)",
+            ),
+            (
+                "300M|2|1|cpu=2,mem=300M,node=1,billing=2|\n",
+                2,
+                mib(300),
+                "--mem=300M -n2",
+            ),
+            (
+                "256M|2|1|cpu=2,mem=512M,node=1,billing=2|\n",
+                2,
+                mib(512),
+                "DefMemPerCPU=256, -n2",
+            ),
+            (
+                "768M|2|1|cpu=2,mem=1.50G,node=1,billing=2|\n",
+                2,
+                mib(1536),
+                "--mem-per-cpu=768M -n2",
+            ),
+            (
+                "1537M|1|1|cpu=1,mem=1537M,node=1,billing=1|",
+                1,
+                mib(1537),
+                "--mem-per-cpu=1537M",
+            ),
+            (
+                "0|1|1|cpu=1,mem=24005M,node=1,billing=1|",
+                1,
+                mib(24005),
+                "--mem=0: the node's",
+            ),
+            (
+                "0|1|1|cpu=1,mem=200M,node=1,billing=1|",
+                1,
+                mib(200),
+                "--gpus=2 --mem-per-gpu=100M",
+            ),
             ("0|1|1|cpu=1,node=1,billing=1|", 1, None, "no memory at all"),
-            ("2048M|6|2|cpu=6,mem=4G,node=2,billing=6|", 4, mib(2048), "--mem=2G on 2 nodes"),
-            ("1024M|6|2|cpu=6,mem=6G,node=2,billing=6|", 4, mib(4096), "--mem-per-cpu=1G, 4 CPUs here"),
-            ("1024M|6|2|cpu=6,mem=6G,node=2,billing=6|", 2, mib(2048), "--mem-per-cpu=1G, 2 CPUs here"),
-            ("1024M|2|2|cpu=2,mem=2G,node=2,billing=2|", 1, mib(1024), "one CPU per node: both readings agree"),
+            (
+                "2048M|6|2|cpu=6,mem=4G,node=2,billing=6|",
+                4,
+                mib(2048),
+                "--mem=2G on 2 nodes",
+            ),
+            (
+                "1024M|6|2|cpu=6,mem=6G,node=2,billing=6|",
+                4,
+                mib(4096),
+                "--mem-per-cpu=1G, 4 CPUs here",
+            ),
+            (
+                "1024M|6|2|cpu=6,mem=6G,node=2,billing=6|",
+                2,
+                mib(2048),
+                "--mem-per-cpu=1G, 2 CPUs here",
+            ),
+            (
+                "1024M|2|2|cpu=2,mem=2G,node=2,billing=2|",
+                1,
+                mib(1024),
+                "one CPU per node: both readings agree",
+            ),
             ("1G|1|1|cpu=1,mem=1G,node=1|", 1, mib(1024), "a unit"),
         ] {
             let q = parse_squeue_mem(out).unwrap_or_else(|e| panic!("{what}: {e}"));

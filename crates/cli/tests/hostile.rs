@@ -696,11 +696,15 @@ fn a_user_cannot_read_job_data_from_the_state_directory_at_any_moment() {
     );
     wait_state(&d, "secret", "running");
     // Control: the secret is in the files the attacker goes for (the WAL holds the new rows).
-    let holds_secret = ["pjw.db", "pjw.db-wal"].iter().any(|f| {
-        std::fs::read(state.join(f)).is_ok_and(|b| b.windows(7).any(|w| w == b"hunter2"))
-    });
+    let holds_secret = ["pjw.db", "pjw.db-wal"]
+        .iter()
+        .any(|f| std::fs::read(state.join(f)).is_ok_and(|b| b.windows(7).any(|w| w == b"hunter2")));
     assert!(holds_secret, "the control failed: no secret in the store");
-    assert!(state.join("pjw.db-wal").exists(), "no WAL: {:?}", state_entries(&state));
+    assert!(
+        state.join("pjw.db-wal").exists(),
+        "no WAL: {:?}",
+        state_entries(&state)
+    );
     steal("while the job runs");
     // A crash while the job runs: the WAL and its index stay behind as they were.
     d.kill9();
@@ -741,7 +745,10 @@ fn a_user_cannot_read_job_data_from_the_state_directory_at_any_moment() {
     let left = open_to_others(&state);
     eprintln!("watcher: {passes} listings of the state directory; open to others: {seen:?}; after: {left:?}");
     assert!(passes > 10, "the watcher hardly ran ({passes} listings)");
-    assert!(seen.is_empty(), "readable by others at some moment: {seen:?}");
+    assert!(
+        seen.is_empty(),
+        "readable by others at some moment: {seen:?}"
+    );
     assert!(left.is_empty(), "readable by others at the end: {left:?}");
 }
 

@@ -859,7 +859,14 @@ fn slurm_prolog_registers_the_real_memory_whatever_the_job_name() {
         set_mode(&script, 0o755);
         let o = w
             .cmd("setpriv")
-            .args(["--reuid", "pjwatk1", "--regid", "pjwatk1", "--clear-groups", "sbatch"])
+            .args([
+                "--reuid",
+                "pjwatk1",
+                "--regid",
+                "pjwatk1",
+                "--clear-groups",
+                "sbatch",
+            ])
             .args(*args)
             .args(["-o", "/dev/null", "-J", name])
             .arg(&script)
@@ -879,7 +886,10 @@ fn slurm_prolog_registers_the_real_memory_whatever_the_job_name() {
             .into_iter()
             .find(|j| j["id"] == format!("slurm:{id}"))
             .unwrap_or_else(|| panic!("no pjw job slurm:{id}: {st:#}"));
-        eprintln!("job {id} named {name:?} ({args:?}): registered with mem {}", j["mem"]);
+        eprintln!(
+            "job {id} named {name:?} ({args:?}): registered with mem {}",
+            j["mem"]
+        );
         assert_eq!(
             j["mem"],
             want_mib << 20,

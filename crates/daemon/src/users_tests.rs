@@ -294,7 +294,10 @@ async fn the_admin_group_follows_a_reload_in_the_connection_layer() {
         overrides: Default::default(),
     };
     let is_admin = |who: crate::engine::Who| who.admin;
-    assert!(!is_admin(r.who(&admin, None).await.unwrap()), "admin with no group");
+    assert!(
+        !is_admin(r.who(&admin, None).await.unwrap()),
+        "admin with no group"
+    );
     for (group, want) in [("4343", true), ("4444", false), ("4343", true)] {
         std::fs::write(
             &file,
@@ -311,5 +314,8 @@ async fn the_admin_group_follows_a_reload_in_the_connection_layer() {
     // Removed altogether: no admin rights left.
     std::fs::write(&file, format!("{base}[profile]\nenabled = false\n")).unwrap();
     assert!(te.engine.reload(&source));
-    assert!(!is_admin(r.who(&admin, None).await.unwrap()), "admin after removal");
+    assert!(
+        !is_admin(r.who(&admin, None).await.unwrap()),
+        "admin after removal"
+    );
 }
