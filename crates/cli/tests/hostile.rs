@@ -915,3 +915,120 @@ fn emptying_a_jobs_400k_file_tmpfs_stalls_no_request() {
         "not emptied: {left:?} inodes in use"
     );
 }
+
+/// The daemon's resident memory now, in KiB (VmRSS).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Issue 25, item 7, as written there: a user with 300 small jobs in its history opens 250
+/// reports of all of them (with series and process rows) and never reads them. Reports were
+/// held whole in the daemon (an unbounded channel, no write timeout): it grew from 11 to
+/// 149 MiB. Now a report is read a page at a time as its client reads, at most 4 of one user's
+/// at a time: the daemon grows by at most 32 MiB, and root and another user are answered
+/// meanwhile (the other user's own report included).
+#[test]
+fn unread_reports_cannot_grow_the_daemon() {
+    require_root!();
+    let (attacker, bystander) = users();
+    let d = daemon("max_connections_per_user = 300\n[profile]\ninterval = \"1s\"\n");
+    let pid = d.pid().expect("daemon pid");
+    // 300 small jobs of the attacker's, 10 at a time.
+    for batch in 0..30 {
+        let runs: Vec<Child> = (0..10)
+            .map(|i| {
+                spawn_as(
+                    &d,
+                    attacker,
+                    &["--name", &format!("history-{batch}-{i}-{}", "x".repeat(40))],
+                    "true",
+                )
+            })
+            .collect();
+        for r in runs {
+            let o = finish(r);
+            assert!(o.status.success(), "{}", text(&o));
+        }
+    }
+    let o = finish(spawn_as(&d, bystander, &["--job-id", "mine"], "true"));
+    assert!(o.status.success(), "{}", text(&o));
+    // One report request of everything the attacker has, as a frame.
+    let query = pjw_proto::ReportQuery {
+        series: true,
+        processes: true,
+        limit: Some(100_000),
+        ..Default::default()
+    };
+    let payload = pjw_proto::encode_request(&pjw_proto::Request::Report(query));
+    let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&payload);
+    let frame_file = d.dir().join("report.frame");
+    std::fs::write(&frame_file, &frame).unwrap();
+    std::fs::set_permissions(&frame_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // Control: one such report, read, holds 300 jobs.
+    let all = pjw_as(
+        &d,
+        attacker,
+        &["report", "--limit", "1000", "--format", "json"],
+    );
+    assert!(all.status.success(), "{}", text(&all));
+    let n: usize = serde_json::from_slice::<serde_json::Value>(&all.stdout)
+        .ok()
+        .and_then(|v| v.as_array().map(|a| a.len()))
+        .unwrap_or(0);
+    assert_eq!(n, 300, "the attacker's history");
+    std::thread::sleep(Duration::from_millis(500));
+    let before = rss_kib(pid);
+    let mut hold = as_user(attacker, &wl())
+        .args(["hold", &d.socket().display().to_string(), "250"])
+        .arg(&frame_file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the unread reports");
+    let mut out = BufReader::new(hold.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "opened 250", "the attack did not run");
+    // The daemon holds the 250 connections (not refused), and grows as much as it will.
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|r| r.count())
+            .unwrap_or(0)
+    };
+    let mut peak = before;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        peak = peak.max(rss_kib(pid));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let held = fds();
+    let st = d.pjw().args(["status", "--json"]).output().unwrap();
+    assert!(st.status.success(), "root's status: {}", text(&st));
+    let theirs = pjw_as(&d, bystander, &["report", "-J", "mine"]);
+    assert!(
+        theirs.status.success(),
+        "the bystander's report: {}",
+        text(&theirs)
+    );
+    peak = peak.max(rss_kib(pid));
+    drop(hold.stdin.take());
+    let _ = hold.wait();
+    let grew = peak.saturating_sub(before);
+    eprintln!(
+        "daemon: {before} KiB before, peak {peak} KiB with 250 unread reports (+{grew} KiB); {held} descriptors open (loaded machine, development only)"
+    );
+    assert!(
+        held >= 250,
+        "the daemon did not hold the reports' connections ({held} fds)"
+    );
+    assert!(grew <= 32 << 10, "the daemon grew by {grew} KiB");
+}

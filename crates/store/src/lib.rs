@@ -637,6 +637,9 @@ impl Store {
         .map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;
+        // A reader (a report) reads pages and is closed again: a small page cache, so many of
+        // them at once hold little.
+        conn.pragma_update(None, "cache_size", -256).map_err(err)?;
         let store = counted(conn, path);
         let v = store.schema_version()?;
         if v != SCHEMA_VERSION {
