@@ -9,13 +9,21 @@
 //! the directory's descriptor, then removed with `unlinkat` on the same descriptor (on the
 //! mqueue file system that is `mq_unlink`) — no path is resolved again and no symlink is
 //! followed (a link the user planted is itself removed, never its target).
+//!
+//! /dev/shm is walked as a tree ([`walk_shm`]): each directory is opened relative to its
+//! parent's descriptor with `O_NOFOLLOW | O_DIRECTORY` and checked to be the entry just seen on
+//! /dev/shm's own file system; a regular file with no other name is emptied through a
+//! descriptor opened the same way (`O_NOFOLLOW | O_NONBLOCK`, checked to be that file) before
+//! its removal, so pages a process outside the job holds are freed; at most
+//! [`MAX_DEPTH`] descriptors are held, an owner's directory deeper than that is moved up to
+//! the top and walked from there. At most [`MAX_ENTRIES`] entries are looked at per scrub.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use pjw_core::ipc_scrub::{
-    file_removable, parse_sysvipc, sysv_removable, Ended, IpcKind, Listing, Plan, ShmFile,
-    SysvObject,
+    deep_dir_movable, dir_removable, entry_removable, parse_sysvipc, sysv_removable, Ended,
+    IpcKind, Listing, Plan, ShmFile, SysvObject, MAX_DEPTH,
 };
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
@@ -40,13 +48,9 @@ pub fn read_listing(proc_root: &Path, shm_root: &Path, mq_root: &Path) -> Listin
             sysv.extend(parse_sysvipc(kind, &text));
         }
     }
-    let files = open_dir(shm_root).map(|d| list_dir(&d)).unwrap_or_default();
+    let _ = shm_root;
     let mqueues = open_dir(mq_root).map(|d| list_dir(&d)).unwrap_or_default();
-    Listing {
-        sysv,
-        files,
-        mqueues,
-    }
+    Listing { sysv, mqueues }
 }
 
 fn open_dir(dir: &Path) -> rustix::io::Result<OwnedFd> {
@@ -102,11 +106,17 @@ pub fn scrub(
 ) -> Scrubbed {
     let listing = read_listing(proc_root, shm_root, mq_root);
     let plan = pjw_core::ipc_scrub::plan(job, 0, live, &listing);
-    apply(&plan, shm_root, mq_root, job)
+    let mut done = apply(&plan, mq_root, job);
+    if pjw_core::ipc_scrub::wanted(job.uid, 0, live) {
+        let mut shm = walk_shm(shm_root, job);
+        done.files = shm.removed;
+        done.errors.append(&mut shm.errors);
+    }
+    done
 }
 
 /// Remove what `plan` names, each checked again against the rule first.
-pub fn apply(plan: &Plan, shm_root: &Path, mq_root: &Path, job: &Ended) -> Scrubbed {
+pub fn apply(plan: &Plan, mq_root: &Path, job: &Ended) -> Scrubbed {
     let mut done = Scrubbed::default();
     for o in &plan.sysv {
         match remove_sysv(o, job) {
@@ -115,7 +125,6 @@ pub fn apply(plan: &Plan, shm_root: &Path, mq_root: &Path, job: &Ended) -> Scrub
             Err(e) => done.errors.push(format!("{} {}: {e}", o.kind.file(), o.id)),
         }
     }
-    done.files = remove_entries(shm_root, &plan.files, job, &mut done.errors);
     done.mqueues = remove_entries(mq_root, &plan.mqueues, job, &mut done.errors);
     done
 }
@@ -139,7 +148,7 @@ fn remove_entries(root: &Path, names: &[String], job: &Ended, errors: &mut Vec<S
         let Some(now) = stat_entry(&dir, name) else {
             continue;
         };
-        if !file_removable(job, &now) {
+        if !entry_removable(job, &now) {
             continue;
         }
         match rustix::fs::unlinkat(dir.as_fd(), name.as_str(), AtFlags::empty()) {
@@ -154,6 +163,278 @@ fn remove_entries(root: &Path, names: &[String], job: &Ended, errors: &mut Vec<S
         }
     }
     removed
+}
+
+/// Entries the /dev/shm walk looks at per scrub, at most: a bound on the time one user's tree
+/// can take (what is beyond it is left, and said).
+pub const MAX_ENTRIES: usize = 1_000_000;
+
+/// What the /dev/shm walk did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Walked {
+    /// Entries removed (files, links, FIFOs, sockets, directories).
+    pub removed: usize,
+    /// Entries looked at.
+    pub seen: usize,
+    /// Failures, each naming the entry.
+    pub errors: Vec<String>,
+}
+
+/// An entry as the walk saw it: the rule's view and what identifies it on the file system.
+#[derive(Clone, Debug)]
+struct Seen {
+    file: ShmFile,
+    dev: u64,
+    ino: u64,
+    nlink: u64,
+    kind: FileType,
+}
+
+fn seen_at(dir: &OwnedFd, name: &str) -> Option<Seen> {
+    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    // Field types differ by target.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    Some(Seen {
+        file: ShmFile {
+            name: name.to_string(),
+            uid: st.st_uid,
+            ctime: st.st_ctime as u64,
+            dir: kind == FileType::Directory,
+        },
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
+        nlink: st.st_nlink as u64,
+        kind,
+    })
+}
+
+/// One directory being walked: its descriptor, its entries' names (read when it was opened),
+/// how far the walk is, and (below the top) its name in its parent and what it was before.
+struct Frame {
+    dir: OwnedFd,
+    names: Vec<String>,
+    next: usize,
+    entry: Option<Seen>,
+}
+
+fn frame(dir: OwnedFd, entry: Option<Seen>) -> Frame {
+    let names = list_names(&dir);
+    Frame {
+        dir,
+        names,
+        next: 0,
+        entry,
+    }
+}
+
+fn list_names(dir: &OwnedFd) -> Vec<String> {
+    let Ok(fd) = rustix::io::dup(dir) else {
+        return Vec::new();
+    };
+    let Ok(mut rd) = rustix::fs::Dir::new(fd) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    while let Some(Ok(e)) = rd.read() {
+        match e.file_name().to_str() {
+            Ok("." | "..") | Err(_) => {}
+            Ok(n) => out.push(n.to_string()),
+        }
+    }
+    out
+}
+
+/// Open `name` below `parent` as the directory `seen` saw: never through a link, on the same
+/// file system, the same inode.
+fn open_subdir(parent: &OwnedFd, name: &str, seen: &Seen) -> Option<OwnedFd> {
+    let fd = rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    ((st.st_dev as u64, st.st_ino as u64) == (seen.dev, seen.ino)).then_some(fd)
+}
+
+/// Remove the non-directory entry `name` of `dir` if the rule still allows it: a regular file
+/// with no other name is emptied first (its pages are freed even where a process outside the
+/// job still holds it). `Ok(true)`: removed.
+fn remove_entry(dir: &OwnedFd, name: &str, job: &Ended) -> rustix::io::Result<bool> {
+    let Some(now) = seen_at(dir, name) else {
+        return Ok(false);
+    };
+    if !entry_removable(job, &now.file) {
+        return Ok(false);
+    }
+    if now.kind == FileType::RegularFile && now.nlink == 1 {
+        // O_NONBLOCK: a FIFO swapped in meanwhile does not block the open (and is not
+        // truncated: the descriptor must be the regular file just seen).
+        if let Ok(fd) = rustix::fs::openat(
+            dir,
+            name,
+            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+            let same = rustix::fs::fstat(&fd).is_ok_and(|st| {
+                (st.st_dev as u64, st.st_ino as u64) == (now.dev, now.ino)
+                    && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+            });
+            if same {
+                let _ = rustix::fs::ftruncate(&fd, 0);
+            }
+        }
+    }
+    match rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty()) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::NOENT) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Walk /dev/shm (`shm_root`) and remove what the rule allows for `job`, at any depth and of
+/// every shape (see the module and `pjw_core::ipc_scrub`).
+pub fn walk_shm(shm_root: &Path, job: &Ended) -> Walked {
+    let mut w = Walked::default();
+    let Ok(root) = open_dir(shm_root) else {
+        return w;
+    };
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let Ok(dev) = rustix::fs::fstat(&root).map(|st| st.st_dev as u64) else {
+        return w;
+    };
+    let quote = |path: &[&str], name: &str| {
+        // Debug-quoted: the names are the user's and may hold a newline.
+        let mut p: PathBuf = shm_root.to_path_buf();
+        p.extend(path.iter().copied());
+        p.push(name);
+        format!("{p:?}")
+    };
+    // Directories moved up from below MAX_DEPTH, with what they were before the move.
+    let mut moved: Vec<Seen> = Vec::new();
+    let mut moves = 0usize;
+    let mut walked_moves = 0usize;
+    let mut tops: Option<Vec<String>> = None;
+    loop {
+        let Ok(top) = rustix::io::dup(&root) else {
+            break;
+        };
+        let mut first = frame(top, None);
+        if let Some(names) = tops.take() {
+            first.names = names;
+        }
+        let mut stack: Vec<Frame> = vec![first];
+        // The names leading to the frame on top, for messages.
+        let mut path: Vec<String> = Vec::new();
+        while let Some(top) = stack.last_mut() {
+            if top.next >= top.names.len() || w.seen >= MAX_ENTRIES {
+                let done = stack.pop().expect("a frame");
+                let name = path.pop();
+                if let (Some(entry), Some(parent), Some(name)) = (done.entry, stack.last(), name) {
+                    drop(done.dir);
+                    // Judged by what it was before the walk changed it.
+                    let was = moved
+                        .iter()
+                        .find(|m| m.ino == entry.ino && m.dev == entry.dev)
+                        .map_or(&entry.file, |m| &m.file);
+                    if dir_removable(job, was) {
+                        match rustix::fs::unlinkat(
+                            parent.dir.as_fd(),
+                            name.as_str(),
+                            AtFlags::REMOVEDIR,
+                        ) {
+                            Ok(()) => w.removed += 1,
+                            Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::NOENT) => {}
+                            Err(e) => {
+                                let p: Vec<&str> = path.iter().map(String::as_str).collect();
+                                w.errors.push(format!(
+                                    "{}: {}",
+                                    quote(&p, &name),
+                                    std::io::Error::from(e)
+                                ));
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            let name = top.names[top.next].clone();
+            top.next += 1;
+            w.seen += 1;
+            let Some(seen) = seen_at(&top.dir, &name) else {
+                continue;
+            };
+            if !seen.file.dir {
+                let p: Vec<&str> = path.iter().map(String::as_str).collect();
+                match remove_entry(&top.dir, &name, job) {
+                    Ok(true) => w.removed += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        w.errors
+                            .push(format!("{}: {}", quote(&p, &name), std::io::Error::from(e)))
+                    }
+                }
+                continue;
+            }
+            if seen.dev != dev {
+                continue; // another file system mounted here: not /dev/shm's
+            }
+            if stack.len() > MAX_DEPTH {
+                // Too deep to hold a descriptor more: an owner's directory goes up to the top
+                // (under a name of its own, never over another) and is walked from there.
+                if deep_dir_movable(job, &seen.file) && moves < MAX_ENTRIES {
+                    let to = format!(".pjw-scrub-{}-{}-{moves}", job.uid, std::process::id());
+                    let top_fd = stack.first().map(|f| &f.dir).expect("the top frame");
+                    let parent = &stack.last().expect("a frame").dir;
+                    if rustix::fs::renameat_with(
+                        parent,
+                        name.as_str(),
+                        top_fd,
+                        to.as_str(),
+                        rustix::fs::RenameFlags::NOREPLACE,
+                    )
+                    .is_ok()
+                    {
+                        moves += 1;
+                        moved.push(Seen {
+                            file: ShmFile {
+                                name: to,
+                                ..seen.file.clone()
+                            },
+                            ..seen
+                        });
+                    }
+                }
+                continue;
+            }
+            let parent = &stack.last().expect("a frame").dir;
+            if let Some(fd) = open_subdir(parent, &name, &seen) {
+                path.push(name);
+                stack.push(frame(fd, Some(seen)));
+            }
+        }
+        // Walk what was moved up in this pass, from the top; until nothing more is moved.
+        let pending: Vec<String> = moved[walked_moves..]
+            .iter()
+            .map(|m| m.file.name.clone())
+            .collect();
+        walked_moves = moved.len();
+        if pending.is_empty() || w.seen >= MAX_ENTRIES {
+            break;
+        }
+        tops = Some(pending);
+    }
+    if w.seen >= MAX_ENTRIES {
+        w.errors.push(format!(
+            "{}: more than {MAX_ENTRIES} entries; the rest is left for the next scrub",
+            shm_root.display()
+        ));
+    }
+    w
 }
 
 /// `IPC_STAT` the object, check it against the rule again, then `IPC_RMID` it. `Ok(false)`:
@@ -230,37 +511,25 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    /// A fake /proc and /dev/shm: the listing reads both; files are removed through the
-    /// directory's descriptor and a symlink's target is never touched.
+    /// A fake /proc and /dev/mqueue: the listing reads both; a queue is removed through the
+    /// directory's descriptor, and only when the re-check still allows it.
     #[test]
-    fn lists_a_fake_root_and_removes_only_the_owners_files_never_through_a_link() {
+    fn lists_a_fake_root_and_removes_only_the_owners_queues() {
         let t = tempfile::tempdir().unwrap();
         let proc_root = t.path().join("proc");
         let shm = t.path().join("shm");
         let mq = t.path().join("mqueue");
-        let outside = t.path().join("outside");
         std::fs::create_dir_all(proc_root.join("sysvipc")).unwrap();
-        std::fs::create_dir_all(shm.join("adir")).unwrap();
-        std::fs::write(&outside, "keep").unwrap();
+        std::fs::create_dir_all(&shm).unwrap();
         std::fs::write(
             proc_root.join("sysvipc/sem"),
             "key semid perms nsems uid gid cuid cgid otime ctime\n0 7 600 1 4242 4242 4242 4242 0 120\n",
         )
         .unwrap();
-        std::fs::write(shm.join("left"), "x").unwrap();
         std::fs::create_dir(&mq).unwrap();
         std::fs::write(mq.join("queue"), "").unwrap();
-        symlink(&outside, shm.join("link")).unwrap();
-        // As root (the test machines), the files are given to another uid: root's are never
-        // a job's.
-        let me = rustix::process::getuid().as_raw();
-        let owner = if me == 0 { 4243 } else { me };
-        if me == 0 {
-            for n in ["left", "link", "adir"] {
-                std::os::unix::fs::lchown(shm.join(n), Some(owner), None).unwrap();
-            }
-            std::os::unix::fs::lchown(mq.join("queue"), Some(owner), None).unwrap();
-        }
+        let owner = owner();
+        chown(&mq.join("queue"), owner);
         let l = read_listing(&proc_root, &shm, &mq);
         assert_eq!(l.mqueues.len(), 1);
         assert_eq!(
@@ -273,43 +542,154 @@ mod tests {
             .is_empty());
         assert_eq!(l.sysv.len(), 1);
         assert_eq!((l.sysv[0].id, l.sysv[0].uid), (7, 4242));
-        let mut names: Vec<(&str, bool)> =
-            l.files.iter().map(|f| (f.name.as_str(), f.dir)).collect();
-        names.sort();
-        assert_eq!(
-            names,
-            vec![("adir", true), ("left", false), ("link", false)]
-        );
-        assert!(l.files.iter().all(|f| f.uid == owner));
         let job = Ended {
             uid: owner,
             since: 0,
             until: u64::MAX,
         };
-        // Another owner in the plan's name: the re-check keeps the file.
+        // Another owner in the plan's name: the re-check keeps the queue.
         let other = Ended {
             uid: owner + 1,
             ..job
         };
         let plan = Plan {
             sysv: vec![],
-            files: vec!["left".into()],
             mqueues: vec!["queue".into()],
         };
-        let kept = apply(&plan, &shm, &mq, &other);
-        assert_eq!((kept.files, kept.mqueues), (0, 0));
-        assert!(shm.join("left").exists());
+        assert_eq!(apply(&plan, &mq, &other).mqueues, 0);
         assert!(mq.join("queue").exists());
         let done = scrub(&proc_root, &shm, &mq, &job, &[]);
-        assert_eq!(
-            (done.files, done.mqueues, done.errors.len()),
-            (2, 1, 0),
-            "{done:?}"
-        );
+        assert_eq!((done.mqueues, done.errors.len()), (1, 0), "{done:?}");
         assert!(!mq.join("queue").exists());
-        assert!(!shm.join("left").exists());
-        assert!(std::fs::symlink_metadata(shm.join("link")).is_err());
-        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep");
-        assert!(shm.join("adir").is_dir());
+    }
+
+    /// The job's owner (as root, the tests' machines: a uid no account uses; root's entries
+    /// are never a job's).
+    fn owner() -> u32 {
+        let me = rustix::process::getuid().as_raw();
+        if me == 0 {
+            4243
+        } else {
+            me
+        }
+    }
+
+    fn chown(p: &Path, uid: u32) {
+        if rustix::process::getuid().as_raw() == 0 {
+            std::os::unix::fs::lchown(p, Some(uid), None).unwrap();
+        }
+    }
+
+    /// Issue 25, item 8: every shape the owner leaves in /dev/shm goes — files at the top and
+    /// in directories (the owner's or another user's), directories once empty, links (never
+    /// their targets), a file held open elsewhere (emptied, so its pages are freed), a tree
+    /// deeper than the walk holds descriptors for — and nothing of anyone else's.
+    #[test]
+    fn the_walk_removes_every_shape_the_owner_left_and_nothing_else() {
+        let t = tempfile::tempdir().unwrap();
+        let shm = t.path().join("shm");
+        let outside = t.path().join("outside");
+        std::fs::create_dir_all(&shm).unwrap();
+        std::fs::create_dir_all(outside.join("dir")).unwrap();
+        std::fs::write(outside.join("file"), "keep").unwrap();
+        let owner = owner();
+        let me = rustix::process::getuid().as_raw();
+        let other = if me == 0 { 4244 } else { me };
+        let mine = |p: &Path| chown(p, owner);
+        // Files and links at the top.
+        std::fs::write(shm.join("left"), "x").unwrap();
+        symlink(outside.join("file"), shm.join("link")).unwrap();
+        symlink(outside.join("dir"), shm.join("dirlink")).unwrap();
+        // A directory tree of the owner's.
+        std::fs::create_dir_all(shm.join("adir/sub")).unwrap();
+        std::fs::write(shm.join("adir/inner"), "x").unwrap();
+        std::fs::write(shm.join("adir/sub/deep"), "x").unwrap();
+        // The owner's file in another user's world-writable directory.
+        std::fs::create_dir(shm.join("others")).unwrap();
+        std::fs::write(shm.join("others/mine"), "x").unwrap();
+        std::fs::write(shm.join("others/theirs"), "x").unwrap();
+        std::fs::write(shm.join("theirs"), "x").unwrap();
+        // A file held open (and written) from outside: emptied, then removed.
+        let held_path = shm.join("held");
+        std::fs::write(&held_path, vec![7u8; 1 << 16]).unwrap();
+        let held = std::fs::File::open(&held_path).unwrap();
+        // A chain deeper than the walk holds descriptors for, a file at its bottom.
+        let mut deep = shm.join("chain");
+        let mut chain = Vec::new();
+        for _ in 0..MAX_DEPTH + 6 {
+            chain.push(deep.clone());
+            deep = deep.join("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        chain.push(deep.clone());
+        std::fs::write(deep.join("bottom"), "x").unwrap();
+        for n in [
+            "left",
+            "link",
+            "dirlink",
+            "adir",
+            "adir/sub",
+            "adir/inner",
+            "adir/sub/deep",
+            "others/mine",
+            "held",
+        ] {
+            mine(&shm.join(n));
+        }
+        for d in &chain {
+            mine(d);
+        }
+        mine(&deep.join("bottom"));
+        for n in ["others", "others/theirs", "theirs"] {
+            chown(&shm.join(n), other);
+        }
+        let job = Ended {
+            uid: owner,
+            since: 0,
+            until: u64::MAX,
+        };
+        let w = walk_shm(&shm, &job);
+        assert!(w.errors.is_empty(), "{w:?}");
+        let mut left: Vec<String> = std::fs::read_dir(&shm)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        if me == 0 {
+            assert_eq!(left, ["others", "theirs"], "{w:?}");
+            let inside: Vec<String> = std::fs::read_dir(shm.join("others"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(inside, ["theirs"]);
+        } else {
+            // Not root: every entry is the owner's.
+            assert!(left.is_empty(), "{left:?}");
+        }
+        // Targets of links untouched; the held file's pages are gone.
+        assert_eq!(
+            std::fs::read_to_string(outside.join("file")).unwrap(),
+            "keep"
+        );
+        assert!(outside.join("dir").is_dir());
+        assert_eq!(
+            held.metadata().unwrap().len(),
+            0,
+            "the held file was not emptied"
+        );
+        // Another owner's job removes nothing.
+        std::fs::write(shm.join("again"), "x").unwrap();
+        mine(&shm.join("again"));
+        let w = walk_shm(
+            &shm,
+            &Ended {
+                uid: owner + 7,
+                ..job
+            },
+        );
+        assert_eq!(w.removed, 0, "{w:?}");
+        assert!(shm.join("again").exists());
     }
 }
