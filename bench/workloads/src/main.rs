@@ -32,7 +32,8 @@
 //!   hostile user exhausting the daemon's descriptors, for the security tests); prints
 //!   "opened O" once it has tried, then, once stdin closes, "alive A" — how many of them the
 //!   daemon still held open — and exits. Its open-file limit is raised to the hard limit first.
-//!   `tcp:HOST:PORT` for SOCKET opens TCP connections instead (the metrics endpoint).
+//!   `tcp:ADDR:PORT` for SOCKET opens TCP connections instead (the metrics endpoint), each
+//!   given up after 1 s (a full backlog); ten such in a row, or 10 s, end the flood.
 //! - `hold SOCKET N FRAMEFILE` — like `flood`, and writes the bytes of FRAMEFILE (a request
 //!   frame) on each connection, then never reads an answer: N requests left unread.
 //! - `files DIR N` — creates N empty files in DIR (`f0`, `f1`, …) and prints "made N".
@@ -360,9 +361,24 @@ fn main() {
             };
             raise_nofile();
             let mut held: Vec<Conn> = Vec::new();
+            let mut failed = 0;
+            let began = Instant::now();
             for _ in 0..n {
+                // A TCP flood stops opening after 10 s: what a capped endpoint takes that
+                // slowly, it takes as it should.
+                if sock.starts_with("tcp:") && began.elapsed() > Duration::from_secs(10) {
+                    break;
+                }
+                // A TCP listener whose backlog is full drops the SYN: give up on it after 1 s
+                // instead of the kernel's two minutes of retries.
                 let c = match sock.strip_prefix("tcp:") {
-                    Some(addr) => std::net::TcpStream::connect(addr).map(Conn::Tcp),
+                    Some(addr) => addr
+                        .parse::<std::net::SocketAddr>()
+                        .map_err(std::io::Error::other)
+                        .and_then(|a| {
+                            std::net::TcpStream::connect_timeout(&a, Duration::from_secs(1))
+                        })
+                        .map(Conn::Tcp),
                     None => std::os::unix::net::UnixStream::connect(&sock).map(Conn::Unix),
                 };
                 match c {
@@ -370,8 +386,12 @@ fn main() {
                         if !frame.is_empty() && c.write_all(&frame).is_err() {
                             break;
                         }
+                        failed = 0;
                         held.push(c)
                     }
+                    // A TCP connect that timed out may find room in the backlog later: ten
+                    // in a row end the flood.
+                    Err(_) if sock.starts_with("tcp:") && failed < 9 => failed += 1,
                     Err(_) => break,
                 }
             }
