@@ -5,7 +5,7 @@
 //! jobs); this module only asks and renders. Rendering is pure (`render_*`), with the time
 //! zone passed in, so it is tested on literal text.
 
-use pjw_core::text::printable;
+use pjw_core::text::{printable, MAX_CELL};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::Duration;
@@ -47,7 +47,9 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         let jobs = fetch(&query)?;
         let text = match a.format {
             ReportFormat::Table => render_table(&jobs, a.series, a.processes, &tz),
-            ReportFormat::Json => serde_json::to_string_pretty(&jobs)? + "\n",
+            ReportFormat::Json => {
+                pjw_core::text::json(&serde_json::to_string_pretty(&jobs)?).into_owned() + "\n"
+            }
             ReportFormat::Csv => render_csv(&jobs, a.series, a.processes),
         };
         let Some(secs) = a.watch else {
@@ -171,8 +173,18 @@ fn outcome(j: &JobReport) -> String {
     s
 }
 
-/// Aligned columns, left-aligned text.
+/// Aligned columns, left-aligned text. Every cell goes through the one escaping function
+/// ([`printable`]) here, at the sink: a field a view forgets to escape (a process name, once)
+/// still reaches no terminal raw.
 fn columns(rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|c| printable(c, MAX_CELL).into_owned())
+                .collect()
+        })
+        .collect();
     let n = rows.iter().map(Vec::len).max().unwrap_or(0);
     let w: Vec<usize> = (0..n)
         .map(|i| {
@@ -183,7 +195,7 @@ fn columns(rows: &[Vec<String>]) -> String {
         })
         .collect();
     let mut out = String::new();
-    for r in rows {
+    for r in &rows {
         let mut line = String::new();
         for (i, c) in r.iter().enumerate() {
             if i + 1 == r.len() {
@@ -297,7 +309,7 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
         rows.push(("Reason", printable(r, 200).into_owned()));
     }
     for (k, v) in rows {
-        let _ = writeln!(o, "  {k:<16}{v}");
+        let _ = writeln!(o, "  {k:<16}{}", printable(&v, MAX_CELL));
     }
     o
 }
@@ -431,18 +443,25 @@ pub fn render_table(jobs: &[JobReport], series: bool, processes: bool, tz: &Fixe
     };
     for j in jobs {
         if series {
-            let _ = write!(o, "\nSeries of job {} ({} samples)\n", j.id, j.series.len());
+            let _ = write!(
+                o,
+                "\nSeries of job {} ({} samples)\n",
+                printable(&j.id, 64),
+                j.series.len()
+            );
             o.push_str(&render_series(j, tz));
         }
         if processes {
-            let _ = write!(o, "\nProcesses of job {}\n", j.id);
+            let _ = write!(o, "\nProcesses of job {}\n", printable(&j.id, 64));
             o.push_str(&render_processes(j, tz));
         }
     }
     o
 }
 
+/// One CSV field: escaped like every cell ([`printable`], uncut), then quoted when it must be.
 fn csv_field(s: &str) -> String {
+    let s = printable(s, usize::MAX);
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {

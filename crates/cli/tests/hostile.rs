@@ -1109,3 +1109,114 @@ fn a_user_flooding_the_metrics_endpoint_cannot_starve_the_daemon() {
     );
     assert_eq!(d.log().matches("accept failed").count(), 0, "{}", d.log());
 }
+
+/// Issue 25, item 10: a process name with terminal escapes (the executable's file name: what
+/// the kernel shows as its `comm`, which the profile keeps per process) and a job name with a
+/// C1 control reach no one's terminal raw — not through `pjw status` (text or JSON), nor any
+/// view or format of `pjw report` (the job, the list, series, processes; table, CSV, JSON), nor
+/// a plot, nor the daemon's log.
+#[test]
+fn process_and_job_names_reach_no_terminal_raw_in_any_view() {
+    require_root!();
+    let (attacker, _) = users();
+    let d = daemon("[profile]\ninterval = \"1s\"\nprocesses = 5\n");
+    // The executable's name is the attack: ESC [2J clears the screen, then a title sequence.
+    let dir = d.dir().join("evil");
+    std::fs::create_dir(&dir).unwrap();
+    let evil_name = "\u{1b}[2J\u{1b}]0;x\u{7}";
+    let evil = dir.join(evil_name);
+    std::fs::copy("/bin/sleep", &evil).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&evil, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let job_name = "n\u{9b}31mred\u{7f}";
+    let script = format!("'{}' 3", evil.display());
+    let o = finish(spawn_as(
+        &d,
+        attacker,
+        &["--job-id", "comm", "--name", job_name],
+        &script,
+    ));
+    assert!(o.status.success(), "{}", text(&o));
+    // Control: the profile did record the process under its raw name (JSON keeps it, escaped
+    // as JSON).
+    let json = d
+        .pjw()
+        .args(["report", "-J", "comm", "--processes", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(json.status.success(), "{}", text(&json));
+    let parsed: serde_json::Value = serde_json::from_slice(&json.stdout).expect("report json");
+    let comms: Vec<String> = parsed[0]["processes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p["comm"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        comms.iter().any(|c| c.starts_with("\u{1b}[2J")),
+        "the control failed: no process named with the escape in {comms:?}\n{}",
+        d.log()
+    );
+    // (A job name's control characters are dropped when the daemon takes it: U7.)
+    assert_eq!(parsed[0]["name"], "n31mred");
+    let plot = d.dir().join("comm.svg");
+    let views: Vec<Vec<String>> = [
+        &["status"][..],
+        &["status", "--json"],
+        &["report", "-J", "comm"],
+        &["report"],
+        &["report", "-J", "comm", "--series"],
+        &["report", "-J", "comm", "--processes"],
+        &["report", "-J", "comm", "--series", "--processes"],
+        &["report", "--processes"],
+        &["report", "-J", "comm", "--format", "csv"],
+        &["report", "-J", "comm", "--format", "csv", "--processes"],
+        &["report", "-J", "comm", "--format", "csv", "--series"],
+        &[
+            "report",
+            "-J",
+            "comm",
+            "--format",
+            "json",
+            "--processes",
+            "--series",
+        ],
+        &["report", "-J", "comm", "--plot", plot.to_str().unwrap()],
+    ]
+    .iter()
+    .map(|v| v.iter().map(|s| s.to_string()).collect())
+    .collect();
+    let mut raw = Vec::new();
+    for v in &views {
+        let o = d.pjw().args(v).output().unwrap();
+        assert!(o.status.success(), "{v:?}: {}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        if out
+            .chars()
+            .any(|c| pjw_core::text::is_unsafe(c) && c != '\n')
+        {
+            raw.push(format!("{v:?}: {out:?}"));
+        }
+    }
+    let svg = std::fs::read_to_string(&plot).unwrap_or_default();
+    if svg
+        .chars()
+        .any(|c| pjw_core::text::is_unsafe(c) && c != '\n')
+    {
+        raw.push("the plot".into());
+    }
+    let log = d.log();
+    if log
+        .chars()
+        .any(|c| pjw_core::text::is_unsafe(c) && c != '\n')
+    {
+        raw.push("the daemon's log".into());
+    }
+    assert!(
+        raw.is_empty(),
+        "raw control characters reached:\n{}",
+        raw.join("\n")
+    );
+}
