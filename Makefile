@@ -4,7 +4,7 @@ CARGO ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all deps build release gen deb test-deb demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd bench-vm-numa test-fuzz test-unit test-root bench bench-quick bench-alloc chaos lint install uninstall clean
+.PHONY: all deps build release spank gen deb test-deb demo test test-host test-vm test-vm-v1 test-vm-build test-vm-selfcheck test-vm-systemd bench-vm-numa test-fuzz test-unit test-root bench bench-quick bench-central bench-alloc chaos lint install uninstall clean
 
 all: release
 
@@ -13,11 +13,30 @@ deps:
 
 build: deps
 	$(CARGO) build --workspace --bins
+	@$(MAKE) --no-print-directory spank
 
 release: deps
 	$(CARGO) build --release --workspace --bins
+	@$(MAKE) --no-print-directory spank
 
-# Build, start a private daemon, run the demonstration, stop the daemon, leave nothing behind.
+# The Slurm SPANK plugin (packaging/slurm/spank/pjw_spank.c, docs/wlm/slurm.md), built against
+# the installed Slurm's <slurm/spank.h> and json-c (libslurm-dev, libjson-c-dev: installed by
+# scripts/install-deps.sh). Where they are missing (the test guests) it is skipped with a line.
+SPANK_SO = target/spank/pjw_spank.so
+SPANK_CFLAGS = -O2 -g -fPIC -Wall -Wextra -Werror -D_FORTIFY_SOURCE=2 -fstack-protector-strong
+SPANK_LDFLAGS = -shared -Wl,-z,relro,-z,now -Wl,--as-needed
+spank:
+	@if printf '#include <slurm/spank.h>\n#include <json-c/json.h>\n' | $(CC) -fsyntax-only -x c - 2>/dev/null; then \
+	  $(MAKE) --no-print-directory $(SPANK_SO); \
+	else echo "spank: skipped: no <slurm/spank.h> or <json-c/json.h> (apt install libslurm-dev libjson-c-dev)"; fi
+
+$(SPANK_SO): packaging/slurm/spank/pjw_spank.c
+	@mkdir -p $(@D)
+	$(CC) $(SPANK_CFLAGS) $(SPANK_LDFLAGS) -o $@ $< -ljson-c
+
+# Build, start a private daemon, run the demonstration, stop the daemon, leave nothing behind but
+# its figures: a new bench/results/<date>T<time>Z-demo.md (README's demo table is generated from
+# the latest one by scripts/bench-readme.sh).
 demo: release
 	scripts/demo.sh
 
@@ -81,16 +100,28 @@ test-fuzz: deps
 # (plain Linux, taskset, a FIFO runner, nice/chrt -i, one memory cgroup, srun on a live Slurm),
 # a table and a new bench/results/<date>T<time>Z.md (never overwritten) with the machine's load
 # and plots; a run on a loaded machine is marked NOT PUBLISHABLE. scripts/bench-readme.sh puts
-# the latest full file's table in README. SCENARIO=name runs one (make bench SCENARIO=isolation).
+# the latest full file's table (and the latest demo file's) in README; scripts/readme-check.sh, in
+# make test, checks every README figure against the results files. SCENARIO=name runs one (make bench SCENARIO=isolation).
 # Root; cgroups only below the bench's own cgroup, removed even on failure. Not part of make test.
 SCENARIO ?=
 bench: deps
+	bench/setup.sh
 	bench/run.sh $(SCENARIO)
 
 # The same in under 5 minutes on an idle machine: fewer rounds, shorter workloads; it writes a
 # bench/results/<date>T<time>Z-quick.md of its own.
 bench-quick: deps
+	bench/setup.sh
 	bench/run.sh --quick $(SCENARIO)
+
+# The load of a big cluster on one PostgreSQL (bench/scenarios/central.sh): 2,000 simulated nodes
+# with their running jobs at the default sampling ship through pjw's own shipping pass (TLS,
+# short-lived connections, batched upserts) into a private PostgreSQL; rows/s, backlog,
+# connections, ship latency, sizes after retention, the cluster queries' latency. Writes
+# bench/results/<date>T<time>Z-central.md (never overwritten; marked when the machine is loaded).
+# About 17 minutes (7 days of history filed, then two 5-minute runs). Not part of make bench.
+bench-central: deps
+	BENCH_SAVE=1 bench/run.sh central
 
 # The NUMA-spanning thread balancing bench (bench/scenarios/bind-numa.sh) where it can run: in the
 # systemd guest (16 vCPUs in two NUMA nodes, software emulation), which writes its results file
@@ -99,9 +130,11 @@ bench-vm-numa: deps
 	vm/systemd/run.sh session bench-numa
 
 # Chaos (scripts/chaos.sh): CHAOS_CYCLES (1000) job cycles of mixed sizes, queued, preempting and
-# backfill-only, while the daemon is kill -9'd and restarted at random (seed printed); checks after
-# every restart that no CPU is in two primaries and every job runs confined or has ended, then that
-# every client got its exit status or a clear error and no cgroup is left. Figures into
+# backfill-only, while the daemon is kill -9'd and restarted at random (seed printed); checks the
+# node all along (every 100 ms and after every restart) that no CPU is in two running or ending
+# jobs and every job runs confined (a cpuset the kernel shows, in the pool) or has ended, then that
+# every client got its job's exit status (pjw's error only where the test asked for a refusal) and
+# no cgroup is left; scripts/chaos-selfcheck.sh checks that a lost exit status fails it. Figures into
 # bench/results/chaos-<date>T<time>.md. `make test` runs the same test with 100 cycles. Root.
 CHAOS_CYCLES ?= 1000
 chaos: build
@@ -134,7 +167,9 @@ install: release gen
 	install -D -m 0755 scripts/pjw-scope $(DESTDIR)$(PREFIX)/lib/pjw/pjw-scope
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/pjw/README.md
 	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/pjw-prolog.sh packaging/slurm/pjw-epilog.sh packaging/slurm/pjw-task-prolog.sh
-	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/slurm.conf packaging/slurm/cgroup.conf
+	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/lib/pjw/slurm packaging/slurm/slurm.conf packaging/slurm/cgroup.conf packaging/slurm/plugstack.conf
+	@if [ -f $(SPANK_SO) ]; then install -D -m 0644 $(SPANK_SO) $(DESTDIR)$(PREFIX)/lib/pjw/slurm/pjw_spank.so; \
+	 else echo "not installing the Slurm SPANK plugin: not built here (see make spank)"; fi
 	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/lib/pjw/sge packaging/sge/pjw-shepherd.sh
 	install -D -m 0755 packaging/lsf/pjw-job-starter $(DESTDIR)$(PREFIX)/lib/pjw/lsf/pjw-job-starter
 	install -D -m 0755 packaging/condor/pjw-job-wrapper $(DESTDIR)$(PREFIX)/lib/pjw/condor/pjw-job-wrapper

@@ -27,7 +27,10 @@ BENCH_INDEX=${BENCH_INDEX:-1}
 BENCH_TOTAL=${BENCH_TOTAL:-1}
 BENCH_T0=${BENCH_T0:-$EPOCHREALTIME}
 
-[ -x "$PJW" ] && [ -x "$WL" ] || { echo "bench: build first (make bench does): cargo build --release --workspace --bins" >&2; exit 1; }
+# A scenario that runs no daemon (central: its own load generator) sets BENCH_NEEDS_PJW=0.
+if [ "${BENCH_NEEDS_PJW:-1}" != 0 ] && { [ ! -x "$PJW" ] || [ ! -x "$WL" ]; }; then
+  echo "bench: build first (make bench does): cargo build --release --workspace --bins" >&2; exit 1
+fi
 [ "$(id -u)" = 0 ] || { echo "bench: must run as root (pjw manages cgroups)" >&2; exit 1; }
 
 WORK=$(mktemp -d "/var/tmp/pjw-bench-$SCENARIO.XXXXXX")

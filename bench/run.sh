@@ -10,10 +10,15 @@
 # A results file is never overwritten: its name is the run's start time (UTC), and the run
 # refuses to write over a file or directory that exists. Verdicts are taken on the 95%
 # confidence bound in the unfavourable direction (met / short / within noise), not the mean.
-# Load: the load average, the runnable processes outside this suite's session and the CPU time
-# other work took are recorded before, during (every 2 s) and after the run; on a loaded
-# machine every verdict is marked "NOT PUBLISHABLE: machine loaded (...)", and
-# scripts/bench-readme.sh carries the mark into README's Performance table.
+# Load (bench/quiet.sh): other people's work, not the suite's own. The suite runs in an
+# accounting cgroup of its own, so its CPU time (every scenario, daemon and job, reaped or not)
+# is known; kernel threads' time (swap, reclaim, cgroup teardown: work done for the suite on an
+# otherwise idle machine) is reported apart; the rest of the machine's busy time, and the
+# runnable threads outside the suite, are other people's. Before the first scenario the suite
+# waits for a quiet window (BENCH_QUIET_WAIT s, default 600; BENCH_REQUIRE_QUIET=1 refuses to
+# run without one); each scenario's share of other work is measured, and the rows of a scenario
+# that ran beside other work are marked "NOT PUBLISHABLE: machine loaded (...)" (all rows when
+# the run as a whole was); scripts/bench-readme.sh carries the mark into README's table.
 #
 # Scenarios live in bench/scenarios/NAME.sh; each also runs alone and prints its own table.
 # Sizes can be changed for an experiment through the variables at the top of each scenario
@@ -26,7 +31,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-ALL=(isolation backfill turnaround memory launch jobmem daemoncpu sampler reaction allocator io bind bind-numa)
+ALL=(isolation sysbench openmp mpi backfill turnaround memory launch jobmem daemoncpu sampler reaction allocator io bind bind-numa)
 quick=0
 want=()
 for a in "$@"; do
@@ -84,62 +89,68 @@ BENCH_OUT=$(mktemp -d /var/tmp/pjw-bench-run.XXXXXX)
 child=""
 sampler=""
 # Pass an interrupt on to the running scenario, which cleans up after itself.
-trap '[ -z "$child" ] || { kill -TERM "$child" 2>/dev/null; wait "$child"; }; [ -z "$sampler" ] || kill "$sampler" 2>/dev/null; rm -rf "$BENCH_OUT"' EXIT
+trap '[ -z "$child" ] || { kill -TERM "$child" 2>/dev/null; wait "$child"; }; [ -z "$sampler" ] || kill "$sampler" 2>/dev/null; quiet_teardown; rm -rf "$BENCH_OUT"' EXIT
 trap 'exit 130' INT TERM
 
-# Load. Runnable threads (state R) outside this suite's session, but ps itself: "N (names)".
-mysid=$(ps -o sid= -p $$ | tr -d ' ')
-others_runnable() {
-  ps -eL -o stat=,sid=,comm= | awk -v me="$mysid" '$1 ~ /^R/ && $2 != me && $3 != "ps" { n++; c[$3]++ }
-    END { s = ""; for (k in c) s = s (s == "" ? "" : ", ") k (c[k] > 1 ? " x" c[k] : "")
-          printf "%d%s\n", n, (n ? " (" s ")" : "") }'
-}
-busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+# Load: other people's work (bench/quiet.sh).
+. "$root/bench/quiet.sh"
+quiet_setup
+quiet_wait || exit $?
 export BENCH_T0=$EPOCHREALTIME
 export BENCH_TOTAL=${#want[@]}
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-run0=$(others_runnable)
-busy0=$(busy_ticks)
-# Every 2 s while the suite runs: time, load average (1 min), other runnable processes.
-( while :; do echo "$EPOCHREALTIME $(cut -d' ' -f1 /proc/loadavg) $(others_runnable | cut -d' ' -f1)"; sleep 2; done ) \
+run0=$(quiet_others_runnable)
+quiet_mark suite
+# Every 2 s while the suite runs: time, load average (1 min), other runnable threads.
+( while :; do echo "$EPOCHREALTIME $(cut -d' ' -f1 /proc/loadavg) $(quiet_others_runnable | cut -d' ' -f1)"; sleep 2; done ) \
   > "$BENCH_OUT/load.txt" 2>/dev/null &
 sampler=$!
+scen_load=()   # "scenario others% runnable_mean": the other work beside each scenario
 
 failed=()
+loaded_scens=()
 took=()   # "scenario N s", for the results file: where a suite's time goes
 i=0
 for s in "${want[@]}"; do
   i=$((i + 1))
   export BENCH_INDEX=$i
   ts=$EPOCHREALTIME
+  quiet_mark "$s"
+  touch "$BENCH_OUT/rows.tsv"; rows_before=$(wc -l < "$BENCH_OUT/rows.tsv")
+  load_before=$(wc -l < "$BENCH_OUT/load.txt")
   # The scenario prints its own table on stdout; the driver keeps it in the log.
   "$root/bench/scenarios/$s.sh" >> "$BENCH_OUT/scenarios.log" &
   child=$!
   if ! wait "$child"; then failed+=("$s"); fi
   child=""
   took+=("$s $(awk -v a="$ts" -v b="$EPOCHREALTIME" 'BEGIN{printf "%d", b-a}') s")
+  # Other people's work beside this scenario; its rows are marked when there was too much.
+  read -r so _ _ _ _ <<< "$(quiet_since "$s")"
+  sr=$(tail -n +"$((load_before + 1))" "$BENCH_OUT/load.txt" | awk '{ t += $3; n++ } END { printf "%.2f", n ? t / n : 0 }')
+  scen_load+=("$s $so $sr")
+  if awk -v o="$so" -v r="$sr" -v mo="$QUIET_MAX_OTHERS" -v mr="$QUIET_MAX_RUNNABLE" 'BEGIN {exit !(o > mo || r > mr)}'; then
+    touch "$BENCH_OUT/rows.tsv"
+    awk -F'\t' -v OFS='\t' -v from="$rows_before" -v why="other work took $so% of the CPUs during this scenario, $sr other runnable threads on average" \
+      'NR > from { if ($5 != "–" && $5 != "") $5 = $5 "; NOT PUBLISHABLE: machine loaded (" why ")" } { print }' \
+      "$BENCH_OUT/rows.tsv" > "$BENCH_OUT/rows.marked" && mv "$BENCH_OUT/rows.marked" "$BENCH_OUT/rows.tsv"
+    loaded_scens+=("$s")
+  fi
 done
 [ -t 2 ] && printf '\r\033[K' >&2
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
-run1=$(others_runnable)
-busy1=$(busy_ticks)
+run1=$(quiet_others_runnable)
+read -r other_pct kernel_pct suite_pct steal_pct _ <<< "$(quiet_since suite)"
 kill "$sampler" 2>/dev/null || true
 wait "$sampler" 2>/dev/null || true
 sampler=""
 secs=$(awk -v a="$BENCH_T0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%d", b-a}')
 ncpu=$(nproc)
-# The CPU time other work took: the machine's busy time less the suite's own (what it waited
-# for: every scenario, daemon and job, from `times`; orphans are missed, which errs towards
-# "loaded"), as a share of all CPUs' time.
-times > "$BENCH_OUT/times.txt"   # not in a pipe: a subshell has no children's times
-other_pct=$(awk -v b0="$busy0" -v b1="$busy1" -v hz="$(getconf CLK_TCK)" -v s="$secs" -v n="$ncpu" '
-  function sec(t,   m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t); sub(/s$/, "", t); return m * 60 + t }
-  NR == 2 { own = sec($1) + sec($2) }
-  END { o = (b1 - b0) / hz - own; if (o < 0) o = 0; printf "%.0f", (s > 0) ? o / (s * n) * 100 : 0 }' "$BENCH_OUT/times.txt")
-read -r run_mean run_max < <(awk '{ s += $3; n++; if ($3 > m) m = $3 } END { printf "%.1f %d\n", n ? s / n : 0, m }' "$BENCH_OUT/load.txt")
-loaded=$(awk -v a="${load0%% *}" -v b="${load1%% *}" -v n="$ncpu" -v rm="$run_mean" -v o="$other_pct" \
-  'BEGIN { print (a > 0.25 * n || b > 0.25 * n || rm > 0.25 || o > 10) ? 1 : 0 }')
-load_why="load average ${load0%% *} at the start, ${load1%% *} at the end on $ncpu CPUs; other runnable processes: mean $run_mean, max $run_max; other work took about $other_pct% of the CPUs"
+read -r run_mean run_max < <(awk '{ s += $3; n++; if ($3 > m) m = $3 } END { printf "%.2f %d\n", n ? s / n : 0, m }' "$BENCH_OUT/load.txt")
+# Loaded as a whole: other people's work over the run, or other runnable threads on average,
+# past the quiet thresholds (the load average is the suite's own by its end, and is only shown).
+loaded=$(awk -v rm="$run_mean" -v o="$other_pct" -v mo="$QUIET_MAX_OTHERS" -v mr="$QUIET_MAX_RUNNABLE" \
+  'BEGIN { print (rm > mr || o > mo) ? 1 : 0 }')
+load_why="other people's work took $other_pct% of the CPUs over the run (kernel threads $kernel_pct%, the suite itself $suite_pct%, steal $steal_pct%); other runnable threads: mean $run_mean, max $run_max; ${QUIET_START}"
 # Under software emulation (a qemu TCG guest: the systemd guest's bench steps) every vCPU is a
 # thread on a host the guest cannot see the load of: absolute times mean little, only the
 # ratios paired within this run compare, and no verdict stands. BENCH_HOST (set by
@@ -152,9 +163,10 @@ if [ "$tcg" = 1 ]; then
     "$BENCH_OUT/rows.tsv" > "$BENCH_OUT/rows.marked"
   mv "$BENCH_OUT/rows.marked" "$BENCH_OUT/rows.tsv"
 fi
-# On a loaded machine no verdict stands: every one is marked.
+# On a loaded machine no verdict stands: every one is marked (a row marked for its own scenario
+# already carries the mark).
 if [ "$loaded" = 1 ]; then
-  awk -F'\t' -v OFS='\t' -v why="$load_why" '{ if ($5 != "–" && $5 != "") $5 = $5 "; NOT PUBLISHABLE: machine loaded (" why ")"; print }' \
+  awk -F'\t' -v OFS='\t' -v why="$load_why" '{ if ($5 != "–" && $5 != "" && $5 !~ /NOT PUBLISHABLE: machine loaded/) $5 = $5 "; NOT PUBLISHABLE: machine loaded (" why ")"; print }' \
     "$BENCH_OUT/rows.tsv" > "$BENCH_OUT/rows.marked"
   mv "$BENCH_OUT/rows.marked" "$BENCH_OUT/rows.tsv"
 fi
@@ -185,7 +197,7 @@ cgmode=$(awk '{ t = ""; for (i = 7; i < NF; i++) if ($i == "-") { t = $(i + 1); 
   echo
   echo "\`$([ $quick = 1 ] && echo 'make bench-quick' || echo 'make bench')\` on $(hostname): $ncpu CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), cgroup mounts: $cgmode. Commit $measured$([ "$(commit_desc)" = "$measured" ] || echo " (the tree changed to $(commit_desc) while the suite ran: scenario scripts started after the change ran from it; the binaries are $measured's)"), release build. $secs s ($took_list)."
   echo
-  echo "Load: load average $load0 (1, 5, 15 min) at the start and $load1 at the end, on $ncpu CPUs; runnable processes outside the suite: $run0 at the start, $run1 at the end, mean $run_mean and max $run_max while it ran (every 2 s: [raw/load.txt]($name/raw/load.txt)); other work took about $other_pct% of the CPUs' time."
+  echo "Load: other people's work, apart from the suite's own (bench/quiet.sh: the suite runs in an accounting cgroup). Before the first scenario the machine was $QUIET_START. Over the run, other people's work took $other_pct% of the CPUs' time, kernel threads (swap, reclaim, cgroup teardown: mostly work done for the suite) $kernel_pct%, the suite itself $suite_pct%, steal $steal_pct%; runnable threads outside the suite: $run0 at the start, $run1 at the end, mean $run_mean and max $run_max while it ran (every 2 s: [raw/load.txt]($name/raw/load.txt)). Per scenario, other people's work and other runnable threads on average: $(printf '%s; ' "${scen_load[@]}" | sed 's/\([a-z-]*\) \([0-9.]*\) \([0-9.]*\); /\1 \2% (\3), /g; s/, $//'). Load average (1, 5, 15 min; the suite's own included): $load0 at the start, $load1 at the end, on $ncpu CPUs."
   echo
   if [ "$tcg" = 1 ]; then
     echo "**NOT PUBLISHABLE: $tcg_why.** Each vCPU is a thread on the host, which other work shares and whose load this guest cannot see (the load line above is the guest's own). Absolute times mean little; only the ratios paired within this run (each round's alternatives against that round's own alone time, on the same emulated CPUs) compare."
@@ -194,7 +206,11 @@ cgmode=$(awk '{ t = ""; for (i = 7; i < NF; i++) if ($i == "-") { t = $(i + 1); 
   if [ "$loaded" = 1 ]; then
     echo "**NOT PUBLISHABLE: machine loaded ($load_why).** Every verdict below carries this mark. The figures are ratios or paired comparisons taken in the same run, but the rows that depend on a CPU being otherwise idle (isolation, backfill, launch, turnaround, memory) carry the load's noise: judge them again on an idle machine."
   else
-    echo "The machine was idle by this suite's measure (load average at most a quarter of the CPUs at both ends, on average fewer than 0.25 other runnable processes, other work under 10% of the CPUs)."
+    echo "The machine was quiet by this suite's measure: other people's work at most $QUIET_MAX_OTHERS% of the CPUs and at most $QUIET_MAX_RUNNABLE other runnable threads on average over the run$([ ${#loaded_scens[@]} -gt 0 ] || echo ' and beside every scenario')."
+  fi
+  if [ "$loaded" = 0 ] && [ ${#loaded_scens[@]} -gt 0 ]; then
+    echo
+    echo "**Scenarios that ran beside other work: ${loaded_scens[*]}.** Their rows carry the NOT PUBLISHABLE mark; the others stand."
   fi
   echo
   echo "Verdicts are taken on the 95% confidence bound in the unfavourable direction, not on the mean: **met** when that bound meets the goal, **short** when even the favourable bound misses it, **within noise** in between. Rows marked (baseline) are the alternatives a user would pick instead, measured in the same run."

@@ -1,42 +1,74 @@
 #!/usr/bin/env bash
-# Regenerate README.md's Performance table from a benchmark results file (bench/run.sh), so that
-# no figure in it is typed by hand. By default the latest FULL results file: a whole-suite
-# `make bench` run, bench/results/<date>T<time>Z.md (quick and partial runs are not full).
-# The block between README's "bench-readme: begin/end" markers is replaced with: the file and
-# its machine line, its load line and every warning it carries (NOT PUBLISHABLE, quick), and
-# the table with one verdict per row: met, short, within noise, or (baseline), with the
-# results file's mark carried along.
+# Regenerate README.md's generated blocks from results files, so that no figure in them is typed
+# by hand:
+# - the Performance table ("bench-readme: begin/end") from a benchmark results file (bench/run.sh):
+#   by default the latest FULL one, a whole-suite `make bench` run, bench/results/<date>T<time>Z.md
+#   (quick and partial runs are not full). The block holds the file and its machine line, its
+#   load line and every warning it carries (NOT PUBLISHABLE, quick), and the table with one verdict
+#   per row: met, short, within noise, or (baseline), with the results file's mark carried along.
+#   A verdict that stands on no 95% bound (neither its goal nor its measurement states one: a
+#   single measurement or a median compared with the goal) is labelled so, unless the results
+#   file says itself what it stands on ("met (single measurement)"); only the others are taken
+#   on a confidence bound.
+# - the demo table ("bench-readme demo: begin/end") from the latest demo results file,
+#   bench/results/<date>T<time>Z-demo.md (scripts/demo.sh writes one at every `make demo`), with
+#   its machine, load and mark.
 #
-#   scripts/bench-readme.sh [--check] [RESULTS.md]
+#   scripts/bench-readme.sh [--check] [RESULTS.md] [--demo DEMO.md]
 #
-# RESULTS.md names another file (a quick run, for example: the block then says so). --check
-# changes nothing and exits 1 when README.md is not what the script would write.
+# RESULTS.md names another benchmark results file (a quick run, for example: the block then says
+# so); --demo another demo results file. --check changes nothing and exits 1 when README.md is not
+# what the script would write (scripts/readme-check.sh runs it in `make test`).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-readme=$root/README.md
+readme=${README:-$root/README.md}
 check=0
 file=""
-for a in "$@"; do
-  case $a in
+demo=""
+while [ $# -gt 0 ]; do
+  case $1 in
     --check) check=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
-    *) file=$a ;;
+    --demo) demo=$2; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) file=$1 ;;
   esac
+  shift
 done
+latest() { # latest FILE-NAME-REGEX: the newest results file whose name matches
+  find "$root/bench/results" -maxdepth 1 -name '*.md' -printf '%f\n' | grep -E "$1" | sort | tail -1 || true
+}
 if [ -z "$file" ]; then
-  file=$(find "$root/bench/results" -maxdepth 1 -name '*.md' -printf '%f\n' \
-    | grep -E '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{6}Z\.md$' | sort | tail -1 || true)
+  file=$(latest '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{6}Z\.md$')
   [ -n "$file" ] || { echo "bench-readme: no full results file (bench/results/<date>T<time>Z.md from make bench) yet; name one to use another" >&2; exit 1; }
   file=$root/bench/results/$file
 fi
-[ -r "$file" ] || { echo "bench-readme: cannot read $file" >&2; exit 1; }
-rel=${file#"$root"/}
-if ! grep -q '^<!-- bench-readme: begin' "$readme" || ! grep -q '^<!-- bench-readme: end' "$readme"; then
-  echo "bench-readme: README.md has no bench-readme: begin/end markers" >&2; exit 1
+if [ -z "$demo" ]; then
+  demo=$(latest '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{6}Z-demo\.md$')
+  [ -n "$demo" ] || { echo "bench-readme: no demo results file (bench/results/<date>T<time>Z-demo.md from make demo) yet; name one with --demo" >&2; exit 1; }
+  demo=$root/bench/results/$demo
 fi
+for f in "$file" "$demo"; do
+  [ -r "$f" ] || { echo "bench-readme: cannot read $f" >&2; exit 1; }
+done
+rel=${file#"$root"/}
+drel=${demo#"$root"/}
+for marker in "bench-readme" "bench-readme demo"; do
+  if ! grep -q "^<!-- $marker: begin" "$readme" || ! grep -q "^<!-- $marker: end" "$readme"; then
+    echo "bench-readme: README.md has no $marker: begin/end markers" >&2; exit 1
+  fi
+done
 
 block=$(mktemp)
-trap 'rm -f "$block" "$block.new"' EXIT
+dblock=$(mktemp)
+trap 'rm -f "$block" "$dblock" "$block.new" "$block.new2"' EXIT
+
+# quote FILE REL: the machine line, the load line and every bold warning of a results file, as
+# written there, quoted; links relative to bench/results/ made relative to README's place.
+quote() {
+  awk '/^`make (bench|demo)/ { print "> " $0; print ">" } /^Load: / { print "> " $0; print ">" } /^\*\*/ { print "> " $0; print ">" }' "$1" \
+    | sed '$d' | sed -E "s#\]\(([^)h/][^)]*)\)#](${2%/*}/\1)#g"
+}
+
 {
   echo "<!-- bench-readme: begin (generated by scripts/bench-readme.sh from $rel; do not edit by hand) -->"
   title=$(sed -n '1s/^# Benchmarks — //p' "$file")
@@ -45,15 +77,14 @@ trap 'rm -f "$block" "$block.new"' EXIT
   case $title in *partial*) kind="PARTIAL run, not a full results file" ;; esac
   echo "From [$rel]($rel), $title — $kind. The machine and build:"
   echo
-  # The machine line, the load line and every bold warning of the results file, as written there.
-  # Links in the results file are relative to bench/results/: made relative to README's place.
-  awk '/^`make bench/ { print "> " $0; print ">" } /^Load: / { print "> " $0; print ">" } /^\*\*/ { print "> " $0; print ">" }' "$file" \
-    | sed '$d' | sed -E "s#\]\(([^)h/][^)]*)\)#](${rel%/*}/\1)#g"
+  quote "$file" "$rel"
   echo
-  echo "Verdicts are the results file's, taken on the 95% bound in the unfavourable direction:"
-  echo "**met**, **short** (even the favourable bound misses the goal) or **within noise**; (baseline)"
-  echo "rows are the alternatives a user would pick, measured in the same run. The anchors, a note on"
-  echo "every goal missed and the plots are in the results file."
+  echo "Verdicts are the results file's. Where the goal or the measurement states a 95% bound, the"
+  echo "verdict is taken on that bound in the unfavourable direction: **met**, **short** (even the"
+  echo "favourable bound misses the goal) or **within noise**. Elsewhere the verdict compares one"
+  echo "measurement (or a median, or the worst of a few rounds) with the goal and says so: it has no"
+  echo "confidence bound. (baseline) rows are the alternatives a user would pick, measured in the"
+  echo "same run. The anchors, a note on every goal missed and the plots are in the results file."
   echo
   echo "| scenario | measured | pjw's goal | verdict |"
   echo "|---|---|---|---|"
@@ -70,22 +101,51 @@ trap 'rm -f "$block" "$block.new"' EXIT
       if (index(res, "NOT PUBLISHABLE: software emulation")) mark = " — NOT PUBLISHABLE (software emulation)"
       if (index(res, "NOT PUBLISHABLE: machine loaded")) mark = mark (mark == "" ? " — NOT PUBLISHABLE (machine loaded)" : ", machine loaded")
       v = res; sub(/;.*/, "", v)
+      # What the verdict stands on, where the results file says it: "met (single measurement)".
+      q = ""
+      if (match(v, / \(.*\)$/)) { q = substr(v, RSTART); v = substr(v, 1, RSTART - 1) }
       if (v == "pass") v = "met"
       if (v == "–" || v == "" || goal == "(baseline)") { v = "(baseline)"; mark = "" }
-      else v = "**" v "**"
+      else if (q != "") v = "**" v "**" q
+      else if (index(goal, "95%") || index(meas, "95% CI")) v = "**" v "**"
+      else v = "**" v "** (single measurement or median, no confidence bound)"
       if (goal == "(baseline)") goal = ""
       printf "| %s | %s | %s | %s%s |\n", scen, meas, goal, v, mark
     }' "$file"
   echo "<!-- bench-readme: end -->"
 } > "$block"
 
-awk -v blk="$block" '
-  /^<!-- bench-readme: begin/ { while ((getline l < blk) > 0) print l; skip = 1; next }
-  /^<!-- bench-readme: end/ { skip = 0; next }
-  !skip { print }' "$readme" > "$block.new"
+{
+  echo "<!-- bench-readme demo: begin (generated by scripts/bench-readme.sh from $drel; do not edit by hand) -->"
+  title=$(sed -n '1s/^# Demo — //p' "$demo")
+  echo "From [$drel]($drel), $title:"
+  echo
+  quote "$demo" "$drel"
+  echo
+  echo "| scenario | run time (median) | slowdown |"
+  echo "|---|---|---|"
+  awk -F' \\| ' '
+    /^\| scenario \| run time/ { t = 1; next }
+    t && /^\|---/ { next }
+    t && !/^\|/ { t = 0 }
+    t { sub(/^\| /, ""); sub(/ \|$/, ""); split($0, f, / \| /); printf "| %s | %s | %s |\n", f[1], f[2], f[3] }' "$demo"
+  echo
+  grep -E '^Jailed slowdown' "$demo" || true
+  echo "<!-- bench-readme demo: end -->"
+} > "$dblock"
+
+# replace MARKER BLOCK IN OUT: README with the block between MARKER's begin and end lines replaced.
+replace() {
+  awk -v blk="$2" -v m="$1" '
+    index($0, "<!-- " m ": begin") == 1 { while ((getline l < blk) > 0) print l; skip = 1; next }
+    index($0, "<!-- " m ": end") == 1 { skip = 0; next }
+    !skip { print }' "$3" > "$4"
+}
+replace "bench-readme" "$block" "$readme" "$block.new"
+replace "bench-readme demo" "$dblock" "$block.new" "$block.new2"
 if [ $check = 1 ]; then
-  cmp -s "$block.new" "$readme" || { echo "bench-readme: README.md's Performance table is not the one $rel gives (run scripts/bench-readme.sh)" >&2; exit 1; }
+  cmp -s "$block.new2" "$readme" || { echo "bench-readme: README.md's generated blocks are not the ones $rel and $drel give (run scripts/bench-readme.sh)" >&2; exit 1; }
   exit 0
 fi
-cat "$block.new" > "$readme"
-echo "bench-readme: README.md's Performance table from $rel"
+cat "$block.new2" > "$readme"
+echo "bench-readme: README.md's Performance table from $rel, its demo table from $drel"

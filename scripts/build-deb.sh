@@ -35,9 +35,19 @@ for f in slurm/pjw-prolog.sh slurm/pjw-epilog.sh slurm/pjw-task-prolog.sh sge/pj
   ins_usr 0755 "packaging/$f" "usr/lib/pjw/$f"
 done
 ins_usr 0644 packaging/pbs/pjw_hook.py usr/lib/pjw/pbs/pjw_hook.py
+# The Slurm SPANK plugin, built against this machine's Slurm headers (make spank): slurmstepd
+# loads plugins of its own major.minor release only, so the package is for this Slurm.
+make --no-print-directory -s spank >/dev/null
+[ -f target/spank/pjw_spank.so ] || {
+  echo "build-deb: no target/spank/pjw_spank.so: make spank needs libslurm-dev and libjson-c-dev (scripts/install-deps.sh)" >&2
+  exit 1
+}
+ins 0644 target/spank/pjw_spank.so usr/lib/pjw/slurm/pjw_spank.so
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/lib/pjw/slurm/pjw_spank.so"
 # Examples to merge into the managers' own files, not run.
 ins_usr 0644 packaging/slurm/slurm.conf usr/share/doc/pjw/examples/slurm/slurm.conf
 ins 0644 packaging/slurm/cgroup.conf usr/share/doc/pjw/examples/slurm/cgroup.conf
+ins_usr 0644 packaging/slurm/plugstack.conf usr/share/doc/pjw/examples/slurm/plugstack.conf
 
 # The config: a conffile, root's only (central.url may hold a password).
 ins 0600 packaging/pjw.toml etc/pjw/pjw.toml
@@ -67,7 +77,8 @@ for s in postinst prerm postrm; do ins 0755 "packaging/deb/$s" "DEBIAN/$s"; done
 shl=$(mktemp -d)
 mkdir -p "$shl/debian"
 printf 'Source: pjw\n\nPackage: pjw\nArchitecture: any\n' > "$shl/debian/control"
-depends=$(cd "$shl" && dpkg-shlibdeps -O "$OLDPWD/$root/usr/bin/pjw" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+# (The plugin's spank_* and slurm_* symbols come from slurmstepd, which loads it.)
+depends=$(cd "$shl" && dpkg-shlibdeps -O "$OLDPWD/$root/usr/bin/pjw" "$OLDPWD/$root/usr/lib/pjw/slurm/pjw_spank.so" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
 rm -rf "$shl"
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 cat > "$root/DEBIAN/control" <<CONTROL
@@ -89,7 +100,8 @@ Description: process jail warden: every batch job on its own CPU set
  kills, and per-job profiles in a local store.
  .
  This package holds the pjw command and daemon (pjw.service), its man pages
- and completions, and hooks for Slurm, Grid Engine, PBS, LSF and HTCondor.
+ and completions, and hooks for Slurm (with a SPANK plugin that jails each
+ task before it execs), Grid Engine, PBS, LSF and HTCondor.
 CONTROL
 (cd "$root" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z | xargs -0 md5sum) > "$root/DEBIAN/md5sums"
 chmod 0644 "$root/DEBIAN/control" "$root/DEBIAN/conffiles" "$root/DEBIAN/md5sums"

@@ -25,6 +25,8 @@ has -rwxr-xr-x usr/lib/pjw/pjw-scope
 has -rwxr-xr-x usr/lib/pjw/slurm/pjw-prolog.sh
 has -rwxr-xr-x usr/lib/pjw/slurm/pjw-epilog.sh
 has -rwxr-xr-x usr/lib/pjw/slurm/pjw-task-prolog.sh
+has -rw-r--r-- usr/lib/pjw/slurm/pjw_spank.so
+has -rw-r--r-- usr/share/doc/pjw/examples/slurm/plugstack.conf
 has -rwxr-xr-x usr/lib/pjw/sge/pjw-shepherd.sh
 has -rwxr-xr-x usr/lib/pjw/lsf/pjw-job-starter
 has -rwxr-xr-x usr/lib/pjw/condor/pjw-job-wrapper
@@ -42,6 +44,19 @@ if grep -q '/usr/local' <<<"$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./lib/sys
 else
   ok "the unit and hooks name /usr paths"
 fi
+if dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/pjw/examples/slurm/plugstack.conf | grep -q '^required /usr/lib/pjw/slurm/pjw_spank.so$'; then
+  ok "plugstack.conf example names the package's plugin"
+else
+  bad "plugstack.conf example does not name /usr/lib/pjw/slurm/pjw_spank.so"
+fi
+# slurmstepd loads only a SPANK plugin of its own major.minor (plugin_version).
+tmpso=$(mktemp); dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/lib/pjw/slurm/pjw_spank.so > "$tmpso"
+if nm -D --defined-only "$tmpso" | grep -qw plugin_version && nm -D --defined-only "$tmpso" | grep -qw slurm_spank_task_init_privileged; then
+  ok "pjw_spank.so exports plugin_version and slurm_spank_task_init_privileged"
+else
+  bad "pjw_spank.so is not a SPANK plugin"
+fi
+rm -f "$tmpso"
 if dpkg-deb --fsys-tarfile "$deb" | tar -xO ./lib/systemd/system/pjw.service | grep -q '^Delegate=yes'; then ok "Delegate=yes"; else bad "no Delegate=yes in the unit"; fi
 
 ctl=$(mktemp -d); trap 'rm -rf "$ctl"' EXIT

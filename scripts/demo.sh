@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The demonstration behind `make demo`: a CPU-bound reference job alone, beside a noisy
 # neighbour without pjw, and both under pjw. The neighbour asks for one CPU but starts two busy
-# processes per CPU of the node. Prints the run times (median of DEMO_REPS rounds) and slowdowns.
+# processes per CPU of the node. Prints the run times (median of DEMO_REPS rounds) and slowdowns,
+# and keeps them in a results file, bench/results/<date>T<time>Z-demo.md (never overwritten; the
+# machine, its load and the build beside the figures; marked NOT PUBLISHABLE when the machine
+# was loaded), from which scripts/bench-readme.sh makes README's demo table.
 #
 # It starts a private daemon (socket and state in a temp dir, cgroups below this script's own
 # cgroup — or, where systemd runs on pure cgroup v2, in a delegated scope pjw-demo-<pid>.scope
@@ -72,6 +75,8 @@ done
 
 ncpu=$("$PJW" status --json | sed -n 's/.*"total_cpus": \([0-9]*\).*/\1/p')
 busy=$((2 * ncpu))
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+t0=$(date -u +%s)
 iters=$("$WL" calibrate "$SECONDS_PER_RUN")
 echo "pjw demo on $(hostname): $ncpu CPUs for jobs; reference = $iters iterations (about ${SECONDS_PER_RUN} s alone);"
 echo "noisy neighbour = $busy busy processes (asked for 1 CPU); median of $REPS rounds"
@@ -118,6 +123,7 @@ a=$(printf '%s\n' "${alone[@]}" | median)
 p=$(printf '%s\n' "${plain[@]}" | median)
 j=$(printf '%s\n' "${jailed[@]}" | median)
 echo
+load1=$(cut -d' ' -f1-3 /proc/loadavg)
 awk -v a="$a" -v p="$p" -v j="$j" -v al="${alone[*]}" -v pl="${plain[*]}" -v jl="${jailed[*]}" 'BEGIN {
   sp = (p / a - 1) * 100; sj = (j / a - 1) * 100
   printf "%-44s %10s %10s   %s\n", "scenario", "median s", "slowdown", "runs (s)"
@@ -128,3 +134,45 @@ awk -v a="$a" -v p="$p" -v j="$j" -v al="${alone[*]}" -v pl="${plain[*]}" -v jl=
   ok = (sj <= 3 && sp >= 20)
   printf "jailed slowdown %+.1f%% (goal <= 3%%), plain slowdown %+.1f%% (expected >= 20%%): %s\n", sj, sp, ok ? "as expected" : "NOT as expected"
 }'
+
+# The results file: what README's demo table is generated from (scripts/bench-readme.sh).
+results=$root/bench/results
+if [ -d "$results" ] && [ -w "$results" ]; then
+  name=$(date -u -d "@$t0" +%Y-%m-%dT%H%M%SZ)-demo.md
+  ncpus_host=$(nproc)
+  loaded=$(awk -v a="${load0%% *}" -v b="${load1%% *}" -v n="$ncpus_host" 'BEGIN { print (a > 0.25 * n || b > 0.25 * n) ? 1 : 0 }')
+  build=release
+  [ "$PJW" = "$root/target/release/pjw" ] || build="$PJW (not the release build make demo uses)"
+  commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  [ -z "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] || commit="$commit with uncommitted changes"
+  set -o noclobber
+  if ! {
+    echo "# Demo — $(date -u -d "@$t0" '+%Y-%m-%d %H:%M:%S') UTC"
+    echo
+    echo "\`make demo\` (scripts/demo.sh) on $(hostname): $ncpus_host CPUs ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), Linux $(uname -r), $ncpu CPUs for jobs. Commit $commit, build: $build. Reference job: $iters iterations (about $SECONDS_PER_RUN s alone); noisy neighbour: $busy busy processes (asked for 1 CPU); $REPS rounds, medians (no confidence bound)."
+    echo
+    echo "Load: load average $load0 (1, 5, 15 min) at the start and $load1 at the end, on $ncpus_host CPUs."
+    echo
+    if [ "$loaded" = 1 ]; then
+      echo "**NOT PUBLISHABLE: machine loaded (load average ${load0%% *} at the start, ${load1%% *} at the end on $ncpus_host CPUs).** Other work shared the CPUs the reference job ran on: the slowdowns carry its noise."
+    else
+      echo "The machine was idle by this demo's measure (load average at most a quarter of the CPUs at both ends)."
+    fi
+    echo
+    awk -v a="$a" -v p="$p" -v j="$j" -v al="${alone[*]}" -v pl="${plain[*]}" -v jl="${jailed[*]}" 'BEGIN {
+      sp = (p / a - 1) * 100; sj = (j / a - 1) * 100
+      print "| scenario | run time (median) | slowdown | rounds (s) |"
+      print "|---|---|---|---|"
+      printf "| reference alone | %.3f s |  | %s |\n", a, al
+      printf "| with the noisy neighbour, no pjw | %.3f s | %+.1f%% | %s |\n", p, sp, pl
+      printf "| with the noisy neighbour, both under pjw | %.3f s | %+.1f%% | %s |\n", j, sj, jl
+      print ""
+      ok = (sj <= 3 && sp >= 20)
+      printf "Jailed slowdown %+.1f%% (goal ≤ 3%%), plain slowdown %+.1f%% (expected ≥ 20%%): %s.\n", sj, sp, ok ? "as expected" : "NOT as expected"
+    }'
+  } > "$results/$name"; then
+    echo "demo: $results/$name exists; not overwritten" >&2
+  else
+    echo "figures kept in bench/results/$name"
+  fi
+fi

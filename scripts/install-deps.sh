@@ -16,12 +16,22 @@ if [ ! -e /etc/pjw-guest ]; then
   [ -x /usr/bin/promtool ] || need+=(prometheus)
   command -v tmux >/dev/null || need+=(tmux)
   ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need+=(postgresql)
+  # The multi-node tier (crates/cli/tests/cluster.rs) joins its namespaces with veth pairs (ip)
+  # and the TLS tests make a CA with openssl; Prometheus itself comes with promtool above.
+  command -v ip >/dev/null || need+=(iproute2)
+  command -v openssl >/dev/null || need+=(openssl)
+  command -v prometheus >/dev/null || [ -x /usr/bin/prometheus ] || need+=(prometheus)
   # man renders the generated pages in their test; lintian checks the package (make deb).
   command -v man >/dev/null || need+=(man-db)
   command -v lintian >/dev/null || need+=(lintian)
   # The completion tests ask zsh and fish themselves for job ids.
   command -v zsh >/dev/null || need+=(zsh)
   command -v fish >/dev/null || need+=(fish)
+  # Real software whose processes `pjw status` counts (crates/cli/tests/top.rs).
+  command -v stress-ng >/dev/null || need+=(stress-ng)
+  # The Slurm SPANK plugin (make spank) is built against Slurm's spank.h and json-c.
+  [ -e /usr/include/slurm/spank.h ] || need+=(libslurm-dev)
+  [ -e /usr/include/json-c/json.h ] || need+=(libjson-c-dev)
 fi
 # The PBS hook (packaging/pbs) is Python; its contract test runs it.
 command -v python3 >/dev/null || need+=(python3)

@@ -12,7 +12,8 @@ exec 9>/var/lock/pjw-wlm-install.lock
 flock -w 1200 9 || { echo "wlm/install: another install holds /var/lock/pjw-wlm-install.lock" >&2; exit 1; }
 
 need=()
-for p in slurm-wlm slurm-client munge gridengine-master gridengine-exec gridengine-client; do
+# libslurm-dev and libjson-c-dev: slurm-up.sh builds pjw's SPANK plugin (make spank).
+for p in slurm-wlm slurm-client munge libslurm-dev libjson-c-dev gridengine-master gridengine-exec gridengine-client; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
 done
 [ ${#need[@]} -eq 0 ] && exit 0

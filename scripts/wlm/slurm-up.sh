@@ -7,9 +7,13 @@
 # With GPU_DIR, the node has GPUs: one gres gpu per GPU_DIR/nvidiaN character device (the test
 # makes them with mknod), declared in DIR/gres.conf in N order (GresTypes=gpu, Gres=gpu:COUNT
 # on the node) and pjw's TaskProlog sets the jobs' GPU variables; without it, no gres and no
-# TaskProlog, as before. Every run writes its config afresh.
+# TaskProlog, as before. Every run writes its config afresh. pjw's SPANK plugin
+# (packaging/slurm/spank, built here by `make spank`) is in DIR/plugstack.conf as `required`,
+# talking to the env file's PJW_SOCKET: every task joins its pjw job before it execs.
+# PJW_SPANK=optional loads it `optional`; PJW_SPANK=0 leaves it out (tasks are then found by
+# adoption alone, docs/wlm/adoption.md).
 #
-#   slurm-up.sh DIR PJW_WLM_ENV_FILE [GPU_DIR]
+#   [PJW_SPANK=required|optional|0] slurm-up.sh DIR PJW_WLM_ENV_FILE [GPU_DIR]
 set -euo pipefail
 D=${1:?usage: slurm-up.sh DIR PJW_WLM_ENV_FILE [GPU_DIR]}
 ENVF=${2:?usage: slurm-up.sh DIR PJW_WLM_ENV_FILE [GPU_DIR]}
@@ -43,6 +47,18 @@ for s in prolog epilog task-prolog; do
   printf '#!/bin/sh\nPJW_WLM_ENV=%s exec %s/packaging/slurm/pjw-%s.sh\n' "$ENVF" "$REPO" "$s" > "$D/$s.sh"
   chmod 755 "$D/$s.sh"
 done
+
+# The SPANK plugin, built from this tree (a no-op when it is up to date).
+SPANK=${PJW_SPANK:-required}
+SOCK=$(sed -n 's/^PJW_SOCKET=//p' "$ENVF" | tail -n 1)
+case $SPANK in
+  required|optional)
+    make -C "$REPO" --no-print-directory -s spank >/dev/null
+    [ -f "$REPO/target/spank/pjw_spank.so" ] || { echo "slurm-up: the SPANK plugin was not built (make spank)" >&2; exit 1; }
+    echo "$SPANK $REPO/target/spank/pjw_spank.so socket=${SOCK:-/run/pjw/pjw.sock}" > "$D/plugstack.conf" ;;
+  0) echo "# PJW_SPANK=0: no plugin; tasks are adopted after exec" > "$D/plugstack.conf" ;;
+  *) echo "slurm-up: PJW_SPANK=$SPANK is not required, optional or 0" >&2; exit 1 ;;
+esac
 
 MEM=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
 CPUS=$(nproc --all)
@@ -91,6 +107,7 @@ AccountingStorageType=accounting_storage/none
 Prolog=$D/prolog.sh
 Epilog=$D/epilog.sh
 PrologFlags=Alloc
+PlugStackConfig=$D/plugstack.conf
 ReturnToService=2
 MpiDefault=none
 $GRES_TYPES

@@ -296,9 +296,9 @@ pub(crate) fn detect(
                 // Below our own cgroup only what it has can be enabled.
                 let here = crate::unified::read_list(fs, &h.base.join("cgroup.controllers"))?;
                 if !here.iter().any(|c| c == "cpuset") {
-                    return Err(CgroupError::MissingController {
+                    return Err(CgroupError::NotDelegated {
                         controller: "cpuset".into(),
-                        where_: Some(h.base.clone()),
+                        cgroup: h.base.clone(),
                     });
                 }
                 h.controllers.retain(|c| here.contains(c));

@@ -49,6 +49,11 @@ pub enum CgroupError {
         controller: String,
         where_: Option<PathBuf>,
     },
+    /// On pure cgroup v2, a `self` parent below a cgroup whose parent does not delegate a
+    /// controller pjw needs (its `cgroup.subtree_control` lacks it): seen in containers and
+    /// sandboxes that enable only `memory` for their children.
+    #[error("cgroup controller {controller} is not delegated to {} (its parent's cgroup.subtree_control lacks it): give an absolute cgroup parent (--cgroup-parent /pjw, enabled from the root down) or enable +{controller} in the cgroup.subtree_control of every cgroup above it", cgroup.display())]
+    NotDelegated { controller: String, cgroup: PathBuf },
     /// The process's own cgroup in a hierarchy is unknown.
     #[error("no line for hierarchy {hierarchy} in {}", path.display())]
     NoOwnCgroup { hierarchy: String, path: PathBuf },

@@ -178,6 +178,11 @@ pub struct Driver {
     fs: Fs,
     /// Statistics files kept open for the sampler (off until [`Driver::keep_stat_files_open`]).
     stat_files: std::sync::Arc<statcache::StatFiles>,
+    /// Whether a read through the cache may open and keep a file it does not hold yet. Off in
+    /// the copy a thread beside the owner reads with ([`Driver::reader_beside_owner`]): only
+    /// the owner, which also closes a job's files at its removal, opens files to keep, so a
+    /// read racing a removal can never leave a removed cgroup's file open.
+    stat_keep_new: bool,
     /// The v1 devices hierarchy, if mounted; used (created, joined, removed with every job)
     /// only after [`Driver::fence_devices`] chose it.
     devices: Option<Hierarchy>,
@@ -217,6 +222,7 @@ impl Driver {
             layout,
             fs,
             stat_files: std::sync::Arc::new(statcache::StatFiles::new(0)),
+            stat_keep_new: true,
             devices,
             fence: None,
         };

@@ -88,8 +88,15 @@ impl StatFiles {
         }
     }
 
-    /// The text of `path`, a statistics file of job `job`.
-    pub(crate) fn read(&self, fs: &Fs, job: &str, path: &Path) -> Result<String, CgroupError> {
+    /// The text of `path`, a statistics file of job `job`. `keep_new`: a file not held yet is
+    /// opened and kept (else it is read and closed).
+    pub(crate) fn read(
+        &self,
+        fs: &Fs,
+        job: &str,
+        path: &Path,
+        keep_new: bool,
+    ) -> Result<String, CgroupError> {
         if self.max_open == 0 {
             return fs.read(path);
         }
@@ -107,7 +114,7 @@ impl StatFiles {
                 }
             }
         }
-        if inner.open >= self.max_open {
+        if !keep_new || inner.open >= self.max_open {
             drop(inner);
             return fs.read(path);
         }
@@ -158,22 +165,22 @@ mod tests {
         std::fs::write(&a, "usage 1\n").unwrap();
         std::fs::write(&b, "usage 2\n").unwrap();
         let c = StatFiles::new(1);
-        assert_eq!(c.read(&fs, "job-1", &a).unwrap(), "usage 1\n");
+        assert_eq!(c.read(&fs, "job-1", &a, true).unwrap(), "usage 1\n");
         assert_eq!(c.open_files(), 1);
         // Past the cap: read, not kept.
-        assert_eq!(c.read(&fs, "job-2", &b).unwrap(), "usage 2\n");
+        assert_eq!(c.read(&fs, "job-2", &b, true).unwrap(), "usage 2\n");
         assert_eq!(c.open_files(), 1);
         // Rewritten in place (as the fake tree and the kernel do): the cached fd sees it.
         std::fs::write(&a, "usage 10 and a longer line\n").unwrap();
         assert_eq!(
-            c.read(&fs, "job-1", &a).unwrap(),
+            c.read(&fs, "job-1", &a, true).unwrap(),
             "usage 10 and a longer line\n"
         );
         c.forget_job("job-1");
         assert_eq!(c.open_files(), 0);
         // Gone: the error names the path.
         std::fs::remove_file(&b).unwrap();
-        let e = c.read(&fs, "job-2", &b).unwrap_err().to_string();
+        let e = c.read(&fs, "job-2", &b, true).unwrap_err().to_string();
         assert!(e.contains("b.stat"), "{e}");
         assert_eq!(c.open_files(), 0);
     }
@@ -186,8 +193,31 @@ mod tests {
         let text: String = (0..2000).map(|i| format!("key{i} {i}\n")).collect();
         std::fs::write(&p, &text).unwrap();
         let c = StatFiles::new(8);
-        assert_eq!(c.read(&fs, "job-1", &p).unwrap(), text);
-        assert_eq!(c.read(&fs, "job-1", &p).unwrap(), text);
+        assert_eq!(c.read(&fs, "job-1", &p, true).unwrap(), text);
+        assert_eq!(c.read(&fs, "job-1", &p, true).unwrap(), text);
+        assert_eq!(c.open_files(), 1);
+    }
+
+    #[test]
+    fn a_reader_beside_the_owner_reuses_kept_files_and_keeps_none_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FS;
+        let kept = dir.path().join("cpu.stat");
+        let other = dir.path().join("memory.current");
+        std::fs::write(&kept, "usage_usec 5\n").unwrap();
+        std::fs::write(&other, "4096\n").unwrap();
+        let c = StatFiles::new(8);
+        // The owner keeps one file open; the reader beside it re-reads that one...
+        c.read(&fs, "job-1", &kept, true).unwrap();
+        std::fs::write(&kept, "usage_usec 7\n").unwrap();
+        assert_eq!(
+            c.read(&fs, "job-1", &kept, false).unwrap(),
+            "usage_usec 7\n"
+        );
+        // ...and reads another without keeping it: the owner's removal (forget_job) can never
+        // race a file the reader opened.
+        assert_eq!(c.read(&fs, "job-1", &other, false).unwrap(), "4096\n");
+        assert_eq!(c.read(&fs, "job-2", &other, false).unwrap(), "4096\n");
         assert_eq!(c.open_files(), 1);
     }
 
@@ -198,7 +228,7 @@ mod tests {
         let p = dir.path().join("cpu.stat");
         std::fs::write(&p, "usage_usec 5\n").unwrap();
         let c = StatFiles::new(0);
-        assert_eq!(c.read(&fs, "job-1", &p).unwrap(), "usage_usec 5\n");
+        assert_eq!(c.read(&fs, "job-1", &p, true).unwrap(), "usage_usec 5\n");
         assert_eq!(c.open_files(), 0);
     }
 }

@@ -76,9 +76,20 @@ impl Driver {
         self.stat_files.open_files()
     }
 
+    /// A copy for reading statistics on a thread beside the one that creates and removes
+    /// jobs: it re-reads the files the owner keeps open, and opens, reads and closes the others
+    /// without keeping them (a job removed meanwhile keeps no file open).
+    pub fn reader_beside_owner(&self) -> Driver {
+        Driver {
+            stat_keep_new: false,
+            ..self.clone()
+        }
+    }
+
     /// The text of a statistics file of job `name`, through the open-file cache.
     pub(crate) fn read_stat(&self, name: &str, path: &Path) -> Result<String, CgroupError> {
-        self.stat_files.read(&self.fs, name, path)
+        self.stat_files
+            .read(&self.fs, name, path, self.stat_keep_new)
     }
 
     fn read_stat_u64(

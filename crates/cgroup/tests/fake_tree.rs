@@ -346,6 +346,9 @@ fn detection() {
     fs::write(own.join("cgroup.controllers"), "memory pids\n").unwrap();
     let e = driver(&m, "self").unwrap_err();
     assert!(e.to_string().contains(&own.display().to_string()), "{e}");
+    // It says what to do: an absolute parent, or delegate the controller.
+    assert!(matches!(e, CgroupError::NotDelegated { .. }), "{e}");
+    assert!(e.to_string().contains("--cgroup-parent /pjw"), "{e}");
 
     // Unified without cpuset: refused.
     let mut spec = FakeSpec::new(Mode::Unified);

@@ -64,6 +64,10 @@ pub struct CheckArgs {
     /// (/run/pjw/cgroup-parent.env), else the config's].
     #[arg(long, value_name = "P", env = "PJW_CGROUP_PARENT")]
     pub cgroup_parent: Option<String>,
+    /// Slurm's slurm.conf to check, with the plugstack.conf it names [default: SLURM_CONF,
+    /// else /etc/slurm/slurm.conf].
+    #[arg(long, value_name = "FILE", env = "SLURM_CONF")]
+    pub slurm_conf: Option<PathBuf>,
     /// Machine-readable JSON.
     #[arg(long)]
     pub json: bool,
@@ -376,6 +380,17 @@ pub struct ReportArgs {
     /// Ask the cluster store (PostgreSQL) for finished jobs of every node.
     #[arg(long, conflicts_with_all = ["watch", "processes"])]
     pub central: bool,
+    /// Jobs that ran on this node (with --central).
+    #[arg(long, value_name = "NODE", requires = "central")]
+    pub node: Option<String>,
+    /// Jobs ended before: an RFC 3339 time, a date (YYYY-MM-DD) or a duration ago (with
+    /// --central; with --since, a time range).
+    #[arg(long, value_name = "WHEN", requires = "central")]
+    pub until: Option<String>,
+    /// The top jobs by cpu (CPU time), mem (memory peak) or wait (time queued) instead of
+    /// the newest (with --central).
+    #[arg(long, value_name = "WHAT", value_parser = ["cpu", "mem", "wait"], requires = "central")]
+    pub top: Option<String>,
     /// Write charts of memory and CPU over the jobs' lives to FILE (.svg or .png).
     #[arg(long, value_name = "FILE", conflicts_with = "watch")]
     pub plot: Option<PathBuf>,

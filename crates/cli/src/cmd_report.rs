@@ -34,6 +34,13 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         processes: a.processes,
         limit: a.limit,
         central: a.central,
+        node: a.node.clone(),
+        until_ms: a
+            .until
+            .as_deref()
+            .map(|s| parse_since(s, now_ms))
+            .transpose()?,
+        top: a.top.clone(),
     };
     let tz = chrono::Local::now().offset().fix();
     if let Some(path) = &a.plot {
@@ -161,6 +168,13 @@ fn eff(j: &JobReport) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// The efficiency line of the text report: the figure, or why there is none.
+fn eff_line(j: &JobReport) -> String {
+    j.efficiency()
+        .map(|e| format!("{:.1}%", e * 100.0))
+        .unwrap_or_else(|| format!("- ({})", j.efficiency_missing()))
+}
+
 fn outcome(j: &JobReport) -> String {
     let mut s = j.state.clone();
     if let Some(e) = &j.end {
@@ -259,7 +273,7 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
                 j.cpu_system_usec as f64 / 1e6
             ),
         ),
-        ("CPU efficiency", eff(j)),
+        ("CPU efficiency", eff_line(j)),
         (
             "Peak memory",
             format!(

@@ -1,10 +1,10 @@
 //! `pjw top`: a live view of the node, refreshed over the socket (default once a second).
 //!
 //! One `status` request per refresh; CPU % comes from two readings of each job's CPU time
-//! (`cpu_usec`) and the time between them (100 % = one CPU busy). The daemon answers from its
-//! sampler's last sample (`profile.interval`), so that time is the samples' own (`sampled_ms`)
-//! and a job's CPU % changes once per sample; from an older daemon, which read at the
-//! request, it is the wall time between two refreshes. The screen: a header, the
+//! (`cpu_usec`) and the time between them (100 % = one CPU busy). The daemon reads the figures
+//! for the request (at most 0.5 s old, docs/decisions.md (bp)) and says when (`sampled_ms`), so
+//! a job's CPU % is that of the last refresh interval; from an older daemon without
+//! `sampled_ms` it is the wall time between two refreshes. The screen: a header, the
 //! node map (one mark per CPU: the job holding it, lower case for a backfiller, `.` free), the
 //! job table, the key help. Keys: `c` CPU %, `m` memory, `s` state, `i` id, `u` user sort (the
 //! same key again reverses), `q`, Esc or Ctrl-C quit. Works in 80×24 (over ssh too: plain

@@ -275,7 +275,20 @@ pub fn slurm(c: SlurmCommand) -> i32 {
                 Ok(m) => m,
                 Err(e) => return fail(format!("slurm job {id}: its memory: {e}")),
             };
-            let name = std::env::var("SLURM_JOB_NAME").ok();
+            // The name only (shown, never believed) from scontrol's text, where slurmd gave
+            // none; a name is no reason to fail the Prolog.
+            let text = match std::env::var("SLURM_JOB_NAME").ok().filter(|n| !n.is_empty()) {
+                Some(_) => String::new(),
+                None => std::process::Command::new(slurm_command("scontrol"))
+                    .args(["show", "job", "-d", &id])
+                    .output()
+                    .ok()
+                    .filter(|o| o.status.success())
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default(),
+            };
+            let name =
+                wlm_parse::slurm_job_name(std::env::var("SLURM_JOB_NAME").ok().as_deref(), &text);
             match register("slurm", &job, name, false) {
                 Ok(got) => {
                     eprintln!("pjw: slurm job {id} of {} registered on {got}", job.user);
@@ -341,6 +354,11 @@ pub fn sge(c: SgeCommand) -> i32 {
                     return 125;
                 }
             };
+            // Grid Engine's name for the job, bounded and escaped as Slurm's.
+            let name = pjw_wlm::sge_shepherd(&text)
+                .ok()
+                .and_then(|w| w.name)
+                .and_then(|n| wlm_parse::job_name(&n));
             let job = match pjw_wlm::sge_shepherd(&text) {
                 Ok(w) => match (w.user, w.cpus) {
                     (Some(user), cpus) => WlmJob {
@@ -363,7 +381,7 @@ pub fn sge(c: SgeCommand) -> i32 {
                     return 125;
                 }
             };
-            match register("sge", &job, None, true) {
+            match register("sge", &job, name, true) {
                 Ok(_) => exec(&a.command),
                 // Another task of a job already registered (a `qrsh -inherit` slave): its
                 // processes carry JOB_ID and are adopted into that job.

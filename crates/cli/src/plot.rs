@@ -2,8 +2,11 @@
 //!
 //! One panel per metric, stacked: memory in MiB, CPU in % of one CPU (from the CPU time between
 //! two samples), both over the time since each job started in seconds, so several jobs line up
-//! at their start and compare directly; each job has its own colour and a legend entry (job id,
-//! and node when the jobs come from several nodes). Drawn with plotters: the SVG backend, or the
+//! at their start and compare directly; each job has its own line style (8 colours, then
+//! dashed and dotted: 24 apart) and a row in the legend, a column of its own right of the
+//! panels, so no number of jobs covers a line (past the rows that fit, the last says how many
+//! more there are); the label is the job id, and the node when the jobs come from several
+//! nodes. Drawn with plotters: the SVG backend, or the
 //! bitmap backend with the PNG encoder. Text is laid out with ab_glyph and an embedded DejaVu
 //! Sans (assets/, Bitstream Vera licence), so no system font library or font file is needed.
 
@@ -13,11 +16,12 @@ use std::sync::Once;
 use anyhow::{bail, Context};
 use pjw_proto::JobReport;
 use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-/// Chart size in pixels (SVG user units).
-pub const SIZE: (u32, u32) = (1000, 720);
+/// Chart size in pixels (SVG user units): the panels and, right of them, the legend.
+pub const SIZE: (u32, u32) = (1240, 720);
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 static REGISTER: Once = Once::new();
@@ -46,6 +50,48 @@ const COLOURS: [RGBColor; 8] = [
 /// The colour of the `i`-th job.
 pub fn colour(i: usize) -> RGBColor {
     COLOURS[i % COLOURS.len()]
+}
+
+/// How a job's line is drawn: its colour, then, past the colours, dashes and dots, so up to
+/// [`STYLES`] jobs are told apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dash {
+    Solid,
+    Dashed,
+    Dotted,
+}
+
+/// Distinct line styles: colours × dash patterns.
+pub const STYLES: usize = 3 * COLOURS.len();
+
+/// The line style of the `i`-th job.
+pub fn dash(i: usize) -> Dash {
+    match (i % STYLES) / COLOURS.len() {
+        0 => Dash::Solid,
+        1 => Dash::Dashed,
+        _ => Dash::Dotted,
+    }
+}
+
+/// Width of the legend column right of the panels (pixels).
+const LEGEND_W: u32 = 240;
+/// Height of one legend row.
+const LEGEND_ROW: i32 = 18;
+/// Longest label shown in the legend (characters).
+const LEGEND_LABEL: usize = 26;
+
+/// The legend's rows for `labels` when `rows` fit (pure): every label, or the first
+/// `rows - 1` and a last row saying how many more there are.
+pub fn legend_rows(labels: &[String], rows: usize) -> (Vec<String>, Option<String>) {
+    if labels.len() <= rows {
+        return (labels.to_vec(), None);
+    }
+    let shown = rows.saturating_sub(1);
+    let more = labels.len() - shown;
+    (
+        labels[..shown].to_vec(),
+        Some(format!("… and {more} more jobs")),
+    )
 }
 
 /// One job's plotted points: (seconds since start, value).
@@ -118,12 +164,12 @@ fn panel<DB: DrawingBackend>(
     title: &str,
     y_label: &str,
     x_max: f64,
-    data: &[(String, &[(f64, f64)])],
+    data: &[&[(f64, f64)]],
 ) -> anyhow::Result<()>
 where
     DB::ErrorType: 'static,
 {
-    let y_max = upper(data.iter().flat_map(|(_, p)| p.iter().map(|(_, y)| *y)));
+    let y_max = upper(data.iter().flat_map(|p| p.iter().map(|(_, y)| *y)));
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 22))
         .margin(12)
@@ -140,22 +186,67 @@ where
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(|e| anyhow::anyhow!("cannot draw the axes: {e}"))?;
-    for (i, (label, points)) in data.iter().enumerate() {
-        let c = colour(i);
-        chart
-            .draw_series(LineSeries::new(points.iter().copied(), c.stroke_width(2)))
-            .map_err(|e| anyhow::anyhow!("cannot draw a series: {e}"))?
-            .label(label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
+    let series_err = |e| anyhow::anyhow!("cannot draw a series: {e}");
+    for (i, points) in data.iter().enumerate() {
+        let style = colour(i).stroke_width(2);
+        let points = points.iter().copied();
+        match dash(i) {
+            Dash::Solid => chart
+                .draw_series(LineSeries::new(points, style))
+                .map(|_| ())
+                .map_err(series_err)?,
+            Dash::Dashed => chart
+                .draw_series(DashedLineSeries::new(points, 9, 5, style))
+                .map(|_| ())
+                .map_err(series_err)?,
+            Dash::Dotted => chart
+                .draw_series(DashedLineSeries::new(points, 2, 4, style))
+                .map(|_| ())
+                .map_err(series_err)?,
+        }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow::anyhow!("cannot draw the legend: {e}"))?;
+    Ok(())
+}
+
+/// The legend in its own column, outside the panels: one row per job with its line style,
+/// as many as fit, then how many more there are.
+fn legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    labels: &[String],
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e| anyhow::anyhow!("cannot draw the legend: {e}");
+    let font = ("sans-serif", 14).into_font();
+    let (_, h) = area.dim_in_pixel();
+    let top = 40;
+    area.draw(&Text::new("jobs", (8, 16), ("sans-serif", 16).into_font()))
+        .map_err(err)?;
+    let rows = ((h as i32 - top - 8) / LEGEND_ROW).max(1) as usize;
+    let (shown, more) = legend_rows(labels, rows);
+    for (i, label) in shown.iter().enumerate() {
+        let y = top + i as i32 * LEGEND_ROW;
+        let style = colour(i).stroke_width(3);
+        let sample = vec![(8, y), (40, y)];
+        match dash(i) {
+            Dash::Solid => area.draw(&PathElement::new(sample, style)).map_err(err)?,
+            Dash::Dashed => area
+                .draw(&DashedPathElement::new(sample, 9, 5, style))
+                .map_err(err)?,
+            Dash::Dotted => area
+                .draw(&DashedPathElement::new(sample, 2, 4, style))
+                .map_err(err)?,
+        }
+        let text = pjw_core::text::printable(label, LEGEND_LABEL);
+        area.draw(&Text::new(text.into_owned(), (48, y - 7), font.clone()))
+            .map_err(err)?;
+    }
+    if let Some(m) = more {
+        let y = top + shown.len() as i32 * LEGEND_ROW;
+        area.draw(&Text::new(m, (8, y - 7), font.clone()))
+            .map_err(err)?;
+    }
     Ok(())
 }
 
@@ -170,17 +261,15 @@ where
             .flat_map(|l| l.mem_mib.iter().chain(&l.cpu_pct).map(|(x, _)| *x)),
     ) / 1.1;
     let x_max = x_max.max(1.0);
-    let panels = root.split_evenly((2, 1));
-    let mem: Vec<(String, &[(f64, f64)])> = jobs
-        .iter()
-        .map(|l| (l.label.clone(), l.mem_mib.as_slice()))
-        .collect();
+    let (w, _) = root.dim_in_pixel();
+    let (charts, side) = root.split_horizontally(w.saturating_sub(LEGEND_W));
+    let panels = charts.split_evenly((2, 1));
+    let mem: Vec<&[(f64, f64)]> = jobs.iter().map(|l| l.mem_mib.as_slice()).collect();
     panel(&panels[0], "Memory", "memory (MiB)", x_max, &mem)?;
-    let cpu: Vec<(String, &[(f64, f64)])> = jobs
-        .iter()
-        .map(|l| (l.label.clone(), l.cpu_pct.as_slice()))
-        .collect();
+    let cpu: Vec<&[(f64, f64)]> = jobs.iter().map(|l| l.cpu_pct.as_slice()).collect();
     panel(&panels[1], "CPU", "CPU (% of one CPU)", x_max, &cpu)?;
+    let labels: Vec<String> = jobs.iter().map(|l| l.label.clone()).collect();
+    legend(&side, &labels)?;
     root.present()
         .map_err(|e| anyhow::anyhow!("cannot write the chart: {e}"))?;
     Ok(())
@@ -284,6 +373,66 @@ mod tests {
         ] {
             assert!(svg.contains(want), "{want} missing");
         }
+    }
+
+    /// 25 jobs (the case) and 60: the legend is a column right of the panels, no
+    /// line is drawn under it, and what does not fit is counted in one row.
+    #[test]
+    fn many_jobs_keep_the_legend_off_the_panels() {
+        let x_of = |n: roxmltree::Node| n.attribute("x").and_then(|x| x.parse::<f64>().ok());
+        let panels_end = (SIZE.0 - LEGEND_W) as f64;
+        for (n, shown) in [(25, 25), (60, 36)] {
+            let jobs: Vec<JobReport> = (0..n).map(|i| steps_job(&i.to_string(), "n1")).collect();
+            let svg = render_svg(&jobs).unwrap();
+            let doc = roxmltree::Document::parse(&svg).expect("valid SVG");
+            let labels: Vec<roxmltree::Node> = doc
+                .descendants()
+                .filter(|t| {
+                    t.has_tag_name("text") && t.text().is_some_and(|s| s.trim().starts_with("job "))
+                })
+                .collect();
+            assert_eq!(labels.len(), shown, "{n} jobs");
+            assert!(
+                labels
+                    .iter()
+                    .all(|t| x_of(*t).is_some_and(|x| x >= panels_end)),
+                "{n} jobs: a label inside the panels"
+            );
+            let more = n - shown;
+            assert_eq!(
+                svg.contains(&format!("… and {more} more jobs")),
+                more > 0,
+                "{n} jobs"
+            );
+            // Every series point (2 px lines; the legend's samples are 3 px) lies left of the
+            // legend column.
+            let series = doc
+                .descendants()
+                .filter(|e| e.has_tag_name("polyline") && e.attribute("stroke-width") == Some("2"));
+            for l in series {
+                for p in l.attribute("points").unwrap_or("").split_whitespace() {
+                    let x: f64 = p.split(',').next().unwrap().parse().unwrap();
+                    assert!(x < panels_end, "{n} jobs: a line under the legend at x {x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_first_jobs_get_distinct_styles() {
+        let styles: std::collections::HashSet<(u8, u8, u8, u8)> = (0..STYLES)
+            .map(|i| {
+                let c = colour(i);
+                (c.0, c.1, c.2, dash(i) as u8)
+            })
+            .collect();
+        assert_eq!(styles.len(), STYLES);
+        assert_eq!((colour(STYLES), dash(STYLES)), (colour(0), dash(0)));
+        let (rows, more) = legend_rows(&["a".into(), "b".into(), "c".into()], 2);
+        assert_eq!(
+            (rows, more.as_deref()),
+            (vec!["a".to_string()], Some("… and 2 more jobs"))
+        );
     }
 
     #[test]

@@ -251,6 +251,33 @@ pub fn node_mem(q: &SqueueMem, cpus_here: u32) -> Result<Option<u64>, String> {
         .ok_or_else(|| format!("{mib} MiB is out of range"))
 }
 
+/// Longest job name taken from a manager (characters); the daemon bounds names again.
+pub const MAX_JOB_NAME: usize = 128;
+
+/// The job's name for pjw: Slurm's own (`SLURM_JOB_NAME` where slurmd sets it for the Prolog,
+/// else the `JobName=` of `scontrol show job`), bounded to [`MAX_JOB_NAME`] characters with
+/// control characters escaped (`pjw_core::text::printable`). scontrol prints the name unquoted
+/// as the last field of its first line (`JobId=N [ArrayJobId=… ArrayTaskId=…] JobName=NAME`):
+/// the name is the rest of that line, so one holding a newline is cut there — it is shown, never
+/// believed, so a forged line after it only shortens it. None: no name, or an empty one.
+pub fn slurm_job_name(env_name: Option<&str>, scontrol: &str) -> Option<String> {
+    let raw = match env_name.filter(|n| !n.is_empty()) {
+        Some(n) => n,
+        None => {
+            let first = scontrol.lines().next()?;
+            let at = first.find("JobName=")?;
+            first[at + "JobName=".len()..].trim_end_matches('\r')
+        }
+    };
+    job_name(raw)
+}
+
+/// A manager's name for a job as pjw registers it: bounded to [`MAX_JOB_NAME`] characters,
+/// control characters escaped; None when empty.
+pub fn job_name(raw: &str) -> Option<String> {
+    (!raw.trim().is_empty()).then(|| pjw_core::text::printable(raw, MAX_JOB_NAME).into_owned())
+}
+
 /// What slurmd tells the Prolog about its job, from the Prolog's environment (slurmd sets it;
 /// the job's user has no say in it): id `SLURM_JOB_ID`, owner `SLURM_JOB_UID` (named through
 /// `user_of`, and `SLURM_JOB_USER` must agree), CPUs on this node from
@@ -310,6 +337,67 @@ pub fn prolog_job(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slurm_job_names_come_from_slurm_bounded_and_escaped() {
+        let long = "n".repeat(300);
+        let cut = format!("{}…", "n".repeat(MAX_JOB_NAME));
+        let array = "JobId=124 ArrayJobId=123 ArrayTaskId=1 JobName=sweep 1\n   UserId=a(1)\n";
+        // (SLURM_JOB_NAME, scontrol's text, name)
+        let table: Vec<(Option<&str>, String, Option<String>)> = vec![
+            (None, ONE_NODE.into(), Some("wrap".into())),
+            (None, array.into(), Some("sweep 1".into())),
+            (Some("from-env"), ONE_NODE.into(), Some("from-env".into())),
+            (Some(""), ONE_NODE.into(), Some("wrap".into())),
+            // A name with a newline is cut there; forged lines after it are not the name.
+            (None, FORGED.into(), Some("a".into())),
+            (None, format!("JobId=9 JobName={long}\n"), Some(cut.clone())),
+            (Some(long.as_str()), String::new(), Some(cut)),
+            (
+                None,
+                "JobId=9 JobName=a\x1b[2Jb\n".into(),
+                Some("a\\u{1b}[2Jb".into()),
+            ),
+            (None, "JobId=9 JobName=\n   UserId=a(1)\n".into(), None),
+            (None, String::new(), None),
+            (
+                None,
+                "slurm_load_jobs error: Invalid job id specified\n".into(),
+                None,
+            ),
+        ];
+        for (env, text, want) in table {
+            assert_eq!(slurm_job_name(env, &text), want, "{env:?} {text:?}");
+        }
+    }
+
+    /// `scontrol show job -d 2` of Slurm 22.05 on the test machine (one node, `sbatch -n1`).
+    const ONE_NODE: &str = "JobId=2 JobName=wrap
+   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A
+   Priority=4294901759 Nice=0 Account=(null) QOS=(null)
+   JobState=CONFIGURING Reason=None Dependency=(null)
+   NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   TRES=cpu=1,mem=1G,node=1,billing=1
+   Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*
+   JOB_GRES=(null)
+     Nodes=vm CPU_IDs=0 Mem=1024 GRES=
+   MinCPUsNode=1 MinMemoryCPU=1G MinTmpDiskNode=0
+   Command=(null)
+   WorkDir=/tmp
+";
+
+    /// The job name of issue 12 (`x UserId=root(0) NumCPUs=2`), and one with newlines that
+    /// forges whole lines, as scontrol 22.05 prints them (checked on the live Slurm).
+    const FORGED: &str = "JobId=2 JobName=a
+   NumNodes=1 NumCPUs=2 MinMemoryNode=64G
+     Nodes=vm CPU_IDs=0-1 Mem=99999 GRES=
+   UserId=nobody(65534) GroupId=nogroup(65534) MCS_label=N/A
+   NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+     Nodes=vm CPU_IDs=0 Mem=100 GRES=
+   MinCPUsNode=1 MinMemoryCPU=100M MinTmpDiskNode=0
+   Comment=c
+     Nodes=vm CPU_IDs=0-1 Mem=99999 GRES=
+";
 
     /// What `squeue --noconvert -h -j ID -O` [`SQUEUE_MEM_FIELDS`] printed for real jobs of
     /// Slurm 22.05 on the test machine, and the memory each has on its node. A job's name is

@@ -1,19 +1,28 @@
 //! Chaos on the real cgroupfs: job cycles (sizes 1..=ncpus, some queued behind others, some with
 //! a priority that preempts, some backfill-only, some registered by a workload manager — the
 //! attached form a Slurm/SGE starter uses and the held form a prolog uses, ended by `pjw job
-//! end` — and some suspended by their user and resumed later) while the daemon is `kill -9`-ed
-//! and restarted at random points. After every restart: no CPU in two primaries' cpusets (read from the
-//! kernel), every job either running confined or ended; at the end every client got its job's
-//! exit status or a clear error, and no job cgroup is left.
+//! end` — some suspended by their user and resumed later, and some asking for more CPUs than the
+//! node has, refused on purpose) while the daemon is `kill -9`-ed and restarted at random points.
+//! The node is checked all along (a thread, every 100 ms while the daemon answers, and after every
+//! restart): no CPU in two running or ending jobs' cpusets (read from the kernel), every job
+//! cgroup with running tasks confined — in the pool, with a cpuset the kernel shows (none is
+//! unconfined) — and known to the daemon. At the end every client got its job's exit status
+//! (only the refusals on purpose may end with pjw's own error instead), and no job cgroup is
+//! left.
 //!
 //! `PJW_CHAOS_CYCLES` (default 100, `make chaos` runs 1000) bounds the run; `PJW_CHAOS_SEED`
 //! replays one (the seed is printed first). The figures close the output on one `chaos:` line.
+//! `PJW_CHAOS_INJECT=lost-status` makes one client lose its job's exit status (it talks to no
+//! daemon and ends with pjw's error): the gate must then fail (scripts/chaos-selfcheck.sh).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use pjw_cgroup::Driver;
 use pjw_core::CpuSet;
 use pjw_testkit::{require_root, TestDaemon};
 
@@ -43,11 +52,13 @@ impl Rng {
 }
 
 /// One client (`pjw run`, or `pjw job register` with a command) and the exit code its job
-/// ends with; `id` is the job's id as `pjw status` shows it.
+/// ends with; `id` is the job's id as `pjw status` shows it. `refused`: the test asked for what
+/// the daemon must refuse (more CPUs than the node has): pjw's own error is its right end.
 struct Client {
     id: String,
     code: i32,
     child: Child,
+    refused: bool,
 }
 
 /// A held workload-manager job (registered without a command, as a prolog does): its
@@ -67,9 +78,14 @@ struct Figures {
     doubled: u64,
     leaked: u64,
     exit_status: u64,
+    /// Clients that ended with pjw's own error instead of their job's exit status: failures,
+    /// but for the refusals on purpose (`refused`).
     clear_error: u64,
+    refused: u64,
     other: u64,
     unconfined: u64,
+    /// Looks at the node (the checking thread's and after each restart).
+    node_checks: u64,
     /// Workload-manager jobs: attached (a command), held (ended by `pjw job end`).
     wlm_attached: u64,
     wlm_held: u64,
@@ -88,104 +104,219 @@ struct Figures {
     restart_time: Duration,
 }
 
-/// The CPUs a job cgroup's tasks may run on, from the kernel: `cpuset.cpus.effective` (v2)
-/// or `cpuset.cpus` (v1). `None` when the cgroup has no cpuset file (gone meanwhile).
-fn kernel_cpus(d: &TestDaemon, job: &str) -> Option<CpuSet> {
-    for (_, dir) in d.driver().job_dirs(job) {
-        for f in ["cpuset.cpus.effective", "cpuset.cpus"] {
-            if let Ok(t) = std::fs::read_to_string(dir.join(f)) {
-                return CpuSet::parse_list(t.trim()).ok();
-            }
+/// What the checks read: the kernel's cgroups and the daemon's status, through copies that a
+/// thread of its own may hold while the test restarts the daemon.
+#[derive(Clone)]
+struct Node {
+    bin: PathBuf,
+    socket: PathBuf,
+    driver: Driver,
+    pool: CpuSet,
+}
+
+impl Node {
+    fn of(d: &TestDaemon, bin: PathBuf, pool: &CpuSet) -> Node {
+        Node {
+            bin,
+            socket: d.socket(),
+            driver: d.driver(),
+            pool: *pool,
         }
     }
-    None
-}
 
-/// A job cgroup whose tasks run now: populated and not frozen. An error reading the kernel
-/// counts as running (the check must not pass on an error).
-fn runs(d: &TestDaemon, job: &str) -> bool {
-    let drv = d.driver();
-    drv.is_populated(job).unwrap_or(true) && !drv.is_frozen(job).unwrap_or(false)
-}
-
-/// The daemon's view: job id → state.
-fn states(d: &TestDaemon) -> BTreeMap<String, String> {
-    let mut m = BTreeMap::new();
-    for j in d.status()["jobs"].as_array().into_iter().flatten() {
-        m.insert(
-            j["id"].as_str().unwrap_or("").to_string(),
-            j["state"].as_str().unwrap_or("").to_string(),
-        );
-    }
-    m
-}
-
-/// Check the node after a restart: pairs of primaries sharing a CPU (confirmed by a second
-/// read, so a job that ended between two reads is not counted), and job cgroups whose tasks
-/// run outside the pool or with no job the daemon knows.
-fn check_node(d: &TestDaemon, pool: &CpuSet, f: &mut Figures, log: &mut Vec<String>) {
-    let st = states(d);
-    let drv = d.driver();
-    let mut primaries: Vec<(String, CpuSet)> = Vec::new();
-    for cg in drv.list_jobs().unwrap_or_default() {
-        if !runs(d, &cg) {
-            continue;
+    /// The daemon's view: job id → state; None while it does not answer (restarting).
+    fn states(&self) -> Option<BTreeMap<String, String>> {
+        let out = Command::new(&self.bin)
+            .args(["status", "--json"])
+            .env("PJW_SOCKET", &self.socket)
+            .env("PJW_CONNECT_WAIT", "0")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())?;
+        let st: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let mut m = BTreeMap::new();
+        for j in st["jobs"].as_array().into_iter().flatten() {
+            m.insert(
+                j["id"].as_str().unwrap_or("").to_string(),
+                j["state"].as_str().unwrap_or("").to_string(),
+            );
         }
-        let id = cg.strip_prefix("job-").unwrap_or(&cg).to_string();
-        let cpus = kernel_cpus(d, &cg).unwrap_or_default();
-        match st.get(&id).map(String::as_str) {
-            // Backfillers run in the idle class on CPUs primaries hold, by design.
-            Some("backfill") => {}
-            Some("running") | Some("ending") => primaries.push((cg.clone(), cpus)),
-            other => {
-                // Tasks in a job cgroup the daemon does not show as running: a start, an end
-                // or a freeze may be in flight. Unconfined only if that lasts (bounded wait).
-                let mut state = None;
-                let settled = TestDaemon::wait_for(Duration::from_secs(10), || {
-                    state = states(d).get(&id).cloned();
-                    !runs(d, &cg)
-                        || matches!(state.as_deref(), Some("running" | "backfill" | "ending"))
-                });
-                if !settled {
-                    f.unconfined += 1;
-                    log.push(format!(
-                        "{cg} has running tasks; the daemon says {other:?} then {state:?}"
-                    ));
+        Some(m)
+    }
+
+    /// The CPUs a job cgroup's tasks may run on, from the kernel: `cpuset.cpus.effective` (v2)
+    /// or `cpuset.cpus` (v1). `None` when the cgroup has no cpuset file: gone meanwhile, or
+    /// never confined.
+    fn kernel_cpus(&self, job: &str) -> Option<CpuSet> {
+        for (_, dir) in self.driver.job_dirs(job) {
+            for f in ["cpuset.cpus.effective", "cpuset.cpus"] {
+                if let Ok(t) = std::fs::read_to_string(dir.join(f)) {
+                    return CpuSet::parse_list(t.trim()).ok();
                 }
             }
         }
-        if !cpus.is_empty() && !cpus.is_subset(pool) {
-            f.unconfined += 1;
-            log.push(format!("{cg} runs on {cpus}, outside the pool {pool}"));
-        }
+        None
     }
-    for (i, (a, ca)) in primaries.iter().enumerate() {
-        for (b, cb) in &primaries[i + 1..] {
-            if !ca.intersects(cb) {
+
+    /// A job cgroup whose tasks run now: populated and not frozen. An error reading the kernel
+    /// counts as running (the check must not pass on an error).
+    fn runs(&self, job: &str) -> bool {
+        self.driver.is_populated(job).unwrap_or(true)
+            && !self.driver.is_frozen(job).unwrap_or(false)
+    }
+
+    /// One look at the node: pairs of running or ending jobs sharing a CPU (confirmed by a
+    /// second read, so a job that ended between two reads is not counted), and job cgroups
+    /// whose tasks run without a cpuset the kernel shows, outside the pool, or with no job the
+    /// daemon knows. False when the daemon did not answer (nothing was looked at).
+    fn check(&self, f: &mut Figures, log: &mut Vec<String>) -> bool {
+        let Some(st) = self.states() else {
+            return false;
+        };
+        let mut primaries: Vec<(String, CpuSet)> = Vec::new();
+        for cg in self.driver.list_jobs().unwrap_or_default() {
+            if !self.runs(&cg) {
                 continue;
             }
-            // Confirm: both still run and still overlap (a job cgroup that emptied never
-            // fills again, so both ran at the moment of the second read).
-            let again = |n: &str| kernel_cpus(d, n).unwrap_or_default();
-            if runs(d, a) && runs(d, b) && again(a).intersects(&again(b)) {
-                let st = states(d);
-                let sa = st.get(a.trim_start_matches("job-")).cloned();
-                let sb = st.get(b.trim_start_matches("job-")).cloned();
-                if sa.as_deref() == Some("running") && sb.as_deref() == Some("running") {
-                    f.doubled += 1;
-                    log.push(format!("{a} ({ca}) and {b} ({cb}) share CPUs"));
+            let id = cg.strip_prefix("job-").unwrap_or(&cg).to_string();
+            let cpus = match self.kernel_cpus(&cg) {
+                Some(c) => c,
+                // No cpuset to read while its tasks run: unconfined, unless it emptied meanwhile.
+                None => {
+                    if self.runs(&cg)
+                        && self.kernel_cpus(&cg).is_none()
+                        && self.driver.job_dirs(&cg).iter().any(|(_, d)| d.exists())
+                    {
+                        f.unconfined += 1;
+                        log.push(format!(
+                            "{cg} has running tasks and no cpuset file the kernel shows"
+                        ));
+                    }
+                    continue;
+                }
+            };
+            match st.get(&id).map(String::as_str) {
+                // Backfillers run in the idle class on CPUs primaries hold, by design.
+                Some("backfill") => {}
+                Some("running") | Some("ending") => primaries.push((cg.clone(), cpus)),
+                other => {
+                    // Tasks in a job cgroup the daemon does not show as running: a start, an
+                    // end or a freeze may be in flight. Unconfined only if that lasts.
+                    let mut state = None;
+                    let settled = TestDaemon::wait_for(Duration::from_secs(10), || {
+                        state = self.states().and_then(|s| s.get(&id).cloned());
+                        !self.runs(&cg)
+                            || matches!(state.as_deref(), Some("running" | "backfill" | "ending"))
+                    });
+                    if !settled {
+                        f.unconfined += 1;
+                        log.push(format!(
+                            "{cg} has running tasks; the daemon says {other:?} then {state:?}"
+                        ));
+                    }
+                }
+            }
+            if !cpus.is_empty() && !cpus.is_subset(&self.pool) {
+                f.unconfined += 1;
+                log.push(format!(
+                    "{cg} runs on {cpus}, outside the pool {}",
+                    self.pool
+                ));
+            }
+        }
+        for (i, (a, ca)) in primaries.iter().enumerate() {
+            for (b, cb) in &primaries[i + 1..] {
+                if !ca.intersects(cb) {
+                    continue;
+                }
+                // Confirm: both still run and still overlap (a job cgroup that emptied never
+                // fills again, so both ran at the moment of the second read), and the daemon
+                // still holds both as running or ending: an ending job keeps its CPUs until
+                // its cgroup is empty, so one sharing them is doubled too.
+                let again = |n: &str| self.kernel_cpus(n).unwrap_or_default();
+                if self.runs(a) && self.runs(b) && again(a).intersects(&again(b)) {
+                    let Some(st) = self.states() else { continue };
+                    let holds = |n: &str| {
+                        matches!(
+                            st.get(n.trim_start_matches("job-")).map(String::as_str),
+                            Some("running" | "ending")
+                        )
+                    };
+                    if holds(a) && holds(b) {
+                        f.doubled += 1;
+                        log.push(format!("{a} ({ca}) and {b} ({cb}) share CPUs"));
+                    }
                 }
             }
         }
+        f.node_checks += 1;
+        true
+    }
+}
+
+/// The checking thread: looks at the node every 100 ms while the daemon answers, until
+/// stopped; what it found goes into the run's figures at the end.
+struct Checker {
+    stop: Arc<AtomicBool>,
+    found: Arc<Mutex<(Figures, Vec<String>)>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Checker {
+    fn start(node: Node) -> Checker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let found: Arc<Mutex<(Figures, Vec<String>)>> = Arc::default();
+        let (s, out) = (stop.clone(), found.clone());
+        let handle = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                let (mut f, mut log) = (Figures::default(), Vec::new());
+                node.check(&mut f, &mut log);
+                let mut g = out.lock().unwrap_or_else(|e| e.into_inner());
+                g.0.doubled += f.doubled;
+                g.0.unconfined += f.unconfined;
+                g.0.node_checks += f.node_checks;
+                g.1.extend(log);
+                drop(g);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Checker {
+            stop,
+            found,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stop it and add what it found to `f` and `log`.
+    fn finish(mut self, f: &mut Figures, log: &mut Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        let mut g = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        f.doubled += g.0.doubled;
+        f.unconfined += g.0.unconfined;
+        f.node_checks += g.0.node_checks;
+        log.extend(g.1.drain(..).map(|l| format!("(checking thread) {l}")));
+    }
+}
+
+impl Drop for Checker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
 /// Every live client's job is known to the daemon (queued, running, …) or the client has
 /// ended: waits within a bound, since a client reconnects after a restart.
-fn clients_accounted(d: &TestDaemon, clients: &mut [Client]) -> Vec<String> {
+fn clients_accounted(node: &Node, clients: &mut [Client]) -> Vec<String> {
     let mut missing = Vec::new();
     let ok = TestDaemon::wait_for(Duration::from_secs(60), || {
-        let st = states(d);
+        let Some(st) = node.states() else {
+            return false;
+        };
         missing.clear();
         for c in clients.iter_mut() {
             if matches!(c.child.try_wait(), Ok(None)) && !st.contains_key(&c.id) {
@@ -201,21 +332,36 @@ fn clients_accounted(d: &TestDaemon, clients: &mut [Client]) -> Vec<String> {
     }
 }
 
-/// Sort a finished client: its job's exit code, a clear error (pjw's own 125 with a message
-/// naming pjw), or anything else.
+/// Sort a finished client: its job's exit code; pjw's own error (125 with a message naming
+/// pjw), which only a refusal on purpose may end with; or anything else. Only the job's exit
+/// status, or the refusal asked for, is a right end.
 fn classify(
     id: &str,
     code: i32,
+    refused: bool,
     out: &std::process::Output,
     f: &mut Figures,
     log: &mut Vec<String>,
 ) {
     let err = String::from_utf8_lossy(&out.stderr);
+    let pjw_error = out.status.code() == Some(125) && err.contains("pjw");
     match out.status.code() {
+        _ if refused && pjw_error => f.refused += 1,
+        _ if refused => {
+            f.other += 1;
+            log.push(format!(
+                "{id}: asked for more CPUs than the node has, wanted a refusal, got {:?}: {}",
+                out.status,
+                err.trim()
+            ));
+        }
         Some(got) if got == code => f.exit_status += 1,
-        Some(125) if err.contains("pjw") => {
+        _ if pjw_error => {
             f.clear_error += 1;
-            log.push(format!("{id}: clear error: {}", err.trim()));
+            log.push(format!(
+                "{id}: no exit status (wanted {code}), pjw's error instead: {}",
+                err.trim()
+            ));
         }
         _ => {
             f.other += 1;
@@ -233,9 +379,14 @@ fn reap(clients: &mut Vec<Client>, f: &mut Figures, log: &mut Vec<String>) {
     let mut i = 0;
     while i < clients.len() {
         if matches!(clients[i].child.try_wait(), Ok(Some(_))) {
-            let Client { id, code, child } = clients.swap_remove(i);
+            let Client {
+                id,
+                code,
+                child,
+                refused,
+            } = clients.swap_remove(i);
             let out = child.wait_with_output().expect("client output");
-            classify(&id, code, &out, f, log);
+            classify(&id, code, refused, &out, f, log);
         } else {
             i += 1;
         }
@@ -270,7 +421,59 @@ fn spawn(d: &TestDaemon, rng: &mut Rng, i: u64, ncpus: u64) -> Client {
         format!("sleep {}.{:03}; exit {code}", sleep / 1000, sleep % 1000),
     ]);
     let child = pjw_spawn(d, &args);
-    Client { id, code, child }
+    Client {
+        id,
+        code,
+        child,
+        refused: false,
+    }
+}
+
+/// A client asking for more CPUs than the node has: refused on purpose, its right end is
+/// pjw's error (exit 125), never a job.
+fn spawn_refused(d: &TestDaemon, i: u64, ncpus: u64) -> Client {
+    let id = format!("r{i}");
+    let args: Vec<String> = [
+        "run",
+        "-q",
+        "--job-id",
+        &id,
+        "--cpus",
+        &(ncpus + 1).to_string(),
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain(["--", "true"].map(String::from))
+    .collect();
+    Client {
+        child: pjw_spawn(d, &args),
+        id,
+        code: 0,
+        refused: true,
+    }
+}
+
+/// The self-check's client (`PJW_CHAOS_INJECT=lost-status`): a job whose client can reach no
+/// daemon, so it ends with pjw's error and never gets its job's exit status. The gate must
+/// count it.
+fn spawn_lost(d: &TestDaemon, i: u64) -> Client {
+    let id = format!("lost{i}");
+    let child = d
+        .pjw()
+        .args(["run", "-q", "--job-id", &id, "--", "sh", "-c", "exit 7"])
+        .env("PJW_SOCKET", d.dir().join("no-daemon-here.sock"))
+        .env("PJW_CONNECT_WAIT", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pjw");
+    Client {
+        id,
+        code: 7,
+        child,
+        refused: false,
+    }
 }
 
 /// `pjw job register` of Slurm's job `local` for root with `cpus` CPUs.
@@ -302,6 +505,7 @@ fn spawn_wlm(d: &TestDaemon, rng: &mut Rng, i: u64, ncpus: u64) -> Client {
         id: format!("slurm:{local}"),
         code,
         child,
+        refused: false,
     }
 }
 
@@ -479,7 +683,14 @@ fn suspend_some(
     }
 }
 
-fn chaos_in(d: &mut TestDaemon, pool: &CpuSet, cycles: u64, seed: u64) -> (Figures, Vec<String>) {
+fn chaos_in(
+    d: &mut TestDaemon,
+    node: &Node,
+    cycles: u64,
+    seed: u64,
+    inject_lost: bool,
+) -> (Figures, Vec<String>) {
+    let pool = &node.pool;
     let mut rng = Rng(seed);
     let mut f = Figures::default();
     let mut log = Vec::new();
@@ -490,6 +701,10 @@ fn chaos_in(d: &mut TestDaemon, pool: &CpuSet, cycles: u64, seed: u64) -> (Figur
     let max_inflight = (ncpus + 3) as usize;
     let bound = Duration::from_secs(120);
     let t0 = Instant::now();
+    let checker = Checker::start(node.clone());
+    if inject_lost {
+        clients.push(spawn_lost(d, 0));
+    }
     for i in 0..cycles {
         if i > 0 && i % 100 == 0 {
             eprintln!(
@@ -518,6 +733,7 @@ fn chaos_in(d: &mut TestDaemon, pool: &CpuSet, cycles: u64, seed: u64) -> (Figur
                 held.push(spawn_held(d, &mut rng, i, ncpus));
                 f.wlm_held += 1;
             }
+            3 if rng.one_in(3) => clients.push(spawn_refused(d, i, ncpus)),
             _ => clients.push(spawn(d, &mut rng, i, ncpus)),
         }
         f.cycles += 1;
@@ -545,8 +761,14 @@ fn chaos_in(d: &mut TestDaemon, pool: &CpuSet, cycles: u64, seed: u64) -> (Figur
             let t = Instant::now();
             d.restart();
             f.restart_time += t.elapsed();
-            check_node(d, pool, &mut f, &mut log);
-            let missing = clients_accounted(d, &mut clients);
+            if !node.check(&mut f, &mut log) {
+                f.lost += 1;
+                log.push(format!(
+                    "after restart {}: the daemon does not answer",
+                    f.kills
+                ));
+            }
+            let missing = clients_accounted(node, &mut clients);
             if !missing.is_empty() {
                 f.lost += missing.len() as u64;
                 log.push(format!("after restart {}: jobs unknown to the daemon while their clients wait: {missing:?}", f.kills));
@@ -571,6 +793,7 @@ fn chaos_in(d: &mut TestDaemon, pool: &CpuSet, cycles: u64, seed: u64) -> (Figur
         reap(&mut clients, &mut f, &mut log);
         std::thread::sleep(Duration::from_millis(20));
     }
+    checker.finish(&mut f, &mut log);
     for mut c in clients.drain(..) {
         f.lost += 1;
         log.push(format!("{}: client still waiting at the end", c.id));
@@ -610,22 +833,29 @@ fn kill9_and_restart_at_random_lose_no_job_and_double_no_cpu() {
                 .unwrap_or(1)
         });
     eprintln!("chaos: seed {seed} (PJW_CHAOS_SEED replays it), {cycles} cycles on CPUs {pool}");
+    let inject_lost = std::env::var("PJW_CHAOS_INJECT").is_ok_and(|v| v == "lost-status");
+    if inject_lost {
+        eprintln!("chaos: PJW_CHAOS_INJECT=lost-status: one client loses its exit status; the gate must fail");
+    }
     let started = Instant::now();
     let mut d = TestDaemon::start(&pjw_bin(), &format!("cpus = \"{pool}\"\n"));
-    let (f, log) = chaos_in(&mut d, &pool, cycles, seed);
+    let node = Node::of(&d, pjw_bin(), &pool);
+    let (f, log) = chaos_in(&mut d, &node, cycles, seed, inject_lost);
     for l in &log {
         eprintln!("chaos: {l}");
     }
     eprintln!(
-        "chaos: seed {seed}, cycles {}, kills {}, lost jobs {}, doubled CPUs {}, leaked cgroups {}, unconfined {}, clients: exit status {}, clear error {}, other {}, workload-manager jobs: attached {}, held {}, failed register/end {}, suspended {}, resumed {}, gone before resume {}, {:.0} s",
+        "chaos: seed {seed}, cycles {}, kills {}, lost jobs {}, doubled CPUs {}, leaked cgroups {}, unconfined {}, node checks {}, clients: exit status {}, no exit status (pjw's error) {}, refused on purpose {}, other {}, workload-manager jobs: attached {}, held {}, failed register/end {}, suspended {}, resumed {}, gone before resume {}, {:.0} s",
         f.cycles,
         f.kills,
         f.lost,
         f.doubled,
         f.leaked,
         f.unconfined,
+        f.node_checks,
         f.exit_status,
         f.clear_error,
+        f.refused,
         f.other,
         f.wlm_attached,
         f.wlm_held,
@@ -635,9 +865,18 @@ fn kill9_and_restart_at_random_lose_no_job_and_double_no_cpu() {
         f.resume_gone,
         started.elapsed().as_secs_f64()
     );
+    // The node was looked at while jobs ran, not only after restarts: the checks ran.
+    assert!(
+        f.node_checks > f.kills,
+        "chaos (seed {seed}): the node was checked {} times",
+        f.node_checks
+    );
+    // Every client gets its job's exit status; pjw's error is a right end only where the test
+    // asked for a refusal.
     let bad = f.lost
         + f.doubled
         + f.leaked
+        + f.clear_error
         + f.other
         + f.unconfined
         + f.wlm_failed

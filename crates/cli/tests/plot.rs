@@ -142,7 +142,7 @@ fn plots_show_the_memory_steps_of_several_jobs_as_svg_and_png() {
     let mut reader = dec.read_info().expect("PNG header");
     let mut buf = vec![0; reader.output_buffer_size()];
     let info = reader.next_frame(&mut buf).expect("PNG data");
-    assert_eq!((info.width, info.height), (1000, 720));
+    assert_eq!((info.width, info.height), (1240, 720));
     let px = info.color_type.samples();
     let drawn = buf[..info.buffer_size()]
         .chunks(px)
@@ -158,4 +158,47 @@ fn plots_show_the_memory_steps_of_several_jobs_as_svg_and_png() {
         err.contains(".svg or .png") && err.trim().lines().count() == 1,
         "{err}"
     );
+}
+
+/// With the node's defaults (`profile.interval` 10 s), a job of 12 s busy on one CPU has a
+/// series of its shape (a sample at its start, every second in its first minute, one at its
+/// end), and its plot's CPU panel is drawn: a line of more than two points near 100 %.
+#[test]
+fn a_12_s_job_has_a_series_and_a_cpu_line_with_the_default_interval() {
+    require_root!();
+    let d = TestDaemon::start(&pjw_bin(), "");
+    let dir = d.dir().to_path_buf();
+    let out = pjw_testkit::job::run(
+        d.pjw()
+            .args(["run", "-c", "1", "-j", "short12", "--", "sh", "-c"])
+            .arg(format!(
+                "timeout 12 {} spin-forever; exit 0",
+                wl().display()
+            )),
+    );
+    assert!(out.status.success(), "{}\n{}", out.describe(), d.log());
+    let mut j = serde_json::Value::Null;
+    let complete = TestDaemon::wait_for(Duration::from_secs(20), || {
+        let o = report(&d, &["-J", "short12", "--series", "--format", "json"]);
+        j = serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap_or_default()[0].clone();
+        !j["end"].is_null()
+            && j["series"].as_array().map(|s| s.len() as u64) == j["samples"].as_u64()
+    });
+    assert!(
+        complete,
+        "job short12 not recorded whole: {j:#}\n{}",
+        d.log()
+    );
+    let points = j["series"].as_array().unwrap().len();
+    eprintln!("a 12 s job with the default interval: {points} series points");
+    assert!(points >= 3, "{points} points: {j:#}");
+    let svg_path = dir.join("short12.svg");
+    let o = report(&d, &["-J", "short12", "--plot", svg_path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    // Memory, then CPU: both panels have the job's line.
+    let lines = series_ys(&svg, JOB0);
+    assert_eq!(lines.len(), 2, "the job's lines in the panels: {lines:?}");
+    let cpu = &lines[1];
+    assert!(cpu.len() >= 3, "CPU line of {} points", cpu.len());
 }

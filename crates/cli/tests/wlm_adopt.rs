@@ -111,13 +111,29 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
     assert_eq!(j["procs"], 0);
     let cpus = CpuSet::parse_list(j["cpus"].as_str().unwrap()).unwrap();
     assert_eq!(cpus.len(), 1);
-    // Held while empty: still there after several sweeps.
-    std::thread::sleep(Duration::from_millis(300));
+    // Held while empty: the daemon looked at its empty cgroup (its line says so) and kept it.
+    let held = format!("job=slurm:{id}");
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || d
+            .log()
+            .lines()
+            .any(|l| l.contains("held for its workload manager")
+                && l.split_whitespace().any(|w| w == held))),
+        "the daemon never looked at the empty registered job:\n{}",
+        d.log()
+    );
     assert!(
         job(&d.status(), &format!("slurm:{id}")).is_some(),
         "an empty registered job must be held"
     );
     assert!(cgroups_exist(&d, &format!("job-slurm:{id}")));
+    // A hook that passes the bare id fails, naming the job that exists (it would otherwise
+    // leave the job holding its CPUs); the job is still there.
+    let o = d.pjw().args(["job", "end", &id]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("slurm:{id}")), "{err}");
+    assert!(job(&d.status(), &format!("slurm:{id}")).is_some());
 
     // A process of the job started outside it is adopted; one of an unknown job is not.
     let t0 = Instant::now();
@@ -152,18 +168,22 @@ fn registered_job_holds_cpus_adopts_its_processes_and_ends() {
         on_job_cpus,
         "the adopted process runs on {allowed:?}, not the job's cpus {cpus}"
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // First proof that the daemon looked at the stranger (its line names its pid), then that
+    // it left it where it was.
+    let looked = format!("pid={}", stranger.id());
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || d
+            .log()
+            .lines()
+            .any(|l| l.contains("process of an unknown job left alone")
+                && l.split_whitespace().any(|w| w == looked))),
+        "the stranger ({looked}) was never looked at:\n{}",
+        d.log()
+    );
     assert_eq!(
         job_of(&d, stranger.id()),
         None,
         "unknown job id must be left alone"
-    );
-    assert!(
-        TestDaemon::wait_for(Duration::from_secs(30), || d
-            .log()
-            .contains("process of an unknown job left alone")),
-        "unknown job id not logged:\n{}",
-        d.log()
     );
     assert_eq!(
         job(&d.status(), &format!("slurm:{id}")).unwrap()["procs"],

@@ -162,8 +162,25 @@ fn job_id_with_a_newline_forges_no_log_line() {
                 .unwrap(),
         );
     }
-    // Long enough for many sweeps (50 ms) and the exec events.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Proof that the daemon looked at them: a process of the same user started after them,
+    // naming a job that is not registered, is logged as left alone — its exec event came after
+    // theirs, so theirs were handled first.
+    let control = as_user("pjwatk1", Path::new("/bin/sleep"))
+        .arg("600")
+        .env("SLURM_JOB_ID", "78")
+        .spawn()
+        .unwrap();
+    let looked = format!("pid={}", control.id());
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || d
+            .log()
+            .lines()
+            .any(|l| l.contains("process of an unknown job left alone")
+                && l.split_whitespace().any(|w| w == looked))),
+        "the daemon never looked at the processes ({looked} not logged):\n{}",
+        d.log()
+    );
+    procs.push(control);
     let log = d.log();
     for line in log.lines() {
         assert!(

@@ -54,6 +54,12 @@ impl Wlm {
     /// [`Wlm::up`], with Slurm given the GPUs `gpu_dir/nvidiaN` as gres (slurm-up.sh's third
     /// argument).
     fn up_with(script: &str, d: &TestDaemon, gpu_dir: Option<&Path>) -> Wlm {
+        Wlm::up_spank(script, d, gpu_dir, "required")
+    }
+
+    /// [`Wlm::up_with`], with pjw's SPANK plugin loaded `required`, `optional` or not at all
+    /// (`0`: tasks are found by adoption alone), slurm-up.sh's `PJW_SPANK`.
+    fn up_spank(script: &str, d: &TestDaemon, gpu_dir: Option<&Path>, spank: &str) -> Wlm {
         let dir = tempfile::Builder::new()
             .prefix("pjw-wlm")
             .tempdir()
@@ -75,6 +81,7 @@ impl Wlm {
         .unwrap();
         let w = Wlm { dir };
         let res = Command::new(repo().join("scripts/wlm").join(script))
+            .env("PJW_SPANK", spank)
             .arg(w.dir.path())
             .arg(&env)
             .args(gpu_dir)
@@ -265,6 +272,7 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         let o = w
             .cmd("sbatch")
             .args(["-n1", "--mem-per-cpu=200M", "-o", "/dev/null"])
+            .args(["-J", &format!("solver run{n}")])
             .arg(&script)
             .output()
             .unwrap();
@@ -299,11 +307,13 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
         ids.iter().map(|i| format!("slurm:{i}")).collect(),
         "pjw job ids are Slurm's, in Slurm's namespace"
     );
-    for (id, allowed) in ids.iter().zip(&seen) {
+    for (n, (id, allowed)) in ids.iter().zip(&seen).enumerate() {
         let j = jobs
             .iter()
             .find(|j| j["id"] == format!("slurm:{id}"))
             .unwrap();
+        // The job's own name, from Slurm (not "slurm job slurm:N").
+        assert_eq!(j["name"], format!("solver run{n}"), "job {id}: {j:#}");
         assert_eq!(cpus_of(j).len(), 1);
         // The Prolog is not told the memory; scontrol's Mem= for the node is the job's limit.
         assert_eq!(j["mem"], 200u64 << 20, "job {id}: {j:#}");
@@ -388,7 +398,18 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
     }
     let latency = latency.unwrap_or_else(|| panic!("rank of job {id} not adopted:\n{}", d.log()));
     eprintln!("adoption latency, exec to moved (slurm job {id}): {latency:?}");
-    std::thread::sleep(Duration::from_millis(500));
+    // First proof that the daemon looked at the stranger (its line names its pid), then that
+    // it left it where it was.
+    let looked = format!("pid={}", stranger.id());
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || d
+            .log()
+            .lines()
+            .any(|l| l.contains("process of an unknown job left alone")
+                && l.split_whitespace().any(|w| w == looked))),
+        "the stranger ({looked}) was never looked at:\n{}",
+        d.log()
+    );
     assert_eq!(
         job_of(&d, stranger.id()),
         None,
@@ -412,7 +433,9 @@ fn slurm_jobs_run_in_disjoint_pjw_sets_and_their_tasks_are_adopted() {
 /// `SLURM_SCRIPT_CONTEXT` (a forged hook) and one that re-execs at once without
 /// `SLURM_JOB_ID` are adopted all the same (their ancestry is `slurmstepd: [ID.0]`); (2) a job
 /// named `x UserId=root(0) NumCPUs=2` with forged scontrol lines after newlines is registered
-/// as its real owner's, on the CPUs and memory Slurm gave it.
+/// as its real owner's, on the CPUs and memory Slurm gave it. Without pjw's SPANK plugin
+/// (`PJW_SPANK=0`): this is the fallback, adoption after exec, that nodes without the plugin
+/// (or with it `optional` and no daemon answering) rely on.
 #[test]
 fn slurm_user_cannot_dodge_adoption_or_steer_the_prolog() {
     require!(Component::Root, Component::Slurm);
@@ -420,7 +443,7 @@ fn slurm_user_cannot_dodge_adoption_or_steer_the_prolog() {
     let uid = pjw_testkit::machine::test_user("pjwatk1");
     let _turn = slurm_turn();
     let d = TestDaemon::start(&pjw_bin(), &wlm_config(&two, "SLURM_JOB_ID"));
-    let w = Wlm::up("slurm-up.sh", &d);
+    let w = Wlm::up_spank("slurm-up.sh", &d, None, "0");
     let out = w.out();
     let as_user = |prog: &str| {
         let mut c = w.cmd("setpriv");
@@ -461,6 +484,11 @@ fn slurm_user_cannot_dodge_adoption_or_steer_the_prolog() {
         .find(|j| j["id"] == format!("slurm:{id}"))
         .unwrap_or_else(|| panic!("no pjw job slurm:{id}: {st:#}"));
     assert_eq!(j["user"], "pjwatk1", "the name steered the owner: {j:#}");
+    // The name is shown, cut at its first newline: what followed is not taken for anything.
+    assert_eq!(
+        j["name"], "x UserId=root(0) NumCPUs=2 MinMemoryNode=64G",
+        "{j:#}"
+    );
     assert_eq!(j["uid"], uid);
     assert_eq!(cpus_of(&j).len(), 1, "the name steered the CPUs: {j:#}");
     assert_eq!(j["mem"], 100u64 << 20, "the name steered the memory: {j:#}");
@@ -541,7 +569,7 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
                 "-o",
                 "/dev/null",
             ])
-            .args(["-S", "/bin/sh", "-cwd"])
+            .args(["-S", "/bin/sh", "-cwd", "-N", "sgesim"])
             .arg(&script)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -571,6 +599,8 @@ fn grid_engine_jobs_run_in_their_pjw_sets_as_their_owner() {
             .find(|j| j["id"] == id.as_str())
             .unwrap_or_else(|| panic!("no pjw job {id}: {st:#}"));
         assert_eq!(j["user"], nb.name.as_str());
+        // The job's own name, from Grid Engine's config for the shepherd.
+        assert_eq!(j["name"], "sgesim", "{j:#}");
         assert_eq!(&cpus_of(j), allowed);
         assert_eq!(allowed.len(), 1);
     }
@@ -825,6 +855,296 @@ fn slurm_gres_gpu_jobs_get_slurms_gpu_fenced_with_local_cpus() {
     let state = w.cmd("sinfo").args(["-h", "-o", "%T"]).output().unwrap();
     let state = ok(&state, "sinfo");
     assert!(!state.contains("drain"), "node {state:?}:\n{}", w.logs());
+}
+
+/// `prog` run through the manager's environment as user `name` (setpriv, no supplementary
+/// groups).
+fn as_user_of(w: &Wlm, name: &str, prog: &str) -> Command {
+    let mut c = w.cmd("setpriv");
+    c.args(["--reuid", name, "--regid", name, "--clear-groups", prog]);
+    // srun passes its environment to the tasks: none of the runner's own thread settings.
+    for v in [
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OMP_PLACES",
+        "OMP_PROC_BIND",
+        "PJW_THREAD_ENV",
+    ] {
+        c.env_remove(v);
+    }
+    c
+}
+
+/// Build the OpenMP probe (tests/fixtures/omp_probe.c) with gcc -fopenmp (libgomp) into `dir`.
+fn build_probe(dir: &Path) -> PathBuf {
+    let exe = dir.join("omp_probe");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/omp_probe.c");
+    let o = Command::new("gcc")
+        .args(["-fopenmp", "-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run gcc (build-essential)");
+    ok(&o, "gcc -fopenmp omp_probe.c");
+    set_mode(&exe, 0o755);
+    exe
+}
+
+/// What the probe printed, checked for a task of `cpus` CPUs: its first line is its
+/// `Cpus_allowed_list` with `cpus` CPUs, OpenMP saw that many (`omp_get_num_procs`), was told
+/// `threads` (`OMP_NUM_THREADS`) and ran a team of that many, inside a pjw Slurm job. None, or
+/// what was wrong.
+fn probe_wrong(text: &str, cpus: usize, threads: usize) -> Option<String> {
+    let l: Vec<&str> = text.lines().collect();
+    let first = l
+        .first()
+        .and_then(|f| f.strip_prefix("Cpus_allowed_list:"))
+        .and_then(|v| CpuSet::parse_list(v.trim()).ok());
+    let want = [
+        format!("procs {cpus}"),
+        format!("omp_num_threads {threads}"),
+        format!("team {threads}"),
+    ];
+    let good = first.is_some_and(|c| c.len() == cpus)
+        && l.get(1..4).is_some_and(|got| got == want)
+        && l.get(4).is_some_and(|c| c.contains("/job-slurm:"));
+    (!good).then(|| format!("{text:?}"))
+}
+
+/// Issue 23, item 1, as a user of the live Slurm wired as the project ships it (pjw's SPANK
+/// plugin `required`): ten `srun -c1` steps, five `sbatch -c1` scripts, and the same with
+/// `-c2`, all submitted at once, each run an OpenMP program (gcc -fopenmp, libgomp) as its
+/// first instruction — the batch scripts *are* the program (`#!probe`). Each prints a
+/// `Cpus_allowed_list` of its job's size as its first output, and OpenMP sizes itself to it
+/// (`omp_get_num_procs()`, `OMP_NUM_THREADS`, the team). A job script of `-n2 -c1` gets 2
+/// threads, and its `srun` tasks 1 each (the script's value is pjw's, replaced) unless the user
+/// set their own (kept). Then the failure modes: with the daemon unreachable a `required`
+/// plugin fails the task before it runs a single instruction, and an `optional` one lets it run
+/// and be adopted after exec (the figure printed is adoption's delay; the plugin's is 0).
+#[test]
+fn slurm_tasks_are_jailed_from_their_first_instruction() {
+    require!(Component::Root, Component::Slurm);
+    let two = need_cpus!(2);
+    let t0 = Instant::now();
+    pjw_testkit::machine::test_user("pjwspank");
+    let _turn = slurm_turn();
+    let d = TestDaemon::start(&pjw_bin(), &wlm_config(&two, "SLURM_JOB_ID"));
+    let w = Wlm::up("slurm-up.sh", &d);
+    let out = w.out();
+    let probe = build_probe(w.dir());
+    let probe_s = probe.display().to_string();
+
+    // pjw check says which path the node's tasks take.
+    let o = d
+        .pjw()
+        .args(["check", "--json", "--config"])
+        .arg(d.dir().join("pjw.toml"))
+        .env("SLURM_CONF", w.dir().join("slurm.conf"))
+        .env("PJW_SOCKET", d.socket())
+        .output()
+        .unwrap();
+    let lines: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "pjw check --json: {e}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    });
+    let tasks = lines
+        .as_array()
+        .and_then(|a| a.iter().find(|l| l["name"] == "slurm-tasks"))
+        .unwrap_or_else(|| panic!("no slurm-tasks line: {lines:#}"));
+    assert_eq!(tasks["status"], "OK", "{tasks:#}");
+    assert!(
+        tasks["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("SPANK plugin (required"),
+        "{tasks:#}"
+    );
+
+    // Everything at once: Slurm runs what fits on the two CPUs and queues the rest.
+    let mut sruns = Vec::new();
+    for c in [1usize, 2] {
+        for _ in 0..10 {
+            let child = as_user_of(&w, "pjwspank", "timeout")
+                .args(["300", "srun", &format!("-c{c}"), &probe_s])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("srun");
+            sruns.push((c, child));
+        }
+    }
+    let mut batch = Vec::new();
+    for c in [1usize, 2] {
+        for n in 0..5 {
+            let script = out.join(format!("sb{c}-{n}.sh"));
+            std::fs::write(&script, format!("#!{probe_s}\n")).unwrap();
+            set_mode(&script, 0o755);
+            let res = out.join(format!("sb{c}-{n}.out"));
+            let o = as_user_of(&w, "pjwspank", "sbatch")
+                .arg(format!("-c{c}"))
+                .arg("-o")
+                .arg(&res)
+                .arg(&script)
+                .output()
+                .unwrap();
+            ok(&o, "sbatch");
+            batch.push((c, res));
+        }
+    }
+    // A script of two 1-CPU tasks: the script's threads are the job's, its tasks' their own.
+    let nested = out.join("nested.sh");
+    std::fs::write(
+        &nested,
+        format!(
+            "#!/bin/sh\necho \"script $OMP_NUM_THREADS\" > {o}/nested-script.out\n\
+             srun --output={o}/nested-%t.out {probe_s}\n\
+             OMP_NUM_THREADS=3 srun -n1 --output={o}/nested-own.out {probe_s}\n\
+             echo done > {o}/nested-done\n",
+            o = out.display()
+        ),
+    )
+    .unwrap();
+    set_mode(&nested, 0o755);
+    let o = as_user_of(&w, "pjwspank", "sbatch")
+        .args(["-n2", "-c1", "-o", "/dev/null"])
+        .arg(&nested)
+        .output()
+        .unwrap();
+    ok(&o, "sbatch nested.sh");
+
+    let mut wrong = Vec::new();
+    for (c, child) in sruns {
+        let o = child.wait_with_output().unwrap();
+        let text = ok(&o, &format!("srun -c{c}\n{}", w.logs()));
+        if let Some(why) = probe_wrong(&text, c, c) {
+            wrong.push(format!("srun -c{c}: {why}"));
+        }
+    }
+    for (c, res) in &batch {
+        let done = TestDaemon::wait_for(Duration::from_secs(120), || {
+            std::fs::read_to_string(res).is_ok_and(|t| t.contains("cgroup "))
+        });
+        let text = std::fs::read_to_string(res).unwrap_or_default();
+        if !done {
+            wrong.push(format!(
+                "sbatch -c{c}: no output in {}: {text:?}",
+                res.display()
+            ));
+        } else if let Some(why) = probe_wrong(&text, *c, *c) {
+            wrong.push(format!("sbatch -c{c}: {why}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of 30 tasks were not jailed from their first instruction, or OpenMP sized itself wrong:\n{}\n{}\n{}",
+        wrong.len(),
+        wrong.join("\n"),
+        w.logs(),
+        d.log()
+    );
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(120), || out
+            .join("nested-done")
+            .exists()),
+        "nested.sh did not finish:\n{}",
+        w.logs()
+    );
+    let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap_or_default();
+    assert_eq!(
+        read("nested-script.out").trim(),
+        "script 2",
+        "the job script's threads"
+    );
+    for t in ["nested-0.out", "nested-1.out"] {
+        // Each task has the job's two CPUs (pjw jails the job, not each task) and one thread.
+        assert_eq!(probe_wrong(&read(t), 2, 1), None, "{t}");
+    }
+    assert_eq!(
+        probe_wrong(&read("nested-own.out"), 2, 3),
+        None,
+        "the user's own OMP_NUM_THREADS is kept"
+    );
+    let joined = d
+        .log()
+        .matches("slurm task joined its job before exec")
+        .count();
+    assert!(joined >= 33, "{joined} joins logged:\n{}", d.log());
+    // The join's cost: the daemon's move of the task (one cgroup.procs write per hierarchy).
+    let mut moves: Vec<u64> = d
+        .log()
+        .lines()
+        .filter(|l| l.contains("slurm task joined its job before exec"))
+        .filter_map(|l| l.split("move_us=").nth(1))
+        .filter_map(|v| v.split_whitespace().next()?.parse().ok())
+        .collect();
+    moves.sort_unstable();
+    eprintln!(
+        "join: {} tasks moved before exec; move min {} us, median {} us, max {} us",
+        moves.len(),
+        moves.first().unwrap_or(&0),
+        moves.get(moves.len() / 2).unwrap_or(&0),
+        moves.last().unwrap_or(&0)
+    );
+
+    // The daemon unreachable: `required` fails the task before its first instruction...
+    let plugstack = w.dir().join("plugstack.conf");
+    let shipped = std::fs::read_to_string(&plugstack).unwrap();
+    let so = shipped.split_whitespace().nth(1).unwrap().to_string();
+    let nowhere = format!("socket={}", w.dir().join("nowhere.sock").display());
+    std::fs::write(&plugstack, format!("required {so} {nowhere}\n")).unwrap();
+    let o = as_user_of(&w, "pjwspank", "timeout")
+        .args(["120", "srun", "-c1", &probe_s])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && !String::from_utf8_lossy(&o.stdout).contains("Cpus_allowed_list")
+            && err.contains("not joined to its pjw job"),
+        "a required join that failed let the task run:\n{}\n{err}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // ...`optional` lets it run, and adoption moves it after exec.
+    std::fs::write(&plugstack, format!("optional {so} {nowhere}\n")).unwrap();
+    let o = as_user_of(&w, "pjwspank", "timeout")
+        .args(["120", "srun", "-c1", &probe_s, "wait"])
+        .output()
+        .unwrap();
+    let text = ok(&o, "srun (optional plugin, no daemon)");
+    let late = text
+        .lines()
+        .find_map(|l| l.strip_prefix("confined_after_us "))
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .unwrap_or(-1);
+    assert!(
+        late >= 0,
+        "not adopted after exec either: {text:?}\n{}",
+        d.log()
+    );
+    eprintln!(
+        "optional plugin, no daemon: first {:?}, adopted {late} us after exec (with the plugin: before it)",
+        text.lines().next().unwrap_or("")
+    );
+    std::fs::write(&plugstack, shipped).unwrap();
+
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(120), || jobs_of(&d.status(), "slurm")
+            .is_empty()
+            && no_job_cgroups(&d)),
+        "slurm jobs left:\n{:#}\n{}",
+        d.status(),
+        w.logs()
+    );
+    let state = w.cmd("sinfo").args(["-h", "-o", "%T"]).output().unwrap();
+    let state = ok(&state, "sinfo");
+    assert!(!state.contains("drain"), "node {state:?}:\n{}", w.logs());
+    eprintln!(
+        "slurm_tasks_are_jailed_from_their_first_instruction: {:?}",
+        t0.elapsed()
+    );
 }
 
 /// Issue 25, item 2, as a user of the live Slurm: a job named `x MinMemoryNode=1e-9` (which

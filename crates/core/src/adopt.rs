@@ -96,6 +96,24 @@ pub fn step_job(cmdline: &[u8]) -> Option<String> {
         .then(|| id.to_string())
 }
 
+/// The job and step a step daemon's argv names: `slurmstepd: [4242.batch]` is
+/// `("4242", "batch")`, `[4242.0]` is `("4242", "0")`; a step daemon that names no step
+/// (`[4242]`) has step `""`. A step is up to 64 of `[A-Za-z0-9_+]` (Slurm's numbers, its
+/// `batch`, `extern` and `interactive`, and a heterogeneous step's `0+1`); None as for
+/// [`step_job`], or for any other step text.
+pub fn step_id(cmdline: &[u8]) -> Option<(String, String)> {
+    let first = cmdline.split(|&b| b == 0).next()?;
+    let text = std::str::from_utf8(first).ok()?;
+    let inner = text.split_once('[')?.1.split_once(']')?.0;
+    let (id, step) = inner.split_once('.').unwrap_or((inner, ""));
+    let id_ok = !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) && id.len() <= MAX_ID_LEN;
+    let step_ok = step.len() <= MAX_ID_LEN
+        && step
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'+');
+    (id_ok && step_ok).then(|| (id.to_string(), step.to_string()))
+}
+
 /// What a process's ancestry says, from facts a user cannot change (the executable and real uid
 /// of its ancestors, and the argv of root-owned step daemons).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -501,6 +519,25 @@ mod tests {
                 "{:?}",
                 String::from_utf8_lossy(argv)
             );
+        }
+    }
+
+    #[test]
+    fn step_daemon_argv_with_its_step() {
+        for (argv, want) in [
+            (&b"slurmstepd: [4242.0]\0"[..], Some(("4242", "0"))),
+            (b"slurmstepd: [4242.batch]\0", Some(("4242", "batch"))),
+            (b"slurmstepd: [4242.extern]", Some(("4242", "extern"))),
+            (b"slurmstepd: [4242]\0", Some(("4242", ""))),
+            (b"slurmstepd: [4242.0+1]\0", Some(("4242", "0+1"))),
+            // a step that is not Slurm's words or numbers: not a step daemon's argv
+            (b"slurmstepd: [4242.0 x]\0", None),
+            (b"slurmstepd: [4242.0.1]\0", None),
+            (b"slurmstepd: [x.0]\0", None),
+        ] {
+            let got = step_id(argv);
+            let got = got.as_ref().map(|(j, s)| (j.as_str(), s.as_str()));
+            assert_eq!(got, want, "{:?}", String::from_utf8_lossy(argv));
         }
     }
 

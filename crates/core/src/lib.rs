@@ -25,6 +25,7 @@ pub mod sched;
 pub mod sim;
 pub mod size;
 pub mod synthetic;
+pub mod task_join;
 pub mod text;
 pub mod thread_bind;
 pub mod thread_env;

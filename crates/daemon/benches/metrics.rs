@@ -7,6 +7,7 @@ use pjw_proto::JobState;
 
 fn snapshot(n: usize) -> Snapshot {
     Snapshot {
+        node: "cn1".into(),
         cpus: 256,
         free_cpus: 56,
         gpus: 8,

@@ -5,7 +5,7 @@
 //! runtime), never on the engine's. The answer is the same frame stream as a local report:
 //! `ReportJob` (with `node` set to the node the job ran on), `ReportSeries`*, …, `ReportEnd`.
 
-use pjw_central::{Central, CentralFilter, CentralJob};
+use pjw_central::{Central, CentralFilter, CentralJob, Endpoint, Order};
 use pjw_proto::{ErrorCode, JobReport, ReportQuery, Response, SERIES_CHUNK};
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -84,14 +84,27 @@ pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, String> 
         Access::All => uid,
         Access::Uid(own) => Some(own),
     };
+    let order = match q.top.as_deref() {
+        None => Order::Newest,
+        Some(t) => {
+            Order::parse(t).ok_or_else(|| format!("--top {t:?} is not one of cpu, mem, wait"))?
+        }
+    };
+    if let (Some(a), Some(b)) = (q.since_ms, q.until_ms) {
+        if b <= a {
+            return Err("--until must be later than --since".into());
+        }
+    }
     Ok(CentralFilter {
         job_id: q.job.clone(),
         uid,
         user,
         name: q.name.clone(),
-        node: None,
+        node: q.node.clone(),
         since_ms: q.since_ms,
+        until_ms: q.until_ms,
         end_class,
+        order,
         limit: q.limit.unwrap_or(DEFAULT_LIMIT) as usize,
     })
 }
@@ -143,7 +156,11 @@ fn spawn(
     let spawned = std::thread::Builder::new()
         .name("pjw-central-report".into())
         .spawn(move || {
-            let mut c = match Central::connect_with(&cfg.url, cfg.password.as_deref()) {
+            let opened = Endpoint::new(&cfg.url, cfg.password.as_deref()).and_then(|mut ep| {
+                ep.set_application_name("pjw/report");
+                Central::open(&ep, &cfg.retention)
+            });
+            let mut c = match opened {
                 Ok(c) => c,
                 Err(e) => {
                     warn!(error = %e, "central report: cannot connect");

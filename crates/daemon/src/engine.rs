@@ -20,7 +20,7 @@
 //! process watcher) and [`freezing`] (freezes, waited for off the engine thread), [`control`] (kill, suspend, resume, priority), [`recovery`] (restart),
 //! [`mem_governor`] (the memory governor's reads and writes), [`profile_hooks`] (sampler, job
 //! summaries, `report`), [`proc_events`] (the process tracker), [`binding`] (thread balancing), [`wlm`] (workload-manager
-//! jobs and adoption) and [`status`] (`pjw status`, metrics).
+//! jobs and adoption), [`status`] (`pjw status`, metrics) with [`live`] (its fresh figures).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -68,6 +68,9 @@ mod ipc;
 mod ipc_tests;
 mod job;
 mod lifecycle;
+mod live;
+#[cfg(test)]
+mod live_tests;
 mod mem_governor;
 mod pidfd;
 mod planning;
@@ -75,6 +78,9 @@ mod proc_events;
 mod profile_hooks;
 mod recovery;
 mod reload;
+mod slurm_task;
+#[cfg(test)]
+mod slurm_task_tests;
 mod status;
 #[cfg(test)]
 mod store_tests;
@@ -163,6 +169,10 @@ pub struct Engine {
     /// group), as in effect now: published again by every reload, so a reload that changes one
     /// changes it in that layer too ([`Engine::conn_rules`]).
     conn_rules: tokio::sync::watch::Sender<crate::reload::ConnRules>,
+    /// Live figures for `status` (`live.rs`): passes off the engine thread, their readings.
+    live: live::Live,
+    /// The young jobs' sampling tick is armed ([`Event::SampleYoung`]).
+    young_armed: bool,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -277,6 +287,8 @@ impl Engine {
             gpu_sampler: None,
             binder: None,
             next_number: None,
+            live: live::Live::default(),
+            young_armed: false,
         }
     }
 
@@ -351,9 +363,9 @@ impl Engine {
                 req,
                 reply,
             } => self.submit(conn, cred, &who, req, reply),
-            Event::Status { reply } => {
-                let _ = reply.send(Response::Status(self.status()));
-            }
+            Event::Status { reply } => self.status_request(reply),
+            Event::LiveRead { readings } => self.live_read(readings),
+            Event::LiveLate => self.live_late(),
             Event::Control {
                 cred,
                 who,
@@ -404,10 +416,12 @@ impl Engine {
                 req,
                 reply,
             } => self.register(conn, cred, &who, req, reply),
+            Event::SlurmTask { cred, req, reply } => self.slurm_task(cred, req, reply),
             Event::Sweep => self.sweep(false),
             Event::SweepMore => self.sweep(true),
             Event::Proc(msg) => self.proc_events(msg),
             Event::Sample => self.sample(),
+            Event::SampleYoung => self.sample_young(),
             Event::Bind => self.bind_tick(),
             Event::Metrics { reply } => {
                 let _ = reply.send(self.metrics_snapshot());

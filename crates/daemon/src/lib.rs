@@ -14,6 +14,7 @@ pub mod engine;
 pub mod gpu_stats;
 pub mod gpus;
 pub mod ipc_scrub;
+pub mod live;
 pub mod metrics;
 pub mod os;
 pub mod procs;
@@ -322,6 +323,8 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     if let Some(kind) = partition {
         eng.enable_partitions(kind);
     }
+    // `status` figures as of the request, read on a blocking thread (docs/decisions.md (bp)).
+    eng.set_live_reader(live::driver_reader(&metrics_driver));
     // GPU utilisation and memory: NVML on its own thread, loaded there (absent: one info line).
     let readable = gpu_stats::readable(&node_gpus);
     if cfg.gpus.nvml && !readable.is_empty() {

@@ -63,6 +63,12 @@ struct JobGpuLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+    version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
     state: String,
 }
@@ -174,6 +180,9 @@ pub struct JobSnap {
 /// The engine's answer to a scrape: in-memory state only.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
+    /// The node's name (its host name), for `pjw_node_info`: a cluster's Prometheus joins
+    /// every other series of a target on it.
+    pub node: String,
     pub cpus: u32,
     pub free_cpus: u32,
     /// The node's GPUs, and those no job holds.
@@ -194,6 +203,17 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         g.set(v);
         g
     };
+    let info: Family<NodeLabels, Gauge> = Family::default();
+    info.get_or_create(&NodeLabels {
+        node: snap.node.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    })
+    .set(1);
+    reg.register(
+        "node_info",
+        "This node's name and pjw's version (always 1)",
+        info,
+    );
     reg.register(
         "node_cpus",
         "CPUs pjw may hand out",
@@ -423,6 +443,7 @@ mod tests {
         m.launch(0.004);
         m.governor_action(GovernorKind::freeze);
         let snap = Snapshot {
+            node: "cn7".into(),
             cpus: 4,
             free_cpus: 3,
             gpus: 4,
@@ -463,6 +484,7 @@ mod tests {
         let page = render(&snap, &m, None);
         for want in [
             "pjw_node_free_cpus 3",
+            "pjw_node_info{node=\"cn7\",version=\"",
             "pjw_queue_length 1",
             "pjw_jobs{state=\"running\"} 1",
             "pjw_jobs{state=\"frozen\"} 0",

@@ -15,7 +15,7 @@
 //!
 //! A process that execs outside every known job is reported as [`Unknown::Exec`], for adoption.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use proc_connector::{Error as PcError, NetlinkMessageIter, ProcConnector, ProcEvent};
 use tokio::io::unix::AsyncFd;
@@ -33,6 +33,14 @@ pub struct ProcCounts {
     pub procs_now: u64,
     /// Most processes alive at once.
     pub procs_max: u64,
+    /// Tasks (threads, main threads included) alive now, as far as the events tell; never
+    /// fewer than `procs_now` (a process seen without its threads counts as one).
+    pub threads_now: u64,
+    /// Most tasks alive at once.
+    pub threads_max: u64,
+    /// When its last process exited (CLOCK_MONOTONIC ns, the events' clock); None while any
+    /// lives.
+    pub emptied_ns: Option<u64>,
     /// Events were lost (overrun) or the daemon restarted: the counts are a lower bound.
     pub lossy: bool,
 }
@@ -40,7 +48,63 @@ pub struct ProcCounts {
 #[derive(Debug, Default)]
 struct JobProcs {
     counts: ProcCounts,
-    tgids: HashSet<u32>,
+    /// Its processes and how many tasks each has alive.
+    tgids: HashMap<u32, u64>,
+}
+
+impl JobProcs {
+    /// Process `tgid` with `threads` tasks joins (false: it was there already).
+    fn add(&mut self, tgid: u32, threads: u64) -> bool {
+        if self.tgids.contains_key(&tgid) {
+            return false;
+        }
+        let threads = threads.max(1);
+        self.tgids.insert(tgid, threads);
+        let c = &mut self.counts;
+        c.procs_ever += 1;
+        c.threads_ever += threads;
+        c.procs_now += 1;
+        c.procs_max = c.procs_max.max(c.procs_now);
+        c.threads_now += threads;
+        c.threads_max = c.threads_max.max(c.threads_now);
+        c.emptied_ns = None;
+        true
+    }
+
+    /// Process `tgid` left (exited, or moved to another job) at `ns`.
+    fn remove(&mut self, tgid: u32, ns: Option<u64>) -> bool {
+        let Some(threads) = self.tgids.remove(&tgid) else {
+            return false;
+        };
+        let c = &mut self.counts;
+        c.procs_now = c.procs_now.saturating_sub(1);
+        c.threads_now = c.threads_now.saturating_sub(threads).max(c.procs_now);
+        if c.procs_now == 0 {
+            c.emptied_ns = ns;
+        }
+        true
+    }
+
+    /// A new thread in process `tgid`.
+    fn thread_born(&mut self, tgid: u32) {
+        if let Some(n) = self.tgids.get_mut(&tgid) {
+            *n += 1;
+            let c = &mut self.counts;
+            c.threads_ever += 1;
+            c.threads_now += 1;
+            c.threads_max = c.threads_max.max(c.threads_now);
+        }
+    }
+
+    /// A thread (not the main one) of process `tgid` exited.
+    fn thread_gone(&mut self, tgid: u32) {
+        if let Some(n) = self.tgids.get_mut(&tgid) {
+            if *n > 1 {
+                *n -= 1;
+                self.counts.threads_now = self.counts.threads_now.saturating_sub(1);
+            }
+        }
+    }
 }
 
 /// What the tracker could not attribute to a job and the engine may want to act on.
@@ -74,13 +138,7 @@ impl ProcTracker {
     /// A job starts with its first process `pid` (a single-threaded process: `pjw run` before it
     /// execs the command).
     pub fn start_job(&mut self, job: i64, pid: u32) {
-        let j = self.jobs.entry(job).or_default();
-        if j.tgids.insert(pid) {
-            j.counts.procs_ever += 1;
-            j.counts.threads_ever += 1;
-            j.counts.procs_now += 1;
-            j.counts.procs_max = j.counts.procs_max.max(j.counts.procs_now);
-        }
+        self.jobs.entry(job).or_default().add(pid, 1);
         self.owner.insert(pid, job);
     }
 
@@ -92,16 +150,13 @@ impl ProcTracker {
         }
         if let Some(old) = self.owner.insert(tgid, job) {
             if let Some(o) = self.jobs.get_mut(&old) {
-                o.tgids.remove(&tgid);
-                o.counts.procs_now = o.counts.procs_now.saturating_sub(1);
+                o.remove(tgid, None);
             }
         }
         let j = self.jobs.entry(job).or_default();
-        j.tgids.insert(tgid);
-        j.counts.procs_ever += 1;
-        j.counts.threads_ever += threads.max(1);
-        j.counts.procs_now += 1;
-        j.counts.procs_max = j.counts.procs_max.max(j.counts.procs_now);
+        // Counted again even if it was the job's before under the same pid (a re-adoption
+        // after a reseed): `add` ignores a process it holds.
+        j.add(tgid, threads);
     }
 
     /// `tgid` was moved into its job at `ns` (CLOCK_MONOTONIC): forks it made before are
@@ -114,28 +169,33 @@ impl ProcTracker {
     /// `cgroup.procs`), after lost events or a restart. Counts become a lower bound.
     pub fn reseed(&mut self, job: i64, pids: &[u32]) {
         let j = self.jobs.entry(job).or_default();
-        for t in j.tgids.drain() {
+        for (t, _) in j.tgids.drain() {
             if self.owner.get(&t) == Some(&job) {
                 self.owner.remove(&t);
             }
         }
         let mut fresh = 0;
         for &p in pids {
-            j.tgids.insert(p);
+            // Their threads are not known: one task each (a lower bound, as the rest).
+            j.tgids.insert(p, 1);
             self.owner.insert(p, job);
             fresh += 1;
         }
-        j.counts.procs_now = fresh;
-        j.counts.procs_ever = j.counts.procs_ever.max(fresh);
-        j.counts.threads_ever = j.counts.threads_ever.max(fresh);
-        j.counts.procs_max = j.counts.procs_max.max(fresh);
-        j.counts.lossy = true;
+        let c = &mut j.counts;
+        c.procs_now = fresh;
+        c.threads_now = fresh;
+        c.procs_ever = c.procs_ever.max(fresh);
+        c.threads_ever = c.threads_ever.max(fresh);
+        c.procs_max = c.procs_max.max(fresh);
+        c.threads_max = c.threads_max.max(fresh);
+        c.emptied_ns = None;
+        c.lossy = true;
     }
 
     /// Forget a job that ended; its final counts.
     pub fn end_job(&mut self, job: i64) -> Option<ProcCounts> {
         let j = self.jobs.remove(&job)?;
-        for t in &j.tgids {
+        for t in j.tgids.keys() {
             if self.owner.get(t) == Some(&job) {
                 self.owner.remove(t);
             }
@@ -171,7 +231,7 @@ impl ProcTracker {
                     // A new thread. The kernel names the thread group's parent as its parent
                     // (`real_parent`), so it is attributed by its own thread group.
                     let job = *self.owner.get(&child_tgid)?;
-                    self.jobs.get_mut(&job)?.counts.threads_ever += 1;
+                    self.jobs.get_mut(&job)?.thread_born(child_tgid);
                     return None;
                 }
                 let Some(&job) = self.owner.get(&parent_tgid) else {
@@ -181,11 +241,7 @@ impl ProcTracker {
                     });
                 };
                 let j = self.jobs.get_mut(&job)?;
-                if j.tgids.insert(child_tgid) {
-                    j.counts.threads_ever += 1;
-                    j.counts.procs_ever += 1;
-                    j.counts.procs_now += 1;
-                    j.counts.procs_max = j.counts.procs_max.max(j.counts.procs_now);
+                if j.add(child_tgid, 1) {
                     self.owner.insert(child_tgid, job);
                 }
                 let early = self
@@ -197,15 +253,22 @@ impl ProcTracker {
                     child: child_tgid,
                 })
             }
-            ProcEvent::Exit { pid, tgid, .. } => {
+            ProcEvent::Exit {
+                pid,
+                tgid,
+                timestamp_ns,
+                ..
+            } => {
                 if pid == tgid {
                     self.moved_at.remove(&tgid);
                     if let Some(job) = self.owner.remove(&tgid) {
                         if let Some(j) = self.jobs.get_mut(&job) {
-                            if j.tgids.remove(&tgid) {
-                                j.counts.procs_now = j.counts.procs_now.saturating_sub(1);
-                            }
+                            j.remove(tgid, Some(timestamp_ns));
                         }
+                    }
+                } else if let Some(&job) = self.owner.get(&tgid) {
+                    if let Some(j) = self.jobs.get_mut(&job) {
+                        j.thread_gone(tgid);
                     }
                 }
                 None
@@ -216,6 +279,21 @@ impl ProcTracker {
             _ => None,
         }
     }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of the proc connector's event timestamps.
+pub fn monotonic_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The [`Instant`](std::time::Instant) of event timestamp `ns` (CLOCK_MONOTONIC, which
+/// `Instant` reads on Linux); now for a timestamp not in the past.
+pub fn instant_of_ns(ns: u64) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    let ago = monotonic_ns().saturating_sub(ns);
+    now.checked_sub(std::time::Duration::from_nanos(ago))
+        .unwrap_or(now)
 }
 
 /// What the reader task sends the engine.
@@ -436,6 +514,53 @@ mod tests {
             );
             assert!(!c.lossy, "{what}");
         }
+    }
+
+    /// Tasks alive now and at most, and when the job emptied, through threads and processes
+    /// coming and going.
+    #[test]
+    fn live_threads_follow_the_events() {
+        let stamped_exit = |pid: u32, tgid: u32, ns: u64| ProcEvent::Exit {
+            cpu: 0,
+            seq: 0,
+            pid,
+            tgid,
+            exit_code: 0,
+            exit_signal: 17,
+            parent_pid: 1,
+            parent_tgid: 1,
+            timestamp_ns: ns,
+        };
+        let mut t = ProcTracker::new();
+        t.start_job(1, 100);
+        // (event, threads now, threads max, emptied at)
+        let table = [
+            (fork(100, 101, 101), 2, 2, None),
+            (thread(101, 150), 3, 3, None),
+            (thread(101, 151), 4, 4, None),
+            (exit(150, 101), 3, 4, None),
+            // A process's exit takes its remaining threads with it.
+            (exit(101, 101), 1, 4, None),
+            // A thread of a process no job holds changes nothing.
+            (exit(70, 7), 1, 4, None),
+            (stamped_exit(100, 100, 5_000), 0, 4, Some(5_000)),
+        ];
+        for (i, (ev, now, max, emptied)) in table.into_iter().enumerate() {
+            t.apply(&ev);
+            let c = t.counts(1).unwrap();
+            assert_eq!(
+                (c.threads_now, c.threads_max, c.emptied_ns),
+                (now, max, emptied),
+                "row {i}"
+            );
+            assert!(c.threads_now >= c.procs_now, "row {i}");
+        }
+        // An adopted process brings its threads; a reseed knows one task per process.
+        t.adopt(1, 500, 3);
+        assert_eq!(t.counts(1).unwrap().threads_now, 3);
+        assert_eq!(t.counts(1).unwrap().emptied_ns, None);
+        t.reseed(1, &[500, 501]);
+        assert_eq!(t.counts(1).unwrap().threads_now, 2);
     }
 
     #[test]

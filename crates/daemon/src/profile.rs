@@ -1,6 +1,8 @@
 //! Job profiles: the sampler's reads, each job's running totals, and the store writer.
 //!
-//! Every `profile.interval` the engine gets [`crate::engine::Event::Sample`] and, for each
+//! Every `profile.interval` the engine gets [`crate::engine::Event::Sample`] (and, while a job
+//! is younger than [`YOUNG_FOR`], [`crate::engine::Event::SampleYoung`] every [`YOUNG_EVERY`];
+//! a job is also sampled at its start and at its end) and, for each
 //! started job, reads its cgroup files ([`read_sample`]: a fixed number of reads per job, none
 //! per process), folds the sample into the job's [`JobProf`] and hands the batch to the
 //! [`Writer`], a thread with its own SQLite connection, so a slow disk never holds up the engine.
@@ -154,6 +156,7 @@ impl JobProf {
             s.threads_total = Some(c.threads_ever);
             s.counts_exact = Some(!c.lossy);
             s.procs_max = s.procs_max.max(c.procs_max.min(u32::MAX as u64) as u32);
+            s.threads_max = s.threads_max.max(c.threads_max.min(u32::MAX as u64) as u32);
         }
         s.threads_max = s.threads_max.max(s.procs_max);
         s.samples = self.samples;
@@ -172,6 +175,31 @@ pub struct Finals {
     pub mem_peak: Option<u64>,
     pub io_rbytes: Option<u64>,
     pub io_wbytes: Option<u64>,
+}
+
+impl Finals {
+    /// The end's counters as a sample read them.
+    pub fn of(s: &Sample) -> Finals {
+        Finals {
+            cpu_user_usec: s.cpu_user_usec,
+            cpu_system_usec: s.cpu_system_usec,
+            mem_peak: s.mem_peak,
+            io_rbytes: s.io_rbytes,
+            io_wbytes: s.io_wbytes,
+        }
+    }
+}
+
+/// How often a young job is sampled, and for how long a job counts as young: a job's first
+/// minute is sampled every second (beside its samples at start and end), so a job of a few
+/// seconds has a series with its shape; then every `profile.interval`.
+pub const YOUNG_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+pub const YOUNG_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether a job of age `age`, last sampled `since_ms` ago (None: never), is due a young
+/// job's sample (pure). A little under the step, so a tick that comes early is not skipped.
+pub fn young_due(age: std::time::Duration, since_ms: Option<i64>) -> bool {
+    age < YOUNG_FOR && since_ms.is_none_or(|ms| ms >= YOUNG_EVERY.as_millis() as i64 - 100)
 }
 
 /// Read the end-of-job counters of `cgroup` (before it is removed).
@@ -428,7 +456,9 @@ mod tests {
             threads_ever: 27,
             procs_now: 0,
             procs_max: 5,
+            threads_max: 6,
             lossy: false,
+            ..ProcCounts::default()
         };
         let s = p.summary(7, "n", EndClass::Completed, 1000, &finals, Some(counts));
         assert_eq!(
@@ -439,7 +469,7 @@ mod tests {
                 s.procs_max,
                 s.threads_max
             ),
-            (30, 300, 5, 5, 5)
+            (30, 300, 5, 5, 6)
         );
         assert_eq!(
             (s.procs_total, s.threads_total, s.counts_exact, s.samples),

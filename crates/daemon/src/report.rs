@@ -82,6 +82,9 @@ pub fn validate(q: &ReportQuery) -> Result<(), String> {
     if q.limit == Some(0) {
         return Err("limit must be at least 1".into());
     }
+    if !q.central && (q.node.is_some() || q.until_ms.is_some() || q.top.is_some()) {
+        return Err("--node, --until and --top ask the central store: add --central".into());
+    }
     Ok(())
 }
 

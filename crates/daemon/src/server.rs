@@ -476,6 +476,24 @@ async fn handle(
             };
             wait_for_start(&mut stream, &tx, conn, ev, rrx).await
         }
+        Request::SlurmTask(req) => {
+            if cred.pid == 0 {
+                return write(&mut stream, &no_pid()).await;
+            }
+            let (rtx, rrx) = oneshot::channel();
+            if tx
+                .send(Event::SlurmTask {
+                    cred,
+                    req,
+                    reply: rtx,
+                })
+                .is_err()
+            {
+                return write(&mut stream, &shutting_down()).await;
+            }
+            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
+            write(&mut stream, &resp).await
+        }
         Request::Register(reg) => {
             if cred.pid == 0 {
                 return write(&mut stream, &no_pid()).await;

@@ -257,6 +257,7 @@ impl Tasks {
                 batch_size: c.batch_size,
                 retry: c.retry,
                 node: crate::os::hostname(&eng.config().proc_root),
+                retention: c.retention,
             };
             // Its own thread and SQLite connection: shipping never runs on the engine's path.
             match pjw_central::Shipper::spawn(eng.state_path(), ship) {

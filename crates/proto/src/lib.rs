@@ -29,7 +29,9 @@ use pjw_core::{CpuSet, GpuSet};
 use serde::{Deserialize, Serialize};
 
 pub mod report;
+pub mod slurm_task;
 pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, SERIES_CHUNK};
+pub use slurm_task::SlurmTaskRequest;
 
 /// Protocol version spoken by this build.
 pub const VERSION: u32 = 1;
@@ -77,6 +79,9 @@ pub enum Request {
     /// End a registered job (root only): kill what is left in it, remove its cgroups. Answered
     /// with [`Response::Done`] once its cgroups are gone.
     End { job: String },
+    /// A Slurm task joins its job before it execs (root only: pjw's SPANK plugin in
+    /// slurmstepd's child; see [`slurm_task`]). Answered with [`Response::Started`] or an error.
+    SlurmTask(SlurmTaskRequest),
 }
 
 /// A workload manager's job, registered by its prolog or job starter.
@@ -323,16 +328,17 @@ pub struct JobInfo {
     /// The job's main process.
     pub pid: Option<u32>,
     /// CPU time the job had used at `sampled_ms` (microseconds, user + system); absent while
-    /// queued, or from a daemon that does not report it. `pjw top` turns two samples into CPU %.
+    /// queued, or from a daemon that does not report it. `pjw top` turns two readings into CPU %.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_usec: Option<u64>,
     /// Memory charged to the job (bytes) at `sampled_ms`; absent while queued or from an older
     /// daemon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_bytes: Option<u64>,
-    /// When the daemon's sampler read `cpu_usec`, `mem_bytes` and `threads` (ms since the
-    /// epoch): `status` answers from the last sample, it reads no cgroup file. Absent while
-    /// queued or from an older daemon (whose figures were read at the request).
+    /// When the daemon read `cpu_usec` and `mem_bytes` (ms since the epoch): for the request,
+    /// within half a second of it, or by its sampler, whichever is newer (docs/decisions.md
+    /// (bp)). Absent while queued or from an older daemon (whose figures were read at the
+    /// request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled_ms: Option<i64>,
     /// The workload manager's name for the job (`slurm:42`).

@@ -50,6 +50,16 @@ pub struct ReportQuery {
     /// instead of this node's store.
     #[serde(default)]
     pub central: bool,
+    /// Jobs that ran on this node (with `central`).
+    #[serde(default)]
+    pub node: Option<String>,
+    /// Jobs ended before this time (ms since the epoch; with `central`).
+    #[serde(default)]
+    pub until_ms: Option<i64>,
+    /// The top jobs by `cpu` (CPU time), `mem` (memory peak) or `wait` (time queued) instead
+    /// of the newest (with `central`).
+    #[serde(default)]
+    pub top: Option<String>,
 }
 
 /// The states `--state` accepts.
@@ -192,6 +202,10 @@ pub struct JobReport {
     pub processes: Vec<ProcessRow>,
 }
 
+/// The shortest running time whose CPU efficiency is shown (ms): below it the start's and
+/// end's milliseconds, which no job controls, weigh more than 1 % of the figure.
+pub const EFFICIENCY_MIN_MS: i64 = 1000;
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -203,13 +217,24 @@ impl JobReport {
     }
 
     /// CPU efficiency: CPU time ÷ (CPUs × wall time), 0-1 (more for a job that had more CPUs
-    /// than it asked for, e.g. a backfiller); None before it ran.
+    /// than it asked for, e.g. a backfiller); None before it ran and for a job that ran less
+    /// than [`EFFICIENCY_MIN_MS`], where the few milliseconds of its start and end (pjw's
+    /// client becoming the command, the end's detection) are a large part of the figure.
     pub fn efficiency(&self) -> Option<f64> {
-        let wall = self.running_ms as f64 / 1000.0;
-        if wall <= 0.0 || self.ncpus == 0 {
+        if self.running_ms < EFFICIENCY_MIN_MS || self.ncpus == 0 {
             return None;
         }
+        let wall = self.running_ms as f64 / 1000.0;
         Some(self.cpu_secs() / (self.ncpus as f64 * wall))
+    }
+
+    /// Why [`JobReport::efficiency`] is None, for the text report.
+    pub fn efficiency_missing(&self) -> &'static str {
+        if self.ncpus == 0 || (self.started_ms.is_none() && self.running_ms == 0) {
+            "not run"
+        } else {
+            "not shown: ran under 1 s"
+        }
     }
 }
 
@@ -268,6 +293,11 @@ mod tests {
         assert_eq!(j.efficiency(), Some(0.5));
         j.running_ms = 0;
         assert_eq!(j.efficiency(), None);
+        // Under a second: the start and end weigh too much; not shown.
+        j.running_ms = 999;
+        assert_eq!(j.efficiency(), None);
+        j.running_ms = 1000;
+        assert_eq!(j.efficiency(), Some(5.0));
     }
 
     #[test]

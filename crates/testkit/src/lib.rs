@@ -14,9 +14,11 @@ use pjw_cgroup::{Driver, ParentSpec};
 
 pub mod job;
 pub mod machine;
+pub mod netns;
 pub mod pg;
 pub mod pool;
 pub mod skip;
+pub mod tls;
 
 pub use job::{assert_job_ok, expect_exit, JobOutput};
 pub use machine::User;
@@ -180,6 +182,8 @@ pub struct TestDaemon {
     /// The parent given to the daemon ([`test_parent`]).
     pub parent: String,
     extra_config: String,
+    /// Words run before the daemon (`nsenter ...` for a node in a namespace).
+    prefix: Vec<String>,
 }
 
 impl TestDaemon {
@@ -202,7 +206,24 @@ impl TestDaemon {
         )
     }
 
+    /// [`TestDaemon::start`] run through `prefix` (e.g. [`crate::netns::Netns::prefix`]: a node
+    /// of a test cluster in its own network and UTS namespace).
+    pub fn start_in(bin: &Path, extra_config: &str, prefix: Vec<String>) -> TestDaemon {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let parent = test_parent(&format!("pjw-test-{}-{n}", std::process::id()));
+        Self::start_full(bin, extra_config, parent, prefix)
+    }
+
     fn start_with_parent(bin: &Path, extra_config: &str, parent: String) -> TestDaemon {
+        Self::start_full(bin, extra_config, parent, Vec::new())
+    }
+
+    fn start_full(
+        bin: &Path,
+        extra_config: &str,
+        parent: String,
+        prefix: Vec<String>,
+    ) -> TestDaemon {
         SWEEP.call_once(sweep_stale);
         let dir = tempfile::Builder::new()
             .prefix("pjw-test")
@@ -214,6 +235,7 @@ impl TestDaemon {
             dir,
             parent,
             extra_config: extra_config.to_string(),
+            prefix,
         };
         d.spawn();
         d
@@ -246,7 +268,15 @@ impl TestDaemon {
             .append(true)
             .open(self.dir.path().join("daemon.log"))
             .expect("log file");
-        let child = Command::new(&self.bin)
+        let mut cmd = match self.prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
+        let child = cmd
             .arg("daemon")
             .arg("--config")
             .arg(&cfg)

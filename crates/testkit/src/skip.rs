@@ -6,7 +6,7 @@
 //! the guests' runners), so the summary counts it as skipped, not passed, and lists its reason.
 //!
 //! A component that `make test` installs or provides (root, Slurm, Grid Engine, PostgreSQL, tmux,
-//! promtool, python3, a swap file) is checked with [`require`]: missing on the host, the test
+//! promtool, python3, stress-ng, a swap file) is checked with [`require`]: missing on the host, the test
 //! fails; missing in one of the project's test guests (which carry `/etc/pjw-guest`), where the
 //! host tier runs that test instead, it skips. No environment variable can turn a host test
 //! into a skip or a pass: the guest marker is a file the guests' images carry.
@@ -105,6 +105,8 @@ pub enum Component {
     Zsh,
     /// fish, to ask it for pjw's completions.
     Fish,
+    /// stress-ng, real software whose process counts `pjw status` must tell.
+    StressNg,
 }
 
 impl Component {
@@ -121,6 +123,7 @@ impl Component {
             Component::Swap => "swap",
             Component::Zsh => "zsh",
             Component::Fish => "fish",
+            Component::StressNg => "stress-ng",
         }
     }
 
@@ -150,6 +153,7 @@ impl Component {
             Component::Swap => on_path("swapon") && on_path("mkswap"),
             Component::Zsh => on_path("zsh"),
             Component::Fish => on_path("fish"),
+            Component::StressNg => on_path("stress-ng"),
         }
     }
 }

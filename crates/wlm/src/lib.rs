@@ -427,6 +427,13 @@ pub fn sge_shepherd(config: &str) -> Result<WlmJob, WlmError> {
         let per = sge_size(v).map_err(|r| bad(m, "h_vmem", v, &r))?;
         job.mem = per.map(|b| b.saturating_mul(job.cpus.unwrap_or(1) as u64));
     }
+    // The name is shown, never believed: the first `job_name` (one the user's text forged
+    // later cannot replace it), none when empty.
+    job.name = config
+        .lines()
+        .find_map(|l| l.strip_prefix("job_name="))
+        .filter(|n| !n.trim().is_empty())
+        .map(String::from);
     Ok(job)
 }
 
@@ -626,6 +633,13 @@ mod tests {
             sge_shepherd("job_id=12\nja_task_id=3\n").unwrap().pjw_id,
             "12.3"
         );
+        let name = |text: &str| sge_shepherd(text).unwrap().name;
+        assert_eq!(
+            name("job_id=12\njob_name=sim\njob_name=forged\n").as_deref(),
+            Some("sim")
+        );
+        assert_eq!(name("job_id=12\njob_name=\n"), None);
+        assert_eq!(name("job_id=12\n"), None);
         for bad in [
             "job_owner=alice\njob_id=12\njob_owner=root\n",
             "job_id=12\nhost_slots=1\nhost_slots=64\n",

@@ -22,6 +22,8 @@ pub struct Roots {
     pub commands: bool,
     /// Where the WLM hooks are installed (`/usr/lib/pjw`, `/usr/local/lib/pjw`).
     pub hooks_dir: String,
+    /// Slurm's slurm.conf when not in `etc` (`--slurm-conf`, `SLURM_CONF`).
+    pub slurm_conf: Option<PathBuf>,
 }
 
 /// What was asked on the command line.
@@ -30,6 +32,8 @@ pub struct Request {
     pub config: Option<PathBuf>,
     /// `--cgroup-parent`, else `PJW_CGROUP_PARENT`, else pjw-scope's env file, else the config.
     pub cgroup_parent: Option<String>,
+    /// The daemon's socket when not the config's (`PJW_SOCKET`).
+    pub socket: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,10 +68,25 @@ pub struct CgroupFacts {
     pub v1_disabled: Vec<String>,
 }
 
+/// Slurm's configuration as `pjw check` reads it.
+#[derive(Clone, Debug)]
+pub struct SlurmFacts {
+    /// slurm.conf's path and text.
+    pub conf_path: String,
+    pub conf: String,
+    /// The plugin stack's file (`PlugStackConfig`, else plugstack.conf beside slurm.conf) and
+    /// pjw's plugin entries in it and the files it includes; an error when it cannot be read
+    /// or parsed.
+    pub plugstack_path: String,
+    pub plugstack: Result<Vec<super::slurm::PjwPlugin>, String>,
+    /// Where the daemon listens (`PJW_SOCKET`, else the config's `socket`).
+    pub daemon_socket: String,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct WlmFacts {
-    /// slurm.conf's path and text.
-    pub slurm_conf: Option<(String, String)>,
+    /// Slurm's configuration, where there is one.
+    pub slurm: Option<SlurmFacts>,
     /// `qconf -sconf`, where Grid Engine is installed.
     pub sge_conf: Option<Result<String, String>>,
     pub hooks_dir: String,
@@ -245,14 +264,7 @@ pub fn gather(roots: &Roots, req: &Request) -> Facts {
         topology,
         allowed_cpus,
         wlm: WlmFacts {
-            slurm_conf: ["slurm/slurm.conf", "slurm-llnl/slurm.conf"]
-                .iter()
-                .find_map(|rel| {
-                    let p = roots.etc.join(rel);
-                    std::fs::read_to_string(&p)
-                        .ok()
-                        .map(|t| (p.display().to_string(), t))
-                }),
+            slurm: slurm_facts(roots, req.socket.as_deref().unwrap_or(&cfg.socket)),
             sge_conf: if roots.commands { sge_conf() } else { None },
             hooks_dir: roots.hooks_dir.clone(),
         },
@@ -263,6 +275,131 @@ pub fn gather(roots: &Roots, req: &Request) -> Facts {
         },
         cgroup,
     }
+}
+
+/// slurm.conf (`roots.slurm_conf`, else below `etc`) and its plugin stack.
+fn slurm_facts(roots: &Roots, daemon_socket: &Path) -> Option<SlurmFacts> {
+    let path = roots.slurm_conf.clone().or_else(|| {
+        ["slurm/slurm.conf", "slurm-llnl/slurm.conf"]
+            .iter()
+            .map(|rel| roots.etc.join(rel))
+            .find(|p| p.exists())
+    })?;
+    let conf = std::fs::read_to_string(&path).ok()?;
+    let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let plugstack_path = super::slurm::conf_value(&conf, "PlugStackConfig")
+        .map(|p| dir.join(p))
+        .unwrap_or_else(|| dir.join("plugstack.conf"));
+    let plugin_dir = super::slurm::conf_value(&conf, "PluginDir")
+        .and_then(|d| d.split(':').next().map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/usr/lib/x86_64-linux-gnu/slurm-wlm"));
+    let mut plugins = Vec::new();
+    let plugstack = read_plugstack(&plugstack_path, &plugin_dir, 0, &mut plugins).map(|()| plugins);
+    Some(SlurmFacts {
+        conf_path: path.display().to_string(),
+        conf,
+        plugstack_path: plugstack_path.display().to_string(),
+        plugstack,
+        daemon_socket: daemon_socket.display().to_string(),
+    })
+}
+
+/// pjw's plugin entries of plugstack file `path` and the files it includes (at most 4 deep),
+/// into `out`. A missing top file is an empty stack (Slurm's view too).
+fn read_plugstack(
+    path: &Path,
+    plugin_dir: &Path,
+    depth: usize,
+    out: &mut Vec<super::slurm::PjwPlugin>,
+) -> Result<(), String> {
+    use super::slurm::{parse_plugstack, PjwPlugin, PlugLine, PLUGIN};
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && depth == 0 => return Ok(()),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    for entry in parse_plugstack(&text).map_err(|e| format!("{}: {e}", path.display()))? {
+        match entry {
+            PlugLine::Plugin {
+                required,
+                path: so,
+                args,
+            } => {
+                if Path::new(&so).file_name().and_then(|n| n.to_str()) != Some(PLUGIN) {
+                    continue;
+                }
+                let full = if so.starts_with('/') {
+                    PathBuf::from(&so)
+                } else {
+                    plugin_dir.join(&so)
+                };
+                out.push(PjwPlugin {
+                    source: path.display().to_string(),
+                    required,
+                    exists: full.is_file(),
+                    path: so,
+                    args,
+                });
+            }
+            PlugLine::Include(glob) if depth < 4 => {
+                for f in expand_glob(&dir.join(glob)) {
+                    read_plugstack(&f, plugin_dir, depth + 1, out)?;
+                }
+            }
+            PlugLine::Include(_) => {
+                return Err(format!("{}: includes nest too deep", path.display()))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The files a plugstack `include` names: a path whose last part may hold `*` (any run of
+/// characters), sorted, as Slurm's glob(3) returns them.
+fn expand_glob(pattern: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (
+        pattern.parent(),
+        pattern.file_name().and_then(|n| n.to_str()),
+    ) else {
+        return Vec::new();
+    };
+    if !name.contains('*') {
+        return vec![pattern.to_path_buf()]
+            .into_iter()
+            .filter(|p| p.is_file())
+            .collect();
+    }
+    let parts: Vec<&str> = name.split('*').collect();
+    let matches = |n: &str| {
+        let (first, last) = (parts[0], parts[parts.len() - 1]);
+        if !n.starts_with(first) || !n.ends_with(last) || n.len() < first.len() + last.len() {
+            return false;
+        }
+        let mut rest = &n[first.len()..n.len() - last.len()];
+        for mid in &parts[1..parts.len() - 1] {
+            match rest.find(mid) {
+                Some(i) => rest = &rest[i + mid.len()..],
+                None => return false,
+            }
+        }
+        true
+    };
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| !n.starts_with('.') && matches(n))
+                })
+                .map(|e| e.path())
+                .filter(|p| p.is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
 }
 
 /// The cgroup facts, the parent's cpuset (if it exists) and the memory hierarchy's parent

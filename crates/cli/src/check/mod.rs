@@ -7,6 +7,7 @@
 
 pub mod facts;
 pub mod rules;
+pub mod slurm;
 
 use anyhow::Result;
 
@@ -30,10 +31,12 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         backend: pjw_cgroup::Backend::Kernel,
         commands: true,
         hooks_dir,
+        slurm_conf: args.slurm_conf,
     };
     let req = facts::Request {
         config: args.config,
         cgroup_parent: args.cgroup_parent,
+        socket: std::env::var_os("PJW_SOCKET").map(Into::into),
     };
     let lines = rules::evaluate(&facts::gather(&roots, &req));
     if args.json {

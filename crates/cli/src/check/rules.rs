@@ -38,7 +38,12 @@ pub struct Line {
 }
 
 impl Line {
-    fn new(status: Status, name: &str, detail: impl Into<String>, fix: impl Into<String>) -> Line {
+    pub(super) fn new(
+        status: Status,
+        name: &str,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Line {
         Line {
             status,
             name: name.into(),
@@ -46,7 +51,7 @@ impl Line {
             fix: fix.into(),
         }
     }
-    fn ok(name: &str, detail: impl Into<String>) -> Line {
+    pub(super) fn ok(name: &str, detail: impl Into<String>) -> Line {
         Line::new(Status::Ok, name, detail, "")
     }
 
@@ -394,50 +399,9 @@ pub struct TopoSummary {
 
 fn wlm(w: &WlmFacts) -> Vec<Line> {
     let mut out = Vec::new();
-    match &w.slurm_conf {
+    match &w.slurm {
         None => out.push(Line::ok("wlm-slurm", "no slurm.conf here")),
-        Some((path, text)) => {
-            let get = |key: &str| -> Option<String> {
-                text.lines()
-                    .map(|l| l.split('#').next().unwrap_or("").trim())
-                    .filter_map(|l| l.split_once('='))
-                    .find(|(k, _)| k.trim().eq_ignore_ascii_case(key))
-                    .map(|(_, v)| v.trim().to_string())
-            };
-            let prolog = get("Prolog").unwrap_or_default();
-            let epilog = get("Epilog").unwrap_or_default();
-            let wired = prolog.contains("pjw") && epilog.contains("pjw");
-            if wired {
-                out.push(Line::ok(
-                    "wlm-slurm",
-                    format!("{path}: Prolog={prolog} Epilog={epilog}"),
-                ));
-            } else {
-                out.push(Line::new(
-                    Status::Warn,
-                    "wlm-slurm",
-                    format!("{path}: Prolog/Epilog do not run pjw's hooks (Prolog={prolog:?}, Epilog={epilog:?}): Slurm jobs are not jailed"),
-                    format!("Prolog={0}/slurm/pjw-prolog.sh, Epilog={0}/slurm/pjw-epilog.sh, PrologFlags=Alloc (packaging/slurm/slurm.conf)", w.hooks_dir),
-                ));
-            }
-            let task = get("TaskPlugin").unwrap_or_default();
-            if task.contains("task/cgroup") || task.contains("task/affinity") {
-                out.push(Line::new(
-                    if wired { Status::Fail } else { Status::Warn },
-                    "slurm-task-plugin",
-                    format!("TaskPlugin={task}: Slurm binds tasks to CPUs itself, fighting pjw's cpusets"),
-                    "TaskPlugin=task/none (packaging/slurm/slurm.conf)",
-                ));
-            } else {
-                out.push(Line::ok(
-                    "slurm-task-plugin",
-                    format!(
-                        "TaskPlugin={}",
-                        if task.is_empty() { "(default)" } else { &task }
-                    ),
-                ));
-            }
-        }
+        Some(slurm) => out.extend(super::slurm::lines(slurm, &w.hooks_dir)),
     }
     match &w.sge_conf {
         None => out.push(Line::ok("wlm-sge", "no Grid Engine here")),

@@ -34,6 +34,7 @@ fn roots(f: &Fake) -> Roots {
         backend: Backend::FakeTree,
         commands: false,
         hooks_dir: "/usr/lib/pjw".into(),
+        slurm_conf: None,
     }
 }
 
@@ -54,6 +55,7 @@ fn check(f: &Fake, cfg: &Path, parent: &str) -> Vec<Line> {
     let req = Request {
         config: Some(cfg.to_path_buf()),
         cgroup_parent: Some(parent.into()),
+        socket: None,
     };
     evaluate(&gather(&roots(f), &req))
 }
@@ -179,7 +181,7 @@ fn hybrid_and_v1_need_the_v1_hierarchies() {
 }
 
 #[test]
-fn a_password_in_a_world_readable_config_fails() {
+fn a_password_in_the_config_fails_whatever_its_mode() {
     let f = machine(Mode::Unified);
     let cfg = config(
         &f,
@@ -191,9 +193,12 @@ fn a_password_in_a_world_readable_config_fails() {
     assert_eq!(l.status, Status::Fail, "{l:?}");
     assert!(l.detail.contains("central.url"), "{l:?}");
     assert!(!l.detail.contains("secret"), "the password leaked: {l:?}");
-    // 0600 is fine.
+    // 0600 is not enough: the password belongs in central.password_file alone.
     std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert_eq!(line(&check(&f, &cfg, "/pjw"), "config").status, Status::Ok);
+    let l = line(&check(&f, &cfg, "/pjw"), "config").clone();
+    assert_eq!(l.status, Status::Fail, "{l:?}");
+    assert!(l.detail.contains("central.password_file"), "{l:?}");
+    assert!(!l.detail.contains("secret"), "the password leaked: {l:?}");
 }
 
 #[test]
@@ -227,6 +232,67 @@ fn slurm_wired_to_pjw_with_task_cgroup_fights_it() {
     let lines = check(&f, &cfg, "/pjw");
     assert_eq!(line(&lines, "wlm-slurm").status, Status::Warn);
     assert_eq!(line(&lines, "slurm-task-plugin").status, Status::Ok);
+}
+
+/// The plugin stack as Slurm reads it: slurm.conf's `PlugStackConfig`, its `include` glob, and
+/// the plugin's shared object on disk; `--slurm-conf` (SLURM_CONF) points at a slurm.conf
+/// outside /etc.
+#[test]
+fn slurm_tasks_path_from_plugstack_and_its_includes() {
+    let f = machine(Mode::Hybrid);
+    let cfg = config(&f, "socket = \"/run/pjw/pjw.sock\"\n", 0o600);
+    let conf_dir = f.dir.path().join("slurmconf");
+    std::fs::create_dir_all(conf_dir.join("plugstack.d")).unwrap();
+    let so = f.dir.path().join("pjw_spank.so");
+    std::fs::write(
+        conf_dir.join("slurm.conf"),
+        "Prolog=/p/pjw-prolog.sh\nEpilog=/p/pjw-epilog.sh\nPlugStackConfig=stack.conf\n",
+    )
+    .unwrap();
+    std::fs::write(
+        conf_dir.join("stack.conf"),
+        "optional other.so\ninclude plugstack.d/*.conf\n",
+    )
+    .unwrap();
+    let mut r = roots(&f);
+    r.slurm_conf = Some(conf_dir.join("slurm.conf"));
+    let req = Request {
+        config: Some(cfg),
+        cgroup_parent: Some("/pjw".into()),
+        socket: None,
+    };
+    let tasks = |r: &Roots| line(&evaluate(&gather(r, &req)), "slurm-tasks").clone();
+    let l = tasks(&r);
+    assert_eq!(l.status, Status::Warn, "{l:?}");
+    assert!(l.detail.contains("adoption only"), "{l:?}");
+    // In an included file; the shared object missing first, then there.
+    std::fs::write(
+        conf_dir.join("plugstack.d/pjw.conf"),
+        format!("required {} # pjw\n", so.display()),
+    )
+    .unwrap();
+    std::fs::write(conf_dir.join("plugstack.d/pjw.conf.off"), "junk\n").unwrap();
+    let l = tasks(&r);
+    assert_eq!(l.status, Status::Fail, "{l:?}");
+    assert!(l.detail.contains("does not exist"), "{l:?}");
+    std::fs::write(&so, "").unwrap();
+    let l = tasks(&r);
+    assert_eq!(l.status, Status::Ok, "{l:?}");
+    assert!(
+        l.detail.contains("required") && l.detail.contains("plugstack.d/pjw.conf"),
+        "{l:?}"
+    );
+    // Not where the daemon listens.
+    let other = Request {
+        socket: Some("/tmp/other.sock".into()),
+        ..req.clone()
+    };
+    let l = line(&evaluate(&gather(&r, &other)), "slurm-tasks").clone();
+    assert_eq!(l.status, Status::Fail, "{l:?}");
+    assert!(l.fix.contains("socket=/tmp/other.sock"), "{l:?}");
+    // A plugin stack Slurm would refuse.
+    std::fs::write(conf_dir.join("stack.conf"), "requird x.so\n").unwrap();
+    assert_eq!(tasks(&r).status, Status::Warn);
 }
 
 #[test]
@@ -264,6 +330,7 @@ fn directories_and_pjw_scope_env_file() {
     let req = Request {
         config: Some(cfg),
         cgroup_parent: None,
+        socket: None,
     };
     let lines = evaluate(&gather(&roots(&f), &req));
     assert!(
@@ -281,6 +348,7 @@ fn systemd_allowed_cpus_narrower_than_the_pool_fails() {
     let req = Request {
         config: Some(cfg),
         cgroup_parent: Some("/pjw".into()),
+        socket: None,
     };
     let mut facts = gather(&roots(&f), &req);
     facts.slice_allowed_cpus = Some("2-3".parse().unwrap());

@@ -15,6 +15,8 @@ pub struct RawCentral {
     pub ship_samples: Option<bool>,
     pub batch_size: Option<usize>,
     pub retry_secs: Option<f64>,
+    pub jobs_retention_days: Option<u32>,
+    pub samples_retention_days: Option<u32>,
 }
 
 /// The validated `[central]` section.
@@ -34,6 +36,8 @@ pub struct CentralConfig {
     /// Wait before retrying after PostgreSQL was unreachable; with `ship_samples`, also the
     /// time between shipments of live samples.
     pub retry: std::time::Duration,
+    /// How long the central store keeps jobs and samples (whole time partitions are dropped).
+    pub retention: pjw_central::Retention,
 }
 
 impl std::fmt::Debug for CentralConfig {
@@ -46,6 +50,7 @@ impl std::fmt::Debug for CentralConfig {
             .field("ship_samples", &self.ship_samples)
             .field("batch_size", &self.batch_size)
             .field("retry", &self.retry)
+            .field("retention", &self.retention)
             .finish()
     }
 }
@@ -92,7 +97,13 @@ pub(super) fn parse(c: RawCentral, e: Errs) -> Result<Option<CentralConfig>, Con
     let err = |key: &str, reason: String| e.at(key, reason);
     let central = match c.url {
         None => {
-            if c.ship_samples.is_some() || c.batch_size.is_some() || c.retry_secs.is_some() {
+            if c.ship_samples.is_some()
+                || c.batch_size.is_some()
+                || c.retry_secs.is_some()
+                || c.password_file.is_some()
+                || c.jobs_retention_days.is_some()
+                || c.samples_retention_days.is_some()
+            {
                 return Err(err(
                     "central.url",
                     "missing (other [central] keys are set)".into(),
@@ -121,12 +132,32 @@ pub(super) fn parse(c: RawCentral, e: Errs) -> Result<Option<CentralConfig>, Con
                     format!("{retry} is not 0.05-86400"),
                 ));
             }
-            if c.password_file.is_some() && url_password(&url).is_some() {
+            if url_password(&url).is_some() {
                 return Err(err(
-                    "central.password_file",
-                    "set, and central.url holds a password too: keep it in one place".into(),
+                    "central.url",
+                    "holds a password: keep it in central.password_file (root's, mode 0600)".into(),
                 ));
             }
+            if let Err(why) = pjw_central::endpoint::split_tls(&url) {
+                return Err(err("central.url", why));
+            }
+            let days = |key: &str, v: Option<u32>, default: u32| match v.unwrap_or(default) {
+                d @ 1..=36_500 => Ok(d),
+                d => Err(err(key, format!("{d} is not 1-36500"))),
+            };
+            let defaults = pjw_central::Retention::default();
+            let retention = pjw_central::Retention {
+                jobs_days: days(
+                    "central.jobs_retention_days",
+                    c.jobs_retention_days,
+                    defaults.jobs_days,
+                )?,
+                samples_days: days(
+                    "central.samples_retention_days",
+                    c.samples_retention_days,
+                    defaults.samples_days,
+                )?,
+            };
             if let Some(p) = &c.password_file {
                 if !p.is_absolute() {
                     return Err(err(
@@ -142,6 +173,7 @@ pub(super) fn parse(c: RawCentral, e: Errs) -> Result<Option<CentralConfig>, Con
                 ship_samples: c.ship_samples.unwrap_or(false),
                 batch_size,
                 retry: std::time::Duration::from_secs_f64(retry),
+                retention,
             })
         }
     };
@@ -149,10 +181,10 @@ pub(super) fn parse(c: RawCentral, e: Errs) -> Result<Option<CentralConfig>, Con
 }
 
 impl Config {
-    /// Secrets: a password in `central.url` is refused when the config file can be read by
-    /// group or others (any local user would learn it); `central.password_file` must be root's
-    /// and mode 0600, and is read now.
-    pub(super) fn load_secrets(&mut self, file: Option<PathBuf>) -> Result<(), ConfigError> {
+    /// Secrets and files of `[central]`: `central.password_file` must be root's and mode 0600,
+    /// and is read now (a password inside `central.url` was refused at parse); the CA file of
+    /// `sslrootcert` is read now too.
+    pub(super) fn load_secrets(&mut self, _file: Option<PathBuf>) -> Result<(), ConfigError> {
         let err = |key: &str, reason: String| ConfigError {
             file: self.origin.clone(),
             key: key.into(),
@@ -161,19 +193,9 @@ impl Config {
         let Some(c) = self.central.as_mut() else {
             return Ok(());
         };
-        if url_password(&c.url).is_some() {
-            if let Some(f) = &file {
-                use std::os::unix::fs::MetadataExt;
-                let mode = std::fs::metadata(f).map(|m| m.mode() & 0o7777).unwrap_or(0);
-                if mode & 0o044 != 0 {
-                    return Err(err(
-                        "central.url",
-                        format!(
-                            "holds a password and this file is readable by others (mode {mode:04o}): make it 0600, or move the password to central.password_file"
-                        ),
-                    ));
-                }
-            }
+        // The site's CA must be readable now, not at the first job's end.
+        if let Err(e) = pjw_central::Endpoint::new(&c.url, None) {
+            return Err(err("central.url", e.to_string()));
         }
         if let Some(p) = c.password_file.clone() {
             c.password =

@@ -2,7 +2,7 @@
 //! [`Event`] the connections, watchers and timers send down the engine's one channel.
 
 use inotify::WatchDescriptor;
-use pjw_proto::{RegisterRequest, Response, RunRequest};
+use pjw_proto::{RegisterRequest, Response, RunRequest, SlurmTaskRequest};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::procs::ProcMsg;
@@ -53,6 +53,12 @@ pub enum Event {
     },
     /// A `status` request.
     Status { reply: oneshot::Sender<Response> },
+    /// A live pass (see [`crate::live`]) read these jobs' figures, on a blocking thread.
+    LiveRead {
+        readings: Vec<(i64, crate::live::Reading)>,
+    },
+    /// The running live pass takes longer than [`crate::live::WAIT`].
+    LiveLate,
     /// A request about one job.
     Control {
         cred: Cred,
@@ -89,6 +95,13 @@ pub enum Event {
         req: RegisterRequest,
         reply: mpsc::UnboundedSender<Response>,
     },
+    /// A Slurm task asks to join its job before it execs (pjw's SPANK plugin; see
+    /// `engine/slurm_task.rs`). Answered with `Started` or an error.
+    SlurmTask {
+        cred: Cred,
+        req: SlurmTaskRequest,
+        reply: oneshot::Sender<Response>,
+    },
     /// The adoption sweep's timer: look at processes started since the last sweep.
     Sweep,
     /// The next turn of a sweep that had more processes to look at than one turn takes.
@@ -97,6 +110,9 @@ pub enum Event {
     Proc(ProcMsg),
     /// The sampler's tick (`profile.interval`): sample every started job.
     Sample,
+    /// The young jobs' tick: sample the jobs in their first minute (see
+    /// [`crate::profile::YOUNG_FOR`]).
+    SampleYoung,
     /// The thread balancing tick (`[job] bind_interval_ms`): hand the running jobs to the
     /// binder.
     Bind,

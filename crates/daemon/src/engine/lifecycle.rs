@@ -16,7 +16,6 @@ use super::store_writes::OnFail;
 use super::{err, role_of, End, Engine, Event};
 use crate::cgroup_port::Killed;
 use crate::os;
-use crate::profile::{self};
 
 impl Engine {
     pub(super) fn start(&mut self, seq: i64, cpus: CpuSet, backfill: bool) -> bool {
@@ -120,6 +119,9 @@ impl Engine {
                 // A registered job without a process yet: its processes come by adoption.
                 None => Ok(()),
             });
+        // The job's CPU time counts from here (its process is in its cgroups): so does its
+        // running time, for an efficiency that compares the same span.
+        let moved_at = Instant::now();
         if let Err(e) = placed {
             self.procs.end_job(seq);
             error!(job = %j.id, error = %e, "cannot place job in its cgroups");
@@ -166,7 +168,7 @@ impl Engine {
                         j.phase = phase;
                         j.cpus = cpus;
                         j.mems = mems;
-                        j.started = Some(Instant::now());
+                        j.started = Some(moved_at);
                     }
                     self.track(seq, true);
                     return true;
@@ -187,7 +189,7 @@ impl Engine {
         j.phase = phase;
         j.cpus = cpus;
         j.mems = mems;
-        j.started = Some(Instant::now());
+        j.started = Some(moved_at);
         j.reason = backfill.then(|| "backfill on cpus other jobs hold".to_string());
         info!(
             job = %j.id, user = %j.user, cpus = %cpus, mems = %mems, gpus = %j.gpus, pid = ?pid, role = role_of(phase).as_str(),
@@ -207,8 +209,10 @@ impl Engine {
             env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
         });
         self.track(seq, true);
-        // After the reply: `status` has the new job's figures before the sampler's next tick.
+        // After the reply: `status` has the new job's figures before the sampler's next tick,
+        // and its series starts now; its first minute is sampled every second.
         self.sample_now(seq);
+        self.arm_young();
         true
     }
 
@@ -362,7 +366,11 @@ impl Engine {
         let Some(job) = self.jobs.get(&seq) else {
             return;
         };
-        if job.started.is_none() || job.starter.held {
+        if job.started.is_none() {
+            return;
+        }
+        if job.starter.held {
+            debug!(job = %job.id, "held for its workload manager: kept, empty or not, until it ends the job");
             return;
         }
         // Only the kernel saying "empty" ends a job; a failed read is not an answer (a job
@@ -405,7 +413,7 @@ impl Engine {
     }
 
     pub(super) fn finish(&mut self, seq: i64, reason: &str) {
-        let Some(job) = self.jobs.remove(&seq) else {
+        let Some(mut job) = self.jobs.remove(&seq) else {
             return;
         };
         if let Some(wd) = job.end.watch.clone() {
@@ -428,8 +436,9 @@ impl Engine {
         };
         let reason = reason.as_str();
         let counts = self.procs.end_job(seq).unwrap_or_default();
-        // The last counters (CPU, the memory high-water mark, I/O) before the cgroups go.
-        let finals = profile::read_finals(self.driver.as_ref(), &job.cgroup);
+        // The last counters (CPU, the memory high-water mark, I/O) before the cgroups go: the
+        // series' last sample, with profiles on.
+        let finals = self.sample_end(&mut job);
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
@@ -437,9 +446,16 @@ impl Engine {
         if let Some(dir) = &job.starter.tmpdir {
             crate::tmp::spawn_remove(dir.clone(), job.id.to_string());
         }
+        // From the move into its cgroups to its last process's exit where process events tell
+        // it (the CPU time's span; the engine saw the end later), else to now.
+        let ended = counts
+            .emptied_ns
+            .filter(|_| self.proc_events)
+            .map(crate::procs::instant_of_ns)
+            .unwrap_or_else(Instant::now);
         let runtime_ms = job
             .started
-            .map(|s| s.elapsed().as_millis() as u64)
+            .map(|s| ended.saturating_duration_since(s).as_millis() as u64)
             .unwrap_or(0);
         self.scrub_ipc(&job, runtime_ms);
         self.record_end(

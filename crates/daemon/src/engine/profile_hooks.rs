@@ -117,9 +117,44 @@ impl Engine {
         }
     }
 
-    /// The sampler's tick: one sample per started job, kept as the job's last (what `status`
-    /// answers with) and, with profiles on, written as one batch.
+    /// The sampler's tick (`profile.interval`): one sample per started job, kept as the job's
+    /// last and, with profiles on, written as one batch.
     pub(super) fn sample(&mut self) {
+        self.sample_pass(false);
+    }
+
+    /// The young jobs' tick (every [`profile::YOUNG_EVERY`] while a job is younger than
+    /// [`profile::YOUNG_FOR`]): a sample of each such job not sampled within the last
+    /// second, so a short job's series has its shape; armed again while one is left.
+    pub(super) fn sample_young(&mut self) {
+        self.young_armed = false;
+        self.sample_pass(true);
+        self.arm_young();
+    }
+
+    /// Arm the young jobs' tick if a started job is young and none is armed. Nothing to do
+    /// where `profile.interval` is as short as the young jobs' step.
+    pub(super) fn arm_young(&mut self) {
+        if self.young_armed
+            || self.cfg.profile.interval_ms <= profile::YOUNG_EVERY.as_millis() as u64
+            || !self
+                .jobs
+                .values()
+                .any(|j| j.started.is_some_and(|s| s.elapsed() < profile::YOUNG_FOR))
+        {
+            return;
+        }
+        self.young_armed = true;
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(profile::YOUNG_EVERY).await;
+            let _ = tx.send(super::Event::SampleYoung);
+        });
+    }
+
+    /// One sample of the started jobs (only the young ones not sampled within the last second
+    /// with `young_only`), kept as their last and, with profiles on, written as one batch.
+    fn sample_pass(&mut self, young_only: bool) {
         let writer = self.writer.clone();
         let t0 = Instant::now();
         let now = self.clock.now_ms();
@@ -139,7 +174,15 @@ impl Engine {
         let mut jobs = 0usize;
         let mut procs = Vec::new();
         for j in self.jobs.values_mut() {
-            if j.started.is_none() {
+            let Some(started) = j.started else {
+                continue;
+            };
+            if young_only
+                && !profile::young_due(
+                    started.elapsed(),
+                    j.prof.last.as_ref().map(|s| now - s.ts_ms),
+                )
+            {
                 continue;
             }
             let state = j.prof_state().sample_state();
@@ -230,8 +273,8 @@ impl Engine {
     }
 
     /// One sample of started job `seq` now (no PSI), kept as its last so `status` has figures
-    /// for a job that has not seen a sampler tick yet (just started, or recovered). Not written
-    /// to the store: the tick's samples are the series.
+    /// for a job that has not seen a sampler tick yet (just started, or recovered), and
+    /// written (profiles on): a job's series starts at its start.
     pub(super) fn sample_now(&mut self, seq: i64) {
         let now = self.clock.now_ms();
         // The NVML thread's map is copied only for a job that has GPUs: this runs at every start.
@@ -262,7 +305,34 @@ impl Engine {
         if let Some(latest) = gpu_now.as_ref().filter(|_| !j.gpus.is_empty()) {
             (s.gpu_util, s.gpu_mem) = gpu_stats::fold(&j.gpus, latest);
         }
-        j.prof.last = Some(s);
+        j.prof.add(&s);
+        if let Some(w) = &self.writer {
+            w.send(WriteOp::Samples(vec![s]));
+        }
+    }
+
+    /// The last sample of job `j`, whose cgroup is empty and about to be removed: its final
+    /// counters, written (profiles on) so its series ends at its end. Also the end's counters
+    /// for its summary.
+    pub(super) fn sample_end(&mut self, j: &mut Job) -> profile::Finals {
+        if self.writer.is_none() {
+            return profile::read_finals(self.driver.as_ref(), &j.cgroup);
+        }
+        let s = profile::read_sample(
+            self.driver.as_ref(),
+            &j.cgroup,
+            j.seq,
+            j.prof_state().sample_state(),
+            self.clock.now_ms(),
+            Some(0),
+            false,
+        );
+        let finals = profile::Finals::of(&s);
+        j.prof.add(&s);
+        if let Some(w) = &self.writer {
+            w.send(WriteOp::Samples(vec![s]));
+        }
+        finals
     }
 
     /// Process events are flowing (the proc connector is open): process totals are reported.

@@ -156,7 +156,7 @@ impl Engine {
         }
         // Process counts start again from what is alive now (a lower bound).
         self.reseed_procs();
-        // Figures for `status` until the sampler's first tick.
+        // Figures for `status` until the sampler's first tick (and a point in each series).
         let started: Vec<i64> = self
             .jobs
             .values()
@@ -166,6 +166,7 @@ impl Engine {
         for seq in started {
             self.sample_now(seq);
         }
+        self.arm_young();
         self.replan();
         Ok(())
     }

@@ -1,5 +1,5 @@
 //! What the engine tells about itself: `pjw status` and the metrics snapshot, from its state
-//! (no cgroup read: the figures are the sampler's last).
+//! (no cgroup read: the figures are the live pass's or the sampler's last, see `live.rs`).
 
 use pjw_core::sched::Phase;
 use pjw_core::CpuSet;
@@ -10,19 +10,32 @@ use super::{Engine, Job};
 impl Engine {
     /// The node's state for `pjw status`: running jobs, then the queue in order.
     pub fn status(&self) -> StatusReport {
-        // No cgroup file is read here: figures are the sampler's last sample of each job
-        // (taken every `profile.interval` and once at its start), process counts the process
-        // tracker's where process events arrive. A request costs O(jobs) in memory.
+        // No cgroup file is read here: figures are the freshest of the live pass's (`live.rs`,
+        // read off this thread for the request) and the sampler's last sample; process and
+        // thread counts are the process tracker's where process events arrive. A request
+        // costs O(jobs) in memory.
         let info = |j: &Job| {
             let last = j.prof.last.as_ref().filter(|_| j.started.is_some());
-            let procs = if self.proc_events && j.started.is_some() {
-                self.procs.counts(j.seq).map(|c| c.procs_now as u32)
+            let fig = self.figures(j);
+            let counts = if self.proc_events && j.started.is_some() {
+                self.procs.counts(j.seq)
             } else {
                 None
-            }
-            .or_else(|| last.and_then(|s| s.procs))
-            .unwrap_or(0);
-            let threads = last.and_then(|s| s.threads).unwrap_or(0);
+            };
+            let procs = counts
+                .map(|c| c.procs_now as u32)
+                .or_else(|| last.and_then(|s| s.procs))
+                .unwrap_or(0);
+            // Every process has at least one thread: a count read at another moment than
+            // the process count (or none) never shows fewer.
+            let threads = counts
+                .map(|c| c.threads_now.min(u32::MAX as u64) as u32)
+                .or_else(|| {
+                    fig.and_then(|f| f.tasks)
+                        .map(|t| t.min(u32::MAX as u64) as u32)
+                })
+                .unwrap_or(0)
+                .max(procs);
             JobInfo {
                 id: j.id.to_string(),
                 name: j.name.clone(),
@@ -49,10 +62,9 @@ impl Engine {
                 priority: j.req.priority,
                 age_secs: j.started.unwrap_or(j.queued_at).elapsed().as_secs(),
                 pid: j.pid,
-                cpu_usec: last
-                    .and_then(|s| Some(s.cpu_user_usec? + s.cpu_system_usec.unwrap_or(0))),
-                mem_bytes: last.and_then(|s| s.mem_current),
-                sampled_ms: last.map(|s| s.ts_ms),
+                cpu_usec: fig.and_then(|f| f.cpu_usec),
+                mem_bytes: fig.and_then(|f| f.mem_bytes),
+                sampled_ms: fig.map(|f| f.ts_ms),
                 wlm: j.starter.wlm.clone(),
                 ngpus: j.req.ngpus as u32,
                 gpus: if j.phase == Phase::Queued {
@@ -99,6 +111,7 @@ impl Engine {
     /// What a metrics scrape needs from the engine: in-memory state only, O(jobs).
     pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
         crate::metrics::Snapshot {
+            node: self.node.clone(),
             cpus: self.pool.len() as u32,
             free_cpus: self.free().len() as u32,
             gpus: self.gpus.len() as u32,
@@ -116,13 +129,9 @@ impl Engine {
                     user: j.user.clone(),
                     state: j.state(),
                     cgroup: j.started.map(|_| j.cgroup.clone()),
-                    // The sampler's latest sample; the scrape reads the cgroup without one.
-                    cpu_usec: j
-                        .prof
-                        .last
-                        .as_ref()
-                        .and_then(|s| Some(s.cpu_user_usec? + s.cpu_system_usec.unwrap_or(0))),
-                    mem_bytes: j.prof.last.as_ref().and_then(|s| s.mem_current),
+                    // The freshest figures held; the scrape reads the cgroup without any.
+                    cpu_usec: self.figures(j).and_then(|f| f.cpu_usec),
+                    mem_bytes: self.figures(j).and_then(|f| f.mem_bytes),
                     gpus: if j.phase == Phase::Queued {
                         pjw_core::GpuSet::new()
                     } else {

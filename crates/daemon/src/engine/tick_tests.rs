@@ -481,3 +481,54 @@ async fn kill_rounds_run_off_the_engine_thread_and_the_job_keeps_its_cpus_until_
     let row = t.store.state().rows[&a].clone();
     assert_eq!(row.end_reason.as_deref(), Some("exited"));
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_young_job_is_sampled_every_second_from_its_start() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    fake.set_stats(&cg("a"), MIB, 0);
+    let seq = started(&mut t, 1, "a", 1).await;
+    // Its start took a sample, and the young jobs' tick is armed: it arrives within 1 s.
+    assert_eq!(t.engine.jobs[&seq].prof.samples, 1);
+    let ev = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            match t._events.recv().await {
+                Some(ev @ Event::SampleYoung) => return ev,
+                Some(_) => {}
+                None => panic!("channel closed"),
+            }
+        }
+    })
+    .await
+    .expect("the young jobs' tick within 5 s");
+    // (clock advanced since the last sample, sampled by the tick)
+    let table = [(1000, true), (300, false), (700, true)];
+    let mut ev = Some(ev);
+    for (i, (advance, sampled)) in table.into_iter().enumerate() {
+        t.clock.advance(advance);
+        let before = t.engine.jobs[&seq].prof.samples;
+        t.engine.handle(ev.take().unwrap_or(Event::SampleYoung));
+        let after = t.engine.jobs[&seq].prof.samples;
+        assert_eq!(after == before + 1, sampled, "row {i}");
+    }
+}
+
+#[test]
+fn young_jobs_are_due_every_second_for_their_first_minute() {
+    use crate::profile::young_due;
+    use std::time::Duration;
+    let s = Duration::from_secs;
+    // (age, last sampled ms ago, due)
+    let table = [
+        (s(0), None, true),
+        (s(5), Some(1000), true),
+        (s(5), Some(950), true),
+        (s(5), Some(500), false),
+        (s(59), Some(1000), true),
+        (s(60), Some(1000), false),
+        (s(600), None, false),
+    ];
+    for (age, since, due) in table {
+        assert_eq!(young_due(age, since), due, "{age:?} {since:?}");
+    }
+}

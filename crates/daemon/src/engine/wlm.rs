@@ -232,10 +232,7 @@ impl Engine {
             .find(|j| j.id.as_str() == job && j.id.namespace().is_some() && j.starter.wlm.is_some())
             .map(|j| j.seq)
         else {
-            let _ = reply.send(err(
-                ErrorCode::NotFound,
-                format!("no registered job {job} on this node"),
-            ));
+            let _ = reply.send(self.end_not_found(job));
             return;
         };
         let Some(j) = self.jobs.get_mut(&seq) else {
@@ -258,6 +255,35 @@ impl Engine {
         j.end.ended_by = Some(by);
         j.end.waiters.push(reply);
         self.main_exited(seq);
+    }
+
+    /// The answer to `end` of an id no registered job has: a bare id that a registered job has
+    /// inside its manager's namespace (`9301` while `slurm:9301` is registered: a site's hook
+    /// that passes the manager's own id) is an error naming that job, so the hook fails instead
+    /// of leaving the job holding its CPUs; any other id is simply not here (never registered,
+    /// or ended already).
+    fn end_not_found(&self, job: &str) -> Response {
+        let meant: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.starter.wlm.is_some())
+            .filter(|j| j.id.namespace().is_some() && j.id.local() == job)
+            .map(|j| j.id.to_string())
+            .collect();
+        if meant.is_empty() || job.contains(':') {
+            return err(
+                ErrorCode::NotFound,
+                format!("no registered job {job} on this node"),
+            );
+        }
+        err(
+            ErrorCode::Invalid,
+            format!(
+                "no registered job {job} on this node, but {} is: registered ids live in their manager's namespace (pjw job end {})",
+                meant.join(" and "),
+                meant[0]
+            ),
+        )
     }
 
     /// Whether any job adopts processes now (the sweep costs nothing without one).
@@ -343,7 +369,7 @@ impl Engine {
         match self.driver.add_process(&j.cgroup, child) {
             Ok(()) => {
                 info!(job = %j.id, pid = child, via = "fork", "adopted a child forked before its parent's adoption");
-                self.procs.moved(child, monotonic_ns());
+                self.procs.moved(child, crate::procs::monotonic_ns());
             }
             Err(e) => debug!(job = %j.id, pid = child, error = %e, "cannot adopt early child"),
         }
@@ -402,7 +428,7 @@ impl Engine {
                         // From now on its forks and exits count for the job; forks stamped
                         // before now did not inherit its cgroups (see on_early_fork).
                         self.procs.adopt(key, pid, facts.threads);
-                        self.procs.moved(pid, monotonic_ns());
+                        self.procs.moved(pid, crate::procs::monotonic_ns());
                         info!(
                             job = %j.id, user = %j.user, cpus = %j.cpus, pid, var = %var, via,
                             move_us = t0.elapsed().as_micros() as u64, "adopted process"
@@ -443,15 +469,9 @@ impl Engine {
     }
 }
 
-/// CLOCK_MONOTONIC in ns: the clock of the proc connector's event timestamps.
-fn monotonic_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// The (manager, id) a job is found under by adoption: from its tag (`slurm:4242`) and its pjw
 /// id's part inside the namespace; a job without a tag has manager "".
-fn target_names(id: &str, tag: Option<&str>) -> (String, String) {
+pub(super) fn target_names(id: &str, tag: Option<&str>) -> (String, String) {
     let ns = tag
         .and_then(|t| t.split_once(':'))
         .map(|(m, _)| m.to_string())

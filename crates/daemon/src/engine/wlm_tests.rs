@@ -140,3 +140,47 @@ async fn a_started_held_job_registered_again_is_told_its_cpus_and_an_attach_is_a
         "{r:?}"
     );
 }
+
+/// `end` of a bare id while the manager's job with that id is registered names the job and
+/// is an error (a hook passing `9301` for `slurm:9301` must fail, not leave the job holding
+/// its CPUs); an id no job has is simply not found; the namespaced id ends the job.
+#[tokio::test(flavor = "current_thread")]
+async fn ending_a_bare_id_names_the_registered_job() {
+    let mut t = TestEngine::new();
+    let (r, _rx) = register(&mut t, 1, 0, register_req("9301", 1, false));
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    let end = |t: &mut TestEngine, job: &str| {
+        let (reply, mut rx) = tokio::sync::oneshot::channel();
+        t.engine.handle(Event::Control {
+            cred: ROOT,
+            who: root_who(),
+            job: job.into(),
+            what: super::Control::End,
+            reply,
+        });
+        rx.try_recv().ok()
+    };
+    // (id, error code, the message names)
+    let table = [
+        ("9301", ErrorCode::Invalid, "slurm:9301"),
+        ("9302", ErrorCode::NotFound, "no registered job 9302"),
+        (
+            "sge:9301",
+            ErrorCode::NotFound,
+            "no registered job sge:9301",
+        ),
+    ];
+    for (id, code, names) in table {
+        match end(&mut t, id) {
+            Some(Response::Error { code: c, message }) => {
+                assert_eq!(c, code, "{id}: {message}");
+                assert!(message.contains(names), "{id}: {message}");
+            }
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert!(
+        t.engine.seq_of("slurm:9301").is_some(),
+        "the job is still there"
+    );
+}
