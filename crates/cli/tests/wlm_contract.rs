@@ -366,7 +366,7 @@ fn lsf_job_starter_runs_the_job_under_pjw() {
     require_root!();
     let d = TestDaemon::start(pjw_bin(), "");
     let dir = scratch(&d, "lsf");
-    let (mut c, lines) = lsf_start(&d, &dir, "4711");
+    let (c, lines) = lsf_start(&d, &dir, "4711");
     // The starter execs pjw, which execs the job: the job is the shell LSF started (shells
     // that exec the last command of -c, as busybox sh does) or its direct child (dash forks).
     let main = job(&d, "lsf:4711")["pid"].as_u64().unwrap() as u32;

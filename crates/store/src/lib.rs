@@ -1069,9 +1069,9 @@ mod tests {
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
         let _ = std::fs::remove_file(&wal);
         std::os::unix::fs::symlink(&target, &wal).unwrap();
-        let e = Store::open(dir.path())
-            .err()
-            .expect("a symlinked sidecar was opened");
+        let Err(e) = Store::open(dir.path()) else {
+            panic!("a symlinked sidecar was opened");
+        };
         assert!(e.to_string().contains("cannot make"), "{e}");
         assert_eq!(mode(&target), 0o644, "the link's target was changed");
     }
