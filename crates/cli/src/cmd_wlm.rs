@@ -277,7 +277,10 @@ pub fn slurm(c: SlurmCommand) -> i32 {
             };
             // The name only (shown, never believed) from scontrol's text, where slurmd gave
             // none; a name is no reason to fail the Prolog.
-            let text = match std::env::var("SLURM_JOB_NAME").ok().filter(|n| !n.is_empty()) {
+            let text = match std::env::var("SLURM_JOB_NAME")
+                .ok()
+                .filter(|n| !n.is_empty())
+            {
                 Some(_) => String::new(),
                 None => std::process::Command::new(slurm_command("scontrol"))
                     .args(["show", "job", "-d", &id])
