@@ -263,7 +263,8 @@ mod tests {
         }
         use Want::*;
         const METRICS_A: &str = "[metrics]\nlisten = \"127.0.0.1:9810\"\n";
-        const CENTRAL_A: &str = "[central]\nurl = \"postgres://pjw:a@db/pjw\"\n";
+        const CENTRAL_A: &str =
+            "[central]\nurl = \"postgres://pjw@db/pjw\"\npassword_file = \"/etc/pjw/a\"\n";
         #[rustfmt::skip]
         let rows: &[(&str, &str, &str, Want)] = &[
             // key, old file, new file, want; the running job holds CPUs 2-3 of the pool 0-3.
@@ -286,9 +287,9 @@ mod tests {
             ("metrics.listen", METRICS_A, "", Live),
             ("central", "", CENTRAL_A, Live),
             ("central", CENTRAL_A, "", Live),
-            // Only the password differs (a Debug comparison would miss it: it masks it).
-            ("central", CENTRAL_A, "[central]\nurl = \"postgres://pjw:b@db/pjw\"\n", Live),
-            ("central", CENTRAL_A, "[central]\nurl = \"postgres://pjw:a@db/pjw\"\nbatch_size = 10\n", Live),
+            // Only the password's file differs (the password itself is read after parsing).
+            ("central", CENTRAL_A, "[central]\nurl = \"postgres://pjw@db/pjw\"\npassword_file = \"/etc/pjw/b\"\n", Live),
+            ("central", CENTRAL_A, "[central]\nurl = \"postgres://pjw@db/pjw\"\npassword_file = \"/etc/pjw/a\"\nbatch_size = 10\n", Live),
             ("cpus", "cpus = \"0-3\"\n", "cpus = \"0-1\"\n", Refused),
             ("cgroup.parent", "", "[cgroup]\nparent = \"/elsewhere\"\n", Refused),
             ("state_dir", "", "state_dir = \"/srv/pjw\"\n", Refused),
