@@ -486,25 +486,33 @@ fn a_private_tmp_is_capped_and_freed_at_the_end_even_when_held_from_outside() {
             })
             .unwrap_or_default()
     };
+    let used = || -> Result<u64, String> {
+        let df = Command::new("stat")
+            .args(["-f", "-c", "%b %f %S", &cwd])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let v: Vec<u64> = String::from_utf8_lossy(&df.stdout)
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        match v[..] {
+            [b, f, s] => Ok((b - f) * s),
+            _ => Err(format!("stat -f said {}", text(&df))),
+        }
+    };
     // Emptied off the engine thread, just after the job's end.
-    TestDaemon::wait_for(Duration::from_secs(30), || list().is_empty());
+    TestDaemon::wait_for(Duration::from_secs(30), || {
+        list().is_empty() && used().is_ok_and(|u| u < 1 << 20)
+    });
     let left = list();
-    let df = Command::new("stat")
-        .args(["-f", "-c", "%b %f %S", &cwd])
-        .output()
-        .unwrap();
+    let used = used();
     let _ = holder.kill();
     let _ = holder.wait();
     assert!(
         left.is_empty(),
         "files left in the ended job's tmpfs: {left:?}"
     );
-    let v: Vec<u64> = String::from_utf8_lossy(&df.stdout)
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    assert_eq!(v.len(), 3, "stat -f said {}", text(&df));
-    let used = (v[0] - v[1]) * v[2];
+    let used = used.unwrap_or_else(|e| panic!("{e}"));
     assert!(
         used < 1 << 20,
         "{used} bytes still used in the ended job's tmpfs"
