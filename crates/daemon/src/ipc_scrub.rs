@@ -37,10 +37,10 @@ pub struct Scrubbed {
     pub errors: Vec<String>,
 }
 
-/// Read the host's SysV objects, /dev/shm entries and message queues. A file or directory that
-/// cannot be read contributes nothing (a kernel without SysV IPC, a node without /dev/shm or
-/// without the mqueue file system mounted).
-pub fn read_listing(proc_root: &Path, shm_root: &Path, mq_root: &Path) -> Listing {
+/// Read the host's SysV objects and message queues (/dev/shm is walked instead: [`walk_shm`]).
+/// A file or directory that cannot be read contributes nothing (a kernel without SysV IPC, a
+/// node without the mqueue file system mounted).
+pub fn read_listing(proc_root: &Path, mq_root: &Path) -> Listing {
     let mut sysv = Vec::new();
     for kind in IpcKind::ALL {
         let path = proc_root.join("sysvipc").join(kind.file());
@@ -48,7 +48,6 @@ pub fn read_listing(proc_root: &Path, shm_root: &Path, mq_root: &Path) -> Listin
             sysv.extend(parse_sysvipc(kind, &text));
         }
     }
-    let _ = shm_root;
     let mqueues = open_dir(mq_root).map(|d| list_dir(&d)).unwrap_or_default();
     Listing { sysv, mqueues }
 }
@@ -104,7 +103,7 @@ pub fn scrub(
     job: &Ended,
     live: &[u32],
 ) -> Scrubbed {
-    let listing = read_listing(proc_root, shm_root, mq_root);
+    let listing = read_listing(proc_root, mq_root);
     let plan = pjw_core::ipc_scrub::plan(job, 0, live, &listing);
     let mut done = apply(&plan, mq_root, job);
     if pjw_core::ipc_scrub::wanted(job.uid, 0, live) {
@@ -530,14 +529,14 @@ mod tests {
         std::fs::write(mq.join("queue"), "").unwrap();
         let owner = owner();
         chown(&mq.join("queue"), owner);
-        let l = read_listing(&proc_root, &shm, &mq);
+        let l = read_listing(&proc_root, &mq);
         assert_eq!(l.mqueues.len(), 1);
         assert_eq!(
             (l.mqueues[0].name.as_str(), l.mqueues[0].uid),
             ("queue", owner)
         );
         // No mqueue file system mounted: nothing listed, no error.
-        assert!(read_listing(&proc_root, &shm, &t.path().join("none"))
+        assert!(read_listing(&proc_root, &t.path().join("none"))
             .mqueues
             .is_empty());
         assert_eq!(l.sysv.len(), 1);
