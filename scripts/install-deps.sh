@@ -27,8 +27,14 @@ if [ ! -e /etc/pjw-guest ]; then
   # The completion tests ask zsh and fish themselves for job ids.
   command -v zsh >/dev/null || need+=(zsh)
   command -v fish >/dev/null || need+=(fish)
-  # Real software whose processes `pjw status` counts (crates/cli/tests/top.rs).
+  # The real-software tests (crates/cli/tests/hpc*.rs) run Open MPI, libgomp, hwloc,
+  # stress-ng and sysbench under pjw (the systemd guest's image has them too); pjw status
+  # counts stress-ng's processes (crates/cli/tests/top.rs).
+  command -v mpirun >/dev/null || need+=(openmpi-bin)
+  command -v mpicc >/dev/null || need+=(libopenmpi-dev)
+  command -v hwloc-ps >/dev/null || need+=(hwloc)
   command -v stress-ng >/dev/null || need+=(stress-ng)
+  command -v sysbench >/dev/null || need+=(sysbench)
   # The Slurm SPANK plugin (make spank) is built against Slurm's spank.h and json-c.
   [ -e /usr/include/slurm/spank.h ] || need+=(libslurm-dev)
   [ -e /usr/include/json-c/json.h ] || need+=(libjson-c-dev)

@@ -55,6 +55,10 @@ pkgs=systemd,systemd-sysv,dbus,libpam-systemd,openssh-server,linux-image-amd64,i
 pkgs=$pkgs,util-linux,procps,iproute2,python3,make,gcc,libc6-dev,kmod
 # The package step (guest-deb.sh) reads pjw's man pages: man-db, and dpkg keeps pjw's pages.
 pkgs=$pkgs,man-db
+# The real-software tests (hpc_tasks: 2 MPI+OpenMP tasks of 2 CPUs): Open MPI with its
+# compiler wrapper, and the tools hpc.rs runs (the same set scripts/install-deps.sh gives the
+# host).
+pkgs=$pkgs,openmpi-bin,libopenmpi-dev,hwloc,stress-ng,sysbench
 # mmdebstrap mounts /proc, /sys and /dev in the chroot while it installs (root mode): it runs in
 # a private mount namespace of its own, so none of that reaches the host's mount table.
 unshare --mount --propagation private -- \

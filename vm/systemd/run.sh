@@ -36,7 +36,9 @@
 #      VM_BOOT_TIMEOUT (s, until ssh answers, default 600), VM_STEP_TIMEOUT (s per step, 1800),
 #      VM_SYSTEMD_CPUS (default 16: 2 sockets x 4 cores x 2 threads in 2 NUMA nodes, what the
 #      session step checks; any other N: one socket of N single-thread cores, one NUMA node),
-#      VM_BENCH_SCENARIOS (bench-slurm's scenarios, default "isolation turnaround").
+#      VM_BENCH_SCENARIOS (bench-slurm's scenarios, default "isolation turnaround"),
+#      VM_TESTS (the tests step runs only these executables of vm/guest-tests, e.g. "hpc_tasks":
+#      to check one test file in the guest; a full tier runs them all).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
@@ -77,6 +79,9 @@ ls "$W/runs" | sort | head -n -5 | while read -r old; do rm -rf "${W:?}/runs/$ol
 python3 - "$W/tests.json" "$here/../guest-tests" > "$run/tests.list" <<'PY'
 import json, os, sys
 want = {l.strip() for l in open(sys.argv[2]) if l.strip() and not l.startswith("#")}
+only = os.environ.get("VM_TESTS", "").split()
+if only:
+    want &= set(only)
 for line in open(sys.argv[1]):
     try:
         m = json.loads(line)

@@ -198,9 +198,15 @@ pub struct DaemonArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Number of CPUs [default: the workload manager's with --from-env, else 1].
-    #[arg(short = 'c', long, value_name = "N")]
+    /// Number of CPUs; with --ntasks, CPUs per task [default: the workload manager's with
+    /// --from-env (divided among the tasks), else 1].
+    #[arg(short = 'c', long, visible_alias = "cpus-per-task", value_name = "N")]
     pub cpus: Option<u32>,
+    /// Tasks (MPI ranks) the command starts, Slurm's --ntasks: the job gets tasks × --cpus
+    /// CPUs; each task's thread counts are its share, and Open MPI's mpirun is told to start
+    /// that many ranks, each bound to its own CPUs.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ntasks: Option<u32>,
     /// Whole GPUs, with CPUs local to them; the job can open only its own GPUs' devices.
     #[arg(short = 'g', long, value_name = "N", default_value_t = 0)]
     pub gpus: u32,

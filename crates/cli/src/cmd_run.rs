@@ -55,10 +55,10 @@ pub fn run(a: RunArgs) -> i32 {
         Ok(m) => m.or(wlm.as_ref().and_then(|w| w.mem)),
         Err(e) => return fail(format!("--mem: {e}")),
     };
-    let cpus = a.cpus.or(wlm.as_ref().and_then(|w| w.cpus)).unwrap_or(1);
-    if cpus == 0 {
-        return fail("--cpus must be at least 1");
-    }
+    let cpus = match job_cpus(a.cpus, a.ntasks, wlm.as_ref().and_then(|w| w.cpus)) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
     // A manager's id, in the manager's namespace where its wrapper runs as the user (LSF,
     // HTCondor, PBS: `lsf:4242`), so no id a user picks is ever the manager's; Slurm's and Grid
     // Engine's namespaces are for root's registrations, so there the id stays pjw's own.
@@ -115,6 +115,7 @@ pub fn run(a: RunArgs) -> i32 {
     let mut req = RunRequest {
         gpus: a.gpus,
         bind: a.bind,
+        tasks: a.ntasks,
         cpus,
         mem,
         job_id,
@@ -250,6 +251,12 @@ pub fn run(a: RunArgs) -> i32 {
         .env("PJW_CPUS", cpus.to_string())
         .envs(defaults)
         .envs(env);
+    if let Some(n) = a.ntasks {
+        cmd.env("PJW_NTASKS", n.to_string()).env(
+            "PJW_CPUS_PER_TASK",
+            (cpus.len() / n as usize).max(1).to_string(),
+        );
+    }
     // Job starter mode: private /tmp (needs root), then become the user.
     match &tmp {
         Some(JobTmp::Private { size }) if root => {
@@ -293,6 +300,33 @@ pub fn run(a: RunArgs) -> i32 {
     }
 }
 
+/// The job's CPUs from `--cpus`, `--ntasks` and the workload manager's count: with tasks,
+/// `--cpus` counts per task (Slurm's `-c`), and a manager's count is divided among them.
+fn job_cpus(cpus: Option<u32>, ntasks: Option<u32>, wlm: Option<u32>) -> Result<u32, String> {
+    let total = match ntasks {
+        None => cpus.or(wlm).unwrap_or(1),
+        Some(0) => return Err("--ntasks must be at least 1".into()),
+        Some(n) => {
+            let per_task = match (cpus, wlm) {
+                (Some(c), _) => c,
+                (None, Some(w)) if w.is_multiple_of(n) => w / n,
+                (None, Some(w)) => {
+                    return Err(format!(
+                        "--ntasks {n} does not divide the workload manager's {w} cpus; give --cpus per task"
+                    ))
+                }
+                (None, None) => 1,
+            };
+            n.checked_mul(per_task)
+                .ok_or_else(|| format!("--ntasks {n} × --cpus {per_task} is too many cpus"))?
+        }
+    };
+    if total == 0 {
+        return Err("--cpus must be at least 1".into());
+    }
+    Ok(total)
+}
+
 /// `--io-max 'DEV key=value…'`, DEV `MAJ:MIN` or a path (resolved to its whole disk here, on
 /// the node the job runs on), checked and sent as `MAJ:MIN key=value…`.
 fn parse_io_max(spec: &str) -> Result<String, String> {
@@ -306,4 +340,79 @@ fn parse_io_max(spec: &str) -> Result<String, String> {
     pjw_core::io_limits::IoMax::parse(&format!("{dev} {rest}"))
         .map(|m| m.to_string())
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::job_cpus;
+
+    /// (description, --cpus, --ntasks, the manager's cpus, expected or a part of the error)
+    type Case = (
+        &'static str,
+        Option<u32>,
+        Option<u32>,
+        Option<u32>,
+        Result<u32, &'static str>,
+    );
+
+    #[test]
+    fn cpus_per_task_times_tasks() {
+        let cases: &[Case] = &[
+            ("nothing said: one cpu", None, None, None, Ok(1)),
+            ("-c alone is the job's", Some(4), None, None, Ok(4)),
+            ("the manager's count", None, None, Some(6), Ok(6)),
+            ("-c wins over the manager", Some(2), None, Some(6), Ok(2)),
+            ("2 tasks of 2", Some(2), Some(2), None, Ok(4)),
+            ("tasks without -c: one cpu each", None, Some(3), None, Ok(3)),
+            (
+                "the manager's 8 cpus for 4 tasks",
+                None,
+                Some(4),
+                Some(8),
+                Ok(8),
+            ),
+            (
+                "-c per task beside the manager",
+                Some(1),
+                Some(4),
+                Some(8),
+                Ok(4),
+            ),
+            (
+                "3 tasks do not divide 8",
+                None,
+                Some(3),
+                Some(8),
+                Err("--ntasks 3 does not divide"),
+            ),
+            (
+                "-c 0",
+                Some(0),
+                None,
+                None,
+                Err("--cpus must be at least 1"),
+            ),
+            (
+                "-c 0 per task",
+                Some(0),
+                Some(2),
+                None,
+                Err("--cpus must be at least 1"),
+            ),
+            (
+                "overflow",
+                Some(u32::MAX),
+                Some(2),
+                None,
+                Err("too many cpus"),
+            ),
+        ];
+        for (desc, c, n, w, want) in cases {
+            match (job_cpus(*c, *n, *w), want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, *want, "{desc}"),
+                (Err(e), Err(want)) => assert!(e.contains(want), "{desc}: {e}"),
+                (got, want) => panic!("{desc}: {got:?}, want {want:?}"),
+            }
+        }
+    }
 }

@@ -267,6 +267,7 @@ fn user_text_can_neither_break_status_nor_reach_other_terminals() {
     let req = pjw_proto::Request::Run(pjw_proto::RunRequest {
         gpus: 0,
         bind: None,
+        tasks: None,
         cpus: 1,
         mem: None,
         job_id: None,

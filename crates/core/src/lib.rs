@@ -21,6 +21,7 @@ pub mod gpu_env;
 pub mod io_limits;
 pub mod ipc_scrub;
 pub mod jobid;
+pub mod pin_owner;
 pub mod sched;
 pub mod sim;
 pub mod size;

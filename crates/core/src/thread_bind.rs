@@ -115,6 +115,13 @@ fn fill_order(topo: &Topology, job: &CpuSet) -> Vec<Key> {
     keys
 }
 
+/// Whether sample `s` is busy: it ran at least `busy_percent` % of `interval_ns` (never over an
+/// empty interval).
+pub fn is_busy(s: &ThreadSample, interval_ns: u64, busy_percent: u32) -> bool {
+    interval_ns > 0
+        && u128::from(s.run_ns) * 100 >= u128::from(busy_percent) * u128::from(interval_ns)
+}
+
 /// Decide the pins for one pass. `interval_ns` is the length of the interval the samples cover;
 /// a thread is busy when `run_ns * 100 >= busy_percent * interval_ns` (no thread is busy when the
 /// interval is empty). `previous` is the pin map the last pass returned, `grace` the set of
@@ -128,10 +135,7 @@ pub fn plan(
     interval_ns: u64,
     busy_percent: u32,
 ) -> BindPlan {
-    let is_busy = |s: &ThreadSample| {
-        interval_ns > 0
-            && u128::from(s.run_ns) * 100 >= u128::from(busy_percent) * u128::from(interval_ns)
-    };
+    let is_busy = |s: &ThreadSample| is_busy(s, interval_ns, busy_percent);
     let mut busy = Vec::new();
     let mut unpin = Vec::new();
     let mut kept = BTreeSet::new();

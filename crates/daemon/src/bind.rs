@@ -12,16 +12,25 @@
 //! nothing for the other threads of the node.
 //!
 //! Threads born in a binding job (fork events, [`Born`]) are pinned at once to the job's least
-//! pinned slot and measured from birth. A thread first seen by a pass instead gets the whole job
-//! set: it may have inherited a pin from the thread that made it (or from before a daemon
-//! restart), and is measured from the next pass. A thread or process that vanished between the
-//! listing and the read is normal and skipped; any other error is logged (at warn once per job
-//! and kind) and the thread is left as it is (not recorded as pinned).
+//! pinned slot and measured from birth; a new process keeps the job set (the program it execs
+//! sizes itself from it) and is measured from birth. A thread first seen by a pass that inherited a pin pjw
+//! set on the thread that made it gets the whole job set, and is measured from the next pass.
+//! A thread or process that vanished between the listing and the read is normal and skipped;
+//! any other error is logged (at warn once per job and kind) and the thread is left as it is
+//! (not recorded as pinned).
+//!
+//! **A runtime's pins are left alone** (docs/decisions.md (bf)): every pass reads each thread's
+//! affinity, and one narrower than the job set that pjw did not set (libgomp's places under
+//! `OMP_PROC_BIND`, Open MPI's rank binding, `hwloc-bind`, `taskset`; or a pin from before a
+//! daemon restart) is never sampled, moved, widened or pinned; pjw remembers what it set on
+//! each thread to tell its own pins apart ([`pjw_core::pin_owner::owner`]). pjw's own pins
+//! avoid the CPUs such pins hold while others are free ([`pjw_core::pin_owner::open_slots`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::mpsc;
 use std::time::Instant;
 
+use pjw_core::pin_owner::{self, Owner};
 use pjw_core::thread_bind::{self, BindMode, ThreadSample};
 use pjw_core::{CpuSet, Tid, Topology};
 use tracing::{debug, warn};
@@ -106,6 +115,10 @@ pub trait BindPort: Send {
     fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError>;
     /// Let thread `tid` run only on `cpus`.
     fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError>;
+    /// The CPUs thread `tid` may run on now.
+    fn affinity(&self, tid: u32) -> Result<CpuSet, BindError>;
+    /// The parent of process `pid`.
+    fn parent(&self, pid: u32) -> Result<u32, BindError>;
 }
 
 /// What the binder remembers about a job between passes.
@@ -123,7 +136,50 @@ struct Track {
     /// Threads placed at birth since the last pass, and when: their share is of the time they
     /// lived, not of the whole interval.
     born: HashMap<Tid, Instant>,
+    /// What pjw last set on each live thread (a pin set, or the job set), and the thread's
+    /// process: a thread whose affinity is something else was pinned by someone else since.
+    ours: HashMap<Tid, (u32, CpuSet)>,
+    /// The CPUs of the runtime pins seen at the last pass (kept out of pjw's placements).
+    reserved: CpuSet,
     at: Instant,
+}
+
+impl Track {
+    /// What pjw last set on thread `tid`.
+    fn ours_of(&self, tid: &Tid) -> Option<&CpuSet> {
+        self.ours.get(tid).map(|(_, s)| s)
+    }
+
+    /// The pins pjw set on the threads of process `pid` (sets narrower than the job's).
+    fn pins_in(&self, pid: u32) -> Vec<CpuSet> {
+        self.ours
+            .values()
+            .filter(|(p, s)| *p == pid && *s != self.cpus)
+            .map(|(_, s)| *s)
+            .collect()
+    }
+
+    /// Whose the affinity `current` of thread `tid` of process `pid` is. A thread may have
+    /// inherited a pin pjw set on another thread of its process, and a `new` process's first
+    /// thread one pjw set on its parent's (asked of `port` only then).
+    fn owner(
+        &self,
+        port: &dyn BindPort,
+        job: &CpuSet,
+        (pid, tid): (u32, Tid),
+        new: bool,
+        current: &CpuSet,
+    ) -> Owner {
+        let ours = self.ours_of(&tid);
+        let o = pin_owner::owner(job, current, ours, &self.pins_in(pid));
+        if o != Owner::Runtime || ours.is_some() || tid.0 != pid || !new {
+            return o;
+        }
+        match port.parent(pid) {
+            Ok(parent) => pin_owner::owner(job, current, None, &self.pins_in(parent)),
+            Err(_) => o,
+        }
+    }
 }
 
 /// The balancing state of every job that binds, and one pass over them.
@@ -165,6 +221,10 @@ impl Balancer {
         for job in jobs.iter().filter(|j| j.mode == BindMode::None) {
             if let Some(t) = self.jobs.remove(&job.seq) {
                 for tid in t.pins.keys() {
+                    // Re-pinned by a runtime since: its pin, not ours to undo.
+                    if port.affinity(tid.0).ok().as_ref() != t.ours_of(tid) {
+                        continue;
+                    }
                     match port.set_affinity(tid.0, &job.cpus) {
                         Ok(()) => report.unpinned += 1,
                         Err(BindError::Gone) => {}
@@ -186,59 +246,52 @@ impl Balancer {
     }
 
     fn pass_job(&mut self, port: &dyn BindPort, job: &BindJob, now: Instant, r: &mut PassReport) {
-        let pids = match port.procs(&job.cgroup) {
-            Ok(p) => p,
-            Err(BindError::Gone) => return,
-            Err(BindError::Failed(e)) => {
-                failed!(self.logged, job.seq, "cannot list the job's processes", cgroup = %job.cgroup, error = %e);
-                return;
-            }
+        let Some(seen) = self.read_job(port, job) else {
+            return;
         };
-        let mut run = HashMap::new();
-        for pid in pids {
-            let tids = match port.threads(pid) {
-                Ok(t) => t,
-                Err(BindError::Gone) => continue,
-                Err(BindError::Failed(e)) => {
-                    failed!(self.logged, job.seq, "cannot list threads", cgroup = %job.cgroup, pid, error = %e);
-                    continue;
-                }
-            };
-            for tid in tids {
-                match port.runnable_ns(pid, tid) {
-                    Ok(ns) => {
-                        run.insert(Tid(tid), ns);
-                    }
-                    Err(BindError::Gone) => {}
-                    Err(BindError::Failed(e)) => {
-                        failed!(self.logged, job.seq, "cannot read run time", cgroup = %job.cgroup, tid, error = %e)
-                    }
-                }
-            }
-        }
         let Some(prev) = self.jobs.get_mut(&job.seq) else {
-            // The first look: run times since now are measured at the next pass. Every thread
-            // gets the whole job set: one pinned before a daemon restart is unknown here.
-            for tid in run.keys() {
-                free(port, job, *tid, &mut self.logged, r);
-            }
+            // The first look: run times since now are measured at the next pass. Nothing is
+            // set: a thread at the job set is free already, a narrower one is a runtime's (or
+            // pinned before a daemon restart: unknown here, so left alone too).
+            let reserved = seen.runtime_cpus(job, &HashMap::new());
             self.jobs.insert(
                 job.seq,
                 Track {
                     cpus: job.cpus,
                     pins: BTreeMap::new(),
                     grace: BTreeSet::new(),
-                    run,
+                    run: seen.run,
                     born: HashMap::new(),
+                    ours: HashMap::new(),
+                    reserved,
                     at: now,
                 },
             );
             return;
         };
+        // Whose each thread's affinity is, judged on what pjw set by the last pass.
+        let owners: HashMap<Tid, Owner> = seen
+            .run
+            .keys()
+            .map(|tid| {
+                let o = match (seen.affinity.get(tid), seen.pid.get(tid)) {
+                    (Some(cur), Some(pid)) => {
+                        let new = !prev.run.contains_key(tid);
+                        prev.owner(port, &job.cpus, (*pid, *tid), new, cur)
+                    }
+                    // Unreadable: left as it is, like a runtime's pin.
+                    _ => Owner::Runtime,
+                };
+                (*tid, o)
+            })
+            .collect();
+        let mine = |tid: &Tid| owners.get(tid).is_some_and(|o| *o != Owner::Runtime);
         let interval_ns = now.saturating_duration_since(prev.at).as_nanos() as u64;
-        // Threads seen at both passes; a new one is measured from the next pass.
-        let samples: Vec<ThreadSample> = run
+        // pjw's threads seen at both passes; a new one is measured from the next pass.
+        let samples: Vec<ThreadSample> = seen
+            .run
             .iter()
+            .filter(|(tid, _)| mine(tid))
             .filter_map(|(tid, ns)| {
                 let was = prev.run.get(tid)?;
                 let mut run_ns = ns.saturating_sub(*was);
@@ -254,8 +307,16 @@ impl Balancer {
                 Some(ThreadSample { tid: *tid, run_ns })
             })
             .collect();
-        let slots = thread_bind::slots(&self.topo, &job.cpus, job.mode);
-        let (applied, grace) = if prev.cpus == job.cpus {
+        let reserved = seen.runtime_cpus(job, &owners);
+        // Those the plan places: the busy, and the pinned it may keep through a pass of grace.
+        let wanted = samples
+            .iter()
+            .filter(|s| {
+                thread_bind::is_busy(s, interval_ns, BUSY_PERCENT) || prev.pins.contains_key(&s.tid)
+            })
+            .count();
+        let slots = pin_owner::open_slots(&self.topo, &job.cpus, job.mode, &reserved, wanted);
+        let (mut applied, grace) = if prev.cpus == job.cpus {
             (
                 std::mem::take(&mut prev.pins),
                 std::mem::take(&mut prev.grace),
@@ -263,6 +324,9 @@ impl Balancer {
         } else {
             (BTreeMap::new(), BTreeSet::new())
         };
+        // A pin that is no longer in place (a runtime re-pinned the thread, or gave it the
+        // whole set) is not pjw's any more.
+        applied.retain(|tid, _| owners.get(tid) == Some(&Owner::Pjw));
         let plan = thread_bind::plan(
             &self.topo,
             &slots,
@@ -272,6 +336,8 @@ impl Balancer {
             interval_ns,
             BUSY_PERCENT,
         );
+        let mut ours = std::mem::take(&mut prev.ours);
+        let pid_of = |tid: &Tid| seen.pid.get(tid).copied().unwrap_or(tid.0);
         let mut pins = BTreeMap::new();
         for (tid, slot) in plan.pins {
             if applied.get(&tid) == Some(&slot) {
@@ -283,6 +349,7 @@ impl Balancer {
                 Ok(()) => {
                     debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %set, "thread pinned");
                     pins.insert(tid, slot);
+                    ours.insert(tid, (pid_of(&tid), set));
                     r.pinned += 1;
                 }
                 Err(BindError::Gone) => {}
@@ -292,15 +359,20 @@ impl Balancer {
                 }
             }
         }
-        // A thread seen for the first time may have inherited a pin from the thread that
-        // made it: it gets the whole job set until it is measured.
-        for tid in run.keys().filter(|t| !prev.run.contains_key(t)) {
-            free(port, job, *tid, &mut self.logged, r);
+        // A thread seen for the first time that inherited a pin of pjw's from the thread that
+        // made it gets the whole job set until it is measured.
+        for tid in seen.run.keys().filter(|t| !prev.run.contains_key(t)) {
+            if owners.get(tid) == Some(&Owner::Inherited)
+                && free(port, job, *tid, &mut self.logged, r)
+            {
+                ours.insert(*tid, (pid_of(tid), job.cpus));
+            }
         }
         for tid in plan.unpin {
             match port.set_affinity(tid.0, &job.cpus) {
                 Ok(()) => {
                     debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %job.cpus, "thread unpinned");
+                    ours.insert(tid, (pid_of(&tid), job.cpus));
                     r.unpinned += 1;
                 }
                 Err(BindError::Gone) => {}
@@ -314,6 +386,7 @@ impl Balancer {
                 }
             }
         }
+        ours.retain(|tid, _| seen.run.contains_key(tid));
         let grace = plan
             .grace
             .into_iter()
@@ -323,10 +396,90 @@ impl Balancer {
             cpus: job.cpus,
             pins,
             grace,
-            run,
+            run: seen.run,
             born: HashMap::new(),
+            ours,
+            reserved,
             at: now,
         };
+    }
+
+    /// Each live thread of `job`: its run time and its affinity (None where the job's
+    /// processes could not be listed).
+    fn read_job(&mut self, port: &dyn BindPort, job: &BindJob) -> Option<Seen> {
+        let pids = match port.procs(&job.cgroup) {
+            Ok(p) => p,
+            Err(BindError::Gone) => return None,
+            Err(BindError::Failed(e)) => {
+                failed!(self.logged, job.seq, "cannot list the job's processes", cgroup = %job.cgroup, error = %e);
+                return None;
+            }
+        };
+        let mut seen = Seen::default();
+        for pid in pids {
+            let tids = match port.threads(pid) {
+                Ok(t) => t,
+                Err(BindError::Gone) => continue,
+                Err(BindError::Failed(e)) => {
+                    failed!(self.logged, job.seq, "cannot list threads", cgroup = %job.cgroup, pid, error = %e);
+                    continue;
+                }
+            };
+            for tid in tids {
+                match port.runnable_ns(pid, tid) {
+                    Ok(ns) => {
+                        seen.run.insert(Tid(tid), ns);
+                        seen.pid.insert(Tid(tid), pid);
+                    }
+                    Err(BindError::Gone) => continue,
+                    Err(BindError::Failed(e)) => {
+                        failed!(self.logged, job.seq, "cannot read run time", cgroup = %job.cgroup, tid, error = %e);
+                        continue;
+                    }
+                }
+                match port.affinity(tid) {
+                    Ok(a) => {
+                        seen.affinity.insert(Tid(tid), a);
+                    }
+                    Err(BindError::Gone) => {
+                        seen.run.remove(&Tid(tid));
+                    }
+                    Err(BindError::Failed(e)) => {
+                        failed!(self.logged, job.seq, "cannot read a thread's affinity", cgroup = %job.cgroup, tid, error = %e);
+                    }
+                }
+            }
+        }
+        Some(seen)
+    }
+}
+
+/// What one pass read of a job's threads.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Run time per live thread.
+    run: HashMap<Tid, u64>,
+    /// Affinity per thread whose affinity could be read.
+    affinity: HashMap<Tid, CpuSet>,
+    /// Each thread's process.
+    pid: HashMap<Tid, u32>,
+}
+
+impl Seen {
+    /// The CPUs runtime pins hold: the affinities of the threads `owners` calls a runtime's
+    /// (every narrower one when `owners` is empty: the first look, when pjw has set nothing).
+    fn runtime_cpus(&self, job: &BindJob, owners: &HashMap<Tid, Owner>) -> CpuSet {
+        let mut out = CpuSet::new();
+        for (tid, cur) in &self.affinity {
+            let o = owners
+                .get(tid)
+                .copied()
+                .unwrap_or_else(|| pin_owner::owner(&job.cpus, cur, None, &[]));
+            if o == Owner::Runtime {
+                out = out.union(&cur.intersection(&job.cpus));
+            }
+        }
+        out
     }
 }
 
@@ -341,10 +494,20 @@ pub struct Born {
 
 impl Balancer {
     /// Place a thread just born (a process-connector fork event) without waiting for the next
-    /// pass: pinned to the job's least pinned slot, its run time measured from now, so the next
-    /// pass keeps the pin if it is busy and gives it the job set back if not (a guess gets no
-    /// pass of grace). Nothing for a job
-    /// not balanced yet (its first pass frees every thread) or whose CPUs changed since.
+    /// pass: pinned to the job's least pinned open slot, its run time measured from now, so the
+    /// next pass keeps the pin if it is busy and gives it the job set back if not (a guess gets
+    /// no pass of grace).
+    ///
+    /// A new **process** is not pinned: it usually execs a program whose runtime sizes itself
+    /// from its affinity when it starts (libgomp, OpenBLAS), and pinned to one CPU it would
+    /// start one thread; it keeps the job set (gets it back if it inherited a pin of pjw's) and
+    /// is measured from the first pass that sees it, so it is placed a full interval after its
+    /// start at the earliest. Nor is a new thread of a process none of whose threads pjw has
+    /// pinned busy: a launcher's helper thread (`mpirun` forks its ranks from one, and a rank
+    /// forked on a pinned thread was left unbound by Open MPI) or a worker of a program that
+    /// just started; it is measured from birth, so the next pass places it. Nothing for a thread born pinned by
+    /// a runtime (libgomp creates its threads on their places; Open MPI binds each rank), a job
+    /// not balanced yet (its first pass only looks) or whose CPUs changed since.
     pub fn place_born(&mut self, port: &dyn BindPort, b: &Born, now: Instant, r: &mut PassReport) {
         let Some(t) = self.jobs.get_mut(&b.job.seq) else {
             return;
@@ -353,10 +516,18 @@ impl Balancer {
         if b.job.mode == BindMode::None || t.cpus != b.job.cpus || t.run.contains_key(&tid) {
             return;
         }
-        let slots = thread_bind::slots(&self.topo, &b.job.cpus, b.job.mode);
-        let Some(slot) = thread_bind::place_one(&self.topo, &slots, &t.pins) else {
-            return;
+        let current = match port.affinity(b.tid) {
+            Ok(a) => a,
+            Err(BindError::Gone) => return,
+            Err(BindError::Failed(e)) => {
+                failed!(self.logged, b.job.seq, "cannot read a thread's affinity", cgroup = %b.job.cgroup, tid = b.tid, error = %e);
+                return;
+            }
         };
+        let owner = t.owner(port, &b.job.cpus, (b.tgid, tid), true, &current);
+        if owner == Owner::Runtime {
+            return;
+        }
         let ns = match port.runnable_ns(b.tgid, b.tid) {
             Ok(ns) => ns,
             Err(BindError::Gone) => return,
@@ -365,6 +536,41 @@ impl Balancer {
                 return;
             }
         };
+        // A thread of a process pjw has not seen compute (a launcher's helper thread; a
+        // program just started) is measured before it is placed: a launcher's forks inherit
+        // its threads' affinity, and Open MPI does not bind a rank forked on a pinned thread.
+        let computes = t
+            .pins
+            .keys()
+            .any(|p| t.ours.get(p).is_some_and(|(pid, _)| *pid == b.tgid));
+        if b.tgid == b.tid || !computes {
+            // The job set (back, if it inherited a pin of pjw's).
+            if owner == Owner::Inherited && !free(port, &b.job, tid, &mut self.logged, r) {
+                return;
+            }
+            if owner == Owner::Inherited {
+                t.ours.insert(tid, (b.tgid, b.job.cpus));
+            }
+            // A thread is measured from birth. A new process only from the first pass that
+            // sees it, so it is not pinned before a full interval has passed: the program it
+            // execs sizes its runtime from its affinity as it starts (libgomp also pins its
+            // first thread then, under OMP_PROC_BIND), and a pin before that is all it sees.
+            if b.tgid != b.tid {
+                t.run.insert(tid, ns);
+                t.born.insert(tid, now);
+            }
+            return;
+        }
+        let slots = pin_owner::open_slots(
+            &self.topo,
+            &b.job.cpus,
+            b.job.mode,
+            &t.reserved,
+            t.pins.len() + 1,
+        );
+        let Some(slot) = thread_bind::place_one(&self.topo, &slots, &t.pins) else {
+            return;
+        };
         let set = thread_bind::pin_set(&self.topo, &b.job.cpus, b.job.mode, slot);
         match port.set_affinity(b.tid, &set) {
             Ok(()) => {
@@ -372,6 +578,7 @@ impl Balancer {
                 t.run.insert(tid, ns);
                 t.born.insert(tid, now);
                 t.pins.insert(tid, slot);
+                t.ours.insert(tid, (b.tgid, set));
                 // Its pin is a guess, not a measurement: no pass of grace if it is idle.
                 t.grace.insert(tid);
                 r.pinned += 1;
@@ -394,14 +601,22 @@ pub enum BindMsg {
     Born(Vec<Born>),
 }
 
-/// Give thread `tid` the whole job set (a new thread, or the first look at a job).
-fn free(port: &dyn BindPort, job: &BindJob, tid: Tid, logged: &mut Logged, r: &mut PassReport) {
+/// Give thread `tid` the whole job set (a new thread that inherited a pin of pjw's); whether
+/// that was done.
+fn free(
+    port: &dyn BindPort,
+    job: &BindJob,
+    tid: Tid,
+    logged: &mut Logged,
+    r: &mut PassReport,
+) -> bool {
     match port.set_affinity(tid.0, &job.cpus) {
-        Ok(()) => {}
-        Err(BindError::Gone) => {}
+        Ok(()) => true,
+        Err(BindError::Gone) => false,
         Err(BindError::Failed(e)) => {
             failed!(logged, job.seq, "cannot give a new thread the job's cpus", cgroup = %job.cgroup, tid = tid.0, error = %e);
             r.failed += 1;
+            false
         }
     }
 }

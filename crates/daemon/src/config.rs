@@ -156,7 +156,8 @@ pub struct Config {
     pub io: pjw_core::io_limits::JobIo,
     /// `[job] bind_interval_ms`: the thread balancing pass's interval.
     pub bind_interval_ms: u64,
-    /// `[job] thread_env`: send OMP_NUM_THREADS and friends to match the job's CPUs.
+    /// `[job] thread_env`: send the thread and CPU counts of the job's CPUs and tasks
+    /// (`pjw_core::thread_env`).
     pub thread_env: bool,
     /// `[job] private_ipc`, `shm_size`, `scrub_ipc`.
     pub ipc: JobIpc,

@@ -581,6 +581,7 @@ pub fn run_request(id: &str, cpus: u32) -> RunRequest {
     RunRequest {
         gpus: 0,
         bind: None,
+        tasks: None,
         cpus,
         mem: None,
         job_id: Some(id.into()),

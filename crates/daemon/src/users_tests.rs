@@ -110,6 +110,7 @@ async fn other_clients_are_answered_while_a_user_lookup_is_stalled() {
         req: RunRequest {
             gpus: 0,
             bind: None,
+            tasks: None,
             cpus: 1,
             mem: None,
             job_id: Some("b1".into()),

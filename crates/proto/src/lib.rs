@@ -178,6 +178,11 @@ pub struct RunRequest {
     /// sent then, so older daemons still take the request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bind: Option<BindMode>,
+    /// How many tasks (MPI ranks) share the job's CPUs (`--ntasks`): each task's thread
+    /// variables count its share, and an MPI launcher is told the ranks. None: not said (not
+    /// sent then, so older daemons still take the request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<u32>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -217,8 +222,10 @@ pub enum Response {
         /// `CUDA_VISIBLE_DEVICES`, ...).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         env: Vec<(String, String)>,
-        /// Variables the client sets only where the user's environment lacks them: the
-        /// OpenMP/BLAS thread counts and places matching the job's CPUs (`[job] thread_env`).
+        /// Variables the client sets only where the user's environment lacks them (nor a
+        /// variable the runtime reads instead: `pjw_core::thread_env::unset_only`): the thread
+        /// and CPU counts and OpenMP places matching the job's CPUs and tasks (`[job]
+        /// thread_env`).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         env_defaults: Vec<(String, String)>,
     },
@@ -591,6 +598,7 @@ mod tests {
         let run = Request::Run(RunRequest {
             gpus: 2,
             bind: None,
+            tasks: None,
             priority: Some(12),
             placement: Placement::BackfillOnly,
             exclusive: false,

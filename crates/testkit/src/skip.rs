@@ -6,9 +6,9 @@
 //! the guests' runners), so the summary counts it as skipped, not passed, and lists its reason.
 //!
 //! A component that `make test` installs or provides (root, Slurm, Grid Engine, PostgreSQL, tmux,
-//! promtool, python3, stress-ng, a swap file) is checked with [`require`]: missing on the host, the test
-//! fails; missing in one of the project's test guests (which carry `/etc/pjw-guest`), where the
-//! host tier runs that test instead, it skips. No environment variable can turn a host test
+//! promtool, python3, a swap file, Open MPI, hwloc, stress-ng, sysbench) is checked with
+//! [`require`]: missing on the host, the test fails; missing in one of the project's test guests
+//! (which carry `/etc/pjw-guest`), where the host tier runs that test instead, it skips. No environment variable can turn a host test
 //! into a skip or a pass: the guest marker is a file the guests' images carry.
 
 use std::io::Write;
@@ -105,8 +105,16 @@ pub enum Component {
     Zsh,
     /// fish, to ask it for pjw's completions.
     Fish,
-    /// stress-ng, real software whose process counts `pjw status` must tell.
+    /// Open MPI with its compiler wrapper (mpirun, mpicc) and gcc's OpenMP (Debian's
+    /// openmpi-bin, libopenmpi-dev).
+    Mpi,
+    /// hwloc's tools (hwloc-ps, hwloc-bind).
+    Hwloc,
+    /// stress-ng: real software whose processes `pjw status` counts and whose workers must
+    /// stay in their job.
     StressNg,
+    /// sysbench.
+    Sysbench,
 }
 
 impl Component {
@@ -123,7 +131,10 @@ impl Component {
             Component::Swap => "swap",
             Component::Zsh => "zsh",
             Component::Fish => "fish",
+            Component::Mpi => "mpi",
+            Component::Hwloc => "hwloc",
             Component::StressNg => "stress-ng",
+            Component::Sysbench => "sysbench",
         }
     }
 
@@ -153,7 +164,10 @@ impl Component {
             Component::Swap => on_path("swapon") && on_path("mkswap"),
             Component::Zsh => on_path("zsh"),
             Component::Fish => on_path("fish"),
+            Component::Mpi => on_path("mpirun") && on_path("mpicc"),
+            Component::Hwloc => on_path("hwloc-ps") && on_path("hwloc-bind"),
             Component::StressNg => on_path("stress-ng"),
+            Component::Sysbench => on_path("sysbench"),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The binder's port on a real machine: job processes from the cgroup driver, threads and run
-//! times from `/proc` (any root), affinity with `sched_setaffinity`.
+//! times and parents from `/proc` (any root), affinity with `sched_getaffinity` and
+//! `sched_setaffinity`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -84,5 +85,31 @@ impl BindPort for ProcPort {
                 BindError::Failed(format!("sched_setaffinity({tid}, {cpus}): {e}"))
             }
         })
+    }
+
+    fn affinity(&self, tid: u32) -> Result<CpuSet, BindError> {
+        let pid = i32::try_from(tid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .ok_or_else(|| BindError::Failed(format!("bad thread id {tid}")))?;
+        let set = rustix::process::sched_getaffinity(Some(pid)).map_err(|e| {
+            if e == rustix::io::Errno::SRCH {
+                BindError::Gone
+            } else {
+                BindError::Failed(format!("sched_getaffinity({tid}): {e}"))
+            }
+        })?;
+        Ok((0..pjw_core::MAX_CPUS as u32)
+            .filter(|&c| set.is_set(c as usize))
+            .collect())
+    }
+
+    fn parent(&self, pid: u32) -> Result<u32, BindError> {
+        let path = self.proc_root.join(pid.to_string()).join("stat");
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| BindError::of_io(&e, path.display()))?;
+        pjw_kernelfs::proc_stat::parse(&text)
+            .map(|s| s.ppid)
+            .map_err(|e| BindError::Failed(format!("{}: {e}", path.display())))
     }
 }

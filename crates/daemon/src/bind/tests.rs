@@ -1,5 +1,6 @@
 //! The binder's passes on a recording fake port: the pins follow the busy threads, sleepers get
-//! the whole job set back, vanished threads are skipped and failures are not taken as pins.
+//! the whole job set back, vanished threads are skipped and failures are not taken as pins, and
+//! a runtime's pins are never moved or widened.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -21,6 +22,11 @@ struct Fake {
     /// Threads whose reads or pins fail with this error.
     fail: HashMap<u32, BindError>,
     set: Mutex<Vec<(u32, CpuSet)>>,
+    /// Each thread's affinity (absent: the whole machine, wider than any job).
+    aff: Mutex<HashMap<u32, CpuSet>>,
+    /// Each process's parent, and how often one was asked for.
+    parents: HashMap<u32, u32>,
+    parent_reads: Mutex<u32>,
 }
 
 impl Fake {
@@ -41,6 +47,18 @@ impl Fake {
         let mut v = std::mem::take(&mut *self.set.lock().unwrap());
         v.sort();
         v
+    }
+    /// A runtime (not pjw) pins thread `tid` to `cpus`.
+    fn runtime_pin(&self, tid: u32, cpus: &str) {
+        self.aff.lock().unwrap().insert(tid, set(cpus));
+    }
+    fn affinity_of(&self, tid: u32) -> CpuSet {
+        self.aff
+            .lock()
+            .unwrap()
+            .get(&tid)
+            .copied()
+            .unwrap_or_else(|| set("0-63"))
     }
     fn failure(&self, tid: u32) -> Option<BindError> {
         self.fail.get(&tid).map(|e| match e {
@@ -70,7 +88,15 @@ impl BindPort for Fake {
             return Err(e);
         }
         self.set.lock().unwrap().push((tid, *cpus));
+        self.aff.lock().unwrap().insert(tid, *cpus);
         Ok(())
+    }
+    fn affinity(&self, tid: u32) -> Result<CpuSet, BindError> {
+        Ok(self.affinity_of(tid))
+    }
+    fn parent(&self, pid: u32) -> Result<u32, BindError> {
+        *self.parent_reads.lock().unwrap() += 1;
+        self.parents.get(&pid).copied().ok_or(BindError::Gone)
     }
 }
 
@@ -109,11 +135,9 @@ fn busy_threads_pinned_apart_sleepers_free_and_pins_follow() {
     let mut b = Balancer::new(topo);
     let mut clock = Clock(Instant::now());
     let j = [job(BindMode::Threads, "2-3")];
-    // The first pass only measures, and gives every thread the job set (a pin from before a
-    // daemon restart would be unknown).
+    // The first pass only measures and sets nothing: every thread is free.
     assert_eq!(b.pass(&fake, &j, clock.next()), PassReport::default());
-    let all: Vec<(u32, CpuSet)> = (100..106).map(|t| (t, set("2-3"))).collect();
-    assert_eq!(fake.take_set(), all);
+    assert!(fake.take_set().is_empty());
     fake.advance(&[101, 102]);
     let r = b.pass(&fake, &j, clock.next());
     assert_eq!(r.pinned, 2);
@@ -245,11 +269,12 @@ fn a_new_thread_gets_the_job_set_at_first_sight() {
     b.pass(&fake, &j, clock.next());
     fake.advance(&[10]);
     b.pass(&fake, &j, clock.next());
-    assert_eq!(fake.take_set(), vec![(10, set("0")), (10, set("0-1"))]);
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
     // Pinned thread 10 starts thread 11 (which inherits its pin): 11 gets the job set back at
     // once, before it is measured; 10 keeps its pin.
     fake.threads.insert(10, vec![10, 11]);
     fake.run.lock().unwrap().insert(11, 0);
+    fake.runtime_pin(11, "0");
     fake.advance(&[10]);
     b.pass(&fake, &j, clock.next());
     assert_eq!(fake.take_set(), vec![(11, set("0-1"))]);
@@ -319,6 +344,217 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
         &mut r,
     );
     assert!(fake.take_set().is_empty());
+}
+
+#[test]
+fn a_runtimes_pins_are_never_moved_or_widened_and_pjw_places_around_them() {
+    // libgomp under OMP_PROC_BIND=close pinned its threads 100 and 101 to cpus 0 and 1 of a
+    // 4-cpu job before the binder's first look; 102 is busy and free, 103 sleeps.
+    let topo = synthetic::parse("core:4").unwrap();
+    let fake = Fake::job("job-a", 100, &[100, 101, 102, 103]);
+    fake.runtime_pin(100, "0");
+    fake.runtime_pin(101, "1");
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = [job(BindMode::Threads, "0-3")];
+    assert_eq!(b.pass(&fake, &j, clock.next()), PassReport::default());
+    assert!(fake.take_set().is_empty());
+    // Busy, all three: the binder acts (102 pinned) but only on 102, and not on 0 or 1.
+    for _ in 0..3 {
+        fake.advance(&[100, 101, 102]);
+        b.pass(&fake, &j, clock.next());
+    }
+    assert_eq!(fake.take_set(), vec![(102, set("2"))]);
+    assert_eq!(pins(&b), BTreeMap::from([(102, 2)]));
+    // The OpenMP threads idle between parallel regions: still theirs, never widened.
+    for _ in 0..3 {
+        fake.advance(&[102]);
+        b.pass(&fake, &j, clock.next());
+    }
+    assert!(fake.take_set().is_empty());
+    assert_eq!(
+        (fake.affinity_of(100), fake.affinity_of(101)),
+        (set("0"), set("1"))
+    );
+    // The runtime-pinned main thread's parent is not read pass after pass.
+    assert_eq!(*fake.parent_reads.lock().unwrap(), 0);
+}
+
+#[test]
+fn pjws_own_pins_are_known_and_a_later_runtime_pin_is_left() {
+    let topo = synthetic::parse("core:2").unwrap();
+    let fake = Fake::job("job-a", 10, &[10, 11]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = [job(BindMode::Threads, "0-1")];
+    b.pass(&fake, &j, clock.next());
+    fake.advance(&[10, 11]);
+    b.pass(&fake, &j, clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0")), (11, set("1"))]);
+    // pjw's own pins are not taken for a runtime's: kept and tracked, nothing set again.
+    fake.advance(&[10, 11]);
+    b.pass(&fake, &j, clock.next());
+    assert!(fake.take_set().is_empty());
+    assert_eq!(pins(&b), BTreeMap::from([(10, 0), (11, 1)]));
+    // The program pins 10 to cpu 1 itself (sched_setaffinity, hwloc-bind): its choice stays,
+    // pjw's 11 moves off its cpu to the free one, and when 10 then sleeps it is not given the
+    // job set back.
+    fake.runtime_pin(10, "1");
+    for busy in [&[10, 11][..], &[11], &[11], &[11]] {
+        fake.advance(busy);
+        b.pass(&fake, &j, clock.next());
+    }
+    assert_eq!(fake.take_set(), vec![(11, set("0"))]);
+    assert_eq!(fake.affinity_of(10), set("1"));
+    assert_eq!(pins(&b), BTreeMap::from([(11, 0)]));
+    // A reload switches the job to none: pjw gives back its own pin only.
+    b.pass(&fake, &[job(BindMode::None, "0-1")], clock.next());
+    assert_eq!(fake.take_set(), vec![(11, set("0-1"))]);
+    assert_eq!(fake.affinity_of(10), set("1"));
+}
+
+#[test]
+fn a_thread_born_on_a_runtimes_place_stays_there() {
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    // libgomp creates 11 on its place, cpu 3; 12 is born free.
+    fake.threads.insert(10, vec![10, 11, 12]);
+    fake.run.lock().unwrap().extend([(11, 0), (12, 0)]);
+    fake.runtime_pin(11, "3");
+    let mut r = PassReport::default();
+    for tid in [11, 12] {
+        let born = Born {
+            job: j.clone(),
+            tgid: 10,
+            tid,
+        };
+        b.place_born(&fake, &born, clock.0, &mut r);
+    }
+    assert_eq!(fake.take_set(), vec![(12, set("1"))]);
+    // Passes later, busy or not, 11 is where its runtime put it.
+    for _ in 0..3 {
+        fake.advance(&[10, 11, 12]);
+        b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    }
+    for _ in 0..3 {
+        fake.advance(&[10]);
+        b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    }
+    assert!(
+        fake.take_set().iter().all(|(t, _)| *t != 11),
+        "11 was touched"
+    );
+    assert_eq!(fake.affinity_of(11), set("3"));
+}
+
+#[test]
+fn a_born_process_keeps_the_job_set_for_the_program_it_execs() {
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    // Pinned 10 forks 20 (which inherits cpu 0) and 30 is forked free: 20 gets the job set
+    // back, 30 is left as it is; neither is pinned to one cpu before its program starts.
+    fake.procs.insert("job-a".into(), vec![10, 20, 30]);
+    fake.threads.insert(20, vec![20]);
+    fake.threads.insert(30, vec![30]);
+    fake.run.lock().unwrap().extend([(20, 0), (30, 0)]);
+    fake.runtime_pin(20, "0");
+    fake.parents.extend([(20, 10), (30, 10)]);
+    let mut r = PassReport::default();
+    for pid in [20, 30] {
+        let born = Born {
+            job: j.clone(),
+            tgid: pid,
+            tid: pid,
+        };
+        b.place_born(&fake, &born, clock.0, &mut r);
+    }
+    assert_eq!(fake.take_set(), vec![(20, set("0-3"))]);
+    // Measured from the first pass that sees them (not from birth: the program each execs
+    // has a full interval to start on the job set), pinned at the one after, off cpu 0.
+    fake.advance(&[10, 20, 30]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert!(fake.take_set().is_empty());
+    fake.advance(&[10, 20, 30]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    let got = fake.take_set();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(
+        got.iter().all(|(_, c)| c.len() == 1 && !c.contains(0)),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_runtime_pin_equal_to_pjws_pin_in_another_process_is_still_the_runtimes() {
+    // pjw pinned the busy thread of process 10 to cpu 0; process 20 (not 10's child) starts,
+    // its threads placed by libgomp on cpu 0 as well: a coincidence, not an inheritance.
+    let topo = synthetic::parse("core:2").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = [job(BindMode::Threads, "0-1")];
+    b.pass(&fake, &j, clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, &j, clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    fake.procs.insert("job-a".into(), vec![10, 20]);
+    fake.threads.insert(20, vec![20, 21]);
+    fake.parents.insert(20, 1);
+    fake.run.lock().unwrap().extend([(20, 0), (21, 0)]);
+    fake.runtime_pin(20, "0");
+    fake.runtime_pin(21, "0");
+    for _ in 0..3 {
+        fake.advance(&[10, 20, 21]);
+        b.pass(&fake, &j, clock.next());
+    }
+    // Only pjw's own thread moved (off the cpu the runtime holds); 20 and 21 stay.
+    assert_eq!(fake.take_set(), vec![(10, set("1"))]);
+    assert_eq!(
+        (fake.affinity_of(20), fake.affinity_of(21)),
+        (set("0"), set("0"))
+    );
+}
+
+#[test]
+fn a_thread_born_to_a_process_not_seen_computing_is_measured_first() {
+    // mpirun (10) sleeps and starts helper threads; it forks its ranks from them, so a pin on
+    // one would be every rank's.
+    let topo = synthetic::parse("core:2").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-1");
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.advance(&[]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.threads.insert(10, vec![10, 11]);
+    fake.run.lock().unwrap().insert(11, 0);
+    let mut r = PassReport::default();
+    let born = Born {
+        job: j.clone(),
+        tgid: 10,
+        tid: 11,
+    };
+    b.place_born(&fake, &born, clock.0, &mut r);
+    assert!(fake.take_set().is_empty());
+    // Measured from birth: a busy one is placed at the next pass, a sleeper never.
+    fake.advance(&[11]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(11, set("0"))]);
 }
 
 #[test]

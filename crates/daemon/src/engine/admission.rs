@@ -47,6 +47,10 @@ impl Engine {
                 && !j.end.ending
         }) {
             info!(job = %j.id, pid = cred.pid, "client reconnected; job already running");
+            let seq = j.seq;
+            // Its tasks were not stored: the client sends them again.
+            self.jobs.get_mut(&seq).expect("found above").tasks = req.tasks;
+            let j = &self.jobs[&seq];
             let _ = reply.send(Response::Started {
                 job: j.id.to_string(),
                 cpus: j.cpus,
@@ -71,6 +75,7 @@ impl Engine {
             info!(job = %j.id, pid = cred.pid, "queued client reconnected; place kept");
             j.client.waiter = Some(Waiter { conn, reply });
             j.client.reconnect_by = None;
+            j.tasks = req.tasks;
             let seq = j.seq;
             self.replan();
             self.tell_queued(seq);
@@ -222,6 +227,9 @@ impl Engine {
         let Some(seq) = self.enqueue(rec, id, starter, sides, conn, reply) else {
             return;
         };
+        if let Some(j) = self.jobs.get_mut(&seq) {
+            j.tasks = req.tasks;
+        }
         let job = &self.jobs[&seq];
         if job.starter.client_uid != job.uid || job.starter.wlm.is_some() {
             info!(job = %job.id, user = %job.user, wlm = job.starter.wlm.as_deref().unwrap_or(""), client_uid = job.starter.client_uid, "job submitted by a job starter");
@@ -302,6 +310,14 @@ impl Engine {
         }
         if req.mem == Some(0) {
             return Err(refuse(ErrorCode::Invalid, "--mem must be more than 0"));
+        }
+        if let Some(t) = req.tasks {
+            if t == 0 || !req.cpus.is_multiple_of(t) {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    format!("--ntasks {t} does not divide the job's {} cpus", req.cpus),
+                ));
+            }
         }
         self.validate_gpus(req.gpus)?;
         self.io_of(cred.uid, req)?;

@@ -97,19 +97,54 @@ async fn a_starting_job_is_offered_thread_counts_unless_switched_off() {
     req.bind = Some(BindMode::Threads);
     let (r, _a) = t.submit(1, 11, UID, req).await;
     let env = defaults(&r);
-    assert_eq!(var(&env, "OMP_NUM_THREADS"), Some("3"), "{env:?}");
-    assert_eq!(var(&env, "OPENBLAS_NUM_THREADS"), Some("3"), "{env:?}");
+    // No tasks: OpenMP sizes itself from its mask (a launcher's per-rank binding included);
+    // the runtimes that count the node are told the job's CPUs.
+    assert_eq!(var(&env, "OMP_NUM_THREADS"), None, "{env:?}");
+    assert_eq!(var(&env, "PYTHON_CPU_COUNT"), Some("3"), "{env:?}");
     assert_eq!(var(&env, "OMP_PLACES"), Some("threads"), "{env:?}");
     // Without binding: counts only.
     let (r, _b) = t.submit(2, 12, UID, run_request("b", 1)).await;
     let env = defaults(&r);
-    assert_eq!(var(&env, "OMP_NUM_THREADS"), Some("1"), "{env:?}");
+    assert_eq!(var(&env, "NUMEXPR_NUM_THREADS"), Some("1"), "{env:?}");
     assert_eq!(var(&env, "OMP_PLACES"), None, "{env:?}");
 
     let mut t = TestEngine::new();
     t.engine.cfg.thread_env = false;
     let (r, _a) = t.submit(1, 11, UID, run_request("a", 2)).await;
     assert!(defaults(&r).is_empty(), "{r:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_job_with_tasks_gets_each_tasks_share_and_a_bad_count_is_refused() {
+    let mut t = TestEngine::new();
+    let mut req = run_request("a", 4);
+    req.tasks = Some(2);
+    let (r, _a) = t.submit(1, 11, UID, req).await;
+    let env = defaults(&r);
+    assert_eq!(var(&env, "OMP_NUM_THREADS"), Some("2"), "{env:?}");
+    assert_eq!(
+        var(&env, "OMPI_MCA_orte_set_default_slots"),
+        Some("2"),
+        "{env:?}"
+    );
+    assert_eq!(
+        var(&env, "OMPI_MCA_rmaps_base_mapping_policy"),
+        Some("slot:PE=2"),
+        "{env:?}"
+    );
+
+    for (tasks, cpus) in [(0, 2), (3, 2), (3, 4)] {
+        let mut req = run_request("bad", cpus);
+        req.tasks = Some(tasks);
+        let (r, _) = t.submit(2, 12, UID, req).await;
+        match r {
+            Response::Error { message, .. } => assert!(
+                message.contains(&format!("--ntasks {tasks} does not divide")),
+                "{message}"
+            ),
+            other => panic!("--ntasks {tasks} on {cpus} cpus: {other:?}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -84,8 +84,9 @@ impl Engine {
             && j.freezing.is_none()
     }
 
-    /// What a starting job's client sets where the user did not: thread counts for its CPUs
-    /// (its cores with `cores`) and, when it binds, the OpenMP places.
+    /// What a starting job's client sets where the user did not (`thread_env`): thread and
+    /// CPU counts for its CPUs (its cores with `cores`) and tasks, when it binds the OpenMP
+    /// places, and with tasks Open MPI's rank mapping.
     pub(super) fn thread_env_of(cfg: &Config, topo: &Topology, j: &Job) -> Vec<(String, String)> {
         if !cfg.thread_env {
             return Vec::new();
@@ -95,6 +96,14 @@ impl Engine {
             BindMode::Cores => thread_bind::slots(topo, &j.cpus, mode).len(),
             _ => j.cpus.len(),
         };
-        thread_env::thread_env(n, mode)
+        let mut env = thread_env::thread_env(n, j.tasks, mode);
+        if let Some(t) = j.tasks {
+            env.extend(thread_env::launcher_env(
+                t,
+                thread_env::per_task(n, j.tasks),
+                mode,
+            ));
+        }
+        env
     }
 }

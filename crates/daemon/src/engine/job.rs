@@ -128,6 +128,9 @@ pub(super) struct Job {
     pub(super) freezing: Option<super::freezing::FreezeFor>,
     /// The thread binding it asked for (`--bind`); None: the node's `[job] bind`.
     pub(super) bind: Option<pjw_core::thread_bind::BindMode>,
+    /// How many tasks share its CPUs (`--ntasks`), for its thread variables; None: not said.
+    /// Not stored: a client that reconnects sends it again.
+    pub(super) tasks: Option<u32>,
 }
 
 impl Job {

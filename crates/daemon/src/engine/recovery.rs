@@ -264,6 +264,7 @@ impl Engine {
             store_dirty: false,
             freezing: None,
             bind: None,
+            tasks: None,
         }
     }
 

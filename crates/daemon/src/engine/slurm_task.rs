@@ -162,7 +162,9 @@ impl Engine {
             n = n.min(thread_bind::slots(self.alloc.topology(), &j.cpus, mode).len());
         }
         let set: HashSet<&str> = req.set.iter().map(String::as_str).collect();
-        thread_env::unset_only(&thread_env::thread_env(n, mode), |k| set.contains(k))
+        // A task of its own: its counts are its CPUs' (`Some(1)`), as Slurm's tasks are told
+        // apart by Slurm, not by a launcher inside.
+        thread_env::task_env(n, Some(1), mode, |k| set.contains(k))
     }
 }
 

@@ -144,10 +144,12 @@ async fn a_task_gets_its_jobs_cpus_and_thread_variables_for_its_step() {
     assert_eq!(value(&env, "OMP_PLACES"), None, "{env:?}");
     assert_eq!(value(&env, "OMP_PROC_BIND"), None, "{env:?}");
 
-    // The user's own OMP_NUM_THREADS: no default for it.
+    // The user's own OMP_NUM_THREADS: no default for it, nor for MKL's, which falls back on
+    // it (decisions.md (bd)); a count no runtime reads in its place is still given.
     let env = defaults(&join(&mut t, "2", req(2, 1, &["HOME", "OMP_NUM_THREADS"])));
     assert_eq!(value(&env, "OMP_NUM_THREADS"), None, "{env:?}");
-    assert_eq!(value(&env, "MKL_NUM_THREADS"), Some("2"), "{env:?}");
+    assert_eq!(value(&env, "MKL_NUM_THREADS"), None, "{env:?}");
+    assert_eq!(value(&env, "PYTHON_CPU_COUNT"), Some("2"), "{env:?}");
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -60,6 +60,7 @@ impl Engine {
         let run = RunRequest {
             gpus: 0,
             bind: None,
+            tasks: None,
             cpus: req.cpus,
             mem: req.mem,
             job_id: Some(req.job.clone()),
