@@ -174,6 +174,8 @@ install: release gen
 	install -D -m 0755 packaging/lsf/pjw-job-starter $(DESTDIR)$(PREFIX)/lib/pjw/lsf/pjw-job-starter
 	install -D -m 0755 packaging/condor/pjw-job-wrapper $(DESTDIR)$(PREFIX)/lib/pjw/condor/pjw-job-wrapper
 	install -D -m 0644 packaging/pbs/pjw_hook.py $(DESTDIR)$(PREFIX)/lib/pjw/pbs/pjw_hook.py
+	install -D -m 0644 packaging/pam/pjw-adopt $(DESTDIR)/etc/pam.d/pjw-adopt
+	sed -i 's#/usr/local/bin/pjw#$(PREFIX)/bin/pjw#' $(DESTDIR)/etc/pam.d/pjw-adopt
 	@if [ ! -e $(DESTDIR)/etc/pjw/pjw.toml ]; then install -D -m 0600 packaging/pjw.toml $(DESTDIR)/etc/pjw/pjw.toml; \
 	 else echo "keeping existing $(DESTDIR)/etc/pjw/pjw.toml"; fi
 	@echo "installed; with systemd: systemctl daemon-reload && systemctl enable --now pjw"
@@ -191,6 +193,8 @@ test-deb: deb
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/pjw $(DESTDIR)/etc/systemd/system/pjw.service $(DESTDIR)/etc/systemd/system/pjw.slice
 	rm -rf $(DESTDIR)$(PREFIX)/lib/pjw $(DESTDIR)$(PREFIX)/share/doc/pjw
+	@if grep -qs '^[^#]*pjw-adopt' $(DESTDIR)/etc/pam.d/sshd; then echo "note: /etc/pam.d/sshd includes pjw-adopt: take it out (every login but root's fails without pjw)"; fi
+	rm -f $(DESTDIR)/etc/pam.d/pjw-adopt
 	rm -f $(DESTDIR)$(PREFIX)/share/man/man1/pjw.1 $(DESTDIR)$(PREFIX)/share/man/man1/pjw-*.1 $(DESTDIR)$(PREFIX)/share/man/man5/pjw.toml.5
 	rm -f $(DESTDIR)$(PREFIX)/share/bash-completion/completions/pjw $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_pjw $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/pjw.fish
 

@@ -50,7 +50,7 @@ quiet_setup() {
   QUIET_ACCT="$mnt$own/pjw-bench-suite-$$"
   QUIET_ORIG="$mnt$own/cgroup.procs"
   mkdir "$QUIET_ACCT" || { QUIET_ACCT=""; return 0; }
-  echo $$ > "$QUIET_ACCT/cgroup.procs" || { rmdir "$QUIET_ACCT"; QUIET_ACCT=""; return 0; }
+  echo $$ >| "$QUIET_ACCT/cgroup.procs" || { rmdir "$QUIET_ACCT"; QUIET_ACCT=""; return 0; }
   # Where a delegated scope would hold the jobs (pure v2 only) nothing changes: never here.
 }
 
@@ -58,7 +58,7 @@ quiet_setup() {
 # every scenario's cleanup has run; a leftover process keeps it, and says so).
 quiet_teardown() {
   [ -n "$QUIET_ACCT" ] || return 0
-  echo $$ > "$QUIET_ORIG" 2>/dev/null || true
+  echo $$ >| "$QUIET_ORIG" 2>/dev/null || true
   for _ in $(seq 50); do rmdir "$QUIET_ACCT" 2>/dev/null && { QUIET_ACCT=""; return 0; }; sleep 0.1; done
   echo "bench: $QUIET_ACCT still holds processes: $(tr '\n' ' ' < "$QUIET_ACCT/cgroup.procs")" >&2
 }

@@ -51,7 +51,9 @@ ins_usr 0644 packaging/slurm/plugstack.conf usr/share/doc/pjw/examples/slurm/plu
 
 # The config: a conffile, root's only (central.url may hold a password).
 ins 0600 packaging/pjw.toml etc/pjw/pjw.toml
-echo /etc/pjw/pjw.toml > "$root/DEBIAN/conffiles"
+# ssh adoption, inert until /etc/pam.d/sshd includes it (docs/wlm/adoption.md).
+ins_usr 0644 packaging/pam/pjw-adopt etc/pam.d/pjw-adopt
+printf '/etc/pam.d/pjw-adopt\n/etc/pjw/pjw.toml\n' > "$root/DEBIAN/conffiles"
 
 # Man pages and completions from the binary's clap definition.
 gen=$(mktemp -d)

@@ -32,6 +32,8 @@ has -rwxr-xr-x usr/lib/pjw/lsf/pjw-job-starter
 has -rwxr-xr-x usr/lib/pjw/condor/pjw-job-wrapper
 has -rw-r--r-- usr/lib/pjw/pbs/pjw_hook.py
 has -rw------- etc/pjw/pjw.toml
+has -rw-r--r-- etc/pam.d/pjw-adopt
+if dpkg-deb --fsys-tarfile "$deb" | tar -xO ./etc/pam.d/pjw-adopt | grep -q '^session .*pam_exec.so stdout /usr/bin/pjw pam-adopt$'; then ok "the PAM snippet runs /usr/bin/pjw pam-adopt"; else bad "the PAM snippet does not run /usr/bin/pjw pam-adopt"; fi
 for p in pjw pjw-run pjw-status pjw-report pjw-check pjw-daemon; do has -rw-r--r-- "usr/share/man/man1/$p.1.gz"; done
 has -rw-r--r-- usr/share/man/man5/pjw.toml.5.gz
 has -rw-r--r-- usr/share/bash-completion/completions/pjw
@@ -61,7 +63,7 @@ if dpkg-deb --fsys-tarfile "$deb" | tar -xO ./lib/systemd/system/pjw.service | g
 
 ctl=$(mktemp -d); trap 'rm -rf "$ctl"' EXIT
 dpkg-deb -e "$deb" "$ctl"
-if [ "$(cat "$ctl/conffiles")" = /etc/pjw/pjw.toml ]; then ok "conffiles: /etc/pjw/pjw.toml"; else bad "conffiles: $(cat "$ctl/conffiles")"; fi
+if [ "$(cat "$ctl/conffiles" | tr '\n' ' ')" = "/etc/pam.d/pjw-adopt /etc/pjw/pjw.toml " ]; then ok "conffiles: /etc/pam.d/pjw-adopt, /etc/pjw/pjw.toml"; else bad "conffiles: $(cat "$ctl/conffiles")"; fi
 for s in postinst prerm postrm; do
   if sh -n "$ctl/$s" && [ -x "$ctl/$s" ]; then ok "$s: executable, sh syntax"; else bad "$s"; fi
 done

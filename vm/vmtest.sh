@@ -113,7 +113,11 @@ if [ -n "${VM_ONLY:-}" ]; then
   cp "$bins/pjw" "$bins/pjw-wl" "$run/share/bin/"
   for f in "$bins"/$VM_ONLY; do [ -f "$f" ] && cp "$f" "$run/share/bin/"; done
 else
-  cp "$bins"/* "$run/share/bin/"
+  # The test executables vm/guest-tests gives this tier (a name's line lists v2 or v1).
+  cp "$bins/pjw" "$bins/pjw-wl" "$run/share/bin/"
+  for t in $(awk -v t="$cg" '!/^#/ && NF { for (i = 2; i <= NF; i++) if ($i == t) print $1 }' "$here/guest-tests"); do
+    for f in "$bins/$t"-*; do [ -f "$f" ] && cp "$f" "$run/share/bin/"; done
+  done
 fi
 cp "$here/guest-run.sh" "$run/share/run.sh"
 echo "${VM_INJECT_FAILURE:-0}" > "$run/share/inject-failure"

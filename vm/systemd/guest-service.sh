@@ -6,6 +6,7 @@
 # cgroup, on the same CPUs (systemd issue 40438: systemd rewrites delegated cpusets on reload).
 # Then the jobs end with their own exit statuses (3, 4), no job cgroup is left, the service is
 # active without errors and its journal has pjw's structured logs; disable --now and clean up.
+# Beside them, ssh logins through the shipped PAM snippet join their user's job (guest-ssh.sh).
 # usage: guest-service.sh <source-dir>
 src=${1:?usage: guest-service.sh <source-dir>}
 . "$src/vm/systemd/guest-lib.sh"
@@ -42,6 +43,8 @@ check "systemctl daemon-reload && systemctl enable --now pjw" sh -c 'systemctl d
 if wait_daemon; then ok "the service's daemon answers on /run/pjw/pjw.sock"; else fail "the service's daemon does not answer on /run/pjw/pjw.sock"; fi
 systemctl status pjw --no-pager -l 2>&1 | head -20 | sed 's/^/  | /'
 main=$(systemctl show -p MainPID --value pjw)
+. "$src/vm/systemd/guest-ssh.sh"
+ssh_setup
 echo "daemon pid $main, cgroup $(cgroup_of "$main")"
 
 # One job each for alice and bob, from their own login; each waits for its stop file.
@@ -68,6 +71,7 @@ for u in alice bob; do
     fail "$u's job is not confined to 2 CPUs: cgroup $cg, effective '$eff', affinity '$(allowed "$pid")'"
   fi
 done
+ssh_with_jobs
 a=$(cat "$d/alice.eff"); b=$(cat "$d/bob.eff")
 if [ -n "$a" ] && [ -n "$b" ] && [ "$(ncpus "$a,$b")" = 4 ] && [ "$(echo "$a,$b" | tr ',' '\n' | sort -u | wc -l)" = "$(echo "$a,$b" | tr ',' '\n' | wc -l)" ]; then
   ok "alice's and bob's CPUs are disjoint ($a / $b)"
@@ -136,6 +140,8 @@ for u in alice bob; do
 done
 j=$(status_jobs)
 if [ -z "$j" ]; then ok "the daemon lists no job"; else fail "the daemon still lists jobs: $(echo "$j" | tr '\n' ';')"; fi
+ssh_after_jobs
+ssh_teardown
 
 # The service: active, no restarts, nothing logged at error level; pjw's own structured logs.
 systemctl status pjw --no-pager -l 2>&1 | head -20 | sed 's/^/  | /'
@@ -173,6 +179,7 @@ left=$(find /sys/fs/cgroup/pjw.slice -mindepth 1 -type d 2>/dev/null)
 [ -z "$left" ] || echo "note: after disable --now: $(echo "$left" | tr '\n' ' '); processes: $(cat /sys/fs/cgroup/pjw.slice/pjw-jobs.scope/*/cgroup.procs 2>/dev/null | while read -r p; do ps -o args= -p "$p"; done | tr '\n' ';')"
 systemctl stop pjw-jobs.scope 2>/dev/null
 make uninstall >/dev/null 2>&1
+ssh_uninstalled
 rm -rf /etc/pjw /var/lib/pjw "$d"
 systemctl daemon-reload
 sleep 2

@@ -6,7 +6,11 @@
 #   demo     `make demo` runs to the end and leaves nothing behind
 #   tests    the root tests of vm/guest-tests (the host's build, target/debug/deps)
 #   service  the packaged service: `make install`, enable --now, two users' jobs through
-#            daemon-reload, restart, stop + start (same CPUs, own exit statuses, nothing left)
+#            daemon-reload, restart, stop + start (same CPUs, own exit statuses, nothing left);
+#            ssh logins through the shipped PAM snippet over the real sshd (guest-ssh.sh): each
+#            user's session in their own job (cgroup, CPUs; what it leaves dies with the job),
+#            root never adopted; without a job outside, then refused after a reload with
+#            login_without_job = "refuse"
 #   reserve  a slice with AllowedCPUs=: pjw's pool follows it
 #   deb      the Debian package of make deb (built on the host after the release build): apt
 #            install ./pjw_*.deb, the service active, pjw check, a user's pjw run, man pjw-run,
@@ -75,10 +79,10 @@ run=$W/runs/$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$run"
 ls "$W/runs" | sort | head -n -5 | while read -r old; do rm -rf "${W:?}/runs/$old"; done   # keep 5
 # The test executables, like vm/build.sh collects them (here the ordinary dynamic ones).
-# Only the root tests of vm/guest-tests: the pure ones run on the host tier.
+# Only the root tests vm/guest-tests gives this tier: the pure ones run on the host tier.
 python3 - "$W/tests.json" "$here/../guest-tests" > "$run/tests.list" <<'PY'
 import json, os, sys
-want = {l.strip() for l in open(sys.argv[2]) if l.strip() and not l.startswith("#")}
+want = {f[0] for f in (l.split() for l in open(sys.argv[2]) if not l.startswith("#")) if f and "systemd" in f[1:]}
 only = os.environ.get("VM_TESTS", "").split()
 if only:
     want &= set(only)

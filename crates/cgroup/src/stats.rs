@@ -6,7 +6,8 @@
 //! |---|---|---|
 //! | CPU user/system | `cpu.stat` (every cgroup2 directory has it) | `cpuacct.usage_user`, `cpuacct.usage_sys` (ns) |
 //! | memory peak | `memory.peak` | `memory.max_usage_in_bytes` |
-//! | anon/file/swap | `memory.stat` `anon`/`file`, `memory.swap.current` | `memory.stat` `total_rss`/`total_cache`/`total_swap` |
+//! | swap peak | `memory.swap.peak` (Linux 6.5+) | `memory.memsw.max_usage_in_bytes` − `memory.max_usage_in_bytes` (a lower bound) |
+//! | anon/file/shmem/swap | `memory.stat` `anon`/`file`/`shmem`, `memory.swap.current` | `memory.stat` `total_rss`/`total_cache`/`total_shmem`/`total_swap` |
 //! | I/O bytes | `io.stat` (io controller) | — (see [`Driver::counts_io`]) |
 //! | tasks | `pids.current` | `pids.current` |
 //! | pressure | `cpu.pressure`, `memory.pressure`, `io.pressure` | — |
@@ -38,12 +39,24 @@ impl Resource {
     }
 }
 
-/// Memory by kind, bytes. `swap` is None where the kernel does not account swap.
+/// Memory by kind, bytes. `swap` is None where the kernel does not account swap. `shmem`
+/// (tmpfs, /dev/shm, SysV shared memory) is part of `file`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryBreakdown {
     pub anon: u64,
     pub file: u64,
+    pub shmem: u64,
     pub swap: Option<u64>,
+}
+
+impl MemoryBreakdown {
+    /// What only swap can take from the job: anonymous memory, shared memory and what is in
+    /// swap already (page cache can be dropped for free).
+    pub fn need(&self) -> u64 {
+        self.anon
+            .saturating_add(self.shmem)
+            .saturating_add(self.swap.unwrap_or(0))
+    }
 }
 
 /// Interpret `memory.stat` (pure): v2 `anon`/`file`, v1 the hierarchical `total_*` keys.
@@ -52,12 +65,14 @@ pub fn memory_breakdown(stat: &pjw_kernelfs::memory_stat::MemoryStat, v2: bool) 
         MemoryBreakdown {
             anon: stat.get("anon").unwrap_or(0),
             file: stat.get("file").unwrap_or(0),
+            shmem: stat.get("shmem").unwrap_or(0),
             swap: None,
         }
     } else {
         MemoryBreakdown {
             anon: stat.get("total_rss").or(stat.get("rss")).unwrap_or(0),
             file: stat.get("total_cache").or(stat.get("cache")).unwrap_or(0),
+            shmem: stat.get("total_shmem").or(stat.get("shmem")).unwrap_or(0),
             swap: stat.get("total_swap").or(stat.get("swap")),
         }
     }
@@ -153,6 +168,34 @@ impl Driver {
         }
     }
 
+    /// The most swap job `name` had (bytes): `memory.swap.peak` (cgroup v2, Linux 6.5+); on
+    /// v1 the memory+swap high-water mark less the memory one, a lower bound (the two peaks
+    /// need not fall together). `Ok(None)` where the kernel keeps neither.
+    pub fn memory_swap_peak(&self, name: &str) -> Result<Option<u64>, CgroupError> {
+        let h = self.memory_hierarchy()?;
+        let dir = self.job_dir_checked(h, name)?;
+        if h.v2 {
+            let path = dir.join("memory.swap.peak");
+            if !self.fs.exists(&path) {
+                return Ok(None);
+            }
+            return self
+                .read_stat_u64(name, &path, "memory.swap.peak")
+                .map(Some);
+        }
+        let memsw = dir.join("memory.memsw.max_usage_in_bytes");
+        if !self.fs.exists(&memsw) {
+            return Ok(None);
+        }
+        let both = self.read_stat_u64(name, &memsw, "memory.memsw.max_usage_in_bytes")?;
+        let mem = self.read_stat_u64(
+            name,
+            &dir.join("memory.max_usage_in_bytes"),
+            "memory.max_usage_in_bytes",
+        )?;
+        Ok(Some(both.saturating_sub(mem)))
+    }
+
     /// Job `name`'s memory by kind (`memory.stat`, plus `memory.swap.current` in v2).
     pub fn memory_breakdown(&self, name: &str) -> Result<MemoryBreakdown, CgroupError> {
         let h = self.memory_hierarchy()?;
@@ -222,33 +265,40 @@ mod tests {
 
     #[test]
     fn breakdown_v1_and_v2() {
-        let v2 = memory_stat::parse("anon 300\nfile 20\nkernel 5\n").unwrap();
+        let v2 = memory_stat::parse("anon 300\nfile 20\nkernel 5\nshmem 7\n").unwrap();
+        let b = memory_breakdown(&v2, true);
         assert_eq!(
-            memory_breakdown(&v2, true),
+            b,
             MemoryBreakdown {
                 anon: 300,
                 file: 20,
+                shmem: 7,
                 swap: None
             }
         );
+        assert_eq!(b.need(), 307, "anon + shmem; the page cache is not needed");
         let v1 = memory_stat::parse(
-            "cache 1\nrss 2\nswap 0\ntotal_cache 10\ntotal_rss 20\ntotal_swap 30\n",
+            "cache 1\nrss 2\nswap 0\ntotal_cache 10\ntotal_rss 20\ntotal_swap 30\ntotal_shmem 4\n",
         )
         .unwrap();
+        let b = memory_breakdown(&v1, false);
         assert_eq!(
-            memory_breakdown(&v1, false),
+            b,
             MemoryBreakdown {
                 anon: 20,
                 file: 10,
+                shmem: 4,
                 swap: Some(30)
             }
         );
+        assert_eq!(b.need(), 54, "anon + shmem + swap");
         let v1_noswap = memory_stat::parse("cache 1\nrss 2\n").unwrap();
         assert_eq!(
             memory_breakdown(&v1_noswap, false),
             MemoryBreakdown {
                 anon: 2,
                 file: 1,
+                shmem: 0,
                 swap: None
             }
         );

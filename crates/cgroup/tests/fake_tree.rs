@@ -560,6 +560,19 @@ fn usage_is_read_from_the_right_files_in_every_mode() {
         let cpu = d.cpu_time("job-1").unwrap();
         assert_eq!((cpu.user_usec, cpu.system_usec), (3000, 1000), "{mode}");
         assert_eq!(d.memory_peak("job-1").unwrap(), 314572800, "{mode}");
+        // The swap peak: the kernel's where it keeps one; on v1 the memory+swap peak less the
+        // memory peak (a lower bound); absent where neither file is.
+        assert_eq!(d.memory_swap_peak("job-1").unwrap(), None, "{mode}");
+        if mem == "unified" {
+            put(mem, "memory.swap.peak", "157286400\n");
+        } else {
+            put(mem, "memory.memsw.max_usage_in_bytes", "471859200\n");
+        }
+        assert_eq!(
+            d.memory_swap_peak("job-1").unwrap(),
+            Some(157286400),
+            "{mode}"
+        );
         let b = d.memory_breakdown("job-1").unwrap();
         assert_eq!((b.anon, b.file, b.swap), (300, 20, Some(4096)), "{mode}");
         assert_eq!(d.pids_current("job-1").unwrap(), Some(7), "{mode}");

@@ -50,6 +50,9 @@ pub enum Command {
     /// workload-manager hooks and other cgroup managers; one line per check (OK, WARN, FAIL and
     /// the fix); exits 1 on any FAIL.
     Check(CheckArgs),
+    /// ssh logins into jobs: run by pam_exec as root in sshd's account and session stacks, it
+    /// puts a user's session in their newest running job (docs/wlm/adoption.md).
+    PamAdopt(PamAdoptArgs),
     /// Man pages and shell completions, for packagers (`make install`, `make deb`).
     #[command(subcommand, hide = true)]
     Generate(GenerateCommand),
@@ -120,7 +123,13 @@ pub struct RegisterArgs {
     /// CPUs the manager gave the job on this node.
     #[arg(short = 'c', long, value_name = "N")]
     pub cpus: u32,
-    /// Memory limit (e.g. 512M, 4G).
+    /// Memory limit (e.g. 512M, 4G): the job's RAM, not its swap
+    ///
+    /// It caps the job's RAM: its processes' memory, page cache,
+    /// /dev/shm and /tmp files. It does not cap swap: where the node has swap, the job may also
+    /// use swap up to the node's [job] swap_max (by default no cap), slower but alive. Beyond
+    /// the cap the kernel kills the job's processes (OOM), and pjw run says so when the job
+    /// ends.
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,
     /// Job name.
@@ -218,7 +227,13 @@ pub struct RunArgs {
     /// path on the disk); repeat per disk. Can only tighten the node's [job] io_max.
     #[arg(long, value_name = "SPEC")]
     pub io_max: Vec<String>,
-    /// Memory limit (e.g. 512M, 4G).
+    /// Memory limit (e.g. 512M, 4G): the job's RAM, not its swap
+    ///
+    /// It caps the job's RAM: its processes' memory, page cache,
+    /// /dev/shm and /tmp files. It does not cap swap: where the node has swap, the job may also
+    /// use swap up to the node's [job] swap_max (by default no cap), slower but alive. Beyond
+    /// the cap the kernel kills the job's processes (OOM), and pjw run says so when the job
+    /// ends.
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,
     /// Job id (else the daemon makes one).
@@ -286,6 +301,29 @@ pub struct TopologyArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+/// `pjw pam-adopt`: what it does comes from pam_exec's environment (`PAM_TYPE`, `PAM_USER`,
+/// `PAM_SERVICE`).
+#[derive(Debug, Args)]
+#[command(after_long_help = PAM_ADOPT_HELP)]
+pub struct PamAdoptArgs {
+    /// The PAM services it acts for (repeatable); any other service's login goes on untouched.
+    #[arg(long, value_name = "NAME", default_values_t = ["sshd".to_string()])]
+    pub service: Vec<String>,
+    /// Say nothing to the user when the session joins a job.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+const PAM_ADOPT_HELP: &str = "\
+In /etc/pam.d/sshd, the account line after `@include common-account`, the session line at the
+end (after `@include common-session`, whose pam_systemd would otherwise move the session out):
+
+    account  required  pam_exec.so stdout /usr/bin/pjw pam-adopt
+    session  optional  pam_exec.so stdout /usr/bin/pjw pam-adopt
+
+Root is never adopted and never refused. A user with running jobs lands in the newest; with
+none, [adopt] login_without_job says: \"outside\" (the default) or \"refuse\".";
 
 #[derive(Debug, Args)]
 pub struct KillArgs {

@@ -322,8 +322,27 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
     if let Some(r) = &j.end_reason {
         rows.push(("Reason", printable(r, 200).into_owned()));
     }
+    if !j.steps.is_empty() {
+        rows.push(("Steps", j.steps.len().to_string()));
+    }
     for (k, v) in rows {
         let _ = writeln!(o, "  {k:<16}{}", printable(&v, MAX_CELL));
+    }
+    for st in &j.steps {
+        let ran = st
+            .ended_ms
+            .map(|e| dur(e - st.started_ms))
+            .unwrap_or_else(|| "running".into());
+        let _ = writeln!(
+            o,
+            "    step {} {}: cpus {}, pid {}, started {}, {ran}, exit {}",
+            st.step,
+            printable(&st.name, 64),
+            st.cpus,
+            st.pid,
+            time(Some(st.started_ms), tz),
+            opt(st.exit_status)
+        );
     }
     o
 }
@@ -678,6 +697,7 @@ mod tests {
                 rss: 200 * MIB,
                 threads: 1,
             }],
+            steps: vec![],
         }
     }
 
@@ -705,6 +725,38 @@ Job 12 (steps) of alice on n1: ended, completed (exit 0)
   Reason          exited
 ";
         assert_eq!(render_table(&[job()], false, false, &utc()), want);
+    }
+
+    #[test]
+    fn a_job_with_steps_lists_them_after_its_rows() {
+        let step = |n: u32, ended: Option<i64>, exit: Option<i32>| pjw_proto::StepReport {
+            step: n,
+            name: if n == 0 {
+                "mpirun\x1b[2J".into()
+            } else {
+                "post".into()
+            },
+            uid: 1000,
+            cpus: pjw_core::CpuSet::parse_list("0").unwrap(),
+            pid: 4100 + n,
+            started_ms: T0 + 2_000,
+            ended_ms: ended,
+            exit_status: exit,
+        };
+        let mut j = job();
+        j.steps = vec![step(0, Some(T0 + 5_500), Some(0)), step(1, None, None)];
+        let text = render_table(&[j], false, false, &utc());
+        let tail: Vec<&str> = text.lines().rev().take(4).collect();
+        assert_eq!(
+            tail,
+            vec![
+                "    step 1 post: cpus 0, pid 4101, started 2026-11-22T05:00:02+00:00, running, exit -",
+                "    step 0 mpirun\\u{1b}[2J: cpus 0, pid 4100, started 2026-11-22T05:00:02+00:00, 0:00:03, exit 0",
+                "  Steps           2",
+                "  Reason          exited",
+            ],
+            "{text}"
+        );
     }
 
     #[test]

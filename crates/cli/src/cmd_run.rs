@@ -2,7 +2,8 @@
 //!
 //! This process stays single-threaded until it execs: the daemon moves the whole process
 //! (found by `SO_PEERCRED`) into the job's cgroups, so the command starts confined from its
-//! first instruction and no helper process remains.
+//! first instruction and no helper process remains in the job. A watcher outside it
+//! (`run_watch`) says on stderr what memory did to the job once the command has exited.
 
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
@@ -131,6 +132,8 @@ pub fn run(a: RunArgs) -> i32 {
         io_max,
     };
     let path = pjw_proto::socket_path();
+    // Who tells the user what memory did to the job once the command has exited.
+    let mut watch = crate::run_watch::Watch::spawn();
 
     let mut said_queued = false;
     let mut lost_since: Option<Instant> = None;
@@ -242,6 +245,17 @@ pub fn run(a: RunArgs) -> i32 {
         }
     };
     let (job, cpus, _mems, tmp, shm, env, env_defaults) = started;
+    // A step of the job this process is in already (the daemon said so): its share of the
+    // job's CPUs, inherited by the command and its children.
+    if let Some((_, step)) = env.iter().find(|(k, _)| k == "PJW_STEP_ID") {
+        // What memory did is the job's to tell (its own `pjw run`, or its manager), once: a
+        // step's watcher would repeat the job's counts at every step's end. Dropped, it
+        // reads no id and exits.
+        watch = None;
+        if let Err(e) = crate::affinity::set_own(&cpus) {
+            eprintln!("pjw: step {step} of job {job}: cannot run on cpus {cpus} ({e}); it runs on all of the job's");
+        }
+    }
     let mut cmd = std::process::Command::new(&a.command[0]);
     // The thread counts the daemon suggests, where the user did not set their own.
     let defaults =
@@ -288,6 +302,9 @@ pub fn run(a: RunArgs) -> i32 {
             return fail(format!("job {job}: cannot become {}: {e:#}", t.name));
         }
         cmd.envs(crate::starter::user_env(t));
+    }
+    if let Some(w) = watch {
+        w.started(&job);
     }
     let e = cmd.exec();
     let prog = a.command[0].to_string_lossy();

@@ -28,6 +28,37 @@ pub fn run(a: StatusArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The job partition's line: use, demand, and whose pressure there is.
+fn memory_line(m: &pjw_proto::MemoryStatus) -> String {
+    let mut line = format!(
+        "memory {} of {} used by jobs; demand {}, {} held by frozen jobs",
+        format_size(m.used),
+        format_size(m.limit),
+        format_size(m.demand),
+        format_size(m.held)
+    );
+    match (&m.shared, &m.outside) {
+        (None, None) => line.push_str("; no pressure"),
+        (shared, outside) => {
+            if let Some(why) = shared {
+                let act = if m.governor {
+                    "the governor acts"
+                } else {
+                    "the governor is off"
+                };
+                line.push_str(&format!("; pressure among pjw's jobs ({act}): {why}"));
+            }
+            if let Some(why) = outside {
+                line.push_str(&format!(
+                    "; pressure from outside pjw's jobs (left to the node's memory managers): {why}"
+                ));
+            }
+        }
+    }
+    line.push('\n');
+    line
+}
+
 fn age(secs: u64) -> String {
     if secs >= 86400 {
         format!("{}d{:02}h", secs / 86400, secs % 86400 / 3600)
@@ -65,10 +96,30 @@ pub fn render(s: &StatusReport) -> String {
             ));
         }
         if let Some(r) = &j.reason {
-            reasons.push(format!("{}: {}", j.id, printable(r, 200)));
+            reasons.push(format!("{}: {}", j.id, printable(r, 320)));
+        }
+        if j.oom_kills > 0 {
+            reasons.push(format!(
+                "{}: {} process(es) killed for memory (OOM) at its {} limit",
+                j.id,
+                j.oom_kills,
+                j.mem
+                    .map_or_else(|| "job partition".to_string(), format_size)
+            ));
         }
         if let Some(io) = &j.io {
             reasons.push(format!("{}: I/O {}", j.id, printable(io, 200)));
+        }
+        for s in &j.steps {
+            reasons.push(format!(
+                "{}: step {} {} on cpus {}, pid {}, {}",
+                j.id,
+                s.step,
+                printable(&s.name, 64),
+                s.cpus,
+                s.pid,
+                age(s.age_secs)
+            ));
         }
         let mut row = vec![
             m.to_string(),
@@ -160,6 +211,9 @@ pub fn render(s: &StatusReport) -> String {
         count(JobState::Frozen),
         count(JobState::Queued),
     ));
+    if let Some(m) = &s.memory {
+        out.push_str(&memory_line(m));
+    }
     out
 }
 
@@ -196,6 +250,8 @@ mod tests {
             io: None,
             gpu_util: None,
             gpu_mem: None,
+            steps: vec![],
+            oom_kills: 0,
         }
     }
 
@@ -211,6 +267,7 @@ mod tests {
             free_gpus: GpuSet::parse_list(gpus).unwrap(),
             cgroup: "v1".into(),
             version: "0".into(),
+            memory: None,
         }
     }
 
@@ -243,5 +300,43 @@ mod tests {
         // No GPUs on the node: no column, no line.
         let text = render(&report("", vec![job("a", "0", JobState::Running, "", 0)]));
         assert!(!text.contains("GPUS") && !text.contains("gpus "), "{text}");
+    }
+
+    #[test]
+    fn memory_shows_whose_pressure_it_is_and_oom_kills_per_job() {
+        let mut r = report(
+            "",
+            vec![JobInfo {
+                oom_kills: 3,
+                mem: Some(64 << 20),
+                ..job("a", "0", JobState::Running, "", 0)
+            }],
+        );
+        r.memory = Some(pjw_proto::MemoryStatus {
+            limit: 1 << 30,
+            used: 300 << 20,
+            demand: 320 << 20,
+            held: 0,
+            governor: true,
+            shared: None,
+            outside: Some(
+                "the node stalls on memory beyond pjw's job partition (PSI some 35.0%, full 2.0%)"
+                    .into(),
+            ),
+            node_psi_some: Some(35.0),
+            partition_psi_some: Some(0.0),
+            sampled_ms: 0,
+        });
+        let text = render(&r);
+        assert!(
+            text.contains("  a: 3 process(es) killed for memory (OOM) at its 64M limit\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("memory 300M of 1G used by jobs; demand 320M, 0 held by frozen jobs; pressure from outside pjw's jobs (left to the node's memory managers): the node stalls on memory beyond pjw's job partition (PSI some 35.0%, full 2.0%)\n"),
+            "{text}"
+        );
+        r.memory.as_mut().unwrap().outside = None;
+        assert!(render(&r).ends_with("0 held by frozen jobs; no pressure\n"));
     }
 }

@@ -488,6 +488,8 @@ mod tests {
             io: None,
             gpu_util: None,
             gpu_mem: None,
+            steps: vec![],
+            oom_kills: 0,
         }
     }
 
@@ -503,6 +505,7 @@ mod tests {
             free_gpus: Default::default(),
             cgroup: "v2".into(),
             version: "0".into(),
+            memory: None,
         }
     }
 

@@ -5,10 +5,12 @@
 //! with its command's status, or 125 when pjw itself failed, 126 when the command cannot be
 //! executed, 127 when it is not found (the conventions of `env`, `nice` and container runners).
 
+mod affinity;
 mod check;
 mod cli;
 mod cmd_control;
 mod cmd_generate;
+mod cmd_login;
 mod cmd_report;
 mod cmd_run;
 mod cmd_sim;
@@ -21,6 +23,7 @@ mod connect;
 mod logging;
 mod marks;
 mod plot;
+mod run_watch;
 mod starter;
 mod wlm_parse;
 
@@ -59,6 +62,7 @@ fn main() {
             Err(e) => report(Err(e)),
         },
         cli::Command::Generate(g) => report(cmd_generate::run(g)),
+        cli::Command::PamAdopt(p) => cmd_login::run(p),
     };
     std::process::exit(code);
 }

@@ -118,6 +118,8 @@ mod tests {
             io: None,
             gpu_util: None,
             gpu_mem: None,
+            steps: vec![],
+            oom_kills: 0,
         }
     }
 
@@ -134,6 +136,7 @@ mod tests {
             free_gpus: Default::default(),
             cgroup: String::new(),
             version: String::new(),
+            memory: None,
         }
     }
 

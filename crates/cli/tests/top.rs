@@ -200,10 +200,11 @@ fn top_cpu_follows_a_load_change_within_2_s() {
     let d = TestDaemon::start(&pjw_bin(), &format!("cpus = \"{one}\"\n"));
     let dir = d.dir().to_path_buf();
     let at = |f: &str| dir.join(f).display().to_string();
-    // Idle (20 ms naps) until busy exists, busy (a shell loop, no fork) until idle exists,
+    // Idle (200 ms naps: a fork and exec of sleep each, which cost a loaded CI machine 10 % of
+    // a CPU at 20 ms naps) until busy exists, busy (a shell loop, no fork) until idle exists,
     // idle again until end exists.
     let script = format!(
-        "touch {up}; while [ ! -e {busy} ]; do sleep 0.02; done; while [ ! -e {idle} ]; do :; done; while [ ! -e {end} ]; do sleep 0.02; done",
+        "touch {up}; while [ ! -e {busy} ]; do sleep 0.2; done; while [ ! -e {idle} ]; do :; done; while [ ! -e {end} ]; do sleep 0.2; done",
         up = at("up"),
         busy = at("busy"),
         idle = at("idle"),

@@ -917,8 +917,9 @@ fn probe_wrong(text: &str, cpus: usize, threads: usize) -> Option<String> {
 /// `-c2`, all submitted at once, each run an OpenMP program (gcc -fopenmp, libgomp) as its
 /// first instruction — the batch scripts *are* the program (`#!probe`). Each prints a
 /// `Cpus_allowed_list` of its job's size as its first output, and OpenMP sizes itself to it
-/// (`omp_get_num_procs()`, `OMP_NUM_THREADS`, the team). A job script of `-n2 -c1` gets 2
-/// threads, and its `srun` tasks 1 each (the script's value is pjw's, replaced) unless the user
+/// (`omp_get_num_procs()`, `OMP_NUM_THREADS`, the team). A job script of `-n2 -c1` gets a
+/// task's count, 1 (the ranks its `mpirun` would start inherit it), and its `srun` tasks 1
+/// each (the script's value is pjw's, replaced) unless the user
 /// set their own (kept). Then the failure modes: with the daemon unreachable a `required`
 /// plugin fails the task before it runs a single instruction, and an `optional` one lets it run
 /// and be adopted after exec (the figure printed is adoption's delay; the plugin's is 0).
@@ -994,7 +995,7 @@ fn slurm_tasks_are_jailed_from_their_first_instruction() {
             batch.push((c, res));
         }
     }
-    // A script of two 1-CPU tasks: the script's threads are the job's, its tasks' their own.
+    // A script of two 1-CPU tasks: the script's count is a task's, its tasks' their own.
     let nested = out.join("nested.sh");
     std::fs::write(
         &nested,
@@ -1055,8 +1056,8 @@ fn slurm_tasks_are_jailed_from_their_first_instruction() {
     let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap_or_default();
     assert_eq!(
         read("nested-script.out").trim(),
-        "script 2",
-        "the job script's threads"
+        "script 1",
+        "the threads of a script of two 1-CPU tasks: a task's (its mpirun ranks inherit them)"
     );
     for t in ["nested-0.out", "nested-1.out"] {
         // Each task has the job's two CPUs (pjw jails the job, not each task) and one thread.

@@ -1,50 +1,71 @@
-//! The memory governor: freeze jobs before the node's job partition thrashes or runs out, thaw
-//! them one at a time when it is safe. Pure: the daemon samples memory and PSI, passes a
-//! [`MemSnapshot`], and carries out the [`MemAction`]s.
+//! The memory governor: pressure lands on the job that causes it. Pure: the daemon samples
+//! memory and PSI, passes a [`MemSnapshot`], and carries out the [`MemAction`]s of the
+//! [`Decision`]; the [`Assessment`] (whose pressure, who stalls in its own limit) goes to
+//! status, metrics and the log.
 //!
-//! Every tick (`[memory] interval_ms` of the daemon's config):
-//! 1. The **demand** of each running job is its memory now plus its growth over the prediction
-//!    horizon (`vm_prediction`), so the governor acts before the cliff, not after it.
-//! 2. **Pressure** is demand above `high` × the partition limit, memory PSI (`some`/`full`
-//!    avg10, the worst of node, partition and jobs) above its threshold, the node's available
-//!    memory below `min_available`, or swap-in faster than `swap_in_max` while no job is being
-//!    thawed. Under pressure the governor first **throttles** the fastest-growing job (where the
-//!    kernel can: `memory.high` on cgroup v2), and if that is not enough by the next tick it freezes
-//!    running jobs — lowest priority first, youngest among equals — until the remaining demand
-//!    fits under `high`, but never the last running job: one job always makes progress (in the
-//!    worst case against swap, but alone).
-//! 3. Without pressure, frozen jobs are **thawed** — highest priority first, oldest among equals
-//!    — when the footprint they had when frozen fits under `low` × the limit next to the running
-//!    jobs' demand and memory PSI is low; at most `swap_slots` at a time, each after the
-//!    previous thaw has had `thaw_cooldown` to swap its pages back in.
+//! **Attribution.** The governor answers only the pressure pjw's jobs put on each other in the
+//! memory they share (the job partition):
+//! - a job's **need** is what only swap can take from it (anon + shmem + swap); its **growth**
+//!   is the smoothed rate of its need, and its **demand** its need — or, just after a thaw, the
+//!   larger footprint it had when frozen — plus its growth over the prediction horizon (MCOpt's
+//!   growth prediction: act before the cliff). A job at its own limit (`--mem`) grows only into
+//!   its own swap: its demand on the shared memory stops at its limit.
+//! - **shared pressure** is the running jobs' demand above `high` × the partition, or a job
+//!   below its own limit stalling on memory (its own memory PSI) while the partition is nearly
+//!   full (the partition's reclaim is what stalls it), or fast swap-in while it is nearly full.
+//! - a job **stalling inside its own limit** (at ≥ 90 % of its `--mem`, its PSI high) is that
+//!   job's business: reported, never acted on, and no reason to act on anyone else.
+//! - **outside pressure** (the node's memory PSI beyond the partition's, or the node's
+//!   available memory low while the partition has room) is reported and left to the node's
+//!   own memory managers.
 //!
-//! The daemon holds new jobs back while any job is frozen for memory.
+//! **The ladder**, for the jobs that grow into the shared memory (fastest first; when nothing
+//! grows, the job holding the most above its fair share): throttle (`memory.high` at its
+//! usage, cgroup v2), then — if it keeps growing or stalls against the throttle — freeze; a job
+//! frozen longer than `frozen_max` gets the last step ([`MemAction::LastStep`]: requeue or kill,
+//! the daemon's choice). Never the last running job: one job always makes progress. Throttles
+//! are lifted when there is room again; frozen jobs are thawed, highest priority first, longest
+//! frozen among equals, when the need they had fits under `low` × the partition next to the
+//! running jobs' demand and no job stalls on shared memory: at most `swap_slots` at a time, each
+//! after the previous has had `thaw_cooldown` to swap its pages back in.
+//!
+//! **Admission** ([`admits`]): a job that fits the memory left starts while others are frozen;
+//! one whose size is unknown (no `--mem`) waits while jobs are frozen or the partition is under
+//! shared pressure, since it would add to it.
+
+/// Growth (bytes/s) below this is noise, not growth (page-cache and allocator jitter).
+pub const GROWTH_NOISE: f64 = (1u64 << 20) as f64;
+
+/// A job using this share of its own limit is at it: its stalls are its own.
+pub const AT_OWN_LIMIT: f64 = 0.9;
 
 /// Tunables (validated by the daemon's config).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GovernorConfig {
     /// Bytes the jobs of the node may use together (the partition).
     pub limit: u64,
-    /// Freeze when demand passes this share of the limit.
+    /// Shared pressure when the running jobs' demand passes this share of the limit.
     pub high: f64,
-    /// Thaw only when demand after the thaw stays under this share.
+    /// Thaw (and lift throttles) only when demand after it stays under this share.
     pub low: f64,
-    /// Memory PSI `some` avg10 (percent) that counts as pressure.
+    /// Memory PSI `some` avg10 (percent) that counts as stalling.
     pub psi_some: f64,
-    /// Memory PSI `full` avg10 (percent) that counts as pressure.
+    /// Memory PSI `full` avg10 (percent) that counts as stalling.
     pub psi_full: f64,
-    /// Seconds of growth to add to a job's memory (0 = no prediction).
+    /// Seconds of growth to add to a job's need (0 = no prediction).
     pub prediction_secs: f64,
     /// Thaws at a time.
     pub swap_slots: usize,
     /// Milliseconds between two thaws.
     pub thaw_cooldown_ms: i64,
-    /// Node memory available (bytes) below which the node is under pressure.
+    /// Node memory available (bytes) below which the node is short.
     pub min_available: u64,
-    /// Swap-in rate (pages per second) above which the node is under pressure.
+    /// Swap-in rate (pages per second) above which a nearly full partition is under pressure.
     pub swap_in_max: f64,
     /// Whether jobs can be throttled (`memory.high`, cgroup v2) before they are frozen.
     pub throttle: bool,
+    /// How long a job may stay frozen before the last step (ms); None: as long as it takes.
+    pub frozen_max_ms: Option<i64>,
 }
 
 impl Default for GovernorConfig {
@@ -61,7 +82,27 @@ impl Default for GovernorConfig {
             min_available: 256 << 20,
             swap_in_max: 10_000.0,
             throttle: false,
+            frozen_max_ms: Some(10 * 60 * 1000),
         }
+    }
+}
+
+/// Memory PSI avg10 (percent) of one cgroup or of the node.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Stall {
+    pub some: f64,
+    pub full: f64,
+}
+
+impl Stall {
+    /// At or above the thresholds.
+    pub fn high(&self, cfg: &GovernorConfig) -> bool {
+        self.some >= cfg.psi_some || self.full >= cfg.psi_full
+    }
+
+    /// Below half the thresholds.
+    fn calm(&self, cfg: &GovernorConfig) -> bool {
+        self.some < cfg.psi_some / 2.0 && self.full < cfg.psi_full / 2.0
     }
 }
 
@@ -70,17 +111,22 @@ impl Default for GovernorConfig {
 pub struct MemJob {
     pub key: i64,
     pub priority: u8,
-    pub submitted_ms: i64,
-    /// Memory charged to it now (bytes).
+    /// Memory charged to it now (bytes, page cache included).
     pub usage: u64,
-    /// Its growth (bytes per second, from the last samples; negative when shrinking).
+    /// What only swap can take from it: anon + shmem + swap (bytes).
+    pub need: u64,
+    /// The growth of its need (bytes per second, smoothed; negative when shrinking).
     pub growth: f64,
-    /// Frozen by the governor.
+    /// Its own limit (`--mem`), if it has one.
+    pub own_limit: Option<u64>,
+    /// Its own memory PSI, where the kernel has it.
+    pub stall: Option<Stall>,
+    /// Frozen by the governor, and since when (ms).
     pub frozen: bool,
+    pub frozen_since_ms: Option<i64>,
     /// Throttled by the governor (`memory.high` set).
     pub throttled: bool,
-    /// What it wanted when it was last frozen (its memory plus predicted growth): what it will
-    /// want back. 0 for a job never frozen.
+    /// Its need when it was last frozen: what it will want back. 0 for a job never frozen.
     pub footprint: u64,
 }
 
@@ -88,19 +134,59 @@ pub struct MemJob {
 #[derive(Clone, Debug, PartialEq)]
 pub struct MemSnapshot {
     pub now_ms: i64,
-    /// Memory PSI avg10 (percent), the worse of node and partition.
-    pub psi_some: f64,
-    pub psi_full: f64,
-    /// When the governor last thawed a job.
-    pub last_thaw_ms: Option<i64>,
-    /// Jobs thawed within the cooldown (still swapping in).
-    pub thawing: usize,
+    /// Memory PSI of the node (`/proc/pressure/memory`) and of the partition (its cgroup's
+    /// `memory.pressure`), where the kernel has them.
+    pub node: Option<Stall>,
+    pub partition: Option<Stall>,
     /// The node's available memory (bytes), if known.
     pub available: Option<u64>,
     /// Pages swapped in per second since the last tick.
     pub swap_in_rate: f64,
-    /// Jobs that may be frozen or thawed by the governor (running jobs and its own frozen ones).
+    /// When the governor last thawed a job.
+    pub last_thaw_ms: Option<i64>,
+    /// Jobs thawed within the cooldown (still swapping in).
+    pub thawing: usize,
+    /// Running jobs and the governor's frozen ones.
     pub jobs: Vec<MemJob>,
+}
+
+/// Why pjw's jobs press on each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shared {
+    /// Their predicted demand passes `high` × the partition.
+    Demand,
+    /// A job below its own limit stalls on memory while the partition is nearly full.
+    Stalls,
+    /// Pages are swapped in fast while the partition is nearly full.
+    SwapIn,
+}
+
+/// Pressure from outside pjw's jobs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Outside {
+    /// The node's memory PSI beyond the partition's (`attributed`: the partition's PSI was
+    /// known and subtracted; else the node's alone, which may include pjw's own jobs).
+    Stall { stall: Stall, attributed: bool },
+    /// The node's available memory is low while the partition has room.
+    LowAvailable { available: u64 },
+}
+
+/// What the governor makes of a snapshot (for status, metrics and the log too).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assessment {
+    /// pjw's jobs press on each other: the governor acts.
+    pub shared: Option<Shared>,
+    /// Pressure from outside pjw's jobs: reported only.
+    pub outside: Option<Outside>,
+    /// The running jobs' predicted demand and the frozen jobs' footprints (bytes).
+    pub demand: u64,
+    pub held: u64,
+    /// Memory charged to all jobs together (bytes).
+    pub usage: u64,
+    /// Jobs stalling on memory inside their own limit (their own business).
+    pub self_stalled: Vec<i64>,
+    /// Jobs growing into the shared memory, fastest first.
+    pub growers: Vec<i64>,
 }
 
 /// What to do.
@@ -121,407 +207,292 @@ pub enum MemAction {
     Thaw {
         key: i64,
     },
+    /// Frozen longer than `frozen_max`: requeue it where it allows that, else kill it.
+    LastStep {
+        key: i64,
+    },
 }
 
-/// What a running job will want soon: its memory now — or, just after a thaw, the footprint it
-/// had when frozen, since its swapped-out pages come back — plus its predicted growth.
+/// A tick's assessment and actions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub assessment: Assessment,
+    pub actions: Vec<MemAction>,
+}
+
+fn at_own_limit(j: &MemJob) -> bool {
+    j.own_limit
+        .is_some_and(|l| j.usage as f64 >= AT_OWN_LIMIT * l as f64)
+}
+
+fn stalls(cfg: &GovernorConfig, j: &MemJob) -> bool {
+    j.stall.is_some_and(|s| s.high(cfg))
+}
+
+/// Whether `j` grows into the shared memory: running, growing beyond noise, and not at its
+/// own limit (there it grows only into its own swap).
+pub fn grows(j: &MemJob) -> bool {
+    !j.frozen && j.growth >= GROWTH_NOISE && !at_own_limit(j)
+}
+
+/// Whether `j` stalls on memory inside its own limit.
+pub fn self_stalled(cfg: &GovernorConfig, j: &MemJob) -> bool {
+    !j.frozen && at_own_limit(j) && stalls(cfg, j)
+}
+
+/// Whether `j` stalls on memory it shares with the other jobs (not at its own limit, not held
+/// by a throttle of the governor's).
+fn shared_stall(cfg: &GovernorConfig, j: &MemJob) -> bool {
+    !j.frozen && !j.throttled && !at_own_limit(j) && stalls(cfg, j)
+}
+
+/// What a running job will want soon (bytes, as f64): its need — or, just after a thaw, the
+/// footprint it had when frozen — plus its predicted growth, at most its own limit.
 fn demand(cfg: &GovernorConfig, j: &MemJob) -> f64 {
-    j.usage.max(j.footprint) as f64 + j.growth.max(0.0) * cfg.prediction_secs
+    let grow = if grows(j) {
+        j.growth * cfg.prediction_secs
+    } else {
+        0.0
+    };
+    let d = j.need.max(j.footprint) as f64 + grow;
+    match j.own_limit {
+        Some(l) => d.min(l as f64),
+        None => d,
+    }
 }
 
-/// Decide this tick's freezes and thaws.
-pub fn govern(cfg: &GovernorConfig, snap: &MemSnapshot) -> Vec<MemAction> {
-    let mut out = Vec::new();
+/// The predicted growth part of a running job's demand (what a throttle takes away).
+fn growth_part(cfg: &GovernorConfig, j: &MemJob) -> f64 {
+    let whole = demand(cfg, j);
+    (whole - (j.need.max(j.footprint) as f64).min(whole)).max(0.0)
+}
+
+/// Whose pressure this is (pure; also what status and metrics show).
+pub fn assess(cfg: &GovernorConfig, snap: &MemSnapshot) -> Assessment {
     let limit = cfg.limit as f64;
-    let mut running: Vec<&MemJob> = snap.jobs.iter().filter(|j| !j.frozen).collect();
+    let running = || snap.jobs.iter().filter(|j| !j.frozen);
+    let demand_total: f64 = running().map(|j| demand(cfg, j)).sum();
+    let held: u64 = snap
+        .jobs
+        .iter()
+        .filter(|j| j.frozen)
+        .map(|j| j.footprint.max(j.need))
+        .sum();
+    let usage: u64 = snap.jobs.iter().map(|j| j.usage).sum();
+    let nearly_full = usage as f64 >= cfg.high * limit;
+    let shared = if demand_total > cfg.high * limit {
+        Some(Shared::Demand)
+    } else if nearly_full && snap.thawing == 0 && running().any(|j| shared_stall(cfg, j)) {
+        Some(Shared::Stalls)
+    } else if nearly_full && snap.thawing == 0 && snap.swap_in_rate > cfg.swap_in_max {
+        Some(Shared::SwapIn)
+    } else {
+        None
+    };
+    let outside_stall = snap.node.map(|n| match snap.partition {
+        Some(p) => (
+            Stall {
+                some: (n.some - p.some).max(0.0),
+                full: (n.full - p.full).max(0.0),
+            },
+            true,
+        ),
+        None => (n, false),
+    });
+    let outside = match outside_stall {
+        Some((stall, attributed)) if stall.high(cfg) => Some(Outside::Stall { stall, attributed }),
+        _ => match snap.available {
+            Some(a) if a < cfg.min_available && !nearly_full => {
+                Some(Outside::LowAvailable { available: a })
+            }
+            _ => None,
+        },
+    };
+    let mut growers: Vec<&MemJob> = running().filter(|j| grows(j)).collect();
+    growers.sort_by(|a, b| {
+        b.growth
+            .total_cmp(&a.growth)
+            .then(b.need.cmp(&a.need))
+            .then(b.key.cmp(&a.key))
+    });
+    Assessment {
+        shared,
+        outside,
+        demand: demand_total as u64,
+        held,
+        usage,
+        self_stalled: running()
+            .filter(|j| self_stalled(cfg, j))
+            .map(|j| j.key)
+            .collect(),
+        growers: growers.iter().map(|j| j.key).collect(),
+    }
+}
+
+/// Decide this tick's throttles, freezes, thaws and last steps.
+pub fn govern(cfg: &GovernorConfig, snap: &MemSnapshot) -> Decision {
+    let assessment = assess(cfg, snap);
+    let mut actions = Vec::new();
+    let limit = cfg.limit as f64;
+    let running: Vec<&MemJob> = snap.jobs.iter().filter(|j| !j.frozen).collect();
     let mut total: f64 = running.iter().map(|j| demand(cfg, j)).sum();
-    let psi_high = snap.psi_some >= cfg.psi_some
-        || snap.psi_full >= cfg.psi_full
-        || snap.available.is_some_and(|a| a < cfg.min_available)
-        || (snap.thawing == 0 && snap.swap_in_rate > cfg.swap_in_max);
+    let mut left = running.len();
 
-    if total > cfg.high * limit || psi_high {
-        // First step: throttle the fastest-growing job, once; freezing follows if that did not
-        // relieve the pressure by the next tick.
-        if cfg.throttle && !running.iter().any(|j| j.throttled) {
-            let fastest = running.iter().filter(|j| j.growth > 0.0).max_by(|a, b| {
-                a.growth
-                    .partial_cmp(&b.growth)
-                    .unwrap_or(std::cmp::Ordering::Equal)
-            });
-            if let Some(j) = fastest {
-                return vec![MemAction::Throttle {
-                    key: j.key,
-                    high: j.usage,
-                }];
-            }
+    if let Some(why) = assessment.shared {
+        // Whom: the growers, fastest first; when nothing grows, the jobs holding the most above
+        // their fair share of the partition. Never one at or under its share that does not grow.
+        let fair = limit / running.len().max(1) as f64;
+        let mut targets: Vec<&MemJob> = assessment
+            .growers
+            .iter()
+            .filter_map(|k| running.iter().find(|j| j.key == *k).copied())
+            .collect();
+        if targets.is_empty() {
+            let mut over: Vec<&MemJob> = running
+                .iter()
+                .filter(|j| j.need as f64 > fair)
+                .copied()
+                .collect();
+            over.sort_by(|a, b| b.need.cmp(&a.need).then(b.key.cmp(&a.key)));
+            targets = over;
         }
-        // Victims: lowest priority, youngest first.
-        running.sort_by(|a, b| {
-            a.priority
-                .cmp(&b.priority)
-                .then(b.submitted_ms.cmp(&a.submitted_ms))
-                .then(b.key.cmp(&a.key))
-        });
-        let mut left = running.len();
-        for v in running {
-            let over = total > cfg.high * limit;
-            // PSI alone (demand fits) frees one job per tick; demand frees until it fits.
-            if left <= 1 || (!over && !psi_high) {
+        for t in targets {
+            if left <= 1 {
                 break;
             }
-            out.push(MemAction::Freeze { key: v.key });
-            total -= demand(cfg, v);
-            left -= 1;
-            if !over {
+            if cfg.throttle && !t.throttled {
+                actions.push(MemAction::Throttle {
+                    key: t.key,
+                    high: t.usage,
+                });
+                total -= growth_part(cfg, t);
+            } else {
+                actions.push(MemAction::Freeze { key: t.key });
+                total -= demand(cfg, t);
+                left -= 1;
+            }
+            // Demand: act until the rest fits; stalls and swap-in: one step per tick.
+            if why != Shared::Demand || total <= cfg.high * limit {
                 break;
             }
         }
-        return out;
+    } else {
+        // No shared pressure. A throttled job is let go where it has room to grow; one that
+        // still pushes against its throttle without room is frozen (it would only thrash).
+        for t in running.iter().filter(|j| j.throttled) {
+            let room = total + t.growth.max(0.0) * cfg.prediction_secs <= cfg.low * limit;
+            if room {
+                actions.push(MemAction::Unthrottle { key: t.key });
+            } else if (grows(t) || stalls(cfg, t)) && left > 1 {
+                actions.push(MemAction::Freeze { key: t.key });
+                total -= demand(cfg, t);
+                left -= 1;
+            }
+        }
+        thaw(cfg, snap, total, &mut actions);
     }
 
-    // No pressure: lift throttles first.
-    for j in snap.jobs.iter().filter(|j| j.throttled && !j.frozen) {
-        out.push(MemAction::Unthrottle { key: j.key });
+    // The last step for jobs frozen too long (not one thawed this tick).
+    if let Some(max) = cfg.frozen_max_ms {
+        for j in snap.jobs.iter().filter(|j| j.frozen) {
+            let thawed = actions.contains(&MemAction::Thaw { key: j.key });
+            if !thawed && j.frozen_since_ms.is_some_and(|s| snap.now_ms - s >= max) {
+                actions.push(MemAction::LastStep { key: j.key });
+            }
+        }
     }
+    Decision {
+        assessment,
+        actions,
+    }
+}
 
-    // Thaw, one slot at a time, when it is safe.
+/// Thaw, one slot at a time, when it is safe: no job stalls on shared memory, the cooldown
+/// has passed, and the frozen job's need fits under `low` next to the running jobs' demand.
+fn thaw(cfg: &GovernorConfig, snap: &MemSnapshot, mut total: f64, out: &mut Vec<MemAction>) {
     let cooled = snap
         .last_thaw_ms
         .is_none_or(|t| snap.now_ms - t >= cfg.thaw_cooldown_ms);
-    let calm = snap.psi_some < cfg.psi_some / 2.0 && snap.psi_full < cfg.psi_full / 2.0;
+    let calm = snap
+        .jobs
+        .iter()
+        .filter(|j| !j.frozen && !j.throttled && !at_own_limit(j))
+        .all(|j| j.stall.is_none_or(|s| s.calm(cfg)));
     if !cooled || !calm || snap.thawing >= cfg.swap_slots {
-        return out;
+        return;
     }
     let mut frozen: Vec<&MemJob> = snap.jobs.iter().filter(|j| j.frozen).collect();
     frozen.sort_by(|a, b| {
         b.priority
             .cmp(&a.priority)
-            .then(a.submitted_ms.cmp(&b.submitted_ms))
+            .then(a.frozen_since_ms.cmp(&b.frozen_since_ms))
             .then(a.key.cmp(&b.key))
     });
     let slots = cfg.swap_slots - snap.thawing;
     for j in frozen.into_iter().take(slots) {
-        let want = j.footprint.max(j.usage) as f64;
+        let want = j.footprint.max(j.need) as f64;
         // With nothing running, a frozen job is always thawed: it can only make progress.
-        if total + want <= cfg.low * limit || total == 0.0 {
+        if total + want <= cfg.low * cfg.limit as f64 || total == 0.0 {
             out.push(MemAction::Thaw { key: j.key });
             total += want;
         } else {
             break;
         }
     }
-    out
 }
 
-/// A job's smoothed memory growth (bytes/s) after a new sample: half the previous average, half
+/// Whether memory lets a queued job start now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    Start,
+    /// It waits: the jobs frozen for memory need what is left, or the partition is under
+    /// shared pressure, and the job's size (`--mem`) is unknown or does not fit.
+    Wait {
+        /// Bytes left under `high` × the partition next to the running jobs' demand and the
+        /// frozen jobs' footprints.
+        left: u64,
+    },
+}
+
+/// Memory admission of a job asking for `want` bytes (its `--mem`; None: unknown), given this
+/// tick's assessment and how many jobs the governor holds frozen. With nothing frozen and no
+/// shared pressure every job starts (its `--mem` against the promises is checked apart);
+/// otherwise only a job whose `--mem` fits what is left under `high` next to the running jobs'
+/// demand and the frozen jobs' footprints — it cannot add to the pressure beyond its limit.
+pub fn admits(cfg: &GovernorConfig, a: &Assessment, frozen: usize, want: Option<u64>) -> Admission {
+    if frozen == 0 && a.shared.is_none() {
+        return Admission::Start;
+    }
+    let room = cfg.high * cfg.limit as f64 - a.demand as f64 - a.held as f64;
+    let left = room.max(0.0) as u64;
+    match want {
+        Some(w) if (w as f64) <= room => Admission::Start,
+        _ => Admission::Wait { left },
+    }
+}
+
+/// A job's smoothed growth (bytes/s) after a new sample: half the previous average, half
 /// the rate since the last sample (`dt_secs` apart). No time elapsed keeps the average.
-pub fn smoothed_growth(prev_growth: f64, prev_usage: u64, usage: u64, dt_secs: f64) -> f64 {
+pub fn smoothed_growth(prev_growth: f64, prev: u64, now: u64, dt_secs: f64) -> f64 {
     if dt_secs <= 0.0 {
         return prev_growth;
     }
-    let rate = (usage as f64 - prev_usage as f64) / dt_secs;
+    let rate = (now as f64 - prev as f64) / dt_secs;
     0.5 * prev_growth + 0.5 * rate
 }
 
-/// Whether a thawed job's footprint (what it was expected to need when frozen) is forgotten:
-/// long after a thaw (five thaw cooldowns) its pages are back, so what it uses counts.
+/// Whether a thawed job's footprint (what it needed when frozen) is forgotten: long after a
+/// thaw (five thaw cooldowns) its pages are back, so what it needs now counts.
 pub fn footprint_expired(since_thaw_ms: i64, thaw_cooldown_ms: i64) -> bool {
     since_thaw_ms > 5 * thaw_cooldown_ms
 }
 
-/// What a job frozen now is expected to need when thawed: its usage plus its growth over the
-/// prediction window (shrinking counts as none), and never less than its earlier footprint.
-pub fn predicted_footprint(cfg: &GovernorConfig, usage: u64, growth: f64, footprint: u64) -> u64 {
-    let predicted = usage as f64 + growth.max(0.0) * cfg.prediction_secs;
-    (predicted as u64).max(footprint)
+/// What a job frozen now will want back: its need now, never less than an earlier footprint.
+/// Not its predicted growth: a thawed job that grows again is the grower again, and frozen
+/// again, while an over-estimate would keep it frozen while it would fit.
+pub fn frozen_footprint(need: u64, footprint: u64) -> u64 {
+    need.max(footprint)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn growth_is_half_the_old_average_and_half_the_new_rate() {
-        // (previous growth, previous usage, usage, seconds apart, expected)
-        let table = [
-            (0.0, 100, 300, 2.0, 50.0),
-            (100.0, 100, 300, 2.0, 100.0),
-            (100.0, 300, 100, 1.0, -50.0),
-            (80.0, 100, 900, 0.0, 80.0),
-            (80.0, 100, 900, -1.0, 80.0),
-        ];
-        for (g, before, now, dt, want) in table {
-            assert_eq!(
-                smoothed_growth(g, before, now, dt),
-                want,
-                "{g} {before} {now} {dt}"
-            );
-        }
-    }
-
-    #[test]
-    fn footprint_is_forgotten_after_five_cooldowns() {
-        assert!(!footprint_expired(0, 2000));
-        assert!(!footprint_expired(10_000, 2000));
-        assert!(footprint_expired(10_001, 2000));
-    }
-
-    #[test]
-    fn predicted_footprint_adds_growth_and_keeps_the_larger() {
-        let cfg = GovernorConfig {
-            prediction_secs: 10.0,
-            ..GovernorConfig::default()
-        };
-        assert_eq!(predicted_footprint(&cfg, 1000, 50.0, 0), 1500);
-        assert_eq!(predicted_footprint(&cfg, 1000, -50.0, 0), 1000);
-        assert_eq!(predicted_footprint(&cfg, 1000, 50.0, 4000), 4000);
-    }
-
-    const MIB: u64 = 1 << 20;
-
-    fn cfg() -> GovernorConfig {
-        GovernorConfig {
-            limit: 1024 * MIB,
-            prediction_secs: 2.0,
-            ..GovernorConfig::default()
-        }
-    }
-
-    fn j(
-        key: i64,
-        priority: u8,
-        at: i64,
-        usage_mib: u64,
-        growth_mib_s: f64,
-        frozen: bool,
-    ) -> MemJob {
-        MemJob {
-            key,
-            priority,
-            submitted_ms: at,
-            usage: usage_mib * MIB,
-            growth: growth_mib_s * MIB as f64,
-            frozen,
-            throttled: false,
-            footprint: if frozen { usage_mib * MIB } else { 0 },
-        }
-    }
-
-    fn snap(jobs: Vec<MemJob>) -> MemSnapshot {
-        MemSnapshot {
-            now_ms: 10_000,
-            psi_some: 0.0,
-            psi_full: 0.0,
-            last_thaw_ms: None,
-            thawing: 0,
-            available: None,
-            swap_in_rate: 0.0,
-            jobs,
-        }
-    }
-
-    #[test]
-    fn decisions() {
-        use MemAction::*;
-        let cases: Vec<(&str, GovernorConfig, MemSnapshot, Vec<MemAction>)> = vec![
-            (
-                "room to spare: nothing",
-                cfg(),
-                snap(vec![
-                    j(1, 10, 0, 200, 0.0, false),
-                    j(2, 10, 1, 200, 0.0, false),
-                ]),
-                vec![],
-            ),
-            (
-                "predicted growth crosses the line: the youngest is frozen before the cliff",
-                cfg(),
-                snap(vec![
-                    j(1, 10, 0, 300, 100.0, false),
-                    j(2, 10, 1, 300, 100.0, false),
-                ]),
-                vec![Freeze { key: 2 }],
-            ),
-            (
-                "four growing jobs: freeze until the rest fits, lowest priority first",
-                cfg(),
-                snap(vec![
-                    j(1, 10, 0, 250, 100.0, false),
-                    j(2, 12, 1, 250, 100.0, false),
-                    j(3, 10, 2, 250, 100.0, false),
-                    j(4, 10, 3, 250, 100.0, false),
-                ]),
-                vec![Freeze { key: 4 }, Freeze { key: 3 }],
-            ),
-            (
-                "the last running job is never frozen",
-                cfg(),
-                snap(vec![j(1, 10, 0, 1000, 50.0, false)]),
-                vec![],
-            ),
-            (
-                "high PSI with demand that fits: one job per tick",
-                cfg(),
-                MemSnapshot {
-                    psi_some: 60.0,
-                    ..snap(vec![
-                        j(1, 10, 0, 100, 0.0, false),
-                        j(2, 10, 1, 100, 0.0, false),
-                        j(3, 10, 2, 100, 0.0, false),
-                    ])
-                },
-                vec![Freeze { key: 3 }],
-            ),
-            (
-                "room again: the oldest of the highest priority is thawed",
-                cfg(),
-                snap(vec![
-                    j(1, 10, 0, 100, 0.0, false),
-                    j(2, 10, 1, 500, 0.0, true),
-                    j(3, 10, 2, 500, 0.0, true),
-                ]),
-                vec![Thaw { key: 2 }],
-            ),
-            (
-                "not enough room for its footprint: stays frozen",
-                cfg(),
-                snap(vec![
-                    j(1, 10, 0, 400, 0.0, false),
-                    j(2, 10, 1, 500, 0.0, true),
-                ]),
-                vec![],
-            ),
-            (
-                "nothing running: the frozen job is thawed whatever its size",
-                cfg(),
-                snap(vec![j(2, 10, 1, 2000, 0.0, true)]),
-                vec![Thaw { key: 2 }],
-            ),
-            (
-                "within the cooldown of the last thaw: wait",
-                cfg(),
-                MemSnapshot {
-                    last_thaw_ms: Some(9_000),
-                    ..snap(vec![j(2, 10, 1, 100, 0.0, true)])
-                },
-                vec![],
-            ),
-            (
-                "pressure still elevated: wait",
-                cfg(),
-                MemSnapshot {
-                    psi_some: 25.0,
-                    ..snap(vec![j(2, 10, 1, 100, 0.0, true)])
-                },
-                vec![],
-            ),
-            (
-                "a just-thawed job counts with its footprint, so the next one waits",
-                cfg(),
-                snap(vec![
-                    MemJob {
-                        footprint: 600 * MIB,
-                        ..j(1, 10, 0, 50, 0.0, false)
-                    },
-                    j(2, 10, 1, 300, 0.0, true),
-                ]),
-                vec![],
-            ),
-            (
-                "low available memory is pressure",
-                cfg(),
-                MemSnapshot {
-                    available: Some(100 * MIB),
-                    ..snap(vec![
-                        j(1, 10, 0, 100, 0.0, false),
-                        j(2, 10, 1, 100, 0.0, false),
-                    ])
-                },
-                vec![Freeze { key: 2 }],
-            ),
-            (
-                "fast swap-in is pressure",
-                cfg(),
-                MemSnapshot {
-                    swap_in_rate: 50_000.0,
-                    ..snap(vec![
-                        j(1, 10, 0, 100, 0.0, false),
-                        j(2, 10, 1, 100, 0.0, false),
-                    ])
-                },
-                vec![Freeze { key: 2 }],
-            ),
-            (
-                "swap-in of a thawing job is expected",
-                cfg(),
-                MemSnapshot {
-                    swap_in_rate: 50_000.0,
-                    thawing: 1,
-                    ..snap(vec![
-                        j(1, 10, 0, 100, 0.0, false),
-                        j(2, 10, 1, 100, 0.0, false),
-                    ])
-                },
-                vec![],
-            ),
-            (
-                "with throttling: the fastest grower is throttled first",
-                GovernorConfig {
-                    throttle: true,
-                    ..cfg()
-                },
-                snap(vec![
-                    j(1, 10, 0, 300, 50.0, false),
-                    j(2, 10, 1, 300, 150.0, false),
-                ]),
-                vec![Throttle {
-                    key: 2,
-                    high: 300 * MIB,
-                }],
-            ),
-            (
-                "a throttle that did not help: freeze",
-                GovernorConfig {
-                    throttle: true,
-                    ..cfg()
-                },
-                snap(vec![
-                    j(1, 10, 0, 300, 150.0, false),
-                    MemJob {
-                        throttled: true,
-                        ..j(2, 10, 1, 400, 100.0, false)
-                    },
-                ]),
-                vec![Freeze { key: 2 }],
-            ),
-            (
-                "pressure gone: throttles are lifted",
-                GovernorConfig {
-                    throttle: true,
-                    ..cfg()
-                },
-                snap(vec![MemJob {
-                    throttled: true,
-                    ..j(2, 10, 1, 300, 0.0, false)
-                }]),
-                vec![Unthrottle { key: 2 }],
-            ),
-            (
-                "two swap slots: two thaws",
-                GovernorConfig {
-                    swap_slots: 2,
-                    ..cfg()
-                },
-                snap(vec![
-                    j(2, 10, 1, 100, 0.0, true),
-                    j(3, 10, 2, 100, 0.0, true),
-                ]),
-                vec![Thaw { key: 2 }, Thaw { key: 3 }],
-            ),
-        ];
-        for (what, c, s, want) in cases {
-            assert_eq!(govern(&c, &s), want, "{what}");
-        }
-    }
-}
+mod tests;

@@ -147,24 +147,39 @@ fn whole_allocation(step: &str) -> bool {
     matches!(step, "batch" | "interactive" | "")
 }
 
+/// What Slurm says of a task's step and of its job, for the task's thread counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskShape {
+    /// The step's CPUs per task (`srun -c N`; `S_STEP_CPUS_PER_TASK`).
+    pub cpus_per_task: Option<u32>,
+    /// The step's tasks on this node (`S_JOB_LOCAL_TASK_COUNT`).
+    pub tasks: Option<u32>,
+    /// The job's own CPUs per task (its `-c`: `SLURM_CPUS_PER_TASK`, absent when not given).
+    pub job_cpus_per_task: Option<u32>,
+    /// The job's tasks on the script's node (`SLURM_TASKS_PER_NODE`'s first count).
+    pub job_tasks: Option<u32>,
+}
+
 /// How many CPUs one task of step `step` runs its threads on, for its thread variables, in a job
-/// holding `job_cpus` CPUs on this node: a whole-allocation step (the job script) all of them;
-/// a task of another step Slurm's CPUs per task (`srun -c N`; what `task/affinity` would bind
-/// it to), at most the job's; without that figure, the job's CPUs shared among the step's
-/// `tasks` on this node (at least one each). 0 only for a job without CPUs.
-pub fn task_cpus(
-    job_cpus: usize,
-    step: &str,
-    cpus_per_task: Option<u32>,
-    tasks: Option<u32>,
-) -> usize {
+/// holding `job_cpus` CPUs on this node (at most that; 0 only for a job without CPUs):
+/// - a task of a step: Slurm's CPUs per task (`srun -c N`; what `task/affinity` would bind it
+///   to), else the job's CPUs shared among the step's tasks on this node (at least one each);
+/// - a whole-allocation step (the job script): the job's own CPUs per task (`sbatch -c N`),
+///   else its CPUs shared among its tasks here, else all of them. A script of `-n2 -c1` is
+///   told 1 although it has 2 CPUs: what it runs with them is its tasks (`mpirun`'s ranks
+///   inherit its variables, and 2 threads in each of 2 ranks would put 4 threads on 2 CPUs),
+///   as Slurm sites set `OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK`; a one-task job (`sbatch -c8`,
+///   `--exclusive`) gets all it has.
+pub fn task_cpus(job_cpus: usize, step: &str, shape: &TaskShape) -> usize {
     if job_cpus == 0 {
         return 0;
     }
-    if whole_allocation(step) {
-        return job_cpus;
-    }
-    if let Some(c) = cpus_per_task.filter(|c| *c > 0) {
+    let (cpt, tasks) = if whole_allocation(step) {
+        (shape.job_cpus_per_task, shape.job_tasks)
+    } else {
+        (shape.cpus_per_task, shape.tasks)
+    };
+    if let Some(c) = cpt.filter(|c| *c > 0) {
         return (c as usize).min(job_cpus);
     }
     match tasks.filter(|t| *t > 0) {
@@ -173,11 +188,17 @@ pub fn task_cpus(
     }
 }
 
-/// The bind mode a task's OpenMP places follow: the job's, unless several tasks of a step share
-/// the job's CPUs on this node, when each would place its threads on the same first CPUs of
-/// the set (`OMP_PROC_BIND=close`); then none, and the count alone is set.
-pub fn task_bind(mode: BindMode, step: &str, tasks: Option<u32>) -> BindMode {
-    if !whole_allocation(step) && tasks.is_some_and(|t| t > 1) {
+/// The bind mode a task's OpenMP places follow: the job's, unless several tasks share the
+/// job's CPUs on this node — the tasks of a step, or the ranks a job script of several tasks
+/// starts — when each would place its threads on the same first CPUs of the set
+/// (`OMP_PROC_BIND=close`); then none, and the count alone is set.
+pub fn task_bind(mode: BindMode, step: &str, shape: &TaskShape) -> BindMode {
+    let tasks = if whole_allocation(step) {
+        shape.job_tasks
+    } else {
+        shape.tasks
+    };
+    if tasks.is_some_and(|t| t > 1) {
         BindMode::None
     } else {
         mode
@@ -356,81 +377,67 @@ mod tests {
 
     #[test]
     fn task_cpus_table() {
-        // (what, job cpus, step, cpus per task, tasks on the node, expected)
+        // (what, job cpus, step, step's cpus per task, step's tasks, job's -c, job's tasks here,
+        // expected)
         type Case = (
             &'static str,
             usize,
             &'static str,
             Option<u32>,
             Option<u32>,
+            Option<u32>,
+            Option<u32>,
             usize,
         );
+        #[rustfmt::skip]
         let cases: &[Case] = &[
-            ("sbatch -c1: the script", 1, "batch", Some(1), Some(1), 1),
-            ("sbatch -c2: the script", 2, "batch", Some(2), Some(1), 2),
-            (
-                "sbatch -n4: the script gets the node's share",
-                4,
-                "batch",
-                Some(1),
-                Some(1),
-                4,
-            ),
-            ("srun -c1", 1, "0", Some(1), Some(1), 1),
-            ("srun -c2", 2, "0", Some(2), Some(1), 2),
-            ("srun -n4 -c1 in a 4-CPU job", 4, "3", Some(1), Some(4), 1),
-            (
-                "srun -n1 in a 4-CPU job: Slurm gives the step 1",
-                4,
-                "0",
-                Some(1),
-                Some(1),
-                1,
-            ),
-            ("cpus per task above the job's", 2, "0", Some(8), Some(1), 2),
-            (
-                "no cpus per task: the job shared by its tasks",
-                4,
-                "0",
-                None,
-                Some(2),
-                2,
-            ),
-            (
-                "more tasks than CPUs: one each",
-                2,
-                "0",
-                Some(0),
-                Some(8),
-                1,
-            ),
-            ("nothing known: the job's", 3, "1", None, None, 3),
-            (
-                "salloc's interactive step",
-                2,
-                "interactive",
-                Some(1),
-                Some(1),
-                2,
-            ),
-            ("no CPUs", 0, "0", Some(1), Some(1), 0),
+            ("sbatch -c1: the script", 1, "batch", Some(1), Some(1), Some(1), Some(1), 1),
+            ("sbatch -c2: the script", 2, "batch", Some(2), Some(1), Some(2), Some(1), 2),
+            ("sbatch -n2 -c1: the script's ranks get 1 each", 2, "batch", Some(2), Some(1), Some(1), Some(2), 1),
+            ("sbatch -n4 (no -c): the node's CPUs shared by its tasks", 4, "batch", Some(4), Some(1), None, Some(4), 1),
+            ("sbatch --exclusive, one task: all of them", 4, "batch", Some(4), Some(1), None, Some(1), 4),
+            ("an older plugin (no job figures): all of them", 4, "batch", Some(1), Some(1), None, None, 4),
+            ("a job -c above its CPUs here", 2, "batch", None, None, Some(8), Some(1), 2),
+            ("srun -c1", 1, "0", Some(1), Some(1), Some(1), Some(1), 1),
+            ("srun -c2", 2, "0", Some(2), Some(1), None, None, 2),
+            ("srun -n4 -c1 in a 4-CPU job", 4, "3", Some(1), Some(4), None, Some(4), 1),
+            ("srun -n1 in a 4-CPU job: Slurm gives the step 1", 4, "0", Some(1), Some(1), None, Some(4), 1),
+            ("cpus per task above the job's", 2, "0", Some(8), Some(1), None, None, 2),
+            ("no cpus per task: the job shared by its tasks", 4, "0", None, Some(2), None, None, 2),
+            ("more tasks than CPUs: one each", 2, "0", Some(0), Some(8), None, None, 1),
+            ("nothing known: the job's", 3, "1", None, None, None, None, 3),
+            ("salloc's interactive step", 2, "interactive", Some(1), Some(1), None, Some(1), 2),
+            ("no CPUs", 0, "0", Some(1), Some(1), None, None, 0),
         ];
-        for (what, cpus, step, cpt, tasks, want) in cases {
-            assert_eq!(task_cpus(*cpus, step, *cpt, *tasks), *want, "{what}");
+        for (what, cpus, step, cpt, tasks, jcpt, jtasks, want) in cases {
+            let shape = TaskShape {
+                cpus_per_task: *cpt,
+                tasks: *tasks,
+                job_cpus_per_task: *jcpt,
+                job_tasks: *jtasks,
+            };
+            assert_eq!(task_cpus(*cpus, step, &shape), *want, "{what}");
         }
     }
 
     #[test]
     fn tasks_sharing_the_job_set_do_not_place_threads() {
-        assert_eq!(task_bind(BindMode::Threads, "0", Some(2)), BindMode::None);
-        assert_eq!(
-            task_bind(BindMode::Threads, "0", Some(1)),
-            BindMode::Threads
-        );
-        assert_eq!(
-            task_bind(BindMode::Cores, "batch", Some(1)),
-            BindMode::Cores
-        );
-        assert_eq!(task_bind(BindMode::Cores, "0", None), BindMode::Cores);
+        let step = |tasks| TaskShape {
+            tasks,
+            ..TaskShape::default()
+        };
+        let job = |job_tasks| TaskShape {
+            job_tasks,
+            ..TaskShape::default()
+        };
+        use BindMode::*;
+        assert_eq!(task_bind(Threads, "0", &step(Some(2))), None);
+        assert_eq!(task_bind(Threads, "0", &step(Some(1))), Threads);
+        assert_eq!(task_bind(Cores, "batch", &job(Some(1))), Cores);
+        assert_eq!(task_bind(Cores, "0", &step(Option::None)), Cores);
+        // A script of two tasks: its ranks would each place threads on the set's first CPUs.
+        assert_eq!(task_bind(Threads, "batch", &job(Some(2))), None);
+        // A step's own figure decides for a step, not the job's.
+        assert_eq!(task_bind(Threads, "0", &job(Some(2))), Threads);
     }
 }

@@ -36,9 +36,18 @@ fn snapshot(n: usize) -> Snapshot {
                 io: Default::default(),
                 gpu_util: None,
                 gpu_mem: None,
+                oom_kills: (i % 50 == 0) as u64,
             })
             .collect(),
         store_write_errors: 0,
+        memory: Some(pjw_daemon::metrics::MemorySnap {
+            limit: 1 << 40,
+            used: 1 << 39,
+            shared: false,
+            outside: false,
+            node_psi_some: Some(1.0),
+            partition_psi_some: Some(0.5),
+        }),
     }
 }
 

@@ -115,6 +115,8 @@ pub trait CgroupPort: Send {
     fn memory_breakdown(&self, name: &str) -> Result<MemoryBreakdown, CgroupError>;
     /// The job's memory high-water mark.
     fn memory_peak(&self, name: &str) -> Result<u64, CgroupError>;
+    /// The job's swap high-water mark, where the kernel keeps one.
+    fn memory_swap_peak(&self, name: &str) -> Result<Option<u64>, CgroupError>;
     /// The job's task count from the pids controller.
     fn pids_current(&self, name: &str) -> Result<Option<u64>, CgroupError>;
     /// The job's pressure (PSI) for `what`.
@@ -224,6 +226,9 @@ impl CgroupPort for Driver {
     }
     fn memory_peak(&self, name: &str) -> Result<u64, CgroupError> {
         Driver::memory_peak(self, name)
+    }
+    fn memory_swap_peak(&self, name: &str) -> Result<Option<u64>, CgroupError> {
+        Driver::memory_swap_peak(self, name)
     }
     fn pids_current(&self, name: &str) -> Result<Option<u64>, CgroupError> {
         Driver::pids_current(self, name)

@@ -181,6 +181,9 @@ pub struct Config {
     pub adopt_hook_daemons: Vec<String>,
     /// How often the adoption sweep looks at new processes (ms); 0 = never.
     pub adopt_sweep_ms: u64,
+    /// What a PAM login (`pjw pam-adopt`) of a user with no running job gets (`[adopt]
+    /// login_without_job`).
+    pub login_without_job: pjw_core::login::WithoutJob,
 }
 
 /// Who may ask for `--exclusive`.
@@ -310,6 +313,7 @@ impl Config {
             adopt_env: adopt.env,
             adopt_hook_daemons: adopt.hook_daemons,
             adopt_sweep_ms: adopt.sweep_ms,
+            login_without_job: adopt.login_without_job,
             origin: origin.to_string(),
             socket: node.socket,
             socket_mode: node.socket_mode,

@@ -71,7 +71,12 @@ mod lifecycle;
 mod live;
 #[cfg(test)]
 mod live_tests;
+mod login;
 mod mem_governor;
+mod mem_status;
+#[cfg(test)]
+mod mem_tests;
+mod outcome;
 mod pidfd;
 mod planning;
 mod proc_events;
@@ -82,6 +87,9 @@ mod slurm_task;
 #[cfg(test)]
 mod slurm_task_tests;
 mod status;
+#[cfg(test)]
+mod step_tests;
+mod steps;
 #[cfg(test)]
 mod store_tests;
 mod store_writes;
@@ -121,6 +129,11 @@ pub struct Engine {
     last_thaw_ms: Option<i64>,
     /// `pswpin` of /proc/vmstat at the last governor tick, and when.
     last_swap_in: Option<(u64, Instant)>,
+    /// When the governor's tick last ran, and what it saw (status, metrics, admission).
+    mem_tick_at: Option<Instant>,
+    mem_view: Option<mem_governor::MemView>,
+    /// What memory did to recently ended jobs, for `outcome` requests.
+    outcomes: outcome::Outcomes,
     /// Adoption: the /proc reader and when each unknown job id was last logged.
     scanner: Scanner,
     /// A sweep in turns: the last pid its previous turn looked at (None: no sweep under way).
@@ -132,6 +145,9 @@ pub struct Engine {
     writer: Option<Writer>,
     /// Main processes of ended jobs whose exit status had not arrived yet: pid → (seq, when).
     late_exits: HashMap<u32, (i64, Instant)>,
+    /// Steps of ended jobs recorded before their process's exit status arrived: pid → (seq,
+    /// its record, when).
+    late_step_exits: HashMap<u32, (i64, pjw_store::StepRecord, Instant)>,
     /// When retention last ran.
     last_retention: Option<Instant>,
     /// When the sampler last read the jobs' PSI files.
@@ -256,6 +272,9 @@ impl Engine {
             mem_limit,
             last_thaw_ms: None,
             last_swap_in: None,
+            mem_tick_at: None,
+            mem_view: None,
+            outcomes: outcome::Outcomes::default(),
             cfg,
             driver: Box::new(driver),
             store: Box::new(store),
@@ -272,6 +291,7 @@ impl Engine {
             procs: ProcTracker::new(),
             writer: None,
             late_exits: HashMap::new(),
+            late_step_exits: HashMap::new(),
             last_retention: None,
             last_psi_read: None,
             proc_events: false,
@@ -395,6 +415,13 @@ impl Engine {
                 }
             }
             Event::MainExited { seq } => self.main_exited(seq),
+            Event::StepExited { seq, step } => self.step_exited(seq, step),
+            Event::Login {
+                cred,
+                who,
+                req,
+                reply,
+            } => self.login(cred, &who, req, reply),
             Event::CgroupChanged { wd } => {
                 if let Some(seq) = self.by_watch.get(&wd).copied() {
                     self.check_empty(seq);
@@ -409,6 +436,9 @@ impl Engine {
             Event::Killed { seq, error } => self.killed(seq, error),
             Event::Frozen { seq, error } => self.freeze_done(seq, error),
             Event::Govern => self.govern(),
+            Event::Outcome { cred, job, reply } => {
+                let _ = reply.send(self.outcome(cred, &job));
+            }
             Event::Register {
                 conn,
                 cred,

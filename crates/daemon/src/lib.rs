@@ -6,6 +6,7 @@
 
 pub mod adopt;
 pub mod bind;
+pub mod caller;
 pub mod central_report;
 pub mod cgroup_port;
 pub mod clock;

@@ -24,8 +24,10 @@ use tracing::warn;
 
 mod http;
 mod io;
+mod memory;
 
 pub use http::{bind, route, serve, wants_openmetrics, Route};
+pub use memory::MemorySnap;
 
 /// What the governor did.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -35,6 +37,8 @@ pub enum GovernorKind {
     unthrottle,
     freeze,
     thaw,
+    /// The last step: a job frozen longer than `memory.frozen_max` killed.
+    kill,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -108,6 +112,7 @@ impl Metrics {
             GovernorKind::unthrottle,
             GovernorKind::freeze,
             GovernorKind::thaw,
+            GovernorKind::kill,
         ] {
             let _ = m.governor_actions.get_or_create(&KindLabel { kind });
         }
@@ -175,6 +180,8 @@ pub struct JobSnap {
     /// memory (bytes); None without a reading.
     pub gpu_util: Option<f64>,
     pub gpu_mem: Option<u64>,
+    /// Processes the kernel OOM-killed in it so far.
+    pub oom_kills: u64,
 }
 
 /// The engine's answer to a scrape: in-memory state only.
@@ -192,6 +199,8 @@ pub struct Snapshot {
     pub jobs: Vec<JobSnap>,
     /// Failed writes to the local store (the profile writer's count).
     pub store_write_errors: u64,
+    /// The job partition's memory as the governor last saw it.
+    pub memory: Option<MemorySnap>,
 }
 
 /// Render the metrics page: the snapshot, per-job cgroup reads through `driver`, and the
@@ -323,6 +332,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         state,
     );
     io::register(&mut reg, &snap.jobs);
+    memory::register(&mut reg, snap.memory.as_ref(), &snap.jobs);
     reg.register(
         "job_gpu",
         "A GPU the job holds (1 per GPU; gpu is pjw's id, as in PJW_GPUS)",
@@ -463,6 +473,7 @@ mod tests {
                     io: pjw_core::io_limits::JobIo::parse("weight=50; 254:0 rbps=1M").unwrap(),
                     gpu_util: Some(37.5),
                     gpu_mem: Some(3 << 30),
+                    oom_kills: 2,
                 },
                 JobSnap {
                     id: "8".into(),
@@ -477,9 +488,18 @@ mod tests {
                     io: Default::default(),
                     gpu_util: None,
                     gpu_mem: None,
+                    oom_kills: 0,
                 },
             ],
             store_write_errors: 2,
+            memory: Some(MemorySnap {
+                limit: 1 << 30,
+                used: 300 << 20,
+                shared: false,
+                outside: true,
+                node_psi_some: Some(35.5),
+                partition_psi_some: Some(1.0),
+            }),
         };
         let page = render(&snap, &m, None);
         for want in [
@@ -505,12 +525,23 @@ mod tests {
             "pjw_launch_latency_seconds_count 1",
             "pjw_sampler_duration_seconds_count 0",
             "pjw_store_write_errors_total 2",
+            "pjw_job_oom_kills{job=\"7\",user=\"alice\"} 2",
+            "pjw_memory_partition_limit_bytes 1073741824",
+            "pjw_memory_partition_used_bytes 314572800",
+            "pjw_memory_pressure{source=\"shared\"} 0",
+            "pjw_memory_pressure{source=\"outside\"} 1",
+            "pjw_memory_psi_some_percent{scope=\"node\"} 35.5",
+            "pjw_governor_actions_total{kind=\"kill\"} 0",
         ] {
             assert!(page.contains(want), "{want:?} missing from\n{page}");
         }
         // A job without a GPU reading has no GPU utilisation or memory line.
         assert!(!page.contains("pjw_job_gpu_utilisation_percent{job=\"8\""));
         assert!(!page.contains("pjw_job_gpu_memory_bytes{job=\"8\""));
+        assert!(
+            !page.contains("pjw_job_oom_kills{job=\"8\""),
+            "none: no line"
+        );
         assert!(page.ends_with("# EOF\n"));
         let classic = to_classic(&page);
         for want in [

@@ -146,7 +146,7 @@ impl JobProf {
         s.cpu_user_usec = pick(finals.cpu_user_usec, last.cpu_user_usec);
         s.cpu_system_usec = pick(finals.cpu_system_usec, last.cpu_system_usec);
         s.mem_peak = pick(finals.mem_peak, last.mem_peak).max(last.mem_current.unwrap_or(0));
-        s.swap_peak = self.swap_peak;
+        s.swap_peak = self.swap_peak.max(finals.swap_peak.unwrap_or(0));
         s.io_rbytes = pick(finals.io_rbytes, last.io_rbytes);
         s.io_wbytes = pick(finals.io_wbytes, last.io_wbytes);
         s.procs_max = self.procs_max;
@@ -173,6 +173,9 @@ pub struct Finals {
     pub cpu_user_usec: Option<u64>,
     pub cpu_system_usec: Option<u64>,
     pub mem_peak: Option<u64>,
+    /// The kernel's swap high-water mark (`memory.swap.peak`; on v1 a lower bound), where kept:
+    /// exact for a job that swapped between two samples, or ended before its second.
+    pub swap_peak: Option<u64>,
     pub io_rbytes: Option<u64>,
     pub io_wbytes: Option<u64>,
 }
@@ -184,6 +187,8 @@ impl Finals {
             cpu_user_usec: s.cpu_user_usec,
             cpu_system_usec: s.cpu_system_usec,
             mem_peak: s.mem_peak,
+            // No sample reads it: `read_finals`, or the end reads it beside the last sample.
+            swap_peak: None,
             io_rbytes: s.io_rbytes,
             io_wbytes: s.io_wbytes,
         }
@@ -210,6 +215,7 @@ pub fn read_finals(driver: &dyn CgroupPort, cgroup: &str) -> Finals {
         cpu_user_usec: cpu.map(|c| c.user_usec),
         cpu_system_usec: cpu.map(|c| c.system_usec),
         mem_peak: driver.memory_peak(cgroup).ok(),
+        swap_peak: driver.memory_swap_peak(cgroup).ok().flatten(),
         io_rbytes: io.map(|i| i.rbytes),
         io_wbytes: io.map(|i| i.wbytes),
     }
@@ -389,6 +395,25 @@ mod tests {
                 EndClass::Completed,
             ),
         ];
+        // What memory did is appended after "; " and does not change the class.
+        for (reason, killed, ooms, status, want) in [
+            (
+                "exited; stalled on memory inside its own 64M limit for 12 s",
+                false,
+                0,
+                Some(0),
+                EndClass::Completed,
+            ),
+            (
+                "killed by the memory governor: frozen 600 s; 1 process(es) OOM-killed at its own 64M limit (peak 64M)",
+                true,
+                1,
+                Some(137),
+                EndClass::Killed,
+            ),
+        ] {
+            assert_eq!(end_class(reason, killed, ooms, status), want, "{reason}");
+        }
         for (reason, killed, ooms, status, want) in table {
             assert_eq!(end_class(reason, killed, ooms, status), want, "{reason}");
             assert_eq!(EndReason::parse(reason).text(), reason, "round trip");
@@ -480,5 +505,20 @@ mod tests {
             (s.cpu_user_usec, s.mem_peak, s.procs_total),
             (20, 250, None)
         );
+        // A short job that swapped between samples (none saw it): the kernel's swap peak read
+        // at the end counts; it never lowers what a sample saw.
+        for (sampled, kernel, want) in [(0, Some(150), 150), (5, Some(3), 5), (5, None, 5)] {
+            let mut p = JobProf::default();
+            p.add(&Sample {
+                swap: Some(sampled),
+                ..Sample::default()
+            });
+            let finals = Finals {
+                swap_peak: kernel,
+                ..Finals::default()
+            };
+            let s = p.summary(7, "n", EndClass::Completed, 700, &finals, None);
+            assert_eq!(s.swap_peak, want, "sampled {sampled}, kernel {kernel:?}");
+        }
     }
 }

@@ -199,6 +199,7 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     live!("adopt.env", adopt_env);
     live!("adopt.hook_daemons", adopt_hook_daemons);
     live!("adopt.sweep_interval_ms", adopt_sweep_ms);
+    live!("adopt.login_without_job", login_without_job);
     live!("metrics.listen", metrics_listen);
     live!("central", central);
     cfg.origin = new.origin.clone();
@@ -282,6 +283,7 @@ mod tests {
             ("adopt.env", "", "[adopt]\nenv = [\"MY_JOB_ID\"]\n", Live),
             ("adopt.hook_daemons", "", "[adopt]\nhook_daemons = [\"slurmd\"]\n", Live),
             ("adopt.sweep_interval_ms", "", "[adopt]\nsweep_interval_ms = 0\n", Live),
+            ("adopt.login_without_job", "", "[adopt]\nlogin_without_job = \"refuse\"\n", Live),
             ("metrics.listen", "", METRICS_A, Live),
             ("metrics.listen", METRICS_A, "[metrics]\nlisten = \"127.0.0.1:9811\"\n", Live),
             ("metrics.listen", METRICS_A, "", Live),

@@ -40,6 +40,8 @@ pub struct LiveJob {
     pub state: String,
     pub cpus: String,
     pub summary: JobSummary,
+    /// Its steps so far (the store has them once it ends).
+    pub steps: Vec<pjw_proto::StepReport>,
 }
 
 /// Decide what the caller may see, or refuse with a one-line reason.
@@ -123,6 +125,20 @@ fn process_row(p: &ProcessSample) -> ProcessRow {
         cpu_usec: p.cpu_usec,
         rss: p.rss,
         threads: p.threads,
+    }
+}
+
+/// A recorded step as the report shows it.
+pub(crate) fn step_report(s: pjw_store::StepRecord) -> pjw_proto::StepReport {
+    pjw_proto::StepReport {
+        step: s.step,
+        name: s.name,
+        uid: s.uid,
+        cpus: s.cpus,
+        pid: s.pid,
+        started_ms: s.started_ms,
+        ended_ms: s.ended_ms,
+        exit_status: s.exit_status,
     }
 }
 
@@ -392,6 +408,16 @@ impl LocalReport {
                 }
                 // A store from before I/O settings has no job_io table: nothing to show then.
                 rep.io = store.io(p.job.seq).ok().flatten().map(|io| io.summary());
+                rep.steps = match self.live.get(&p.job.seq) {
+                    Some(l) => l.steps.clone(),
+                    // A store from before steps has no job_steps table: none then.
+                    None => store
+                        .steps(p.job.seq)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(step_report)
+                        .collect(),
+                };
                 self.sent += 1;
                 self.at = self.after_job(p.job.seq, true);
                 Ok(vec![Response::ReportJob(Box::new(rep))])

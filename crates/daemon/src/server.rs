@@ -458,6 +458,44 @@ async fn handle(
             }
         }
         Request::End { job } => control(&mut stream, &tx, &users, cred, job, Control::End).await,
+        Request::Login(login) => {
+            if cred.pid == 0 {
+                return write(&mut stream, &no_pid()).await;
+            }
+            let who = match users.who(&cred, Some(&login.user)).await {
+                Ok(w) => w,
+                Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
+            };
+            let (rtx, rrx) = oneshot::channel();
+            if tx
+                .send(Event::Login {
+                    cred,
+                    who,
+                    req: login,
+                    reply: rtx,
+                })
+                .is_err()
+            {
+                return write(&mut stream, &shutting_down()).await;
+            }
+            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
+            write(&mut stream, &resp).await
+        }
+        Request::Outcome { job } => {
+            let (rtx, rrx) = oneshot::channel();
+            if tx
+                .send(Event::Outcome {
+                    cred,
+                    job,
+                    reply: rtx,
+                })
+                .is_err()
+            {
+                return write(&mut stream, &shutting_down()).await;
+            }
+            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
+            write(&mut stream, &resp).await
+        }
         Request::Run(run) => {
             if cred.pid == 0 {
                 return write(&mut stream, &no_pid()).await;

@@ -10,7 +10,8 @@ use pjw_core::io_limits::JobIo;
 use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, GpuSet};
 use pjw_store::{
-    JobRecord, JobSummary, StartRecord, StarterRecord, Store, StoreError, StoredRole, SubmitRecord,
+    JobRecord, JobSummary, StartRecord, StarterRecord, StepRecord, Store, StoreError, StoredRole,
+    SubmitRecord,
 };
 
 /// What the engine asks of the job store.
@@ -56,6 +57,8 @@ pub trait StorePort: Send {
     /// The thread binding a job asked for (`--bind`).
     fn set_bind(&mut self, seq: i64, mode: BindMode) -> Result<(), StoreError>;
     fn bind(&self, seq: i64) -> Result<Option<BindMode>, StoreError>;
+    /// A job's steps, at its end (one transaction).
+    fn record_steps(&mut self, seq: i64, steps: &[StepRecord]) -> Result<(), StoreError>;
 }
 
 impl StorePort for Store {
@@ -79,6 +82,9 @@ impl StorePort for Store {
     }
     fn bind(&self, seq: i64) -> Result<Option<BindMode>, StoreError> {
         Store::bind(self, seq)
+    }
+    fn record_steps(&mut self, seq: i64, steps: &[StepRecord]) -> Result<(), StoreError> {
+        Store::record_steps(self, seq, steps)
     }
     fn job_number(&self) -> Result<u64, StoreError> {
         Store::job_number(self)

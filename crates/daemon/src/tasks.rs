@@ -27,7 +27,8 @@ use crate::metrics::{self, Metrics};
 /// What the tasks run with, as a config asks (pure).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
-    /// The governor's tick (ms); None: the governor is off.
+    /// The governor's tick (ms). It runs with the governor off too, then only counting the
+    /// jobs' OOM kills for `pjw status`.
     pub governor_ms: Option<u64>,
     /// The sampler's tick (ms). It runs with profiles off too: `pjw status` answers from its
     /// last samples (decisions.md (ak)); profiles off only keeps them out of the store.
@@ -47,7 +48,7 @@ pub struct Settings {
 impl Settings {
     pub fn of(cfg: &Config) -> Settings {
         Settings {
-            governor_ms: cfg.governor.then_some(cfg.governor_interval_ms),
+            governor_ms: Some(cfg.governor_interval_ms),
             sample_ms: Some(cfg.profile.interval_ms),
             // The adoption backstop; it does nothing while no registered job runs.
             sweep_ms: (cfg.adopt_sweep_ms > 0 && !cfg.adopt_env.is_empty())

@@ -43,6 +43,8 @@ pub struct FakeState {
     pub io: BTreeMap<i64, pjw_core::io_limits::JobIo>,
     /// Bind rows by seq.
     pub bind: BTreeMap<i64, pjw_core::thread_bind::BindMode>,
+    /// Step rows by seq.
+    pub steps: BTreeMap<i64, Vec<pjw_store::StepRecord>>,
     /// Fail every write until cleared (a full disk).
     pub full: bool,
     /// Fail the next this many write transactions (every part of one fails together).
@@ -324,6 +326,15 @@ impl StorePort for FakeStore {
     fn bind(&self, seq: i64) -> Result<Option<pjw_core::thread_bind::BindMode>, StoreError> {
         Ok(self.state().bind.get(&seq).copied())
     }
+    fn record_steps(
+        &mut self,
+        seq: i64,
+        steps: &[pjw_store::StepRecord],
+    ) -> Result<(), StoreError> {
+        self.write(format!("record_steps {seq} {}", steps.len()), |st| {
+            st.steps.entry(seq).or_default().extend_from_slice(steps);
+        })
+    }
     fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         Ok(self
             .state()
@@ -364,8 +375,9 @@ pub struct TestEngine {
     pub _events: mpsc::UnboundedReceiver<Event>,
     _machine: FakeMachine,
     _dir: tempfile::TempDir,
-    /// How it was built, for [`TestEngine::restart`].
-    spec: (String, Option<FakeCgroups>, bool),
+    /// How it was built, for [`TestEngine::restart`]: top-level config keys, the fake, the
+    /// governor, `[memory]` keys.
+    spec: (String, Option<FakeCgroups>, bool, String),
 }
 
 impl TestEngine {
@@ -426,14 +438,28 @@ impl TestEngine {
         TestEngine::build("", Some(cgroups), true)
     }
 
+    /// [`TestEngine::governed`] with `[memory]` keys `memory` (`"frozen_max = 5\n"`).
+    pub fn governed_with(cgroups: FakeCgroups, memory: &str) -> TestEngine {
+        TestEngine::build_with("", Some(cgroups), true, memory)
+    }
+
     fn build(extra: &str, cgroups: Option<FakeCgroups>, governor: bool) -> TestEngine {
+        TestEngine::build_with(extra, cgroups, governor, "")
+    }
+
+    fn build_with(
+        extra: &str,
+        cgroups: Option<FakeCgroups>,
+        governor: bool,
+        memory: &str,
+    ) -> TestEngine {
         let dir = tempfile::tempdir().expect("temp dir");
         let machine = FakeSpec::new(Mode::Unified)
             .build(dir.path())
             .expect("fake cgroup tree");
         let store = FakeStore::new();
         let clock = FakeClock::at(1_700_000_000_000);
-        let spec = (extra.to_string(), cgroups, governor);
+        let spec = (extra.to_string(), cgroups, governor, memory.to_string());
         let (engine, events) = Self::engine_on(&machine, dir.path(), &spec, &store, &clock);
         TestEngine {
             engine,
@@ -474,7 +500,7 @@ impl TestEngine {
     fn engine_on(
         machine: &FakeMachine,
         dir: &Path,
-        (extra, cgroups, governor): &(String, Option<FakeCgroups>, bool),
+        (extra, cgroups, governor, memory): &(String, Option<FakeCgroups>, bool, String),
         store: &FakeStore,
         clock: &FakeClock,
     ) -> (Engine, mpsc::UnboundedReceiver<Event>) {
@@ -488,7 +514,7 @@ impl TestEngine {
             .prepare_parent()
             .expect("parent cgroups on the fake tree");
         let text = format!(
-            "{extra}[paths]\nproc = {:?}\ndev = {:?}\n[memory]\ngovernor = {governor}\n[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
+            "{extra}[paths]\nproc = {:?}\ndev = {:?}\n[memory]\ngovernor = {governor}\n{memory}[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
             machine.proc_root,
             dir.join("dev"),
             dir.join("tmp")
@@ -540,6 +566,18 @@ impl TestEngine {
             format!("Name:\tpjw\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nThreads:\t1\nCpus_allowed_list:\t0-3\n"),
         )
         .expect("fake /proc/PID/status");
+        // Outside every job unless a test put it in one (`in_cgroup`).
+        let cg = dir.join("cgroup");
+        if !cg.exists() {
+            std::fs::write(cg, "0::/\n").expect("fake /proc/PID/cgroup");
+        }
+    }
+
+    /// Put process `pid` of the fake `/proc` in the cgroup2 `path` (`/pjw/job-a`).
+    pub fn in_cgroup(&self, pid: u32, path: &str) {
+        let dir = self._machine.proc_root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).expect("fake /proc/PID");
+        std::fs::write(dir.join("cgroup"), format!("0::{path}\n")).expect("fake /proc/PID/cgroup");
     }
 
     /// Give process `pid` a `stat` in the fake `/proc` (it is alive there).

@@ -28,10 +28,14 @@ pub use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, GpuSet};
 use serde::{Deserialize, Serialize};
 
+pub mod login;
 pub mod report;
 pub mod slurm_task;
+pub mod step;
+pub use login::{LoginPhase, LoginRequest};
 pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, SERIES_CHUNK};
 pub use slurm_task::SlurmTaskRequest;
+pub use step::{StepInfo, StepReport};
 
 /// Protocol version spoken by this build.
 pub const VERSION: u32 = 1;
@@ -79,6 +83,13 @@ pub enum Request {
     /// End a registered job (root only): kill what is left in it, remove its cgroups. Answered
     /// with [`Response::Done`] once its cgroups are gone.
     End { job: String },
+    /// A PAM login (root only): may the user log in, and the session's process into the user's
+    /// job ([`login`]). Answered with [`Response::Done`] or a refusal.
+    Login(LoginRequest),
+    /// What memory did to a job that runs or has just ended (owner or root): OOM kills, its
+    /// limit and peak, a stall inside its own limit, the memory governor's last step. Answered
+    /// at once with [`Response::Outcome`] (`pjw run` asks when its command exits).
+    Outcome { job: String },
     /// A Slurm task joins its job before it execs (root only: pjw's SPANK plugin in
     /// slurmstepd's child; see [`slurm_task`]). Answered with [`Response::Started`] or an error.
     SlurmTask(SlurmTaskRequest),
@@ -189,6 +200,59 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What memory did to one job ([`Request::Outcome`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobOutcome {
+    pub job: String,
+    /// Processes of the job the kernel killed for memory.
+    pub oom_kills: u64,
+    /// The job's own limit (`--mem`), bytes; None: the node's job partition was its limit.
+    pub mem: Option<u64>,
+    /// The node's job partition, bytes.
+    pub partition: u64,
+    /// The most memory it had charged (bytes), where known.
+    pub mem_peak: Option<u64>,
+    /// Seconds it stalled on memory inside its own limit (the governor's ticks that saw it).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub own_stall_secs: u64,
+    /// Set when the memory governor ended the job (its last step), saying why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub governor: Option<String>,
+    /// How it ended, once it has (the daemon's end reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+}
+
+/// The node's memory as the governor last saw it (in [`StatusReport`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryStatus {
+    /// The job partition and what the jobs have charged (bytes).
+    pub limit: u64,
+    pub used: u64,
+    /// The running jobs' predicted demand (need plus growth) and the frozen jobs' footprints.
+    pub demand: u64,
+    pub held: u64,
+    /// Whether the governor acts on pressure (`[memory] governor`).
+    pub governor: bool,
+    /// Why pjw's jobs press on each other now (the governor acts), for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<String>,
+    /// Pressure from outside pjw's jobs now (reported, left to the node's memory managers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside: Option<String>,
+    /// Memory PSI `some` avg10 (percent) of the node and of the job partition, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_psi_some: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_psi_some: Option<f64>,
+    /// When the governor last looked (ms since the epoch).
+    pub sampled_ms: i64,
+}
+
 /// What the daemon answers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -243,6 +307,8 @@ pub enum Response {
     ReportProcesses { rows: Vec<ProcessRow> },
     /// A report is complete: `count` jobs.
     ReportEnd { count: u32 },
+    /// Answer to [`Request::Outcome`].
+    Outcome(JobOutcome),
 }
 
 /// A job's temporary space, as told to the client in [`Response::Started`].
@@ -373,6 +439,12 @@ pub struct JobInfo {
     pub gpu_util: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_mem: Option<u64>,
+    /// Its running steps: `pjw run`s started from inside it (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepInfo>,
+    /// Processes of the job the kernel has killed for memory so far (absent: none).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub oom_kills: u64,
 }
 
 /// The node as `pjw status` shows it.
@@ -401,6 +473,10 @@ pub struct StatusReport {
     pub cgroup: String,
     /// Daemon version.
     pub version: String,
+    /// The job partition's memory and its pressure, as the governor last saw it (absent
+    /// before its first look, or from an older daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStatus>,
 }
 
 /// Errors of the transport and client.
@@ -652,6 +728,25 @@ mod tests {
     }
 
     #[test]
+    fn login_round_trips_and_names_no_pid() {
+        let req = Request::Login(LoginRequest {
+            user: "alice".into(),
+            phase: LoginPhase::Session,
+        });
+        let text = String::from_utf8(encode_request(&req)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"v":1,"req":{"type":"login","user":"alice","phase":"session"}}"#
+        );
+        assert_eq!(decode_request(text.as_bytes()).unwrap(), req);
+        // The process to move is never the request's to say.
+        assert!(decode_request(
+            br#"{"v":1,"req":{"type":"login","user":"alice","phase":"session","pid":1}}"#
+        )
+        .is_err());
+    }
+
+    #[test]
     fn status_json_has_the_documented_shape() {
         let s = Response::Status(StatusReport {
             node: "n1".into(),
@@ -664,6 +759,7 @@ mod tests {
             free_gpus: GpuSet::parse_list("1,3").unwrap(),
             cgroup: "hybrid".into(),
             version: "0.1.0".into(),
+            memory: None,
         });
         let v: serde_json::Value = serde_json::from_slice(&encode_response(&s)).unwrap();
         assert_eq!(v["free_cpus"], "1");
@@ -716,5 +812,14 @@ mod tests {
             "{text}"
         );
         assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), nvml);
+        // OOM kills show only once there are some.
+        assert!(!text.contains("oom_kills"), "{text}");
+        let oom = JobInfo {
+            oom_kills: 3,
+            ..nvml
+        };
+        let text = serde_json::to_string(&oom).unwrap();
+        assert!(text.contains(r#""oom_kills":3"#), "{text}");
+        assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), oom);
     }
 }

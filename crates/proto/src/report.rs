@@ -200,6 +200,9 @@ pub struct JobReport {
     /// Per-process rows (with `processes`).
     #[serde(default)]
     pub processes: Vec<ProcessRow>,
+    /// Its steps (`pjw run`s started from inside it), by number; absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::StepReport>,
 }
 
 /// The shortest running time whose CPU efficiency is shown (ms): below it the start's and

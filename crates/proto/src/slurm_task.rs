@@ -18,12 +18,19 @@
 //!     uid: 1000,
 //!     cpus_per_task: Some(1),
 //!     tasks: Some(2),
+//!     job_cpus_per_task: None,
+//!     job_tasks: None,
 //!     set: vec!["HOME".into(), "OMP_NUM_THREADS".into()],
 //! };
 //! assert_eq!(f.req, Request::SlurmTask(want));
 //! // Without the optional fields (unknown to Slurm: null).
 //! let text = r#"{"v":1,"req":{"type":"slurm_task","uid":0,"cpus_per_task":null,"tasks":null}}"#;
 //! assert!(serde_json::from_str::<RequestFrame>(text).is_ok());
+//! // The job's shape, for the job script's counts.
+//! let text = r#"{"v":1,"req":{"type":"slurm_task","uid":0,"cpus_per_task":2,"tasks":1,"job_cpus_per_task":1,"job_tasks":2}}"#;
+//! let f: RequestFrame = serde_json::from_str(text).unwrap();
+//! let Request::SlurmTask(r) = f.req else { panic!() };
+//! assert_eq!((r.job_cpus_per_task, r.job_tasks), (Some(1), Some(2)));
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -40,6 +47,14 @@ pub struct SlurmTaskRequest {
     /// The step's tasks on this node (`S_JOB_LOCAL_TASK_COUNT`).
     #[serde(default)]
     pub tasks: Option<u32>,
+    /// The job's own CPUs per task (`SLURM_CPUS_PER_TASK` of the job's environment: its `-c`,
+    /// absent when not given), for the counts of a step that is the whole allocation (the job
+    /// script, whose `mpirun` ranks inherit them). Only the user's own thread counts follow it.
+    #[serde(default)]
+    pub job_cpus_per_task: Option<u32>,
+    /// The job's tasks on the script's node (the first count of `SLURM_TASKS_PER_NODE`).
+    #[serde(default)]
+    pub job_tasks: Option<u32>,
     /// The names of the variables the task's environment has (names of
     /// `[A-Za-z_][A-Za-z0-9_]*`), less those whose value is still the one pjw set for the
     /// enclosing job script (`PJW_THREAD_ENV`): a thread variable named here is the user's and

@@ -105,7 +105,7 @@ impl Store {
 
     /// Run `f` in one IMMEDIATE transaction, committed when it succeeds; on an error nothing
     /// is written (the transaction rolls back when dropped).
-    fn immediate<T>(
+    pub(crate) fn immediate<T>(
         &mut self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {

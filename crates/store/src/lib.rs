@@ -5,7 +5,7 @@
 //! are held. Times are passed in by the caller (milliseconds since the Unix epoch); the store
 //! reads no clock.
 //!
-//! # Schema (versions 1 to 9)
+//! # Schema (versions 1 to 10)
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);   -- 'next_job_number'
 //! CREATE TABLE jobs (
@@ -84,6 +84,9 @@
 //! ALTER TABLE job_summary ADD COLUMN gpu_util_mean REAL;     -- over the samples with a reading
 //! ALTER TABLE job_summary ADD COLUMN gpu_util_max REAL;
 //! ALTER TABLE job_summary ADD COLUMN gpu_mem_peak INTEGER;
+//! -- version 10: a job's steps (`pjw run` from inside it), written when the job ends
+//! CREATE TABLE job_steps (seq, step, name, uid, cpus, pid, started_ms, ended_ms, exit_status,
+//!     PRIMARY KEY (seq, step)) WITHOUT ROWID;
 //! ```
 //! A new job's row and its side rows are written in one transaction ([`Store::submit_job`]), and
 //! so is its start ([`Store::start_job`]): a launch is three transactions with its end.
@@ -99,8 +102,10 @@
 
 mod job_txn;
 pub mod profile;
+mod steps;
 
 pub use job_txn::{StartRecord, SubmitRecord};
+pub use steps::StepRecord;
 
 pub use profile::{
     EndClass, JobFilter, JobProfile, JobSummary, ProcessSample, Pruned, Sample, SampleState,
@@ -115,7 +120,7 @@ use pjw_core::{CpuSet, GpuSet};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -240,6 +245,19 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE job_summary ADD COLUMN gpu_util_mean REAL;
      ALTER TABLE job_summary ADD COLUMN gpu_util_max REAL;
      ALTER TABLE job_summary ADD COLUMN gpu_mem_peak INTEGER;",
+    // 10: a job's steps (`pjw run` from inside it; module `steps`).
+    "CREATE TABLE job_steps (
+         seq         INTEGER NOT NULL,
+         step        INTEGER NOT NULL,
+         name        TEXT NOT NULL,
+         uid         INTEGER NOT NULL,
+         cpus        TEXT NOT NULL,
+         pid         INTEGER NOT NULL,
+         started_ms  INTEGER NOT NULL,
+         ended_ms    INTEGER,
+         exit_status INTEGER,
+         PRIMARY KEY (seq, step)
+     ) WITHOUT ROWID;",
 ];
 
 /// What a job started through `pjw run --user/--from-env/--tmp` has beyond [`JobRecord`].

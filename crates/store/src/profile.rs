@@ -814,7 +814,7 @@ impl Store {
                 [cutoff],
             )
             .map_err(err)?;
-            for side in ["job_gpus", "job_io", "job_bind"] {
+            for side in ["job_gpus", "job_io", "job_bind", "job_steps"] {
                 tx.execute(
                     &format!("DELETE FROM {side} WHERE seq IN ({old})"),
                     [cutoff],

@@ -190,9 +190,15 @@ pub fn test_user(name: &str) -> u32 {
             String::from_utf8_lossy(&o.stderr)
         ),
         Err(_) if crate::in_vm_guest() => {
-            let uid = (61_500u32..65_000)
-                .find(|u| id(&u.to_string()).is_none())
-                .expect("a free uid");
+            // One at a time, and looked up again under the lock: tests run on threads, and two
+            // that both found the name missing, or the same free uid, made users that shared
+            // one (busybox's `id` takes no number, so every uid looked free).
+            static GUEST_USERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+            let _one = GUEST_USERS.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(uid) = id(name) {
+                return uid;
+            }
+            let uid = unused_id(61_500);
             for (f, line) in [
                 (
                     "/etc/passwd",

@@ -301,6 +301,23 @@ static void puts_buf(struct buf *b, const char *s)
 	put(b, s, strlen(s));
 }
 
+/* The leading decimal count of job variable NAME ("2" of "2(x3),1"): 0 and *out set, or -1
+ * when the variable is absent or does not start with a count of 1 to 65535. */
+static int env_count(spank_t sp, const char *name, uint32_t *out)
+{
+	char v[256];
+	char *end = NULL;
+	unsigned long n;
+
+	if (spank_getenv(sp, name, v, sizeof(v)) != ESPANK_SUCCESS || v[0] < '0' || v[0] > '9')
+		return -1;
+	n = strtoul(v, &end, 10);
+	if (n == 0 || n > 65535)
+		return -1;
+	*out = (uint32_t)n;
+	return 0;
+}
+
 /* The request: the uid Slurm runs the task as, the step's CPUs per task and tasks here, and
  * the names of the variables the task's environment has — less those whose value is still
  * the one pjw set for the enclosing job script (PJW_THREAD_ENV): those are not the user's. */
@@ -326,6 +343,17 @@ static char *build_request(spank_t sp, uid_t uid)
 		snprintf(num, sizeof(num), ",\"tasks\":%u", tasks);
 	else
 		snprintf(num, sizeof(num), ",\"tasks\":null");
+	puts_buf(&b, num);
+	/* The job's own shape, for the job script's counts (the daemon uses them only for a step
+	 * that is the whole allocation): its -c (SLURM_CPUS_PER_TASK, set only when given) and its
+	 * tasks on the script's node (the first count of SLURM_TASKS_PER_NODE, "2(x3),1"). */
+	snprintf(num, sizeof(num), ",\"job_cpus_per_task\":%s", "null");
+	if (env_count(sp, "SLURM_CPUS_PER_TASK", &cpt) == 0)
+		snprintf(num, sizeof(num), ",\"job_cpus_per_task\":%u", cpt);
+	puts_buf(&b, num);
+	snprintf(num, sizeof(num), ",\"job_tasks\":%s", "null");
+	if (env_count(sp, "SLURM_TASKS_PER_NODE", &tasks) == 0)
+		snprintf(num, sizeof(num), ",\"job_tasks\":%u", tasks);
 	puts_buf(&b, num);
 	puts_buf(&b, ",\"set\":[");
 	if (spank_get_item(sp, S_JOB_ENV, &env) == ESPANK_SUCCESS && env) {

@@ -1,5 +1,6 @@
 //! `[adopt]`: how the processes of registered jobs that start outside their cgroups are found.
 
+use pjw_core::login::WithoutJob;
 use serde::Deserialize;
 
 use super::{ConfigError, Errs};
@@ -13,6 +14,8 @@ pub struct RawAdopt {
     pub exclude_env: Option<Vec<String>>,
     pub hook_daemons: Option<Vec<String>>,
     pub sweep_interval_ms: Option<u64>,
+    /// `outside` or `refuse`: a login of a user with no running job ([`WithoutJob`]).
+    pub login_without_job: Option<String>,
 }
 
 /// The variables that carry a workload manager's job id, in the order they are tried.
@@ -28,6 +31,7 @@ pub(super) struct Adopt {
     pub env: Vec<String>,
     pub hook_daemons: Vec<String>,
     pub sweep_ms: u64,
+    pub login_without_job: WithoutJob,
 }
 
 /// Validate `[adopt]`.
@@ -82,7 +86,18 @@ pub(super) fn parse(a: RawAdopt, e: Errs) -> Result<Adopt, ConfigError> {
             format!("{adopt_sweep_ms} is not 0 (off) or 50-600000"),
         ));
     }
+    let login_without_job = match a.login_without_job.as_deref() {
+        None | Some("outside") => WithoutJob::Outside,
+        Some("refuse") => WithoutJob::Refuse,
+        Some(other) => {
+            return Err(err(
+                "adopt.login_without_job",
+                format!("{other:?} is not \"outside\" or \"refuse\""),
+            ))
+        }
+    };
     Ok(Adopt {
+        login_without_job,
         env: adopt_env,
         hook_daemons: adopt_hook_daemons,
         sweep_ms: adopt_sweep_ms,

@@ -21,6 +21,7 @@ pub struct RawMemory {
     pub throttle: Option<bool>,
     pub min_available: Option<String>,
     pub swap_in_max: Option<f64>,
+    pub frozen_max: Option<super::profile::RawDuration>,
 }
 
 /// The validated `[memory]` section.
@@ -65,7 +66,18 @@ pub(super) fn parse(m: &RawMemory, e: Errs) -> Result<Memory, ConfigError> {
             format!("{low} must be below memory.high ({high})"),
         ));
     }
-    let prediction_secs = m.vm_prediction.unwrap_or(defaults.prediction_secs);
+    let governor_interval_ms = m.interval_ms.unwrap_or(1000);
+    if !(100..=60_000).contains(&governor_interval_ms) {
+        return Err(err(
+            "memory.interval_ms",
+            format!("{governor_interval_ms} is not 100-60000"),
+        ));
+    }
+    // Three ticks ahead unless set: what growth can add before the governor has looked
+    // again and acted (3 s at the default 1 s tick).
+    let prediction_secs = m
+        .vm_prediction
+        .unwrap_or(3.0 * governor_interval_ms as f64 / 1000.0);
     if !(0.0..=600.0).contains(&prediction_secs) {
         return Err(err(
             "memory.vm_prediction",
@@ -76,13 +88,20 @@ pub(super) fn parse(m: &RawMemory, e: Errs) -> Result<Memory, ConfigError> {
     if swap_slots == 0 {
         return Err(err("memory.swap_slots", "must be at least 1".into()));
     }
-    let governor_interval_ms = m.interval_ms.unwrap_or(1000);
-    if !(100..=60_000).contains(&governor_interval_ms) {
-        return Err(err(
-            "memory.interval_ms",
-            format!("{governor_interval_ms} is not 100-60000"),
-        ));
-    }
+    let frozen_max_ms = match &m.frozen_max {
+        None => defaults.frozen_max_ms,
+        Some(d) => match super::profile::parse_duration_ms(d) {
+            Ok(0) => None,
+            Ok(ms) if ms < 1000 => {
+                return Err(err(
+                    "memory.frozen_max",
+                    format!("{ms} ms is below 1s (0 means no bound)"),
+                ))
+            }
+            Ok(ms) => Some(ms.min(i64::MAX as u64) as i64),
+            Err(e) => return Err(err("memory.frozen_max", e)),
+        },
+    };
     let governor_cfg = pjw_core::governor::GovernorConfig {
         limit: u64::MAX,
         high,
@@ -103,6 +122,7 @@ pub(super) fn parse(m: &RawMemory, e: Errs) -> Result<Memory, ConfigError> {
         },
         // Where the kernel can (cgroup v2); the daemon turns it off on v1 at start.
         throttle: m.throttle.unwrap_or(true),
+        frozen_max_ms,
     };
     Ok(Memory {
         limit: memory_limit,

@@ -205,6 +205,11 @@ fn errors_name_file_key_and_reason() {
         ("[memory]\nhigh = 1.5", "memory.high"),
         ("[memory]\nlow = 0.95", "memory.low"),
         ("[memory]\nswap_slots = 0", "memory.swap_slots"),
+        (
+            "[memory]\nfrozen_max = \"500ms\"",
+            "memory.frozen_max: 500 ms is below 1s (0 means no bound)",
+        ),
+        ("[memory]\nfrozen_max = \"soon\"", "memory.frozen_max"),
         ("max_priority = 17", "max_priority"),
         ("[adopt]\nenv = [\"A-B\"]", "adopt.env"),
         ("[adopt]\nenv = [\"\"]", "adopt.env"),
@@ -385,4 +390,29 @@ fn job_bind_interval_and_thread_env() {
     .unwrap_err();
     assert_eq!(e.key, "job.bind_interval_ms", "{e}");
     assert!(e.to_string().contains("below 100"), "{e}");
+}
+
+#[test]
+fn the_governors_horizon_follows_its_tick_and_a_freeze_is_bounded() {
+    let c = |t: &str| Config::parse("pjw.toml", t, &Overrides::default()).unwrap();
+    // (config, prediction seconds, frozen_max ms)
+    let cases = [
+        ("", 3.0, Some(600_000)),
+        ("[memory]\ninterval_ms = 250\n", 0.75, Some(600_000)),
+        (
+            "[memory]\ninterval_ms = 250\nvm_prediction = 2\n",
+            2.0,
+            Some(600_000),
+        ),
+        ("[memory]\nfrozen_max = \"90s\"\n", 3.0, Some(90_000)),
+        ("[memory]\nfrozen_max = 0\n", 3.0, None),
+    ];
+    for (text, secs, max) in cases {
+        let g = c(text).governor_cfg;
+        assert_eq!(
+            (g.prediction_secs, g.frozen_max_ms),
+            (secs, max),
+            "{text:?}"
+        );
+    }
 }

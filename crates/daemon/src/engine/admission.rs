@@ -38,6 +38,10 @@ impl Engine {
         req: RunRequest,
         reply: mpsc::UnboundedSender<Response>,
     ) {
+        // A caller inside a job runs inside it, as a step (engine/steps.rs): never a new job.
+        if self.submit_step(&cred, who, &req, &reply) {
+            return;
+        }
         // A client whose process is already a live job's main process reconnected after a
         // daemon crash between being moved and being told: tell it again.
         if let Some(j) = self.jobs.values().find(|j| {
@@ -61,6 +65,9 @@ impl Engine {
                 env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
                 env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
             });
+            if let Some(j) = self.jobs.get_mut(&seq) {
+                j.steps.main_told = true;
+            }
             return;
         }
         // A queued client reconnecting after a restart takes its place back.
@@ -171,17 +178,7 @@ impl Engine {
             return;
         }
         let tmp_size = req.tmp.or(self.cfg.tmp).filter(|s| *s > 0);
-        let name = req
-            .name
-            .clone()
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| {
-                req.argv
-                    .first()
-                    .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
-                    .unwrap_or_else(|| "job".into())
-            });
-        let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+        let name = super::steps::run_name(&req, "job");
         let submitted_ms = self.clock.now_ms();
         let priority = req.priority.unwrap_or(self.cfg.default_priority);
         let cgroup = cgroup_name(&id);
@@ -466,19 +463,8 @@ impl Engine {
         if j.client.waiter.is_none() && j.started.is_none() {
             return "waiting for its client to reconnect".into();
         }
-        if self.jobs.values().any(|x| x.memory.frozen) {
-            return "waiting for memory (the governor has frozen jobs)".into();
-        }
-        if let Some(m) = j.mem {
-            let held = self.mem_promised();
-            if held + m > self.mem_limit {
-                return format!(
-                    "waiting for memory ({} requested, {} of {} promised)",
-                    pjw_core::format_size(m),
-                    pjw_core::format_size(held),
-                    pjw_core::format_size(self.mem_limit)
-                );
-            }
+        if let Err(why) = self.memory_wait(j) {
+            return why;
         }
         let order = self.queue_order();
         match order.first() {

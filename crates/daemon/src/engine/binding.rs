@@ -4,7 +4,7 @@
 //! and the OpenMP/BLAS variables a starting job is offered.
 
 use pjw_core::thread_bind::{self, BindMode};
-use pjw_core::{thread_env, Topology};
+use pjw_core::{thread_env, CpuSet, Topology};
 
 use super::{Engine, Job};
 use crate::bind::{BindJob, Binder, Born};
@@ -88,19 +88,30 @@ impl Engine {
     /// CPU counts for its CPUs (its cores with `cores`) and tasks, when it binds the OpenMP
     /// places, and with tasks Open MPI's rank mapping.
     pub(super) fn thread_env_of(cfg: &Config, topo: &Topology, j: &Job) -> Vec<(String, String)> {
+        Engine::thread_env_for(cfg, topo, &j.cpus, j.bind, j.tasks)
+    }
+
+    /// The same for any CPUs of a job with its bind mode and tasks: a job's, or a step's share.
+    pub(super) fn thread_env_for(
+        cfg: &Config,
+        topo: &Topology,
+        cpus: &CpuSet,
+        bind: Option<BindMode>,
+        tasks: Option<u32>,
+    ) -> Vec<(String, String)> {
         if !cfg.thread_env {
             return Vec::new();
         }
-        let mode = j.bind.unwrap_or(cfg.bind);
+        let mode = bind.unwrap_or(cfg.bind);
         let n = match mode {
-            BindMode::Cores => thread_bind::slots(topo, &j.cpus, mode).len(),
-            _ => j.cpus.len(),
+            BindMode::Cores => thread_bind::slots(topo, cpus, mode).len(),
+            _ => cpus.len(),
         };
-        let mut env = thread_env::thread_env(n, j.tasks, mode);
-        if let Some(t) = j.tasks {
+        let mut env = thread_env::thread_env(n, tasks, mode);
+        if let Some(t) = tasks {
             env.extend(thread_env::launcher_env(
                 t,
-                thread_env::per_task(n, j.tasks),
+                thread_env::per_task(n, tasks),
                 mode,
             ));
         }

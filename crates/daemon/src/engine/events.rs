@@ -2,7 +2,7 @@
 //! [`Event`] the connections, watchers and timers send down the engine's one channel.
 
 use inotify::WatchDescriptor;
-use pjw_proto::{RegisterRequest, Response, RunRequest, SlurmTaskRequest};
+use pjw_proto::{LoginRequest, RegisterRequest, Response, RunRequest, SlurmTaskRequest};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::procs::ProcMsg;
@@ -71,6 +71,16 @@ pub enum Event {
     ClientGone { conn: u64 },
     /// The main process of job `seq` exited (its pidfd became readable).
     MainExited { seq: i64 },
+    /// The process of step `step` of job `seq` exited (its pidfd became readable).
+    StepExited { seq: i64, step: u32 },
+    /// A PAM login (`pjw pam-adopt`, root only): may the user log in, and its session into
+    /// the user's job.
+    Login {
+        cred: Cred,
+        who: Who,
+        req: LoginRequest,
+        reply: oneshot::Sender<Response>,
+    },
     /// `cgroup.events` of a watched job changed.
     CgroupChanged { wd: WatchDescriptor },
     /// Re-check whether job `seq` is empty (only where no `cgroup.events` exists: pure v1).
@@ -87,6 +97,12 @@ pub enum Event {
     StoreRetry,
     /// The memory governor's tick: sample memory and PSI, freeze or thaw.
     Govern,
+    /// An `outcome` request: what memory did to a job (owner or root).
+    Outcome {
+        cred: Cred,
+        job: String,
+        reply: oneshot::Sender<Response>,
+    },
     /// A `register` request from a workload manager's prolog or job starter (root only).
     Register {
         conn: u64,

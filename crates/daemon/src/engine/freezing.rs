@@ -132,7 +132,7 @@ impl Engine {
                 self.frozen_as(seq, phase, reason);
                 self.replan();
             }
-            FreezeFor::Memory => self.memory_frozen(seq, None),
+            FreezeFor::Memory => self.memory_frozen(seq),
             FreezeFor::Cancelled => {
                 info!(job = %self.jobs[&seq].id, "suspension cancelled before the freezer confirmed it: thawed");
                 self.thaw_after_failed_freeze(seq, !governor_holds);

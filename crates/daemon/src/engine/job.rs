@@ -44,17 +44,33 @@ pub(super) struct EndWatch {
 /// What the memory governor tracks about a job.
 #[derive(Debug, Default)]
 pub(super) struct MemTrack {
-    /// Memory as last sampled, its growth (bytes/s) and when.
+    /// Memory charged as last sampled; its need (anon + shmem + swap), the need's growth
+    /// (bytes/s), and when.
     pub(super) usage: u64,
+    pub(super) need: u64,
     pub(super) growth: f64,
     pub(super) at: Option<Instant>,
-    /// Frozen by the memory governor (it keeps its CPUs), and what it is expected to need.
+    /// Its own memory PSI at the last tick, where the kernel has it.
+    pub(super) stall: Option<pjw_core::governor::Stall>,
+    /// Frozen by the memory governor (it keeps its CPUs), since when (wall clock, ms), and
+    /// what it is expected to need when thawed.
     pub(super) frozen: bool,
+    pub(super) frozen_since_ms: Option<i64>,
     pub(super) footprint: u64,
     /// When the governor last thawed it.
     pub(super) thawed_at: Option<Instant>,
-    /// Throttled by the governor (`memory.high`).
+    /// Throttled by the governor (`memory.high` at this many bytes).
     pub(super) throttled: bool,
+    pub(super) throttle_high: Option<u64>,
+    /// Why the governor throttled or froze it, for `pjw status` (its growth then).
+    pub(super) why: Option<String>,
+    /// Stalling on memory inside its own limit at the last tick, and for how long in all (ms).
+    pub(super) self_stalled: bool,
+    pub(super) self_stall_ms: i64,
+    /// Processes the kernel OOM-killed in it so far (the last tick's count).
+    pub(super) oom_kills: u64,
+    /// The governor's last step ended it: why.
+    pub(super) last_step: Option<String>,
 }
 
 /// How a job came: who asked for it, for which workload manager, with what /tmp. Stored
@@ -128,6 +144,8 @@ pub(super) struct Job {
     pub(super) freezing: Option<super::freezing::FreezeFor>,
     /// The thread binding it asked for (`--bind`); None: the node's `[job] bind`.
     pub(super) bind: Option<pjw_core::thread_bind::BindMode>,
+    /// Its steps: `pjw run`s started from inside it.
+    pub(super) steps: super::steps::Steps,
     /// How many tasks share its CPUs (`--ntasks`), for its thread variables; None: not said.
     /// Not stored: a client that reconnects sends it again.
     pub(super) tasks: Option<u32>,

@@ -208,6 +208,8 @@ impl Engine {
             env: Engine::gpu_env_of(&self.gpus, self.gpus_fenced, j),
             env_defaults: Engine::thread_env_of(&self.cfg, self.alloc.topology(), j),
         });
+        // From now on a `run` from its main process is a step of it (engine/steps.rs).
+        j.steps.main_told = true;
         self.track(seq, true);
         // After the reply: `status` has the new job's figures before the sampler's next tick,
         // and its series starts now; its first minute is sampled every second.
@@ -416,6 +418,7 @@ impl Engine {
         let Some(mut job) = self.jobs.remove(&seq) else {
             return;
         };
+        self.end_steps(&mut job);
         if let Some(wd) = job.end.watch.clone() {
             self.by_watch.remove(&wd);
             if let Some(w) = self.watches.as_mut() {
@@ -423,22 +426,17 @@ impl Engine {
             }
         }
         let ooms = self.driver.oom_kills(&job.cgroup);
-        let reason = if ooms > 0 {
-            let inside = if job.mem.is_some() {
-                "inside its own memory limit"
-            } else {
-                "at the node's job partition"
-            };
-            warn!(job = %job.id, user = %job.user, oom_kills = ooms, "job had processes killed for memory {inside}");
-            format!("{reason}; {ooms} process(es) OOM-killed {inside}")
-        } else {
-            reason.to_string()
-        };
-        let reason = reason.as_str();
         let counts = self.procs.end_job(seq).unwrap_or_default();
         // The last counters (CPU, the memory high-water mark, I/O) before the cgroups go: the
         // series' last sample, with profiles on.
-        let finals = self.sample_end(&mut job);
+        let mut finals = self.sample_end(&mut job);
+        if finals.swap_peak.is_none() {
+            // The kernel's swap peak, which no sample reads (a short job swaps between samples).
+            finals.swap_peak = self.driver.memory_swap_peak(&job.cgroup).ok().flatten();
+        }
+        let reason = self.memory_end_reason(&job, reason, ooms, finals.mem_peak);
+        let reason = reason.as_str();
+        self.remember_outcome(&job, ooms, finals.mem_peak, reason);
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
@@ -458,6 +456,7 @@ impl Engine {
             .map(|s| ended.saturating_duration_since(s).as_millis() as u64)
             .unwrap_or(0);
         self.scrub_ipc(&job, runtime_ms);
+        self.record_steps(&job);
         self.record_end(
             &job,
             End {

@@ -22,7 +22,7 @@ pub(super) fn spawn_pidfd_watch(fd: OwnedFd, seq: i64, tx: mpsc::UnboundedSender
 /// Wait until the process behind `fd` exits: on the reactor, or — when the fd cannot be
 /// registered (out of memory) — by looking at a duplicate every half second. An error is never
 /// taken for "exited".
-async fn wait_pidfd(fd: OwnedFd, seq: i64) {
+pub(super) async fn wait_pidfd(fd: OwnedFd, seq: i64) {
     let spare = fd.try_clone().ok();
     // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it is a valid open descriptor
     // that nobody else can close or replace while the AsyncFd owns it.

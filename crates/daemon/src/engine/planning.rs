@@ -116,17 +116,13 @@ impl Engine {
             .sum()
     }
 
-    /// Whether a queued job may start as far as memory goes: no job is frozen for memory, and
-    /// its `--mem` fits in the partition next to the `--mem` of the jobs that hold memory.
+    /// Whether a queued job may start as far as memory goes: its `--mem` fits in the partition
+    /// next to the `--mem` of the jobs that hold memory, and the governor admits it (a job
+    /// that fits the memory left starts while others are frozen; see `mem_status.rs`).
     pub(super) fn memory_admits(&self, key: i64) -> bool {
-        if self.jobs.values().any(|j| j.memory.frozen) {
-            return false;
-        }
-        let Some(want) = self.jobs.get(&key).and_then(|j| j.mem) else {
-            return true;
-        };
-        let held = self.mem_promised();
-        held.saturating_add(want) <= self.mem_limit
+        self.jobs
+            .get(&key)
+            .is_none_or(|j| self.memory_wait(j).is_ok())
     }
 
     /// Carry out one action; false when it could not be done (the job is gone).

@@ -111,9 +111,13 @@ impl Engine {
                     j.prof.exit_status = Some(status);
                 }
             }
+            self.note_step_exit(seq, tgid, status);
         } else if let Some((seq, _)) = self.late_exits.remove(&tgid) {
             // The job was recorded ended before its main process's exit event arrived.
             self.store_exit_status(seq, status);
+        } else if let Some((seq, rec, _)) = self.late_step_exits.remove(&tgid) {
+            // Likewise a step of it (killed with the job, its event behind the job's end).
+            self.record_late_step_exit(seq, rec, status);
         }
     }
 
@@ -236,6 +240,8 @@ impl Engine {
         }
         self.late_exits
             .retain(|_, (_, at)| at.elapsed() < LATE_EXIT_WAIT);
+        self.late_step_exits
+            .retain(|_, (_, _, at)| at.elapsed() < LATE_EXIT_WAIT);
         if let Some(writer) = writer {
             if !batch.is_empty() {
                 writer.send(WriteOp::Samples(batch));
@@ -400,6 +406,7 @@ impl Engine {
                 };
                 let class = pjw_store::EndClass::Completed;
                 LiveJob {
+                    steps: Engine::step_reports(j),
                     seq: j.seq,
                     state: j.state().as_str().to_string(),
                     cpus: j.cpus.to_string(),

@@ -105,7 +105,17 @@ impl Engine {
                 && self.driver.is_frozen(&rec.cgroup).unwrap_or(false)
             {
                 job.memory.frozen = true;
+                job.memory.frozen_since_ms = Some(self.clock.now_ms());
+                job.memory.why =
+                    Some("it was frozen for memory before the daemon restarted".into());
                 job.memory.footprint = self.driver.memory_usage(&rec.cgroup).unwrap_or(0);
+            }
+            // A throttle the governor set before the restart is not remembered: lifted, so no
+            // job stays held at an old memory.high (the governor throttles again if it must).
+            if self.governor.is_some_and(|g| g.throttle) {
+                if let Err(e) = self.driver.set_memory_high(&rec.cgroup, None) {
+                    warn!(job = %job.id, error = %e, "cannot lift a throttle left from before the restart");
+                }
             }
             info!(
                 job = %job.id, user = %job.user, cpus = %job.cpus, role = role_of(phase).as_str(), main_alive,
@@ -264,6 +274,7 @@ impl Engine {
             store_dirty: false,
             freezing: None,
             bind: None,
+            steps: Default::default(),
             tasks: None,
         }
     }

@@ -156,8 +156,14 @@ impl Engine {
         if !self.cfg.thread_env {
             return Vec::new();
         }
-        let mode = task_join::task_bind(j.bind.unwrap_or(self.cfg.bind), step, req.tasks);
-        let mut n = task_join::task_cpus(j.cpus.len(), step, req.cpus_per_task, req.tasks);
+        let shape = task_join::TaskShape {
+            cpus_per_task: req.cpus_per_task,
+            tasks: req.tasks,
+            job_cpus_per_task: req.job_cpus_per_task,
+            job_tasks: req.job_tasks,
+        };
+        let mode = task_join::task_bind(j.bind.unwrap_or(self.cfg.bind), step, &shape);
+        let mut n = task_join::task_cpus(j.cpus.len(), step, &shape);
         if mode == thread_bind::BindMode::Cores {
             n = n.min(thread_bind::slots(self.alloc.topology(), &j.cpus, mode).len());
         }

@@ -97,6 +97,8 @@ fn req(cpus_per_task: u32, tasks: u32, set: &[&str]) -> SlurmTaskRequest {
         uid: 1000,
         cpus_per_task: Some(cpus_per_task),
         tasks: Some(tasks),
+        job_cpus_per_task: None,
+        job_tasks: None,
         set: set.iter().map(|s| s.to_string()).collect(),
     }
 }
@@ -132,6 +134,16 @@ async fn a_task_gets_its_jobs_cpus_and_thread_variables_for_its_step() {
         t.engine.procs.job_of(TASK) == Some(seq),
         "tracked as the job's"
     );
+
+    // A script of two 1-CPU tasks (sbatch -n2 -c1): its counts are a task's, and no places,
+    // since the ranks its mpirun starts inherit them (2 threads in each of 2 ranks would put 4
+    // threads on the job's 2 CPUs).
+    let mut two = req(2, 1, &[]);
+    two.job_cpus_per_task = Some(1);
+    two.job_tasks = Some(2);
+    let env = defaults(&join(&mut t, "batch", two));
+    assert_eq!(value(&env, "OMP_NUM_THREADS"), Some("1"), "{env:?}");
+    assert_eq!(value(&env, "OMP_PLACES"), None, "{env:?}");
 
     // An srun -c1 task, alone on the node: one thread, placed.
     let env = defaults(&join(&mut t, "0", req(1, 1, &[])));

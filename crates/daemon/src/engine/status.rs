@@ -54,10 +54,8 @@ impl Engine {
                 state: j.state(),
                 reason: if j.phase == Phase::Queued {
                     Some(self.wait_reason(j))
-                } else if j.memory.frozen {
-                    Some("frozen by the memory governor (memory pressure)".into())
                 } else {
-                    j.reason.clone()
+                    self.memory_reason(j).or_else(|| j.reason.clone())
                 },
                 priority: j.req.priority,
                 age_secs: j.started.unwrap_or(j.queued_at).elapsed().as_secs(),
@@ -80,6 +78,8 @@ impl Engine {
                 io: super::io::io_info(j),
                 gpu_util: last.and_then(|s| s.gpu_util),
                 gpu_mem: last.and_then(|s| s.gpu_mem),
+                steps: Engine::step_infos(j),
+                oom_kills: j.memory.oom_kills,
             }
         };
         let mut jobs: Vec<JobInfo> = self
@@ -105,6 +105,7 @@ impl Engine {
             free_gpus: self.free_gpus(),
             cgroup: self.driver.describe(),
             version: env!("CARGO_PKG_VERSION").to_string(),
+            memory: self.memory_status(),
         }
     }
 
@@ -142,9 +143,18 @@ impl Engine {
                     io: j.io.clone(),
                     gpu_util: j.prof.last.as_ref().and_then(|s| s.gpu_util),
                     gpu_mem: j.prof.last.as_ref().and_then(|s| s.gpu_mem),
+                    oom_kills: j.memory.oom_kills,
                 })
                 .collect(),
             store_write_errors: self.writer.as_ref().map_or(0, |w| w.errors()),
+            memory: self.memory_status().map(|m| crate::metrics::MemorySnap {
+                limit: m.limit,
+                used: m.used,
+                shared: m.shared.is_some(),
+                outside: m.outside.is_some(),
+                node_psi_some: m.node_psi_some,
+                partition_psi_some: m.partition_psi_some,
+            }),
         }
     }
 }

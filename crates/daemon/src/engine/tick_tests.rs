@@ -47,28 +47,40 @@ fn writes_since(fake: &FakeCgroups, from: usize) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn the_governor_tick_freezes_the_youngest_job_over_the_limit_and_thaws_it_once_memory_is_back(
-) {
+async fn the_governor_tick_throttles_then_freezes_the_grower_never_the_idle_job_and_thaws_it() {
     let fake = FakeCgroups::default();
     let mut t = TestEngine::governed(fake.clone());
     let a = started(&mut t, 1, "a", 2).await;
     let b = started(&mut t, 2, "b", 2).await;
-    // (memory of a, memory of b, the writes the tick makes, b frozen after it)
+    // (memory of a, memory of b, the writes the tick makes, b frozen after it). The fake is
+    // cgroup v2: it can throttle.
+    let high = |mib: u64| format!("set_memory_high {} Some({})", cg("b"), mib * MIB);
     let table = [
-        // Together over 90 % of the 1 GiB partition: the younger one (b) is frozen, once.
+        // The first look: where they start.
+        (100 * MIB, 100 * MIB, vec![], false),
+        // b grows past 90 % of the 1 GiB partition: b, the grower, is throttled at its usage.
+        (100 * MIB, 600 * MIB, vec![high(600)], false),
+        // It keeps growing under its throttle: frozen.
         (
-            500 * MIB,
-            500 * MIB,
+            100 * MIB,
+            700 * MIB,
             vec![format!("freeze {} true", cg("b"))],
             true,
         ),
-        // Still over with b frozen (a alone fits): nothing more.
-        (500 * MIB, 500 * MIB, vec![], true),
-        // a shrank: a and b together fit below 75 %: b is thawed.
+        // a and b's 700 MiB do not fit under 75 %: b stays frozen.
+        (100 * MIB, 700 * MIB, vec![], true),
+        // a shrank: they fit: b is thawed.
         (
-            100 * MIB,
-            500 * MIB,
+            50 * MIB,
+            700 * MIB,
             vec![format!("freeze {} false", cg("b"))],
+            false,
+        ),
+        // Room again (b no longer grows): its throttle is lifted.
+        (
+            50 * MIB,
+            700 * MIB,
+            vec![format!("set_memory_high {} None", cg("b"))],
             false,
         ),
     ];
@@ -80,6 +92,7 @@ async fn the_governor_tick_freezes_the_youngest_job_over_the_limit_and_thaws_it_
         assert_eq!(writes_since(&fake, from), writes, "step {step}");
         assert_eq!(t.engine.jobs[&b].memory.frozen, frozen, "step {step}");
         assert!(!t.engine.jobs[&a].memory.frozen, "step {step}");
+        assert!(!t.engine.jobs[&a].memory.throttled, "step {step}");
         // A job frozen for memory keeps its CPUs (it is thawed in place).
         assert_eq!(t.engine.jobs[&b].phase, Phase::Primary, "step {step}");
         assert_eq!(t.engine.jobs[&b].cpus.len(), 2, "step {step}");
@@ -87,15 +100,19 @@ async fn the_governor_tick_freezes_the_youngest_job_over_the_limit_and_thaws_it_
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn the_governor_tick_does_nothing_when_the_governor_is_off() {
+async fn the_governor_tick_only_counts_oom_kills_when_the_governor_is_off() {
     let fake = FakeCgroups::default();
     let mut t = TestEngine::recording(fake.clone());
     started(&mut t, 1, "a", 2).await;
     fake.set_stats(&cg("a"), 2 << 30, 0);
+    fake.set_ooms(&cg("a"), 2);
     let (writes, reads) = (fake.calls().len(), fake.reads().len());
     t.engine.handle(Event::Govern);
-    assert_eq!(fake.calls().len(), writes);
-    assert_eq!(fake.reads().len(), reads);
+    assert_eq!(fake.calls().len(), writes, "nothing written");
+    assert_eq!(fake.reads()[reads..], [format!("oom_kills {}", cg("a"))]);
+    let st = status(&mut t).await;
+    assert_eq!(st.jobs[0].oom_kills, 2, "status shows them");
+    assert!(st.memory.is_none(), "no governor, no memory assessment");
 }
 
 fn fork(parent: u32, child: u32) -> ProcEvent {

@@ -58,7 +58,9 @@ pub fn end_class(reason: &str, killed: bool, ooms: u64, exit_status: Option<i32>
         Some(s) if s != 0 => EndClass::Failed,
         _ => EndClass::Completed,
     };
-    match EndReason::parse(reason) {
+    // What memory did to it is appended after "; " (OOM kills, a stall in its own limit).
+    let head = reason.split("; ").next().unwrap_or(reason);
+    match EndReason::parse(head) {
         EndReason::KilledBy(_) => EndClass::Killed,
         _ if killed => EndClass::Killed,
         _ if ooms > 0 => EndClass::Oom,

@@ -25,10 +25,11 @@ fn settings_follow_the_config() {
     let s = Settings::of(&cfg(
         "[memory]\ngovernor = false\n[profile]\nenabled = false\n[adopt]\nsweep_interval_ms = 0\n",
     ));
-    // The sampler runs with profiles off too: status answers from its samples.
+    // The sampler runs with profiles off too: status answers from its samples; the
+    // governor's tick with the governor off too: it counts the jobs' OOM kills for status.
     assert_eq!(
         (s.governor_ms, s.sample_ms, s.sweep_ms),
-        (None, Some(10_000), None)
+        (Some(1000), Some(10_000), None)
     );
     // No variable names a job: nothing to sweep for.
     assert_eq!(Settings::of(&cfg("[adopt]\nenv = []\n")).sweep_ms, None);
@@ -163,7 +164,10 @@ async fn a_reload_restarts_the_tasks_whose_keys_changed() {
     let (mut t, _rx, _dir, _m) = tasks();
     t.start(&mut te.engine, None);
     let before = t.running();
-    assert_eq!((before.governor_ms, before.sample_ms), (None, Some(10_000)));
+    assert_eq!(
+        (before.governor_ms, before.sample_ms),
+        (Some(1000), Some(10_000))
+    );
     assert_eq!(before.sweep_ms, Some(1000));
     assert_eq!(before.bind_ms, Some(1000));
 

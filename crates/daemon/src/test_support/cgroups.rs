@@ -31,6 +31,12 @@ pub struct FakeCgState {
     /// Freezes wait for FROZEN (the v1 freezer) until the gate opens; then they succeed, or
     /// fail with `true` (a task that would not stop).
     pub slow_freeze: Option<(Gate, bool)>,
+    /// Memory PSI per job (`(parent)` for the partition), what `memory_pressure` returns.
+    pub psi: BTreeMap<String, Psi>,
+    /// What `memory_breakdown` returns per job (else it fails, as a missing file would).
+    pub breakdown: BTreeMap<String, MemoryBreakdown>,
+    /// OOM kills per job.
+    pub ooms: BTreeMap<String, u64>,
 }
 
 /// A gate a blocking thread waits at until the test opens it.
@@ -76,6 +82,40 @@ impl FakeCgroups {
     /// Job `name` uses `mem` bytes and has had `cpu_usec` µs of CPU (user) from now on.
     pub fn set_stats(&self, name: &str, mem: u64, cpu_usec: u64) {
         self.state().stats.insert(name.to_string(), (mem, cpu_usec));
+    }
+
+    /// Job `name` (or `(parent)`, the partition) has memory PSI `some`/`full` avg10 from now on.
+    pub fn set_psi(&self, name: &str, some: f64, full: f64) {
+        let avg = |a: f64| pjw_kernelfs::psi::PsiLine {
+            avg10: a,
+            avg60: a,
+            avg300: a,
+            total_us: 0,
+        };
+        self.state().psi.insert(
+            name.to_string(),
+            Psi {
+                some: avg(some),
+                full: Some(avg(full)),
+            },
+        );
+    }
+
+    /// Job `name` has `anon` bytes of anonymous memory and `swap` in swap from now on.
+    pub fn set_need(&self, name: &str, anon: u64, swap: u64) {
+        self.state().breakdown.insert(
+            name.to_string(),
+            MemoryBreakdown {
+                anon,
+                swap: Some(swap),
+                ..MemoryBreakdown::default()
+            },
+        );
+    }
+
+    /// The kernel has OOM-killed `n` processes of job `name` so far.
+    pub fn set_ooms(&self, name: &str, n: u64) {
+        self.state().ooms.insert(name.to_string(), n);
     }
 
     fn read(&self, op: &str, name: &str) -> Option<(u64, u64)> {
@@ -217,6 +257,9 @@ impl CgroupPort for FakeCgroups {
     }
     fn oom_kills(&self, name: &str) -> u64 {
         self.read("oom_kills", name);
+        if let Some(n) = self.state().ooms.get(name).copied() {
+            return n;
+        }
         0
     }
     fn job_cpus(&self, name: &str) -> Result<CpuSet, CgroupError> {
@@ -269,8 +312,9 @@ impl CgroupPort for FakeCgroups {
         pjw_cgroup::Mode::Unified
     }
     fn memory_pressure(&self, name: Option<&str>) -> Option<Psi> {
-        self.read("memory_pressure", name.unwrap_or("(parent)"));
-        None
+        let name = name.unwrap_or("(parent)");
+        self.read("memory_pressure", name);
+        self.state().psi.get(name).copied()
     }
     fn set_memory_high(&self, name: &str, high: Option<u64>) -> Result<(), CgroupError> {
         self.write("set_memory_high", name, format!("{high:?}"))
@@ -290,11 +334,16 @@ impl CgroupPort for FakeCgroups {
     }
     fn memory_breakdown(&self, name: &str) -> Result<MemoryBreakdown, CgroupError> {
         self.read("memory_breakdown", name);
-        Err(FakeCgroups::missing(name))
+        let b = self.state().breakdown.get(name).copied();
+        b.ok_or_else(|| FakeCgroups::missing(name))
     }
     fn memory_peak(&self, name: &str) -> Result<u64, CgroupError> {
         self.read("memory_peak", name);
         Err(FakeCgroups::missing(name))
+    }
+    fn memory_swap_peak(&self, name: &str) -> Result<Option<u64>, CgroupError> {
+        self.read("memory_swap_peak", name);
+        Ok(None)
     }
     fn pids_current(&self, name: &str) -> Result<Option<u64>, CgroupError> {
         self.read("pids_current", name);
