@@ -233,6 +233,14 @@ fn slurm_command(name: &str) -> std::ffi::OsString {
 /// The job's memory on this node, from `squeue`'s numbers (no user text: a job name such as
 /// `x MinMemoryNode=1e-9` cannot change it).
 fn slurm_job_mem(id: &str, cpus_here: u32) -> Result<Option<u64>, String> {
+    let (a, t) = (
+        std::env::var("SLURM_ARRAY_JOB_ID").unwrap_or_default(),
+        std::env::var("SLURM_ARRAY_TASK_ID").unwrap_or_default(),
+    );
+    let job = wlm_parse::SqueueJob {
+        id,
+        array: (!a.is_empty() && !t.is_empty()).then_some((a.as_str(), t.as_str())),
+    };
     let out = std::process::Command::new(slurm_command("squeue"))
         .args([
             "--noconvert",
@@ -250,7 +258,7 @@ fn slurm_job_mem(id: &str, cpus_here: u32) -> Result<Option<u64>, String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    let q = wlm_parse::parse_squeue_mem(&String::from_utf8_lossy(&out.stdout))?;
+    let q = wlm_parse::parse_squeue_mem(&String::from_utf8_lossy(&out.stdout), &job)?;
     wlm_parse::node_mem(&q, cpus_here)
 }
 

@@ -120,11 +120,49 @@ pub fn cpus_on_node(per_node: &str, nodelist: &str, node: &str) -> Result<u32, S
     ))
 }
 
-/// The fields the Prolog asks `squeue` for (`squeue --noconvert -h -j ID -O …`): the job's
-/// memory as Slurm holds it (`MinMemory`, per node or per CPU — squeue drops which), its CPUs
-/// and nodes in all, and its allocated trackable resources (`cpu=2,mem=1536M,node=1`). Every
-/// one of them is a number or a list Slurm makes; none holds text a user wrote.
-pub const SQUEUE_MEM_FIELDS: &str = "MinMemory:0|,NumCPUs:0|,NumNodes:0|,tres-alloc:0|";
+/// The fields the Prolog asks `squeue` for (`squeue --noconvert -h -j ID -O …`): the job's id
+/// as squeue prints it (`42`, an array task's `40_2`, a heterogeneous component's `41+1`: `-j`
+/// also lists every task of an array and every component of a het job whose base id is ID, so
+/// the Prolog's own line is told by it), the job's memory as Slurm holds it (`MinMemory`, per
+/// node or per CPU — squeue drops which), its CPUs and nodes in all, and its allocated
+/// trackable resources (`cpu=2,mem=1536M,node=1`). Every one of them is a number or a list
+/// Slurm makes; none holds text a user wrote.
+pub const SQUEUE_MEM_FIELDS: &str = "JobID:0|,MinMemory:0|,NumCPUs:0|,NumNodes:0|,tres-alloc:0|";
+
+/// Which job the Prolog runs for, as squeue names it: slurmd's `SLURM_JOB_ID` (the job's own
+/// number) and, for a task of a job array, `SLURM_ARRAY_JOB_ID` and `SLURM_ARRAY_TASK_ID`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SqueueJob<'a> {
+    pub id: &'a str,
+    pub array: Option<(&'a str, &'a str)>,
+}
+
+impl SqueueJob<'_> {
+    /// Whether squeue's `JobID` text names this job: its number itself; an array task's
+    /// `ARRAY_TASK` as slurmd gave them; a het component's `LEADER+OFFSET` whose sum is its
+    /// number (Slurm numbers a het job's components from the leader's).
+    fn is(&self, shown: &str) -> bool {
+        if shown == self.id {
+            return true;
+        }
+        if let Some((a, t)) = self.array {
+            return shown.split_once('_') == Some((a, t));
+        }
+        let num = |s: &str| {
+            s.bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| s.parse::<u64>().ok())
+                .flatten()
+        };
+        match shown.split_once('+') {
+            Some((l, o)) => match (num(l), num(o), num(self.id)) {
+                (Some(l), Some(o), Some(id)) => l.checked_add(o) == Some(id),
+                _ => false,
+            },
+            None => false,
+        }
+    }
+}
 
 /// A job's memory as `squeue` prints it ([`SQUEUE_MEM_FIELDS`]), converted and checked.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -182,22 +220,47 @@ fn slurm_mib(text: &str, decimals: bool) -> Result<f64, String> {
     Ok(mib)
 }
 
-/// Parse what `squeue --noconvert -h -j ID -O` [`SQUEUE_MEM_FIELDS`] printed: one line of four
-/// `|`-ended fields. Anything else is an error naming it.
-pub fn parse_squeue_mem(text: &str) -> Result<SqueueMem, String> {
-    let line = match text
+/// Parse what `squeue --noconvert -h -j ID -O` [`SQUEUE_MEM_FIELDS`] printed: lines of five
+/// `|`-ended fields, of which exactly one is `job`'s (issue 25, N1: `-j` lists a job array's
+/// every task, and a het job's every component, and taking only "one line" failed the Prolog
+/// of an array's last task and drained the node). Anything else is an error naming it.
+pub fn parse_squeue_mem(text: &str, job: &SqueueJob) -> Result<SqueueMem, String> {
+    let lines: Vec<&str> = text
         .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect::<Vec<_>>()[..]
-    {
-        [l] => l.trim(),
-        _ => return Err(format!("squeue printed {text:?}, not one line")),
-    };
-    let f: Vec<&str> = line.split('|').map(str::trim).collect();
-    let [min, cpus, nodes, tres, ""] = f[..] else {
-        return Err(format!(
-            "squeue printed {line:?}, not MinMemory|NumCPUs|NumNodes|tres-alloc|"
-        ));
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mut mine = Vec::new();
+    for line in &lines {
+        let f: Vec<&str> = line.split('|').map(str::trim).collect();
+        let [shown, min, cpus, nodes, tres, ""] = f[..] else {
+            return Err(format!(
+                "squeue printed {line:?}, not JobID|MinMemory|NumCPUs|NumNodes|tres-alloc|"
+            ));
+        };
+        if job.is(shown) {
+            mine.push([min, cpus, nodes, tres]);
+        }
+    }
+    let [min, cpus, nodes, tres] = match mine[..] {
+        [one] => one,
+        // `-j ID` always lists ID's own record: a line alone is the job's, however shown.
+        [] if lines.len() == 1 => {
+            let f: Vec<&str> = lines[0].split('|').map(str::trim).collect();
+            [f[1], f[2], f[3], f[4]]
+        }
+        [] => {
+            return Err(format!(
+                "squeue printed no line of job {}: {text:?}",
+                job.id
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "squeue printed job {} more than once: {text:?}",
+                job.id
+            ))
+        }
     };
     let count = |what: &str, v: &str| -> Result<u64, String> {
         match v.parse::<u64>() {
@@ -475,7 +538,8 @@ mod tests {
             ),
             ("1G|1|1|cpu=1,mem=1G,node=1|", 1, mib(1024), "a unit"),
         ] {
-            let q = parse_squeue_mem(out).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let q = parse_squeue_mem(&format!("42|{out}"), &job42())
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
             assert_eq!(node_mem(&q, cpus_here), Ok(want), "{what}: {q:?}");
         }
     }
@@ -504,15 +568,22 @@ mod tests {
             "100M|1|1|cpu=1,mem=1M,mem=2M|",
             "100M|1|1|",
             "100M|1|1|cpu=1,mem=100M",
-            "100M|1|1|cpu=1|\n100M|1|1|cpu=1|",
+            "100M|1|1|cpu=1|\n42|100M|1|1|cpu=1|",
             "",
         ] {
-            assert!(parse_squeue_mem(bad).is_err(), "{bad:?} was taken");
+            assert!(
+                parse_squeue_mem(&format!("42|{bad}"), &job42()).is_err(),
+                "{bad:?} was taken"
+            );
         }
         // 1 MiB is the least Slurm gives, and a per-CPU product that overflows is refused.
-        let q = parse_squeue_mem("1M|1|1|cpu=1|").unwrap();
+        let q = parse_squeue_mem("42|1M|1|1|cpu=1|", &job42()).unwrap();
         assert_eq!(node_mem(&q, 1), Ok(Some(1 << 20)));
-        let q = parse_squeue_mem("8796093022207M|4294967295|1|cpu=1,mem=8796093022207M|").unwrap();
+        let q = parse_squeue_mem(
+            "42|8796093022207M|4294967295|1|cpu=1,mem=8796093022207M|",
+            &job42(),
+        )
+        .unwrap();
         assert!(node_mem(&q, u32::MAX).is_ok());
     }
 
@@ -524,7 +595,84 @@ mod tests {
             .split(',')
             .map(|f| f.split(':').next().unwrap())
             .collect();
-        assert_eq!(fields, ["MinMemory", "NumCPUs", "NumNodes", "tres-alloc"]);
+        assert_eq!(
+            fields,
+            ["JobID", "MinMemory", "NumCPUs", "NumNodes", "tres-alloc"]
+        );
+    }
+
+    fn job42() -> SqueueJob<'static> {
+        SqueueJob {
+            id: "42",
+            array: None,
+        }
+    }
+
+    /// Issue 25, N1, as squeue 22.05 prints them: `squeue -j 40` for the last task of an array
+    /// (its own number is the array's) lists every task of the array and its pending rest, and
+    /// `-j 50` for a het job's leader lists every component. The Prolog's job is the one line
+    /// that names it; the others' memory is never taken, and no line of its own is an error.
+    #[test]
+    fn squeue_s_line_of_an_array_task_or_het_component_is_told_apart() {
+        let array = "40_0|100M|1|1|cpu=1,mem=100M,node=1|\n\
+                     40_1|200M|1|1|cpu=1,mem=200M,node=1|\n\
+                     40_3|300M|1|1|cpu=1,mem=300M,node=1|\n\
+                     40_[4-9]|400M|1|1||\n";
+        let task = |id, t| SqueueJob {
+            id,
+            array: Some(("40", t)),
+        };
+        for (job, want) in [
+            (task("40", "3"), 300),
+            (task("41", "0"), 100),
+            (task("42", "1"), 200),
+        ] {
+            let q = parse_squeue_mem(array, &job).unwrap_or_else(|e| panic!("{job:?}: {e}"));
+            assert_eq!(node_mem(&q, 1), Ok(Some(want << 20)), "{job:?}");
+        }
+        // A task squeue does not list, and an array's task that appears twice, are errors.
+        assert!(parse_squeue_mem(array, &task("40", "2")).is_err());
+        let twice = format!("{array}40_3|1M|1|1|cpu=1|\n");
+        assert!(parse_squeue_mem(&twice, &task("40", "3")).is_err());
+        // Without slurmd's array variables, the array's lines name no job 40.
+        assert!(parse_squeue_mem(
+            array,
+            &SqueueJob {
+                id: "40",
+                array: None
+            }
+        )
+        .is_err());
+        // A line alone is the job's whatever it shows (squeue -j ID always lists ID).
+        let q = parse_squeue_mem(
+            "41_0|100M|1|1|cpu=1|\n",
+            &SqueueJob {
+                id: "41",
+                array: None,
+            },
+        );
+        assert_eq!(q.map(|q| q.min_mib), Ok(100));
+
+        let het = "50+0|100M|1|1|cpu=1,mem=100M,node=1|\n51+1|1M|1|1|cpu=1|\n\
+                   50+1|200M|2|1|cpu=2,mem=400M,node=1|\n";
+        let q = parse_squeue_mem(
+            het,
+            &SqueueJob {
+                id: "50",
+                array: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(node_mem(&q, 1), Ok(Some(100 << 20)));
+        let q = parse_squeue_mem(
+            het,
+            &SqueueJob {
+                id: "51",
+                array: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(node_mem(&q, 2), Ok(Some(400 << 20)));
     }
 
     #[test]

@@ -1223,6 +1223,51 @@ fn slurm_prolog_registers_the_real_memory_whatever_the_job_name() {
         );
         std::fs::write(&go, "").unwrap();
     }
+    // Issue 25, N1: a job array of two tasks that run at once. The last task to start keeps the
+    // array's own number, so its Prolog's `squeue -j ID` lists both tasks (squeue matches the
+    // array's id too); only its own line is read, it is registered with its memory, and the
+    // node is not drained.
+    let go = out.join("go-array");
+    let report = out.join("array-$SLURM_ARRAY_TASK_ID.out");
+    let script = out.join("array.sh");
+    std::fs::write(&script, job_script(&report, &go)).unwrap();
+    set_mode(&script, 0o755);
+    let o = w
+        .cmd("setpriv")
+        .args(["--reuid", "pjwatk1", "--regid", "pjwatk1", "--clear-groups"])
+        .args([
+            "sbatch",
+            "--array=0-1",
+            "--mem-per-cpu=90M",
+            "-o",
+            "/dev/null",
+        ])
+        .args(["-J", "x MinMemoryNode=1e-9"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    let text = ok(&o, "sbatch --array");
+    let base: u64 = text.trim().rsplit(' ').next().unwrap().parse().unwrap();
+    for t in 0..2 {
+        job_report(&out.join(format!("array-{t}.out")));
+    }
+    let st = d.status();
+    let arr: Vec<_> = jobs_of(&st, "slurm")
+        .into_iter()
+        .filter(|j| {
+            j["id"]
+                .as_str()
+                .and_then(|i| i.strip_prefix("slurm:"))
+                .and_then(|i| i.parse::<u64>().ok())
+                .is_some_and(|i| i == base || i == base + 1)
+        })
+        .collect();
+    eprintln!("array {base}: {} jobs registered: {arr:?}", arr.len());
+    assert_eq!(arr.len(), 2, "array {base}'s tasks: {st:#}\n{}", w.logs());
+    for j in &arr {
+        assert_eq!(j["mem"], 90u64 << 20, "array task {j:#}");
+    }
+    std::fs::write(&go, "").unwrap();
     assert!(
         TestDaemon::wait_for(Duration::from_secs(60), || jobs_of(&d.status(), "slurm")
             .is_empty()),
