@@ -37,6 +37,7 @@
 //! - `hold SOCKET N FRAMEFILE` — like `flood`, and writes the bytes of FRAMEFILE (a request
 //!   frame) on each connection, then never reads an answer: N requests left unread.
 //! - `files DIR N` — creates N empty files in DIR (`f0`, `f1`, …) and prints "made N".
+//! - `deep DIR N` — creates a chain of N nested directories `d/d/…` below DIR, prints "made N".
 
 mod stream;
 
@@ -72,7 +73,7 @@ fn raise_nofile() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | par N ITERS | stream N MIB PASSES | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N | hold SOCKET N FRAMEFILE | files DIR N | mq NAME");
+    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | par N ITERS | stream N MIB PASSES | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N | hold SOCKET N FRAMEFILE | files DIR N | deep DIR N | mq NAME");
     std::process::exit(2);
 }
 
@@ -424,6 +425,24 @@ fn main() {
             let mut made = 0;
             for i in 0..n {
                 if std::fs::File::create(dir.join(format!("f{i}"))).is_err() {
+                    break;
+                }
+                made += 1;
+            }
+            println!("made {made}");
+        }
+        Some("deep") => {
+            // A chain of N nested directories `d/d/d/…` below DIR, made by relative steps (no
+            // path grows past PATH_MAX): a tree no recursive walk survives.
+            let dir: String = arg(&args, 2);
+            let n: usize = arg(&args, 3);
+            if std::env::set_current_dir(&dir).is_err() {
+                eprintln!("pjw-wl deep: cannot enter {dir}");
+                std::process::exit(1);
+            }
+            let mut made = 0;
+            for _ in 0..n {
+                if std::fs::create_dir("d").is_err() || std::env::set_current_dir("d").is_err() {
                     break;
                 }
                 made += 1;

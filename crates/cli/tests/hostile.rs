@@ -928,6 +928,89 @@ fn emptying_a_jobs_400k_file_tmpfs_stalls_no_request() {
     );
 }
 
+/// Issue 25, N2 and N4, as the review wrote them: a job leaves a 200,000-deep chain of
+/// directories in its private /tmp (a recursive `remove_dir_all` overflowed the emptying
+/// thread's stack, aborted the daemon, and the restart sweep aborted again on the same tree)
+/// and a FUSE mount whose server never answers (a `stat` or `open` of it hung the walk, and
+/// enough of them every request). A process of the attacker outside the job holds the tmpfs,
+/// so the walk has to run. At the job's end the FUSE mount is detached unentered, the chain is
+/// emptied, the daemon lives and answers, and another job runs. The FUSE mount is made by the
+/// test (root, as `fusermount` would for the user) with no libfuse: /dev/fuse, never read.
+#[test]
+fn a_deep_tree_and_a_hung_fuse_mount_in_a_jobs_tmp_neither_kill_nor_hang_the_daemon() {
+    require_root!();
+    if !Path::new("/dev/fuse").exists() {
+        pjw_testkit::skip!("no /dev/fuse: the FUSE half of the attack cannot be made here");
+    }
+    let (attacker, _) = users();
+    const DEPTH: u64 = 200_000;
+    let d = daemon("[memory]\nlimit = \"2G\"\n");
+    let tmpdir_file = d.dir().join("tmpdir-deep");
+    std::fs::write(&tmpdir_file, "").unwrap();
+    std::fs::set_permissions(&tmpdir_file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let script = format!(
+        "mkdir \"$TMPDIR/fuse\" && {wl} deep \"$TMPDIR\" {DEPTH} >/dev/null && echo \"$TMPDIR\" > {f} && while [ ! -e \"$TMPDIR/go\" ]; do sleep 0.05; done",
+        wl = wl().display(),
+        f = tmpdir_file.display()
+    );
+    let t0 = Instant::now();
+    let j = spawn_as(
+        &d,
+        attacker,
+        &["--tmp", "256M", "--mem", "1G", "--job-id", "deep"],
+        &script,
+    );
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(300), || std::fs::read_to_string(
+            &tmpdir_file
+        )
+        .is_ok_and(|t| !t.trim().is_empty())),
+        "the job never made its chain:\n{}",
+        d.log()
+    );
+    let tmpdir = std::fs::read_to_string(&tmpdir_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let fuse =
+        pjw_testkit::fuse::Unanswered::mount(&Path::new(&tmpdir).join("fuse"), attacker, attacker)
+            .unwrap_or_else(|e| panic!("{e}"));
+    let mut holder = as_user(attacker, Path::new("sleep"))
+        .arg("600")
+        .current_dir(&tmpdir)
+        .spawn()
+        .unwrap();
+    let cwd = format!("/proc/{}/cwd", holder.id());
+    let full = inodes_used(&cwd).expect("statfs the job's tmpfs");
+    assert!(full > DEPTH, "only {full} inodes in use");
+    std::fs::write(Path::new(&tmpdir).join("go"), "").unwrap();
+    let o = finish(j);
+    assert!(o.status.success(), "{}", text(&o));
+    let end = Instant::now();
+    let emptied = TestDaemon::wait_for(Duration::from_secs(120), || {
+        inodes_used(&cwd).is_some_and(|n| n <= 2) && !fuse.attached()
+    });
+    let took = end.elapsed();
+    let (left, attached) = (inodes_used(&cwd), fuse.attached());
+    drop(fuse);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(
+        emptied,
+        "not emptied within {took:?}: {left:?} inodes in use, FUSE mount attached: {attached}\n{}",
+        d.log()
+    );
+    // The daemon lived through it and serves: a status, and a new job with a tmpfs.
+    let st = d.pjw().args(["status", "--json"]).output().unwrap();
+    assert!(st.status.success(), "{}", text(&st));
+    let o = pjw_as(&d, attacker, &["run", "--tmp", "16M", "--", "true"]);
+    assert!(o.status.success(), "{}\n{}", text(&o), d.log());
+    eprintln!(
+        "a {DEPTH}-deep chain and a hung FUSE mount: emptied and detached {took:?} after the job's end ({:?} in all; loaded machine, development only)",
+        t0.elapsed()
+    );
+}
+
 /// The daemon's resident memory now, in KiB (VmRSS).
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

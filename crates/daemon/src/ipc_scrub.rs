@@ -227,7 +227,7 @@ fn frame(dir: OwnedFd, entry: Option<Seen>) -> Frame {
     }
 }
 
-fn list_names(dir: &OwnedFd) -> Vec<String> {
+pub(crate) fn list_names(dir: &OwnedFd) -> Vec<String> {
     let Ok(fd) = rustix::io::dup(dir) else {
         return Vec::new();
     };
