@@ -485,6 +485,38 @@ fn squat(d: &TestDaemon, args: &[&str], env: &[(&str, String)]) -> pjw_testkit::
     pjw_testkit::job::KillOnDrop::new(c.spawn().expect("spawn the squatter"))
 }
 
+/// A later task of the victim's job `id` (as `nobody`, outside every pjw job, naming the
+/// manager's id by `var`), which adoption must move into `id`; it is returned to be killed.
+fn second_task(
+    d: &TestDaemon,
+    id: &str,
+    (var, value): (&str, &str),
+) -> pjw_testkit::job::KillOnDrop {
+    let c = Command::new("setpriv")
+        .args(["--reuid", "nobody", "--regid", "nogroup", "--clear-groups"])
+        .args(["sleep", "600"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env(var, value)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the victim's second task");
+    let pid = c.id();
+    let task = pjw_testkit::job::KillOnDrop::new(c);
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || d
+            .driver()
+            .procs(&format!("job-{id}"))
+            .is_ok_and(|p| p.contains(&pid))),
+        "the victim's task {pid} ({var}={value}) was not adopted into {id}:\n{}",
+        d.log()
+    );
+    task
+}
+
 /// Issue 25, item 5, as written there: a user takes the ids of LSF's, HTCondor's and PBS's
 /// next jobs before they land — in pjw's own namespace (`4242`, `77.0`, `124.srv`) and, with
 /// forged manager environments, in the managers' namespaces too (`lsf:4242`, `condor:77.0`,
@@ -562,6 +594,10 @@ fn managers_job_ids_cannot_be_squatted_through_the_shipped_wrappers() {
     let (c, lines) = lsf_start(&d, &dir, "4242");
     let main = job(&d, &own("lsf:4242"))["pid"].as_u64().unwrap() as u32;
     check_job(&d, &own("lsf:4242"), "lsf:4242", 64 * MIB, main, &lines);
+    // Issue 25, N3: the victim's later task (a blaunch or ssh rank: `LSB_JOBID=4242`, outside
+    // every pjw job) is adopted into the victim's job, not refused as the squatter's and left
+    // unjailed.
+    let _task = second_task(&d, &own("lsf:4242"), ("LSB_JOBID", "4242"));
     pjw_testkit::job::run_ok(d.pjw().args(["kill", &own("lsf:4242")]));
     pjw_testkit::job::wait(c, "the victim's LSF job (killed)").killed();
 
@@ -616,6 +652,9 @@ fn managers_job_ids_cannot_be_squatted_through_the_shipped_wrappers() {
         c.id(),
         &lines,
     );
+    // Issue 25, N3, as the review wrote it: a `pbsdsh`/`mpiexec` task of the victim's job
+    // (`PBS_JOBID=124.srv`), which the hook leaves to adoption, lands in the victim's job.
+    let _task = second_task(&d, &own("pbs:124.srv"), ("PBS_JOBID", "124.srv"));
     let r = pbs.event(
         "end-124",
         &d.socket(),
