@@ -139,6 +139,9 @@ pub struct Engine {
     /// A sweep in turns: the last pid its previous turn looked at (None: no sweep under way).
     sweep_from: Option<u32>,
     unknown_logged: HashMap<String, i64>,
+    /// /dev/shm scrubs under way, per owner, each with the one asked for meanwhile (merged):
+    /// at most one walk per owner at a time (issue 25, N5).
+    scrubs: ipc::Scrubs,
     /// Which job every jailed process belongs to; exact process and thread counts.
     procs: ProcTracker,
     /// The profile store writer (its own thread and connection); None when profiles are off.
@@ -268,6 +271,7 @@ impl Engine {
             scanner,
             sweep_from: None,
             unknown_logged: HashMap::new(),
+            scrubs: ipc::Scrubs::default(),
             governor,
             mem_limit,
             last_thaw_ms: None,

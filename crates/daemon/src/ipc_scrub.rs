@@ -35,6 +35,8 @@ pub struct Scrubbed {
     pub mqueues: usize,
     /// Failures, each naming the object or path.
     pub errors: Vec<String>,
+    /// /dev/shm trees cut short (quoted path, owner): see [`MAX_SUBTREE_ENTRIES`].
+    pub cut: Vec<(String, u32)>,
 }
 
 /// Read the host's SysV objects and message queues (/dev/shm is walked instead: [`walk_shm`]).
@@ -110,6 +112,7 @@ pub fn scrub(
         let mut shm = walk_shm(shm_root, job);
         done.files = shm.removed;
         done.errors.append(&mut shm.errors);
+        done.cut = shm.cut;
     }
     done
 }
@@ -168,6 +171,11 @@ fn remove_entries(root: &Path, names: &[String], job: &Ended, errors: &mut Vec<S
 /// can take (what is beyond it is left, and said).
 pub const MAX_ENTRIES: usize = 1_000_000;
 
+/// Entries the walk looks at below one entry of /dev/shm's top, at most (issue 25, N5): one
+/// user's huge world-writable tree is cut short there — and said — instead of using up the
+/// whole scrub's budget, so it cannot keep everyone else's leftovers from being scrubbed.
+pub const MAX_SUBTREE_ENTRIES: usize = 100_000;
+
 /// What the /dev/shm walk did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Walked {
@@ -177,6 +185,8 @@ pub struct Walked {
     pub seen: usize,
     /// Failures, each naming the entry.
     pub errors: Vec<String>,
+    /// Trees of /dev/shm's top cut short at [`MAX_SUBTREE_ENTRIES`] (quoted paths, owners).
+    pub cut: Vec<(String, u32)>,
 }
 
 /// An entry as the walk saw it: the rule's view and what identifies it on the file system.
@@ -187,10 +197,16 @@ struct Seen {
     ino: u64,
     nlink: u64,
     kind: FileType,
+    mode: u32,
 }
 
+/// What `name` below `dir` is, asked of /dev/shm's file system only: opened `O_PATH` (no
+/// file system is asked anything by that) with `openat2`'s `RESOLVE_NO_XDEV`, so a mount point
+/// — a user's FUSE mount that never answers would hang a `stat` of it for good (issue 25, N4) —
+/// is `EXDEV`, None here, never entered; then `fstat` of that descriptor.
 fn seen_at(dir: &OwnedFd, name: &str) -> Option<Seen> {
-    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    let fd = crate::tmp::open_here(dir, name, OFlags::PATH).ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
     let kind = FileType::from_raw_mode(st.st_mode);
     // Field types differ by target.
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
@@ -205,6 +221,7 @@ fn seen_at(dir: &OwnedFd, name: &str) -> Option<Seen> {
         ino: st.st_ino as u64,
         nlink: st.st_nlink as u64,
         kind,
+        mode: st.st_mode as u32,
     })
 }
 
@@ -247,13 +264,7 @@ pub(crate) fn list_names(dir: &OwnedFd) -> Vec<String> {
 /// Open `name` below `parent` as the directory `seen` saw: never through a link, on the same
 /// file system, the same inode.
 fn open_subdir(parent: &OwnedFd, name: &str, seen: &Seen) -> Option<OwnedFd> {
-    let fd = rustix::fs::openat(
-        parent,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
+    let fd = crate::tmp::open_here(parent, name, OFlags::RDONLY | OFlags::DIRECTORY).ok()?;
     let st = rustix::fs::fstat(&fd).ok()?;
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
     ((st.st_dev as u64, st.st_ino as u64) == (seen.dev, seen.ino)).then_some(fd)
@@ -272,11 +283,10 @@ fn remove_entry(dir: &OwnedFd, name: &str, job: &Ended) -> rustix::io::Result<bo
     if now.kind == FileType::RegularFile && now.nlink == 1 {
         // O_NONBLOCK: a FIFO swapped in meanwhile does not block the open (and is not
         // truncated: the descriptor must be the regular file just seen).
-        if let Ok(fd) = rustix::fs::openat(
+        if let Ok(fd) = crate::tmp::open_here(
             dir,
             name,
-            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-            Mode::empty(),
+            OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
         ) {
             #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
             let same = rustix::fs::fstat(&fd).is_ok_and(|st| {
@@ -298,6 +308,11 @@ fn remove_entry(dir: &OwnedFd, name: &str, job: &Ended) -> rustix::io::Result<bo
 /// Walk /dev/shm (`shm_root`) and remove what the rule allows for `job`, at any depth and of
 /// every shape (see the module and `pjw_core::ipc_scrub`).
 pub fn walk_shm(shm_root: &Path, job: &Ended) -> Walked {
+    walk_shm_within(shm_root, job, MAX_ENTRIES, MAX_SUBTREE_ENTRIES)
+}
+
+/// [`walk_shm`] with its bounds: `max_entries` in all, `max_subtree` below one top entry.
+fn walk_shm_within(shm_root: &Path, job: &Ended, max_entries: usize, max_subtree: usize) -> Walked {
     let mut w = Walked::default();
     let Ok(root) = open_dir(shm_root) else {
         return w;
@@ -326,13 +341,38 @@ pub fn walk_shm(shm_root: &Path, job: &Ended) -> Walked {
         if let Some(names) = tops.take() {
             first.names = names;
         }
+        // The owner's own entries first, then the rest (others' directories the owner may have
+        // written in): a tree another user planted cannot use up the budget before the
+        // owner's leftovers are looked at (issue 25, N5).
+        let owners: Vec<bool> = first
+            .names
+            .iter()
+            .map(|n| seen_at(&first.dir, n).is_some_and(|s| s.file.uid == job.uid))
+            .collect();
+        let mut order: Vec<(bool, String)> = owners
+            .into_iter()
+            .map(|o| !o)
+            .zip(std::mem::take(&mut first.names))
+            .collect();
+        order.sort_by_key(|(other, _)| *other);
+        first.names = order.into_iter().map(|(_, n)| n).collect();
+        let mut sub_seen = 0usize;
         let mut stack: Vec<Frame> = vec![first];
         // The names leading to the frame on top, for messages.
         let mut path: Vec<String> = Vec::new();
         while let Some(top) = stack.last_mut() {
-            if top.next >= top.names.len() || w.seen >= MAX_ENTRIES {
+            let cut = !path.is_empty() && sub_seen >= max_subtree;
+            if top.next >= top.names.len() || w.seen >= max_entries || cut {
                 let done = stack.pop().expect("a frame");
                 let name = path.pop();
+                if cut && path.is_empty() {
+                    if let (Some(n), Some(e)) = (&name, &done.entry) {
+                        w.cut.push((quote(&[], n), e.file.uid));
+                    }
+                }
+                if path.is_empty() {
+                    sub_seen = 0;
+                }
                 if let (Some(entry), Some(parent), Some(name)) = (done.entry, stack.last(), name) {
                     drop(done.dir);
                     // Judged by what it was before the walk changed it.
@@ -364,6 +404,9 @@ pub fn walk_shm(shm_root: &Path, job: &Ended) -> Walked {
             let name = top.names[top.next].clone();
             top.next += 1;
             w.seen += 1;
+            if !path.is_empty() {
+                sub_seen += 1;
+            }
             let Some(seen) = seen_at(&top.dir, &name) else {
                 continue;
             };
@@ -382,10 +425,16 @@ pub fn walk_shm(shm_root: &Path, job: &Ended) -> Walked {
             if seen.dev != dev {
                 continue; // another file system mounted here: not /dev/shm's
             }
+            // Only a directory the owner could have written in is entered: its own, or one
+            // open to its group or to all (issue 25, N5: another user's private tree of a
+            // million entries was walked at every job end of every user).
+            if seen.file.uid != job.uid && seen.mode & 0o022 == 0 {
+                continue;
+            }
             if stack.len() > MAX_DEPTH {
                 // Too deep to hold a descriptor more: an owner's directory goes up to the top
                 // (under a name of its own, never over another) and is walked from there.
-                if deep_dir_movable(job, &seen.file) && moves < MAX_ENTRIES {
+                if deep_dir_movable(job, &seen.file) && moves < max_entries {
                     let to = format!(".pjw-scrub-{}-{}-{moves}", job.uid, std::process::id());
                     let top_fd = stack.first().map(|f| &f.dir).expect("the top frame");
                     let parent = &stack.last().expect("a frame").dir;
@@ -422,14 +471,14 @@ pub fn walk_shm(shm_root: &Path, job: &Ended) -> Walked {
             .map(|m| m.file.name.clone())
             .collect();
         walked_moves = moved.len();
-        if pending.is_empty() || w.seen >= MAX_ENTRIES {
+        if pending.is_empty() || w.seen >= max_entries {
             break;
         }
         tops = Some(pending);
     }
-    if w.seen >= MAX_ENTRIES {
+    if w.seen >= max_entries {
         w.errors.push(format!(
-            "{}: more than {MAX_ENTRIES} entries; the rest is left for the next scrub",
+            "{}: more than {max_entries} entries; the rest is left for the next scrub",
             shm_root.display()
         ));
     }
@@ -564,6 +613,8 @@ mod tests {
 
     /// The job's owner (as root, the tests' machines: a uid no account uses; root's entries
     /// are never a job's).
+    use std::os::unix::fs::PermissionsExt;
+
     fn owner() -> u32 {
         let me = rustix::process::getuid().as_raw();
         if me == 0 {
@@ -642,6 +693,10 @@ mod tests {
         for n in ["others", "others/theirs", "theirs"] {
             chown(&shm.join(n), other);
         }
+        // World-writable, as /tmp is: the only kind of another's directory the owner could
+        // have written in (a private one is not entered).
+        std::fs::set_permissions(shm.join("others"), std::fs::Permissions::from_mode(0o1777))
+            .unwrap();
         let job = Ended {
             uid: owner,
             since: 0,
@@ -690,5 +745,92 @@ mod tests {
         );
         assert_eq!(w.removed, 0, "{w:?}");
         assert!(shm.join("again").exists());
+    }
+    /// Issue 25, N4: a FUSE mount in /dev/shm whose server never answers (a user's
+    /// `fusermount`) is never entered: the walk asks /dev/shm's file system only (a `stat` of
+    /// the mount point once hung the scrub's thread for good), finishes, and removes the rest.
+    /// Root only (the mount); the walk runs on a thread of its own so a regression fails in
+    /// 30 s instead of hanging the test.
+    #[test]
+    fn a_fuse_mount_that_never_answers_is_not_entered() {
+        if rustix::process::getuid().as_raw() != 0 || !Path::new("/dev/fuse").exists() {
+            eprintln!("skipped: needs root and /dev/fuse to mount FUSE");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let shm = t.path().join("shm");
+        std::fs::create_dir_all(shm.join("mnt")).unwrap();
+        std::fs::write(shm.join("left"), "x").unwrap();
+        std::fs::create_dir_all(shm.join("adir")).unwrap();
+        std::fs::write(shm.join("adir/inner"), "x").unwrap();
+        for n in ["mnt", "left", "adir", "adir/inner"] {
+            chown(&shm.join(n), owner());
+        }
+        let fuse = pjw_testkit::fuse::Unanswered::mount(&shm.join("mnt"), owner(), owner())
+            .expect("mount FUSE");
+        let job = Ended {
+            uid: owner(),
+            since: 0,
+            until: u64::MAX,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = shm.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(walk_shm(&root, &job));
+        });
+        let w = rx.recv_timeout(std::time::Duration::from_secs(30));
+        let attached = fuse.attached();
+        drop(fuse);
+        let w = w.expect("the walk hung on the FUSE mount");
+        assert!(attached, "the mount went away by itself");
+        assert!(
+            !shm.join("left").exists() && !shm.join("adir").exists(),
+            "{w:?}"
+        );
+    }
+    /// Issue 25, N5: another user's private tree (mode 0700) is never entered, and a tree open
+    /// to all that is bigger than the bound per top entry is cut short and said, while the
+    /// owner's own leftovers — looked at first — are removed whatever the other trees hold.
+    #[test]
+    fn a_planted_tree_neither_uses_up_the_budget_nor_is_walked_when_private() {
+        let t = tempfile::tempdir().unwrap();
+        let shm = t.path().join("shm");
+        std::fs::create_dir_all(shm.join("private/sub")).unwrap();
+        std::fs::create_dir_all(shm.join("open")).unwrap();
+        for i in 0..40 {
+            std::fs::write(shm.join(format!("private/sub/f{i}")), "x").unwrap();
+            std::fs::write(shm.join(format!("open/f{i}")), "x").unwrap();
+        }
+        std::fs::write(shm.join("mine"), "x").unwrap();
+        std::fs::create_dir(shm.join("mydir")).unwrap();
+        std::fs::write(shm.join("mydir/inner"), "x").unwrap();
+        let me = rustix::process::getuid().as_raw();
+        let other = if me == 0 { 4244 } else { me };
+        for n in ["private", "private/sub", "open"] {
+            chown(&shm.join(n), other);
+        }
+        std::fs::set_permissions(shm.join("private"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        std::fs::set_permissions(shm.join("open"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        for n in ["mine", "mydir", "mydir/inner"] {
+            chown(&shm.join(n), owner());
+        }
+        let job = Ended {
+            uid: owner(),
+            since: 0,
+            until: u64::MAX,
+        };
+        // 50 entries in all, 10 below one top entry.
+        let w = walk_shm_within(&shm, &job, 50, 10);
+        assert!(
+            !shm.join("mine").exists() && !shm.join("mydir").exists(),
+            "{w:?}"
+        );
+        if me == 0 {
+            // Not entered: none of its 41 entries counted; the open one cut at 10.
+            assert!(w.seen < 50, "{w:?}");
+            assert_eq!(w.cut.len(), 1, "{w:?}");
+            assert!(w.cut[0].0.contains("open") && w.cut[0].1 == other, "{w:?}");
+        }
     }
 }
