@@ -331,13 +331,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# fill_node N PROCS: submit N jobs to the current daemon (ids fill-1..N), each running PROCS
-# sleeping processes once started; as many run as `vcpus` allows, the rest wait in the queue.
-# Returns when the daemon knows all N. Their client PIDs are in FILL_PIDS.
+# fill_node N PROCS [CMD...]: submit N jobs to the current daemon (ids fill-1..N), each running
+# PROCS sleeping processes once started (or CMD); as many run as `vcpus` allows, the rest wait
+# in the queue. Returns when the daemon knows all N. Their client PIDs are in FILL_PIDS.
 FILL_PIDS=()
 fill_node() {
   local n=$1 procs=$2 i cmd
-  if [ "$procs" -le 1 ]; then cmd=(sleep 3600)
+  if [ $# -gt 2 ]; then shift 2; cmd=("$@")
+  elif [ "$procs" -le 1 ]; then cmd=(sleep 3600)
   else cmd=(sh -c "for i in \$(seq $((procs - 1))); do sleep 3600 & done; wait"); fi
   for i in $(seq "$n"); do
     "$PJW" run -q --job-id "fill-$i" -- "${cmd[@]}" </dev/null >/dev/null 2>&1 &

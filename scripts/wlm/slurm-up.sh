@@ -11,9 +11,10 @@
 # (packaging/slurm/spank, built here by `make spank`) is in DIR/plugstack.conf as `required`,
 # talking to the env file's PJW_SOCKET: every task joins its pjw job before it execs.
 # PJW_SPANK=optional loads it `optional`; PJW_SPANK=0 leaves it out (tasks are then found by
-# adoption alone, docs/wlm/adoption.md).
+# adoption alone, docs/wlm/adoption.md). PJW_EPILOG=0 leaves pjw's Epilog out: jobs then end in
+# pjw only by their lease (the lease test).
 #
-#   [PJW_SPANK=required|optional|0] slurm-up.sh DIR PJW_WLM_ENV_FILE [GPU_DIR]
+#   [PJW_SPANK=required|optional|0] [PJW_EPILOG=0] slurm-up.sh DIR PJW_WLM_ENV_FILE [GPU_DIR]
 set -euo pipefail
 D=${1:?usage: slurm-up.sh DIR PJW_WLM_ENV_FILE [GPU_DIR]}
 ENVF=${2:?usage: slurm-up.sh DIR PJW_WLM_ENV_FILE [GPU_DIR]}
@@ -105,7 +106,7 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/linux
 AccountingStorageType=accounting_storage/none
 Prolog=$D/prolog.sh
-Epilog=$D/epilog.sh
+$([ "${PJW_EPILOG:-1}" = 0 ] || echo "Epilog=$D/epilog.sh")
 PrologFlags=Alloc
 PlugStackConfig=$D/plugstack.conf
 ReturnToService=2

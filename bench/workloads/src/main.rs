@@ -5,7 +5,7 @@
 //!   here (measured on the thread's own CPU clock, so a loaded machine does not shrink it).
 //! - `burn N` — N busy processes (itself and N-1 children) until killed: a noisy neighbour.
 //! - `threads N SECONDS [PIDFILE]` — N threads, half busy and half sleeping, for SECONDS;
-//!   writes its pid to PIDFILE first.
+//!   writes its pid to PIDFILE first. Thread I is named `busy-I` (even I) or `sleep-I`.
 //! - `par N ITERS` — N threads each running `spin ITERS`; prints the wall time until the last
 //!   one finished, in seconds (a job with N busy threads, thread balancing bench).
 //! - `stream N MIB PASSES` — N threads, each first-touching its own MIB MiB buffer and then
@@ -15,6 +15,8 @@
 //!   DIR/busy-I exists and sleeps (20 ms naps) while it does not, until DIR/stop appears. The
 //!   test switches a thread's role by creating or removing its busy file (thread balancing).
 //! - `spin-forever` — one busy loop until killed (what `burn` starts).
+//! - `idle N` — N threads besides the main one, all asleep (1 s naps) until killed: a job of
+//!   many threads that costs no CPU (the sampler bench's thread rows).
 //! - `touch MIB FILE` — allocates MIB MiB of anonymous memory and writes every page, then
 //!   writes "touched" to FILE and sleeps until killed (where a job's memory lands, NUMA tests).
 //! - `grow MIB STEPS ROUNDS` — grows to MIB MiB of anonymous memory in STEPS steps (0.2 s
@@ -73,7 +75,7 @@ fn raise_nofile() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | par N ITERS | stream N MIB PASSES | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N | hold SOCKET N FRAMEFILE | files DIR N | deep DIR N | mq NAME");
+    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | idle N | par N ITERS | stream N MIB PASSES | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N | hold SOCKET N FRAMEFILE | files DIR N | deep DIR N | mq NAME");
     std::process::exit(2);
 }
 
@@ -136,6 +138,17 @@ fn main() {
         Some("spin-forever") => loop {
             spin(1 << 30);
         },
+        Some("idle") => {
+            let n: usize = arg(&args, 2);
+            for _ in 0..n {
+                std::thread::spawn(|| loop {
+                    std::thread::sleep(Duration::from_secs(1));
+                });
+            }
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
         Some("threads") => {
             let n: usize = arg(&args, 2);
             let secs: f64 = arg(&args, 3);
@@ -143,17 +156,22 @@ fn main() {
                 let _ = std::fs::write(p, format!("{}\n", std::process::id()));
             }
             let end = Instant::now() + Duration::from_secs_f64(secs);
+            // Named `busy-I` and `sleep-I` (their comm), so a test can tell them apart.
             let hs: Vec<_> = (0..n)
                 .map(|i| {
-                    std::thread::spawn(move || {
-                        while Instant::now() < end {
-                            if i % 2 == 0 {
-                                spin(1_000_000);
-                            } else {
-                                std::thread::sleep(Duration::from_millis(20));
+                    let name = if i % 2 == 0 { "busy" } else { "sleep" };
+                    std::thread::Builder::new()
+                        .name(format!("{name}-{i}"))
+                        .spawn(move || {
+                            while Instant::now() < end {
+                                if i % 2 == 0 {
+                                    spin(1_000_000);
+                                } else {
+                                    std::thread::sleep(Duration::from_millis(20));
+                                }
                             }
-                        }
-                    })
+                        })
+                        .expect("spawn a thread")
                 })
                 .collect();
             for h in hs {

@@ -412,6 +412,11 @@ pub struct ReportArgs {
     /// Show the per-process rows (recorded with profile.processes = N).
     #[arg(long)]
     pub processes: bool,
+    /// Show each thread: its CPU time, the CPUs it ran on, migrations, its shares of time
+    /// running, waiting and asleep, and its pin (recorded with profile.threads = N); with
+    /// --plot, a panel of the busiest threads.
+    #[arg(long)]
+    pub threads: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
     pub format: ReportFormat,
@@ -422,7 +427,7 @@ pub struct ReportArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
     /// Ask the cluster store (PostgreSQL) for finished jobs of every node.
-    #[arg(long, conflicts_with_all = ["watch", "processes"])]
+    #[arg(long, conflicts_with_all = ["watch", "processes", "threads"])]
     pub central: bool,
     /// Jobs that ran on this node (with --central).
     #[arg(long, value_name = "NODE", requires = "central")]

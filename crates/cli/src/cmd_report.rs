@@ -32,6 +32,8 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         // A plot needs the series.
         series: a.series || a.plot.is_some(),
         processes: a.processes,
+        // With --plot, --threads adds a panel of the busiest threads.
+        threads: a.threads,
         limit: a.limit,
         central: a.central,
         node: a.node.clone(),
@@ -53,9 +55,19 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
     loop {
         let jobs = fetch(&query)?;
         let text = match a.format {
+            ReportFormat::Table if a.threads => {
+                let mut t = render_table(&jobs, a.series, a.processes, &tz);
+                for j in &jobs {
+                    t.push_str(&render_threads(j, &tz));
+                }
+                t
+            }
             ReportFormat::Table => render_table(&jobs, a.series, a.processes, &tz),
             ReportFormat::Json => {
                 pjw_core::text::json(&serde_json::to_string_pretty(&jobs)?).into_owned() + "\n"
+            }
+            ReportFormat::Csv if a.threads && !a.series && !a.processes => {
+                render_threads_csv(&jobs)
             }
             ReportFormat::Csv => render_csv(&jobs, a.series, a.processes),
         };
@@ -464,6 +476,85 @@ pub fn render_processes(j: &JobReport, tz: &FixedOffset) -> String {
     columns(&rows)
 }
 
+/// A share in percent, or `-` when unknown.
+fn pct(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.0}%")).unwrap_or_else(|| "-".into())
+}
+
+/// The thread rows of one job: the busy threads (runnable at least half of their sampled time)
+/// first, the sleepers apart; names escaped.
+pub fn render_threads(j: &JobReport, tz: &FixedOffset) -> String {
+    let mut o = String::new();
+    let head = [
+        "TID", "PID", "NAME", "CPU_S", "RUN", "WAIT", "SLEEP", "CPUS", "MIGR", "PIN", "LAST",
+    ];
+    for (busy, title) in [(true, "Busy threads"), (false, "Sleeping threads")] {
+        let mine: Vec<_> = j.threads.iter().filter(|t| t.busy == busy).collect();
+        let _ = write!(
+            o,
+            "\n{title} of job {} ({})\n",
+            printable(&j.id, 64),
+            mine.len()
+        );
+        if mine.is_empty() {
+            continue;
+        }
+        let mut rows = vec![head.map(String::from).to_vec()];
+        for t in mine {
+            rows.push(vec![
+                t.tid.to_string(),
+                t.pid.to_string(),
+                printable(&t.comm, 16).into_owned(),
+                format!("{:.2}", t.cpu_usec as f64 / 1e6),
+                pct(t.running_pct),
+                pct(t.waiting_pct),
+                pct(t.sleeping_pct),
+                t.cpus.clone(),
+                t.migrations
+                    .map(|m| m.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                t.pin.clone().unwrap_or_else(|| "-".into()),
+                time(Some(t.last_ms), tz),
+            ]);
+        }
+        o.push_str(&columns(&rows));
+    }
+    if j.threads.is_empty() {
+        o.push_str("no thread rows (recorded with [profile] threads = N while the job runs)\n");
+    }
+    o
+}
+
+/// CSV of every job's thread rows (raw units: µs, percent).
+pub fn render_threads_csv(jobs: &[JobReport]) -> String {
+    let mut out = String::from(
+        "job,tid,pid,comm,cpu_usec,cpus,migrations,running_pct,waiting_pct,sleeping_pct,busy,pin,samples,first_ms,last_ms\n",
+    );
+    let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_default();
+    for j in jobs {
+        for t in &j.threads {
+            out.push_str(&csv_line(&[
+                j.id.clone(),
+                t.tid.to_string(),
+                t.pid.to_string(),
+                printable(&t.comm, 16).into_owned(),
+                t.cpu_usec.to_string(),
+                t.cpus.clone(),
+                o(t.migrations),
+                f(t.running_pct),
+                f(t.waiting_pct),
+                f(t.sleeping_pct),
+                t.busy.to_string(),
+                o(t.pin.clone()),
+                t.samples.to_string(),
+                t.first_ms.to_string(),
+                t.last_ms.to_string(),
+            ]));
+        }
+    }
+    out
+}
+
 /// The table view: one job in detail, or a list; then series and processes per job.
 pub fn render_table(jobs: &[JobReport], series: bool, processes: bool, tz: &FixedOffset) -> String {
     if jobs.is_empty() {
@@ -667,6 +758,7 @@ mod tests {
             gpu_util_mean: None,
             gpu_util_max: None,
             gpu_mem_peak: None,
+            threads: Vec::new(),
             series: vec![
                 SeriesPoint {
                     ts_ms: T0 + 2_000,
@@ -725,6 +817,55 @@ Job 12 (steps) of alice on n1: ended, completed (exit 0)
   Reason          exited
 ";
         assert_eq!(render_table(&[job()], false, false, &utc()), want);
+    }
+
+    #[test]
+    fn threads_busy_apart_from_sleepers_with_names_escaped() {
+        let tz = FixedOffset::east_opt(0).unwrap();
+        let mut j = job();
+        let row = |tid, comm: &str, busy, run| pjw_proto::ThreadRow {
+            tid,
+            pid: 100,
+            comm: comm.into(),
+            cpu_usec: 2_500_000,
+            cpus: "0-1".into(),
+            migrations: Some(3),
+            running_pct: Some(run),
+            waiting_pct: Some(1.0),
+            sleeping_pct: Some(99.0 - run),
+            busy,
+            pin: busy.then(|| "1".to_string()),
+            samples: 4,
+            first_ms: T0,
+            last_ms: T0 + 3_000,
+            points: Vec::new(),
+        };
+        j.threads = vec![
+            row(101, "busy-0", true, 97.0),
+            row(102, "\x1b[2Jevil\n", false, 0.5),
+        ];
+        let text = render_threads(&j, &tz);
+        let (busy, sleeping) = text.split_once("Sleeping threads").unwrap();
+        assert!(busy.contains("Busy threads of job 12 (1)"), "{text}");
+        assert!(
+            busy.lines().any(|l| l.starts_with("101 ")
+                && l.contains("busy-0")
+                && l.contains("2.50")
+                && l.contains("97%")
+                && l.contains("0-1")),
+            "{text}"
+        );
+        assert!(
+            sleeping.contains("102 ") && sleeping.contains("\\u{1b}[2Jevil\\u{a}"),
+            "{text}"
+        );
+        assert!(!text.contains('\x1b'), "{text:?}");
+        let csv = render_threads_csv(&[j]);
+        assert!(
+            csv.contains("\n12,101,100,busy-0,2500000,0-1,3,97.0,1.0,2.0,true,1,4,"),
+            "{csv}"
+        );
+        assert!(!csv.contains('\x1b'), "{csv:?}");
     }
 
     #[test]

@@ -19,13 +19,104 @@ pub fn run(a: StatusArgs) -> anyhow::Result<()> {
                     pjw_core::text::json(&serde_json::to_string_pretty(&s)?)
                 );
             } else {
-                print!("{}", render(&s));
+                let now_ms = chrono::Utc::now().timestamp_millis();
+                print!(
+                    "{}{}{}",
+                    render(&s),
+                    render_leases(&s, now_ms),
+                    render_starts(&s)
+                );
             }
             Ok(())
         }
         Response::Error { message, .. } => anyhow::bail!("{message}"),
         other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
     }
+}
+
+/// A span of milliseconds for people: `42 s`, `12 min`, `3 h 5 min`.
+fn span(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    if s < 120 {
+        format!("{s} s")
+    } else if s < 7200 {
+        format!("{} min", s / 60)
+    } else {
+        format!("{} h {} min", s / 3600, s % 3600 / 60)
+    }
+}
+
+/// Each registered job's lease (issue 27): when it was last renewed, when it runs out, and
+/// what its manager said last.
+pub fn render_leases(s: &StatusReport, now_ms: i64) -> String {
+    let mut out = String::new();
+    for j in &s.jobs {
+        let Some(l) = &j.lease else { continue };
+        let expiry = match l.expires_ms {
+            Some(e) if e > now_ms => format!("runs out in {}", span(e - now_ms)),
+            Some(_) => "runs out now".into(),
+            None => "no lease".into(),
+        };
+        let manager =
+            j.id.split_once(':')
+                .map(|(m, _)| m)
+                .unwrap_or("its manager");
+        let word = match (&l.word, l.word_ms, l.asked) {
+            (Some(w), Some(at), _) => format!(
+                "; {}: {} ({} ago)",
+                printable(manager, 16),
+                printable(w, 200),
+                span(now_ms - at)
+            ),
+            (_, _, true) => format!("; {} not asked yet", printable(manager, 16)),
+            _ => format!(
+                "; {} is not asked (the lease alone)",
+                printable(manager, 16)
+            ),
+        };
+        out.push_str(&format!(
+            "lease {}: renewed {} ago, {expiry}{word}\n",
+            printable(&j.id, 64),
+            span(now_ms - l.renewed_ms),
+        ));
+    }
+    out
+}
+
+/// The start-time statistics (issue 27): over the recent window and since the daemon started.
+pub fn render_starts(s: &StatusReport) -> String {
+    let Some(st) = &s.starts else {
+        return String::new();
+    };
+    let secs = |v: Option<f64>| match v {
+        Some(x) if x < 10.0 => format!("{x:.2}s"),
+        Some(x) => format!("{x:.0}s"),
+        None => "-".into(),
+    };
+    let mut out = String::new();
+    for w in [&st.recent, &st.total] {
+        let label = if w.window_secs == 0 {
+            "since start".to_string()
+        } else {
+            format!("last {}", span(w.window_secs as i64 * 1000))
+        };
+        out.push_str(&format!(
+            "starts {label}: {} started ({:.3}/s), {} ended ({:.3}/s); wait to start mean {} p50 {} p90 {} p99 {} max {}; queue mean {:.1} max {}; {} freezes\n",
+            w.started,
+            w.started_per_sec,
+            w.ended,
+            w.ended_per_sec,
+            secs(w.wait_mean_secs),
+            secs(w.wait_p50_secs),
+            secs(w.wait_p90_secs),
+            secs(w.wait_p99_secs),
+            secs(w.wait_max_secs),
+            w.queue_mean,
+            w.queue_max,
+            w.freezes,
+        ));
+    }
+    out
 }
 
 /// The job partition's line: use, demand, and whose pressure there is.
@@ -250,6 +341,7 @@ mod tests {
             io: None,
             gpu_util: None,
             gpu_mem: None,
+            lease: None,
             steps: vec![],
             oom_kills: 0,
         }
@@ -267,6 +359,7 @@ mod tests {
             free_gpus: GpuSet::parse_list(gpus).unwrap(),
             cgroup: "v1".into(),
             version: "0".into(),
+            starts: None,
             memory: None,
         }
     }
@@ -300,6 +393,38 @@ mod tests {
         // No GPUs on the node: no column, no line.
         let text = render(&report("", vec![job("a", "0", JobState::Running, "", 0)]));
         assert!(!text.contains("GPUS") && !text.contains("gpus "), "{text}");
+    }
+
+    #[test]
+    fn leases_and_start_statistics_are_told() {
+        let mut r = report("", vec![job("slurm:7", "0", JobState::Running, "", 0)]);
+        r.jobs[0].lease = Some(pjw_proto::LeaseInfo {
+            renewed_ms: 1_000_000,
+            expires_ms: Some(1_000_000 + 3_600_000),
+            asked: true,
+            word: Some("no answer: squeue did not answer within 30 s\x1b[2J".into()),
+            word_ms: Some(1_050_000),
+        });
+        let text = render_leases(&r, 1_060_000);
+        assert_eq!(
+            text,
+            "lease slurm:7: renewed 60 s ago, runs out in 59 min; slurm: no answer: squeue did not answer within 30 s\\u{1b}[2J (10 s ago)\n"
+        );
+        r.starts = Some(Box::new(pjw_proto::StartStats {
+            queue_len: 0,
+            recent: pjw_proto::StartWindow {
+                window_secs: 300,
+                started: 3,
+                started_per_sec: 0.01,
+                wait_mean_secs: Some(1.5),
+                wait_p50_secs: Some(0.25),
+                ..Default::default()
+            },
+            total: Default::default(),
+        }));
+        let text = render_starts(&r);
+        assert!(text.starts_with("starts last 5 min: 3 started (0.010/s), 0 ended (0.000/s); wait to start mean 1.50s p50 0.25s p90 - "), "{text}");
+        assert!(text.contains("\nstarts since start: 0 started"), "{text}");
     }
 
     #[test]

@@ -488,6 +488,7 @@ mod tests {
             io: None,
             gpu_util: None,
             gpu_mem: None,
+            lease: None,
             steps: vec![],
             oom_kills: 0,
         }
@@ -505,6 +506,7 @@ mod tests {
             free_gpus: Default::default(),
             cgroup: "v2".into(),
             version: "0".into(),
+            starts: None,
             memory: None,
         }
     }

@@ -118,6 +118,7 @@ mod tests {
             io: None,
             gpu_util: None,
             gpu_mem: None,
+            lease: None,
             steps: vec![],
             oom_kills: 0,
         }
@@ -136,6 +137,7 @@ mod tests {
             free_gpus: Default::default(),
             cgroup: String::new(),
             version: String::new(),
+            starts: None,
             memory: None,
         }
     }

@@ -100,11 +100,18 @@ pub struct Lines {
     pub label: String,
     pub mem_mib: Vec<(f64, f64)>,
     pub cpu_pct: Vec<(f64, f64)>,
+    /// The job's busiest threads (a report with threads): label and % of one CPU.
+    pub threads: Vec<(String, Vec<(f64, f64)>)>,
 }
 
 /// The points of every job that has samples (pure).
 pub fn lines(jobs: &[JobReport]) -> Vec<Lines> {
     let several_nodes = jobs.windows(2).any(|w| w[0].node != w[1].node);
+    let several_jobs = jobs
+        .iter()
+        .filter(|j| j.threads.iter().any(|t| !t.points.is_empty()))
+        .count()
+        > 1;
     jobs.iter()
         .filter(|j| !j.series.is_empty())
         .map(|j| {
@@ -141,10 +148,26 @@ pub fn lines(jobs: &[JobReport]) -> Vec<Lines> {
             } else {
                 format!("job {}", pjw_core::text::printable(&j.id, 64))
             };
+            let threads = j
+                .threads
+                .iter()
+                .filter(|th| !th.points.is_empty())
+                .map(|th| {
+                    let name = pjw_core::text::printable(&th.comm, 16);
+                    let pts = th.points.iter().map(|(ts, pct)| (t(*ts), *pct)).collect();
+                    let label = if several_jobs {
+                        format!("{} tid {} ({name})", j.id, th.tid)
+                    } else {
+                        format!("tid {} ({name})", th.tid)
+                    };
+                    (label, pts)
+                })
+                .collect();
             Lines {
                 label,
                 mem_mib,
                 cpu_pct,
+                threads,
             }
         })
         .collect()
@@ -212,6 +235,7 @@ where
 /// as many as fit, then how many more there are.
 fn legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
+    title: &str,
     labels: &[String],
 ) -> anyhow::Result<()>
 where
@@ -221,7 +245,7 @@ where
     let font = ("sans-serif", 14).into_font();
     let (_, h) = area.dim_in_pixel();
     let top = 40;
-    area.draw(&Text::new("jobs", (8, 16), ("sans-serif", 16).into_font()))
+    area.draw(&Text::new(title, (8, 16), ("sans-serif", 16).into_font()))
         .map_err(err)?;
     let rows = ((h as i32 - top - 8) / LEGEND_ROW).max(1) as usize;
     let (shown, more) = legend_rows(labels, rows);
@@ -263,13 +287,39 @@ where
     let x_max = x_max.max(1.0);
     let (w, _) = root.dim_in_pixel();
     let (charts, side) = root.split_horizontally(w.saturating_sub(LEGEND_W));
-    let panels = charts.split_evenly((2, 1));
+    // A third panel for the busiest threads where the report has them, with its own legend
+    // below the jobs'.
+    let threads: Vec<&[(f64, f64)]> = jobs
+        .iter()
+        .flat_map(|l| l.threads.iter().map(|(_, p)| p.as_slice()))
+        .collect();
+    let panels = charts.split_evenly((if threads.is_empty() { 2 } else { 3 }, 1));
     let mem: Vec<&[(f64, f64)]> = jobs.iter().map(|l| l.mem_mib.as_slice()).collect();
     panel(&panels[0], "Memory", "memory (MiB)", x_max, &mem)?;
     let cpu: Vec<&[(f64, f64)]> = jobs.iter().map(|l| l.cpu_pct.as_slice()).collect();
     panel(&panels[1], "CPU", "CPU (% of one CPU)", x_max, &cpu)?;
+    if !threads.is_empty() {
+        panel(
+            &panels[2],
+            "Busiest threads",
+            "CPU (% of one CPU)",
+            x_max,
+            &threads,
+        )?;
+    }
     let labels: Vec<String> = jobs.iter().map(|l| l.label.clone()).collect();
-    legend(&side, &labels)?;
+    if threads.is_empty() {
+        legend(&side, "jobs", &labels)?;
+    } else {
+        let (_, h) = side.dim_in_pixel();
+        let (top, bottom) = side.split_vertically(h * 2 / 3);
+        legend(&top, "jobs", &labels)?;
+        let names: Vec<String> = jobs
+            .iter()
+            .flat_map(|l| l.threads.iter().map(|(n, _)| n.clone()))
+            .collect();
+        legend(&bottom, "threads", &names)?;
+    }
     root.present()
         .map_err(|e| anyhow::anyhow!("cannot write the chart: {e}"))?;
     Ok(())

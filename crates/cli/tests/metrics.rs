@@ -112,6 +112,18 @@ fn metrics_page_passes_promtool_and_shows_jobs() {
         "pjw_governor_actions_total{kind=\"freeze\"} 0".into(),
         "pjw_sampler_duration_seconds_count".into(),
         "pjw_store_write_errors_total 0".into(),
+        // Start-time statistics (issue 27): m1 started, m2 waits behind it.
+        "pjw_jobs_started_total 1".into(),
+        "pjw_jobs_ended_total 0".into(),
+        "pjw_job_freezes_total 0".into(),
+        "pjw_jobs_started_per_second{window=\"300s\"} ".into(),
+        "pjw_jobs_started_per_second{window=\"all\"} ".into(),
+        "pjw_job_start_wait_seconds{window=\"300s\",stat=\"p50\"} ".into(),
+        "pjw_job_start_wait_seconds{window=\"all\",stat=\"mean\"} ".into(),
+        "pjw_job_start_wait_seconds{window=\"300s\",stat=\"p99\"} ".into(),
+        "pjw_queue_length_max{window=\"300s\"} 1".into(),
+        "pjw_queue_length_mean{window=\"300s\"} ".into(),
+        "pjw_job_freezes_per_second{window=\"300s\"} 0".into(),
     ] {
         let want = want.as_str();
         assert!(page.contains(want), "{want:?} missing from\n{page}");
@@ -133,6 +145,17 @@ fn metrics_page_passes_promtool_and_shows_jobs() {
     if no_promtool.is_none() {
         check_with_promtool(&page);
     }
+    // `pjw status` tells the same figures.
+    let out = d.pjw().arg("status").output().expect("pjw status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("starts last 5 min: 1 started (")
+            && text.contains("starts since start: 1 started ("),
+        "{text}"
+    );
+    let st = d.status();
+    assert_eq!(st["starts"]["queue_len"], 1, "{st:#}");
+    assert_eq!(st["starts"]["total"]["started"], 1, "{st:#}");
 
     // Bad requests get clear answers, and the daemon keeps serving.
     bad_requests_get_clear_answers(port);

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use pjw_core::CpuSet;
 use pjw_testkit::job::{run, wait};
 use pjw_testkit::machine::{me, nobody, one_cpu_config, unused_id};
 use pjw_testkit::{require_root, skip, TestDaemon};
@@ -449,6 +450,163 @@ fn counts_across_a_daemon_restart_are_a_lower_bound() {
     assert_eq!(j["counts_exact"], false, "{j:#}");
     let out = report(&d, &["-J", "r1"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("Processes       at least "));
+}
+
+/// Issue 27: a job of 2 busy and 2 sleeping threads (and its main thread, waiting for them),
+/// bound with `--bind threads` on two CPUs: `pjw report --threads` lists each busy thread by
+/// its id, with its own CPU time, the CPUs it ran on and its pin, and the sleepers apart.
+#[test]
+fn a_job_of_two_busy_and_two_sleeping_threads_is_reported_per_thread() {
+    require_root!();
+    let cpus = pjw_testkit::need_cpus!(2);
+    let d = TestDaemon::start(
+        &pjw_bin(),
+        &format!(
+            "cpus = \"{cpus}\"\n[profile]\ninterval = \"1s\"\nthreads = 8\n[job]\nbind_interval_ms = 500\n"
+        ),
+    );
+    let pidfile = d.dir().join("threads.pid");
+    let wl = wl();
+    let job = std::thread::spawn({
+        let mut c = d.pjw();
+        c.args(["run", "-j", "thr1", "-c", "2", "--bind", "threads", "--"])
+            .arg(&wl)
+            .args(["threads", "4", "6"])
+            .arg(&pidfile);
+        move || run(&mut c)
+    });
+    // The thread ids, by name, while the job runs: the report must name the same threads.
+    let mut named: Vec<(u32, String)> = Vec::new();
+    let seen = TestDaemon::wait_for(Duration::from_secs(20), || {
+        let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
+        else {
+            return false;
+        };
+        named = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let tid: u32 = e.file_name().to_str()?.parse().ok()?;
+                let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+                Some((tid, comm.trim().to_string()))
+            })
+            .collect();
+        // Each thread names itself once it runs.
+        ["busy-0", "busy-2", "sleep-1", "sleep-3"]
+            .iter()
+            .all(|n| named.iter().any(|(_, c)| c == n))
+    });
+    assert!(seen, "the job's 5 threads not seen: {named:?}\n{}", d.log());
+    let out = job.join().unwrap();
+    assert!(out.status.success(), "{}\n{}", out.describe(), d.log());
+    let tid_of = |name: &str| {
+        named
+            .iter()
+            .find(|(_, n)| n == name)
+            .map(|(t, _)| *t)
+            .unwrap()
+    };
+    // Rows reach the store through the writer: wait (bounded) until the job's end is recorded
+    // and every named thread has rows.
+    let mut j = serde_json::Value::Null;
+    let complete = TestDaemon::wait_for(Duration::from_secs(20), || {
+        j = report_json(&d, &["-J", "thr1", "--threads"])[0].clone();
+        !j["end"].is_null()
+            && j["threads"].as_array().is_some_and(|t| {
+                ["busy-0", "busy-2", "sleep-1", "sleep-3"].iter().all(|n| {
+                    t.iter()
+                        .any(|r| r["tid"] == tid_of(n) && r["samples"].as_u64() > Some(1))
+                })
+            })
+    });
+    assert!(complete, "thread rows missing: {j:#}\n{}", d.log());
+    let rows = j["threads"].as_array().unwrap();
+    let row = |name: &str| rows.iter().find(|r| r["tid"] == tid_of(name)).unwrap();
+    let mut pins = Vec::new();
+    for name in ["busy-0", "busy-2"] {
+        let r = row(name);
+        assert_eq!(r["comm"], name, "{r:#}");
+        assert_eq!(r["busy"], true, "{name} not busy: {r:#}");
+        // Its own CPU time: a good part of the 6 s it spun (two busy threads on two CPUs; a
+        // loaded machine still gives each a few tenths of a second).
+        let cpu = r["cpu_usec"].as_u64().unwrap();
+        assert!(cpu > 300_000, "{name}: {cpu} µs: {r:#}");
+        let ran = CpuSet::parse_list(r["cpus"].as_str().unwrap()).unwrap();
+        assert!(
+            !ran.is_empty() && ran.is_subset(&cpus),
+            "{name} ran on {ran}: {r:#}"
+        );
+        // Pinned by the binder to one CPU of the job.
+        let pin = CpuSet::parse_list(r["pin"].as_str().unwrap_or("")).unwrap_or_default();
+        assert!(
+            pin.len() == 1 && pin.is_subset(&cpus),
+            "{name} pin {pin}: {r:#}"
+        );
+        pins.push(pin);
+    }
+    assert_ne!(
+        pins[0], pins[1],
+        "both busy threads pinned to one CPU: {rows:#?}"
+    );
+    for name in ["sleep-1", "sleep-3"] {
+        let r = row(name);
+        assert_eq!(r["busy"], false, "{name} busy: {r:#}");
+        assert!(r["running_pct"].as_f64().unwrap() < 10.0, "{r:#}");
+        assert!(r["sleeping_pct"].as_f64().unwrap() > 50.0, "{r:#}");
+        assert!(r["pin"].is_null(), "a sleeper pinned: {r:#}");
+        assert!(r["cpu_usec"].as_u64().unwrap() < row("busy-0")["cpu_usec"].as_u64().unwrap() / 10);
+    }
+    // The table: the busy threads' ids in the busy section, the sleepers' in theirs.
+    let text =
+        String::from_utf8_lossy(&report(&d, &["-J", "thr1", "--threads"]).stdout).into_owned();
+    let (busy, sleeping) = text
+        .split_once("Sleeping threads of job thr1")
+        .unwrap_or_else(|| panic!("no sleeping section:\n{text}"));
+    let busy = busy
+        .split_once("Busy threads of job thr1 (2)")
+        .map(|(_, b)| b)
+        .unwrap_or_else(|| panic!("no busy section of 2:\n{text}"));
+    let has = |sec: &str, name: &str| {
+        sec.lines().any(|l| {
+            l.split_whitespace().next() == Some(&tid_of(name).to_string()) && l.contains(name)
+        })
+    };
+    assert!(has(busy, "busy-0") && has(busy, "busy-2"), "{text}");
+    assert!(
+        has(sleeping, "sleep-1") && has(sleeping, "sleep-3"),
+        "{text}"
+    );
+    assert!(!has(busy, "sleep-1") && !has(sleeping, "busy-0"), "{text}");
+    // CSV carries the same rows.
+    let csv = String::from_utf8_lossy(
+        &report(&d, &["-J", "thr1", "--threads", "--format", "csv"]).stdout,
+    )
+    .into_owned();
+    assert!(csv.starts_with("job,tid,pid,comm,cpu_usec,"), "{csv}");
+    assert!(
+        csv.contains(&format!("thr1,{},", tid_of("busy-2"))),
+        "{csv}"
+    );
+    // The plot's third panel: the busiest threads, each by its id.
+    let svg = d.dir().join("thr1.svg");
+    let out = report(
+        &d,
+        &["-J", "thr1", "--threads", "--plot", svg.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("Busiest threads"), "no thread panel");
+    for name in ["busy-0", "busy-2"] {
+        let label = format!("tid {} ({name})", tid_of(name));
+        assert!(svg.contains(&label), "{label} not in the plot");
+    }
 }
 
 /// CPU efficiency means something or is not shown: `pjw run -- true` (a few milliseconds,

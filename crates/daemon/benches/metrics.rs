@@ -40,6 +40,7 @@ fn snapshot(n: usize) -> Snapshot {
             })
             .collect(),
         store_write_errors: 0,
+        starts: None,
         memory: Some(pjw_daemon::metrics::MemorySnap {
             limit: 1 << 40,
             used: 1 << 39,

@@ -15,6 +15,12 @@
 //! pinned slot and measured from birth; a new process keeps the job set (the program it execs
 //! sizes itself from it) and is measured from birth. A thread first seen by a pass that inherited a pin pjw
 //! set on the thread that made it gets the whole job set, and is measured from the next pass.
+//! A process born on a pin pjw set on its parent's thread gets the job set when it execs, not
+//! at its fork (a launcher binds its child in between: Open MPI its ranks, taskset, hwloc-bind),
+//! and its parent is a launcher: its pins go at once and it is not pinned again, so what it
+//! forks next starts free. Inheritance happens at birth only: a thread pjw saw before (at birth or at a pass) with
+//! another affinity, or the first thread of a process whose other threads carry a runtime's
+//! pins elsewhere, was placed by its runtime even when its pin equals one of pjw's.
 //! A thread or process that vanished between the listing and the read is normal and skipped;
 //! any other error is logged (at warn once per job and kind) and the thread is left as it is
 //! (not recorded as pinned).
@@ -38,8 +44,10 @@ use tracing::{debug, warn};
 mod proc_port;
 #[cfg(test)]
 mod tests;
+pub mod threads;
 
 pub use proc_port::ProcPort;
+pub use threads::{ProfJob, ProfileTick, SchedRead, TaskFacts, ThreadProfiler};
 
 /// A thread counts as busy when it ran at least this share of the interval (%).
 pub const BUSY_PERCENT: u32 = 50;
@@ -115,6 +123,18 @@ pub trait BindPort: Send {
     fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError>;
     /// Let thread `tid` run only on `cpus`.
     fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError>;
+    /// Thread `tid`'s time on a CPU and time waiting for one, apart (thread profiles); by
+    /// default all of [`BindPort::runnable_ns`] as running.
+    fn sched(&self, pid: u32, tid: u32) -> Result<SchedRead, BindError> {
+        self.runnable_ns(pid, tid)
+            .map(|run_ns| SchedRead { run_ns, wait_ns: 0 })
+    }
+    /// Thread `tid`'s name, last CPU and migrations (thread profiles' top threads only).
+    fn task(&self, _pid: u32, _tid: u32) -> Result<TaskFacts, BindError> {
+        Err(BindError::Failed(
+            "thread facts are not offered here".into(),
+        ))
+    }
     /// The CPUs thread `tid` may run on now.
     fn affinity(&self, tid: u32) -> Result<CpuSet, BindError>;
     /// The parent of process `pid`.
@@ -141,6 +161,13 @@ struct Track {
     ours: HashMap<Tid, (u32, CpuSet)>,
     /// The CPUs of the runtime pins seen at the last pass (kept out of pjw's placements).
     reserved: CpuSet,
+    /// Processes born on a pin pjw set on their parent's thread, with that pin: freed when
+    /// they exec if they still hold it (a launcher binds its child between fork and exec), or
+    /// by the first pass that sees them.
+    inherited: HashMap<Tid, CpuSet>,
+    /// Processes that forked on a pin of pjw's: launchers (mpirun, a driver script), never
+    /// pinned again — what a launcher holds, each child it forks inherits.
+    launchers: BTreeSet<u32>,
     at: Instant,
 }
 
@@ -171,7 +198,16 @@ impl Track {
         current: &CpuSet,
     ) -> Owner {
         let ours = self.ours_of(&tid);
+        if new && ours.is_none() && self.inherited.get(&tid) == Some(current) {
+            return Owner::Inherited;
+        }
         let o = pin_owner::owner(job, current, ours, &self.pins_in(pid));
+        // A thread inherits its affinity when it is made, never later: one pjw has seen
+        // before with another affinity was narrowed since by someone else, even onto a set
+        // equal to a pin of pjw's (libgomp's places and pjw's one-CPU pins meet often).
+        if o == Owner::Inherited && !new {
+            return Owner::Runtime;
+        }
         if o != Owner::Runtime || ours.is_some() || tid.0 != pid || !new {
             return o;
         }
@@ -205,6 +241,14 @@ impl Balancer {
             jobs: BTreeMap::new(),
             logged: Logged::default(),
         }
+    }
+
+    /// The CPUs thread `tid` of `job` is pinned to by the balancer, if it is.
+    pub fn pin_of(&self, job: &ProfJob, tid: Tid) -> Option<CpuSet> {
+        let t = self.jobs.get(&job.seq)?;
+        let slot = *t.pins.get(&tid)?;
+        (t.cpus == job.cpus && job.mode != BindMode::None)
+            .then(|| thread_bind::pin_set(&self.topo, &job.cpus, job.mode, slot))
     }
 
     /// The pins of job `seq` (slot per thread), as last applied.
@@ -264,6 +308,8 @@ impl Balancer {
                     born: HashMap::new(),
                     ours: HashMap::new(),
                     reserved,
+                    inherited: HashMap::new(),
+                    launchers: BTreeSet::new(),
                     at: now,
                 },
             );
@@ -285,7 +331,13 @@ impl Balancer {
                 (*tid, o)
             })
             .collect();
-        let mine = |tid: &Tid| owners.get(tid).is_some_and(|o| *o != Owner::Runtime);
+        let owners = runtime_processes_keep_their_pins(owners, &seen);
+        // A launcher's threads are never pjw's to pin: its children would inherit the pin.
+        let launchers = std::mem::take(&mut prev.launchers);
+        let mine = |tid: &Tid| {
+            owners.get(tid).is_some_and(|o| *o != Owner::Runtime)
+                && !seen.pid.get(tid).is_some_and(|p| launchers.contains(p))
+        };
         let interval_ns = now.saturating_duration_since(prev.at).as_nanos() as u64;
         // pjw's threads seen at both passes; a new one is measured from the next pass.
         let samples: Vec<ThreadSample> = seen
@@ -387,6 +439,11 @@ impl Balancer {
             }
         }
         ours.retain(|tid, _| seen.run.contains_key(tid));
+        // Judged by this pass (freed above if it still held the pin), or gone.
+        let mut inherited = std::mem::take(&mut prev.inherited);
+        inherited.retain(|tid, _| !seen.run.contains_key(tid));
+        let mut launchers = launchers;
+        launchers.retain(|p| seen.pid.values().any(|q| q == p));
         let grace = plan
             .grace
             .into_iter()
@@ -400,6 +457,8 @@ impl Balancer {
             born: HashMap::new(),
             ours,
             reserved,
+            inherited,
+            launchers,
             at: now,
         };
     }
@@ -483,13 +542,24 @@ impl Seen {
     }
 }
 
-/// A thread the kernel just reported born (a fork event) in a job that binds.
+/// A thread the kernel just reported born (a fork event), or a process that just called exec,
+/// in a job that binds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Born {
     pub job: BindJob,
     /// Its thread group (process) and its own id.
     pub tgid: u32,
     pub tid: u32,
+    pub at: Birth,
+}
+
+/// Which event a [`Born`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Birth {
+    /// The thread or process was made.
+    Fork,
+    /// The process replaced its program.
+    Exec,
 }
 
 impl Balancer {
@@ -513,7 +583,13 @@ impl Balancer {
             return;
         };
         let tid = Tid(b.tid);
-        if b.job.mode == BindMode::None || t.cpus != b.job.cpus || t.run.contains_key(&tid) {
+        if b.job.mode == BindMode::None || t.cpus != b.job.cpus {
+            return;
+        }
+        if b.at == Birth::Exec {
+            return exec_frees_an_inherited_pin(t, port, b, &mut self.logged, r);
+        }
+        if t.run.contains_key(&tid) {
             return;
         }
         let current = match port.affinity(b.tid) {
@@ -543,14 +619,23 @@ impl Balancer {
             .pins
             .keys()
             .any(|p| t.ours.get(p).is_some_and(|(pid, _)| *pid == b.tgid));
+        if b.tgid == b.tid && owner == Owner::Inherited {
+            // Born on a pin of pjw's: its parent is a launcher, and the child is freed when it
+            // execs, not now — a launcher binds its child between fork and exec (Open MPI its
+            // ranks, taskset, hwloc-bind), and freeing it now could undo that binding.
+            t.inherited.insert(tid, current);
+            t.make_launcher(port, &b.job, b.tgid, &mut self.logged, r);
+            return;
+        }
         if b.tgid == b.tid || !computes {
             // The job set (back, if it inherited a pin of pjw's).
             if owner == Owner::Inherited && !free(port, &b.job, tid, &mut self.logged, r) {
                 return;
             }
-            if owner == Owner::Inherited {
-                t.ours.insert(tid, (b.tgid, b.job.cpus));
-            }
+            // Seen free at birth (or freed): a pin it gets later is not an inheritance but
+            // its runtime's (Open MPI binds a rank, libgomp its first thread), even when it
+            // equals a pin pjw holds on the parent's threads.
+            t.ours.insert(tid, (b.tgid, b.job.cpus));
             // A thread is measured from birth. A new process only from the first pass that
             // sees it, so it is not pinned before a full interval has passed: the program it
             // execs sizes its runtime from its affinity as it starts (libgomp also pins its
@@ -592,6 +677,98 @@ impl Balancer {
     }
 }
 
+/// A process some of whose threads carry a runtime's pins elsewhere than its first thread is
+/// that runtime's: its first thread's pin is the runtime's too, even where it equals a pin pjw
+/// holds on the parent's threads (an Open MPI rank forked by a launcher pjw pinned, its libgomp
+/// master placed on the same CPU as the launcher, its workers on the rank's other CPUs), so it
+/// is not taken for an inheritance. Threads all on their first thread's CPUs inherited them.
+fn runtime_processes_keep_their_pins(
+    mut owners: HashMap<Tid, Owner>,
+    seen: &Seen,
+) -> HashMap<Tid, Owner> {
+    let runtime: BTreeSet<u32> = owners
+        .iter()
+        .filter(|(_, o)| **o == Owner::Runtime)
+        .filter_map(|(tid, _)| {
+            let pid = *seen.pid.get(tid)?;
+            let first = seen.affinity.get(&Tid(pid));
+            (first.is_some() && seen.affinity.get(tid) != first).then_some(pid)
+        })
+        .collect();
+    for (tid, o) in owners.iter_mut() {
+        if *o == Owner::Inherited && runtime.contains(&tid.0) && seen.pid.get(tid) == Some(&tid.0) {
+            *o = Owner::Runtime;
+        }
+    }
+    owners
+}
+
+/// Process `b` execs: it is given the whole job set if it still holds the pin it was born on
+/// (nobody bound it before its exec), so the program it runs sizes itself from its job's CPUs.
+fn exec_frees_an_inherited_pin(
+    t: &mut Track,
+    port: &dyn BindPort,
+    b: &Born,
+    logged: &mut Logged,
+    r: &mut PassReport,
+) {
+    let tid = Tid(b.tid);
+    let Some(pin) = t.inherited.remove(&tid) else {
+        return;
+    };
+    match port.affinity(b.tid) {
+        Ok(current) if current == pin => {
+            if free(port, &b.job, tid, logged, r) {
+                t.ours.insert(tid, (b.tgid, b.job.cpus));
+            }
+        }
+        // Bound by its launcher before the exec: the launcher's pin.
+        Ok(_) | Err(BindError::Gone) => {}
+        Err(BindError::Failed(e)) => {
+            failed!(logged, b.job.seq, "cannot read a thread's affinity", cgroup = %b.job.cgroup, tid = b.tid, error = %e);
+        }
+    }
+}
+
+impl Track {
+    /// The parent of process `child` forked it on a pin of pjw's: the parent is a launcher, its
+    /// threads get the job set back and are not pinned again, so its next children start free.
+    fn make_launcher(
+        &mut self,
+        port: &dyn BindPort,
+        job: &BindJob,
+        child: u32,
+        logged: &mut Logged,
+        r: &mut PassReport,
+    ) {
+        let Ok(parent) = port.parent(child) else {
+            return;
+        };
+        if !self.launchers.insert(parent) {
+            return;
+        }
+        let pinned: Vec<Tid> = self
+            .ours
+            .iter()
+            .filter(|(_, (pid, set))| *pid == parent && *set != job.cpus)
+            .map(|(tid, _)| *tid)
+            .collect();
+        for tid in pinned {
+            // Re-pinned by a runtime since: its pin, not ours to undo.
+            if port.affinity(tid.0).ok().as_ref() != self.ours_of(&tid) {
+                continue;
+            }
+            if free(port, job, tid, logged, r) {
+                debug!(cgroup = %job.cgroup, tid = tid.0, parent, "launcher's thread unpinned");
+                self.ours.insert(tid, (parent, job.cpus));
+                self.pins.remove(&tid);
+                self.grace.remove(&tid);
+                r.unpinned += 1;
+            }
+        }
+    }
+}
+
 /// What the engine sends the binder's thread.
 #[derive(Debug)]
 pub enum BindMsg {
@@ -599,6 +776,8 @@ pub enum BindMsg {
     Pass(Vec<BindJob>),
     /// Threads just born in jobs that bind.
     Born(Vec<Born>),
+    /// A sampler tick: profile the jobs' top threads.
+    Profile(ProfileTick),
 }
 
 /// Give thread `tid` the whole job set (a new thread that inherited a pin of pjw's); whether
@@ -629,24 +808,34 @@ pub struct Binder {
 
 impl Binder {
     /// Start the thread balancing through `port`.
-    pub fn spawn(port: impl BindPort + 'static, topo: Topology) -> std::io::Result<Binder> {
+    pub fn spawn(port: impl BindPort + Sync + 'static, topo: Topology) -> std::io::Result<Binder> {
         let (tx, rx) = mpsc::channel::<BindMsg>();
         std::thread::Builder::new()
             .name("pjw-bind".into())
             .spawn(move || {
                 let mut b = Balancer::new(topo);
+                let mut prof = ThreadProfiler::default();
                 while let Ok(msg) = rx.recv() {
                     match msg {
                         BindMsg::Pass(mut jobs) => {
                             // Passes that queued up while one ran: only the newest counts.
                             let mut born = Vec::new();
+                            let mut ticks = Vec::new();
                             while let Ok(more) = rx.try_recv() {
                                 match more {
                                     BindMsg::Pass(newer) => jobs = newer,
                                     BindMsg::Born(b) => born.extend(b),
+                                    BindMsg::Profile(t) => ticks.push(t),
                                 }
                             }
-                            b.pass(&port, &jobs, Instant::now());
+                            // What the pass reads is kept for the thread profile that follows.
+                            let rec = threads::Recorder::new(&port);
+                            let at = Instant::now();
+                            b.pass(&rec, &jobs, at);
+                            prof.remember(rec.take(), at);
+                            for t in ticks {
+                                prof.tick(&port, t, &|j, tid| b.pin_of(j, tid));
+                            }
                             let mut r = PassReport::default();
                             for t in &born {
                                 b.place_born(&port, t, Instant::now(), &mut r);
@@ -658,6 +847,7 @@ impl Binder {
                                 b.place_born(&port, t, Instant::now(), &mut r);
                             }
                         }
+                        BindMsg::Profile(t) => prof.tick(&port, t, &|j, tid| b.pin_of(j, tid)),
                     }
                 }
             })?;
@@ -674,6 +864,11 @@ impl Binder {
     /// Queue a pass over `jobs`; never blocks.
     pub fn send(&self, jobs: Vec<BindJob>) {
         let _ = self.tx.send(BindMsg::Pass(jobs));
+    }
+
+    /// Queue a thread profile tick; never blocks.
+    pub fn profile(&self, tick: ProfileTick) {
+        let _ = self.tx.send(BindMsg::Profile(tick));
     }
 
     /// Queue the placement of threads just born; never blocks.

@@ -14,6 +14,7 @@ mod central;
 mod gpu;
 mod io;
 mod job;
+mod lease;
 
 pub use io::resolve_disk;
 
@@ -28,6 +29,7 @@ pub use adopt::{RawAdopt, DEFAULT_ADOPT_ENV, DEFAULT_ADOPT_HOOK_DAEMONS};
 pub use central::{mask_password, url_password, CentralConfig, RawCentral};
 pub use gpu::{DeclaredGpu, GpuConfig, RawGpuDevice, RawGpus};
 pub use job::{JobIpc, RawJob};
+pub use lease::{LeaseConfig, RawLease};
 pub use memory::RawMemory;
 pub use output::{LogFormat, RawLog, RawMetrics};
 pub use profile::{parse_duration_ms, ProfileConfig, RawDuration, RawProfile};
@@ -76,6 +78,8 @@ pub struct RawConfig {
     pub adopt: RawAdopt,
     #[serde(default)]
     pub gpus: RawGpus,
+    #[serde(default)]
+    pub lease: RawLease,
 }
 
 /// `[cgroup]`
@@ -181,6 +185,10 @@ pub struct Config {
     pub adopt_hook_daemons: Vec<String>,
     /// How often the adoption sweep looks at new processes (ms); 0 = never.
     pub adopt_sweep_ms: u64,
+    /// Registered jobs' leases: asking their managers (`[lease]`).
+    pub lease: LeaseConfig,
+    /// The window of the recent start-time statistics (`[metrics] stats_window`, ms).
+    pub stats_window_ms: u64,
     /// What a PAM login (`pjw pam-adopt`) of a user with no running job gets (`[adopt]
     /// login_without_job`).
     pub login_without_job: pjw_core::login::WithoutJob,
@@ -304,7 +312,11 @@ impl Config {
         let central = central::parse(raw.central, e)?;
         let adopt = adopt::parse(raw.adopt, e)?;
         let gpus = gpu::parse(raw.gpus, e)?;
+        let lease = lease::parse(&raw.lease, e)?;
+        let stats_window_ms = output::parse_stats_window(&raw.metrics, e)?;
         Ok(Config {
+            lease,
+            stats_window_ms,
             gpus,
             dev_root: raw.paths.dev.unwrap_or_else(|| PathBuf::from("/dev")),
             metrics_listen,

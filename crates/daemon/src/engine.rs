@@ -67,6 +67,9 @@ mod ipc;
 #[cfg(test)]
 mod ipc_tests;
 mod job;
+mod lease;
+#[cfg(test)]
+mod lease_tests;
 mod lifecycle;
 mod live;
 #[cfg(test)]
@@ -188,6 +191,13 @@ pub struct Engine {
     /// group), as in effect now: published again by every reload, so a reload that changes one
     /// changes it in that layer too ([`Engine::conn_rules`]).
     conn_rules: tokio::sync::watch::Sender<crate::reload::ConnRules>,
+    /// Registered jobs' leases, and the thread that asks their managers (`engine/lease.rs`).
+    leases: HashMap<i64, lease::JobLease>,
+    asker: Option<crate::lease::Asker>,
+    /// A [`Event::LeaseTick`] timer is running.
+    lease_armed: bool,
+    /// Start-time statistics: starts and ends per second, waits to start, queue, freezes.
+    start_stats: pjw_core::start_stats::StartStats,
     /// Live figures for `status` (`live.rs`): passes off the engine thread, their readings.
     live: live::Live,
     /// The young jobs' sampling tick is armed ([`Event::SampleYoung`]).
@@ -249,6 +259,7 @@ impl Engine {
         tx: mpsc::UnboundedSender<Event>,
     ) -> Engine {
         let node = os::hostname(&cfg.proc_root);
+        let cfg_window_ms = cfg.stats_window_ms;
         let policy = QueuePolicy {
             vcpus,
             backfill: cfg.backfill,
@@ -311,6 +322,13 @@ impl Engine {
             gpu_sampler: None,
             binder: None,
             next_number: None,
+            leases: HashMap::new(),
+            asker: None,
+            lease_armed: false,
+            start_stats: pjw_core::start_stats::StartStats::new(
+                cfg_window_ms,
+                crate::clock::SystemClock.now_ms(),
+            ),
             live: live::Live::default(),
             young_armed: false,
         }
@@ -319,6 +337,8 @@ impl Engine {
     /// Read the wall clock from `clock` (tests move a fake one by hand).
     pub fn with_clock(mut self, clock: impl Clock + 'static) -> Engine {
         self.clock = Box::new(clock);
+        self.start_stats =
+            pjw_core::start_stats::StartStats::new(self.cfg.stats_window_ms, self.clock.now_ms());
         self
     }
 
@@ -370,11 +390,25 @@ impl Engine {
     pub fn handle(&mut self, ev: Event) {
         self.handle_event(ev);
         self.flush_store();
-        // Time per state comes from the transitions, which only happen in events.
+        // Time per state comes from the transitions, which only happen in events; so do the
+        // queue's length and the freezes of the start-time statistics.
         let now = self.clock.now_ms();
+        let (mut queued, mut leased) = (0u32, false);
         for j in self.jobs.values_mut() {
             let st = j.prof_state();
+            let froze = j.prof.freezes;
             j.prof.observe(st, now);
+            if j.prof.freezes > froze {
+                self.start_stats.froze(now);
+            }
+            queued += u32::from(st == crate::profile::ProfState::Queued);
+            leased |= Engine::leased(j);
+        }
+        if queued != self.start_stats.queue_len() {
+            self.start_stats.queue(now, queued);
+        }
+        if leased && !self.lease_armed {
+            self.arm_lease();
         }
     }
 
@@ -457,6 +491,8 @@ impl Engine {
             Event::Sample => self.sample(),
             Event::SampleYoung => self.sample_young(),
             Event::Bind => self.bind_tick(),
+            Event::LeaseTick => self.lease_tick(),
+            Event::LeaseWords(words) => self.lease_words(words),
             Event::Metrics { reply } => {
                 let _ = reply.send(self.metrics_snapshot());
             }

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod gpu_stats;
 pub mod gpus;
 pub mod ipc_scrub;
+pub mod lease;
 pub mod live;
 pub mod metrics;
 pub mod os;
@@ -345,6 +346,27 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
         Ok(b) => eng.set_binder(b),
         Err(e) => {
             warn!(error = %e, "cannot start the thread balancing thread; threads are not bound")
+        }
+    }
+    // Leases of registered jobs: their managers are asked on a thread of its own.
+    let lease_node = cfg.lease.node.clone().unwrap_or_else(|| {
+        let h = os::hostname(&cfg.proc_root);
+        h.split('.').next().unwrap_or(&h).to_string()
+    });
+    let words_tx = tx.clone();
+    match lease::Asker::spawn(
+        lease::Commands {
+            env: cfg.lease.command_env.clone(),
+        },
+        lease_node,
+        std::time::Duration::from_millis(cfg.lease.timeout_ms),
+        move |w| {
+            let _ = words_tx.send(engine::Event::LeaseWords(w));
+        },
+    ) {
+        Ok(a) => eng.set_asker(a),
+        Err(e) => {
+            warn!(error = %e, "cannot start the lease thread; workload managers are not asked (leases still expire)")
         }
     }
     // Exact process counts (and exec events for adoption) from the kernel's proc connector;

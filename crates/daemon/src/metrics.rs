@@ -199,8 +199,120 @@ pub struct Snapshot {
     pub jobs: Vec<JobSnap>,
     /// Failed writes to the local store (the profile writer's count).
     pub store_write_errors: u64,
+    /// Start-time statistics (the engine's; None in tests that do not need them).
+    pub starts: Option<pjw_proto::StartStats>,
     /// The job partition's memory as the governor last saw it.
     pub memory: Option<MemorySnap>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WindowLabel {
+    window: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WindowStatLabel {
+    window: String,
+    stat: String,
+}
+
+/// The start-time statistics' families (issue 27): counters since start, and per window
+/// (`window="300s"` for the recent one, `window="all"` since the daemon started) the rates,
+/// the wait from submission to start (mean, percentiles, maximum), the queue length's mean and
+/// most, and freezes per second.
+fn register_starts(reg: &mut Registry, s: &pjw_proto::StartStats) {
+    let counter = |v: u64| {
+        let c: Counter = Counter::default();
+        c.inc_by(v);
+        c
+    };
+    reg.register(
+        "jobs_started",
+        "Jobs started since the daemon started",
+        counter(s.total.started),
+    );
+    reg.register(
+        "jobs_ended",
+        "Started jobs that ended since the daemon started",
+        counter(s.total.ended),
+    );
+    reg.register(
+        "job_freezes",
+        "Jobs frozen (preempted, suspended, memory governor) since the daemon started",
+        counter(s.total.freezes),
+    );
+    let started: Family<WindowLabel, Gauge<f64, AtomicU64>> = Family::default();
+    let ended: Family<WindowLabel, Gauge<f64, AtomicU64>> = Family::default();
+    let freezes: Family<WindowLabel, Gauge<f64, AtomicU64>> = Family::default();
+    let queue_mean: Family<WindowLabel, Gauge<f64, AtomicU64>> = Family::default();
+    let queue_max: Family<WindowLabel, Gauge> = Family::default();
+    let wait: Family<WindowStatLabel, Gauge<f64, AtomicU64>> = Family::default();
+    for w in [&s.recent, &s.total] {
+        let window = if w.window_secs == 0 {
+            "all".to_string()
+        } else {
+            format!("{}s", w.window_secs)
+        };
+        let l = WindowLabel {
+            window: window.clone(),
+        };
+        started.get_or_create(&l).set(w.started_per_sec);
+        ended.get_or_create(&l).set(w.ended_per_sec);
+        let per_sec = if w.covered_secs > 0.0 {
+            w.freezes as f64 / w.covered_secs
+        } else {
+            0.0
+        };
+        freezes.get_or_create(&l).set(per_sec);
+        queue_mean.get_or_create(&l).set(w.queue_mean);
+        queue_max.get_or_create(&l).set(i64::from(w.queue_max));
+        for (stat, v) in [
+            ("mean", w.wait_mean_secs),
+            ("p50", w.wait_p50_secs),
+            ("p90", w.wait_p90_secs),
+            ("p99", w.wait_p99_secs),
+            ("max", w.wait_max_secs),
+        ] {
+            if let Some(v) = v {
+                wait.get_or_create(&WindowStatLabel {
+                    window: window.clone(),
+                    stat: stat.into(),
+                })
+                .set(v);
+            }
+        }
+    }
+    reg.register(
+        "jobs_started_per_second",
+        "Jobs started per second over the window",
+        started,
+    );
+    reg.register(
+        "jobs_ended_per_second",
+        "Started jobs that ended, per second over the window",
+        ended,
+    );
+    reg.register(
+        "job_freezes_per_second",
+        "Jobs frozen per second over the window",
+        freezes,
+    );
+    reg.register_with_unit(
+        "job_start_wait",
+        "Time from a job's submission to its start over the window: mean, percentiles (within 10%), max",
+        Unit::Seconds,
+        wait,
+    );
+    reg.register(
+        "queue_length_mean",
+        "Jobs waiting for CPUs, time-weighted mean over the window",
+        queue_mean,
+    );
+    reg.register(
+        "queue_length_max",
+        "Most jobs waiting for CPUs at once over the window",
+        queue_max,
+    );
 }
 
 /// Render the metrics page: the snapshot, per-job cgroup reads through `driver`, and the
@@ -332,6 +444,9 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, driver: Option<&Driver>) -> St
         state,
     );
     io::register(&mut reg, &snap.jobs);
+    if let Some(s) = &snap.starts {
+        register_starts(&mut reg, s);
+    }
     memory::register(&mut reg, snap.memory.as_ref(), &snap.jobs);
     reg.register(
         "job_gpu",
@@ -492,6 +607,32 @@ mod tests {
                 },
             ],
             store_write_errors: 2,
+            starts: Some(pjw_proto::StartStats {
+                queue_len: 1,
+                recent: pjw_proto::StartWindow {
+                    window_secs: 300,
+                    covered_secs: 300.0,
+                    started: 30,
+                    ended: 15,
+                    started_per_sec: 0.1,
+                    ended_per_sec: 0.05,
+                    wait_mean_secs: Some(1.5),
+                    wait_p50_secs: Some(0.5),
+                    wait_p90_secs: Some(4.0),
+                    wait_p99_secs: Some(9.0),
+                    wait_max_secs: Some(9.5),
+                    queue_mean: 0.75,
+                    queue_max: 3,
+                    freezes: 3,
+                },
+                total: pjw_proto::StartWindow {
+                    started: 40,
+                    ended: 20,
+                    freezes: 4,
+                    covered_secs: 1000.0,
+                    ..Default::default()
+                },
+            }),
             memory: Some(MemorySnap {
                 limit: 1 << 30,
                 used: 300 << 20,
@@ -525,6 +666,15 @@ mod tests {
             "pjw_launch_latency_seconds_count 1",
             "pjw_sampler_duration_seconds_count 0",
             "pjw_store_write_errors_total 2",
+            "pjw_jobs_started_total 40",
+            "pjw_jobs_ended_total 20",
+            "pjw_job_freezes_total 4",
+            "pjw_jobs_started_per_second{window=\"300s\"} 0.1",
+            "pjw_job_start_wait_seconds{window=\"300s\",stat=\"p90\"} 4.0",
+            "pjw_job_start_wait_seconds{window=\"300s\",stat=\"mean\"} 1.5",
+            "pjw_queue_length_mean{window=\"300s\"} 0.75",
+            "pjw_queue_length_max{window=\"all\"} 0",
+            "pjw_job_freezes_per_second{window=\"300s\"} 0.01",
             "pjw_job_oom_kills{job=\"7\",user=\"alice\"} 2",
             "pjw_memory_partition_limit_bytes 1073741824",
             "pjw_memory_partition_used_bytes 314572800",

@@ -152,6 +152,11 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     at_restart!("gpus", gpus);
     at_restart!("log.level", log_level);
     at_restart!("log.format", log_format);
+    // The lease thread and the start-time statistics are set up once, at start.
+    at_restart!("lease.check_timeout", lease.timeout_ms);
+    at_restart!("lease.node", lease.node);
+    at_restart!("lease.command_env", lease.command_env);
+    at_restart!("metrics.stats_window", stats_window_ms);
 
     let vcpus = cfg.vcpus.unwrap_or(pool.len());
     if vcpus > crate::MAX_VCPUS_PER_CPU * pool.len() {
@@ -196,6 +201,10 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     live!("profile.retention", profile.retention_ms);
     live!("profile.max_db_size", profile.max_db_size);
     live!("profile.admin_group", profile.admin_group);
+    live!("profile.threads", profile.threads);
+    live!("profile.threads_scan", profile.threads_scan);
+    live!("lease.check_interval", lease.check_ms);
+    live!("lease.duration", lease.lease_ms);
     live!("adopt.env", adopt_env);
     live!("adopt.hook_daemons", adopt_hook_daemons);
     live!("adopt.sweep_interval_ms", adopt_sweep_ms);

@@ -13,9 +13,10 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 
 use pjw_proto::report::{REPORT_STATES, SERIES_CHUNK};
-use pjw_proto::{ErrorCode, JobReport, ProcessRow, ReportQuery, Response, SeriesPoint};
+use pjw_proto::{ErrorCode, JobReport, ProcessRow, ReportQuery, Response, SeriesPoint, ThreadRow};
 use pjw_store::{
-    JobFilter, JobProfile, JobRecord, JobSummary, ProcessSample, Sample, Store, StoredState,
+    JobFilter, JobProfile, JobRecord, JobSummary, ProcessSample, Sample, Store, StoreError,
+    StoredState,
 };
 use tracing::warn;
 
@@ -126,6 +127,73 @@ fn process_row(p: &ProcessSample) -> ProcessRow {
         rss: p.rss,
         threads: p.threads,
     }
+}
+
+/// Threads of a job whose series a plot gets (the busiest).
+pub const PLOTTED_THREADS: usize = 8;
+
+/// A thread's report row from its totals (pure): shares of its sampled time, busy when
+/// runnable at least half of it (the binder's [`crate::bind::BUSY_PERCENT`]).
+pub fn thread_row(t: &pjw_store::ThreadTotals) -> ThreadRow {
+    let pct = |v: u64| (t.span_usec > 0).then(|| 100.0 * v as f64 / t.span_usec as f64);
+    let running = pct(t.run_usec);
+    let waiting = pct(t.wait_usec);
+    let sleeping = running
+        .zip(waiting)
+        .map(|(r, w)| (100.0 - r - w).clamp(0.0, 100.0));
+    let busy = running
+        .zip(waiting)
+        .is_some_and(|(r, w)| r + w >= f64::from(crate::bind::BUSY_PERCENT));
+    let mut cpus = pjw_core::CpuSet::new();
+    for c in &t.cpus {
+        cpus.insert(*c);
+    }
+    ThreadRow {
+        tid: t.tid,
+        pid: t.pid,
+        comm: t.comm.clone(),
+        cpu_usec: t.cpu_usec,
+        cpus: cpus.to_string(),
+        migrations: t.migrations,
+        running_pct: running.map(|v| v.min(100.0)),
+        waiting_pct: waiting.map(|v| v.min(100.0)),
+        sleeping_pct: sleeping,
+        busy,
+        pin: t.pin.clone(),
+        samples: t.samples,
+        first_ms: t.first_ms,
+        last_ms: t.last_ms,
+        points: Vec::new(),
+    }
+}
+
+/// Each thread's rows of job `seq`, with the busiest threads' series when `series` is asked.
+fn thread_rows(store: &Store, seq: i64, series: bool) -> Result<Vec<ThreadRow>, StoreError> {
+    let mut rows: Vec<ThreadRow> = store.thread_totals(seq)?.iter().map(thread_row).collect();
+    if series {
+        let mut busiest: Vec<&ThreadRow> = rows.iter().collect();
+        busiest.sort_by(|a, b| {
+            b.running_pct
+                .unwrap_or(0.0)
+                .total_cmp(&a.running_pct.unwrap_or(0.0))
+                .then(b.cpu_usec.cmp(&a.cpu_usec))
+        });
+        let tids: Vec<u32> = busiest
+            .iter()
+            .take(PLOTTED_THREADS)
+            .map(|r| r.tid)
+            .collect();
+        for s in store.thread_samples(seq, &tids)? {
+            if s.span_usec == 0 {
+                continue;
+            }
+            if let Some(r) = rows.iter_mut().find(|r| r.tid == s.tid) {
+                let pct = (100.0 * s.run_usec as f64 / s.span_usec as f64).min(100.0);
+                r.points.push((s.ts_ms, pct));
+            }
+        }
+    }
+    Ok(rows)
 }
 
 /// A recorded step as the report shows it.
@@ -244,6 +312,7 @@ enum Cursor {
     Jobs,
     Series { seq: i64, after: Option<i64> },
     Processes { seq: i64, after: Option<i64> },
+    Threads { seq: i64 },
     Done,
 }
 
@@ -448,13 +517,22 @@ impl LocalReport {
                         seq,
                         after: Some(last.ts_ms),
                     },
-                    None => Cursor::Jobs,
+                    None => self.after_processes(seq),
                 };
                 if page.is_empty() {
                     return Ok(Vec::new());
                 }
                 let rows = page.iter().map(process_row).collect();
                 Ok(vec![Response::ReportProcesses { rows }])
+            }
+            // A job's thread rows: the top threads the sampler kept per job (a bounded page).
+            Cursor::Threads { seq } => {
+                self.at = Cursor::Jobs;
+                let rows = thread_rows(store, seq, self.query.series).map_err(internal)?;
+                Ok(rows
+                    .chunks(SERIES_CHUNK)
+                    .map(|c| Response::ReportThreads { rows: c.to_vec() })
+                    .collect())
             }
         }
     }
@@ -466,6 +544,16 @@ impl LocalReport {
             Cursor::Series { seq, after: None }
         } else if self.query.processes {
             Cursor::Processes { seq, after: None }
+        } else {
+            self.after_processes(seq)
+        }
+    }
+
+    /// What follows a job's process rows (or where they are not asked, its series): its
+    /// thread rows if asked, else the next job.
+    fn after_processes(&self, seq: i64) -> Cursor {
+        if self.query.threads {
+            Cursor::Threads { seq }
         } else {
             Cursor::Jobs
         }

@@ -24,6 +24,7 @@ pub mod proc_stat;
 pub mod proc_status;
 pub mod psi;
 pub mod schedstat;
+pub mod task_sched;
 pub mod task_stat;
 
 pub use error::ParseError;

@@ -22,6 +22,8 @@ const FORMAT: &str = "/proc/PID/task/TID/stat";
 pub struct TaskStat {
     /// Field 1.
     pub tid: Tid,
+    /// Field 2: the thread's name (any bytes the thread set, up to 15: show it escaped).
+    pub comm: String,
     /// Field 3: R, S, D, Z, T, t, X, I, …
     pub state: char,
     /// Fields 14 and 15, in clock ticks.
@@ -43,6 +45,7 @@ pub fn parse(text: &str) -> Result<TaskStat, ParseError> {
     let l = StatLine::split(FORMAT, text)?;
     Ok(TaskStat {
         tid: Tid(l.id_num("tid")?),
+        comm: l.comm.to_string(),
         state: l.state()?,
         utime: l.num(14, "utime")?,
         stime: l.num(15, "stime")?,
@@ -98,6 +101,7 @@ mod tests {
             assert_eq!(t.cpu_ticks(), utime + stime, "{desc}");
             assert_eq!(t.processor, *cpu, "{desc}");
         }
+        assert_eq!(parse(&cases[1].1).unwrap().comm, "a) b (c");
     }
 
     #[test]

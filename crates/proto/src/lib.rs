@@ -31,10 +31,14 @@ use serde::{Deserialize, Serialize};
 pub mod login;
 pub mod report;
 pub mod slurm_task;
+pub mod stats;
 pub mod step;
 pub use login::{LoginPhase, LoginRequest};
-pub use report::{collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, SERIES_CHUNK};
+pub use report::{
+    collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, ThreadRow, SERIES_CHUNK,
+};
 pub use slurm_task::SlurmTaskRequest;
+pub use stats::{LeaseInfo, StartStats, StartWindow};
 pub use step::{StepInfo, StepReport};
 
 /// Protocol version spoken by this build.
@@ -305,6 +309,8 @@ pub enum Response {
     ReportSeries { points: Vec<SeriesPoint> },
     /// A report: a chunk of the per-process rows of the job in the last `ReportJob`.
     ReportProcesses { rows: Vec<ProcessRow> },
+    /// A report: a chunk of the per-thread rows of the job in the last `ReportJob`.
+    ReportThreads { rows: Vec<ThreadRow> },
     /// A report is complete: `count` jobs.
     ReportEnd { count: u32 },
     /// Answer to [`Request::Outcome`].
@@ -439,6 +445,9 @@ pub struct JobInfo {
     pub gpu_util: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_mem: Option<u64>,
+    /// A registered job's lease (absent for other jobs, and from older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseInfo>,
     /// Its running steps: `pjw run`s started from inside it (absent: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepInfo>,
@@ -473,6 +482,9 @@ pub struct StatusReport {
     pub cgroup: String,
     /// Daemon version.
     pub version: String,
+    /// Start-time statistics (absent from older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts: Option<Box<StartStats>>,
     /// The job partition's memory and its pressure, as the governor last saw it (absent
     /// before its first look, or from an older daemon).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -759,6 +771,7 @@ mod tests {
             free_gpus: GpuSet::parse_list("1,3").unwrap(),
             cgroup: "hybrid".into(),
             version: "0.1.0".into(),
+            starts: None,
             memory: None,
         });
         let v: serde_json::Value = serde_json::from_slice(&encode_response(&s)).unwrap();

@@ -5,7 +5,7 @@
 //! [`MAX_FRAME`](crate::MAX_FRAME):
 //!
 //! ```text
-//! ReportJob(job 1)  ReportSeries(points…)*  ReportProcesses(rows…)*
+//! ReportJob(job 1)  ReportSeries(points…)*  ReportProcesses(rows…)*  ReportThreads(rows…)*
 //! ReportJob(job 2)  …
 //! ReportEnd { count }
 //! ```
@@ -43,6 +43,11 @@ pub struct ReportQuery {
     /// Include the per-process rows (`profile.processes`).
     #[serde(default)]
     pub processes: bool,
+    /// Include each thread's totals (`profile.threads`); with `series` too, the series of the
+    /// busiest threads. Sent only when set, so a daemon from before it (which refuses unknown
+    /// fields) still answers other reports.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub threads: bool,
     /// At most this many jobs, newest first (default 100).
     #[serde(default)]
     pub limit: Option<u32>,
@@ -115,6 +120,38 @@ pub struct ProcessRow {
     pub cpu_usec: u64,
     pub rss: u64,
     pub threads: u32,
+}
+
+/// One thread of a job over the samples it was among the job's top N (`profile.threads`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadRow {
+    pub tid: u32,
+    pub pid: u32,
+    /// Its name as the thread set it (escape it before showing it).
+    pub comm: String,
+    /// Time on a CPU since it started, µs.
+    pub cpu_usec: u64,
+    /// The CPUs it was seen running on (last CPU at each sample), kernel list format.
+    pub cpus: String,
+    /// CPU migrations since it started; None where the kernel does not count them.
+    pub migrations: Option<u64>,
+    /// Shares of its sampled time (percent): on a CPU, runnable waiting for one, asleep. None
+    /// when it was seen once only.
+    pub running_pct: Option<f64>,
+    pub waiting_pct: Option<f64>,
+    pub sleeping_pct: Option<f64>,
+    /// Runnable (on a CPU or waiting) at least half of its sampled time, as the binder counts
+    /// busy.
+    pub busy: bool,
+    /// The CPUs the binder pinned it to at its latest sample; None: not pinned.
+    #[serde(default)]
+    pub pin: Option<String>,
+    pub samples: u32,
+    pub first_ms: i64,
+    pub last_ms: i64,
+    /// With `series`, for the busiest threads: (time, percent of the interval on a CPU).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub points: Vec<(i64, f64)>,
 }
 
 /// What a job did: totals like MCOpt's jobreport. For a live job the totals are as of now.
@@ -200,6 +237,9 @@ pub struct JobReport {
     /// Per-process rows (with `processes`).
     #[serde(default)]
     pub processes: Vec<ProcessRow>,
+    /// Per-thread rows (with `threads`), most CPU time first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<ThreadRow>,
     /// Its steps (`pjw run`s started from inside it), by number; absent: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<crate::StepReport>,
@@ -258,6 +298,11 @@ pub fn collect_report<E>(
             crate::Response::ReportProcesses { rows } => {
                 if let Some(j) = jobs.last_mut() {
                     j.processes.extend(rows);
+                }
+            }
+            crate::Response::ReportThreads { rows } => {
+                if let Some(j) = jobs.last_mut() {
+                    j.threads.extend(rows);
                 }
             }
             crate::Response::ReportEnd { .. } => return Ok(Ok(jobs)),
@@ -350,6 +395,14 @@ mod tests {
                     ..Default::default()
                 }],
             },
+            Response::ReportThreads {
+                rows: vec![ThreadRow {
+                    tid: 11,
+                    busy: true,
+                    points: vec![(5, 99.5)],
+                    ..Default::default()
+                }],
+            },
             Response::ReportEnd { count: 2 },
         ];
         let mut it = frames
@@ -364,6 +417,18 @@ mod tests {
             [1, 2]
         );
         assert_eq!(jobs[1].processes[0].pid, 9);
+        assert_eq!(
+            (
+                jobs[1].threads[0].tid,
+                jobs[1].threads[0].busy,
+                jobs[1].threads[0].points.clone()
+            ),
+            (11, true, vec![(5, 99.5)])
+        );
+        // A query without threads says nothing of them: a daemon that refuses unknown fields
+        // (one from before them) reads it.
+        let q = crate::encode_request(&Request::Report(ReportQuery::default()));
+        assert!(!String::from_utf8_lossy(&q).contains("threads"));
         let mut err = vec![Response::Error {
             code: ErrorCode::Denied,
             message: "no".into(),

@@ -5,7 +5,7 @@
 //! are held. Times are passed in by the caller (milliseconds since the Unix epoch); the store
 //! reads no clock.
 //!
-//! # Schema (versions 1 to 10)
+//! # Schema (versions 1 to 11)
 //! ```sql
 //! CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);   -- 'next_job_number'
 //! CREATE TABLE jobs (
@@ -87,6 +87,10 @@
 //! -- version 10: a job's steps (`pjw run` from inside it), written when the job ends
 //! CREATE TABLE job_steps (seq, step, name, uid, cpus, pid, started_ms, ended_ms, exit_status,
 //!     PRIMARY KEY (seq, step)) WITHOUT ROWID;
+//! -- version 11: per-thread profiles (module [`threads`]; `profile.threads = N`)
+//! CREATE TABLE thread_samples (seq, ts_ms, tid, pid, comm, cpu_usec, run_usec, wait_usec,
+//!     span_usec, cpu, migrations, pin,
+//!     PRIMARY KEY (seq, ts_ms, tid)) WITHOUT ROWID;     -- top N threads of a job per tick
 //! ```
 //! A new job's row and its side rows are written in one transaction ([`Store::submit_job`]), and
 //! so is its start ([`Store::start_job`]): a launch is three transactions with its end.
@@ -103,9 +107,11 @@
 mod job_txn;
 pub mod profile;
 mod steps;
+pub mod threads;
 
 pub use job_txn::{StartRecord, SubmitRecord};
 pub use steps::StepRecord;
+pub use threads::{ThreadSample, ThreadTotals};
 
 pub use profile::{
     EndClass, JobFilter, JobProfile, JobSummary, ProcessSample, Pruned, Sample, SampleState,
@@ -120,7 +126,7 @@ use pjw_core::{CpuSet, GpuSet};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -257,6 +263,22 @@ const MIGRATIONS: &[&str] = &[
          ended_ms    INTEGER,
          exit_status INTEGER,
          PRIMARY KEY (seq, step)
+     ) WITHOUT ROWID;",
+    // 11: per-thread profiles: the top N threads of each job per tick (`profile.threads`).
+    "CREATE TABLE thread_samples (
+         seq        INTEGER NOT NULL,
+         ts_ms      INTEGER NOT NULL,
+         tid        INTEGER NOT NULL,
+         pid        INTEGER NOT NULL,
+         comm       TEXT NOT NULL,
+         cpu_usec   INTEGER NOT NULL,
+         run_usec   INTEGER NOT NULL,
+         wait_usec  INTEGER NOT NULL,
+         span_usec  INTEGER NOT NULL,
+         cpu        INTEGER NOT NULL,
+         migrations INTEGER,
+         pin        TEXT,
+         PRIMARY KEY (seq, ts_ms, tid)
      ) WITHOUT ROWID;",
 ];
 

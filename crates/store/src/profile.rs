@@ -810,6 +810,11 @@ impl Store {
             )
             .map_err(err)?;
             tx.execute(
+                &format!("DELETE FROM thread_samples WHERE seq IN ({old})"),
+                [cutoff],
+            )
+            .map_err(err)?;
+            tx.execute(
                 &format!("DELETE FROM job_summary WHERE seq IN ({old})"),
                 [cutoff],
             )
@@ -835,7 +840,8 @@ impl Store {
                         .prepare(&format!(
                             "SELECT seq FROM jobs WHERE state = 'ended' {guard}
                                AND (EXISTS (SELECT 1 FROM samples x WHERE x.seq = jobs.seq)
-                                 OR EXISTS (SELECT 1 FROM process_samples p WHERE p.seq = jobs.seq))
+                                 OR EXISTS (SELECT 1 FROM process_samples p WHERE p.seq = jobs.seq)
+                                 OR EXISTS (SELECT 1 FROM thread_samples t WHERE t.seq = jobs.seq))
                              ORDER BY seq LIMIT 1"
                         ))
                         .map_err(err)?;
@@ -854,6 +860,8 @@ impl Store {
                         .execute("DELETE FROM samples WHERE seq = ?1", [v])
                         .map_err(err)? as u64;
                     tx.execute("DELETE FROM process_samples WHERE seq = ?1", [v])
+                        .map_err(err)?;
+                    tx.execute("DELETE FROM thread_samples WHERE seq = ?1", [v])
                         .map_err(err)?;
                 }
                 tx.commit().map_err(err)?;

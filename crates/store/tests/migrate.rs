@@ -146,11 +146,25 @@ fn upgrades_a_version_8_database_with_gpu_columns() {
     fin.gpu_util_mean = Some(40.0);
     fin.gpu_util_max = Some(62.5);
     fin.gpu_mem_peak = Some(3 << 30);
+    // Version 11: thread rows of the upgraded job, removed by retention with its series.
+    let t = pjw_store::ThreadSample {
+        seq: 2,
+        ts_ms: 8000,
+        tid: 77,
+        pid: 70,
+        comm: "worker".into(),
+        cpu_usec: 5000,
+        ..Default::default()
+    };
+    s.insert_thread_samples(std::slice::from_ref(&t)).unwrap();
+    assert_eq!(s.thread_totals(2).unwrap()[0].cpu_usec, 5000);
     s.finish_job(9000, "exited", &fin).unwrap();
     assert_eq!(s.summary(2).unwrap().unwrap(), fin);
+    s.apply_retention(9000 + 10_000, Some(1), None, false)
+        .unwrap();
+    assert!(s.thread_totals(2).unwrap().is_empty());
     // Opening again is a no-op.
     drop(s);
     let s = Store::open_file(&path).unwrap();
     assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
-    assert_eq!(s.samples(2, None).unwrap().len(), 2);
 }

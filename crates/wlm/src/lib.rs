@@ -28,6 +28,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+pub mod ask;
 pub mod gpus;
 pub mod read;
 

@@ -8,13 +8,22 @@ use std::sync::Arc;
 use pjw_cgroup::{CgroupError, Driver};
 use pjw_core::CpuSet;
 
-use super::{BindError, BindPort};
+use super::{BindError, BindPort, SchedRead, TaskFacts};
 
 /// Reads `proc_root` and the job cgroups through `driver`.
 #[derive(Debug)]
 pub struct ProcPort {
     pub driver: Arc<Driver>,
     pub proc_root: PathBuf,
+}
+
+impl ProcPort {
+    fn task_dir(&self, pid: u32, tid: u32) -> PathBuf {
+        self.proc_root
+            .join(pid.to_string())
+            .join("task")
+            .join(tid.to_string())
+    }
 }
 
 impl BindPort for ProcPort {
@@ -44,15 +53,37 @@ impl BindPort for ProcPort {
     }
 
     fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError> {
-        let dir = self
-            .proc_root
-            .join(pid.to_string())
-            .join("task")
-            .join(tid.to_string());
+        self.sched(pid, tid)
+            .map(|s| s.run_ns.saturating_add(s.wait_ns))
+    }
+
+    fn task(&self, pid: u32, tid: u32) -> Result<TaskFacts, BindError> {
+        let dir = self.task_dir(pid, tid);
+        let path = dir.join("stat");
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| BindError::of_io(&e, path.display()))?;
+        let t = pjw_kernelfs::task_stat::parse(&text)
+            .map_err(|e| BindError::Failed(format!("{}: {e}", path.display())))?;
+        // Only on kernels with CONFIG_SCHED_DEBUG; without it the row has no migrations.
+        let migrations = std::fs::read_to_string(dir.join("sched"))
+            .ok()
+            .and_then(|s| pjw_kernelfs::task_sched::migrations(&s).ok().flatten());
+        Ok(TaskFacts {
+            comm: t.comm,
+            cpu: t.processor,
+            migrations,
+        })
+    }
+
+    fn sched(&self, pid: u32, tid: u32) -> Result<SchedRead, BindError> {
+        let dir = self.task_dir(pid, tid);
         let path = dir.join("schedstat");
         match std::fs::read_to_string(&path) {
             Ok(text) => pjw_kernelfs::schedstat::parse(&text)
-                .map(|s| s.run_ns.saturating_add(s.wait_ns))
+                .map(|s| SchedRead {
+                    run_ns: s.run_ns,
+                    wait_ns: s.wait_ns,
+                })
                 .map_err(|e| BindError::Failed(format!("{}: {e}", path.display()))),
             // No schedstat (a kernel without CONFIG_SCHED_INFO): the stat line's CPU ticks
             // (time on a CPU only).
@@ -63,7 +94,10 @@ impl BindPort for ProcPort {
                 let t = pjw_kernelfs::task_stat::parse(&text)
                     .map_err(|e| BindError::Failed(format!("{}: {e}", path.display())))?;
                 let hz = rustix::param::clock_ticks_per_second().max(1);
-                Ok(t.cpu_ticks().saturating_mul(1_000_000_000 / hz))
+                Ok(SchedRead {
+                    run_ns: t.cpu_ticks().saturating_mul(1_000_000_000 / hz),
+                    wait_ns: 0,
+                })
             }
             Err(e) => Err(BindError::of_io(&e, path.display())),
         }

@@ -306,6 +306,7 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
             job: j.clone(),
             tgid: 10,
             tid,
+            at: Birth::Fork,
         };
         b.place_born(&fake, &born, birth, &mut r);
     }
@@ -327,6 +328,7 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
             job: other,
             tgid: 10,
             tid: 13,
+            at: Birth::Fork,
         },
         birth,
         &mut r,
@@ -339,6 +341,7 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
             job: moved,
             tgid: 10,
             tid: 13,
+            at: Birth::Fork,
         },
         birth,
         &mut r,
@@ -434,6 +437,7 @@ fn a_thread_born_on_a_runtimes_place_stays_there() {
             job: j.clone(),
             tgid: 10,
             tid,
+            at: Birth::Fork,
         };
         b.place_born(&fake, &born, clock.0, &mut r);
     }
@@ -465,8 +469,9 @@ fn a_born_process_keeps_the_job_set_for_the_program_it_execs() {
     fake.advance(&[10]);
     b.pass(&fake, std::slice::from_ref(&j), clock.next());
     assert_eq!(fake.take_set(), vec![(10, set("0"))]);
-    // Pinned 10 forks 20 (which inherits cpu 0) and 30 is forked free: 20 gets the job set
-    // back, 30 is left as it is; neither is pinned to one cpu before its program starts.
+    // Pinned 10 forks 20 (which inherits cpu 0) and 30 is forked free. 10 is a launcher: its
+    // pin goes at once, so what it forks next starts free; 20 gets the job set when it execs
+    // (not at its fork: a launcher may bind it before), 30 is left as it is.
     fake.procs.insert("job-a".into(), vec![10, 20, 30]);
     fake.threads.insert(20, vec![20]);
     fake.threads.insert(30, vec![30]);
@@ -474,27 +479,86 @@ fn a_born_process_keeps_the_job_set_for_the_program_it_execs() {
     fake.runtime_pin(20, "0");
     fake.parents.extend([(20, 10), (30, 10)]);
     let mut r = PassReport::default();
+    let event = |pid, at| Born {
+        job: j.clone(),
+        tgid: pid,
+        tid: pid,
+        at,
+    };
+    b.place_born(&fake, &event(20, Birth::Fork), clock.0, &mut r);
+    assert_eq!(fake.take_set(), vec![(10, set("0-3"))]);
+    fake.aff.lock().unwrap().insert(30, set("0-3"));
+    b.place_born(&fake, &event(30, Birth::Fork), clock.0, &mut r);
+    assert!(fake.take_set().is_empty());
     for pid in [20, 30] {
-        let born = Born {
-            job: j.clone(),
-            tgid: pid,
-            tid: pid,
-        };
-        b.place_born(&fake, &born, clock.0, &mut r);
+        b.place_born(&fake, &event(pid, Birth::Exec), clock.0, &mut r);
     }
     assert_eq!(fake.take_set(), vec![(20, set("0-3"))]);
-    // Measured from the first pass that sees them (not from birth: the program each execs
-    // has a full interval to start on the job set), pinned at the one after, off cpu 0.
+    // Measured from the first pass that sees them (the program each execs has a full
+    // interval to start on the job set), pinned at the one after; the launcher never again.
     fake.advance(&[10, 20, 30]);
     b.pass(&fake, std::slice::from_ref(&j), clock.next());
     assert!(fake.take_set().is_empty());
     fake.advance(&[10, 20, 30]);
     b.pass(&fake, std::slice::from_ref(&j), clock.next());
     let got = fake.take_set();
-    assert_eq!(got.len(), 2, "{got:?}");
-    assert!(
-        got.iter().all(|(_, c)| c.len() == 1 && !c.contains(0)),
+    assert_eq!(
+        got.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+        vec![20, 30],
         "{got:?}"
+    );
+    assert!(
+        got.iter().all(|(_, c)| c.len() == 1) && got[0].1 != got[1].1,
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_rank_its_launcher_binds_between_fork_and_exec_keeps_that_binding() {
+    // The hpc_tasks failure in the systemd guest: pjw had pinned mpirun's busy main thread
+    // (10) to cpu 0 before it forked its ranks; each rank was born on cpu 0, and Open MPI
+    // bound rank 20 to cpus 2-3 before its exec. pjw freeing the child at its fork raced with
+    // that binding and undid it (the rank's libgomp then counted 4 cpus).
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    fake.procs.insert("job-a".into(), vec![10, 20]);
+    fake.threads.insert(20, vec![20, 21]);
+    fake.run.lock().unwrap().extend([(20, 0), (21, 0)]);
+    fake.parents.insert(20, 10);
+    fake.runtime_pin(20, "0");
+    let mut r = PassReport::default();
+    let event = |at| Born {
+        job: j.clone(),
+        tgid: 20,
+        tid: 20,
+        at,
+    };
+    b.place_born(&fake, &event(Birth::Fork), clock.0, &mut r);
+    // Only the launcher's own pin went; the rank is not touched at its fork.
+    assert_eq!(fake.take_set(), vec![(10, set("0-3"))]);
+    // Open MPI binds it, it execs; libgomp places its two threads inside the binding.
+    fake.runtime_pin(20, "2-3");
+    b.place_born(&fake, &event(Birth::Exec), clock.0, &mut r);
+    fake.runtime_pin(20, "2");
+    fake.runtime_pin(21, "3");
+    for _ in 0..3 {
+        fake.advance(&[10, 20, 21]);
+        b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    }
+    assert!(
+        fake.take_set().is_empty(),
+        "the launcher stays free, the rank its runtime's"
+    );
+    assert_eq!(
+        (fake.affinity_of(20), fake.affinity_of(21)),
+        (set("2"), set("3"))
     );
 }
 
@@ -548,6 +612,7 @@ fn a_thread_born_to_a_process_not_seen_computing_is_measured_first() {
         job: j.clone(),
         tgid: 10,
         tid: 11,
+        at: Birth::Fork,
     };
     b.place_born(&fake, &born, clock.0, &mut r);
     assert!(fake.take_set().is_empty());
@@ -568,4 +633,131 @@ fn a_failure_is_a_warning_once_per_job_and_kind() {
     l.retain(|seq| seq == 2);
     assert!(l.first(1, "cannot pin"));
     assert!(!l.first(2, "cannot pin"));
+}
+
+/// mpirun (10) with two busy threads pjw pinned to two cpus; returns those cpus.
+fn launcher_pinned(
+    fake: &mut Fake,
+    b: &mut Balancer,
+    clock: &mut Clock,
+    j: &BindJob,
+) -> Vec<CpuSet> {
+    fake.threads.insert(10, vec![10, 11]);
+    fake.run.lock().unwrap().insert(11, 0);
+    b.pass(&*fake, std::slice::from_ref(j), clock.next());
+    fake.advance(&[10, 11]);
+    b.pass(&*fake, std::slice::from_ref(j), clock.next());
+    let got = fake.take_set();
+    assert_eq!(
+        got.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+        vec![10, 11]
+    );
+    got.into_iter().map(|(_, c)| c).collect()
+}
+
+/// Rank `pid` (threads pid and pid+1), forked by 10: the runtime placed them on `cpus`.
+fn rank(fake: &mut Fake, pid: u32, cpus: [&CpuSet; 2]) {
+    fake.procs.get_mut("job-a").unwrap().push(pid);
+    fake.threads.insert(pid, vec![pid, pid + 1]);
+    fake.parents.insert(pid, 10);
+    fake.run.lock().unwrap().extend([(pid, 0), (pid + 1, 0)]);
+    fake.aff
+        .lock()
+        .unwrap()
+        .extend([(pid, *cpus[0]), (pid + 1, *cpus[1])]);
+}
+
+#[test]
+fn ranks_whose_libgomp_places_equal_the_launchers_pins_keep_them_when_first_seen_by_a_pass() {
+    // The hpc_tasks failure: `--bind threads -- mpirun -np 2` with OMP_PROC_BIND. pjw pinned
+    // mpirun's busy threads; each rank's libgomp master landed on a cpu of one of them, its worker
+    // on the rank's other cpu. No fork events (missed): the first pass sees them placed.
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    let l = launcher_pinned(&mut fake, &mut b, &mut clock, &j);
+    // The workers go to the two cpus mpirun's threads do not hold.
+    let rest: Vec<u32> = set("0-3")
+        .difference(&l[0])
+        .difference(&l[1])
+        .iter()
+        .collect();
+    let (w20, w30) = (set(&rest[0].to_string()), set(&rest[1].to_string()));
+    rank(&mut fake, 20, [&l[0], &w20]);
+    rank(&mut fake, 30, [&l[1], &w30]);
+    for _ in 0..3 {
+        fake.advance(&[10, 11, 20, 21, 30, 31]);
+        b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    }
+    // No rank thread was freed or pinned by pjw: each is where its runtime put it.
+    let touched: Vec<u32> = fake
+        .take_set()
+        .into_iter()
+        .map(|(t, _)| t)
+        .filter(|t| *t >= 20)
+        .collect();
+    assert!(touched.is_empty(), "pjw moved rank threads {touched:?}");
+    assert_eq!(
+        [20, 21, 30, 31].map(|t| fake.affinity_of(t)),
+        [l[0], w20, l[1], w30]
+    );
+}
+
+#[test]
+fn a_process_seen_free_at_birth_keeps_the_pin_its_runtime_gives_it_later() {
+    // Rank 20 is born free (mpirun forked it from an unpinned thread); before the next pass
+    // libgomp pins its only thread to the cpu pjw holds on mpirun's thread 10.
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    let l = launcher_pinned(&mut fake, &mut b, &mut clock, &j);
+    fake.procs.get_mut("job-a").unwrap().push(20);
+    fake.threads.insert(20, vec![20]);
+    fake.parents.insert(20, 10);
+    fake.run.lock().unwrap().insert(20, 0);
+    fake.runtime_pin(20, "0-3");
+    let mut r = PassReport::default();
+    let born = Born {
+        job: j.clone(),
+        tgid: 20,
+        tid: 20,
+        at: Birth::Fork,
+    };
+    b.place_born(&fake, &born, clock.0, &mut r);
+    assert!(fake.take_set().is_empty());
+    fake.aff.lock().unwrap().insert(20, l[0]);
+    for _ in 0..3 {
+        fake.advance(&[10, 11, 20]);
+        b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    }
+    assert!(fake.take_set().iter().all(|(t, _)| *t != 20));
+    assert_eq!(fake.affinity_of(20), l[0]);
+}
+
+#[test]
+fn a_thread_seen_before_and_narrowed_to_a_siblings_pin_later_is_the_runtimes() {
+    // Thread 12 of process 10 was seen free at a pass; then the program pins it itself to the
+    // cpu pjw holds on its sibling 10: inheritance happens at birth only, so it is left.
+    let topo = synthetic::parse("core:4").unwrap();
+    let fake = Fake::job("job-a", 10, &[10, 12]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = [job(BindMode::Threads, "0-3")];
+    b.pass(&fake, &j, clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, &j, clock.next());
+    let got = fake.take_set();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let (_, pin10) = got[0];
+    fake.aff.lock().unwrap().insert(12, pin10);
+    for _ in 0..2 {
+        fake.advance(&[10, 12]);
+        b.pass(&fake, &j, clock.next());
+    }
+    assert!(fake.take_set().iter().all(|(t, _)| *t != 12));
+    assert_eq!(fake.affinity_of(12), pin10);
 }

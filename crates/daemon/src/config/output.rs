@@ -9,6 +9,25 @@ use super::{ConfigError, Errs};
 #[serde(deny_unknown_fields)]
 pub struct RawMetrics {
     pub listen: Option<String>,
+    pub stats_window: Option<super::RawDuration>,
+}
+
+/// Default window of the recent start-time statistics: 5 minutes.
+pub const DEFAULT_STATS_WINDOW_MS: u64 = 300_000;
+
+/// Validate `[metrics] stats_window`: 10 s to 1 day.
+pub(super) fn parse_stats_window(m: &RawMetrics, e: Errs) -> Result<u64, ConfigError> {
+    let ms = match &m.stats_window {
+        None => DEFAULT_STATS_WINDOW_MS,
+        Some(d) => super::parse_duration_ms(d).map_err(|r| e.at("metrics.stats_window", r))?,
+    };
+    if !(10_000..=86_400_000).contains(&ms) {
+        return Err(e.at(
+            "metrics.stats_window",
+            format!("{ms} ms is not between 10s and 1d"),
+        ));
+    }
+    Ok(ms)
 }
 
 /// `[log]`

@@ -20,6 +20,8 @@ pub struct RawProfile {
     pub enabled: Option<bool>,
     pub interval: Option<RawDuration>,
     pub processes: Option<usize>,
+    pub threads: Option<usize>,
+    pub threads_scan: Option<usize>,
     pub retention: Option<RawDuration>,
     pub max_db_size: Option<String>,
     pub admin_group: Option<String>,
@@ -34,6 +36,10 @@ pub struct ProfileConfig {
     pub interval_ms: u64,
     /// Per-process detail: the top N processes of each job per sample (0: off).
     pub processes: usize,
+    /// Per-thread detail: the top N threads of each job per sample (0: off; default 4).
+    pub threads: usize,
+    /// Threads of one job read per sample at most, to find its top N (default 1024).
+    pub threads_scan: usize,
     /// How long ended jobs are kept (ms); None: forever.
     pub retention_ms: Option<i64>,
     /// The database's size cap (bytes); None: no cap.
@@ -48,6 +54,8 @@ impl Default for ProfileConfig {
             enabled: true,
             interval_ms: 10_000,
             processes: 0,
+            threads: 4,
+            threads_scan: 1024,
             retention_ms: Some(30 * 86_400_000),
             max_db_size: Some(1 << 30),
             admin_group: None,
@@ -123,6 +131,20 @@ pub(super) fn parse(p: &RawProfile, e: Errs) -> Result<ProfileConfig, ConfigErro
             format!("{processes} is more than 1000"),
         ));
     }
+    let threads = p.threads.unwrap_or(pd.threads);
+    if threads > 256 {
+        return Err(err(
+            "profile.threads",
+            format!("{threads} is more than 256"),
+        ));
+    }
+    let threads_scan = p.threads_scan.unwrap_or(pd.threads_scan);
+    if !(1..=100_000).contains(&threads_scan) {
+        return Err(err(
+            "profile.threads_scan",
+            format!("{threads_scan} is not between 1 and 100000"),
+        ));
+    }
     let admin_group = match p.admin_group.as_deref().map(str::trim) {
         None | Some("") => None,
         Some(g)
@@ -142,6 +164,8 @@ pub(super) fn parse(p: &RawProfile, e: Errs) -> Result<ProfileConfig, ConfigErro
         enabled: p.enabled.unwrap_or(true),
         interval_ms,
         processes,
+        threads,
+        threads_scan,
         retention_ms,
         max_db_size,
         admin_group,

@@ -124,7 +124,7 @@ fn profile_section() {
     assert_eq!(c.profile, ProfileConfig::default());
     assert_eq!(c.profile.interval_ms, 10_000);
     assert_eq!(c.profile.retention_ms, Some(30 * 86_400_000));
-    let text = "[profile]\ninterval = 1\nprocesses = 5\nretention = \"12h\"\nmax_db_size = \"64M\"\nadmin_group = \"hpcadm\"\n";
+    let text = "[profile]\ninterval = 1\nprocesses = 5\nthreads = 8\nthreads_scan = 64\nretention = \"12h\"\nmax_db_size = \"64M\"\nadmin_group = \"hpcadm\"\n";
     let c = Config::parse("t.toml", text, &Overrides::default()).unwrap();
     assert_eq!(
         c.profile,
@@ -132,6 +132,8 @@ fn profile_section() {
             enabled: true,
             interval_ms: 1000,
             processes: 5,
+            threads: 8,
+            threads_scan: 64,
             retention_ms: Some(12 * 3_600_000),
             max_db_size: Some(64 << 20),
             admin_group: Some("hpcadm".into()),
@@ -231,6 +233,11 @@ fn errors_name_file_key_and_reason() {
         ("[profile]\nmax_db_size = \"10k\"", "profile.max_db_size"),
         ("[profile]\nadmin_group = \"a b\"", "profile.admin_group"),
         ("[profile]\nprocesses = 5000", "profile.processes"),
+        (
+            "[profile]\nthreads = 300",
+            "profile.threads: 300 is more than 256",
+        ),
+        ("[profile]\nthreads_scan = 0", "profile.threads_scan"),
         ("[profile]\nbogus = 1", "unknown field"),
         (
             "default_priority = 12\nmax_priority = 8",

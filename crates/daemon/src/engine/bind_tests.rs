@@ -10,7 +10,7 @@ use pjw_store::StoredState;
 
 use super::table_tests::{job_cgroup, record};
 use super::Event;
-use crate::bind::{BindJob, BindMsg, Binder, Born};
+use crate::bind::{BindJob, BindMsg, Binder, Birth, Born};
 use crate::procs::ProcMsg;
 use crate::store_port::StorePort;
 use crate::test_support::{run_request, TestEngine};
@@ -217,6 +217,7 @@ async fn threads_born_in_a_binding_job_go_to_the_binder_at_once() {
         job: job.clone(),
         tgid,
         tid,
+        at: Birth::Fork,
     };
     assert_eq!(got, vec![born(main, 700_001), born(700_002, 700_002)]);
     assert!(rx.try_recv().is_err(), "only one message");

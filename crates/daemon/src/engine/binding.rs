@@ -7,7 +7,7 @@ use pjw_core::thread_bind::{self, BindMode};
 use pjw_core::{thread_env, CpuSet, Topology};
 
 use super::{Engine, Job};
-use crate::bind::{BindJob, Binder, Born};
+use crate::bind::{BindJob, Binder, Birth, Born};
 use crate::config::Config;
 
 impl Engine {
@@ -44,14 +44,15 @@ impl Engine {
         b.send(jobs);
     }
 
-    /// Threads and processes just born (`(tgid, tid)` of fork events, attributed by the process
-    /// tracker): those of running jobs that bind go to the binder, which places them at once.
-    pub(super) fn place_born(&mut self, born: &[(u32, u32)]) {
+    /// Threads and processes just born and processes that just exec'd (`(tgid, tid, event)`,
+    /// attributed by the process tracker): those of running jobs that bind go to the binder,
+    /// which places them at once.
+    pub(super) fn place_born(&mut self, born: &[(u32, u32, Birth)]) {
         let Some(b) = &self.binder else {
             return;
         };
         let mut out = Vec::new();
-        for &(tgid, tid) in born {
+        for &(tgid, tid, at) in born {
             let Some(j) = self.procs.job_of(tgid).and_then(|seq| self.jobs.get(&seq)) else {
                 continue;
             };
@@ -68,6 +69,7 @@ impl Engine {
                 },
                 tgid,
                 tid,
+                at,
             });
         }
         if !out.is_empty() {
@@ -76,7 +78,7 @@ impl Engine {
     }
 
     /// Whether job `j`'s threads are balanced now: running on CPUs, not frozen or ending.
-    fn balanced(j: &Job) -> bool {
+    pub(super) fn balanced(j: &Job) -> bool {
         j.started.is_some()
             && !j.cpus.is_empty()
             && !j.end.ending

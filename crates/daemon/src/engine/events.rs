@@ -132,6 +132,10 @@ pub enum Event {
     /// The thread balancing tick (`[job] bind_interval_ms`): hand the running jobs to the
     /// binder.
     Bind,
+    /// The lease tick (`[lease] check_interval`): renew, end or ask about registered jobs.
+    LeaseTick,
+    /// The workload managers' words about registered jobs (from the asker's thread).
+    LeaseWords(Vec<(i64, pjw_core::lease::Word)>),
     /// A metrics scrape: answer with an in-memory snapshot (no I/O).
     Metrics {
         reply: oneshot::Sender<crate::metrics::Snapshot>,

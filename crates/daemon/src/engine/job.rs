@@ -29,6 +29,8 @@ pub(super) struct EndWatch {
     pub(super) killed_by: Option<String>,
     /// Who ended it (a manager's epilog), for the record.
     pub(super) ended_by: Option<String>,
+    /// The whole reason, when pjw ended it for a reason of its own (its lease).
+    pub(super) reason: Option<String>,
     /// The inotify watch on its `cgroup.events`.
     pub(super) watch: Option<WatchDescriptor>,
     /// `end` requests waiting for the cgroups to be gone.

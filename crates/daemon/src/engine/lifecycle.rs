@@ -198,6 +198,10 @@ impl Engine {
             "job started"
         );
         self.metrics.launch(j.queued_at.elapsed().as_secs_f64());
+        self.start_stats.started(
+            self.clock.now_ms(),
+            j.queued_at.elapsed().as_millis().min(u128::from(u64::MAX)) as u64,
+        );
         let _ = waiter.reply.send(Response::Started {
             job: j.id.to_string(),
             cpus,
@@ -387,10 +391,11 @@ impl Engine {
             }
         };
         if !populated {
-            let reason = match (&job.end.killed_by, &job.end.ended_by) {
-                (Some(by), _) => format!("killed by {by}"),
-                (None, Some(by)) => format!("ended by {by}"),
-                (None, None) => "exited".to_string(),
+            let reason = match (&job.end.killed_by, &job.end.ended_by, &job.end.reason) {
+                (Some(by), _, _) => format!("killed by {by}"),
+                (None, Some(by), _) => format!("ended by {by}"),
+                (None, None, Some(r)) => r.clone(),
+                (None, None, None) => "exited".to_string(),
             };
             self.finish(seq, &reason);
             return;
@@ -427,6 +432,9 @@ impl Engine {
         }
         let ooms = self.driver.oom_kills(&job.cgroup);
         let counts = self.procs.end_job(seq).unwrap_or_default();
+        if job.started.is_some() {
+            self.start_stats.ended(self.clock.now_ms());
+        }
         // The last counters (CPU, the memory high-water mark, I/O) before the cgroups go: the
         // series' last sample, with profiles on.
         let mut finals = self.sample_end(&mut job);

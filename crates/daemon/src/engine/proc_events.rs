@@ -6,6 +6,7 @@ use tracing::debug;
 use super::Engine;
 use proc_connector::ProcEvent;
 
+use crate::bind::Birth;
 use crate::procs::{ProcMsg, Unknown};
 
 impl Engine {
@@ -15,13 +16,14 @@ impl Engine {
                 let mut born = Vec::new();
                 for ev in &events {
                     self.note_exit(ev);
-                    if let ProcEvent::Fork {
-                        child_pid,
-                        child_tgid,
-                        ..
-                    } = *ev
-                    {
-                        born.push((child_tgid, child_pid));
+                    match *ev {
+                        ProcEvent::Fork {
+                            child_pid,
+                            child_tgid,
+                            ..
+                        } => born.push((child_tgid, child_pid, Birth::Fork)),
+                        ProcEvent::Exec { tgid, .. } => born.push((tgid, tgid, Birth::Exec)),
+                        _ => {}
                     }
                     match self.procs.apply(ev) {
                         Some(Unknown::Exec { pid, tgid }) => self.on_unknown_exec(pid, tgid),

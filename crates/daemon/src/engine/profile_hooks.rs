@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, info};
 
 use super::{err, Cred, End, Engine, Job, Who};
+use crate::bind::{ProfJob, ProfileTick};
 use crate::gpu_stats::{self, GpuReading};
 use crate::profile::{self, JobProf, WriteOp};
 use crate::report::{self, Access, LiveJob, ReportAnswer};
@@ -264,9 +265,48 @@ impl Engine {
                 });
             }
         }
+        // Thread rows at the sampler's own tick only, not the young jobs' extra ones.
+        if !young_only {
+            self.thread_tick(now);
+        }
         let took = t0.elapsed();
         self.metrics.sampler_pass(took.as_secs_f64());
         debug!(jobs, took_us = took.as_micros() as u64, "sampled");
+    }
+
+    /// The per-thread profile of the tick: the jobs running on CPUs go to the binder's thread,
+    /// which reads their threads and hands the top N to the writer (no read here).
+    fn thread_tick(&mut self, ts_ms: i64) {
+        let (Some(b), Some(writer)) = (&self.binder, &self.writer) else {
+            return;
+        };
+        let p = &self.cfg.profile;
+        if p.threads == 0 {
+            return;
+        }
+        let jobs: Vec<ProfJob> = self
+            .jobs
+            .values()
+            .filter(|j| Engine::balanced(j))
+            .map(|j| ProfJob {
+                seq: j.seq,
+                cgroup: j.cgroup.clone(),
+                cpus: j.cpus,
+                mode: j.bind.unwrap_or(self.cfg.bind),
+            })
+            .collect();
+        if jobs.is_empty() {
+            return;
+        }
+        b.profile(ProfileTick {
+            ts_ms,
+            top: p.threads,
+            scan: p.threads_scan,
+            // A balancing pass within one of its intervals read the same threads.
+            reuse: Duration::from_millis(self.cfg.bind_interval_ms + 250),
+            jobs,
+            writer: writer.clone(),
+        });
     }
 
     /// The NVML thread's latest readings, without those older than two sampler intervals (its

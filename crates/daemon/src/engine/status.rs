@@ -78,6 +78,7 @@ impl Engine {
                 io: super::io::io_info(j),
                 gpu_util: last.and_then(|s| s.gpu_util),
                 gpu_mem: last.and_then(|s| s.gpu_mem),
+                lease: self.lease_info(j),
                 steps: Engine::step_infos(j),
                 oom_kills: j.memory.oom_kills,
             }
@@ -105,13 +106,16 @@ impl Engine {
             free_gpus: self.free_gpus(),
             cgroup: self.driver.describe(),
             version: env!("CARGO_PKG_VERSION").to_string(),
+            starts: Some(Box::new(self.start_figures())),
             memory: self.memory_status(),
         }
     }
 
     /// What a metrics scrape needs from the engine: in-memory state only, O(jobs).
     pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
+        let starts = Some(self.start_figures());
         crate::metrics::Snapshot {
+            starts,
             node: self.node.clone(),
             cpus: self.pool.len() as u32,
             free_cpus: self.free().len() as u32,
@@ -155,6 +159,38 @@ impl Engine {
                 node_psi_some: m.node_psi_some,
                 partition_psi_some: m.partition_psi_some,
             }),
+        }
+    }
+}
+
+impl Engine {
+    /// The start-time statistics as `pjw status` and the metrics page show them: over the
+    /// window (`[metrics] stats_window`) and since the daemon started.
+    pub(super) fn start_figures(&self) -> pjw_proto::StartStats {
+        let now = self.clock.now_ms();
+        let window_secs = (self.start_stats.window_ms() / 1000) as u64;
+        let secs = |ms: Option<f64>| ms.map(|m| m / 1000.0);
+        let conv = |f: pjw_core::start_stats::Figures, window_secs: u64| pjw_proto::StartWindow {
+            window_secs,
+            covered_secs: f.covered_ms as f64 / 1000.0,
+            started: f.started,
+            ended: f.ended,
+            started_per_sec: f.started_per_sec,
+            ended_per_sec: f.ended_per_sec,
+            wait_mean_secs: secs(f.wait_mean_ms),
+            wait_p50_secs: secs(f.wait_p50_ms),
+            wait_p90_secs: secs(f.wait_p90_ms),
+            wait_p99_secs: secs(f.wait_p99_ms),
+            wait_max_secs: f.wait_max_ms.map(|m| m as f64 / 1000.0),
+            queue_mean: f.queue_mean,
+            queue_max: f.queue_max,
+            freezes: f.freezes,
+        };
+        let (recent, total) = self.start_stats.figures(now);
+        pjw_proto::StartStats {
+            queue_len: self.start_stats.queue_len(),
+            recent: conv(recent, window_secs),
+            total: conv(total, 0),
         }
     }
 }

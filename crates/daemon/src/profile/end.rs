@@ -18,6 +18,9 @@ pub enum EndReason {
     EndedWhileDown,
     /// It never started: the start failed, the client left the queue, … (the text says).
     NotStarted(String),
+    /// A registered job pjw ended for its lease: its manager said it is gone, or the lease ran
+    /// out (the text after `lease: `).
+    Lease(String),
 }
 
 impl EndReason {
@@ -31,6 +34,8 @@ impl EndReason {
             EndReason::EndedBy(by.to_string())
         } else if text.starts_with("expired") {
             EndReason::Expired(text.to_string())
+        } else if let Some(why) = text.strip_prefix("lease: ") {
+            EndReason::Lease(why.to_string())
         } else if text == "ended while daemon was down" {
             EndReason::EndedWhileDown
         } else {
@@ -46,6 +51,7 @@ impl EndReason {
             EndReason::EndedBy(by) => format!("ended by {by}"),
             EndReason::Expired(t) | EndReason::NotStarted(t) => t.clone(),
             EndReason::EndedWhileDown => "ended while daemon was down".into(),
+            EndReason::Lease(why) => format!("lease: {why}"),
         }
     }
 }
@@ -69,6 +75,10 @@ pub fn end_class(reason: &str, killed: bool, ooms: u64, exit_status: Option<i32>
             by_status(exit_status)
         }
         EndReason::NotStarted(_) => EndClass::Failed,
+        // Its lease ran out: pjw killed what was left. Its manager said it ended: as an
+        // Epilog's end.
+        EndReason::Lease(why) if why.starts_with("expired") => EndClass::Killed,
+        EndReason::Lease(_) => by_status(exit_status),
     }
 }
 

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
-use pjw_store::{ProcessSample, Sample, Store};
+use pjw_store::{ProcessSample, Sample, Store, ThreadSample};
 use tracing::{debug, warn};
 
 /// What the writer thread does.
@@ -12,6 +12,8 @@ use tracing::{debug, warn};
 pub enum WriteOp {
     Samples(Vec<Sample>),
     Processes(Vec<ProcessSample>),
+    /// The top threads of jobs (from the binder's thread).
+    Threads(Vec<ThreadSample>),
     /// Apply retention and the size cap.
     Retention {
         now_ms: i64,
@@ -43,11 +45,13 @@ impl Writer {
                     // Everything already queued goes in the same transaction.
                     let mut samples = Vec::new();
                     let mut procs = Vec::new();
+                    let mut threads = Vec::new();
                     let mut other = Vec::new();
                     for op in std::iter::once(op).chain(rx.try_iter()) {
                         match op {
                             WriteOp::Samples(s) => samples.extend(s),
                             WriteOp::Processes(p) => procs.extend(p),
+                            WriteOp::Threads(t) => threads.extend(t),
                             o => other.push(o),
                         }
                     }
@@ -60,6 +64,9 @@ impl Writer {
                     }
                     if let Err(e) = store.insert_process_samples(&procs) {
                         fail("processes", e);
+                    }
+                    if let Err(e) = store.insert_thread_samples(&threads) {
+                        fail("threads", e);
                     }
                     for o in other {
                         if let WriteOp::Retention {
@@ -89,6 +96,19 @@ impl Writer {
             warn!(error = %e, "cannot start the profile writer thread; samples are not stored");
         }
         Ok(Writer { tx, errors })
+    }
+
+    /// A writer whose operations land in the returned receiver (tests).
+    #[cfg(test)]
+    pub fn collecting() -> (Writer, mpsc::Receiver<WriteOp>) {
+        let (tx, rx) = mpsc::channel();
+        (
+            Writer {
+                tx,
+                errors: Arc::new(AtomicU64::new(0)),
+            },
+            rx,
+        )
     }
 
     /// Queue a write (never blocks).

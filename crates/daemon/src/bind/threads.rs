@@ -1,0 +1,588 @@
+//! Per-thread profiles, on the binder's thread (docs/decisions.md (cb)).
+//!
+//! At every sampler tick the engine sends the binder the started jobs ([`ProfileTick`]) and
+//! returns. Here, per job: its threads' scheduler statistics (`schedstat`: time on a CPU, time
+//! runnable waiting for one) — taken from the balancing pass that just read them when the job
+//! binds, so a thread's file is never read twice in one interval — give each thread's running
+//! and waiting since its last reading; the top N by that activity ([`top_threads`], pure) get
+//! two more reads each (`stat`: name and last CPU; `sched`: migrations) and a row, with the pin
+//! the balancer gave them — except a thread that neither ran nor waited since, which gets a row
+//! once a minute ([`IDLE_ROW_EVERY`]), its facts unchanged and unread. Rows go to the profile writer. Per job and tick that is one listing
+//! per process, at most `scan` small reads and 2N more: nothing on the engine's thread, and the
+//! rows stored grow with jobs (N each), not with threads.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use pjw_core::thread_bind::BindMode;
+use pjw_core::{CpuSet, Tid};
+use pjw_store::ThreadSample;
+use tracing::debug;
+
+use super::{BindError, BindPort};
+use crate::profile::{WriteOp, Writer};
+
+/// One thread's scheduler statistics (`/proc/PID/task/TID/schedstat`), nanoseconds since it
+/// started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedRead {
+    pub run_ns: u64,
+    pub wait_ns: u64,
+}
+
+/// What the top threads' rows add: read only for them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskFacts {
+    pub comm: String,
+    /// The CPU it last ran on.
+    pub cpu: u32,
+    /// `se.nr_migrations`, where the kernel offers it.
+    pub migrations: Option<u64>,
+}
+
+/// One job to profile, as the engine sees it at the tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfJob {
+    pub seq: i64,
+    pub cgroup: String,
+    pub cpus: CpuSet,
+    pub mode: BindMode,
+}
+
+/// A sampler tick's request.
+#[derive(Debug)]
+pub struct ProfileTick {
+    pub ts_ms: i64,
+    /// Rows per job (`profile.threads`).
+    pub top: usize,
+    /// Threads of one job read per tick at most (`profile.threads_scan`); the rest wait for the
+    /// next tick, in turn.
+    pub scan: usize,
+    /// A balancing pass's readings younger than this are used instead of reading again.
+    pub reuse: Duration,
+    pub jobs: Vec<ProfJob>,
+    pub writer: Writer,
+}
+
+/// One thread's reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reading {
+    pub pid: u32,
+    pub tid: u32,
+    pub sched: SchedRead,
+}
+
+/// A thread's activity since its previous reading (pure input of [`top_threads`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Activity {
+    pub reading: Reading,
+    pub run_ns: u64,
+    pub wait_ns: u64,
+    /// Time since its previous reading; 0 for a thread seen for the first time.
+    pub span_ns: u64,
+}
+
+/// The `n` most active threads: most time running or runnable in their span first, then most
+/// CPU time since they started (threads seen for the first time have no span), then by id.
+pub fn top_threads(mut all: Vec<Activity>, n: usize) -> Vec<Activity> {
+    all.sort_by(|a, b| {
+        (b.run_ns + b.wait_ns)
+            .cmp(&(a.run_ns + a.wait_ns))
+            .then(b.reading.sched.run_ns.cmp(&a.reading.sched.run_ns))
+            .then(a.reading.tid.cmp(&b.reading.tid))
+    });
+    all.truncate(n);
+    all
+}
+
+/// A port that remembers what a balancing pass read, per job, for the profile that follows.
+pub struct Recorder<'a> {
+    inner: &'a (dyn BindPort + Sync),
+    current: std::cell::RefCell<Option<String>>,
+    reads: std::cell::RefCell<HashMap<String, Vec<Reading>>>,
+}
+
+impl std::fmt::Debug for Recorder<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("reads", &self.reads)
+            .finish()
+    }
+}
+
+impl<'a> Recorder<'a> {
+    pub fn new(inner: &'a (dyn BindPort + Sync)) -> Recorder<'a> {
+        Recorder {
+            inner,
+            current: Default::default(),
+            reads: Default::default(),
+        }
+    }
+
+    /// What was read, per job cgroup.
+    pub fn take(self) -> HashMap<String, Vec<Reading>> {
+        self.reads.into_inner()
+    }
+}
+
+impl BindPort for Recorder<'_> {
+    fn procs(&self, cgroup: &str) -> Result<Vec<u32>, BindError> {
+        let r = self.inner.procs(cgroup);
+        if r.is_ok() {
+            *self.current.borrow_mut() = Some(cgroup.to_string());
+            self.reads
+                .borrow_mut()
+                .insert(cgroup.to_string(), Vec::new());
+        } else {
+            *self.current.borrow_mut() = None;
+        }
+        r
+    }
+    fn threads(&self, pid: u32) -> Result<Vec<u32>, BindError> {
+        self.inner.threads(pid)
+    }
+    fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError> {
+        let s = self.inner.sched(pid, tid)?;
+        if let Some(cg) = self.current.borrow().as_ref() {
+            if let Some(v) = self.reads.borrow_mut().get_mut(cg) {
+                v.push(Reading { pid, tid, sched: s });
+            }
+        }
+        Ok(s.run_ns.saturating_add(s.wait_ns))
+    }
+    fn sched(&self, pid: u32, tid: u32) -> Result<SchedRead, BindError> {
+        self.inner.sched(pid, tid)
+    }
+    fn task(&self, pid: u32, tid: u32) -> Result<TaskFacts, BindError> {
+        self.inner.task(pid, tid)
+    }
+    fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError> {
+        self.inner.set_affinity(tid, cpus)
+    }
+    fn affinity(&self, tid: u32) -> Result<CpuSet, BindError> {
+        self.inner.affinity(tid)
+    }
+    fn parent(&self, pid: u32) -> Result<u32, BindError> {
+        self.inner.parent(pid)
+    }
+}
+
+/// What the profiler remembers of one job between ticks.
+#[derive(Debug, Default)]
+struct JobThreads {
+    /// Each thread's last reading and when it was taken.
+    prev: HashMap<u32, (SchedRead, Instant)>,
+    /// Each thread's last row: its reading, when, and its facts (reused while it stays idle).
+    stored: HashMap<u32, (SchedRead, Instant, TaskFacts)>,
+    /// Where the next tick's scan starts, for a job with more threads than `scan`.
+    offset: usize,
+}
+
+/// A top thread that neither ran nor waited since its last reading gets a row at most this
+/// often: its next row's span covers the time in between, so its shares stay exact, and an
+/// idle thread costs no `stat`, no `sched` and no row at most ticks.
+pub const IDLE_ROW_EVERY: Duration = Duration::from_secs(60);
+
+/// The profiler's state: per job, the threads' last readings; per job cgroup, what the last
+/// balancing pass read.
+#[derive(Debug, Default)]
+pub struct ThreadProfiler {
+    jobs: HashMap<i64, JobThreads>,
+    passes: HashMap<String, (Instant, Vec<Reading>)>,
+}
+
+impl ThreadProfiler {
+    /// A balancing pass read these at `at`.
+    pub fn remember(&mut self, reads: HashMap<String, Vec<Reading>>, at: Instant) {
+        self.passes.retain(|cg, _| reads.contains_key(cg));
+        for (cg, r) in reads {
+            self.passes.insert(cg, (at, r));
+        }
+    }
+
+    /// One tick: the rows of every job's top threads. `pin` gives the CPUs the balancer pinned a
+    /// thread of a job to.
+    pub fn sample(
+        &mut self,
+        port: &dyn BindPort,
+        tick: &ProfileTick,
+        pin: &dyn Fn(&ProfJob, Tid) -> Option<CpuSet>,
+        now: Instant,
+    ) -> Vec<ThreadSample> {
+        self.jobs
+            .retain(|seq, _| tick.jobs.iter().any(|j| j.seq == *seq));
+        let mut rows = Vec::new();
+        for job in &tick.jobs {
+            let fresh = self
+                .passes
+                .get(&job.cgroup)
+                .filter(|(at, _)| now.saturating_duration_since(*at) <= tick.reuse)
+                .map(|(at, r)| (*at, r.clone()));
+            let st = self.jobs.entry(job.seq).or_default();
+            // A balancing pass reads every thread; a read of our own may stop at `scan`.
+            let (at, reads, complete) = match fresh {
+                Some((at, r)) => (at, r, true),
+                None => match read_job(port, job, tick.scan, &mut st.offset) {
+                    Some((r, complete)) => (now, r, complete),
+                    None => continue,
+                },
+            };
+            let acts: Vec<Activity> = reads
+                .iter()
+                .map(|r| match st.prev.get(&r.tid) {
+                    Some((p, was)) if at >= *was => Activity {
+                        reading: *r,
+                        run_ns: r.sched.run_ns.saturating_sub(p.run_ns),
+                        wait_ns: r.sched.wait_ns.saturating_sub(p.wait_ns),
+                        span_ns: at.saturating_duration_since(*was).as_nanos() as u64,
+                    },
+                    _ => Activity {
+                        reading: *r,
+                        run_ns: 0,
+                        wait_ns: 0,
+                        span_ns: 0,
+                    },
+                })
+                .collect();
+            if complete {
+                // Every thread was read: those not there any more are gone.
+                st.prev.clear();
+                st.stored
+                    .retain(|tid, _| reads.iter().any(|r| r.tid == *tid));
+            } else if st.prev.len() > 8 * tick.scan.max(1) {
+                // Read in turns: threads that exited cannot be told apart; bounded instead.
+                st.prev.clear();
+                st.stored.clear();
+            }
+            for r in &reads {
+                st.prev.insert(r.tid, (r.sched, at));
+            }
+            for a in top_threads(acts, tick.top) {
+                let Reading { pid, tid, sched } = a.reading;
+                let idle = a.span_ns > 0 && a.run_ns + a.wait_ns == 0;
+                let last = st.stored.get(&tid);
+                if idle
+                    && last.is_some_and(|(_, when, _)| {
+                        at.saturating_duration_since(*when) < IDLE_ROW_EVERY
+                    })
+                {
+                    continue;
+                }
+                // A thread that did not run cannot have moved or migrated: its facts are kept.
+                let facts = match last {
+                    Some((_, _, f)) if idle => f.clone(),
+                    _ => match port.task(pid, tid) {
+                        Ok(f) => f,
+                        Err(BindError::Gone) => continue,
+                        Err(BindError::Failed(e)) => {
+                            debug!(cgroup = %job.cgroup, tid, error = %e, "thread profile: cannot read the thread");
+                            continue;
+                        }
+                    },
+                };
+                // Deltas since the thread's last row (the rows of a thread cover its time without
+                // gaps or overlaps), or since its previous reading for its first row.
+                let (run_ns, wait_ns, span_ns) = match last {
+                    Some((was, when, _)) if at >= *when => (
+                        sched.run_ns.saturating_sub(was.run_ns),
+                        sched.wait_ns.saturating_sub(was.wait_ns),
+                        at.saturating_duration_since(*when).as_nanos() as u64,
+                    ),
+                    _ => (a.run_ns, a.wait_ns, a.span_ns),
+                };
+                let us = |ns: u64| ns / 1000;
+                // A span shorter than what ran in it (readings taken a little apart) is the run.
+                let span = span_ns.max(run_ns + wait_ns);
+                rows.push(ThreadSample {
+                    seq: job.seq,
+                    ts_ms: tick.ts_ms,
+                    tid,
+                    pid,
+                    comm: facts.comm.clone(),
+                    cpu_usec: us(sched.run_ns),
+                    run_usec: us(run_ns),
+                    wait_usec: us(wait_ns),
+                    span_usec: if span_ns == 0 { 0 } else { us(span) },
+                    cpu: facts.cpu,
+                    migrations: facts.migrations,
+                    pin: pin(job, Tid(tid)).map(|c| c.to_string()),
+                });
+                st.stored.insert(tid, (sched, at, facts));
+            }
+        }
+        rows
+    }
+
+    /// Run a tick and hand its rows to the writer.
+    pub fn tick(
+        &mut self,
+        port: &dyn BindPort,
+        tick: ProfileTick,
+        pin: &dyn Fn(&ProfJob, Tid) -> Option<CpuSet>,
+    ) {
+        let t0 = Instant::now();
+        let rows = self.sample(port, &tick, pin, Instant::now());
+        debug!(
+            jobs = tick.jobs.len(),
+            rows = rows.len(),
+            took_us = t0.elapsed().as_micros() as u64,
+            "threads profiled"
+        );
+        if !rows.is_empty() {
+            tick.writer.send(WriteOp::Threads(rows));
+        }
+    }
+}
+
+/// Read the threads of `job` (at most `scan`, from `offset` on in turn), and whether that was
+/// all of them. None: the job's processes cannot be listed (it ended, or a failure, logged at
+/// debug).
+fn read_job(
+    port: &dyn BindPort,
+    job: &ProfJob,
+    scan: usize,
+    offset: &mut usize,
+) -> Option<(Vec<Reading>, bool)> {
+    let pids = match port.procs(&job.cgroup) {
+        Ok(p) => p,
+        Err(e) => {
+            debug!(cgroup = %job.cgroup, error = ?e, "thread profile: cannot list the job's processes");
+            return None;
+        }
+    };
+    let mut tids = Vec::new();
+    for pid in pids {
+        match port.threads(pid) {
+            Ok(t) => tids.extend(t.into_iter().map(|t| (pid, t))),
+            Err(BindError::Gone) => {}
+            Err(BindError::Failed(e)) => {
+                debug!(cgroup = %job.cgroup, pid, error = %e, "thread profile: cannot list threads")
+            }
+        }
+    }
+    let scan = scan.max(1);
+    let start = if tids.len() > scan {
+        let s = *offset % tids.len();
+        *offset = s + scan;
+        s
+    } else {
+        *offset = 0;
+        0
+    };
+    let mut out = Vec::with_capacity(tids.len().min(scan));
+    for i in 0..tids.len().min(scan) {
+        let (pid, tid) = tids[(start + i) % tids.len()];
+        match port.sched(pid, tid) {
+            Ok(sched) => out.push(Reading { pid, tid, sched }),
+            Err(BindError::Gone) => {}
+            Err(BindError::Failed(e)) => {
+                debug!(cgroup = %job.cgroup, tid, error = %e, "thread profile: cannot read run time")
+            }
+        }
+    }
+    Some((out, tids.len() <= scan))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    fn act(tid: u32, run_ns: u64, total: u64) -> Activity {
+        Activity {
+            reading: Reading {
+                pid: 1,
+                tid,
+                sched: SchedRead {
+                    run_ns: total,
+                    wait_ns: 0,
+                },
+            },
+            run_ns,
+            wait_ns: 0,
+            span_ns: 1,
+        }
+    }
+
+    #[test]
+    fn the_most_active_threads_first() {
+        let tids = |v: Vec<Activity>| v.iter().map(|a| a.reading.tid).collect::<Vec<_>>();
+        let all = vec![
+            act(1, 0, 900),
+            act(2, 50, 50),
+            act(3, 70, 70),
+            act(4, 0, 10),
+        ];
+        assert_eq!(tids(top_threads(all.clone(), 2)), [3, 2]);
+        // Idle threads: most CPU since they started first.
+        assert_eq!(tids(top_threads(all.clone(), 9)), [3, 2, 1, 4]);
+        assert!(top_threads(all, 0).is_empty());
+    }
+
+    /// A job of two busy and two sleeping threads; counts the schedstat reads.
+    struct Fake {
+        run: Mutex<HashMap<u32, u64>>,
+        reads: AtomicUsize,
+    }
+
+    impl BindPort for Fake {
+        fn procs(&self, _: &str) -> Result<Vec<u32>, BindError> {
+            Ok(vec![10])
+        }
+        fn threads(&self, _: u32) -> Result<Vec<u32>, BindError> {
+            Ok(vec![10, 11, 12, 13, 14])
+        }
+        fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError> {
+            self.sched(pid, tid).map(|s| s.run_ns + s.wait_ns)
+        }
+        fn sched(&self, _: u32, tid: u32) -> Result<SchedRead, BindError> {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            let run = *self.run.lock().unwrap().get(&tid).unwrap_or(&0);
+            Ok(SchedRead {
+                run_ns: run,
+                wait_ns: 0,
+            })
+        }
+        fn task(&self, _: u32, tid: u32) -> Result<TaskFacts, BindError> {
+            Ok(TaskFacts {
+                comm: format!("t{tid}"),
+                cpu: tid % 2,
+                migrations: Some(1),
+            })
+        }
+        fn set_affinity(&self, _: u32, _: &CpuSet) -> Result<(), BindError> {
+            Ok(())
+        }
+        fn affinity(&self, _: u32) -> Result<CpuSet, BindError> {
+            Err(BindError::Failed("the profiler reads no affinity".into()))
+        }
+        fn parent(&self, _: u32) -> Result<u32, BindError> {
+            Err(BindError::Failed("the profiler reads no parent".into()))
+        }
+    }
+
+    #[test]
+    fn a_job_with_more_threads_than_the_scan_is_read_in_turns() {
+        let port = Fake {
+            run: Mutex::new(HashMap::new()),
+            reads: AtomicUsize::new(0),
+        };
+        let (writer, _rx) = Writer::collecting();
+        let tick = ProfileTick {
+            ts_ms: 0,
+            top: 9,
+            scan: 2,
+            reuse: Duration::from_secs(1),
+            jobs: vec![ProfJob {
+                seq: 1,
+                cgroup: "job-1".into(),
+                cpus: CpuSet::parse_list("0").unwrap(),
+                mode: BindMode::None,
+            }],
+            writer,
+        };
+        let mut p = ThreadProfiler::default();
+        let t0 = Instant::now();
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..3 {
+            let rows = p.sample(&port, &tick, &|_, _| None, t0 + Duration::from_secs(i));
+            // At most `scan` threads read; thread 10, idle since its row, gets none the third time.
+            assert_eq!(rows.len(), [2, 2, 1][i as usize], "tick {i}");
+            seen.extend(rows.iter().map(|r| r.tid));
+        }
+        assert_eq!(port.reads.load(Ordering::Relaxed), 6);
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [10, 11, 12, 13, 14]);
+    }
+
+    #[test]
+    fn busy_threads_lead_and_a_recent_pass_is_not_read_again() {
+        let port = Fake {
+            run: Mutex::new(HashMap::new()),
+            reads: AtomicUsize::new(0),
+        };
+        let (writer, _rx) = Writer::collecting();
+        let job = ProfJob {
+            seq: 1,
+            cgroup: "job-1".into(),
+            cpus: CpuSet::parse_list("0-1").unwrap(),
+            mode: BindMode::Threads,
+        };
+        let tick = |top| ProfileTick {
+            ts_ms: 0,
+            top,
+            scan: 1024,
+            reuse: Duration::from_secs(1),
+            jobs: vec![job.clone()],
+            writer: writer.clone(),
+        };
+        let pin = |_: &ProfJob, t: Tid| (t.0 == 11).then(|| CpuSet::parse_list("1").unwrap());
+        let mut p = ThreadProfiler::default();
+        let t0 = Instant::now();
+        assert_eq!(p.sample(&port, &tick(3), &pin, t0).len(), 3);
+        assert_eq!(port.reads.load(Ordering::Relaxed), 5);
+        // Threads 11 and 12 run the next second.
+        for (t, ns) in [(11, 1_000_000_000), (12, 900_000_000), (10, 1_000_000)] {
+            port.run.lock().unwrap().insert(t, ns);
+        }
+        let rows = p.sample(&port, &tick(3), &pin, t0 + Duration::from_secs(1));
+        let got: Vec<(u32, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.tid, r.run_usec, r.span_usec))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (11, 1_000_000, 1_000_000),
+                (12, 900_000, 1_000_000),
+                (10, 1000, 1_000_000)
+            ]
+        );
+        assert_eq!(rows[0].pin.as_deref(), Some("1"));
+        assert_eq!(rows[1].pin, None);
+        assert_eq!(rows[0].comm, "t11");
+        assert_eq!(port.reads.load(Ordering::Relaxed), 10);
+        // A balancing pass read the job just now: the tick uses its readings.
+        let rec = Recorder::new(&port);
+        rec.procs("job-1").unwrap();
+        for t in [10, 11, 12, 13, 14] {
+            rec.runnable_ns(10, t).unwrap();
+        }
+        let t2 = t0 + Duration::from_secs(2);
+        p.remember(rec.take(), t2);
+        assert_eq!(port.reads.load(Ordering::Relaxed), 15);
+        let rows = p.sample(&port, &tick(5), &pin, t2 + Duration::from_millis(300));
+        assert_eq!(
+            port.reads.load(Ordering::Relaxed),
+            15,
+            "no schedstat read again"
+        );
+        // Nothing ran since: the idle threads that have a row get none now; the two that never
+        // had one get theirs, over the second between their two readings.
+        let got: Vec<(u32, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.tid, r.run_usec, r.span_usec))
+            .collect();
+        assert_eq!(got, [(13, 0, 1_000_000), (14, 0, 1_000_000)]);
+        // A minute on, the idle threads get a row whose span covers all the time since their
+        // last one, and thread 11, which ran again, one of its own time.
+        port.run.lock().unwrap().insert(11, 1_500_000_000);
+        let t3 = t2 + IDLE_ROW_EVERY;
+        let rows = p.sample(&port, &tick(5), &pin, t3);
+        let got: Vec<(u32, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.tid, r.run_usec, r.span_usec))
+            .collect();
+        let minute = IDLE_ROW_EVERY.as_micros() as u64;
+        assert_eq!(
+            got,
+            [
+                (11, 500_000, minute + 1_000_000),
+                (12, 0, minute + 1_000_000),
+                (10, 0, minute + 1_000_000),
+                (13, 0, minute),
+                (14, 0, minute),
+            ]
+        );
+    }
+}
