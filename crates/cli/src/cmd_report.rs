@@ -583,9 +583,17 @@ pub fn render_table(jobs: &[JobReport], series: bool, processes: bool, tz: &Fixe
     o
 }
 
-/// One CSV field: escaped like every cell ([`printable`], uncut), then quoted when it must be.
+/// One CSV field: escaped like every cell ([`printable`], uncut), a text a spreadsheet would
+/// take for a formula (`=`, `+`, `-`, `@` first, and not a number) with a `'` before it
+/// (issue 25, N8: a job named `=HYPERLINK(…)` ran in the operator's spreadsheet), then quoted
+/// when it must be.
 fn csv_field(s: &str) -> String {
     let s = printable(s, usize::MAX);
+    let s = if s.starts_with(['=', '+', '-', '@']) && s.parse::<f64>().is_err() {
+        std::borrow::Cow::Owned(format!("'{s}"))
+    } else {
+        s
+    };
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
@@ -1005,6 +1013,18 @@ JOB  USER   NAME   NODE  STATE    END        EXIT  SUBMITTED                  CP
             p.lines().nth(1).unwrap(),
             "12,1795323604000,77,pjw-wl,2500000,209715200,1"
         );
+    }
+
+    /// Issue 25, N8: a job name a spreadsheet would run as a formula is written as text;
+    /// numbers, negative ones too, are left as they are.
+    #[test]
+    fn csv_fields_are_never_formulas() {
+        assert_eq!(csv_field("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
+        assert_eq!(csv_field("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(csv_field("+cmd"), "'+cmd");
+        assert_eq!(csv_field("-1"), "-1");
+        assert_eq!(csv_field("-2.5"), "-2.5");
+        assert_eq!(csv_field("solver"), "solver");
     }
 
     #[test]

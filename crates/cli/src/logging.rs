@@ -113,6 +113,22 @@ pub fn escaped_fields() -> impl for<'w> FormatFields<'w> + 'static {
     .delimited(" ")
 }
 
+/// A writer of tracing's JSON lines that passes each through [`pjw_core::text::json`]: every
+/// unsafe character of a field as a JSON escape (the same text to a parser). tracing formats
+/// an event whole and writes it in one call.
+pub struct JsonSafe<W>(pub W);
+
+impl<W: std::io::Write> std::io::Write for JsonSafe<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(b);
+        self.0.write_all(pjw_core::text::json(&text).as_bytes())?;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// tracing to stderr in `format`, filtered by `PJW_LOG` or else `level`.
 pub fn init(level: &str, format: LogFormat) {
     use tracing_subscriber::fmt::time::ChronoLocal;
@@ -127,7 +143,13 @@ pub fn init(level: &str, format: LogFormat) {
             .fmt_fields(escaped_fields())
             .event_format(JournalFormat)
             .init(),
-        LogFormat::Json => b.with_timer(rfc3339()).json().init(),
+        // Each event's line through `text::json`: tracing's JSON writes DEL, C1 and format
+        // characters (a bidi override) of a field as themselves (issue 25, N8).
+        LogFormat::Json => b
+            .with_writer(|| JsonSafe(std::io::stderr()))
+            .with_timer(rfc3339())
+            .json()
+            .init(),
         LogFormat::Text => b
             .with_timer(rfc3339())
             .with_ansi(false)
@@ -255,5 +277,22 @@ mod tests {
         assert_eq!(priority(Level::WARN), 4);
         assert_eq!(priority(Level::INFO), 6);
         assert_eq!(priority(Level::DEBUG), 7);
+    }
+    /// Issue 25, N8: the JSON log format escapes what tracing's JSON leaves raw (DEL, C1, a
+    /// bidi override), and stays JSON with the same text.
+    #[test]
+    fn json_log_lines_carry_no_raw_control_or_format_character() {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(move || JsonSafe(out.clone()))
+            .json()
+            .finish();
+        let name = "x\u{7f}\u{9b}31m\u{202E}resu";
+        tracing::subscriber::with_default(sub, || tracing::info!(job = name, "job started"));
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert!(!text.contains(['\u{7f}', '\u{9b}', '\u{202E}']), "{text:?}");
+        let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(v["fields"]["job"], name, "{v}");
     }
 }

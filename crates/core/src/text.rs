@@ -15,9 +15,37 @@ use std::borrow::Cow;
 pub const MAX_LABEL_LEN: usize = 128;
 
 /// Whether `c` may never reach a terminal or a log line as itself: a control character (C0 —
-/// newline, carriage return, ESC among them —, DEL, or C1 — CSI U+009B among them).
+/// newline, carriage return, ESC among them —, DEL, or C1 — CSI U+009B among them), a format
+/// character (Unicode's Cf: bidirectional overrides and isolates such as U+202E and
+/// U+2066–U+2069, which reorder the columns of a table around them on screen — a job name
+/// could make `pjw status` show another user or state —, zero-width characters, the soft
+/// hyphen, tags), or a line or paragraph separator (U+2028, U+2029) (issue 25, N8).
 pub fn is_unsafe(c: char) -> bool {
     c.is_control()
+        || matches!(
+            c as u32,
+            0x00AD
+                | 0x0600..=0x0605
+                | 0x061C
+                | 0x06DD
+                | 0x070F
+                | 0x0890..=0x0891
+                | 0x08E2
+                | 0x180E
+                | 0x200B..=0x200F
+                | 0x2028..=0x202E
+                | 0x2060..=0x2064
+                | 0x2066..=0x206F
+                | 0xFEFF
+                | 0xFFF9..=0xFFFB
+                | 0x110BD
+                | 0x110CD
+                | 0x13430..=0x1343F
+                | 0x1BCA0..=0x1BCA3
+                | 0x1D173..=0x1D17A
+                | 0xE0001
+                | 0xE0020..=0xE007F
+        )
 }
 
 /// Longest cell of a table view: longer user text is cut with `…`.
@@ -59,7 +87,12 @@ pub fn json(serialized: &str) -> Cow<'_, str> {
         match c {
             // serde_json's own whitespace between tokens (pretty printing) stays.
             '\n' | '\t' | '\r' => out.push(c),
-            c if is_unsafe(c) => out.push_str(&format!("\\u{:04x}", c as u32)),
+            // Beyond U+FFFF as its UTF-16 surrogate pair, as JSON writes such a character.
+            c if is_unsafe(c) => {
+                for unit in c.encode_utf16(&mut [0u16; 2]) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
             c => out.push(c),
         }
     }
@@ -87,6 +120,36 @@ pub fn check_label(text: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 25, N8: a right-to-left override in a job name reversed the rest of its `pjw
+    /// status` line on screen (the user and state columns among it); format characters and
+    /// separators are escaped like controls, in cells and in JSON (which reads back the same).
+    #[test]
+    fn bidi_overrides_and_other_format_characters_are_escaped() {
+        for c in [
+            '\u{202E}',
+            '\u{2066}',
+            '\u{2069}',
+            '\u{200B}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{FEFF}',
+            '\u{E0041}',
+            '\u{AD}',
+        ] {
+            assert!(is_unsafe(c), "{:?}", c);
+            let name = format!("job{c}x");
+            assert_eq!(printable(&name, 64), format!("job{}x", c.escape_unicode()));
+            let raw = serde_json::to_string(&serde_json::json!({ "name": name })).unwrap();
+            let safe = json(&raw);
+            assert!(!safe.contains(c), "{safe}");
+            let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+            assert_eq!(back["name"], name.as_str());
+        }
+        for c in ['é', 'ß', '中', '😀', '\u{5D0}'] {
+            assert!(!is_unsafe(c), "{:?}", c);
+        }
+    }
 
     #[test]
     fn control_characters_are_escaped_and_long_text_cut() {
