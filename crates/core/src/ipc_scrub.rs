@@ -163,9 +163,11 @@ pub fn dir_removable(job: &Ended, f: &ShmFile) -> bool {
 }
 
 /// Whether a directory found deeper than [`MAX_DEPTH`] may be moved up to the top to be
-/// walked from there: only the owner's (one of another user's is left where it is).
+/// walked from there: only the owner's (one of another user's is left where it is), changed
+/// within the job's life (issue 25, N6: an older one — a login session's data — was moved out
+/// of its tree and not removed, only relocated).
 pub fn deep_dir_movable(job: &Ended, f: &ShmFile) -> bool {
-    f.uid == job.uid && f.dir
+    f.uid == job.uid && f.dir && (job.since..=job.until).contains(&f.ctime)
 }
 
 /// Which of `listing` to remove at the end of `job`, given the lowest uid scrubbed and the
@@ -366,7 +368,7 @@ mod tests {
                 f("o", 1000, 50, true),
                 false,
                 false,
-                true,
+                false,
             ),
             (
                 "another user's directory",

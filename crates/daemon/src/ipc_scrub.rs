@@ -438,16 +438,40 @@ fn walk_shm_within(shm_root: &Path, job: &Ended, max_entries: usize, max_subtree
                     let to = format!(".pjw-scrub-{}-{}-{moves}", job.uid, std::process::id());
                     let top_fd = stack.first().map(|f| &f.dir).expect("the top frame");
                     let parent = &stack.last().expect("a frame").dir;
+                    let noreplace = rustix::fs::RenameFlags::NOREPLACE;
                     if rustix::fs::renameat_with(
                         parent,
                         name.as_str(),
                         top_fd,
                         to.as_str(),
-                        rustix::fs::RenameFlags::NOREPLACE,
+                        noreplace,
                     )
                     .is_ok()
                     {
                         moves += 1;
+                        // The rename goes by name: what it moved must be the directory just
+                        // seen. Another one the owner swapped in meanwhile (it may be another
+                        // user's, which that user could not have moved) is put back and left
+                        // (issue 25, N6).
+                        let same = seen_at(top_fd, &to)
+                            .is_some_and(|now| (now.dev, now.ino) == (seen.dev, seen.ino));
+                        if !same {
+                            if let Err(e) = rustix::fs::renameat_with(
+                                top_fd,
+                                to.as_str(),
+                                parent,
+                                name.as_str(),
+                                noreplace,
+                            ) {
+                                let p: Vec<&str> = path.iter().map(String::as_str).collect();
+                                w.errors.push(format!(
+                                    "{}: swapped during the scrub, cannot put it back from {to}: {}",
+                                    quote(&p, &name),
+                                    std::io::Error::from(e)
+                                ));
+                            }
+                            continue;
+                        }
                         moved.push(Seen {
                             file: ShmFile {
                                 name: to,
@@ -832,5 +856,42 @@ mod tests {
             assert_eq!(w.cut.len(), 1, "{w:?}");
             assert!(w.cut[0].0.contains("open") && w.cut[0].1 == other, "{w:?}");
         }
+    }
+    /// Issue 25, N6: the owner's directories deeper than the walk holds descriptors for, but
+    /// older than the job (a login session's data), are not moved up out of their tree: the
+    /// tree is left as it was, with nothing relocated to the top.
+    #[test]
+    fn an_old_deep_tree_is_not_moved_out_of_its_place() {
+        let t = tempfile::tempdir().unwrap();
+        let shm = t.path().join("shm");
+        let mut deep = shm.join("old");
+        let mut chain = Vec::new();
+        for _ in 0..MAX_DEPTH + 6 {
+            chain.push(deep.clone());
+            deep = deep.join("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        chain.push(deep.clone());
+        for d in &chain {
+            chown(d, owner());
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        // A job that started after the tree was made.
+        let job = Ended {
+            uid: owner(),
+            since: now + 10,
+            until: now + 20,
+        };
+        let w = walk_shm(&shm, &job);
+        let top: Vec<String> = std::fs::read_dir(&shm)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(top, ["old"], "{w:?}");
+        assert!(deep.is_dir(), "the bottom of the tree moved: {w:?}");
     }
 }
