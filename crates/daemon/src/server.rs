@@ -14,7 +14,8 @@
 //! [`WRITE_TIMEOUT`] or the connection is dropped, and a report is streamed page by page as the
 //! client reads it ([`crate::report::LocalReport`]), at most [`REPORTS_PER_USER`] of one user's
 //! at a time (the others wait for their turn holding nothing but their connection), and at most
-//! [`CENTRAL_REPORTS`] cluster-store reports at a time on the node.
+//! [`CENTRAL_REPORTS`] cluster-store reports at a time on the node (one kept for root, at most
+//! [`CENTRAL_PER_USER`] of one user's).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -43,23 +44,45 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const REPORTS_PER_USER: usize = 4;
 
 /// Reports from the cluster store read at a time on this node (each holds a PostgreSQL
-/// connection, a thread and its answer).
+/// connection, a thread and its answer): one of them kept for root, the others shared by users,
+/// [`CENTRAL_PER_USER`] of them at most per user.
 pub const CENTRAL_REPORTS: usize = 4;
+
+/// Cluster-store reports of one user (other than root) at a time (issue 25, N7: one user's 4
+/// slow-read central reports held every slot, root's too).
+pub const CENTRAL_PER_USER: usize = 1;
+
+/// Per-uid semaphores of `permits` each.
+type PerUid = Arc<Mutex<HashMap<u32, Arc<Semaphore>>>>;
 
 /// Turns for reports: per user, and for the cluster store.
 #[derive(Clone, Debug)]
 pub struct ReportSlots {
-    by_uid: Arc<Mutex<HashMap<u32, Arc<Semaphore>>>>,
+    by_uid: PerUid,
+    central_by_uid: PerUid,
     central: Arc<Semaphore>,
+    central_root: Arc<Semaphore>,
 }
 
 impl Default for ReportSlots {
     fn default() -> Self {
         ReportSlots {
             by_uid: Arc::default(),
-            central: Arc::new(Semaphore::new(CENTRAL_REPORTS)),
+            central_by_uid: Arc::default(),
+            central: Arc::new(Semaphore::new(CENTRAL_REPORTS - 1)),
+            central_root: Arc::new(Semaphore::new(1)),
         }
     }
+}
+
+/// `uid`'s semaphore of `permits` in `m`, made when it has none.
+fn of_uid(m: &PerUid, uid: u32, permits: usize) -> Arc<Semaphore> {
+    let mut m = m.lock().unwrap_or_else(|e| e.into_inner());
+    // Users with no report under way or waiting hold no entry.
+    m.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < permits);
+    m.entry(uid)
+        .or_insert_with(|| Arc::new(Semaphore::new(permits)))
+        .clone()
 }
 
 impl ReportSlots {
@@ -68,20 +91,33 @@ impl ReportSlots {
         if uid == 0 {
             return None;
         }
-        let sem = {
-            let mut m = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
-            // Users with no report under way or waiting hold no entry.
-            m.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < REPORTS_PER_USER);
-            m.entry(uid)
-                .or_insert_with(|| Arc::new(Semaphore::new(REPORTS_PER_USER)))
-                .clone()
-        };
-        sem.acquire_owned().await.ok()
+        of_uid(&self.by_uid, uid, REPORTS_PER_USER)
+            .acquire_owned()
+            .await
+            .ok()
     }
 
-    /// Wait for a cluster-store report's turn.
-    async fn central(&self) -> Option<OwnedSemaphorePermit> {
-        self.central.clone().acquire_owned().await.ok()
+    /// Wait for a cluster-store report's turn: root's own slot for root; for a user, first
+    /// their own turn (one at a time), then one of the slots users share.
+    async fn central(&self, uid: u32) -> Vec<OwnedSemaphorePermit> {
+        if uid == 0 {
+            return self
+                .central_root
+                .clone()
+                .acquire_owned()
+                .await
+                .into_iter()
+                .collect();
+        }
+        let mut held = Vec::new();
+        held.extend(
+            of_uid(&self.central_by_uid, uid, CENTRAL_PER_USER)
+                .acquire_owned()
+                .await
+                .ok(),
+        );
+        held.extend(self.central.clone().acquire_owned().await.ok());
+        held
     }
 }
 
@@ -325,7 +361,7 @@ async fn stream_report(
         }
         ReportAnswer::Central(c) => {
             let _turn = slots.user(uid).await;
-            let _central = slots.central().await;
+            let _central = slots.central(uid).await;
             let mut rx = c.start();
             while let Some(resp) = rx.recv().await {
                 let last = matches!(resp, Response::ReportEnd { .. } | Response::Error { .. });
@@ -650,6 +686,32 @@ fn shutting_down() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 25, N7: a user holding cluster-store reports open (a frame read every 29 s)
+    /// holds one slot at most; other users still get the rest, and root its own.
+    #[tokio::test(flavor = "current_thread")]
+    async fn one_users_central_reports_leave_slots_for_others_and_root() {
+        let slots = ReportSlots::default();
+        let held = slots.central(1000).await;
+        assert_eq!(held.len(), 2);
+        // The same user's second waits; another user's and root's go at once.
+        let again = tokio::time::timeout(Duration::from_millis(50), slots.central(1000)).await;
+        assert!(
+            again.is_err(),
+            "a second central report of the same user got a slot"
+        );
+        let other = tokio::time::timeout(Duration::from_millis(50), slots.central(1001)).await;
+        assert!(other.is_ok_and(|p| p.len() == 2));
+        let mut users = Vec::new();
+        for uid in [1002, 1003] {
+            users.push(slots.central(uid).await);
+        }
+        let root = tokio::time::timeout(Duration::from_millis(50), slots.central(0)).await;
+        assert!(root.is_ok_and(|p| p.len() == 1), "root waited behind users");
+        drop(held);
+        let again = tokio::time::timeout(Duration::from_millis(50), slots.central(1000)).await;
+        assert!(again.is_ok(), "the user's slot did not come back");
+    }
 
     #[test]
     fn a_user_over_the_limit_is_refused_root_never_and_slots_come_back() {
