@@ -5,18 +5,21 @@
 //! the plan names. Runs on a blocking thread, never on the engine's.
 //!
 //! Every removal is checked again just before it: a SysV object by `IPC_STAT` (owner, attach
-//! count, change time), a /dev/shm or /dev/mqueue entry by `fstatat(AT_SYMLINK_NOFOLLOW)` on
-//! the directory's descriptor, then removed with `unlinkat` on the same descriptor (on the
+//! count, change time), a /dev/mqueue entry by `fstatat(AT_SYMLINK_NOFOLLOW)` on the
+//! directory's descriptor, a /dev/shm entry by an `O_PATH` open with `RESOLVE_NO_XDEV` and
+//! `fstat` (a mount point — a user's FUSE mount — is never asked anything), then removed with `unlinkat` on the same descriptor (on the
 //! mqueue file system that is `mq_unlink`) — no path is resolved again and no symlink is
 //! followed (a link the user planted is itself removed, never its target).
 //!
-//! /dev/shm is walked as a tree ([`walk_shm`]): each directory is opened relative to its
-//! parent's descriptor with `O_NOFOLLOW | O_DIRECTORY` and checked to be the entry just seen on
-//! /dev/shm's own file system; a regular file with no other name is emptied through a
+//! /dev/shm is walked as a tree ([`walk_shm`]): each directory the owner could have written in
+//! (its own, or open to its group or to all) is opened relative to its parent's descriptor with
+//! `openat2` (`O_DIRECTORY`, no link, no mount crossed) and checked to be the entry just seen
+//! on /dev/shm's own file system; a regular file with no other name is emptied through a
 //! descriptor opened the same way (`O_NOFOLLOW | O_NONBLOCK`, checked to be that file) before
 //! its removal, so pages a process outside the job holds are freed; at most
 //! [`MAX_DEPTH`] descriptors are held, an owner's directory deeper than that is moved up to
-//! the top and walked from there. At most [`MAX_ENTRIES`] entries are looked at per scrub.
+//! the top and walked from there. At most [`MAX_ENTRIES`] entries are looked at per scrub, and
+//! [`MAX_SUBTREE_ENTRIES`] below one top entry, the owner's own top entries first.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
