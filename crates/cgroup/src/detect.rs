@@ -139,6 +139,82 @@ fn resolve(
     })
 }
 
+/// The cgroup mounts that matter: the first mount of each v1 hierarchy (bind mounts repeat
+/// them) with its controllers, and the first cgroup2 mount.
+struct CgroupMounts<'m> {
+    v1: Vec<(Vec<String>, &'m Mount)>,
+    v2: Option<&'m Mount>,
+}
+
+impl<'m> CgroupMounts<'m> {
+    fn first_of_each(mounts: &'m [Mount]) -> Self {
+        let mut v1: Vec<(Vec<String>, &Mount)> = Vec::new();
+        let mut v2: Option<&Mount> = None;
+        for m in mounts {
+            match m.cgroup() {
+                Some(CgroupMount::V1 { controllers })
+                    if !v1.iter().any(|(c, _)| same_set(c, &controllers)) =>
+                {
+                    v1.push((controllers, m));
+                }
+                Some(CgroupMount::V2) if v2.is_none() => v2 = Some(m),
+                _ => {}
+            }
+        }
+        CgroupMounts { v1, v2 }
+    }
+
+    /// Whether a controller pjw uses (or the freezer) is mounted as v1.
+    fn ours_on_v1(&self) -> bool {
+        self.v1.iter().any(|(c, _)| {
+            c.iter()
+                .any(|x| V1_CONTROLLERS.contains(&x.as_str()) || x == "freezer")
+        })
+    }
+
+    /// The v1 mount that holds controller `c`.
+    fn v1_with(&self, c: &str) -> Option<&(Vec<String>, &'m Mount)> {
+        self.v1.iter().find(|(cs, _)| cs.iter().any(|x| x == c))
+    }
+}
+
+/// Where this process sits: its `/proc/self/cgroup` lines (read from `cg_path`) and the parent
+/// asked for, to resolve a hierarchy's parent with.
+struct Own<'a> {
+    lines: &'a [CgroupLine],
+    parent: &'a ParentSpec,
+    cg_path: &'a Path,
+}
+
+impl Own<'_> {
+    /// Hierarchy `controllers` of `mount` (v1) with the parent resolved; `c` picks this
+    /// process's line when no line has exactly the mount's controllers.
+    fn resolve_v1(
+        &self,
+        mount: &Mount,
+        controllers: &[String],
+        c: &str,
+    ) -> Result<Hierarchy, CgroupError> {
+        let own = self
+            .lines
+            .iter()
+            .find(|l| same_set(&l.controllers, controllers))
+            .or_else(|| {
+                self.lines
+                    .iter()
+                    .find(|l| l.controllers.iter().any(|x| x == c))
+            });
+        resolve(
+            mount,
+            false,
+            controllers.to_vec(),
+            own,
+            self.parent,
+            self.cg_path,
+        )
+    }
+}
+
 pub(crate) fn detect(
     proc_root: &Path,
     parent: &ParentSpec,
@@ -154,157 +230,28 @@ pub(crate) fn detect(
         path: cg_path.clone(),
         source,
     })?;
-
-    // First mount of each v1 hierarchy (bind mounts repeat them) and the first cgroup2 mount.
-    let mut v1_mounts: Vec<(Vec<String>, &Mount)> = Vec::new();
-    let mut v2_mount: Option<&Mount> = None;
-    for m in &mounts {
-        match m.cgroup() {
-            Some(CgroupMount::V1 { controllers })
-                if !v1_mounts.iter().any(|(c, _)| same_set(c, &controllers)) =>
-            {
-                v1_mounts.push((controllers, m));
-            }
-            Some(CgroupMount::V2) if v2_mount.is_none() => v2_mount = Some(m),
-            _ => {}
-        }
-    }
-    let ours_on_v1 = v1_mounts.iter().any(|(c, _)| {
-        c.iter()
-            .any(|x| V1_CONTROLLERS.contains(&x.as_str()) || x == "freezer")
-    });
-    let root_v2_controllers = match v2_mount {
+    let found = CgroupMounts::first_of_each(&mounts);
+    let root_v2_controllers = match found.v2 {
         Some(m) => {
             crate::unified::read_list(fs, &Path::new(&m.mount_point).join("cgroup.controllers"))?
         }
         None => Vec::new(),
     };
-    let mode = match (ours_on_v1, v2_mount) {
-        (true, Some(_)) => Mode::Hybrid,
-        (true, None) => Mode::Legacy,
-        (false, Some(_)) if !root_v2_controllers.is_empty() => Mode::Unified,
-        (false, Some(m)) => {
-            return Err(CgroupError::NoCgroupFs {
-                path: mi_path,
-                reason: format!(
-                    "the cgroup2 mount at {} has no controllers and no v1 controller is mounted",
-                    m.mount_point
-                ),
-            })
-        }
-        (false, None) => {
-            return Err(CgroupError::NoCgroupFs {
-                path: mi_path,
-                reason: "no cgroup or cgroup2 mount".into(),
-            })
-        }
+    let mode = mode_of(&found, &root_v2_controllers, &mi_path)?;
+    let own = Own {
+        lines: &lines,
+        parent,
+        cg_path: &cg_path,
     };
-
-    let mut v1 = Vec::new();
-    if mode != Mode::Unified {
-        let mut wanted: Vec<&str> = V1_CONTROLLERS.to_vec();
-        match mode {
-            Mode::Legacy => wanted.push("freezer"),
-            // The cgroup2 tree's cpu.stat counts CPU time in every cgroup, controller or not: a
-            // cpuacct hierarchy of its own would be one more mkdir, move and rmdir per job for
-            // nothing (co-mounted as cpu,cpuacct it comes with cpu anyway).
-            _ => wanted.retain(|c| *c != "cpuacct"),
-        }
-        for c in wanted {
-            let Some((controllers, m)) = v1_mounts.iter().find(|(cs, _)| cs.iter().any(|x| x == c))
-            else {
-                if c == "cpuset" {
-                    return Err(CgroupError::MissingController {
-                        controller: c.into(),
-                        where_: None,
-                    });
-                }
-                tracing::warn!(controller = c, "cgroup v1 controller not mounted, skipped");
-                continue;
-            };
-            if v1
-                .iter()
-                .any(|h: &Hierarchy| h.mount_point == Path::new(&m.mount_point))
-            {
-                continue; // co-mounted with one already in use (cpu,cpuacct)
-            }
-            let own = lines
-                .iter()
-                .find(|l| same_set(&l.controllers, controllers))
-                .or_else(|| lines.iter().find(|l| l.controllers.iter().any(|x| x == c)));
-            v1.push(resolve(
-                m,
-                false,
-                controllers.clone(),
-                own,
-                parent,
-                &cg_path,
-            )?);
-        }
-    }
-
-    let mut devices = None;
-    if mode != Mode::Unified {
-        if let Some((controllers, m)) = v1_mounts
-            .iter()
-            .find(|(cs, _)| cs.iter().any(|x| x == "devices"))
-        {
-            let shared = v1
-                .iter()
-                .any(|h: &Hierarchy| h.mount_point == Path::new(&m.mount_point));
-            if !shared {
-                let own = lines
-                    .iter()
-                    .find(|l| same_set(&l.controllers, controllers))
-                    .or_else(|| {
-                        lines
-                            .iter()
-                            .find(|l| l.controllers.iter().any(|x| x == "devices"))
-                    });
-                devices = Some(resolve(
-                    m,
-                    false,
-                    controllers.clone(),
-                    own,
-                    parent,
-                    &cg_path,
-                )?);
-            }
-        }
-    }
-
-    let v2 = match v2_mount {
-        Some(m) => {
-            let controllers: Vec<String> = if mode == Mode::Unified {
-                if !root_v2_controllers.iter().any(|c| c == "cpuset") {
-                    return Err(CgroupError::MissingController {
-                        controller: "cpuset".into(),
-                        where_: Some(PathBuf::from(&m.mount_point)),
-                    });
-                }
-                V2_CONTROLLERS
-                    .iter()
-                    .filter(|c| root_v2_controllers.iter().any(|r| r == *c))
-                    .map(|c| c.to_string())
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            let own = lines.iter().find(|l| l.is_v2());
-            let mut h = resolve(m, true, controllers, own, parent, &cg_path)?;
-            if mode == Mode::Unified && h.base != h.mount_point {
-                // Below our own cgroup only what it has can be enabled.
-                let here = crate::unified::read_list(fs, &h.base.join("cgroup.controllers"))?;
-                if !here.iter().any(|c| c == "cpuset") {
-                    return Err(CgroupError::NotDelegated {
-                        controller: "cpuset".into(),
-                        cgroup: h.base.clone(),
-                    });
-                }
-                h.controllers.retain(|c| here.contains(c));
-            }
-            Some(h)
-        }
+    let (v1, devices) = if mode == Mode::Unified {
+        (Vec::new(), None)
+    } else {
+        let v1 = v1_hierarchies(mode, &found, &own)?;
+        let devices = devices_hierarchy(&found, &v1, &own)?;
+        (v1, devices)
+    };
+    let v2 = match found.v2 {
+        Some(m) => Some(v2_hierarchy(m, mode, &root_v2_controllers, &own, fs)?),
         None => None,
     };
     Ok(Detected {
@@ -313,6 +260,128 @@ pub(crate) fn detect(
         v2,
         devices,
     })
+}
+
+/// The mode from what is mounted: a controller pjw uses on v1 makes it Hybrid (with cgroup2) or
+/// Legacy; else a cgroup2 root with controllers is Unified.
+fn mode_of(
+    found: &CgroupMounts<'_>,
+    root_v2_controllers: &[String],
+    mi_path: &Path,
+) -> Result<Mode, CgroupError> {
+    match (found.ours_on_v1(), found.v2) {
+        (true, Some(_)) => Ok(Mode::Hybrid),
+        (true, None) => Ok(Mode::Legacy),
+        (false, Some(_)) if !root_v2_controllers.is_empty() => Ok(Mode::Unified),
+        (false, Some(m)) => Err(CgroupError::NoCgroupFs {
+            path: mi_path.to_path_buf(),
+            reason: format!(
+                "the cgroup2 mount at {} has no controllers and no v1 controller is mounted",
+                m.mount_point
+            ),
+        }),
+        (false, None) => Err(CgroupError::NoCgroupFs {
+            path: mi_path.to_path_buf(),
+            reason: "no cgroup or cgroup2 mount".into(),
+        }),
+    }
+}
+
+/// The v1 hierarchies pjw uses in Hybrid or Legacy mode, one per mount, cpuset first (a
+/// missing cpuset is an error, another missing controller a warning).
+fn v1_hierarchies(
+    mode: Mode,
+    found: &CgroupMounts<'_>,
+    own: &Own<'_>,
+) -> Result<Vec<Hierarchy>, CgroupError> {
+    let mut wanted: Vec<&str> = V1_CONTROLLERS.to_vec();
+    match mode {
+        Mode::Legacy => wanted.push("freezer"),
+        // The cgroup2 tree's cpu.stat counts CPU time in every cgroup, controller or not: a
+        // cpuacct hierarchy of its own would be one more mkdir, move and rmdir per job for
+        // nothing (co-mounted as cpu,cpuacct it comes with cpu anyway).
+        _ => wanted.retain(|c| *c != "cpuacct"),
+    }
+    let mut v1: Vec<Hierarchy> = Vec::new();
+    for c in wanted {
+        let Some((controllers, m)) = found.v1_with(c) else {
+            if c == "cpuset" {
+                return Err(CgroupError::MissingController {
+                    controller: c.into(),
+                    where_: None,
+                });
+            }
+            tracing::warn!(controller = c, "cgroup v1 controller not mounted, skipped");
+            continue;
+        };
+        if v1
+            .iter()
+            .any(|h| h.mount_point == Path::new(&m.mount_point))
+        {
+            continue; // co-mounted with one already in use (cpu,cpuacct)
+        }
+        v1.push(own.resolve_v1(m, controllers, c)?);
+    }
+    Ok(v1)
+}
+
+/// The v1 `devices` hierarchy, when mounted apart from those in use.
+fn devices_hierarchy(
+    found: &CgroupMounts<'_>,
+    v1: &[Hierarchy],
+    own: &Own<'_>,
+) -> Result<Option<Hierarchy>, CgroupError> {
+    let Some((controllers, m)) = found.v1_with("devices") else {
+        return Ok(None);
+    };
+    if v1
+        .iter()
+        .any(|h| h.mount_point == Path::new(&m.mount_point))
+    {
+        return Ok(None);
+    }
+    Ok(Some(own.resolve_v1(m, controllers, "devices")?))
+}
+
+/// The cgroup2 hierarchy: in Unified mode with the controllers pjw uses that the root has (and
+/// that our own cgroup has, below it; cpuset required), else with none (Hybrid's tracking and
+/// freezing tree).
+fn v2_hierarchy(
+    m: &Mount,
+    mode: Mode,
+    root_v2_controllers: &[String],
+    own: &Own<'_>,
+    fs: &Fs,
+) -> Result<Hierarchy, CgroupError> {
+    let controllers: Vec<String> = if mode == Mode::Unified {
+        if !root_v2_controllers.iter().any(|c| c == "cpuset") {
+            return Err(CgroupError::MissingController {
+                controller: "cpuset".into(),
+                where_: Some(PathBuf::from(&m.mount_point)),
+            });
+        }
+        V2_CONTROLLERS
+            .iter()
+            .filter(|c| root_v2_controllers.iter().any(|r| r == *c))
+            .map(|c| c.to_string())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let own_line = own.lines.iter().find(|l| l.is_v2());
+    let mut h = resolve(m, true, controllers, own_line, own.parent, own.cg_path)?;
+    if mode == Mode::Unified && h.base != h.mount_point {
+        // Below our own cgroup only what it has can be enabled.
+        let here = crate::unified::read_list(fs, &h.base.join("cgroup.controllers"))?;
+        if !here.iter().any(|c| c == "cpuset") {
+            return Err(CgroupError::NotDelegated {
+                controller: "cpuset".into(),
+                cgroup: h.base.clone(),
+            });
+        }
+        h.controllers.retain(|c| here.contains(c));
+    }
+    Ok(h)
 }
 
 #[cfg(test)]

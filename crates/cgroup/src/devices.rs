@@ -18,6 +18,7 @@ use std::path::Path;
 use crate::device_prog;
 use crate::error::CgroupError;
 use crate::fs::{Backend, Fs};
+use crate::Driver;
 
 /// How jobs are fenced off devices ([`crate::Driver::fence_devices`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +88,59 @@ pub(crate) fn deny_v2(fs: &Fs, dir: &Path, devs: &[(u32, u32)]) -> Result<(), Cg
                 value: text,
                 source,
             })
+        }
+    }
+}
+
+impl Driver {
+    /// Fence every job from now on off the devices [`Driver::deny_devices`] names, and say how:
+    /// the v1 `devices` controller where it is mounted (every job then also gets a cgroup
+    /// there; call before [`Driver::prepare_parent`]), else a `BPF_CGROUP_DEVICE` program on
+    /// the job's cgroup2 directory (pure v2, or hybrid without the v1 controller). `None` (and
+    /// nothing changes) on a v1-only machine without the devices controller.
+    pub fn fence_devices(&mut self) -> Option<Fence> {
+        self.fence = if self.devices.is_some() {
+            Some(Fence::V1Controller)
+        } else if self.v2().is_some() {
+            Some(Fence::BpfProgram)
+        } else {
+            None
+        };
+        self.fence
+    }
+
+    /// [`Driver::fence_devices`] with a chosen fence (tests: the device program on a hybrid
+    /// machine that has the v1 controller too). False (and nothing changes) when this machine
+    /// lacks it.
+    pub fn fence_devices_by(&mut self, fence: Fence) -> bool {
+        let there = match fence {
+            Fence::V1Controller => self.devices.is_some(),
+            Fence::BpfProgram => self.v2().is_some(),
+        };
+        if there {
+            self.fence = Some(fence);
+        }
+        there
+    }
+
+    /// How jobs are fenced off devices ([`Driver::fence_devices`]), if they are.
+    pub fn fences_devices(&self) -> Option<Fence> {
+        self.fence
+    }
+
+    /// Keep job `name` from opening the character devices `devs` (major, minor), before its
+    /// first process joins. An error when devices are not fenced (a fence that is not there
+    /// must not look as if it were), and when the kernel refuses the v1 rule or the device
+    /// program (the job must not start unfenced).
+    pub fn deny_devices(&self, name: &str, devs: &[(u32, u32)]) -> Result<(), CgroupError> {
+        crate::parent::validate_job_name(name)?;
+        match (self.fence, self.devices.as_ref(), self.v2()) {
+            (Some(Fence::V1Controller), Some(h), _) => deny_v1(&self.fs, &h.job(name), devs),
+            (Some(Fence::BpfProgram), _, Some(v2)) => deny_v2(&self.fs, &v2.job(name), devs),
+            _ => Err(CgroupError::MissingController {
+                controller: "devices".into(),
+                where_: None,
+            }),
         }
     }
 }

@@ -211,40 +211,9 @@ pub fn config_man_page(markdown: &str, version: &str) -> String {
             out.push_str(&format!(".SS {}\n", inline(h)));
             paragraph = false;
         } else if line.starts_with('|') {
-            if line.chars().all(|c| matches!(c, '|' | '-' | ':' | ' ')) {
-                continue;
+            if roff_table_row(&mut out, line, first_row, &mut header) {
+                paragraph = false;
             }
-            let cells: Vec<String> = line
-                .trim()
-                .trim_matches('|')
-                .split(" | ")
-                .map(|c| c.trim().to_string())
-                .collect();
-            if first_row {
-                header = cells;
-                continue;
-            }
-            out.push_str(".TP\n");
-            out.push_str(&inline(&cells[0]));
-            out.push('\n');
-            let mut facts = Vec::new();
-            for (i, cell) in cells
-                .iter()
-                .enumerate()
-                .take(cells.len().saturating_sub(1))
-                .skip(1)
-            {
-                let name = header.get(i).map(|s| s.as_str()).unwrap_or("");
-                facts.push(format!("{name}: {}", strip_bold(&inline(cell))));
-            }
-            if !facts.is_empty() {
-                out.push_str(&format!("({})\n.br\n", facts.join("; ")));
-            }
-            if let Some(last) = cells.last() {
-                out.push_str(&inline(last));
-                out.push('\n');
-            }
-            paragraph = false;
         } else if line.trim().is_empty() {
             if !paragraph {
                 continue;
@@ -270,6 +239,46 @@ pub fn config_man_page(markdown: &str, version: &str) -> String {
         ".SH FILES\n/etc/pjw/pjw.toml\n.SH SEE ALSO\n\\fBpjw\\fR(1), \\fBpjw-daemon\\fR(1)\n",
     );
     out
+}
+
+/// One Markdown table row of the config reference as a roff tagged paragraph: the key in bold,
+/// the facts of the middle cells named by the header's cells, then the meaning. The header row
+/// (`first_row`: kept in `header`) and the rule below it write nothing: false.
+fn roff_table_row(out: &mut String, line: &str, first_row: bool, header: &mut Vec<String>) -> bool {
+    if line.chars().all(|c| matches!(c, '|' | '-' | ':' | ' ')) {
+        return false;
+    }
+    let cells: Vec<String> = line
+        .trim()
+        .trim_matches('|')
+        .split(" | ")
+        .map(|c| c.trim().to_string())
+        .collect();
+    if first_row {
+        *header = cells;
+        return false;
+    }
+    out.push_str(".TP\n");
+    out.push_str(&inline(&cells[0]));
+    out.push('\n');
+    let mut facts = Vec::new();
+    for (i, cell) in cells
+        .iter()
+        .enumerate()
+        .take(cells.len().saturating_sub(1))
+        .skip(1)
+    {
+        let name = header.get(i).map(|s| s.as_str()).unwrap_or("");
+        facts.push(format!("{name}: {}", strip_bold(&inline(cell))));
+    }
+    if !facts.is_empty() {
+        out.push_str(&format!("({})\n.br\n", facts.join("; ")));
+    }
+    if let Some(last) = cells.last() {
+        out.push_str(&inline(last));
+        out.push('\n');
+    }
+    true
 }
 
 /// A roff text line: backslashes doubled, a leading `.` or `'` protected.

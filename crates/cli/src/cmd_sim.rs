@@ -1,13 +1,13 @@
 //! `pjw sim`: replay a job trace on one or more topologies under each placement policy and print
-//! one table per topology. The simulation itself is pure (`pjw_core::sim`); this module loads
+//! one table per topology. The simulation itself is pure (`pjw_sim`); this module loads
 //! the inputs and measures each policy decision with the clock, which the core never reads.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use pjw_core::sim::{self, baselines, trace, Job, Placement, SimReport};
 use pjw_core::{CpuSet, Level, Topology};
+use pjw_sim::{self as sim, baselines, trace, Job, Placement, SimReport};
 
 use crate::cli::SimArgs;
 

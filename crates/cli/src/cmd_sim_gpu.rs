@@ -1,13 +1,13 @@
 //! `pjw sim --gpus`: replay a trace of GPU and CPU-only jobs on machines with GPUs under each GPU
 //! placement policy and print one table per machine. The simulation is pure
-//! (`pjw_core::sim::gpu`); this module loads the machines and prints.
+//! (`pjw_sim::gpu`); this module loads the machines and prints.
 
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use pjw_core::sim::gpu::{self, GpuReport};
-use pjw_core::sim::gpu_policies;
 use pjw_core::{Gpus, Level, Topology};
+use pjw_sim::gpu::{self, GpuReport};
+use pjw_sim::gpu_policies;
 
 use crate::cli::SimArgs;
 

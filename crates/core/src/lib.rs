@@ -25,7 +25,6 @@ pub mod lease;
 pub mod login;
 pub mod pin_owner;
 pub mod sched;
-pub mod sim;
 pub mod size;
 pub mod start_stats;
 pub mod step;

@@ -21,10 +21,47 @@ use crate::{CoreError, CpuSet, Gpu, GpuId, GpuVendor, Gpus, MAX_CPUS};
 
 /// Parse a synthetic description into a topology whose every PU is online and allowed.
 pub fn parse(text: &str) -> Result<Topology, CoreError> {
-    let bad = |reason: String| CoreError::BadSynthetic {
+    let Levels { counts, memory } = levels(text)?;
+    let total: u64 = counts.iter().map(|(_, c)| *c as u64).product();
+    if total as usize > MAX_CPUS {
+        return Err(bad_synthetic(
+            text,
+            format!("{total} pus is more than pjw handles ({MAX_CPUS})"),
+        ));
+    }
+    let pus = pus(&counts, total);
+    let numa_nodes = numa_nodes(&pus, memory);
+    let allowed = CpuSet::first_n(total as usize)?;
+    let topo = Topology {
+        source: format!("synthetic:{}", text.trim()),
+        pus,
+        numa_nodes,
+        allowed,
+        distances: Default::default(),
+    };
+    topo.validate()?;
+    Ok(topo)
+}
+
+fn bad_synthetic(text: &str, reason: String) -> CoreError {
+    CoreError::BadSynthetic {
         text: text.to_string(),
         reason,
-    };
+    }
+}
+
+/// What a description says about the machine.
+struct Levels {
+    /// The levels it names, outermost first, with their counts per parent (`package`, `core`
+    /// and `pu` added with 1 where absent).
+    counts: Vec<(Level, u32)>,
+    /// The memory of each NUMA node (`mem:SIZE`).
+    memory: Option<u64>,
+}
+
+/// The levels of a description, checked.
+fn levels(text: &str) -> Result<Levels, CoreError> {
+    let bad = |reason: String| bad_synthetic(text, reason);
     let mut counts: Vec<(Level, u32)> = Vec::new();
     let mut memory: Option<u64> = None;
     for item in text.split_whitespace() {
@@ -78,12 +115,11 @@ pub fn parse(text: &str) -> Result<Topology, CoreError> {
             counts.insert(pos, (must, 1));
         }
     }
-    let total: u64 = counts.iter().map(|(_, c)| *c as u64).product();
-    if total as usize > MAX_CPUS {
-        return Err(bad(format!(
-            "{total} pus is more than pjw handles ({MAX_CPUS})"
-        )));
-    }
+    Ok(Levels { counts, memory })
+}
+
+/// The `total` PUs of `counts`, numbered in depth-first order, each with its domains.
+fn pus(counts: &[(Level, u32)], total: u64) -> Vec<Pu> {
     // Number of PUs under one domain of each level.
     let mut span = vec![1u64; counts.len()];
     for i in (0..counts.len()).rev() {
@@ -116,8 +152,13 @@ pub fn parse(text: &str) -> Result<Topology, CoreError> {
             online: true,
         });
     }
+    pus
+}
+
+/// The NUMA nodes the PUs name, each with `memory`.
+fn numa_nodes(pus: &[Pu], memory: Option<u64>) -> Vec<NumaNode> {
     let nodes = pus.iter().filter_map(|p| p.numa).max().unwrap_or(0) + 1;
-    let numa_nodes = (0..nodes)
+    (0..nodes)
         .map(|n| NumaNode {
             os: n,
             cpus: pus
@@ -128,17 +169,7 @@ pub fn parse(text: &str) -> Result<Topology, CoreError> {
             memory,
             memory_only: false,
         })
-        .collect();
-    let allowed = CpuSet::first_n(total as usize)?;
-    let topo = Topology {
-        source: format!("synthetic:{}", text.trim()),
-        pus,
-        numa_nodes,
-        allowed,
-        distances: Default::default(),
-    };
-    topo.validate()?;
-    Ok(topo)
+        .collect()
 }
 
 /// The `gpu:N` count of a description (0 when absent).

@@ -41,7 +41,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::os;
 use crate::procs::{ProcCounts, ProcTracker};
-use crate::profile::{Finals, Writer};
+use crate::profile::{EndReason, Finals, Writer};
 use crate::store_port::StorePort;
 
 mod admission;
@@ -207,7 +207,10 @@ pub struct Engine {
 /// How a job ended, for [`Engine::record_end`].
 #[derive(Debug, Default)]
 struct End {
-    reason: String,
+    /// Why, as its source said.
+    reason: EndReason,
+    /// What memory did to it, after the reason in the stored text (`; ` before each part).
+    memory: String,
     killed: bool,
     ooms: u64,
     running_ms: i64,
@@ -447,7 +450,7 @@ impl Engine {
                 if let Some(seq) = gone {
                     if let Some(j) = self.jobs.remove(&seq) {
                         info!(job = %j.id, user = %j.user, "queued client left; job withdrawn");
-                        self.record_end(&j, End::reason("client left the queue"));
+                        self.record_end(&j, End::not_started("client left the queue"));
                     }
                     self.replan();
                 }

@@ -25,8 +25,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use pjw_core::ipc_scrub::{
-    deep_dir_movable, dir_removable, entry_removable, parse_sysvipc, sysv_removable, Ended,
-    IpcKind, Listing, Plan, ShmFile, SysvObject, MAX_DEPTH,
+    deep_dir_movable, dir_removable, entry_removable, sysv_removable, Ended, IpcKind, Listing,
+    Plan, ShmFile, SysvObject, MAX_DEPTH,
 };
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
@@ -50,7 +50,7 @@ pub fn read_listing(proc_root: &Path, mq_root: &Path) -> Listing {
     for kind in IpcKind::ALL {
         let path = proc_root.join("sysvipc").join(kind.file());
         if let Ok(text) = std::fs::read_to_string(&path) {
-            sysv.extend(parse_sysvipc(kind, &text));
+            sysv.extend(pjw_kernelfs::sysvipc::parse(kind, &text));
         }
     }
     let mqueues = open_dir(mq_root).map(|d| list_dir(&d)).unwrap_or_default();

@@ -273,7 +273,7 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
         None => {
             let total = std::fs::read_to_string(cfg.proc_root.join("meminfo"))
                 .ok()
-                .and_then(|t| pjw_topology::parse_meminfo_total(&t))
+                .and_then(|t| pjw_kernelfs::meminfo::parse_total(&t))
                 .unwrap_or(u64::MAX);
             total.saturating_sub(cfg.memory_reserve).max(1 << 28)
         }

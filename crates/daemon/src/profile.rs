@@ -433,11 +433,13 @@ mod tests {
                 EndClass::Killed,
             ),
         ] {
-            assert_eq!(end_class(reason, killed, ooms, status), want, "{reason}");
+            let typed = EndReason::parse(reason);
+            assert_eq!(end_class(&typed, killed, ooms, status), want, "{reason}");
         }
         for (reason, killed, ooms, status, want) in table {
-            assert_eq!(end_class(reason, killed, ooms, status), want, "{reason}");
-            assert_eq!(EndReason::parse(reason).text(), reason, "round trip");
+            let typed = EndReason::parse(reason);
+            assert_eq!(end_class(&typed, killed, ooms, status), want, "{reason}");
+            assert_eq!(typed.text(), reason, "round trip");
         }
     }
 

@@ -20,7 +20,7 @@ mod cgroups;
 use crate::clock::Clock;
 use crate::config::{Config, Overrides};
 use crate::engine::{Cred, Engine, Event, Who};
-use crate::store_port::StorePort;
+use crate::store_port::{StoreDetailWriter, StoreReader, StoreWriter};
 pub use cgroups::{FakeCgroups, Gate};
 use pjw_proto::{Placement, RunRequest};
 
@@ -139,13 +139,37 @@ pub fn disk_full(path: &Path) -> StoreError {
     }
 }
 
-impl StorePort for FakeStore {
+impl StoreReader for FakeStore {
     fn path(&self) -> &Path {
         &self.path
     }
     fn job_number(&self) -> Result<u64, StoreError> {
         Ok(self.state().next_number + 1)
     }
+    fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        Ok(self
+            .state()
+            .rows
+            .values()
+            .filter(|r| r.state != StoredState::Ended)
+            .cloned()
+            .collect())
+    }
+    fn starter(&self, seq: i64) -> Result<Option<StarterRecord>, StoreError> {
+        Ok(self.state().starters.get(&seq).cloned())
+    }
+    fn gpus(&self, seq: i64) -> Result<Option<(u32, pjw_core::GpuSet)>, StoreError> {
+        Ok(self.state().gpus.get(&seq).copied())
+    }
+    fn io(&self, seq: i64) -> Result<Option<pjw_core::io_limits::JobIo>, StoreError> {
+        Ok(self.state().io.get(&seq).cloned())
+    }
+    fn bind(&self, seq: i64) -> Result<Option<pjw_core::thread_bind::BindMode>, StoreError> {
+        Ok(self.state().bind.get(&seq).copied())
+    }
+}
+
+impl StoreWriter for FakeStore {
     fn submit_job(&mut self, r: &SubmitRecord) -> Result<i64, StoreError> {
         let mut parts = Vec::new();
         if let Some(n) = r.number {
@@ -194,6 +218,14 @@ impl StorePort for FakeStore {
             seq
         })
     }
+    fn insert_job(&mut self, j: &JobRecord) -> Result<i64, StoreError> {
+        self.write(format!("insert_job {}", j.job_id), |st| {
+            st.next_seq += 1;
+            let seq = st.next_seq;
+            st.rows.insert(seq, JobRecord { seq, ..j.clone() });
+            seq
+        })
+    }
     fn start_job(&mut self, r: &StartRecord) -> Result<(), StoreError> {
         let seq = r.seq;
         let mut parts = Vec::new();
@@ -219,14 +251,6 @@ impl StorePort for FakeStore {
                 row.role = r.role;
                 row.started_ms = Some(r.started_ms);
             }
-        })
-    }
-    fn insert_job(&mut self, j: &JobRecord) -> Result<i64, StoreError> {
-        self.write(format!("insert_job {}", j.job_id), |st| {
-            st.next_seq += 1;
-            let seq = st.next_seq;
-            st.rows.insert(seq, JobRecord { seq, ..j.clone() });
-            seq
         })
     }
     fn set_role(
@@ -267,11 +291,6 @@ impl StorePort for FakeStore {
             }
         })
     }
-    fn set_starter(&mut self, seq: i64, s: &StarterRecord) -> Result<(), StoreError> {
-        self.write(format!("set_starter {seq}"), |st| {
-            st.starters.insert(seq, s.clone());
-        })
-    }
     fn finish_job(
         &mut self,
         ended_ms: i64,
@@ -290,8 +309,13 @@ impl StorePort for FakeStore {
     fn set_exit_status(&mut self, seq: i64, status: i32) -> Result<(), StoreError> {
         self.write(format!("set_exit_status {seq} {status}"), |_| ())
     }
-    fn starter(&self, seq: i64) -> Result<Option<StarterRecord>, StoreError> {
-        Ok(self.state().starters.get(&seq).cloned())
+}
+
+impl StoreDetailWriter for FakeStore {
+    fn set_starter(&mut self, seq: i64, s: &StarterRecord) -> Result<(), StoreError> {
+        self.write(format!("set_starter {seq}"), |st| {
+            st.starters.insert(seq, s.clone());
+        })
     }
     fn set_gpus(
         &mut self,
@@ -303,16 +327,10 @@ impl StorePort for FakeStore {
             st.gpus.insert(seq, (ngpus, *gpus));
         })
     }
-    fn gpus(&self, seq: i64) -> Result<Option<(u32, pjw_core::GpuSet)>, StoreError> {
-        Ok(self.state().gpus.get(&seq).copied())
-    }
     fn set_io(&mut self, seq: i64, io: &pjw_core::io_limits::JobIo) -> Result<(), StoreError> {
         self.write(format!("set_io {seq} {}", io.summary()), |st| {
             st.io.insert(seq, io.clone());
         })
-    }
-    fn io(&self, seq: i64) -> Result<Option<pjw_core::io_limits::JobIo>, StoreError> {
-        Ok(self.state().io.get(&seq).cloned())
     }
     fn set_bind(
         &mut self,
@@ -323,9 +341,6 @@ impl StorePort for FakeStore {
             st.bind.insert(seq, mode);
         })
     }
-    fn bind(&self, seq: i64) -> Result<Option<pjw_core::thread_bind::BindMode>, StoreError> {
-        Ok(self.state().bind.get(&seq).copied())
-    }
     fn record_steps(
         &mut self,
         seq: i64,
@@ -334,15 +349,6 @@ impl StorePort for FakeStore {
         self.write(format!("record_steps {seq} {}", steps.len()), |st| {
             st.steps.entry(seq).or_default().extend_from_slice(steps);
         })
-    }
-    fn live_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
-        Ok(self
-            .state()
-            .rows
-            .values()
-            .filter(|r| r.state != StoredState::Ended)
-            .cloned()
-            .collect())
     }
 }
 

@@ -16,7 +16,9 @@ const FORMAT: &str = "cpu.stat";
 /// CPU time in microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuStat {
+    /// Time in user mode.
     pub user_usec: u64,
+    /// Time in the kernel.
     pub system_usec: u64,
 }
 

@@ -7,22 +7,29 @@ pub enum ParseError {
     /// A line that does not have the expected shape.
     #[error("malformed {format} line {line}: {text:?}")]
     BadLine {
+        /// The format (`cgroup.events`, `/proc/PID/stat`, …).
         format: &'static str,
         /// 1-based line number.
         line: usize,
+        /// The line.
         text: String,
     },
     /// A field that does not parse.
     #[error("invalid {format} field {field}: {text:?}")]
     BadValue {
+        /// The format.
         format: &'static str,
+        /// The field's name.
         field: String,
+        /// The value that does not parse.
         text: String,
     },
     /// A required field that is absent.
     #[error("{format} has no {field} field")]
     MissingField {
+        /// The format.
         format: &'static str,
+        /// The field's name.
         field: &'static str,
     },
 }

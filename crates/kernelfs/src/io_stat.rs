@@ -9,7 +9,9 @@ use crate::error::{bad_line, bad_value, ParseError};
 /// Bytes read and written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoBytes {
+    /// Bytes read.
     pub rbytes: u64,
+    /// Bytes written.
     pub wbytes: u64,
 }
 

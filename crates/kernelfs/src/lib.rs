@@ -13,10 +13,21 @@
 //! assert!(lines[1].is_v2());
 //! ```
 
+// Issue 29's lints, on where they pass (decisions (cg)); the workspace takes them once every
+// crate does.
+#![warn(missing_docs)]
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless
+)]
+
 pub mod cgroup_events;
 pub mod cpu_stat;
 pub mod error;
 pub mod io_stat;
+pub mod meminfo;
 pub mod memory_stat;
 pub mod mountinfo;
 pub mod proc_cgroup;
@@ -24,6 +35,7 @@ pub mod proc_stat;
 pub mod proc_status;
 pub mod psi;
 pub mod schedstat;
+pub mod sysvipc;
 pub mod task_sched;
 pub mod task_stat;
 

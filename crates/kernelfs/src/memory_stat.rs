@@ -9,6 +9,7 @@ const FORMAT: &str = "memory.stat";
 /// All keys of a `memory.stat` file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemoryStat {
+    /// Every `key value` line, by key.
     pub values: BTreeMap<String, u64>,
 }
 

@@ -16,7 +16,9 @@ const FORMAT: &str = "mountinfo";
 /// One line of mountinfo.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mount {
+    /// The mount's id (field 1).
     pub mount_id: u32,
+    /// The parent mount's id (field 2).
     pub parent_id: u32,
     /// `major:minor` of the filesystem.
     pub device: String,
@@ -28,7 +30,9 @@ pub struct Mount {
     pub mount_options: Vec<String>,
     /// Optional fields (`shared:9`, `master:1`, …).
     pub optional_fields: Vec<String>,
+    /// The filesystem type (`cgroup`, `cgroup2`, `tmpfs`, …).
     pub fs_type: String,
+    /// The mount source (`cgroup`, a device, …).
     pub source: String,
     /// Super-block options (field 11).
     pub super_options: Vec<String>,
@@ -38,7 +42,10 @@ pub struct Mount {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CgroupMount {
     /// A cgroup v1 hierarchy with these controllers; named hierarchies appear as `name=NAME`.
-    V1 { controllers: Vec<String> },
+    V1 {
+        /// The controllers, in the order of the super options.
+        controllers: Vec<String>,
+    },
     /// The cgroup v2 unified hierarchy.
     V2,
 }
@@ -88,9 +95,9 @@ pub fn unescape(text: &str) -> String {
             && i + 3 < b.len()
             && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
         {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
+            let v = u32::from(b[i + 1] - b'0') * 64
+                + u32::from(b[i + 2] - b'0') * 8
+                + u32::from(b[i + 3] - b'0');
             if let Ok(byte) = u8::try_from(v) {
                 out.push(byte);
                 i += 4;

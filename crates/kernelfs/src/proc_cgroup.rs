@@ -15,6 +15,7 @@ const FORMAT: &str = "/proc/PID/cgroup";
 /// One line of `/proc/PID/cgroup`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CgroupLine {
+    /// The hierarchy's id (0 for v2).
     pub hierarchy_id: u32,
     /// Controllers of the v1 hierarchy (`name=systemd` for a named one); empty for v2.
     pub controllers: Vec<String>,

@@ -18,8 +18,9 @@ pub struct ProcStat {
     pub state: char,
     /// Field 4.
     pub ppid: u32,
-    /// Fields 14 and 15, in clock ticks.
+    /// Field 14: time in user mode, in clock ticks.
     pub utime: u64,
+    /// Field 15: time in the kernel, in clock ticks.
     pub stime: u64,
     /// Field 20.
     pub num_threads: u64,

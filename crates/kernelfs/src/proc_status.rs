@@ -11,11 +11,15 @@ const FORMAT: &str = "/proc/PID/status";
 /// The fields pjw uses, plus every line by key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcStatus {
+    /// `Name` (empty when absent).
     pub name: String,
     /// Real, effective, saved set, filesystem.
     pub uid: [u32; 4],
+    /// Real, effective, saved set, filesystem.
     pub gid: [u32; 4],
+    /// `Threads`.
     pub threads: u64,
+    /// `Cpus_allowed_list`.
     pub cpus_allowed_list: CpuSet,
     /// `Mems_allowed_list` (absent without NUMA support in the kernel).
     pub mems_allowed_list: Option<CpuSet>,
@@ -89,6 +93,25 @@ pub fn parse(text: &str) -> Result<ProcStatus, ParseError> {
     })
 }
 
+/// Only the CPUs a process may run on, from a `/proc/PID/status` text: its `Cpus_allowed_list`,
+/// or failing that (kernels before the list line) its `Cpus_allowed` mask; `Ok(None)` when
+/// neither line is present. Unlike [`parse`], it needs no other field.
+pub fn parse_cpus_allowed(text: &str) -> Result<Option<CpuSet>, ParseError> {
+    let mut mask = None;
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("Cpus_allowed_list:") {
+            return CpuSet::parse_list(v)
+                .map(Some)
+                .map_err(|_| bad_value(FORMAT, "Cpus_allowed_list", v.trim()));
+        }
+        if let Some(v) = line.strip_prefix("Cpus_allowed:") {
+            mask = Some(v.trim());
+        }
+    }
+    mask.map(|m| CpuSet::parse_mask(m).map_err(|_| bad_value(FORMAT, "Cpus_allowed", m)))
+        .transpose()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +128,24 @@ mod tests {
     }
 
     const STATUS: &str = "Name:\tsleep\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nPid:\t4242\nPPid:\t4200\nUid:\t1000\t1000\t1000\t1000\nGid:\t100\t100\t100\t100\nThreads:\t1\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\nMems_allowed_list:\t0\nvoluntary_ctxt_switches:\t2\n";
+
+    #[test]
+    fn status_allowed_list_is_read() {
+        let text =
+            "Name:\tcat\nCpus_allowed:\tff\nCpus_allowed_list:\t0-3,6\nMems_allowed_list:\t0\n";
+        assert_eq!(
+            parse_cpus_allowed(text).unwrap().unwrap().to_string(),
+            "0-3,6"
+        );
+        // Old kernels without the list line: the mask.
+        let text = "Name:\tcat\nCpus_allowed:\t0000000f\n";
+        assert_eq!(
+            parse_cpus_allowed(text).unwrap().unwrap().to_string(),
+            "0-3"
+        );
+        assert_eq!(parse_cpus_allowed("Name:\tcat\n").unwrap(), None);
+        assert!(parse_cpus_allowed("Cpus_allowed_list:\tx\n").is_err());
+    }
 
     #[test]
     fn parses_status() {

@@ -15,7 +15,9 @@ const FORMAT: &str = "pressure";
 pub struct PsiLine {
     /// Percent of time stalled over the last 10 s, 60 s, 300 s.
     pub avg10: f64,
+    /// Over the last 60 s.
     pub avg60: f64,
+    /// Over the last 300 s.
     pub avg300: f64,
     /// Total stall time in microseconds.
     pub total_us: u64,
@@ -24,7 +26,9 @@ pub struct PsiLine {
 /// A whole PSI file.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct Psi {
+    /// Some task stalled.
     pub some: PsiLine,
+    /// Every task stalled (absent from the CPU file of older kernels).
     pub full: Option<PsiLine>,
 }
 

@@ -28,6 +28,7 @@ pub struct TaskStat {
     pub state: char,
     /// Fields 14 and 15, in clock ticks.
     pub utime: u64,
+    /// Field 15, in clock ticks.
     pub stime: u64,
     /// Field 39: the CPU the thread last ran on.
     pub processor: u32,

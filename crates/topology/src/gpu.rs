@@ -159,34 +159,70 @@ fn drm_nodes(pci_dir: &Path, dev_root: &Path) -> Result<Vec<DeviceNode>, Topolog
 /// Discover the GPUs below `sys_root` (`/sys`), `dev_root` (`/dev`) and `proc_root` (`/proc`).
 pub fn discover(sys_root: &Path, dev_root: &Path, proc_root: &Path) -> Result<Gpus, TopologyError> {
     let pci = sys_root.join("bus/pci/devices");
-    let mut addrs: Vec<String> = match fs::read_dir(&pci) {
+    let mut scan = Scan {
+        dev_root,
+        proc_root,
+        nvidia_ordinal: 0,
+        any_nvidia: false,
+        any_amd: false,
+    };
+    let mut found: Vec<Gpu> = Vec::new();
+    for addr in pci_addresses(&pci)? {
+        found.extend(scan.gpu(&pci, addr)?);
+    }
+    let gpus = Gpus::numbered(found, scan.shared_nodes()?);
+    gpus.validate().map_err(|source| TopologyError::Invalid {
+        origin: "sysfs gpus".into(),
+        source,
+    })?;
+    Ok(gpus)
+}
+
+/// The PCI addresses under `<sys>/bus/pci/devices`, lower-case and sorted (none without the
+/// directory).
+fn pci_addresses(pci: &Path) -> Result<Vec<String>, TopologyError> {
+    let mut addrs: Vec<String> = match fs::read_dir(pci) {
         Ok(rd) => {
             let mut v = Vec::new();
             for entry in rd {
-                let entry = entry.map_err(|e| io_err(&pci, e))?;
+                let entry = entry.map_err(|e| io_err(pci, e))?;
                 v.push(entry.file_name().to_string_lossy().to_lowercase());
             }
             v
         }
         Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(io_err(&pci, e)),
+        Err(e) => return Err(io_err(pci, e)),
     };
     addrs.sort();
-    let mut found: Vec<Gpu> = Vec::new();
-    let mut nvidia_ordinal = 0u32;
-    let (mut any_nvidia, mut any_amd) = (false, false);
-    for addr in addrs {
+    Ok(addrs)
+}
+
+/// A discovery in progress: the roots, and what the GPUs found so far call for.
+struct Scan<'a> {
+    dev_root: &'a Path,
+    proc_root: &'a Path,
+    /// The next NVIDIA GPU's device number when the driver does not say it (the GPUs in PCI
+    /// order).
+    nvidia_ordinal: u32,
+    any_nvidia: bool,
+    any_amd: bool,
+}
+
+impl Scan<'_> {
+    /// The GPU at PCI address `addr`, or `None` for a device that is not a display controller
+    /// of a known vendor (or an AMD or Intel one without DRM nodes: not a GPU pjw can give).
+    fn gpu(&mut self, pci: &Path, addr: String) -> Result<Option<Gpu>, TopologyError> {
         let dir = pci.join(&addr);
         let class = read_opt(&dir.join("class"))?.and_then(|t| parse_hex(&t));
         if class.map(|c| c >> 16) != Some(0x03) {
-            continue;
+            return Ok(None);
         }
         let Some(vendor) = read_opt(&dir.join("vendor"))?
             .and_then(|t| parse_hex(&t))
             .and_then(|v| u16::try_from(v).ok())
             .and_then(GpuVendor::from_pci)
         else {
-            continue;
+            return Ok(None);
         };
         let numa = read_opt(&dir.join("numa_node"))?.and_then(|t| parse_numa_node(&t));
         let switch = match fs::read_link(&dir) {
@@ -195,41 +231,12 @@ pub fn discover(sys_root: &Path, dev_root: &Path, proc_root: &Path) -> Result<Gp
             Err(e) if e.kind() == ErrorKind::InvalidInput => None,
             Err(e) => return Err(io_err(&dir, e)),
         };
-        let cpus_path = dir.join("local_cpulist");
-        let cpus = match read_opt(&cpus_path)? {
-            Some(t) => CpuSet::parse_list(&t).map_err(|e| TopologyError::Parse {
-                path: cpus_path.clone(),
-                text: t.trim().to_string(),
-                reason: e.to_string(),
-            })?,
-            None => CpuSet::new(),
-        };
-        let devices = match vendor {
-            GpuVendor::Nvidia => {
-                any_nvidia = true;
-                let info = proc_root.join(format!("driver/nvidia/gpus/{addr}/information"));
-                let minor = read_opt(&info)?
-                    .and_then(|t| parse_nvidia_minor(&t))
-                    .unwrap_or(nvidia_ordinal);
-                nvidia_ordinal += 1;
-                let node = device_node(
-                    dev_root,
-                    &format!("nvidia{minor}"),
-                    Some((NVIDIA_MAJOR, minor)),
-                )?;
-                node.into_iter().collect()
-            }
-            GpuVendor::Amd => {
-                any_amd = true;
-                drm_nodes(&dir, dev_root)?
-            }
-            GpuVendor::Intel => drm_nodes(&dir, dev_root)?,
-        };
+        let cpus = local_cpus(&dir)?;
+        let devices = self.devices(&dir, &addr, vendor)?;
         if vendor != GpuVendor::Nvidia && devices.is_empty() {
-            // An AMD or Intel display controller without DRM nodes is not a GPU pjw can give.
-            continue;
+            return Ok(None);
         }
-        found.push(Gpu {
+        Ok(Some(Gpu {
             id: GpuId(0),
             vendor,
             pci: Some(addr),
@@ -237,28 +244,74 @@ pub fn discover(sys_root: &Path, dev_root: &Path, proc_root: &Path) -> Result<Gp
             numa,
             cpus,
             devices,
-        });
+        }))
     }
-    let mut shared = Vec::new();
-    if any_nvidia {
-        for rel in [
-            "nvidiactl",
-            "nvidia-uvm",
-            "nvidia-uvm-tools",
-            "nvidia-modeset",
-        ] {
-            shared.extend(device_node(dev_root, rel, None)?);
+
+    /// The device nodes that open the GPU at `dir`: NVIDIA's `nvidiaN` (N from the driver's
+    /// `information` file, else the GPU's ordinal), the DRM nodes of the others.
+    fn devices(
+        &mut self,
+        dir: &Path,
+        addr: &str,
+        vendor: GpuVendor,
+    ) -> Result<Vec<DeviceNode>, TopologyError> {
+        Ok(match vendor {
+            GpuVendor::Nvidia => {
+                self.any_nvidia = true;
+                let info = self
+                    .proc_root
+                    .join(format!("driver/nvidia/gpus/{addr}/information"));
+                let minor = read_opt(&info)?
+                    .and_then(|t| parse_nvidia_minor(&t))
+                    .unwrap_or(self.nvidia_ordinal);
+                self.nvidia_ordinal += 1;
+                let node = device_node(
+                    self.dev_root,
+                    &format!("nvidia{minor}"),
+                    Some((NVIDIA_MAJOR, minor)),
+                )?;
+                node.into_iter().collect()
+            }
+            GpuVendor::Amd => {
+                self.any_amd = true;
+                drm_nodes(dir, self.dev_root)?
+            }
+            GpuVendor::Intel => drm_nodes(dir, self.dev_root)?,
+        })
+    }
+
+    /// The device nodes every GPU job of the vendors found needs (NVIDIA's control and UVM
+    /// nodes, AMD's `kfd`), those that exist.
+    fn shared_nodes(&self) -> Result<Vec<DeviceNode>, TopologyError> {
+        let mut shared = Vec::new();
+        if self.any_nvidia {
+            for rel in [
+                "nvidiactl",
+                "nvidia-uvm",
+                "nvidia-uvm-tools",
+                "nvidia-modeset",
+            ] {
+                shared.extend(device_node(self.dev_root, rel, None)?);
+            }
         }
+        if self.any_amd {
+            shared.extend(device_node(self.dev_root, "kfd", None)?);
+        }
+        Ok(shared)
     }
-    if any_amd {
-        shared.extend(device_node(dev_root, "kfd", None)?);
-    }
-    let gpus = Gpus::numbered(found, shared);
-    gpus.validate().map_err(|source| TopologyError::Invalid {
-        origin: "sysfs gpus".into(),
-        source,
-    })?;
-    Ok(gpus)
+}
+
+/// The CPUs local to the PCI device at `dir` (`local_cpulist`; none without the file).
+fn local_cpus(dir: &Path) -> Result<CpuSet, TopologyError> {
+    let cpus_path = dir.join("local_cpulist");
+    Ok(match read_opt(&cpus_path)? {
+        Some(t) => CpuSet::parse_list(&t).map_err(|e| TopologyError::Parse {
+            path: cpus_path.clone(),
+            text: t.trim().to_string(),
+            reason: e.to_string(),
+        })?,
+        None => CpuSet::new(),
+    })
 }
 
 #[cfg(test)]

@@ -36,6 +36,16 @@
 //! assert_eq!(topo.smt_width(), 2);
 //! print!("{}", pjw_topology::render(&topo));
 //! ```
+
+// Issue 29's lints, on where they pass (decisions (cg)); the workspace takes them once every
+// crate does.
+#![warn(missing_docs)]
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless
+)]
 use pjw_core::{CoreError, Topology};
 use std::path::{Path, PathBuf};
 
@@ -48,7 +58,6 @@ mod xml_gpu;
 pub use gpu::{
     parse_hex, parse_numa_node, parse_nvidia_minor, switch_of_link, DRM_MAJOR, NVIDIA_MAJOR,
 };
-pub use sysfs::{parse_meminfo_total, parse_status_allowed};
 pub use xml::parse_hwloc_mask;
 pub use xml_gpu::parse_pci_type;
 
@@ -58,28 +67,42 @@ pub enum TopologyError {
     /// A file or directory that could not be read.
     #[error("cannot read {path}: {source}")]
     Io {
+        /// The file or directory.
         path: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
     /// A kernel file whose contents do not parse.
     #[error("{path}: unexpected contents {text:?}: {reason}")]
     Parse {
+        /// The file.
         path: PathBuf,
+        /// What it holds (the line that does not parse).
         text: String,
+        /// Why it does not parse.
         reason: String,
     },
     /// No CPU found where the kernel lists them.
     #[error("no cpus found under {path}")]
-    NoCpus { path: PathBuf },
+    NoCpus {
+        /// Where the kernel lists them.
+        path: PathBuf,
+    },
     /// An hwloc XML document that cannot be used.
     #[error("{file}: invalid hwloc xml: {reason}")]
-    Xml { file: String, reason: String },
+    Xml {
+        /// The file's name.
+        file: String,
+        /// What is wrong, with its line where known.
+        reason: String,
+    },
     /// The topology read breaks an invariant of [`Topology::validate`].
     #[error("{origin}: {source}")]
     Invalid {
         /// "sysfs" or the file name.
         origin: String,
+        /// The invariant broken.
         #[source]
         source: CoreError,
     },
@@ -158,8 +181,8 @@ pub(crate) fn number_by_first_cpu<K: Ord + Clone>(items: &[(u32, K)]) -> Vec<u32
     order.sort();
     let ids: BTreeMap<K, u32> = order
         .into_iter()
-        .enumerate()
-        .map(|(i, (_, k))| (k, i as u32))
+        .zip(0u32..)
+        .map(|((_, k), i)| (k, i))
         .collect();
     items.iter().map(|(_, k)| ids[k]).collect()
 }

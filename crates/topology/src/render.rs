@@ -30,7 +30,7 @@ pub(crate) fn format_memory(bytes: u64) -> String {
     } else {
         return format!("{bytes} B");
     };
-    let tenths = (bytes as u128 * 10 + div as u128 / 2) / div as u128;
+    let tenths = (u128::from(bytes) * 10 + u128::from(div) / 2) / u128::from(div);
     let (whole, frac) = (tenths / 10, tenths % 10);
     if frac == 0 {
         format!("{whole} {unit}")

@@ -96,46 +96,6 @@ fn numbered_entries(dir: &Path, prefix: &str) -> Result<Vec<u32>, TopologyError>
     Ok(out)
 }
 
-/// The `Cpus_allowed_list` of a `/proc/PID/status` text, or failing that its `Cpus_allowed` mask.
-/// `Ok(None)` when neither line is present.
-pub fn parse_status_allowed(text: &str) -> Result<Option<CpuSet>, pjw_core::CoreError> {
-    let mut mask = None;
-    for line in text.lines() {
-        if let Some(v) = line.strip_prefix("Cpus_allowed_list:") {
-            return CpuSet::parse_list(v).map(Some);
-        }
-        if let Some(v) = line.strip_prefix("Cpus_allowed:") {
-            mask = Some(v.trim().to_string());
-        }
-    }
-    mask.map(|m| CpuSet::parse_mask(&m)).transpose()
-}
-
-/// `MemTotal` in bytes from a `/proc/meminfo` or `/sys/devices/system/node/nodeN/meminfo` text
-/// (`"Node 0 MemTotal:  16311180 kB"`). `None` when there is no such line or it does not parse.
-pub fn parse_meminfo_total(text: &str) -> Option<u64> {
-    for line in text.lines() {
-        let Some((key, value)) = line.split_once(':') else {
-            continue;
-        };
-        if key.split_whitespace().last() != Some("MemTotal") {
-            continue;
-        }
-        let mut parts = value.split_whitespace();
-        let n: u64 = parts.next()?.parse().ok()?;
-        let mult = match parts.next().map(|u| u.to_ascii_lowercase()) {
-            None => 1,
-            Some(u) if u == "b" => 1,
-            Some(u) if u == "kb" => 1024,
-            Some(u) if u == "mb" => 1024 * 1024,
-            Some(u) if u == "gb" => 1024 * 1024 * 1024,
-            Some(_) => return None,
-        };
-        return n.checked_mul(mult);
-    }
-    None
-}
-
 /// What one online CPU's sysfs directory says about it.
 #[derive(Debug, Default)]
 struct CpuFacts {
@@ -228,22 +188,51 @@ fn read_cpu_facts(cpu_dir: &Path, cpu: u32) -> Result<CpuFacts, TopologyError> {
 pub(crate) fn discover(sys_root: &Path, proc_root: &Path) -> Result<Topology, TopologyError> {
     let cpu_dir = sys_root.join("devices/system/cpu");
     let node_dir = sys_root.join("devices/system/node");
+    let present = present_cpus(&cpu_dir)?;
+    let online = online_cpus(&cpu_dir, &present)?;
+    let mut facts: BTreeMap<u32, CpuFacts> = BTreeMap::new();
+    for cpu in &online {
+        facts.insert(cpu, read_cpu_facts(&cpu_dir, cpu)?);
+    }
+    let ids = DomainIds::number(&facts);
+    let numa = Numa::read(&node_dir, proc_root, online)?;
+    let pus = pus(&cpu_dir, &present, &facts, &ids, &numa)?;
+    let allowed = allowed_cpus(proc_root, online)?;
+    let distances = if numa.none {
+        NumaDistances::default()
+    } else {
+        distances(&node_dir, &numa.nodes)?
+    };
+    validated(Topology {
+        source: "sysfs".into(),
+        pus,
+        numa_nodes: numa.nodes,
+        allowed: allowed.intersection(&online),
+        distances,
+    })
+}
 
-    // Which CPUs exist.
+/// Which CPUs exist: `present`, else the `cpuN` directories.
+fn present_cpus(cpu_dir: &Path) -> Result<CpuSet, TopologyError> {
     let present = match read_list_opt(&cpu_dir.join("present"))? {
         Some(s) if !s.is_empty() => s,
-        _ => numbered_entries(&cpu_dir, "cpu")?.into_iter().collect(),
+        _ => numbered_entries(cpu_dir, "cpu")?.into_iter().collect(),
     };
     if present.is_empty() {
-        return Err(TopologyError::NoCpus { path: cpu_dir });
+        return Err(TopologyError::NoCpus {
+            path: cpu_dir.to_path_buf(),
+        });
     }
+    Ok(present)
+}
 
-    // Which of them run.
+/// Which of the present CPUs run: `online`, else each CPU's own `online` file.
+fn online_cpus(cpu_dir: &Path, present: &CpuSet) -> Result<CpuSet, TopologyError> {
     let online = match read_list_opt(&cpu_dir.join("online"))? {
-        Some(s) => s.intersection(&present),
+        Some(s) => s.intersection(present),
         None => {
             let mut s = CpuSet::new();
-            for cpu in &present {
+            for cpu in present {
                 let path = cpu_dir.join(format!("cpu{cpu}/online"));
                 // cpu0 often has no `online` file: it cannot be taken offline.
                 match read_int_opt(&path)? {
@@ -259,98 +248,130 @@ pub(crate) fn discover(sys_root: &Path, proc_root: &Path) -> Result<Topology, To
             path: cpu_dir.join("online"),
         });
     }
+    Ok(online)
+}
 
-    // Per-CPU facts for online CPUs.
-    let mut facts: BTreeMap<u32, CpuFacts> = BTreeMap::new();
-    for cpu in &online {
-        facts.insert(cpu, read_cpu_facts(&cpu_dir, cpu)?);
-    }
+/// The domains of the online CPUs, numbered by distinct keys (a CPU without a key gets a domain
+/// of its own); index `i` is the `i`-th online CPU.
+struct DomainIds {
+    core: Vec<u32>,
+    package: Vec<u32>,
+    l2: Vec<Option<u32>>,
+    l3: Vec<Option<u32>>,
+}
 
-    // Number domains by distinct keys. A CPU without a key gets a domain of its own.
-    let core_items: Vec<(u32, CoreKey)> = facts
-        .iter()
-        .map(|(&cpu, f)| {
-            let key = match (&f.core_key, f.core_fallback) {
-                (Some(s), _) => CoreKey::Siblings(*s),
-                (None, Some((pkg, core))) => CoreKey::Ids(pkg, core),
-                (None, None) => CoreKey::Own(cpu),
-            };
-            (cpu, key)
-        })
-        .collect();
-    let core_ids = number_by_first_cpu(&core_items);
-    let pkg_items: Vec<(u32, Option<PackageKey>)> = facts
-        .iter()
-        .map(|(&cpu, f)| (cpu, f.package_key.clone()))
-        .collect();
-    let pkg_ids = number_by_first_cpu(&pkg_items);
-    let cache_ids = |pick: fn(&CpuFacts) -> &Option<CacheKey>| -> Vec<Option<u32>> {
-        let items: Vec<(u32, CacheKey)> = facts
+impl DomainIds {
+    fn number(facts: &BTreeMap<u32, CpuFacts>) -> DomainIds {
+        let core_items: Vec<(u32, CoreKey)> = facts
             .iter()
-            .filter_map(|(&cpu, f)| pick(f).clone().map(|k| (cpu, k)))
+            .map(|(&cpu, f)| {
+                let key = match (&f.core_key, f.core_fallback) {
+                    (Some(s), _) => CoreKey::Siblings(*s),
+                    (None, Some((pkg, core))) => CoreKey::Ids(pkg, core),
+                    (None, None) => CoreKey::Own(cpu),
+                };
+                (cpu, key)
+            })
             .collect();
-        let ids = number_by_first_cpu(&items);
-        let by_cpu: BTreeMap<u32, u32> = items.iter().map(|x| x.0).zip(ids).collect();
-        facts.keys().map(|c| by_cpu.get(c).copied()).collect()
-    };
-    let l2_ids = cache_ids(|f| &f.l2);
-    let l3_ids = cache_ids(|f| &f.l3);
+        let pkg_items: Vec<(u32, Option<PackageKey>)> = facts
+            .iter()
+            .map(|(&cpu, f)| (cpu, f.package_key.clone()))
+            .collect();
+        let cache_ids = |pick: fn(&CpuFacts) -> &Option<CacheKey>| -> Vec<Option<u32>> {
+            let items: Vec<(u32, CacheKey)> = facts
+                .iter()
+                .filter_map(|(&cpu, f)| pick(f).clone().map(|k| (cpu, k)))
+                .collect();
+            let ids = number_by_first_cpu(&items);
+            let by_cpu: BTreeMap<u32, u32> = items.iter().map(|x| x.0).zip(ids).collect();
+            facts.keys().map(|c| by_cpu.get(c).copied()).collect()
+        };
+        DomainIds {
+            core: number_by_first_cpu(&core_items),
+            package: number_by_first_cpu(&pkg_items),
+            l2: cache_ids(|f| &f.l2),
+            l3: cache_ids(|f| &f.l3),
+        }
+    }
+}
 
-    // NUMA nodes.
-    let mut numa_nodes = Vec::new();
-    for n in numbered_entries(&node_dir, "node")? {
-        let dir = node_dir.join(format!("node{n}"));
-        let cpus = read_list_opt(&dir.join("cpulist"))?.unwrap_or_default();
-        let memory = read_opt(&dir.join("meminfo"))?
-            .as_deref()
-            .and_then(parse_meminfo_total);
-        numa_nodes.push(NumaNode {
-            os: n,
-            cpus,
-            memory,
-            memory_only: cpus.is_empty(),
-        });
+/// The NUMA nodes: each `nodeN` with its `cpulist` and memory, or, without any, one node holding
+/// every online CPU and `<proc>/meminfo`'s memory.
+struct Numa {
+    nodes: Vec<NumaNode>,
+    /// The kernel shows no NUMA node: `nodes` is the one made up for the machine.
+    none: bool,
+}
+
+impl Numa {
+    fn read(node_dir: &Path, proc_root: &Path, online: CpuSet) -> Result<Numa, TopologyError> {
+        let mut nodes = Vec::new();
+        for n in numbered_entries(node_dir, "node")? {
+            let dir = node_dir.join(format!("node{n}"));
+            let cpus = read_list_opt(&dir.join("cpulist"))?.unwrap_or_default();
+            let memory = read_opt(&dir.join("meminfo"))?
+                .as_deref()
+                .and_then(pjw_kernelfs::meminfo::parse_total);
+            nodes.push(NumaNode {
+                os: n,
+                cpus,
+                memory,
+                memory_only: cpus.is_empty(),
+            });
+        }
+        let none = nodes.is_empty();
+        if none {
+            let memory = read_opt(&proc_root.join("meminfo"))?
+                .as_deref()
+                .and_then(pjw_kernelfs::meminfo::parse_total);
+            nodes.push(NumaNode {
+                os: 0,
+                cpus: online,
+                memory,
+                memory_only: false,
+            });
+        }
+        Ok(Numa { nodes, none })
     }
-    let no_numa = numa_nodes.is_empty();
-    if no_numa {
-        let memory = read_opt(&proc_root.join("meminfo"))?
-            .as_deref()
-            .and_then(parse_meminfo_total);
-        numa_nodes.push(NumaNode {
-            os: 0,
-            cpus: online,
-            memory,
-            memory_only: false,
-        });
-    }
-    let node_of = |cpu: u32| -> Result<Option<u32>, TopologyError> {
-        if no_numa {
+
+    /// The node of `cpu`: the one whose `cpulist` holds it, else (an offline CPU drops out of
+    /// its node's cpulist) the one its `cpuN/nodeM` link names.
+    fn node_of(&self, cpu_dir: &Path, cpu: u32) -> Result<Option<u32>, TopologyError> {
+        if self.none {
             return Ok(Some(0));
         }
-        if let Some(n) = numa_nodes.iter().find(|n| n.cpus.contains(cpu)) {
+        if let Some(n) = self.nodes.iter().find(|n| n.cpus.contains(cpu)) {
             return Ok(Some(n.os));
         }
-        // Offline CPUs drop out of their node's cpulist but keep their `nodeM` link.
         let linked = numbered_entries(&cpu_dir.join(format!("cpu{cpu}")), "node")?;
         Ok(linked
             .into_iter()
-            .find(|n| numa_nodes.iter().any(|x| x.os == *n)))
-    };
+            .find(|n| self.nodes.iter().any(|x| x.os == *n)))
+    }
+}
 
-    // PUs.
+/// Every present CPU as a PU: an online one with its domains, an offline one with a core of its
+/// own and the package its `physical_package_id` names.
+fn pus(
+    cpu_dir: &Path,
+    present: &CpuSet,
+    facts: &BTreeMap<u32, CpuFacts>,
+    ids: &DomainIds,
+    numa: &Numa,
+) -> Result<Vec<Pu>, TopologyError> {
     let mut pus = Vec::with_capacity(present.len());
-    let mut next_core = core_ids.iter().max().map_or(0, |m| m + 1);
+    let mut next_core = ids.core.iter().max().map_or(0, |m| m + 1);
     let online_index: BTreeMap<u32, usize> =
         facts.keys().enumerate().map(|(i, c)| (*c, i)).collect();
-    for cpu in &present {
+    for cpu in present {
         let pu = match online_index.get(&cpu) {
             Some(&i) => Pu {
                 os: cpu,
-                core: core_ids[i],
-                l2: l2_ids[i],
-                l3: l3_ids[i],
-                numa: node_of(cpu)?,
-                package: pkg_ids[i],
+                core: ids.core[i],
+                l2: ids.l2[i],
+                l3: ids.l3[i],
+                numa: numa.node_of(cpu_dir, cpu)?,
+                package: ids.package[i],
                 online: true,
             },
             None => {
@@ -361,56 +382,50 @@ pub(crate) fn discover(sys_root: &Path, proc_root: &Path) -> Result<Topology, To
                     core,
                     l2: None,
                     l3: None,
-                    numa: node_of(cpu)?,
-                    package: offline_package(&cpu_dir, cpu, &facts, &pkg_ids)?,
+                    numa: numa.node_of(cpu_dir, cpu)?,
+                    package: offline_package(cpu_dir, cpu, facts, &ids.package)?,
                     online: false,
                 }
             }
         };
         pus.push(pu);
     }
+    Ok(pus)
+}
 
-    // What this process may use.
+/// What this process may use: `<proc>/self/status`'s allowed CPUs (all online ones when it
+/// names none).
+fn allowed_cpus(proc_root: &Path, online: CpuSet) -> Result<CpuSet, TopologyError> {
     let status = proc_root.join("self/status");
     let text = fs::read_to_string(&status).map_err(|e| io_err(&status, e))?;
-    let allowed = match parse_status_allowed(&text) {
-        Ok(Some(s)) => s,
-        Ok(None) => online,
-        Err(e) => {
-            return Err(TopologyError::Parse {
-                path: status,
-                text: text
-                    .lines()
-                    .find(|l| l.starts_with("Cpus_allowed"))
-                    .unwrap_or("")
-                    .to_string(),
-                reason: e.to_string(),
-            })
-        }
-    };
-
-    // Distances: each node's `distance` lists its distance to every online node, in node
-    // order. A file that does not match the nodes found is ignored (distances unknown).
-    let mut distances = NumaDistances::default();
-    if !no_numa {
-        let nodes: Vec<u32> = numa_nodes.iter().map(|n| n.os).collect();
-        let mut values = Vec::new();
-        for n in &nodes {
-            let text = read_opt(&node_dir.join(format!("node{n}/distance")))?.unwrap_or_default();
-            values.extend(text.split_ascii_whitespace().map(|w| w.parse::<u32>().ok()));
-        }
-        let values: Option<Vec<u32>> = values.into_iter().collect();
-        if let Some(d) = values.and_then(|v| NumaDistances::new(nodes, v)) {
-            distances = d;
-        }
+    match pjw_kernelfs::proc_status::parse_cpus_allowed(&text) {
+        Ok(Some(s)) => Ok(s),
+        Ok(None) => Ok(online),
+        Err(e) => Err(TopologyError::Parse {
+            path: status,
+            text: text
+                .lines()
+                .find(|l| l.starts_with("Cpus_allowed"))
+                .unwrap_or("")
+                .to_string(),
+            reason: e.to_string(),
+        }),
     }
-    validated(Topology {
-        source: "sysfs".into(),
-        pus,
-        numa_nodes,
-        allowed: allowed.intersection(&online),
-        distances,
-    })
+}
+
+/// Distances: each node's `distance` lists its distance to every online node, in node order.
+/// A file that does not match the nodes found is ignored (distances unknown).
+fn distances(node_dir: &Path, nodes: &[NumaNode]) -> Result<NumaDistances, TopologyError> {
+    let nodes: Vec<u32> = nodes.iter().map(|n| n.os).collect();
+    let mut values = Vec::new();
+    for n in &nodes {
+        let text = read_opt(&node_dir.join(format!("node{n}/distance")))?.unwrap_or_default();
+        values.extend(text.split_ascii_whitespace().map(|w| w.parse::<u32>().ok()));
+    }
+    let values: Option<Vec<u32>> = values.into_iter().collect();
+    Ok(values
+        .and_then(|v| NumaDistances::new(nodes, v))
+        .unwrap_or_default())
 }
 
 /// The package of an offline CPU: the package of an online CPU with the same
@@ -429,41 +444,4 @@ fn offline_package(
         .values()
         .position(|f| f.package_id == Some(id))
         .map_or(0, |i| pkg_ids[i]))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_allowed_list_is_read() {
-        let text =
-            "Name:\tcat\nCpus_allowed:\tff\nCpus_allowed_list:\t0-3,6\nMems_allowed_list:\t0\n";
-        assert_eq!(
-            parse_status_allowed(text).unwrap().unwrap().to_string(),
-            "0-3,6"
-        );
-        // Old kernels without the list line: the mask.
-        let text = "Name:\tcat\nCpus_allowed:\t0000000f\n";
-        assert_eq!(
-            parse_status_allowed(text).unwrap().unwrap().to_string(),
-            "0-3"
-        );
-        assert_eq!(parse_status_allowed("Name:\tcat\n").unwrap(), None);
-        assert!(parse_status_allowed("Cpus_allowed_list:\tx\n").is_err());
-    }
-
-    #[test]
-    fn meminfo_totals_in_bytes() {
-        assert_eq!(
-            parse_meminfo_total("Node 0 MemTotal:        4417748 kB\nNode 0 MemFree: 1 kB\n"),
-            Some(4417748 * 1024)
-        );
-        assert_eq!(
-            parse_meminfo_total("MemTotal:       16311180 kB\n"),
-            Some(16311180 * 1024)
-        );
-        assert_eq!(parse_meminfo_total("MemFree: 1 kB\n"), None);
-        assert_eq!(parse_meminfo_total("MemTotal: lots\n"), None);
-    }
 }

@@ -94,174 +94,257 @@ impl LevelIndex {
     }
 }
 
+/// Parse hwloc v2 XML text; `source` names it in errors and in the result.
 pub(crate) fn parse(text: &str, source: &str) -> Result<Topology, TopologyError> {
-    let err = |reason: String| TopologyError::Xml {
-        file: source.to_string(),
-        reason,
-    };
     let opts = ParsingOptions {
         allow_dtd: true,
         ..ParsingOptions::default()
     };
-    let doc = Document::parse_with_options(text, opts).map_err(|e| err(e.to_string()))?;
-    let top = doc.root_element();
-    if top.tag_name().name() != "topology" {
-        return Err(err(format!(
-            "root element is <{}>, expected <topology>",
-            top.tag_name().name()
-        )));
-    }
-    let root = top
-        .children()
-        .find(|n| n.is_element() && n.has_tag_name("object"))
-        .ok_or_else(|| err("no root object".into()))?;
+    let doc =
+        Document::parse_with_options(text, opts).map_err(|e| xml_err(source, e.to_string()))?;
+    let r = Reader { doc: &doc, source };
+    let root = r.root_object()?;
+    let online = r
+        .mask(root, "cpuset")?
+        .ok_or_else(|| r.err("root object has no cpuset attribute".into()))?;
+    let mut complete = r
+        .mask(root, "complete_cpuset")?
+        .unwrap_or(online)
+        .union(&online);
+    let allowed = r.mask(root, "allowed_cpuset")?.unwrap_or(online);
+    let objs = r.objects(root)?;
+    complete = complete.union(&r.pu_cpus(&objs)?);
+    let mut levels = Levels::new(&objs);
+    let numa = r.numa(root, &objs, online)?;
+    let pus = complete
+        .iter()
+        .map(|cpu| levels.pu(cpu, online.contains(cpu), &numa))
+        .collect();
+    validated(Topology {
+        source: source.to_string(),
+        pus,
+        numa_nodes: numa.nodes,
+        allowed: allowed.intersection(&online),
+        distances: numa_distances(&doc).unwrap_or_default(),
+    })
+}
 
-    let line = |n: Node| doc.text_pos_at(n.range().start).row;
-    let mask = |n: Node, attr: &str| -> Result<Option<CpuSet>, TopologyError> {
+fn xml_err(source: &str, reason: String) -> TopologyError {
+    TopologyError::Xml {
+        file: source.to_string(),
+        reason,
+    }
+}
+
+/// A parsed document and the name its errors give it.
+struct Reader<'a, 'input> {
+    doc: &'a Document<'input>,
+    source: &'a str,
+}
+
+impl<'a, 'input> Reader<'a, 'input> {
+    fn err(&self, reason: String) -> TopologyError {
+        xml_err(self.source, reason)
+    }
+
+    /// The line of the document `n` starts on.
+    fn line(&self, n: Node) -> u32 {
+        self.doc.text_pos_at(n.range().start).row
+    }
+
+    /// The `<topology>` element's first `<object>` (the machine).
+    fn root_object(&self) -> Result<Node<'a, 'input>, TopologyError> {
+        let top = self.doc.root_element();
+        if top.tag_name().name() != "topology" {
+            return Err(self.err(format!(
+                "root element is <{}>, expected <topology>",
+                top.tag_name().name()
+            )));
+        }
+        top.children()
+            .find(|n| n.is_element() && n.has_tag_name("object"))
+            .ok_or_else(|| self.err("no root object".into()))
+    }
+
+    /// A bitmap attribute of `n`, if it has one.
+    fn mask(&self, n: Node, attr: &str) -> Result<Option<CpuSet>, TopologyError> {
         match n.attribute(attr) {
             None => Ok(None),
             Some(v) => parse_hwloc_mask(v)
                 .map(Some)
-                .map_err(|e| err(format!("line {}: {attr}=\"{v}\": {e}", line(n)))),
+                .map_err(|e| self.err(format!("line {}: {attr}=\"{v}\": {e}", self.line(n)))),
         }
-    };
-    let number = |n: Node, attr: &str| -> Result<Option<u64>, TopologyError> {
+    }
+
+    /// A non-negative integer attribute of `n`, if it has one.
+    fn number(&self, n: Node, attr: &str) -> Result<Option<u64>, TopologyError> {
         match n.attribute(attr) {
             None => Ok(None),
             Some(v) => v.trim().parse::<u64>().map(Some).map_err(|_| {
-                err(format!(
+                self.err(format!(
                     "line {}: {attr}=\"{v}\" is not a non-negative integer",
-                    line(n)
+                    self.line(n)
                 ))
             }),
         }
-    };
+    }
 
-    let online =
-        mask(root, "cpuset")?.ok_or_else(|| err("root object has no cpuset attribute".into()))?;
-    let mut complete = mask(root, "complete_cpuset")?
-        .unwrap_or(online)
-        .union(&online);
-    let allowed = mask(root, "allowed_cpuset")?.unwrap_or(online);
-
-    // The objects pjw models.
-    let mut objs: Vec<Obj> = Vec::new();
-    for n in root
-        .descendants()
-        .filter(|n| n.is_element() && n.has_tag_name("object"))
-    {
-        if n == root {
-            continue;
+    /// The objects pjw models, below the root in document order.
+    fn objects(&self, root: Node) -> Result<Vec<Obj>, TopologyError> {
+        let mut objs = Vec::new();
+        for n in root
+            .descendants()
+            .filter(|n| n.is_element() && n.has_tag_name("object"))
+        {
+            if n == root {
+                continue;
+            }
+            if let Some(o) = self.object(n)? {
+                objs.push(o);
+            }
         }
+        Ok(objs)
+    }
+
+    /// One object, or `None` for a type pjw does not model.
+    fn object(&self, n: Node) -> Result<Option<Obj>, TopologyError> {
+        // The line is counted only for an error (it scans the text up to the object).
+        let line = || self.line(n);
         let ty = n
             .attribute("type")
-            .ok_or_else(|| err(format!("line {}: object without a type attribute", line(n))))?;
+            .ok_or_else(|| self.err(format!("line {}: object without a type attribute", line())))?;
         let subtype = n.attribute("subtype").map(str::to_string);
         let kind = match ty {
             "Package" => Kind::Package,
             "NUMANode" => Kind::Numa,
-            "L3Cache" if subtype.as_deref() == Some("MemorySideCache") => continue,
+            "L3Cache" if subtype.as_deref() == Some("MemorySideCache") => return Ok(None),
             "L3Cache" => Kind::L3,
             "L2Cache" => Kind::L2,
             "Core" => Kind::Core,
             "PU" => Kind::Pu,
-            _ => continue,
+            _ => return Ok(None),
         };
-        let os_index = match number(n, "os_index")? {
-            Some(v) if v >= MAX_CPUS as u64 => {
-                return Err(err(format!(
-                    "line {}: {ty} os_index {v} is out of range (pjw handles 0-{})",
-                    line(n),
-                    MAX_CPUS - 1
-                )))
-            }
-            v => v.map(|v| v as u32),
+        let os_index = match self.number(n, "os_index")? {
+            None => None,
+            Some(v) => match u32::try_from(v).ok().filter(|&os| (os as usize) < MAX_CPUS) {
+                Some(os) => Some(os),
+                None => {
+                    return Err(self.err(format!(
+                        "line {}: {ty} os_index {v} is out of range (pjw handles 0-{})",
+                        line(),
+                        MAX_CPUS - 1
+                    )))
+                }
+            },
         };
-        let cpuset = match (mask(n, "cpuset")?, kind, os_index) {
+        let cpuset = match (self.mask(n, "cpuset")?, kind, os_index) {
             (Some(s), _, _) => s,
             (None, Kind::Pu, Some(os)) => CpuSet::from_iter([os]),
             (None, _, _) => {
-                return Err(err(format!(
+                return Err(self.err(format!(
                     "line {}: {ty} object without a cpuset attribute",
-                    line(n)
+                    line()
                 )))
             }
         };
         if matches!(kind, Kind::Pu | Kind::Numa) && os_index.is_none() {
-            return Err(err(format!(
+            return Err(self.err(format!(
                 "line {}: {ty} object without an os_index attribute",
-                line(n)
+                line()
             )));
         }
-        let full = mask(n, "complete_cpuset")?.unwrap_or(cpuset).union(&cpuset);
-        objs.push(Obj {
+        let full = self
+            .mask(n, "complete_cpuset")?
+            .unwrap_or(cpuset)
+            .union(&cpuset);
+        Ok(Some(Obj {
             kind,
             os_index,
             cpuset,
             complete: full,
             subtype,
-            memory: number(n, "local_memory")?,
-        });
+            memory: self.number(n, "local_memory")?,
+        }))
     }
 
-    let of = |k: Kind| -> Vec<&Obj> { objs.iter().filter(|o| o.kind == k).collect() };
-    let pu_objs = of(Kind::Pu);
-    for o in &pu_objs {
-        if let Some(os) = o.os_index {
-            complete.insert(os);
+    /// The CPUs of the PU objects (each once: a PU listed twice is an error).
+    fn pu_cpus(&self, objs: &[Obj]) -> Result<CpuSet, TopologyError> {
+        let mut seen = CpuSet::new();
+        for o in objs.iter().filter(|o| o.kind == Kind::Pu) {
+            let os = o.os_index.unwrap_or(0);
+            if seen.contains(os) {
+                return Err(self.err(format!("pu {os} appears twice")));
+            }
+            seen.insert(os);
         }
+        Ok(seen)
     }
-    let mut seen = CpuSet::new();
-    for o in &pu_objs {
-        let os = o.os_index.unwrap_or(0);
-        if seen.contains(os) {
-            return Err(err(format!("pu {os} appears twice")));
-        }
-        seen.insert(os);
-    }
-    let packages = LevelIndex::new(&of(Kind::Package));
-    let l3s = LevelIndex::new(&of(Kind::L3));
-    let l2s = LevelIndex::new(&of(Kind::L2));
-    let cores = LevelIndex::new(&of(Kind::Core));
 
-    // NUMA nodes: the primary node of a locality is the one without a subtype, then the lowest
-    // os_index; the others, and nodes local to no CPU, are memory-only.
-    let numa_objs = of(Kind::Numa);
-    let mut numa_nodes: Vec<NumaNode> = Vec::new();
-    for o in &numa_objs {
-        let os = o.os_index.unwrap_or(0);
-        if numa_nodes.iter().any(|n| n.os == os) {
-            return Err(err(format!("numa node {os} appears twice")));
+    /// The NUMA nodes: the primary node of a locality is the one without a subtype, then the
+    /// lowest os_index; the others, and nodes local to no CPU, are memory-only. A machine
+    /// without any is one node holding every online CPU and the root's memory.
+    fn numa<'o>(
+        &self,
+        root: Node,
+        objs: &'o [Obj],
+        online: CpuSet,
+    ) -> Result<Numa<'o>, TopologyError> {
+        let objs = of(objs, Kind::Numa);
+        let mut nodes: Vec<NumaNode> = Vec::new();
+        for o in &objs {
+            let os = o.os_index.unwrap_or(0);
+            if nodes.iter().any(|n| n.os == os) {
+                return Err(self.err(format!("numa node {os} appears twice")));
+            }
+            let rank = |x: &Obj| (x.subtype.is_some(), x.os_index);
+            let outranked = objs
+                .iter()
+                .any(|p| p.cpuset == o.cpuset && rank(p) < rank(o));
+            nodes.push(NumaNode {
+                os,
+                cpus: o.cpuset,
+                memory: o.memory,
+                memory_only: o.cpuset.is_empty() || outranked,
+            });
         }
-        let rank = |x: &Obj| (x.subtype.is_some(), x.os_index);
-        let outranked = numa_objs
-            .iter()
-            .any(|p| p.cpuset == o.cpuset && rank(p) < rank(o));
-        numa_nodes.push(NumaNode {
-            os,
-            cpus: o.cpuset,
-            memory: o.memory,
-            memory_only: o.cpuset.is_empty() || outranked,
-        });
+        nodes.sort_by_key(|n| n.os);
+        let none = nodes.is_empty();
+        if none {
+            nodes.push(NumaNode {
+                os: 0,
+                cpus: online,
+                memory: self.number(root, "local_memory")?,
+                memory_only: false,
+            });
+        }
+        Ok(Numa { objs, nodes, none })
     }
-    numa_nodes.sort_by_key(|n| n.os);
-    let no_numa = numa_nodes.is_empty();
-    if no_numa {
-        numa_nodes.push(NumaNode {
-            os: 0,
-            cpus: online,
-            memory: number(root, "local_memory")?,
-            memory_only: false,
-        });
-    }
-    let numa_of = |cpu: u32, is_online: bool| -> Option<u32> {
-        if no_numa {
+}
+
+/// The objects of one kind.
+fn of(objs: &[Obj], k: Kind) -> Vec<&Obj> {
+    objs.iter().filter(|o| o.kind == k).collect()
+}
+
+/// The NUMA nodes of a document, with the objects they come from.
+struct Numa<'o> {
+    objs: Vec<&'o Obj>,
+    nodes: Vec<NumaNode>,
+    /// The document has no NUMA node: `nodes` is the one made up for the machine.
+    none: bool,
+}
+
+impl Numa<'_> {
+    /// The node of `cpu`: of the nodes whose cpuset (complete cpuset when offline) holds it,
+    /// a primary before a memory-only one, then the smallest, then the lowest number.
+    fn of(&self, cpu: u32, is_online: bool) -> Option<u32> {
+        if self.none {
             return Some(0);
         }
         let mut best: Option<(bool, usize, u32)> = None;
-        for (o, n) in numa_objs.iter().map(|o| {
+        for (o, n) in self.objs.iter().map(|o| {
             let os = o.os_index.unwrap_or(0);
-            (o, numa_nodes.iter().find(|n| n.os == os))
+            (o, self.nodes.iter().find(|n| n.os == os))
         }) {
             let Some(n) = n else { continue };
             let set = if is_online { o.cpuset } else { o.complete };
@@ -274,39 +357,50 @@ pub(crate) fn parse(text: &str, source: &str) -> Result<Topology, TopologyError>
             }
         }
         best.map(|b| b.2)
-    };
+    }
+}
 
-    // PUs.
-    let mut next_core = cores.max_id().map_or(0, |m| m + 1);
-    let mut pus = Vec::with_capacity(complete.len());
-    for cpu in &complete {
-        let is_online = online.contains(cpu);
-        let core = match cores.find(cpu, is_online) {
-            Some(c) => c,
-            None => {
-                next_core += 1;
-                next_core - 1
-            }
-        };
-        pus.push(Pu {
-            os: cpu,
-            core,
-            l2: l2s.find(cpu, is_online),
-            l3: l3s.find(cpu, is_online),
-            numa: numa_of(cpu, is_online),
-            package: packages.find(cpu, is_online).unwrap_or(0),
-            online: is_online,
-        });
+/// The domains of the levels a PU belongs to by cpuset (packages, L3s, L2s, cores).
+struct Levels {
+    packages: LevelIndex,
+    l3s: LevelIndex,
+    l2s: LevelIndex,
+    cores: LevelIndex,
+    /// The id the next PU without a core gets (a core of its own).
+    next_core: u32,
+}
+
+impl Levels {
+    fn new(objs: &[Obj]) -> Levels {
+        let cores = LevelIndex::new(&of(objs, Kind::Core));
+        Levels {
+            packages: LevelIndex::new(&of(objs, Kind::Package)),
+            l3s: LevelIndex::new(&of(objs, Kind::L3)),
+            l2s: LevelIndex::new(&of(objs, Kind::L2)),
+            next_core: cores.max_id().map_or(0, |m| m + 1),
+            cores,
+        }
     }
 
-    let distances = numa_distances(&doc).unwrap_or_default();
-    validated(Topology {
-        source: source.to_string(),
-        pus,
-        numa_nodes,
-        allowed: allowed.intersection(&online),
-        distances,
-    })
+    /// PU `cpu` with its domains; called once per PU in CPU order.
+    fn pu(&mut self, cpu: u32, is_online: bool, numa: &Numa) -> Pu {
+        let core = match self.cores.find(cpu, is_online) {
+            Some(c) => c,
+            None => {
+                self.next_core += 1;
+                self.next_core - 1
+            }
+        };
+        Pu {
+            os: cpu,
+            core,
+            l2: self.l2s.find(cpu, is_online),
+            l3: self.l3s.find(cpu, is_online),
+            numa: numa.of(cpu, is_online),
+            package: self.packages.find(cpu, is_online).unwrap_or(0),
+            online: is_online,
+        }
+    }
 }
 
 /// The NUMA latency matrix hwloc 2 writes (`<distances2 type="NUMANode" indexing="os">`, the

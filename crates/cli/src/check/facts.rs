@@ -5,10 +5,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use pjw_cgroup::{Backend, Driver, Mode};
+use pjw_cgroup::{Backend, Mode};
 use pjw_core::CpuSet;
 
 use super::rules::TopoSummary;
+
+mod cgroup;
+
+use cgroup::{daemon_cgroup_facts, swap_accounting_of};
 
 /// Where to look. `proc` and `sys` come from the config's `[paths]`; `etc` and `run` default to
 /// `/etc` and `/run`.
@@ -140,7 +144,66 @@ pub fn parse_env_file(text: &str) -> Option<String> {
 
 /// Read everything `pjw check` looks at.
 pub fn gather(roots: &Roots, req: &Request) -> Facts {
-    let config_path = req.config.clone().or_else(|| {
+    let config = load_config(roots, req);
+    let cfg = &config.cfg;
+    let proc_root = cfg.proc_root.clone();
+    let (cgroup, parent_cpus, memory_dirs) = daemon_cgroup_facts(roots, cfg);
+    let topology = topology_summary(&cfg.sys_root, &proc_root);
+    let affinity = topology.as_ref().map(|t| t.allowed).unwrap_or_default();
+    let allowed_cpus = match parent_cpus {
+        Some(p) => affinity.intersection(&p),
+        None => affinity,
+    };
+    let systemd = roots.commands && roots.run.join("systemd/system").is_dir();
+    Facts {
+        config_origin: config
+            .path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "built-in defaults".into()),
+        config_error: config.error.clone(),
+        config_file: config.path.as_deref().and_then(meta),
+        config_has_secret: cfg
+            .central
+            .as_ref()
+            .is_some_and(|c| pjw_daemon::config::url_password(&c.url).is_some()),
+        config_cpus: cfg.cpus,
+        psi_memory: std::fs::read_to_string(proc_root.join("pressure/memory")).ok(),
+        swaps: std::fs::read_to_string(proc_root.join("swaps")).ok(),
+        swap_accounting: swap_accounting_of(&proc_root, &cgroup, &memory_dirs),
+        proc_connector: if roots.commands {
+            open_proc_connector()
+        } else {
+            Ok(())
+        },
+        socket_dir: path_facts(cfg.socket.parent().unwrap_or(Path::new("/"))),
+        state_dir: path_facts(&cfg.state_dir),
+        nproc: affinity.len(),
+        topology,
+        allowed_cpus,
+        wlm: WlmFacts {
+            slurm: slurm_facts(roots, req.socket.as_deref().unwrap_or(&cfg.socket)),
+            sge_conf: if roots.commands { sge_conf() } else { None },
+            hooks_dir: roots.hooks_dir.clone(),
+        },
+        slice_allowed_cpus: if systemd { slice_allowed_cpus() } else { None },
+        cgroup,
+    }
+}
+
+/// The configuration `pjw check` judges, where it came from, and why it did not load.
+struct LoadedConfig {
+    cfg: pjw_daemon::Config,
+    /// The file read (`--config`, else `<etc>/pjw/pjw.toml` when it exists).
+    path: Option<PathBuf>,
+    /// Why the file did not load; `cfg` then holds the defaults (with the parent asked for).
+    error: Option<String>,
+}
+
+/// The configuration as the daemon would load it, with the parent pjw-scope wrote for the
+/// service; on an error the defaults, so the other checks still run.
+fn load_config(roots: &Roots, req: &Request) -> LoadedConfig {
+    let path = req.config.clone().or_else(|| {
         let p = roots.etc.join("pjw/pjw.toml");
         p.exists().then_some(p)
     });
@@ -153,8 +216,12 @@ pub fn gather(roots: &Roots, req: &Request) -> Facts {
         cgroup_parent: parent,
         ..Default::default()
     };
-    let (cfg, config_error) = match pjw_daemon::Config::load(config_path.as_deref(), &ov) {
-        Ok(c) => (c, None),
+    match pjw_daemon::Config::load(path.as_deref(), &ov) {
+        Ok(cfg) => LoadedConfig {
+            cfg,
+            path,
+            error: None,
+        },
         Err(e) => {
             // Go on with the defaults (and the parent asked for) so the other checks still run.
             let fallback = pjw_daemon::Config::load(
@@ -168,112 +235,31 @@ pub fn gather(roots: &Roots, req: &Request) -> Facts {
                 },
             )
             .expect("the built-in defaults are valid");
-            (fallback, Some(e.to_string()))
+            LoadedConfig {
+                cfg: fallback,
+                path,
+                error: Some(e.to_string()),
+            }
         }
-    };
-    let config_origin = config_path
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "built-in defaults".into());
-    let config_has_secret = cfg
-        .central
-        .as_ref()
-        .is_some_and(|c| pjw_daemon::config::url_password(&c.url).is_some());
-
-    let proc_root = cfg.proc_root.clone();
-    let sys_root = cfg.sys_root.clone();
-    // `self/...` means below the daemon's own cgroup: resolve it against the service's daemon
-    // where systemd runs one (a proc root whose `self` is that process), not against this shell.
-    let daemon_pid = match cfg.cgroup_parent {
-        pjw_cgroup::ParentSpec::SelfRelative(_)
-            if roots.commands && roots.run.join("systemd/system").is_dir() =>
-        {
-            service_main_pid()
-        }
-        _ => None,
-    };
-    let daemon_proc = daemon_pid.and_then(|pid| {
-        let dir = tempfile_dir()?;
-        std::os::unix::fs::symlink(proc_root.join(pid.to_string()), dir.join("self")).ok()?;
-        Some(dir)
-    });
-    let (mut cgroup, parent_cpus, memory_dirs) = cgroup_facts(
-        daemon_proc.as_deref().unwrap_or(&proc_root),
-        &cfg.cgroup_parent,
-        roots.backend,
-    );
-    if let Some(dir) = &daemon_proc {
-        let _ = std::fs::remove_file(dir.join("self"));
-        let _ = std::fs::remove_dir(dir);
     }
-    if let pjw_cgroup::ParentSpec::SelfRelative(_) = cfg.cgroup_parent {
-        cgroup.parent = match daemon_pid {
-            Some(pid) => format!("{} of pjw.service's daemon (pid {pid})", cgroup.parent),
-            None => format!(
-                "{} of this process (the daemon resolves it against its own cgroup)",
-                cgroup.parent
-            ),
-        };
-    }
+}
 
-    let topology = pjw_topology::discover(&sys_root, &proc_root)
+/// The machine's CPUs and NUMA nodes, and the CPUs this process may use.
+fn topology_summary(sys_root: &Path, proc_root: &Path) -> Result<TopoSummary, String> {
+    pjw_topology::discover(sys_root, proc_root)
         .map(|t| TopoSummary {
             online: t.online(),
             allowed: t.allowed,
             numa_nodes: t.numa_nodes.len(),
         })
-        .map_err(|e| e.to_string());
-    let affinity = topology.as_ref().map(|t| t.allowed).unwrap_or_default();
-    let allowed_cpus = match parent_cpus {
-        Some(p) => affinity.intersection(&p),
-        None => affinity,
-    };
-    let cmdline = std::fs::read_to_string(proc_root.join("cmdline")).unwrap_or_default();
-    let swap_accounting = if cmdline.split_whitespace().any(|w| w == "swapaccount=0") {
-        Some(false)
-    } else {
-        swap_accounting(&cgroup, &memory_dirs)
-    };
+        .map_err(|e| e.to_string())
+}
 
-    Facts {
-        config_origin,
-        config_error,
-        config_file: config_path.as_deref().and_then(meta),
-        config_has_secret,
-        config_cpus: cfg.cpus,
-        psi_memory: std::fs::read_to_string(proc_root.join("pressure/memory")).ok(),
-        swaps: std::fs::read_to_string(proc_root.join("swaps")).ok(),
-        swap_accounting,
-        proc_connector: if roots.commands {
-            open_proc_connector()
-        } else {
-            Ok(())
-        },
-        socket_dir: {
-            let d = cfg.socket.parent().unwrap_or(Path::new("/")).to_path_buf();
-            PathFacts {
-                meta: meta(&d),
-                path: d,
-            }
-        },
-        state_dir: PathFacts {
-            meta: meta(&cfg.state_dir),
-            path: cfg.state_dir.clone(),
-        },
-        nproc: affinity.len(),
-        topology,
-        allowed_cpus,
-        wlm: WlmFacts {
-            slurm: slurm_facts(roots, req.socket.as_deref().unwrap_or(&cfg.socket)),
-            sge_conf: if roots.commands { sge_conf() } else { None },
-            hooks_dir: roots.hooks_dir.clone(),
-        },
-        slice_allowed_cpus: if roots.commands && roots.run.join("systemd/system").is_dir() {
-            slice_allowed_cpus()
-        } else {
-            None
-        },
-        cgroup,
+/// A directory and its owner and mode.
+fn path_facts(dir: &Path) -> PathFacts {
+    PathFacts {
+        meta: meta(dir),
+        path: dir.to_path_buf(),
     }
 }
 
@@ -402,100 +388,6 @@ fn expand_glob(pattern: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The cgroup facts, the parent's cpuset (if it exists) and the memory hierarchy's parent
-/// directory (for swap accounting).
-fn cgroup_facts(
-    proc_root: &Path,
-    parent: &pjw_cgroup::ParentSpec,
-    backend: Backend,
-) -> (CgroupFacts, Option<CpuSet>, Option<PathBuf>) {
-    let mut f = CgroupFacts {
-        mode: Err(String::new()),
-        describe: String::new(),
-        parent: parent.to_string(),
-        parent_dir: PathBuf::new(),
-        nearest: PathBuf::new(),
-        available: Vec::new(),
-        parent_subtree: None,
-        v1_mounted: Vec::new(),
-        v1_disabled: Vec::new(),
-    };
-    if let Ok(t) = std::fs::read_to_string(proc_root.join("cgroups")) {
-        // subsys_name hierarchy num_cgroups enabled
-        for l in t.lines().filter(|l| !l.starts_with('#')) {
-            let cols: Vec<&str> = l.split_whitespace().collect();
-            if cols.len() >= 4 && cols[3] == "0" {
-                f.v1_disabled.push(cols[0].to_string());
-            }
-        }
-    }
-    let driver = match Driver::detect_with(proc_root, parent, backend) {
-        Ok(d) => d,
-        Err(e) => {
-            f.mode = Err(e.to_string());
-            return (f, None, None);
-        }
-    };
-    f.mode = Ok(driver.mode());
-    f.describe = driver.describe();
-    let dirs = driver.parent_dirs();
-    let mut memory_dir = None;
-    for (key, dir) in &dirs {
-        if key == "unified" {
-            if driver.mode() == Mode::Unified {
-                memory_dir = Some(dir.clone());
-            }
-            f.parent_dir = dir.clone();
-            let mut nearest = dir.clone();
-            while !nearest.exists() {
-                match nearest.parent() {
-                    Some(p) => nearest = p.to_path_buf(),
-                    None => break,
-                }
-            }
-            f.available = words(&nearest.join("cgroup.controllers"));
-            if nearest == *dir {
-                f.parent_subtree = Some(words(&dir.join("cgroup.subtree_control")));
-            }
-            f.nearest = nearest;
-        } else {
-            for c in key.split(',') {
-                f.v1_mounted.push(c.to_string());
-                if c == "memory" {
-                    memory_dir = Some(dir.clone());
-                }
-            }
-        }
-    }
-    let cpus = driver.parent_cpus().ok().flatten();
-    (f, cpus, memory_dir)
-}
-
-/// Whether the memory controller accounts swap: its swap files exist in the memory
-/// hierarchy (v2 `memory.swap.max`, not in the root cgroup; v1 `memory.memsw.limit_in_bytes`).
-fn swap_accounting(c: &CgroupFacts, memory_dir: &Option<PathBuf>) -> Option<bool> {
-    let dir = memory_dir.as_ref()?;
-    let file = match c.mode {
-        Ok(Mode::Unified) => "memory.swap.max",
-        Ok(_) => "memory.memsw.limit_in_bytes",
-        Err(_) => return None,
-    };
-    let mut d = dir.clone();
-    while !d.exists() {
-        d = d.parent()?.to_path_buf();
-    }
-    if d.join(file).exists() {
-        return Some(true);
-    }
-    // The v2 root cgroup has no memory.swap.*: look at a child.
-    let child = std::fs::read_dir(&d)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.is_dir() && p.join("memory.current").exists())?;
-    Some(child.join(file).exists())
-}
-
 /// Open and bind a netlink socket to the proc connector's multicast group, as the daemon does.
 fn open_proc_connector() -> Result<(), String> {
     const NETLINK_CONNECTOR: i32 = 11;
@@ -554,26 +446,6 @@ fn sge_conf() -> Option<Result<String, String>> {
         Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().replace('\n', " ")),
         Err(e) => Err(e.to_string()),
     })
-}
-
-/// pjw.service's main process, when systemd runs it.
-fn service_main_pid() -> Option<u32> {
-    let out = Command::new("systemctl")
-        .args(["show", "-p", "MainPID", "--value", "pjw.service"])
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse::<u32>()
-        .ok()
-        .filter(|p| *p > 0)
-}
-
-/// A fresh private directory for the daemon's proc-root view.
-fn tempfile_dir() -> Option<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("pjw-check-{}", std::process::id()));
-    std::fs::create_dir(&dir).ok()?;
-    Some(dir)
 }
 
 fn slice_allowed_cpus() -> Option<CpuSet> {

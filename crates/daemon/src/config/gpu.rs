@@ -158,75 +158,8 @@ pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
     }
     let mut declared: Vec<DeclaredGpu> = Vec::new();
     for (i, d) in g.device.into_iter().enumerate() {
-        let key = format!("gpus.device[{i}]");
-        let Some(file) = d.file else {
-            return Err(e.at(&format!("{key}.file"), "missing".into()));
-        };
-        if !file.is_absolute() {
-            return Err(e.at(
-                &format!("{key}.file"),
-                format!("{} is not absolute", file.display()),
-            ));
-        }
-        if declared.iter().any(|x| x.file == file) {
-            return Err(e.at(
-                &format!("{key}.file"),
-                format!("{} is declared twice", file.display()),
-            ));
-        }
-        let vendor = match d.vendor.as_deref() {
-            Some("nvidia") => GpuVendor::Nvidia,
-            Some("amd") => GpuVendor::Amd,
-            Some("intel") => GpuVendor::Intel,
-            Some(v) => {
-                return Err(e.at(
-                    &format!("{key}.vendor"),
-                    format!("{v:?} is not one of \"nvidia\", \"amd\", \"intel\""),
-                ))
-            }
-            None => return Err(e.at(&format!("{key}.vendor"), "missing".into())),
-        };
-        if let Some(n) = d.numa {
-            if n as usize >= pjw_core::MAX_CPUS {
-                return Err(e.at(&format!("{key}.numa"), format!("{n} is out of range")));
-            }
-        }
-        let cpus = d
-            .cpus
-            .as_deref()
-            .map(|c| CpuSet::parse_list(c).map_err(|x| e.at(&format!("{key}.cpus"), x.to_string())))
-            .transpose()?;
-        if cpus.is_some_and(|c| c.is_empty()) {
-            return Err(e.at(&format!("{key}.cpus"), "is empty".into()));
-        }
-        let pci = match d.pci {
-            Some(p) if !is_pci_address(&p.to_lowercase()) => {
-                return Err(e.at(
-                    &format!("{key}.pci"),
-                    format!("{p:?} is not a PCI address like \"0000:3b:00.0\""),
-                ))
-            }
-            p => p.map(|p| p.to_lowercase()),
-        };
-        let switch = match d.switch {
-            Some(p) if !is_pci_address(&p.to_lowercase()) => {
-                return Err(e.at(
-                    &format!("{key}.switch"),
-                    format!(
-                    "{p:?} is not a PCI address like \"0000:02:00.0\" (the switch's upstream port)"
-                ),
-                ))
-            }
-            p => p.map(|p| p.to_lowercase()),
-        };
-        declared.push(DeclaredGpu {
-            file,
-            vendor,
-            numa: d.numa,
-            cpus,
-            pci,
-            switch,
-        });
+        let gpu = parse_device(&format!("gpus.device[{i}]"), d, &declared, e)?;
+        declared.push(gpu);
     }
     Ok(GpuConfig {
         discover: g.discover.unwrap_or(true),
@@ -237,6 +170,83 @@ pub(super) fn parse(g: RawGpus, e: Errs) -> Result<GpuConfig, ConfigError> {
         require_wait_secs,
         shared: g.shared,
         declared,
+    })
+}
+
+/// Validate one `[[gpus.device]]` (`key` names it), against those `declared` before it.
+fn parse_device(
+    key: &str,
+    d: RawGpuDevice,
+    declared: &[DeclaredGpu],
+    e: Errs,
+) -> Result<DeclaredGpu, ConfigError> {
+    let Some(file) = d.file else {
+        return Err(e.at(&format!("{key}.file"), "missing".into()));
+    };
+    if !file.is_absolute() {
+        return Err(e.at(
+            &format!("{key}.file"),
+            format!("{} is not absolute", file.display()),
+        ));
+    }
+    if declared.iter().any(|x| x.file == file) {
+        return Err(e.at(
+            &format!("{key}.file"),
+            format!("{} is declared twice", file.display()),
+        ));
+    }
+    let vendor = match d.vendor.as_deref() {
+        Some("nvidia") => GpuVendor::Nvidia,
+        Some("amd") => GpuVendor::Amd,
+        Some("intel") => GpuVendor::Intel,
+        Some(v) => {
+            return Err(e.at(
+                &format!("{key}.vendor"),
+                format!("{v:?} is not one of \"nvidia\", \"amd\", \"intel\""),
+            ))
+        }
+        None => return Err(e.at(&format!("{key}.vendor"), "missing".into())),
+    };
+    if let Some(n) = d.numa {
+        if n as usize >= pjw_core::MAX_CPUS {
+            return Err(e.at(&format!("{key}.numa"), format!("{n} is out of range")));
+        }
+    }
+    let cpus = d
+        .cpus
+        .as_deref()
+        .map(|c| CpuSet::parse_list(c).map_err(|x| e.at(&format!("{key}.cpus"), x.to_string())))
+        .transpose()?;
+    if cpus.is_some_and(|c| c.is_empty()) {
+        return Err(e.at(&format!("{key}.cpus"), "is empty".into()));
+    }
+    let pci = match d.pci {
+        Some(p) if !is_pci_address(&p.to_lowercase()) => {
+            return Err(e.at(
+                &format!("{key}.pci"),
+                format!("{p:?} is not a PCI address like \"0000:3b:00.0\""),
+            ))
+        }
+        p => p.map(|p| p.to_lowercase()),
+    };
+    let switch = match d.switch {
+        Some(p) if !is_pci_address(&p.to_lowercase()) => {
+            return Err(e.at(
+                &format!("{key}.switch"),
+                format!(
+                    "{p:?} is not a PCI address like \"0000:02:00.0\" (the switch's upstream port)"
+                ),
+            ))
+        }
+        p => p.map(|p| p.to_lowercase()),
+    };
+    Ok(DeclaredGpu {
+        file,
+        vendor,
+        numa: d.numa,
+        cpus,
+        pci,
+        switch,
     })
 }
 

@@ -67,6 +67,47 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
         None | Some(0) => None,
         Some(n) => Some(n),
     };
+    let (tmp, tmp_max, tmp_root) = parse_tmp(&j, state_dir, e)?;
+    let swap_max = match j.swap_max.as_deref() {
+        None | Some("max") => None,
+        Some(t) => Some(pjw_core::parse_size(t).map_err(|e| err("job.swap_max", e.to_string()))?),
+    };
+    let partition = match j.partition.as_deref() {
+        None | Some("none") => None,
+        Some("root") => Some(pjw_cgroup::Partition::Root),
+        Some("isolated") => Some(pjw_cgroup::Partition::Isolated),
+        Some(other) => {
+            return Err(err(
+                "job.partition",
+                format!("{other:?} is not one of none, root, isolated"),
+            ))
+        }
+    };
+    let (bind, bind_interval_ms) = parse_bind(&j, e)?;
+    let ipc = parse_ipc(&j, e)?;
+    Ok(Job {
+        kill_leftovers: j.kill_leftovers.unwrap_or(true),
+        pids_max,
+        tmp,
+        tmp_max,
+        tmp_root,
+        swap_max,
+        partition,
+        bind,
+        bind_interval_ms,
+        thread_env: j.thread_env.unwrap_or(true),
+        ipc,
+    })
+}
+
+/// A job's /tmp: its size (`tmp`, none below 1M), the most a job may ask (`tmp_max`) and where
+/// it lives (`tmp_root`, absolute; below `state_dir` by default).
+fn parse_tmp(
+    j: &RawJob,
+    state_dir: &Path,
+    e: Errs,
+) -> Result<(Option<u64>, Option<u64>, PathBuf), ConfigError> {
+    let err = |key: &str, reason: String| e.at(key, reason);
     let tmp = match j.tmp.as_deref().map(str::trim) {
         None | Some("") | Some("none") | Some("0") => None,
         Some(t) => match pjw_core::parse_size(t) {
@@ -92,31 +133,23 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
             ));
         }
     }
-    let tmp_root = match j.tmp_root {
+    let tmp_root = match &j.tmp_root {
         Some(p) if !p.is_absolute() => {
             return Err(err(
                 "job.tmp_root",
                 format!("{} is not an absolute path", p.display()),
             ))
         }
-        Some(p) => p,
+        Some(p) => p.clone(),
         None => state_dir.join("tmp"),
     };
-    let swap_max = match j.swap_max.as_deref() {
-        None | Some("max") => None,
-        Some(t) => Some(pjw_core::parse_size(t).map_err(|e| err("job.swap_max", e.to_string()))?),
-    };
-    let partition = match j.partition.as_deref() {
-        None | Some("none") => None,
-        Some("root") => Some(pjw_cgroup::Partition::Root),
-        Some("isolated") => Some(pjw_cgroup::Partition::Isolated),
-        Some(other) => {
-            return Err(err(
-                "job.partition",
-                format!("{other:?} is not one of none, root, isolated"),
-            ))
-        }
-    };
+    Ok((tmp, tmp_max, tmp_root))
+}
+
+/// Thread binding: the mode (`bind`) and how often the binder looks (`bind_interval_ms`, at
+/// least 100).
+fn parse_bind(j: &RawJob, e: Errs) -> Result<(pjw_core::thread_bind::BindMode, u64), ConfigError> {
+    let err = |key: &str, reason: String| e.at(key, reason);
     let bind = match j.bind.as_deref() {
         None => pjw_core::thread_bind::BindMode::default(),
         Some(t) => pjw_core::thread_bind::BindMode::parse(t).ok_or_else(|| {
@@ -136,6 +169,12 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
         }
         Some(n) => n,
     };
+    Ok((bind, bind_interval_ms))
+}
+
+/// A job's IPC: its own namespace, the size of its /dev/shm, the scrub at its end.
+fn parse_ipc(j: &RawJob, e: Errs) -> Result<JobIpc, ConfigError> {
+    let err = |key: &str, reason: String| e.at(key, reason);
     let shm_size = match j.shm_size.as_deref().map(str::trim) {
         None => None,
         Some(t) => match pjw_core::parse_size(t) {
@@ -144,23 +183,10 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
             Err(e) => return Err(err("job.shm_size", e.to_string())),
         },
     };
-    let ipc = JobIpc {
+    Ok(JobIpc {
         private: j.private_ipc.unwrap_or(true),
         shm_size,
         scrub: j.scrub_ipc.unwrap_or(true),
         scrub_min_uid: j.scrub_min_uid.unwrap_or(1000),
-    };
-    Ok(Job {
-        kill_leftovers: j.kill_leftovers.unwrap_or(true),
-        pids_max,
-        tmp,
-        tmp_max,
-        tmp_root,
-        swap_max,
-        partition,
-        bind,
-        bind_interval_ms,
-        thread_env: j.thread_env.unwrap_or(true),
-        ipc,
     })
 }

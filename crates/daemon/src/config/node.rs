@@ -29,6 +29,37 @@ pub(super) struct Node {
 
 /// Validate the top-level keys (with the command line's overrides).
 pub(super) fn parse(raw: &RawConfig, ov: &Overrides, e: Errs) -> Result<Node, ConfigError> {
+    let (socket, socket_mode) = parse_socket(raw, ov, e)?;
+    let state_dir = ov
+        .state_dir
+        .clone()
+        .or_else(|| raw.state_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let cpus = parse_cpus(raw, e)?;
+    let cgroup_parent = parse_parent(raw, ov, e)?;
+    if raw.vcpus == Some(0) {
+        return Err(e.at("vcpus", "must be at least 1".into()));
+    }
+    let (default_priority, max_priority, preempt_priority) = parse_priorities(raw, e)?;
+    let exclusive = parse_exclusive(raw, e)?;
+    let (max_connections_per_user, max_queued_per_user) = parse_user_limits(raw, e)?;
+    Ok(Node {
+        socket,
+        socket_mode,
+        state_dir,
+        cpus,
+        cgroup_parent,
+        default_priority,
+        max_priority,
+        preempt_priority,
+        exclusive,
+        max_connections_per_user,
+        max_queued_per_user,
+    })
+}
+
+/// `socket` (the override first; at most 100 bytes, a Unix socket's limit) and `socket_mode`.
+fn parse_socket(raw: &RawConfig, ov: &Overrides, e: Errs) -> Result<(PathBuf, u32), ConfigError> {
     let err = |key: &str, reason: String| e.at(key, reason);
     let socket = ov
         .socket
@@ -53,11 +84,12 @@ pub(super) fn parse(raw: &RawConfig, ov: &Overrides, e: Errs) -> Result<Node, Co
                 )
             })?,
     };
-    let state_dir = ov
-        .state_dir
-        .clone()
-        .or_else(|| raw.state_dir.clone())
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    Ok((socket, socket_mode))
+}
+
+/// `cpus`: the pool, at least one CPU when given.
+fn parse_cpus(raw: &RawConfig, e: Errs) -> Result<Option<CpuSet>, ConfigError> {
+    let err = |key: &str, reason: String| e.at(key, reason);
     let cpus = match &raw.cpus {
         None => None,
         Some(c) => {
@@ -68,6 +100,12 @@ pub(super) fn parse(raw: &RawConfig, ov: &Overrides, e: Errs) -> Result<Node, Co
             Some(s)
         }
     };
+    Ok(cpus)
+}
+
+/// `[cgroup] parent`, or `--cgroup-parent`.
+fn parse_parent(raw: &RawConfig, ov: &Overrides, e: Errs) -> Result<ParentSpec, ConfigError> {
+    let err = |key: &str, reason: String| e.at(key, reason);
     let (parent_key, parent_text) = match &ov.cgroup_parent {
         Some(p) => ("--cgroup-parent", p.clone()),
         None => (
@@ -77,9 +115,13 @@ pub(super) fn parse(raw: &RawConfig, ov: &Overrides, e: Errs) -> Result<Node, Co
     };
     let cgroup_parent =
         ParentSpec::parse(&parent_text).map_err(|e| err(parent_key, e.to_string()))?;
-    if raw.vcpus == Some(0) {
-        return Err(err("vcpus", "must be at least 1".into()));
-    }
+    Ok(cgroup_parent)
+}
+
+/// `default_priority`, `max_priority` and `preempt_priority`, each 1-16, the default not above
+/// the maximum.
+fn parse_priorities(raw: &RawConfig, e: Errs) -> Result<(u8, u8, u8), ConfigError> {
+    let err = |key: &str, reason: String| e.at(key, reason);
     let max_priority = raw.max_priority.unwrap_or(DEFAULT_MAX_PRIORITY);
     if !(1..=16).contains(&max_priority) {
         return Err(err(
@@ -109,16 +151,24 @@ pub(super) fn parse(raw: &RawConfig, ov: &Overrides, e: Errs) -> Result<Node, Co
             format!("{preempt_priority} is not in 1-16"),
         ));
     }
-    let exclusive = match raw.exclusive.as_deref() {
-        None | Some("privileged") => ExclusiveRight::Privileged,
-        Some("all") => ExclusiveRight::All,
-        Some(other) => {
-            return Err(err(
-                "exclusive",
-                format!("{other:?} is not \"privileged\" or \"all\""),
-            ))
-        }
-    };
+    Ok((default_priority, max_priority, preempt_priority))
+}
+
+/// `exclusive`: who may ask for a node of their own.
+fn parse_exclusive(raw: &RawConfig, e: Errs) -> Result<ExclusiveRight, ConfigError> {
+    match raw.exclusive.as_deref() {
+        None | Some("privileged") => Ok(ExclusiveRight::Privileged),
+        Some("all") => Ok(ExclusiveRight::All),
+        Some(other) => Err(e.at(
+            "exclusive",
+            format!("{other:?} is not \"privileged\" or \"all\""),
+        )),
+    }
+}
+
+/// `max_connections_per_user` (4-100000) and `max_queued_per_user` (1-100000).
+fn parse_user_limits(raw: &RawConfig, e: Errs) -> Result<(usize, usize), ConfigError> {
+    let err = |key: &str, reason: String| e.at(key, reason);
     let max_connections_per_user = raw
         .max_connections_per_user
         .unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_USER);
@@ -137,17 +187,5 @@ pub(super) fn parse(raw: &RawConfig, ov: &Overrides, e: Errs) -> Result<Node, Co
             format!("{max_queued_per_user} is not in 1-100000"),
         ));
     }
-    Ok(Node {
-        socket,
-        socket_mode,
-        state_dir,
-        cpus,
-        cgroup_parent,
-        default_priority,
-        max_priority,
-        preempt_priority,
-        exclusive,
-        max_connections_per_user,
-        max_queued_per_user,
-    })
+    Ok((max_connections_per_user, max_queued_per_user))
 }

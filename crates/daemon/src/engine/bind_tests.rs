@@ -12,7 +12,7 @@ use super::table_tests::{job_cgroup, record};
 use super::Event;
 use crate::bind::{BindJob, BindMsg, Binder, Birth, Born};
 use crate::procs::ProcMsg;
-use crate::store_port::StorePort;
+use crate::store_port::{StoreDetailWriter, StoreWriter};
 use crate::test_support::{run_request, TestEngine};
 
 const UID: u32 = 1000;

@@ -8,6 +8,7 @@ use tracing::info;
 use super::freezing::FreezeFor;
 use super::store_writes::OnFail;
 use super::{err, Control, Cred, End, Engine, Who};
+use crate::profile::EndReason;
 
 impl Engine {
     pub(super) fn control(&mut self, cred: Cred, who: &Who, job: &str, what: Control) -> Response {
@@ -31,137 +32,157 @@ impl Engine {
             // Handled by `end` (it answers later); never reaches here.
             Control::End => err(ErrorCode::Invalid, "end is answered elsewhere"),
             Control::Kill => self.kill(seq, by),
-            Control::Suspend => {
-                if j.end.ending {
-                    return err(ErrorCode::Invalid, format!("job {job} is ending"));
-                }
-                match j.phase {
-                    Phase::Queued => err(
-                        ErrorCode::Invalid,
-                        format!("job {job} is queued; kill it to withdraw it"),
-                    ),
-                    Phase::Suspended => err(
-                        ErrorCode::Invalid,
-                        format!("job {job} is already suspended"),
-                    ),
-                    Phase::Preempted => {
-                        // Frozen already; it now stays frozen until resumed. Recorded first:
-                        // nothing has acted on it yet, so a store that refuses refuses it.
-                        let (cpus, mems) = (j.cpus, j.mems);
-                        if let Err(e) = self.store_write(seq, "set_role", OnFail::Refuse, |s| {
-                            s.set_role(seq, StoredRole::Suspended, &cpus, &mems)
-                        }) {
-                            return err(
-                                ErrorCode::Internal,
-                                format!("cannot record the suspension of job {job}, so it was not suspended: {e}"),
-                            );
-                        }
-                        if let Some(j) = self.jobs.get_mut(&seq) {
-                            j.phase = Phase::Suspended;
-                            j.reason = Some(format!("suspended by {by}"));
-                        }
-                        Response::Done {
-                            message: format!("job {job} suspended"),
-                        }
-                    }
-                    Phase::Primary | Phase::Backfill => {
-                        let reason = Some(format!("suspended by {by}"));
-                        match self.freeze_job(seq, Phase::Suspended, reason) {
-                            Ok(true) => {
-                                self.replan();
-                                Response::Done {
-                                    message: format!("job {job} suspended; its cpus went to others"),
-                                }
-                            }
-                            Ok(false) => Response::Done {
-                                message: format!(
-                                    "job {job} is being frozen; its cpus go to others once the freezer confirms it"
-                                ),
-                            },
-                            Err(e) => err(
-                                ErrorCode::Internal,
-                                format!("cannot suspend job {job}: {e}"),
-                            ),
-                        }
-                    }
-                }
-            }
-            Control::Resume => {
-                // Suspended, but the v1 freezer has not confirmed it yet (the suspend said "being
-                // frozen"): cancelled; thawed when the freezer answers, its role and CPUs kept.
-                if matches!(
-                    j.freezing,
-                    Some(FreezeFor::Role {
-                        phase: Phase::Suspended,
-                        ..
-                    })
-                ) {
-                    if let Some(j) = self.jobs.get_mut(&seq) {
-                        j.freezing = Some(FreezeFor::Cancelled);
-                    }
-                    return Response::Done {
-                        message: format!(
-                            "job {job} resumed: its suspension is cancelled before the freezer confirmed it"
-                        ),
-                    };
-                }
-                if j.phase != Phase::Suspended {
-                    return err(ErrorCode::Invalid, format!("job {job} is not suspended"));
-                }
-                // It competes for CPUs like a preempted job and is thawed when it has them.
-                // Recorded first: a restart before it has CPUs must not bring it back
-                // suspended, and a store that refuses refuses the resume.
+            Control::Suspend => self.suspend(seq, job, &by),
+            Control::Resume => self.resume(seq, job, &by),
+            Control::Priority(p) => self.change_priority(&cred, who, seq, job, p, &by),
+        }
+    }
+
+    /// Suspend job `job` (`seq`): frozen, its CPUs given to others, until resumed.
+    fn suspend(&mut self, seq: i64, job: &str, by: &str) -> Response {
+        let j = &self.jobs[&seq];
+        if j.end.ending {
+            return err(ErrorCode::Invalid, format!("job {job} is ending"));
+        }
+        match j.phase {
+            Phase::Queued => err(
+                ErrorCode::Invalid,
+                format!("job {job} is queued; kill it to withdraw it"),
+            ),
+            Phase::Suspended => err(
+                ErrorCode::Invalid,
+                format!("job {job} is already suspended"),
+            ),
+            Phase::Preempted => {
+                // Frozen already; it now stays frozen until resumed. Recorded first:
+                // nothing has acted on it yet, so a store that refuses refuses it.
                 let (cpus, mems) = (j.cpus, j.mems);
                 if let Err(e) = self.store_write(seq, "set_role", OnFail::Refuse, |s| {
-                    s.set_role(seq, StoredRole::Preempted, &cpus, &mems)
+                    s.set_role(seq, StoredRole::Suspended, &cpus, &mems)
                 }) {
                     return err(
                         ErrorCode::Internal,
-                        format!(
-                            "cannot record the resumption of job {job}, so it stays suspended: {e}"
+                        format!("cannot record the suspension of job {job}, so it was not suspended: {e}"),
+                    );
+                }
+                if let Some(j) = self.jobs.get_mut(&seq) {
+                    j.phase = Phase::Suspended;
+                    j.reason = Some(format!("suspended by {by}"));
+                }
+                Response::Done {
+                    message: format!("job {job} suspended"),
+                }
+            }
+            Phase::Primary | Phase::Backfill => {
+                let reason = Some(format!("suspended by {by}"));
+                match self.freeze_job(seq, Phase::Suspended, reason) {
+                    Ok(true) => {
+                        self.replan();
+                        Response::Done {
+                            message: format!("job {job} suspended; its cpus went to others"),
+                        }
+                    }
+                    Ok(false) => Response::Done {
+                        message: format!(
+                            "job {job} is being frozen; its cpus go to others once the freezer confirms it"
                         ),
-                    );
-                }
-                if let Some(j) = self.jobs.get_mut(&seq) {
-                    info!(job = %j.id, user = %j.user, by = %by, "job resumed; waiting for cpus");
-                    j.phase = Phase::Preempted;
-                    j.reason = Some("resumed; waiting for cpus".into());
-                }
-                self.replan();
-                let resumed = self
-                    .jobs
-                    .get(&seq)
-                    .is_some_and(|j| j.phase != Phase::Preempted);
-                Response::Done {
-                    message: if resumed {
-                        format!("job {job} resumed")
-                    } else {
-                        format!("job {job} will resume when cpus are free")
                     },
-                }
-            }
-            Control::Priority(p) => {
-                if let Err((code, message)) = self.check_priority(&cred, who, p) {
-                    return err(code, message);
-                }
-                // Recorded first: a store that refuses the change refuses the request.
-                if let Err(e) = self.store_write(seq, "set_priority", OnFail::Refuse, |s| {
-                    s.set_priority(seq, p)
-                }) {
-                    return err(
+                    Err(e) => err(
                         ErrorCode::Internal,
-                        format!("cannot record the new priority of job {job}, so it keeps its priority: {e}"),
-                    );
-                }
-                if let Some(j) = self.jobs.get_mut(&seq) {
-                    info!(job = %j.id, from = j.req.priority, to = p, by = %by, "priority changed");
-                    j.req.priority = p;
-                }
-                self.replan();
-                Response::Done {
-                    message: format!("job {job} now has priority {p}"),
+                        format!("cannot suspend job {job}: {e}"),
+                    ),
                 }
             }
+        }
+    }
+
+    /// Resume a suspended job: it competes for CPUs like a preempted job and is thawed when it
+    /// has them (or its suspension is cancelled before the v1 freezer confirmed it).
+    fn resume(&mut self, seq: i64, job: &str, by: &str) -> Response {
+        let j = &self.jobs[&seq];
+        // Suspended, but the v1 freezer has not confirmed it yet (the suspend said "being
+        // frozen"): cancelled; thawed when the freezer answers, its role and CPUs kept.
+        if matches!(
+            j.freezing,
+            Some(FreezeFor::Role {
+                phase: Phase::Suspended,
+                ..
+            })
+        ) {
+            if let Some(j) = self.jobs.get_mut(&seq) {
+                j.freezing = Some(FreezeFor::Cancelled);
+            }
+            return Response::Done {
+                message: format!(
+                    "job {job} resumed: its suspension is cancelled before the freezer confirmed it"
+                ),
+            };
+        }
+        if j.phase != Phase::Suspended {
+            return err(ErrorCode::Invalid, format!("job {job} is not suspended"));
+        }
+        // It competes for CPUs like a preempted job and is thawed when it has them.
+        // Recorded first: a restart before it has CPUs must not bring it back
+        // suspended, and a store that refuses refuses the resume.
+        let (cpus, mems) = (j.cpus, j.mems);
+        if let Err(e) = self.store_write(seq, "set_role", OnFail::Refuse, |s| {
+            s.set_role(seq, StoredRole::Preempted, &cpus, &mems)
+        }) {
+            return err(
+                ErrorCode::Internal,
+                format!("cannot record the resumption of job {job}, so it stays suspended: {e}"),
+            );
+        }
+        if let Some(j) = self.jobs.get_mut(&seq) {
+            info!(job = %j.id, user = %j.user, by = %by, "job resumed; waiting for cpus");
+            j.phase = Phase::Preempted;
+            j.reason = Some("resumed; waiting for cpus".into());
+        }
+        self.replan();
+        let resumed = self
+            .jobs
+            .get(&seq)
+            .is_some_and(|j| j.phase != Phase::Preempted);
+        Response::Done {
+            message: if resumed {
+                format!("job {job} resumed")
+            } else {
+                format!("job {job} will resume when cpus are free")
+            },
+        }
+    }
+
+    /// Give job `job` (`seq`) priority `p`, if `who` may.
+    fn change_priority(
+        &mut self,
+        cred: &Cred,
+        who: &Who,
+        seq: i64,
+        job: &str,
+        p: u8,
+        by: &str,
+    ) -> Response {
+        if let Err((code, message)) = self.check_priority(cred, who, p) {
+            return err(code, message);
+        }
+        // Recorded first: a store that refuses the change refuses the request.
+        if let Err(e) = self.store_write(seq, "set_priority", OnFail::Refuse, |s| {
+            s.set_priority(seq, p)
+        }) {
+            return err(
+                ErrorCode::Internal,
+                format!(
+                    "cannot record the new priority of job {job}, so it keeps its priority: {e}"
+                ),
+            );
+        }
+        if let Some(j) = self.jobs.get_mut(&seq) {
+            info!(job = %j.id, from = j.req.priority, to = p, by = %by, "priority changed");
+            j.req.priority = p;
+        }
+        self.replan();
+        Response::Done {
+            message: format!("job {job} now has priority {p}"),
         }
     }
 
@@ -175,7 +196,7 @@ impl Engine {
             let j = self.jobs.remove(&seq);
             if let Some(j) = j {
                 info!(job = %j.id, user = %j.user, by = %by, "queued job withdrawn");
-                let mut end = End::reason(&format!("killed by {by}"));
+                let mut end = End::of(EndReason::KilledBy(by.clone()));
                 end.killed = true;
                 self.record_end(&j, end);
                 if let Some(w) = j.client.waiter {

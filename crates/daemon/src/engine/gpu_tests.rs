@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use super::table_tests::{job_cgroup, record};
 use super::{cgroup_name, Cred, Event};
-use crate::store_port::StorePort;
+use crate::store_port::{StoreDetailWriter, StoreWriter};
 use crate::test_support::{client, run_request, who, FakeCgroups, TestEngine};
 
 const UID: u32 = 1000;

@@ -135,7 +135,7 @@ async fn the_scrub_waits_for_the_owners_last_job_and_removes_what_it_left() {
     assert_eq!(t.engine.scrub_for(&job_b, 2000), None, "scrub_ipc = false");
     t.engine.cfg.ipc.scrub = true;
     t.engine.jobs.insert(b, job_b);
-    t.engine.finish(b, "exited");
+    t.engine.finish(b, crate::profile::EndReason::Exited);
     // The removal runs on a blocking thread: wait for it (a correctness bound, not a timing).
     let mut waited = Duration::ZERO;
     while left.exists() && waited < Duration::from_secs(10) {

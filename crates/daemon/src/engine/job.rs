@@ -30,7 +30,7 @@ pub(super) struct EndWatch {
     /// Who ended it (a manager's epilog), for the record.
     pub(super) ended_by: Option<String>,
     /// The whole reason, when pjw ended it for a reason of its own (its lease).
-    pub(super) reason: Option<String>,
+    pub(super) reason: Option<crate::profile::EndReason>,
     /// The inotify watch on its `cgroup.events`.
     pub(super) watch: Option<WatchDescriptor>,
     /// `end` requests waiting for the cgroups to be gone.

@@ -16,6 +16,7 @@ use super::store_writes::OnFail;
 use super::{err, role_of, End, Engine, Event};
 use crate::cgroup_port::Killed;
 use crate::os;
+use crate::profile::EndReason;
 
 impl Engine {
     pub(super) fn start(&mut self, seq: i64, cpus: CpuSet, backfill: bool) -> bool {
@@ -39,7 +40,7 @@ impl Engine {
         {
             warn!(job = %j.id, pid = ?pid, "client process vanished before start");
             if let Some(j) = self.jobs.remove(&seq) {
-                self.record_end(&j, End::reason("client left the queue"));
+                self.record_end(&j, End::not_started("client left the queue"));
             }
             return false;
         }
@@ -74,7 +75,7 @@ impl Engine {
             // Its row is still live (queued): ended, so that its id is free again. The store
             // refused just now, so this end is most likely kept for a later retry.
             if let Some(j) = self.jobs.remove(&seq) {
-                self.record_end(&j, End::reason("start failed: store"));
+                self.record_end(&j, End::not_started("start failed: store"));
             }
             return false;
         }
@@ -131,7 +132,7 @@ impl Engine {
                 format!("cannot set up the job's cgroups: {e}"),
             ));
             if let Some(j) = self.jobs.remove(&seq) {
-                self.record_end(&j, End::reason(&format!("start failed: {e}")));
+                self.record_end(&j, End::not_started(&format!("start failed: {e}")));
             }
             return false;
         }
@@ -392,12 +393,12 @@ impl Engine {
         };
         if !populated {
             let reason = match (&job.end.killed_by, &job.end.ended_by, &job.end.reason) {
-                (Some(by), _, _) => format!("killed by {by}"),
-                (None, Some(by), _) => format!("ended by {by}"),
+                (Some(by), _, _) => EndReason::KilledBy(by.clone()),
+                (None, Some(by), _) => EndReason::EndedBy(by.clone()),
                 (None, None, Some(r)) => r.clone(),
-                (None, None, None) => "exited".to_string(),
+                (None, None, None) => EndReason::Exited,
             };
-            self.finish(seq, &reason);
+            self.finish(seq, reason);
             return;
         }
         let Some(job) = self.jobs.get_mut(&seq) else {
@@ -419,7 +420,7 @@ impl Engine {
         }
     }
 
-    pub(super) fn finish(&mut self, seq: i64, reason: &str) {
+    pub(super) fn finish(&mut self, seq: i64, reason: EndReason) {
         let Some(mut job) = self.jobs.remove(&seq) else {
             return;
         };
@@ -442,9 +443,9 @@ impl Engine {
             // The kernel's swap peak, which no sample reads (a short job swaps between samples).
             finals.swap_peak = self.driver.memory_swap_peak(&job.cgroup).ok().flatten();
         }
-        let reason = self.memory_end_reason(&job, reason, ooms, finals.mem_peak);
-        let reason = reason.as_str();
-        self.remember_outcome(&job, ooms, finals.mem_peak, reason);
+        let memory = self.memory_end_note(&job, ooms, finals.mem_peak);
+        let text = format!("{}{memory}", reason.text());
+        self.remember_outcome(&job, ooms, finals.mem_peak, &text);
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
@@ -468,7 +469,8 @@ impl Engine {
         self.record_end(
             &job,
             End {
-                reason: reason.to_string(),
+                reason,
+                memory,
                 killed: job.end.killed_by.is_some(),
                 ooms,
                 running_ms: runtime_ms as i64,
@@ -477,7 +479,7 @@ impl Engine {
             },
         );
         info!(
-            job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms, reason,
+            job = %job.id, user = %job.user, cpus = %job.cpus, runtime_ms, reason = text.as_str(),
             processes = counts.procs_ever, threads = counts.threads_ever,
             max_processes = counts.procs_max, counts_exact = !counts.lossy, "job ended"
         );

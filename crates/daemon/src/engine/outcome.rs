@@ -115,16 +115,11 @@ impl Engine {
         }
     }
 
-    /// The end reason of `job` with what memory did to it: its OOM kills (how many, at which
-    /// limit, its peak) and a long stall inside its own limit. Logged when there were OOM kills.
-    pub(super) fn memory_end_reason(
-        &self,
-        job: &Job,
-        reason: &str,
-        ooms: u64,
-        peak: Option<u64>,
-    ) -> String {
-        let mut out = reason.to_string();
+    /// What memory did to `job`, to follow its end reason (each part after `; `): its OOM kills
+    /// (how many, at which limit, its peak) and a long stall inside its own limit. Logged when
+    /// there were OOM kills.
+    pub(super) fn memory_end_note(&self, job: &Job, ooms: u64, peak: Option<u64>) -> String {
+        let mut out = String::new();
         if ooms > 0 {
             let limit = match job.mem {
                 Some(m) => format!("its own {} limit", format_size(m)),

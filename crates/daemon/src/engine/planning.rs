@@ -9,6 +9,7 @@ use pjw_proto::ErrorCode;
 use tracing::info;
 
 use super::{err, End, Engine, Event, Job};
+use crate::profile::EndReason;
 
 impl Engine {
     /// Ask the policy what changes now and carry it out, until nothing does.
@@ -157,7 +158,7 @@ impl Engine {
                 if let Some(j) = self.jobs.remove(&key) {
                     let waited = j.queued_at.elapsed().as_secs();
                     info!(job = %j.id, user = %j.user, waited_s = waited, "job expired in the queue");
-                    self.record_end(&j, End::reason("expired in queue"));
+                    self.record_end(&j, End::of(EndReason::Expired("expired in queue".into())));
                     if let Some(w) = j.client.waiter {
                         let _ = w.reply.send(err(
                             ErrorCode::Invalid,
@@ -212,7 +213,7 @@ impl Engine {
         for seq in gone {
             if let Some(j) = self.jobs.remove(&seq) {
                 info!(job = %j.id, "queued client did not reconnect; job withdrawn");
-                self.record_end(&j, End::reason("client left the queue"));
+                self.record_end(&j, End::not_started("client left the queue"));
             }
         }
     }

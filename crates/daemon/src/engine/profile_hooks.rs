@@ -15,7 +15,7 @@ use tracing::{debug, info};
 use super::{err, Cred, End, Engine, Job, Who};
 use crate::bind::{ProfJob, ProfileTick};
 use crate::gpu_stats::{self, GpuReading};
-use crate::profile::{self, JobProf, WriteOp};
+use crate::profile::{self, EndReason, JobProf, WriteOp};
 use crate::report::{self, Access, LiveJob, ReportAnswer};
 
 /// How long the exit status of an ended job's main process is awaited.
@@ -27,11 +27,16 @@ const PSI_UPDATE_PERIOD: Duration = Duration::from_millis(1900);
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
 
 impl End {
-    pub(super) fn reason(r: &str) -> End {
+    pub(super) fn of(reason: EndReason) -> End {
         End {
-            reason: r.to_string(),
+            reason,
             ..End::default()
         }
+    }
+
+    /// A job that never started, and why.
+    pub(super) fn not_started(why: &str) -> End {
+        End::of(EndReason::NotStarted(why.to_string()))
     }
 }
 
@@ -55,7 +60,8 @@ impl Engine {
                 self.late_exits.insert(pid, (job.seq, Instant::now()));
             }
         }
-        self.write_end(job.seq, now, &end.reason, &summary);
+        let text = format!("{}{}", end.reason.text(), end.memory);
+        self.write_end(job.seq, now, &text, &summary);
         info!(
             job = %job.id, user = %job.user, end = class.as_str(), cpu_user_usec = summary.cpu_user_usec,
             cpu_system_usec = summary.cpu_system_usec, mem_peak = summary.mem_peak,
@@ -65,12 +71,12 @@ impl Engine {
     }
 
     /// Record that a job known only from its store record ended (found at recovery).
-    pub(super) fn record_end_rec(&mut self, rec: &JobRecord, reason: &str) {
+    pub(super) fn record_end_rec(&mut self, rec: &JobRecord, reason: EndReason) {
         let now = self.clock.now_ms();
         let mut prof = JobProf::default();
         let start = rec.started_ms.unwrap_or(now);
         prof.queued_ms = (start - rec.submitted_ms).max(0);
-        let class = profile::end_class(reason, false, 0, None);
+        let class = profile::end_class(&reason, false, 0, None);
         let running = rec.started_ms.map(|s| now - s).unwrap_or(0);
         let summary = prof.summary(
             rec.seq,
@@ -80,7 +86,7 @@ impl Engine {
             &Default::default(),
             None,
         );
-        self.write_end(rec.seq, now, reason, &summary);
+        self.write_end(rec.seq, now, &reason.text(), &summary);
     }
 
     fn write_end(&mut self, seq: i64, now: i64, reason: &str, summary: &JobSummary) {

@@ -13,7 +13,7 @@ use super::job::{ClientLink, EndWatch, MemTrack, Starter};
 use super::store_writes::OnFail;
 use super::{role_of, Engine, Job};
 use crate::os;
-use crate::profile::JobProf;
+use crate::profile::{EndReason, JobProf};
 
 /// How long a queued job recovered after a restart waits for its client to come back.
 const RECONNECT_GRACE: Duration = Duration::from_secs(120);
@@ -60,12 +60,13 @@ impl Engine {
                         .is_some_and(|l| !l.contains(&rec.cgroup));
                 let _ = self.driver.remove_job(&rec.cgroup);
                 let reason = if rec.state == StoredState::Starting || never_made {
-                    "start interrupted"
+                    EndReason::NotStarted("start interrupted".into())
                 } else {
-                    "ended while daemon was down"
+                    EndReason::EndedWhileDown
                 };
+                let text = reason.text();
                 self.record_end_rec(&rec, reason);
-                info!(job = %rec.job_id, reason, "recovered job had ended");
+                info!(job = %rec.job_id, reason = text.as_str(), "recovered job had ended");
                 continue;
             }
             let phase = match rec.role {
@@ -190,7 +191,7 @@ impl Engine {
         let held = rec.pid.is_none()
             && matches!(self.store.starter(rec.seq), Ok(Some(st)) if st.wlm.is_some());
         if !alive && !held {
-            self.record_end_rec(&rec, "client left the queue");
+            self.record_end_rec(&rec, EndReason::NotStarted("client left the queue".into()));
             return;
         }
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);

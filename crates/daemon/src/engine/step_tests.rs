@@ -162,7 +162,7 @@ async fn a_run_from_inside_a_job_is_a_step_on_its_cpus_never_a_job() {
     );
 
     // The job ends: its running steps end with it, and all five go to the store.
-    t.engine.finish(a, "exited");
+    t.engine.finish(a, crate::profile::EndReason::Exited);
     let recorded = t.store.state().steps.get(&a).cloned().unwrap_or_default();
     let mut numbers: Vec<u32> = recorded.iter().map(|s| s.step).collect();
     numbers.sort_unstable();

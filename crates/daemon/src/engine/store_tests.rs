@@ -11,7 +11,7 @@ use pjw_store::{JobRecord, StoredState};
 use tokio::sync::mpsc;
 
 use super::{cgroup_name, Control, Cred, Event, Who};
-use crate::store_port::StorePort;
+use crate::store_port::{StoreReader, StoreWriter};
 use crate::test_support::TestEngine;
 
 const ROOT: Cred = Cred {
@@ -201,7 +201,7 @@ async fn an_end_the_store_refuses_is_not_lost() {
     let seq = add_job(&mut t, "9", Some("0-1"));
     t.store.set_full(true);
 
-    t.engine.finish(seq, "exited");
+    t.engine.finish(seq, crate::profile::EndReason::Exited);
 
     // Gone from memory (its cgroups are gone), its end kept until the store takes it.
     assert!(!t.engine.jobs.contains_key(&seq));

@@ -11,7 +11,7 @@ use pjw_store::{JobRecord, StoredRole as Role, StoredState};
 use tokio::sync::mpsc;
 
 use super::{cgroup_name, Cred, Event, Who};
-use crate::store_port::StorePort;
+use crate::store_port::StoreWriter;
 use crate::test_support::{run_request, who, TestEngine};
 
 /// A pid no process has (above the kernel's pid_max).

@@ -57,24 +57,7 @@ impl Engine {
             ));
             return;
         };
-        let run = RunRequest {
-            gpus: 0,
-            bind: None,
-            tasks: None,
-            cpus: req.cpus,
-            mem: req.mem,
-            job_id: Some(req.job.clone()),
-            name: req.name.clone(),
-            argv: vec![],
-            priority: None,
-            placement: Placement::PrimaryOnly,
-            exclusive: false,
-            user: None,
-            wlm: None,
-            tmp: None,
-            io_weight: None,
-            io_max: vec![],
-        };
+        let run = manager_run_request(&req);
         if let Err((code, message)) = self.validate(&cred, who, &run) {
             let _ = reply.send(err(code, message));
             return;
@@ -101,38 +84,7 @@ impl Engine {
                 return;
             }
         };
-        let name = req
-            .name
-            .clone()
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| format!("{wlm} job {id}"));
-        let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
-        let rec = JobRecord {
-            seq: 0,
-            job_id: id.to_string(),
-            name,
-            uid,
-            gid,
-            user: req.user.clone(),
-            ncpus: req.cpus,
-            cpus: CpuSet::new(),
-            mems: CpuSet::new(),
-            mem_limit: req.mem,
-            pid,
-            pid_start,
-            cgroup: cgroup_name(&id),
-            argv: vec![],
-            state: StoredState::Queued,
-            submitted_ms: self.clock.now_ms(),
-            started_ms: None,
-            ended_ms: None,
-            end_reason: None,
-            // The manager has decided this job runs: nothing pjw starts may preempt it.
-            priority: sched::MAX_PRIORITY,
-            placement: sched::Placement::PrimaryOnly,
-            exclusive: false,
-            role: StoredRole::Primary,
-        };
+        let rec = self.manager_record(&req, &id, &wlm, (uid, gid), pid, pid_start);
         let starter = Starter {
             client_uid: cred.uid,
             wlm: Some(id.to_string()),
@@ -157,6 +109,51 @@ impl Engine {
         self.replan();
         self.tell_queued(seq);
         self.examine_waiting(seq);
+    }
+
+    /// The row of a manager's job: queued, at the top priority (the manager has decided it runs),
+    /// named by the manager (else `slurm job slurm:4242`), held until its process attaches.
+    fn manager_record(
+        &self,
+        req: &RegisterRequest,
+        id: &JobId,
+        wlm: &str,
+        (uid, gid): (u32, u32),
+        pid: Option<u32>,
+        pid_start: Option<u64>,
+    ) -> JobRecord {
+        let name = req
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("{wlm} job {id}"));
+        let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+        JobRecord {
+            seq: 0,
+            job_id: id.to_string(),
+            name,
+            uid,
+            gid,
+            user: req.user.clone(),
+            ncpus: req.cpus,
+            cpus: CpuSet::new(),
+            mems: CpuSet::new(),
+            mem_limit: req.mem,
+            pid,
+            pid_start,
+            cgroup: cgroup_name(id),
+            argv: vec![],
+            state: StoredState::Queued,
+            submitted_ms: self.clock.now_ms(),
+            started_ms: None,
+            ended_ms: None,
+            end_reason: None,
+            // The manager has decided this job runs: nothing pjw starts may preempt it.
+            priority: sched::MAX_PRIORITY,
+            placement: sched::Placement::PrimaryOnly,
+            exclusive: false,
+            role: StoredRole::Primary,
+        }
     }
 
     /// A registration repeated by its client after the daemon restarted (root only, checked by
@@ -489,4 +486,27 @@ pub(super) fn target_names(id: &str, tag: Option<&str>, uid: u32) -> (String, St
         _ => local,
     };
     (ns, local.to_string())
+}
+
+/// What a registration is checked against as a `run` would be: its CPUs, memory, id and name,
+/// on primary CPUs only.
+fn manager_run_request(req: &RegisterRequest) -> RunRequest {
+    RunRequest {
+        gpus: 0,
+        bind: None,
+        tasks: None,
+        cpus: req.cpus,
+        mem: req.mem,
+        job_id: Some(req.job.clone()),
+        name: req.name.clone(),
+        argv: vec![],
+        priority: None,
+        placement: Placement::PrimaryOnly,
+        exclusive: false,
+        user: None,
+        wlm: None,
+        tmp: None,
+        io_weight: None,
+        io_max: vec![],
+    }
 }

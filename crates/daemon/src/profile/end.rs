@@ -1,12 +1,18 @@
 //! How a job ended: the typed [`EndReason`] with its stored text, the class derived from it,
 //! and the exit status from a wait status.
+//!
+//! The engine builds the reason where the job ends (a kill, a manager's end, the lease, an
+//! expiry, a failed start, recovery) and carries it to [`end_class`] and to the store, which
+//! gets its [`EndReason::text`] (with what memory did appended); nothing formats a reason and
+//! parses it back. [`EndReason::parse`] reads a stored text, older versions' included.
 
 use pjw_store::EndClass;
 
 /// Why a job ended, as the daemon records it (typed; its stored text is [`EndReason::text`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum EndReason {
     /// Its main process exited, or its cgroup emptied.
+    #[default]
     Exited,
     /// Killed by a user (`pjw kill`) or by pjw, named.
     KilledBy(String),
@@ -24,8 +30,10 @@ pub enum EndReason {
 }
 
 impl EndReason {
-    /// The typed reason of a stored text (texts of older versions included).
+    /// The typed reason of a stored text (texts of older versions included); what memory did
+    /// to the job, appended after "; ", is not part of it.
     pub fn parse(text: &str) -> EndReason {
+        let text = text.split("; ").next().unwrap_or(text);
         if text == "exited" {
             EndReason::Exited
         } else if let Some(by) = text.strip_prefix("killed by ") {
@@ -56,17 +64,20 @@ impl EndReason {
     }
 }
 
-/// How a job ended, in one word (pure). `reason` is the daemon's text; `killed`: a user or
+/// How a job ended, in one word (pure). `reason`: why, as its source said; `killed`: a user or
 /// pjw killed it; `ooms`: processes the kernel OOM-killed in it. A job its workload manager
 /// ended (its epilog) ended normally: its exit status, when known, says whether it failed.
-pub fn end_class(reason: &str, killed: bool, ooms: u64, exit_status: Option<i32>) -> EndClass {
+pub fn end_class(
+    reason: &EndReason,
+    killed: bool,
+    ooms: u64,
+    exit_status: Option<i32>,
+) -> EndClass {
     let by_status = |s: Option<i32>| match s {
         Some(s) if s != 0 => EndClass::Failed,
         _ => EndClass::Completed,
     };
-    // What memory did to it is appended after "; " (OOM kills, a stall in its own limit).
-    let head = reason.split("; ").next().unwrap_or(reason);
-    match EndReason::parse(head) {
+    match reason {
         EndReason::KilledBy(_) => EndClass::Killed,
         _ if killed => EndClass::Killed,
         _ if ooms > 0 => EndClass::Oom,

@@ -11,7 +11,9 @@ use pjw_core::CpuSet;
 use pjw_kernelfs::proc_cgroup::CgroupLine;
 use pjw_kernelfs::psi::Psi;
 
-use crate::cgroup_port::{CgroupPort, Freezing, Killed};
+use crate::cgroup_port::{
+    CgroupFreezing, CgroupLifecycle, CgroupStats, CgroupTree, Freezing, Killed,
+};
 
 /// What the recording fake holds: job cgroups and the writes made, in order.
 #[derive(Debug, Default)]
@@ -150,7 +152,7 @@ impl FakeCgroups {
     }
 }
 
-impl CgroupPort for FakeCgroups {
+impl CgroupLifecycle for FakeCgroups {
     fn create_job(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError> {
         let what = if limits.io.is_empty() {
             limits.cpus.to_string()
@@ -165,10 +167,6 @@ impl CgroupPort for FakeCgroups {
     }
     fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError> {
         self.write("set_idle", name, idle.to_string())
-    }
-    fn deny_devices(&self, name: &str, devs: &[(u32, u32)]) -> Result<(), CgroupError> {
-        let list: Vec<String> = devs.iter().map(|(a, b)| format!("{a}:{b}")).collect();
-        self.write("deny_devices", name, list.join(","))
     }
     fn set_partition(
         &self,
@@ -189,6 +187,35 @@ impl CgroupPort for FakeCgroups {
         }
         Ok(())
     }
+    fn deny_devices(&self, name: &str, devs: &[(u32, u32)]) -> Result<(), CgroupError> {
+        let list: Vec<String> = devs.iter().map(|(a, b)| format!("{a}:{b}")).collect();
+        self.write("deny_devices", name, list.join(","))
+    }
+    fn set_cpus(&self, name: &str, cpus: &CpuSet, _mems: &CpuSet) -> Result<(), CgroupError> {
+        self.write("set_cpus", name, cpus.to_string())?;
+        if let Some(j) = self.state().jobs.get_mut(name) {
+            j.0 = *cpus;
+        }
+        Ok(())
+    }
+    fn kill(&self, name: &str) -> Result<Killed, CgroupError> {
+        self.write("kill", name, String::new())?;
+        let Some(gate) = self.state().slow_kill.clone() else {
+            if let Some(j) = self.state().jobs.get_mut(name) {
+                j.1.clear();
+            }
+            return Ok(Killed::Done);
+        };
+        let (fake, name) = (self.clone(), name.to_string());
+        Ok(Killed::Rounds(Box::new(move || {
+            gate.wait();
+            fake.write("kill_rounds", &name, String::new())?;
+            if let Some(j) = fake.state().jobs.get_mut(&name) {
+                j.1.clear();
+            }
+            Ok(())
+        })))
+    }
     fn remove_job(&self, name: &str) -> Result<(), CgroupError> {
         if self.state().jobs.get(name).is_some_and(|j| !j.1.is_empty()) {
             return Err(CgroupError::Populated {
@@ -199,13 +226,12 @@ impl CgroupPort for FakeCgroups {
         self.state().jobs.remove(name);
         Ok(())
     }
-    fn set_cpus(&self, name: &str, cpus: &CpuSet, _mems: &CpuSet) -> Result<(), CgroupError> {
-        self.write("set_cpus", name, cpus.to_string())?;
-        if let Some(j) = self.state().jobs.get_mut(name) {
-            j.0 = *cpus;
-        }
+    fn remove_parent_if_empty(&self) -> Result<(), CgroupError> {
         Ok(())
     }
+}
+
+impl CgroupFreezing for FakeCgroups {
     fn freeze(&self, name: &str, frozen: bool) -> Result<(), CgroupError> {
         self.write("freeze", name, frozen.to_string())
     }
@@ -230,23 +256,27 @@ impl CgroupPort for FakeCgroups {
             Ok(())
         })))
     }
-    fn kill(&self, name: &str) -> Result<Killed, CgroupError> {
-        self.write("kill", name, String::new())?;
-        let Some(gate) = self.state().slow_kill.clone() else {
-            if let Some(j) = self.state().jobs.get_mut(name) {
-                j.1.clear();
-            }
-            return Ok(Killed::Done);
-        };
-        let (fake, name) = (self.clone(), name.to_string());
-        Ok(Killed::Rounds(Box::new(move || {
-            gate.wait();
-            fake.write("kill_rounds", &name, String::new())?;
-            if let Some(j) = fake.state().jobs.get_mut(&name) {
-                j.1.clear();
-            }
-            Ok(())
-        })))
+    fn is_frozen(&self, name: &str) -> Result<bool, CgroupError> {
+        self.read("is_frozen", name);
+        Ok(false)
+    }
+    fn set_memory_high(&self, name: &str, high: Option<u64>) -> Result<(), CgroupError> {
+        self.write("set_memory_high", name, format!("{high:?}"))
+    }
+}
+
+impl CgroupTree for FakeCgroups {
+    fn describe(&self) -> String {
+        "fake".into()
+    }
+    fn mode(&self) -> pjw_cgroup::Mode {
+        pjw_cgroup::Mode::Unified
+    }
+    fn counts_io(&self) -> bool {
+        false
+    }
+    fn list_jobs(&self) -> Result<Vec<String>, CgroupError> {
+        Ok(self.state().jobs.keys().cloned().collect())
     }
     fn is_populated(&self, name: &str) -> Result<bool, CgroupError> {
         self.read("is_populated", name);
@@ -255,13 +285,6 @@ impl CgroupPort for FakeCgroups {
     fn events_path(&self, _name: &str) -> Option<PathBuf> {
         None
     }
-    fn oom_kills(&self, name: &str) -> u64 {
-        self.read("oom_kills", name);
-        if let Some(n) = self.state().ooms.get(name).copied() {
-            return n;
-        }
-        0
-    }
     fn job_cpus(&self, name: &str) -> Result<CpuSet, CgroupError> {
         self.read("job_cpus", name);
         self.state()
@@ -269,16 +292,6 @@ impl CgroupPort for FakeCgroups {
             .get(name)
             .map(|j| j.0)
             .ok_or_else(|| FakeCgroups::missing(name))
-    }
-    fn is_frozen(&self, name: &str) -> Result<bool, CgroupError> {
-        self.read("is_frozen", name);
-        Ok(false)
-    }
-    fn memory_usage(&self, name: &str) -> Result<u64, CgroupError> {
-        Ok(self.read("memory_usage", name).map_or(0, |s| s.0))
-    }
-    fn list_jobs(&self) -> Result<Vec<String>, CgroupError> {
-        Ok(self.state().jobs.keys().cloned().collect())
     }
     fn procs(&self, name: &str) -> Result<Vec<u32>, CgroupError> {
         self.read("procs", name);
@@ -296,6 +309,22 @@ impl CgroupPort for FakeCgroups {
             .map(|j| j.1.len())
             .ok_or_else(|| FakeCgroups::missing(name))
     }
+    fn job_of(&self, _lines: &[CgroupLine]) -> Option<String> {
+        None
+    }
+}
+
+impl CgroupStats for FakeCgroups {
+    fn oom_kills(&self, name: &str) -> u64 {
+        self.read("oom_kills", name);
+        if let Some(n) = self.state().ooms.get(name).copied() {
+            return n;
+        }
+        0
+    }
+    fn memory_usage(&self, name: &str) -> Result<u64, CgroupError> {
+        Ok(self.read("memory_usage", name).map_or(0, |s| s.0))
+    }
     fn cpu_time(&self, name: &str) -> Result<CpuStat, CgroupError> {
         match self.read("cpu_time", name) {
             Some((_, user_usec)) => Ok(CpuStat {
@@ -305,28 +334,10 @@ impl CgroupPort for FakeCgroups {
             None => Err(FakeCgroups::missing(name)),
         }
     }
-    fn describe(&self) -> String {
-        "fake".into()
-    }
-    fn mode(&self) -> pjw_cgroup::Mode {
-        pjw_cgroup::Mode::Unified
-    }
     fn memory_pressure(&self, name: Option<&str>) -> Option<Psi> {
         let name = name.unwrap_or("(parent)");
         self.read("memory_pressure", name);
         self.state().psi.get(name).copied()
-    }
-    fn set_memory_high(&self, name: &str, high: Option<u64>) -> Result<(), CgroupError> {
-        self.write("set_memory_high", name, format!("{high:?}"))
-    }
-    fn remove_parent_if_empty(&self) -> Result<(), CgroupError> {
-        Ok(())
-    }
-    fn counts_io(&self) -> bool {
-        false
-    }
-    fn job_of(&self, _lines: &[CgroupLine]) -> Option<String> {
-        None
     }
     fn io_bytes(&self, name: &str) -> Result<Option<IoBytes>, CgroupError> {
         self.read("io_bytes", name);

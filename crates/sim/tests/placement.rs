@@ -9,8 +9,8 @@
 //! much and no more. It catches a policy change that costs containment or fragmentation, not a
 //! tie-break that moves the noise.
 
-use pjw_core::sim::{self, baselines, trace, SimReport};
 use pjw_core::Topology;
+use pjw_sim::{self as sim, baselines, trace, SimReport};
 
 fn corpus(name: &str) -> Topology {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

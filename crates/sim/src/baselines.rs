@@ -2,16 +2,16 @@
 //! (docs/placement.md gives the readings). All are pure and deterministic.
 //!
 //! ```
-//! use pjw_core::sim::{baselines, Placement};
+//! use pjw_sim::{baselines, Placement};
 //! let topo = pjw_core::synthetic::parse("package:2 core:4 pu:1").unwrap();
 //! let mut cyclic = baselines::by_name("slurm-cyclic", &topo).unwrap();
 //! // A 4-core job on an idle 2-socket node spreads 2 + 2.
 //! assert_eq!(cyclic.place(&topo.online(), 4).unwrap().to_string(), "0-1,4-5");
 //! ```
 
-use crate::alloc::{Allocator, Scratch};
-use crate::topology::{Level, Topology};
-use crate::CpuSet;
+use pjw_core::alloc::{Allocator, Scratch};
+use pjw_core::topology::{Level, Topology};
+use pjw_core::CpuSet;
 
 use super::{domain_index, Placement, NO};
 

@@ -1,15 +1,19 @@
-//! The allocator simulator: replay a job trace on a topology under a placement policy and
-//! measure how well the policy keeps jobs inside domains and free CPUs usable.
+//! pjw-sim: the allocator simulator. Replay a job trace on a topology under a placement policy
+//! and measure how well the policy keeps jobs inside domains and free CPUs usable.
+//!
+//! Evaluation tooling, apart from the pure core the daemon runs: `pjw sim` (docs/placement.md)
+//! and its tests are its only users. It drives pjw's own allocator (`pjw_core::alloc`,
+//! `pjw_core::gpu_alloc`) beside baselines re-implemented from their descriptions.
 //!
 //! Everything here is pure: time is the trace's own (milliseconds), never a clock. The CLI
 //! (`pjw sim`) measures decision time by wrapping a policy in a timing [`Placement`].
 //!
 //! ```
-//! use pjw_core::sim::{self, baselines, trace};
+//! use pjw_sim::{baselines, trace};
 //! let topo = pjw_core::synthetic::parse("package:2 numa:1 core:4 pu:2").unwrap();
 //! let jobs = trace::synthetic(7, 200, topo.online().len(), 0.9);
 //! let mut policy = baselines::by_name("pjw", &topo).unwrap();
-//! let r = sim::simulate(&topo, &jobs, policy.as_mut(), &[4]).unwrap();
+//! let r = pjw_sim::simulate(&topo, &jobs, policy.as_mut(), &[4]).unwrap();
 //! assert_eq!(r.placed, 200);
 //! assert!(r.mean_numa >= 1.0);
 //! ```
@@ -29,6 +33,9 @@
 //!
 //! See [`SimReport`]; docs/placement.md gives the definitions with the results.
 
+// Issue 29's `missing_docs`, on where it passes (decisions (cg)).
+#![warn(missing_docs)]
+
 pub mod baselines;
 pub mod gpu;
 pub mod gpu_policies;
@@ -37,8 +44,8 @@ pub mod trace;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use crate::topology::{Level, Topology};
-use crate::CpuSet;
+use pjw_core::topology::{Level, Topology};
+use pjw_core::CpuSet;
 
 /// A placement policy: which `n` CPUs of `free` a job gets, or `None` to make it wait.
 pub trait Placement {
@@ -74,7 +81,9 @@ pub enum SimError {
     /// A policy returned a set that is not exactly `n` free CPUs.
     #[error("policy {policy} returned {got} for a job of {n} cpus with {free} free")]
     BadPlacement {
+        /// The policy's name.
         policy: String,
+        /// The CPUs the job asked for.
         n: usize,
         /// The set returned, in list format.
         got: String,
@@ -84,16 +93,31 @@ pub enum SimError {
     /// A job larger than the machine.
     #[error("job {index} asks for {n} cpus but the machine has {online}")]
     TooLarge {
+        /// The job's index in the trace.
         index: usize,
+        /// The CPUs it asks for.
         n: usize,
+        /// The machine's online CPUs.
         online: usize,
     },
     /// A job asking for more GPUs than the machine has.
     #[error("job {index} asks for {n} gpus but the machine has {gpus}")]
-    TooManyGpus { index: usize, n: usize, gpus: usize },
+    TooManyGpus {
+        /// The job's index in the trace.
+        index: usize,
+        /// The GPUs it asks for.
+        n: usize,
+        /// The machine's GPUs.
+        gpus: usize,
+    },
     /// A line of a Standard Workload Format file that does not parse.
     #[error("swf line {line}: {reason}")]
-    BadSwf { line: usize, reason: String },
+    BadSwf {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// Results of one simulation.
@@ -240,7 +264,30 @@ pub fn simulate(
     frag_sizes: &[usize],
 ) -> Result<SimReport, SimError> {
     let online = topo.online();
-    let total = online.len();
+    check_sizes(jobs, online.len())?;
+    let doms = Domains::new(topo);
+    let mut st = State::new(jobs, &doms, online);
+    let mut frag = Fragmentation::new(frag_sizes);
+    loop {
+        let Some(t) = st.next_event() else {
+            // Idle machine, and the head is still refused: drop it so the run ends.
+            if st.queue.pop_front().is_some() {
+                st.unplaceable += 1;
+                st.pass(policy, st.last_end)?;
+                continue;
+            }
+            break;
+        };
+        st.end_jobs(t);
+        st.arrive(t);
+        st.pass(policy, t)?;
+        frag.sample(&doms, &st.free);
+    }
+    Ok(st.report(policy.name(), &frag))
+}
+
+/// Every job fits the machine (`total` online CPUs).
+fn check_sizes(jobs: &[Job], total: usize) -> Result<(), SimError> {
     for (index, j) in jobs.iter().enumerate() {
         if j.cpus > total {
             return Err(SimError::TooLarge {
@@ -250,137 +297,163 @@ pub fn simulate(
             });
         }
     }
-    let doms = Domains::new(topo);
-    let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by_key(|&i| (jobs[i].submit, i));
+    Ok(())
+}
 
-    let mut st = State {
-        jobs,
-        doms: &doms,
-        free: online,
-        queue: VecDeque::new(),
-        running: BinaryHeap::new(),
-        sets: vec![CpuSet::new(); jobs.len()],
-        delayed: vec![false; jobs.len()],
-        placed: 0,
-        span_sum: [0; 3],
-        minimal: 0,
-        minimal_idle: 0,
-        wait_sum: 0,
-    };
-    let mut next = 0;
-    let mut unplaceable = 0usize;
-    let mut stranded = vec![0usize; frag_sizes.len()];
-    let mut free_sum = 0usize;
-    let mut last_end = 0u64;
+/// Free CPUs stranded for each job size, summed over the samples (one per event).
+struct Fragmentation<'a> {
+    sizes: &'a [usize],
+    /// Per size: free CPUs that cannot host a job of that size inside one NUMA node.
+    stranded: Vec<usize>,
+    /// Free CPUs, summed over the same samples.
+    free_sum: usize,
+}
 
-    loop {
-        let t_arr = order.get(next).map(|&i| jobs[i].submit);
-        let t_end = st.running.peek().map(|r| r.0 .0);
-        let t = match (t_arr, t_end) {
-            (Some(a), Some(e)) => a.min(e),
-            (Some(a), None) => a,
-            (None, Some(e)) => e,
-            (None, None) => {
-                // Idle machine, and the head is still refused: drop it so the run ends.
-                if st.queue.pop_front().is_some() {
-                    unplaceable += 1;
-                    st.pass(policy, last_end)?;
-                    continue;
-                }
-                break;
-            }
-        };
-        while let Some(&Reverse((e, i))) = st.running.peek() {
-            if e != t {
-                break;
-            }
-            st.running.pop();
-            st.free = st.free.union(&st.sets[i]);
-            last_end = last_end.max(e);
+impl<'a> Fragmentation<'a> {
+    fn new(sizes: &'a [usize]) -> Self {
+        Fragmentation {
+            sizes,
+            stranded: vec![0; sizes.len()],
+            free_sum: 0,
         }
-        while let Some(&i) = order.get(next) {
-            if jobs[i].submit != t {
-                break;
-            }
-            st.queue.push_back(i);
-            next += 1;
-        }
-        st.pass(policy, t)?;
-        let f = st.free.len();
+    }
+
+    /// One sample of the free CPUs `free` (none when nothing is free).
+    fn sample(&mut self, doms: &Domains, free: &CpuSet) {
+        let f = free.len();
         if f > 0 {
-            free_sum += f;
-            for (s, &k) in stranded.iter_mut().zip(frag_sizes) {
-                *s += doms.stranded(&st.free, k.max(1));
+            self.free_sum += f;
+            for (s, &k) in self.stranded.iter_mut().zip(self.sizes) {
+                *s += doms.stranded(free, k.max(1));
             }
         }
     }
-    let State {
-        placed,
-        span_sum,
-        minimal,
-        minimal_idle,
-        wait_sum,
-        delayed,
-        ..
-    } = st;
 
-    let per_job = |x: usize| {
-        if placed == 0 {
-            0.0
-        } else {
-            x as f64 / placed as f64
-        }
-    };
-    Ok(SimReport {
-        policy: policy.name().to_string(),
-        jobs: jobs.len(),
-        placed,
-        unplaceable,
-        mean_numa: per_job(span_sum[0]),
-        mean_l3: per_job(span_sum[1]),
-        mean_packages: per_job(span_sum[2]),
-        minimal: per_job(minimal),
-        minimal_idle: per_job(minimal_idle),
-        fragmentation: frag_sizes
+    /// Per size, the stranded share of all free CPUs sampled.
+    fn shares(&self) -> Vec<(usize, f64)> {
+        self.sizes
             .iter()
-            .zip(&stranded)
+            .zip(&self.stranded)
             .map(|(&k, &s)| {
-                let share = if free_sum == 0 {
+                let share = if self.free_sum == 0 {
                     0.0
                 } else {
-                    s as f64 / free_sum as f64
+                    s as f64 / self.free_sum as f64
                 };
                 (k, share)
             })
-            .collect(),
-        delayed: delayed.iter().filter(|d| **d).count(),
-        mean_wait_s: if placed == 0 {
-            0.0
-        } else {
-            wait_sum as f64 / placed as f64 / 1000.0
-        },
-        makespan_s: last_end as f64 / 1000.0,
-    })
+            .collect()
+    }
 }
 
 /// The simulation's running state.
 struct State<'a> {
     jobs: &'a [Job],
     doms: &'a Domains,
+    /// Job indices by submit time; `order[next..]` have not arrived yet.
+    order: Vec<usize>,
+    next: usize,
     free: CpuSet,
     queue: VecDeque<usize>,
     running: BinaryHeap<Reverse<(u64, usize)>>,
     sets: Vec<CpuSet>,
     delayed: Vec<bool>,
     placed: usize,
+    unplaceable: usize,
     span_sum: [usize; 3],
     minimal: usize,
     minimal_idle: usize,
     wait_sum: u64,
+    last_end: u64,
 }
 
-impl State<'_> {
+impl<'a> State<'a> {
+    fn new(jobs: &'a [Job], doms: &'a Domains, online: CpuSet) -> Self {
+        let mut order: Vec<usize> = (0..jobs.len()).collect();
+        order.sort_by_key(|&i| (jobs[i].submit, i));
+        State {
+            jobs,
+            doms,
+            order,
+            next: 0,
+            free: online,
+            queue: VecDeque::new(),
+            running: BinaryHeap::new(),
+            sets: vec![CpuSet::new(); jobs.len()],
+            delayed: vec![false; jobs.len()],
+            placed: 0,
+            unplaceable: 0,
+            span_sum: [0; 3],
+            minimal: 0,
+            minimal_idle: 0,
+            wait_sum: 0,
+            last_end: 0,
+        }
+    }
+
+    /// The time of the next arrival or end, whichever comes first (`None`: neither is left).
+    fn next_event(&self) -> Option<u64> {
+        let t_arr = self.order.get(self.next).map(|&i| self.jobs[i].submit);
+        let t_end = self.running.peek().map(|r| r.0 .0);
+        match (t_arr, t_end) {
+            (Some(a), Some(e)) => Some(a.min(e)),
+            (a, e) => a.or(e),
+        }
+    }
+
+    /// The jobs that end at `t` free their CPUs.
+    fn end_jobs(&mut self, t: u64) {
+        while let Some(&Reverse((e, i))) = self.running.peek() {
+            if e != t {
+                break;
+            }
+            self.running.pop();
+            self.free = self.free.union(&self.sets[i]);
+            self.last_end = self.last_end.max(e);
+        }
+    }
+
+    /// The jobs submitted at `t` join the back of the queue.
+    fn arrive(&mut self, t: u64) {
+        while let Some(&i) = self.order.get(self.next) {
+            if self.jobs[i].submit != t {
+                break;
+            }
+            self.queue.push_back(i);
+            self.next += 1;
+        }
+    }
+
+    /// What the run measured, under the policy's name.
+    fn report(&self, policy: &str, frag: &Fragmentation) -> SimReport {
+        let placed = self.placed;
+        let per_job = |x: usize| {
+            if placed == 0 {
+                0.0
+            } else {
+                x as f64 / placed as f64
+            }
+        };
+        SimReport {
+            policy: policy.to_string(),
+            jobs: self.jobs.len(),
+            placed,
+            unplaceable: self.unplaceable,
+            mean_numa: per_job(self.span_sum[0]),
+            mean_l3: per_job(self.span_sum[1]),
+            mean_packages: per_job(self.span_sum[2]),
+            minimal: per_job(self.minimal),
+            minimal_idle: per_job(self.minimal_idle),
+            fragmentation: frag.shares(),
+            delayed: self.delayed.iter().filter(|d| **d).count(),
+            mean_wait_s: if placed == 0 {
+                0.0
+            } else {
+                self.wait_sum as f64 / placed as f64 / 1000.0
+            },
+            makespan_s: self.last_end as f64 / 1000.0,
+        }
+    }
     /// Start queued jobs in FIFO order at time `t` until the head does not fit or is refused.
     fn pass(&mut self, policy: &mut dyn Placement, t: u64) -> Result<(), SimError> {
         while let Some(&i) = self.queue.front() {

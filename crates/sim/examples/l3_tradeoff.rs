@@ -10,10 +10,10 @@
 //! nodes (the best a NUMA-first decision can do); `bound-cost`, how far that bound is above the
 //! fewest L3 domains that hold the job anywhere (what keeping NUMA first costs that decision).
 //!
-//! `cargo run --release -p pjw-topology --example l3_tradeoff` (docs/placement.md quotes it)
+//! `cargo run --release -p pjw-sim --example l3_tradeoff` (docs/placement.md quotes it)
 
-use pjw_core::sim::{self, baselines, trace, Placement};
 use pjw_core::{CpuSet, Level, Topology};
+use pjw_sim::{self as sim, baselines, trace, Placement};
 
 /// Fewest of `frees` (free CPUs per domain) that add up to `n`, taking the freest first
 /// (`usize::MAX` when they cannot).

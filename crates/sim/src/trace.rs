@@ -1,7 +1,7 @@
 //! Job traces for the simulator: synthetic ones from a seed, and the Standard Workload Format.
 //!
 //! ```
-//! use pjw_core::sim::trace;
+//! use pjw_sim::trace;
 //! let swf = "; a comment\n1 0 5 60 4 -1 -1 4 -1 -1 1 1 1 -1 1 -1 -1 -1\n";
 //! let jobs = trace::parse_swf(swf, 16).unwrap();
 //! assert_eq!((jobs[0].run, jobs[0].cpus), (60_000, 4));

@@ -1,7 +1,7 @@
 //! Tables for the simulator's baselines, the SWF parser, and properties of every policy.
 
-use pjw_core::sim::{self, baselines, trace, Placement};
 use pjw_core::{synthetic, CpuSet, Topology};
+use pjw_sim::{self as sim, baselines, trace, Placement};
 use proptest::prelude::*;
 
 fn set(s: &str) -> CpuSet {
