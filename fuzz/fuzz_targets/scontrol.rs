@@ -1,20 +1,21 @@
 //! The Slurm Prolog's parsers (crates/cli/src/wlm_parse.rs, included as it is: it lives in the
 //! binary crate): the job's identity and CPUs from slurmd's environment (`prolog_job`,
-//! `cpus_on_node`, host lists) and its memory from `scontrol show job -d`, whose job name,
-//! comment and paths are the job's user's.
+//! `cpus_on_node`, host lists) and its memory from squeue's numbers (`parse_squeue_mem`,
+//! `node_mem`). (The target keeps its old name: it began with `scontrol show job -d`, whose
+//! user text the Prolog no longer reads for memory — issue 25, item 2.)
 //!
 //! Input: `TEXT 0x1E NODE 0x1E NAME` (see `common::parts`); TEXT is also read as an
 //! environment, one `KEY=VALUE` per line.
 //!
 //! Properties:
 //! - nothing panics (overflow checks on);
-//! - `hostlist_contains(list, node)`: a bare list names exactly itself; a list holds each of its
-//!   comma-separated plain names; `hostlist_index` finds only names the list holds;
+//! - `hostlist_index(list, node)`: a bare list names exactly itself, at 0; a list holds each of
+//!   its comma-separated plain names, at their place;
 //! - `cpus_on_node` and `prolog_job`: `Ok` only with ≥ 1 CPU, a valid job id without a
 //!   namespace, and the owner of `SLURM_JOB_UID`;
-//! - **a job name cannot raise the memory** (issue 12, item 2): with NAME (newline-free, as
-//!   `sbatch -J` takes it) put at the front of the `JobName=` value, `scontrol_mem` gives at
-//!   most what it gave without it.
+//! - **numbers are checked after conversion** (issue 25, item 2): whatever squeue's line holds,
+//!   `node_mem` gives None or a whole number of MiB of at least 1 MiB — never 0 bytes (which
+//!   the daemon refuses, failing the Prolog and draining the node), never a fraction.
 #![no_main]
 
 #[path = "common.rs"]
@@ -24,7 +25,7 @@ mod common;
 mod wlm_parse;
 
 use libfuzzer_sys::fuzz_target;
-use wlm_parse::{cpus_on_node, hostlist_contains, hostlist_index, prolog_job, scontrol_mem};
+use wlm_parse::{cpus_on_node, hostlist_index, node_mem, parse_squeue_mem, prolog_job};
 
 fuzz_target!(|data: &[u8]| {
     let p = common::parts(data, 3);
@@ -35,17 +36,13 @@ fuzz_target!(|data: &[u8]| {
     // Host lists: the text's words and the node.
     for w in text.split_whitespace().take(64) {
         let list = w.split_once('=').map_or(w, |(_, v)| v);
-        let _ = hostlist_contains(list, node);
-        if hostlist_index(list, node).is_some() {
-            assert!(hostlist_contains(list, node), "{list:?} indexes {node:?} but does not hold it");
-        }
         if !list.contains(['[', ']', ',']) {
-            assert!(hostlist_contains(list, list), "{list:?} does not hold itself");
+            assert_eq!(hostlist_index(list, list), Some(0), "{list:?} does not hold itself");
         }
         let _ = cpus_on_node(list, list, node);
     }
-    if !node.contains(['[', ']', ',']) && !node.is_empty() {
-        assert!(hostlist_contains(&format!("a,{node},b"), node));
+    if !node.contains(['[', ']', ',']) && !node.is_empty() && node != "a" {
+        assert_eq!(hostlist_index(&format!("a,{node},b"), node), Some(1));
     }
 
     // The Prolog's identity from an environment.
@@ -62,22 +59,14 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(job.user, format!("u{uid}"));
     }
 
-    // Memory, and a hostile job name.
-    for cpus in [1u32, 64, u32::MAX] {
-        let plain = scontrol_mem(text, node, cpus);
-        let name: String = name.chars().filter(|c| *c != '\n' && *c != '\r').collect();
-        if name.is_empty() {
-            continue;
+    // Memory from squeue's line (the text, and the text with NAME appended to each field).
+    for line in [text.to_string(), text.replace('|', &format!("{name}|"))] {
+        if let Ok(q) = parse_squeue_mem(&line) {
+            for cpus in [1u32, 64, u32::MAX] {
+                if let Ok(Some(b)) = node_mem(&q, cpus) {
+                    assert!(b >= 1 << 20 && b % (1 << 20) == 0, "{b} bytes from {line:?}");
+                }
+            }
         }
-        let Some(at) = text.find("JobName=") else {
-            continue;
-        };
-        let at = at + "JobName=".len();
-        let forged = format!("{}{name}{}", &text[..at], &text[at..]);
-        let got = scontrol_mem(&forged, node, cpus);
-        assert!(
-            got.unwrap_or(u64::MAX) <= plain.unwrap_or(u64::MAX),
-            "a job name raised the memory: {got:?} > {plain:?}"
-        );
     }
 });

@@ -4,10 +4,16 @@ Events (one hook, three events; see docs/wlm/pbs.md):
   execjob_begin   root, before the job starts on a node: check that the node's pjw daemon
                   answers; reject the job otherwise (it would run unconfined).
   execjob_launch  root, just before MoM starts the job's program as the user: put
-                  `pjw run --from-env pbs -j ID -c N -m BYTES --` in front of it. MoM then
-                  execs pjw as the job's user; pjw asks the daemon for N CPUs, is moved into
-                  the job's cgroups and execs the original program (same process).
-  execjob_end     root, after the job: `pjw kill ID` in case processes are left.
+                  `pjw run --from-env pbs -c N -m BYTES --` in front of it. MoM then
+                  execs pjw as the job's user; pjw asks the daemon for N CPUs as job
+                  `pbs:ID`, is moved into the job's cgroups and execs the original program
+                  (same process).
+  execjob_end     root, after the job: `pjw kill` its pjw job in case processes are left.
+
+The job's pjw id is `pbs:ID` (PBS's namespace: no id a user picks with `pjw run --job-id` is
+one), or `pbs:ID_uUID` when another user's job already claimed `pbs:ID` (a forged PBS_JOBID):
+the hook finds the job by its manager label and its owner, never by the id alone, so a user who
+claims a victim's id first neither stops the victim's job nor makes it run unwrapped.
 
 Install:
   qmgr -c "create hook pjw event='execjob_begin,execjob_launch,execjob_end'"
@@ -92,16 +98,15 @@ def pjw(*args):
                           stderr=subprocess.PIPE, universal_newlines=True)
 
 
-def pjw_job_id(job_id):
-    out = re.sub(r"[^A-Za-z0-9._-]", "_", job_id.replace("[", ".").replace("]", ""))
-    return out.lstrip(".-")[:64] or "job"
-
-
-def live_here(job_id):
+def pjw_jobs_of(job):
+    """The pjw ids of the live jobs of PBS job `job` on this node: those pjw runs with the
+    manager label `pbs:ID` for the job's own user (euser). None when pjw does not answer."""
     r = pjw("status", "--json")
     if r.returncode != 0:
         return None
-    return any(j["id"] == job_id for j in json.loads(r.stdout).get("jobs", []))
+    label = "pbs:%s" % job.id
+    return [j["id"] for j in json.loads(r.stdout).get("jobs", [])
+            if j.get("wlm") == label and j.get("user") == job.euser]
 
 
 def begin(e):
@@ -115,14 +120,15 @@ def begin(e):
 
 def launch(e):
     job = e.job
-    jid = pjw_job_id(job.id)
-    if live_here(jid):
-        # Another task of a job that already runs here (pbs_attach, tm_spawn): it is left to
-        # pjw's adoption rules (PBS_JOBID), not given a second set.
+    jid = job.id
+    if pjw_jobs_of(job):
+        # Another task of the user's job that already runs here (pbs_attach, tm_spawn): it is
+        # left to pjw's adoption rules (PBS_JOBID, the owner's own job), not given a second set.
         log("job %s already runs under pjw here; task not wrapped" % jid)
         return
     cpus, mem = requested(job)
-    argv = [CONFIG["pjw"], "run", "--quiet", "--from-env", "pbs", "--job-id", jid]
+    # The id comes from PBS_JOBID in the job's environment (MoM sets it): pbs:ID.
+    argv = [CONFIG["pjw"], "run", "--quiet", "--from-env", "pbs"]
     if cpus:
         argv += ["--cpus", str(cpus)]
     if mem:
@@ -139,10 +145,9 @@ def launch(e):
 
 
 def end(e):
-    jid = pjw_job_id(e.job.id)
-    if live_here(jid):
+    for jid in pjw_jobs_of(e.job) or []:
         r = pjw("kill", jid)
-        log("job %s: pjw kill: %s" % (jid, (r.stderr or r.stdout).strip()))
+        log("job %s: pjw kill %s: %s" % (e.job.id, jid, (r.stderr or r.stdout).strip()))
 
 
 def main():

@@ -34,6 +34,12 @@
 //!   hostile user exhausting the daemon's descriptors, for the security tests); prints
 //!   "opened O" once it has tried, then, once stdin closes, "alive A" — how many of them the
 //!   daemon still held open — and exits. Its open-file limit is raised to the hard limit first.
+//!   `tcp:ADDR:PORT` for SOCKET opens TCP connections instead (the metrics endpoint), each
+//!   given up after 1 s (a full backlog); ten such in a row, or 10 s, end the flood.
+//! - `hold SOCKET N FRAMEFILE` — like `flood`, and writes the bytes of FRAMEFILE (a request
+//!   frame) on each connection, then never reads an answer: N requests left unread.
+//! - `files DIR N` — creates N empty files in DIR (`f0`, `f1`, …) and prints "made N".
+//! - `deep DIR N` — creates a chain of N nested directories `d/d/…` below DIR, prints "made N".
 
 mod stream;
 
@@ -69,7 +75,7 @@ fn raise_nofile() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | idle N | par N ITERS | stream N MIB PASSES | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N | mq NAME");
+    eprintln!("usage: pjw-wl spin ITERS | calibrate SECONDS | burn N | threads N SECONDS [PIDFILE] | idle N | par N ITERS | stream N MIB PASSES | roles N DIR | spin-forever | duty CYCLES ITERS IDLE_MS [STATFILE] | grow MIB STEPS ROUNDS | check MIB ROUNDS | touch MIB FILE | steps MIB STEPS CHILDREN HOLD_MS | noop | flood SOCKET N | hold SOCKET N FRAMEFILE | files DIR N | deep DIR N | mq NAME");
     std::process::exit(2);
 }
 
@@ -364,41 +370,140 @@ fn main() {
             // SAFETY: q is the descriptor mq_open returned.
             unsafe { libc::mq_close(q) };
         }
-        Some("flood") => {
+        Some(mode @ ("flood" | "hold")) => {
             use std::io::Read;
             let sock: String = arg(&args, 2);
             let n: usize = arg(&args, 3);
+            let frame = match mode {
+                "hold" => std::fs::read(arg::<String>(&args, 4)).unwrap_or_else(|_| usage()),
+                _ => Vec::new(),
+            };
             raise_nofile();
-            let mut held = Vec::new();
+            let mut held: Vec<Conn> = Vec::new();
+            let mut failed = 0;
+            let began = Instant::now();
             for _ in 0..n {
-                match std::os::unix::net::UnixStream::connect(&sock) {
-                    Ok(s) => held.push(s),
+                // A TCP flood stops opening after 10 s: what a capped endpoint takes that
+                // slowly, it takes as it should.
+                if sock.starts_with("tcp:") && began.elapsed() > Duration::from_secs(10) {
+                    break;
+                }
+                // A TCP listener whose backlog is full drops the SYN: give up on it after 1 s
+                // instead of the kernel's two minutes of retries.
+                let c = match sock.strip_prefix("tcp:") {
+                    Some(addr) => addr
+                        .parse::<std::net::SocketAddr>()
+                        .map_err(std::io::Error::other)
+                        .and_then(|a| {
+                            std::net::TcpStream::connect_timeout(&a, Duration::from_secs(1))
+                        })
+                        .map(Conn::Tcp),
+                    None => std::os::unix::net::UnixStream::connect(&sock).map(Conn::Unix),
+                };
+                match c {
+                    Ok(mut c) => {
+                        if !frame.is_empty() && c.write_all(&frame).is_err() {
+                            break;
+                        }
+                        failed = 0;
+                        held.push(c)
+                    }
+                    // A TCP connect that timed out may find room in the backlog later: ten
+                    // in a row end the flood.
+                    Err(_) if sock.starts_with("tcp:") && failed < 9 => failed += 1,
                     Err(_) => break,
                 }
             }
             println!("opened {}", held.len());
             let _ = std::io::stdout().flush();
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
-            // A connection the daemon closed reads EOF (or its one error frame, then EOF).
+            // A connection the daemon closed reads EOF (or its one error frame, then EOF);
+            // one with an unread answer still open reads data, then would block.
             let alive = held
-                .iter()
-                .filter(|s| {
-                    let mut s: &std::os::unix::net::UnixStream = s;
-                    let _ = s.set_nonblocking(true);
-                    let mut b = [0u8; 512];
+                .iter_mut()
+                .filter_map(|s| {
+                    s.set_nonblocking();
+                    let mut b = [0u8; 65536];
                     loop {
                         match s.read(&mut b) {
-                            Ok(0) => return false,
+                            Ok(0) => return None,
                             Ok(_) => continue,
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
-                            Err(_) => return false,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(()),
+                            Err(_) => return None,
                         }
                     }
                 })
                 .count();
             println!("alive {alive}");
         }
+        Some("files") => {
+            let dir: String = arg(&args, 2);
+            let n: usize = arg(&args, 3);
+            let dir = std::path::Path::new(&dir);
+            let mut made = 0;
+            for i in 0..n {
+                if std::fs::File::create(dir.join(format!("f{i}"))).is_err() {
+                    break;
+                }
+                made += 1;
+            }
+            println!("made {made}");
+        }
+        Some("deep") => {
+            // A chain of N nested directories `d/d/d/…` below DIR, made by relative steps (no
+            // path grows past PATH_MAX): a tree no recursive walk survives.
+            let dir: String = arg(&args, 2);
+            let n: usize = arg(&args, 3);
+            if std::env::set_current_dir(&dir).is_err() {
+                eprintln!("pjw-wl deep: cannot enter {dir}");
+                std::process::exit(1);
+            }
+            let mut made = 0;
+            for _ in 0..n {
+                if std::fs::create_dir("d").is_err() || std::env::set_current_dir("d").is_err() {
+                    break;
+                }
+                made += 1;
+            }
+            println!("made {made}");
+        }
         _ => usage(),
+    }
+}
+
+/// A connection `flood` and `hold` keep open: to a Unix socket or a TCP port.
+enum Conn {
+    Unix(std::os::unix::net::UnixStream),
+    Tcp(std::net::TcpStream),
+}
+
+impl Conn {
+    fn set_nonblocking(&self) {
+        let _ = match self {
+            Conn::Unix(s) => s.set_nonblocking(true),
+            Conn::Tcp(s) => s.set_nonblocking(true),
+        };
+    }
+}
+
+impl std::io::Read for Conn {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.read(b),
+            Conn::Tcp(s) => s.read(b),
+        }
+    }
+}
+
+impl std::io::Write for Conn {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.write(b),
+            Conn::Tcp(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

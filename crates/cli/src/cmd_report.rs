@@ -5,7 +5,7 @@
 //! jobs); this module only asks and renders. Rendering is pure (`render_*`), with the time
 //! zone passed in, so it is tested on literal text.
 
-use pjw_core::text::printable;
+use pjw_core::text::{printable, MAX_CELL};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::Duration;
@@ -63,7 +63,9 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
                 t
             }
             ReportFormat::Table => render_table(&jobs, a.series, a.processes, &tz),
-            ReportFormat::Json => serde_json::to_string_pretty(&jobs)? + "\n",
+            ReportFormat::Json => {
+                pjw_core::text::json(&serde_json::to_string_pretty(&jobs)?).into_owned() + "\n"
+            }
             ReportFormat::Csv if a.threads && !a.series && !a.processes => {
                 render_threads_csv(&jobs)
             }
@@ -197,8 +199,18 @@ fn outcome(j: &JobReport) -> String {
     s
 }
 
-/// Aligned columns, left-aligned text.
+/// Aligned columns, left-aligned text. Every cell goes through the one escaping function
+/// ([`printable`]) here, at the sink: a field a view forgets to escape (a process name, once)
+/// still reaches no terminal raw.
 fn columns(rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|c| printable(c, MAX_CELL).into_owned())
+                .collect()
+        })
+        .collect();
     let n = rows.iter().map(Vec::len).max().unwrap_or(0);
     let w: Vec<usize> = (0..n)
         .map(|i| {
@@ -209,7 +221,7 @@ fn columns(rows: &[Vec<String>]) -> String {
         })
         .collect();
     let mut out = String::new();
-    for r in rows {
+    for r in &rows {
         let mut line = String::new();
         for (i, c) in r.iter().enumerate() {
             if i + 1 == r.len() {
@@ -326,7 +338,7 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
         rows.push(("Steps", j.steps.len().to_string()));
     }
     for (k, v) in rows {
-        let _ = writeln!(o, "  {k:<16}{v}");
+        let _ = writeln!(o, "  {k:<16}{}", printable(&v, MAX_CELL));
     }
     for st in &j.steps {
         let ran = st
@@ -555,18 +567,33 @@ pub fn render_table(jobs: &[JobReport], series: bool, processes: bool, tz: &Fixe
     };
     for j in jobs {
         if series {
-            let _ = write!(o, "\nSeries of job {} ({} samples)\n", j.id, j.series.len());
+            let _ = write!(
+                o,
+                "\nSeries of job {} ({} samples)\n",
+                printable(&j.id, 64),
+                j.series.len()
+            );
             o.push_str(&render_series(j, tz));
         }
         if processes {
-            let _ = write!(o, "\nProcesses of job {}\n", j.id);
+            let _ = write!(o, "\nProcesses of job {}\n", printable(&j.id, 64));
             o.push_str(&render_processes(j, tz));
         }
     }
     o
 }
 
+/// One CSV field: escaped like every cell ([`printable`], uncut), a text a spreadsheet would
+/// take for a formula (`=`, `+`, `-`, `@` first, and not a number) with a `'` before it
+/// (issue 25, N8: a job named `=HYPERLINK(…)` ran in the operator's spreadsheet), then quoted
+/// when it must be.
 fn csv_field(s: &str) -> String {
+    let s = printable(s, usize::MAX);
+    let s = if s.starts_with(['=', '+', '-', '@']) && s.parse::<f64>().is_err() {
+        std::borrow::Cow::Owned(format!("'{s}"))
+    } else {
+        s
+    };
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
@@ -986,6 +1013,18 @@ JOB  USER   NAME   NODE  STATE    END        EXIT  SUBMITTED                  CP
             p.lines().nth(1).unwrap(),
             "12,1795323604000,77,pjw-wl,2500000,209715200,1"
         );
+    }
+
+    /// Issue 25, N8: a job name a spreadsheet would run as a formula is written as text;
+    /// numbers, negative ones too, are left as they are.
+    #[test]
+    fn csv_fields_are_never_formulas() {
+        assert_eq!(csv_field("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
+        assert_eq!(csv_field("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(csv_field("+cmd"), "'+cmd");
+        assert_eq!(csv_field("-1"), "-1");
+        assert_eq!(csv_field("-2.5"), "-2.5");
+        assert_eq!(csv_field("solver"), "solver");
     }
 
     #[test]

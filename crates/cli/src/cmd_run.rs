@@ -60,7 +60,17 @@ pub fn run(a: RunArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
-    let job_id = a.job_id.clone().or(wlm.as_ref().map(|w| w.pjw_id.clone()));
+    // A manager's id, in the manager's namespace where its wrapper runs as the user (LSF,
+    // HTCondor, PBS: `lsf:4242`), so no id a user picks is ever the manager's; Slurm's and Grid
+    // Engine's namespaces are for root's registrations, so there the id stays pjw's own.
+    let job_id = a.job_id.clone().or(wlm.as_ref().map(|w| {
+        let ns = w.manager.to_string();
+        if pjw_core::jobid::USER_RUN_MANAGERS.contains(&ns.as_str()) {
+            format!("{ns}:{}", w.pjw_id)
+        } else {
+            w.pjw_id.clone()
+        }
+    }));
     if let Some(id) = &job_id {
         if let Err(e) = pjw_core::JobId::new(id) {
             return fail(e);

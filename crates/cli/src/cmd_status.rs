@@ -13,7 +13,11 @@ pub fn run(a: StatusArgs) -> anyhow::Result<()> {
     match c.call(&Request::Status)? {
         Response::Status(s) => {
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
+                // Every control character a JSON string may hold, escaped (pjw_core::text).
+                println!(
+                    "{}",
+                    pjw_core::text::json(&serde_json::to_string_pretty(&s)?)
+                );
             } else {
                 let now_ms = chrono::Utc::now().timestamp_millis();
                 print!(
@@ -235,6 +239,15 @@ pub fn render(s: &StatusReport) -> String {
         }
         rows.push(row);
     }
+    // Every cell through the one escaping function, at the sink (pjw_core::text).
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|c| printable(c, pjw_core::text::MAX_CELL).into_owned())
+                .collect()
+        })
+        .collect();
     let widths: Vec<usize> = (0..rows[0].len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
@@ -256,7 +269,7 @@ pub fn render(s: &StatusReport) -> String {
     }
     let count = |st: JobState| s.jobs.iter().filter(|j| j.state == st).count();
     let map: String = map.into_iter().collect();
-    out.push_str(&format!("node {} [{}]\n", s.node, map));
+    out.push_str(&format!("node {} [{}]\n", printable(&s.node, 64), map));
     if gpu_col {
         let gmap: String = crate::marks::gpu_marks(s).into_iter().collect();
         out.push_str(&format!(

@@ -136,7 +136,8 @@ impl View {
     }
 
     pub fn fail(&mut self, e: String) {
-        self.error = Some(e);
+        // An error may quote what a client sent (an id): escaped like every shown text.
+        self.error = Some(printable(&e, 200).into_owned());
     }
 
     /// A key was pressed: false means quit.
@@ -227,7 +228,7 @@ impl View {
         };
         let count = |st: JobState| s.jobs.iter().filter(|j| j.state == st).count();
         let mut spans = vec![
-            Span::styled(format!("pjw top  {}", s.node), bold),
+            Span::styled(format!("pjw top  {}", printable(&s.node, 64)), bold),
             Span::raw(format!(
                 "  cpus {}/{} free  running {}  backfill {}  frozen {}  queued {}",
                 s.free_cpus.len(),

@@ -217,15 +217,49 @@ fn env_job_id(var: &str) -> Result<String, String> {
     Ok(id)
 }
 
-/// `scontrol`: `$SCONTROL`, else /usr/bin/scontrol (slurmd gives its Prolog no PATH).
-fn scontrol() -> std::ffi::OsString {
-    if let Some(p) = std::env::var_os("SCONTROL") {
+/// Slurm's command `name`: `$NAME` (`SQUEUE`), else /usr/bin/NAME (slurmd gives its Prolog
+/// no PATH).
+fn slurm_command(name: &str) -> std::ffi::OsString {
+    if let Some(p) = std::env::var_os(name.to_ascii_uppercase()) {
         return p;
     }
-    if Path::new("/usr/bin/scontrol").exists() {
-        return "/usr/bin/scontrol".into();
+    let usr = Path::new("/usr/bin").join(name);
+    if usr.exists() {
+        return usr.into();
     }
-    "scontrol".into()
+    name.into()
+}
+
+/// The job's memory on this node, from `squeue`'s numbers (no user text: a job name such as
+/// `x MinMemoryNode=1e-9` cannot change it).
+fn slurm_job_mem(id: &str, cpus_here: u32) -> Result<Option<u64>, String> {
+    let (a, t) = (
+        std::env::var("SLURM_ARRAY_JOB_ID").unwrap_or_default(),
+        std::env::var("SLURM_ARRAY_TASK_ID").unwrap_or_default(),
+    );
+    let job = wlm_parse::SqueueJob {
+        id,
+        array: (!a.is_empty() && !t.is_empty()).then_some((a.as_str(), t.as_str())),
+    };
+    let out = std::process::Command::new(slurm_command("squeue"))
+        .args([
+            "--noconvert",
+            "-h",
+            "-j",
+            id,
+            "-O",
+            wlm_parse::SQUEUE_MEM_FIELDS,
+        ])
+        .output()
+        .map_err(|e| format!("cannot run squeue: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "squeue -j {id} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let q = wlm_parse::parse_squeue_mem(&String::from_utf8_lossy(&out.stdout), &job)?;
+    wlm_parse::node_mem(&q, cpus_here)
 }
 
 pub fn slurm(c: SlurmCommand) -> i32 {
@@ -237,28 +271,33 @@ pub fn slurm(c: SlurmCommand) -> i32 {
                     .unwrap_or_default()
             });
             // Who and how many CPUs: from slurmd's environment for the Prolog, never from
-            // scontrol's text, which prints the user's job name unquoted.
+            // scontrol's text, which prints the user's job name unquoted; the memory from
+            // squeue's numbers.
             let env = |k: &str| std::env::var(k).ok();
             let mut job = match wlm_parse::prolog_job(&env, &node, &user_name) {
                 Ok(j) => j,
                 Err(e) => return fail(e),
             };
             let id = job.id.clone();
-            let out = match std::process::Command::new(scontrol())
-                .args(["show", "job", "-d", &id])
-                .output()
-            {
-                Ok(o) => o,
-                Err(e) => return fail(format!("cannot run scontrol: {e}")),
+            job.mem = match slurm_job_mem(&id, job.cpus) {
+                Ok(m) => m,
+                Err(e) => return fail(format!("slurm job {id}: its memory: {e}")),
             };
-            if !out.status.success() {
-                return fail(format!(
-                    "scontrol show job -d {id} failed: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
-            let text = String::from_utf8_lossy(&out.stdout);
-            job.mem = wlm_parse::scontrol_mem(&text, &node, job.cpus);
+            // The name only (shown, never believed) from scontrol's text, where slurmd gave
+            // none; a name is no reason to fail the Prolog.
+            let text = match std::env::var("SLURM_JOB_NAME")
+                .ok()
+                .filter(|n| !n.is_empty())
+            {
+                Some(_) => String::new(),
+                None => std::process::Command::new(slurm_command("scontrol"))
+                    .args(["show", "job", "-d", &id])
+                    .output()
+                    .ok()
+                    .filter(|o| o.status.success())
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default(),
+            };
             let name =
                 wlm_parse::slurm_job_name(std::env::var("SLURM_JOB_NAME").ok().as_deref(), &text);
             match register("slurm", &job, name, false) {

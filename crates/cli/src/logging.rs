@@ -2,7 +2,10 @@
 //! file; under systemd (stderr is the journal, or `--log-format journal`) no timestamp, since
 //! journald stamps every line itself, and the sd-daemon(3) priority prefix (`<3>` error, `<4>`
 //! warning, `<6>` info, `<7>` debug and trace) so `journalctl -p warning` filters pjw's lines.
-//! Structured fields stay as `key=value` on the line either way.
+//! Structured fields stay as `key=value` on the line either way, every value (and the message)
+//! through the one escaping function for user text (`pjw_core::text::printable`,
+//! [`escaped_fields`]): a field holding what a client sent can neither forge a line nor move
+//! the terminal of whoever reads the log. (The JSON format escapes as JSON does.)
 
 use std::fmt::Write as _;
 
@@ -91,6 +94,41 @@ where
     }
 }
 
+/// Longest field value in a log line; longer ones are cut with `…`.
+const MAX_FIELD: usize = 4096;
+
+/// Fields as `key=value` (the message bare), separated by spaces, each value's text through
+/// [`pjw_core::text::printable`].
+pub fn escaped_fields() -> impl for<'w> FormatFields<'w> + 'static {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let text = pjw_core::text::printable(&text, MAX_FIELD);
+        if field.name() == "message" {
+            write!(w, "{text}")
+        } else {
+            write!(w, "{field}={text}")
+        }
+    })
+    .delimited(" ")
+}
+
+/// A writer of tracing's JSON lines that passes each through [`pjw_core::text::json`]: every
+/// unsafe character of a field as a JSON escape (the same text to a parser). tracing formats
+/// an event whole and writes it in one call.
+pub struct JsonSafe<W>(pub W);
+
+impl<W: std::io::Write> std::io::Write for JsonSafe<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(b);
+        self.0.write_all(pjw_core::text::json(&text).as_bytes())?;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// tracing to stderr in `format`, filtered by `PJW_LOG` or else `level`.
 pub fn init(level: &str, format: LogFormat) {
     use tracing_subscriber::fmt::time::ChronoLocal;
@@ -100,9 +138,23 @@ pub fn init(level: &str, format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Journal => b.with_ansi(false).event_format(JournalFormat).init(),
-        LogFormat::Json => b.with_timer(rfc3339()).json().init(),
-        LogFormat::Text => b.with_timer(rfc3339()).with_ansi(false).init(),
+        LogFormat::Journal => b
+            .with_ansi(false)
+            .fmt_fields(escaped_fields())
+            .event_format(JournalFormat)
+            .init(),
+        // Each event's line through `text::json`: tracing's JSON writes DEL, C1 and format
+        // characters (a bidi override) of a field as themselves (issue 25, N8).
+        LogFormat::Json => b
+            .with_writer(|| JsonSafe(std::io::stderr()))
+            .with_timer(rfc3339())
+            .json()
+            .init(),
+        LogFormat::Text => b
+            .with_timer(rfc3339())
+            .with_ansi(false)
+            .fmt_fields(escaped_fields())
+            .init(),
     }
     fn rfc3339() -> ChronoLocal {
         ChronoLocal::new("%Y-%m-%dT%H:%M:%S%.6f%:z".to_string())
@@ -132,6 +184,7 @@ mod tests {
         let b = tracing_subscriber::fmt()
             .with_max_level(Level::TRACE)
             .with_ansi(false)
+            .fmt_fields(escaped_fields())
             .with_writer(move || w.clone());
         if journal {
             tracing::subscriber::with_default(b.event_format(JournalFormat).finish(), f);
@@ -170,9 +223,11 @@ mod tests {
             lines[2],
             "<6>INFO pjw::logging::tests: tick{n=7}: started user=\"ann\""
         );
+        // A newline in a message is escaped like any control character (one line, no forged
+        // second one).
         assert_eq!(
             lines[3],
-            "<7>DEBUG pjw::logging::tests: tick{n=7}: two lines"
+            "<7>DEBUG pjw::logging::tests: tick{n=7}: two\\u{a}lines"
         );
         assert!(lines[4].starts_with("<7>TRACE "), "{}", lines[4]);
     }
@@ -191,6 +246,28 @@ mod tests {
         assert!(!out.starts_with('<'));
     }
 
+    /// Issue 25, item 10: a value a client chose, logged with `%` (as it is) or `?`, reaches
+    /// the log with no control character: no forged line, no terminal escape.
+    #[test]
+    fn user_text_in_fields_is_escaped_in_both_formats() {
+        for journal in [true, false] {
+            let out = capture(journal, || {
+                let name = "x\u{1b}[2J\u{9b}31m\nFORGED line";
+                tracing::warn!(name = %name, also = ?name, "job {name}");
+            });
+            assert_eq!(out.lines().count(), 1, "{out}");
+            assert!(
+                !out.trim_end().chars().any(pjw_core::text::is_unsafe),
+                "{out:?}"
+            );
+            assert!(!out.lines().any(|l| l.starts_with("FORGED")), "{out}");
+            assert!(
+                out.contains("name=x\\u{1b}[2J\\u{9b}31m\\u{a}FORGED line"),
+                "{out}"
+            );
+        }
+    }
+
     #[test]
     fn journal_stream_must_name_this_stderr() {
         assert!(journal_stream_is("8:12345", 8, 12345));
@@ -200,5 +277,22 @@ mod tests {
         assert_eq!(priority(Level::WARN), 4);
         assert_eq!(priority(Level::INFO), 6);
         assert_eq!(priority(Level::DEBUG), 7);
+    }
+    /// Issue 25, N8: the JSON log format escapes what tracing's JSON leaves raw (DEL, C1, a
+    /// bidi override), and stays JSON with the same text.
+    #[test]
+    fn json_log_lines_carry_no_raw_control_or_format_character() {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(move || JsonSafe(out.clone()))
+            .json()
+            .finish();
+        let name = "x\u{7f}\u{9b}31m\u{202E}resu";
+        tracing::subscriber::with_default(sub, || tracing::info!(job = name, "job started"));
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert!(!text.contains(['\u{7f}', '\u{9b}', '\u{202E}']), "{text:?}");
+        let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(v["fields"]["job"], name, "{v}");
     }
 }

@@ -140,9 +140,13 @@ pub fn lines(jobs: &[JobReport]) -> Vec<Lines> {
                 })
                 .collect();
             let label = if several_nodes {
-                format!("job {} ({})", j.id, j.node)
+                format!(
+                    "job {} ({})",
+                    pjw_core::text::printable(&j.id, 64),
+                    pjw_core::text::printable(&j.node, 64)
+                )
             } else {
-                format!("job {}", j.id)
+                format!("job {}", pjw_core::text::printable(&j.id, 64))
             };
             let threads = j
                 .threads

@@ -364,3 +364,121 @@ fn a_message_queue_an_unprivileged_job_leaves_is_removed_at_its_end() {
         "the bystander's queue /dev/mqueue/{bystander} was removed"
     );
 }
+
+/// Memory charged to the daemon's job partition (its cgroup parent): v1 `memory.usage_in_bytes`
+/// or v2 `memory.current`.
+fn partition_memory(d: &TestDaemon) -> u64 {
+    d.driver()
+        .parent_dirs()
+        .iter()
+        .find_map(|(_, dir)| {
+            ["memory.usage_in_bytes", "memory.current"]
+                .iter()
+                .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+                .and_then(|t| t.trim().parse().ok())
+        })
+        .expect("the job partition's memory")
+}
+
+/// Issue 25, item 8: what an unprivileged job leaves in the host's /dev/shm, of every shape —
+/// a directory tree holding 32 MiB, a chain of directories deeper than the scrub holds
+/// descriptors for, a symbolic link to a bystander's file, a FIFO, and a 32 MiB file a
+/// process of the owner's outside the job holds open — is all gone at its end, and its pages
+/// are no longer charged to pjw's job partition; the link's target (the bystander's file)
+/// is untouched. (The scrub left directories, and with them what they held, charged to the
+/// partition with no job running.)
+#[test]
+fn every_shape_an_unprivileged_job_leaves_in_dev_shm_is_removed_and_its_pages_freed() {
+    require_root!();
+    if !Path::new("/dev/shm").is_dir() {
+        skip!("this machine has no /dev/shm");
+    }
+    let owner = unused_id(62_300);
+    let other = unused_id(owner + 1);
+    let d = TestDaemon::start(pjw_bin(), "");
+    std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let tag = std::process::id();
+    let shm = |n: &str| PathBuf::from(format!("/dev/shm/pjw-{n}-{tag}"));
+    let bystander = shm("bystander8");
+    write_as(other, &bystander);
+    next_second();
+    let go = d.dir().join("go-shapes");
+    let script = format!(
+        "set -e; t={tree}; mkdir -p $t/a/b/c; head -c 33554432 /dev/zero > $t/a/b/c/data; \
+         p={chain}; i=0; while [ $i -lt 80 ]; do p=$p/d; i=$((i+1)); done; mkdir -p $p; echo x > $p/bottom; \
+         ln -s {bystander} {link}; mkfifo {fifo}; head -c 33554432 /dev/zero > {held}; \
+         echo END; while [ ! -e {go} ]; do sleep 0.05; done",
+        tree = shm("tree").display(),
+        chain = shm("chain").display(),
+        bystander = bystander.display(),
+        link = shm("link").display(),
+        fifo = shm("fifo").display(),
+        held = shm("held").display(),
+        go = go.display(),
+    );
+    let mut job = Command::new(pjw_bin())
+        .args(["run", "-j", "shapes", "--", "sh", "-c", &script])
+        .env("PJW_SOCKET", d.socket())
+        .uid(owner)
+        .gid(owner)
+        .current_dir("/")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = lines_until_end(&mut job);
+    // The owner's process outside the job holds the file open.
+    let mut holder = Command::new("sleep")
+        .arg("600")
+        .stdin(std::fs::File::open(shm("held")).expect("the job made the held file"))
+        .uid(owner)
+        .gid(owner)
+        .spawn()
+        .unwrap();
+    let charged = partition_memory(&d);
+    std::fs::write(&go, "").unwrap();
+    wait(job, "the job that leaves things in /dev/shm").ok();
+    let names = ["tree", "chain", "link", "fifo", "held"];
+    let gone = TestDaemon::wait_for(Duration::from_secs(30), || {
+        names
+            .iter()
+            .all(|n| std::fs::symlink_metadata(shm(n)).is_err())
+    });
+    let left: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| std::fs::symlink_metadata(shm(n)).is_ok())
+        .collect();
+    let held_size = std::fs::metadata(format!("/proc/{}/fd/0", holder.id()))
+        .map(|m| m.len())
+        .unwrap_or(u64::MAX);
+    let after = partition_memory(&d);
+    let kept = std::fs::read_to_string(&bystander).unwrap_or_default();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    // Clean up whatever is left before asserting.
+    for n in names {
+        let p = shm(n);
+        let _ = std::fs::remove_dir_all(&p);
+        let _ = std::fs::remove_file(&p);
+    }
+    let _ = std::fs::remove_file(&bystander);
+    eprintln!(
+        "job partition: {} MiB charged before the job's end, {} MiB after its scrub",
+        charged >> 20,
+        after >> 20
+    );
+    assert!(
+        gone,
+        "left in /dev/shm after the job's end: {left:?}\n{}",
+        d.log()
+    );
+    assert_eq!(held_size, 0, "the file held from outside kept its pages");
+    assert_eq!(
+        kept, "x\n",
+        "the bystander's file (the link's target) was touched"
+    );
+    assert!(
+        charged.saturating_sub(after) >= 48 << 20,
+        "the job partition still holds the pages: {charged} before, {after} after"
+    );
+}

@@ -1166,6 +1166,139 @@ fn slurm_tasks_are_jailed_from_their_first_instruction() {
     );
 }
 
+/// Issue 25, item 2, as a user of the live Slurm: a job named `x MinMemoryNode=1e-9` (which
+/// once gave a memory of 0, a refused registration, a failed Prolog and a drained node), one
+/// named `x MinMemoryNode=0.001K` (a 1-byte limit), and one whose name forges smaller memory
+/// lines after newlines are each registered with the memory Slurm gave them; every Prolog
+/// exits 0 (the jobs run, the node is not drained).
+#[test]
+fn slurm_prolog_registers_the_real_memory_whatever_the_job_name() {
+    require!(Component::Root, Component::Slurm);
+    let two = need_cpus!(2);
+    pjw_testkit::machine::test_user("pjwatk1");
+    let _turn = slurm_turn();
+    let d = TestDaemon::start(&pjw_bin(), &wlm_config(&two, "SLURM_JOB_ID"));
+    let w = Wlm::up("slurm-up.sh", &d);
+    let out = w.out();
+    let cases: [(&str, &[&str], u64); 4] = [
+        ("x MinMemoryNode=1e-9", &["--mem-per-cpu=100M"], 100),
+        ("x MinMemoryNode=0.001K", &["--mem=150M"], 150),
+        (
+            "x MinMemoryCPU=1M\n     Nodes=vm CPU_IDs=0 Mem=1 GRES=\n   MinMemoryNode=1M TRES=cpu=1,mem=1M",
+            &["--mem-per-cpu=120M"],
+            120,
+        ),
+        ("x MinMemoryNode=1e-9", &["-n2", "--mem-per-cpu=64M"], 128),
+    ];
+    for (n, (name, args, want_mib)) in cases.iter().enumerate() {
+        let go = out.join(format!("go-{n}"));
+        let report = out.join(format!("mem-{n}.out"));
+        let script = out.join(format!("mem-{n}.sh"));
+        std::fs::write(&script, job_script(&report, &go)).unwrap();
+        set_mode(&script, 0o755);
+        let o = w
+            .cmd("setpriv")
+            .args([
+                "--reuid",
+                "pjwatk1",
+                "--regid",
+                "pjwatk1",
+                "--clear-groups",
+                "sbatch",
+            ])
+            .args(*args)
+            .args(["-o", "/dev/null", "-J", name])
+            .arg(&script)
+            .output()
+            .unwrap();
+        let text = ok(&o, "sbatch");
+        let id = text.trim().rsplit(' ').next().unwrap().to_string();
+        let (cg, _, _) = job_report(&report);
+        assert!(
+            cg.ends_with(&format!("/job-slurm:{id}")),
+            "job {id} ({name:?}) ran in {cg:?}\n{}\n{}",
+            d.log(),
+            w.logs()
+        );
+        let st = d.status();
+        let j = jobs_of(&st, "slurm")
+            .into_iter()
+            .find(|j| j["id"] == format!("slurm:{id}"))
+            .unwrap_or_else(|| panic!("no pjw job slurm:{id}: {st:#}"));
+        eprintln!(
+            "job {id} named {name:?} ({args:?}): registered with mem {}",
+            j["mem"]
+        );
+        assert_eq!(
+            j["mem"],
+            want_mib << 20,
+            "job {id} named {name:?} was not registered with Slurm's memory: {j:#}"
+        );
+        assert_eq!(
+            memory_limit(&d, &format!("job-slurm:{id}")),
+            Some(want_mib << 20),
+            "the cgroup's limit"
+        );
+        std::fs::write(&go, "").unwrap();
+    }
+    // Issue 25, N1: a job array of two tasks that run at once. The last task to start keeps the
+    // array's own number, so its Prolog's `squeue -j ID` lists both tasks (squeue matches the
+    // array's id too); only its own line is read, it is registered with its memory, and the
+    // node is not drained.
+    let go = out.join("go-array");
+    let report = out.join("array-$SLURM_ARRAY_TASK_ID.out");
+    let script = out.join("array.sh");
+    std::fs::write(&script, job_script(&report, &go)).unwrap();
+    set_mode(&script, 0o755);
+    let o = w
+        .cmd("setpriv")
+        .args(["--reuid", "pjwatk1", "--regid", "pjwatk1", "--clear-groups"])
+        .args([
+            "sbatch",
+            "--array=0-1",
+            "--mem-per-cpu=90M",
+            "-o",
+            "/dev/null",
+        ])
+        .args(["-J", "x MinMemoryNode=1e-9"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    let text = ok(&o, "sbatch --array");
+    let base: u64 = text.trim().rsplit(' ').next().unwrap().parse().unwrap();
+    for t in 0..2 {
+        job_report(&out.join(format!("array-{t}.out")));
+    }
+    let st = d.status();
+    let arr: Vec<_> = jobs_of(&st, "slurm")
+        .into_iter()
+        .filter(|j| {
+            j["id"]
+                .as_str()
+                .and_then(|i| i.strip_prefix("slurm:"))
+                .and_then(|i| i.parse::<u64>().ok())
+                .is_some_and(|i| i == base || i == base + 1)
+        })
+        .collect();
+    eprintln!("array {base}: {} jobs registered: {arr:?}", arr.len());
+    assert_eq!(arr.len(), 2, "array {base}'s tasks: {st:#}\n{}", w.logs());
+    for j in &arr {
+        assert_eq!(j["mem"], 90u64 << 20, "array task {j:#}");
+    }
+    std::fs::write(&go, "").unwrap();
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(60), || jobs_of(&d.status(), "slurm")
+            .is_empty()),
+        "slurm jobs left:\n{:#}\n{}",
+        d.status(),
+        w.logs()
+    );
+    let state = w.cmd("sinfo").args(["-h", "-o", "%T"]).output().unwrap();
+    let state = ok(&state, "sinfo");
+    assert!(!state.contains("drain"), "node {state:?}:\n{}", w.logs());
+    assert!(!w.logs().contains("prolog failed"), "{}", w.logs());
+}
+
 /// A Slurm daemon stopped with SIGSTOP; continued when dropped (also when the test fails, so
 /// down.sh can stop it).
 struct Stopped(i32);

@@ -6,20 +6,35 @@
 //! nothing when `uid` is root's (0) or a system user's (below `min_uid`, as logind spares
 //! system users), or the owner has another live job on the node; else every
 //! object owned by `uid` whose change time lies within the job's life — SysV semaphore sets and
-//! message queues, SysV shared memory segments nobody has attached (`nattch == 0`), entries
-//! of /dev/shm that are not directories, and POSIX message queues (entries of /dev/mqueue). Objects older than the job (a login session's) or newer
-//! than its end (the next job's) are left. Pure: the listing comes from the daemon's adapter.
+//! message queues, SysV shared memory segments nobody has attached (`nattch == 0`), POSIX
+//! message queues (entries of /dev/mqueue), and in /dev/shm, at any depth, every entry of
+//! every shape ([`entry_removable`], [`dir_removable`]):
+//! - a regular file: emptied first when it has no other name (so pages a process outside the
+//!   job still holds open or mapped are freed, not left charged to the ended job), then
+//!   removed;
+//! - a symbolic link: the link itself, never its target (nothing is ever opened through one);
+//! - a FIFO or socket: the entry;
+//! - a directory: walked, whoever owns it (the owner's files may sit in another user's
+//!   world-writable directory), on /dev/shm's own file system only, opened relative to its
+//!   parent with `O_NOFOLLOW`, so no link leads the walk anywhere; then removed itself when it
+//!   is the owner's, changed within the job's life and left empty (an entry of someone else's,
+//!   or one older than the job, keeps it);
+//! - a tree deeper than the walk holds descriptors for ([`MAX_DEPTH`] levels): a directory of
+//!   the owner's found there is moved up to the top of /dev/shm (`renameat2`, never over an
+//!   existing name) and walked from there, so no depth hides anything; one of another user's
+//!   is left.
+//!
+//! Objects older than the job (a login session's) or newer than its end (the next job's) are
+//! left. Pure: the listing and the walk are the daemon's adapter's.
 //!
 //! ```
-//! use pjw_core::ipc_scrub::{plan, Ended, Listing, ShmFile};
-//! let listing = Listing {
-//!     sysv: vec![],
-//!     files: vec![ShmFile { name: "psm_x".into(), uid: 1000, ctime: 150, dir: false }],
-//!     mqueues: vec![],
-//! };
+//! use pjw_core::ipc_scrub::{entry_removable, plan, Ended, Listing, ShmFile};
+//! let q = ShmFile { name: "psm_x".into(), uid: 1000, ctime: 150, dir: false };
+//! let listing = Listing { sysv: vec![], mqueues: vec![q.clone()] };
 //! let job = Ended { uid: 1000, since: 100, until: 200 };
-//! assert_eq!(plan(&job, 1000, &[], &listing).files, vec!["psm_x".to_string()]);
+//! assert_eq!(plan(&job, 1000, &[], &listing).mqueues, vec!["psm_x".to_string()]);
 //! assert!(plan(&job, 1000, &[1000], &listing).is_empty());
+//! assert!(entry_removable(&job, &q));
 //! ```
 
 /// The three kinds of SysV IPC object (`/proc/sysvipc/{shm,sem,msg}`).
@@ -56,23 +71,28 @@ pub struct SysvObject {
     pub ctime: u64,
 }
 
-/// One entry of /dev/shm, as `fstatat(AT_SYMLINK_NOFOLLOW)` saw it.
+/// Directory levels below /dev/shm the walk holds a descriptor for at once; a directory of
+/// the owner's found deeper is moved up to the top and walked from there.
+pub const MAX_DEPTH: usize = 64;
+
+/// One entry of /dev/shm (at any depth) or /dev/mqueue, as `fstatat(AT_SYMLINK_NOFOLLOW)` saw
+/// it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShmFile {
     pub name: String,
     pub uid: u32,
     /// Status change time (seconds since the epoch).
     pub ctime: u64,
-    /// A directory: never removed (nothing recursive runs as root in a shared directory).
+    /// A directory: walked, and removed only once empty ([`dir_removable`]).
     pub dir: bool,
 }
 
-/// What the host holds: SysV objects, /dev/shm entries and POSIX message queues (the entries
-/// of the host's mqueue file system, /dev/mqueue, listed like /dev/shm's).
+/// What the host holds, listed whole: SysV objects and POSIX message queues (the entries of the
+/// host's mqueue file system, /dev/mqueue, which holds no directories). /dev/shm is a tree the
+/// adapter walks, judging each entry by [`entry_removable`] and [`dir_removable`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Listing {
     pub sysv: Vec<SysvObject>,
-    pub files: Vec<ShmFile>,
     pub mqueues: Vec<ShmFile>,
 }
 
@@ -86,19 +106,17 @@ pub struct Ended {
     pub until: u64,
 }
 
-/// What to remove.
+/// What to remove of the [`Listing`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     pub sysv: Vec<SysvObject>,
-    /// Names in /dev/shm.
-    pub files: Vec<String>,
     /// Names in /dev/mqueue.
     pub mqueues: Vec<String>,
 }
 
 impl Plan {
     pub fn is_empty(&self) -> bool {
-        self.sysv.is_empty() && self.files.is_empty() && self.mqueues.is_empty()
+        self.sysv.is_empty() && self.mqueues.is_empty()
     }
 }
 
@@ -121,10 +139,26 @@ pub fn sysv_removable(job: &Ended, o: &SysvObject) -> bool {
         && (job.since..=job.until).contains(&o.ctime)
 }
 
-/// Whether a /dev/shm or /dev/mqueue entry may be removed for `job` (also the adapter's
-/// re-check).
-pub fn file_removable(job: &Ended, f: &ShmFile) -> bool {
+/// Whether an entry other than a directory (a file, link, FIFO, socket; a message queue) may
+/// be removed for `job`: the owner's, changed within the job's life (also the adapter's
+/// re-check just before the removal).
+pub fn entry_removable(job: &Ended, f: &ShmFile) -> bool {
     f.uid == job.uid && !f.dir && (job.since..=job.until).contains(&f.ctime)
+}
+
+/// Whether a directory of /dev/shm may be removed for `job` once the walk has emptied it of
+/// what it may: the owner's, changed within the job's life as it was before the walk (removing
+/// entries changes it again). It must also be empty by then; the kernel says so (`rmdir`).
+pub fn dir_removable(job: &Ended, f: &ShmFile) -> bool {
+    f.uid == job.uid && f.dir && (job.since..=job.until).contains(&f.ctime)
+}
+
+/// Whether a directory found deeper than [`MAX_DEPTH`] may be moved up to the top to be
+/// walked from there: only the owner's (one of another user's is left where it is), changed
+/// within the job's life (issue 25, N6: an older one — a login session's data — was moved out
+/// of its tree and not removed, only relocated).
+pub fn deep_dir_movable(job: &Ended, f: &ShmFile) -> bool {
+    f.uid == job.uid && f.dir && (job.since..=job.until).contains(&f.ctime)
 }
 
 /// Which of `listing` to remove at the end of `job`, given the lowest uid scrubbed and the
@@ -140,18 +174,13 @@ pub fn plan(job: &Ended, min_uid: u32, live: &[u32], listing: &Listing) -> Plan 
             .filter(|o| sysv_removable(job, o))
             .cloned()
             .collect(),
-        files: names(job, &listing.files),
-        mqueues: names(job, &listing.mqueues),
+        mqueues: listing
+            .mqueues
+            .iter()
+            .filter(|f| entry_removable(job, f))
+            .map(|f| f.name.clone())
+            .collect(),
     }
-}
-
-/// The removable entries' names.
-fn names(job: &Ended, entries: &[ShmFile]) -> Vec<String> {
-    entries
-        .iter()
-        .filter(|f| file_removable(job, f))
-        .map(|f| f.name.clone())
-        .collect()
 }
 
 #[cfg(test)]
@@ -196,14 +225,6 @@ mod tests {
                 o(IpcKind::Msg, 8, 1000, 0, 201), // newer than its end: kept
                 o(IpcKind::Sem, 9, 1000, 3, 150), // nattch means nothing for sem: removed
             ],
-            files: vec![
-                f("a", 1000, 150, false),
-                f("b", 1001, 150, false),
-                f("c", 0, 150, false),
-                f("d", 1000, 150, true),
-                f("e", 1000, 50, false),
-                f("g", 1000, 250, false),
-            ],
             mqueues: vec![
                 f("mq-left", 1000, 150, false),  // left behind: removed
                 f("mq-other", 1001, 150, false), // another user's: kept
@@ -214,8 +235,75 @@ mod tests {
         let p = plan(&job, 1000, &[1001, 0], &listing);
         let ids: Vec<i32> = p.sysv.iter().map(|o| o.id).collect();
         assert_eq!(ids, vec![1, 5, 6, 9]);
-        assert_eq!(p.files, vec!["a".to_string()]);
         assert_eq!(p.mqueues, vec!["mq-left".to_string()]);
+    }
+
+    /// Every shape of /dev/shm entry, by the rule (issue 25, item 8): files, links, FIFOs
+    /// alike by owner and time; a directory only once walked and empty, by its time before
+    /// the walk; a deep directory moved up only when it is the owner's.
+    #[test]
+    fn every_shape_of_dev_shm_entry() {
+        let job = Ended {
+            uid: 1000,
+            since: 100,
+            until: 200,
+        };
+        for (what, e, entry, dir, deep) in [
+            (
+                "the owner's file",
+                f("a", 1000, 150, false),
+                true,
+                false,
+                false,
+            ),
+            (
+                "another user's file",
+                f("b", 1001, 150, false),
+                false,
+                false,
+                false,
+            ),
+            ("root's file", f("c", 0, 150, false), false, false, false),
+            (
+                "a file older than the job",
+                f("e", 1000, 50, false),
+                false,
+                false,
+                false,
+            ),
+            (
+                "a file newer than its end",
+                f("g", 1000, 250, false),
+                false,
+                false,
+                false,
+            ),
+            (
+                "the owner's directory",
+                f("d", 1000, 150, true),
+                false,
+                true,
+                true,
+            ),
+            (
+                "an old directory of the owner's",
+                f("o", 1000, 50, true),
+                false,
+                false,
+                false,
+            ),
+            (
+                "another user's directory",
+                f("x", 1001, 150, true),
+                false,
+                false,
+                false,
+            ),
+        ] {
+            assert_eq!(entry_removable(&job, &e), entry, "{what}: entry");
+            assert_eq!(dir_removable(&job, &e), dir, "{what}: directory");
+            assert_eq!(deep_dir_movable(&job, &e), deep, "{what}: deep");
+        }
     }
 
     #[test]
@@ -225,8 +313,7 @@ mod tests {
                 o(IpcKind::Shm, 1, 1000, 0, 150),
                 o(IpcKind::Shm, 2, 0, 0, 150),
             ],
-            files: vec![f("a", 1000, 150, false), f("c", 0, 150, false)],
-            mqueues: vec![f("q", 1000, 150, false)],
+            mqueues: vec![f("q", 1000, 150, false), f("c", 0, 150, false)],
         };
         let cases: &[(&str, u32, u32, &[u32], bool)] = &[
             ("last job of the owner", 1000, 1000, &[], false),
@@ -257,7 +344,7 @@ mod tests {
                 until: 200,
             };
             let mut listing = listing.clone();
-            listing.files.push(f("s", *uid, 150, false));
+            listing.mqueues.push(f("s", *uid, 150, false));
             assert_eq!(
                 plan(&job, *min_uid, live, &listing).is_empty(),
                 *empty,

@@ -2,8 +2,14 @@
 //!
 //! Ids live in namespaces. pjw's own namespace holds the ids users pick (`pjw run --job-id`)
 //! and the ones the daemon numbers; each workload manager has its own (`slurm:4242`,
-//! `sge:12.1`), and only root's `pjw job register` makes ids there. A user cannot write an id
-//! with a namespace into `run`, so no user can take (squat) an id a manager will register.
+//! `sge:12.1`, `lsf:4242`, `condor:77.0`, `pbs:124.srv`), so no id a user picks is ever a
+//! manager's. Where the manager's root hook registers its jobs (Slurm, Grid Engine), only root's
+//! `pjw job register` makes ids in its namespace. Where the manager's wrapper runs as the job's
+//! user (LSF's job starter, HTCondor's job wrapper, the command PBS's launch hook puts in front
+//! of the job: [`USER_RUN_MANAGERS`]), the user's own `pjw run --from-env` claims the id
+//! ([`JobId::manager_claim`]); nothing verifies a claim, so a claim that another owner's live
+//! job holds is made the claimant's own with [`JobId::for_owner`] (`lsf:4242_u1001`): a user
+//! who claims a victim's id first takes nothing from the victim, whose job runs all the same.
 
 use std::fmt;
 
@@ -73,6 +79,59 @@ impl JobId {
     }
 }
 
+/// Managers whose wrappers run as the job's user (`pjw run --from-env` from LSF's job starter,
+/// HTCondor's job wrapper, the PBS launch hook's command): their ids are claimed by users, not
+/// registered by root.
+pub const USER_RUN_MANAGERS: [&str; 3] = ["lsf", "condor", "pbs"];
+
+impl JobId {
+    /// The id a user's `pjw run --from-env` claims for job `local` of manager `ns`, one of
+    /// [`USER_RUN_MANAGERS`], as pjw writes the manager's id (`4242`, `4242.3` for an array
+    /// element, `77.0`, `124.srv`, `124.3.srv`): it starts with a digit and holds no `_`, so no
+    /// claim can be the form [`JobId::for_owner`] makes. Err for another namespace or form.
+    pub fn manager_claim(ns: &str, local: &str) -> Result<JobId, CoreError> {
+        let bad = |reason: &str| CoreError::BadJobId {
+            text: format!("{ns}:{}", local.escape_debug()),
+            reason: reason.to_string(),
+        };
+        if !USER_RUN_MANAGERS.contains(&ns) {
+            return Err(bad(
+                "only root's `pjw job register` makes ids in this manager's namespace",
+            ));
+        }
+        let id = JobId::in_namespace(ns, local)?;
+        if !local.starts_with(|c: char| c.is_ascii_digit()) || local.contains('_') {
+            return Err(bad(
+                "not a job id as the manager writes it (a number first, no '_')",
+            ));
+        }
+        if ns != "pbs" && !local.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+            return Err(bad(
+                "not a job id as the manager writes it (digits and '.')",
+            ));
+        }
+        Ok(id)
+    }
+
+    /// This claimed id made `uid`'s own: `ns:local_u<uid>` (the local part cut to fit), for a
+    /// claim another owner's live job holds. No claim has this form (claims hold no `_`).
+    pub fn for_owner(&self, uid: u32) -> JobId {
+        let suffix = format!("_u{uid}");
+        let local: String = self
+            .local()
+            .chars()
+            .take(MAX_JOB_ID_LEN - suffix.len())
+            .collect();
+        let ns = self.namespace().unwrap_or_default();
+        let text = if ns.is_empty() {
+            format!("{local}{suffix}")
+        } else {
+            format!("{ns}:{local}{suffix}")
+        };
+        JobId(text)
+    }
+}
+
 /// Check an id without its namespace.
 fn check_local(text: &str) -> Result<(), CoreError> {
     let bad = |reason: &str| CoreError::BadJobId {
@@ -134,6 +193,49 @@ mod tests {
         for bad in ["", ".x", "-x", "a/b", "..", "a b", "ü", &"x".repeat(65)] {
             assert!(JobId::new(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// Issue 25, item 5: LSF, HTCondor and PBS ids are claimed in their own namespaces, in
+    /// the manager's own form; a claim another owner holds becomes the claimant's, in a form
+    /// no claim can take.
+    #[test]
+    fn manager_claims_and_owners() {
+        for (ns, local) in [
+            ("lsf", "4242"),
+            ("lsf", "4242.3"),
+            ("condor", "77.0"),
+            ("pbs", "124.srv"),
+            ("pbs", "124.3.pbs-01.example.org"),
+        ] {
+            let id = JobId::manager_claim(ns, local).unwrap();
+            assert_eq!(id.as_str(), format!("{ns}:{local}"));
+            let own = id.for_owner(1001);
+            assert_eq!(own.as_str(), format!("{ns}:{local}_u1001"));
+            assert!(JobId::new(own.as_str()).is_ok());
+            assert!(
+                JobId::manager_claim(ns, own.local()).is_err(),
+                "{own} can be claimed"
+            );
+        }
+        for (ns, local) in [
+            ("slurm", "4242"),
+            ("sge", "1"),
+            ("lsf", "4242_u1001"),
+            ("lsf", "x4242"),
+            ("lsf", "4242.srv"),
+            ("condor", "77_0"),
+            ("pbs", "srv.124"),
+            ("pbs", "124.srv_u1"),
+            ("lsf", ""),
+            ("lsf", "1\n"),
+        ] {
+            assert!(JobId::manager_claim(ns, local).is_err(), "{ns}:{local:?}");
+        }
+        // A long claim is cut to fit its owner's suffix, and stays a valid id.
+        let long = JobId::manager_claim("pbs", &format!("1.{}", "a".repeat(62))).unwrap();
+        let own = long.for_owner(u32::MAX);
+        assert_eq!(own.local().len(), MAX_JOB_ID_LEN);
+        assert!(JobId::new(own.as_str()).is_ok());
     }
 
     #[test]

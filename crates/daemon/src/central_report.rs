@@ -55,9 +55,18 @@ pub fn job_report(j: &CentralJob) -> JobReport {
     }
 }
 
+/// Most jobs one central report may ask for: the cluster store's client reads its answer
+/// whole, so a report's size is bounded here (a local report is read in pages instead).
+pub const MAX_CENTRAL_JOBS: u32 = 10_000;
+
 /// The filter for `q` as `access` allows it; an error for what the central store cannot
-/// answer (it holds finished jobs only).
+/// answer (it holds finished jobs only, at most [`MAX_CENTRAL_JOBS`] per report).
 pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, String> {
+    if q.limit.is_some_and(|l| l > MAX_CENTRAL_JOBS) {
+        return Err(format!(
+            "--limit for --central is at most {MAX_CENTRAL_JOBS} jobs per report (ask with --since for older ones)"
+        ));
+    }
     let end_class =
         match q.state.as_deref() {
             Some("queued") | Some("running") => return Err(
@@ -100,18 +109,41 @@ pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, String> 
     })
 }
 
+/// A central report to stream: the connection layer starts it ([`CentralReport::start`]) once
+/// a slot for central reports is free (each holds a PostgreSQL connection and a thread).
+#[derive(Debug)]
+pub struct CentralReport {
+    pub cfg: Option<CentralConfig>,
+    pub access: Access,
+    pub query: ReportQuery,
+}
+
+impl CentralReport {
+    /// Run the query on a thread of its own; its frames come through the returned channel,
+    /// which holds one frame at a time: the thread waits for the client to take each.
+    pub fn start(self) -> mpsc::Receiver<Response> {
+        let (tx, rx) = mpsc::channel(1);
+        spawn(self.cfg, self.access, self.query, tx);
+        rx
+    }
+}
+
 /// Answer a central report on a thread of its own.
-pub fn spawn(
+fn spawn(
     cfg: Option<CentralConfig>,
     access: Access,
     q: ReportQuery,
-    reply: mpsc::UnboundedSender<Response>,
+    reply: mpsc::Sender<Response>,
 ) {
-    let fail = |reply: &mpsc::UnboundedSender<Response>, code, message: String| {
-        let _ = reply.send(Response::Error { code, message });
+    let fail = |reply: &mpsc::Sender<Response>, code, message: String| {
+        let _ = reply.blocking_send(Response::Error { code, message });
+    };
+    // Before the thread: the channel is empty, the one frame fits without waiting.
+    let refuse = |reply: &mpsc::Sender<Response>, code, message: String| {
+        let _ = reply.try_send(Response::Error { code, message });
     };
     let Some(cfg) = cfg else {
-        return fail(
+        return refuse(
             &reply,
             ErrorCode::Invalid,
             "this node has no central store ([central] url in its config)".into(),
@@ -119,7 +151,7 @@ pub fn spawn(
     };
     let f = match filter(&q, access) {
         Ok(f) => f,
-        Err(m) => return fail(&reply, ErrorCode::Invalid, m),
+        Err(m) => return refuse(&reply, ErrorCode::Invalid, m),
     };
     let spawned = std::thread::Builder::new()
         .name("pjw-central-report".into())
@@ -165,7 +197,7 @@ pub fn spawn(
             }
             for j in &jobs {
                 if reply
-                    .send(Response::ReportJob(Box::new(job_report(j))))
+                    .blocking_send(Response::ReportJob(Box::new(job_report(j))))
                     .is_err()
                 {
                     return;
@@ -175,7 +207,7 @@ pub fn spawn(
                         Ok(samples) => {
                             for chunk in samples.chunks(SERIES_CHUNK) {
                                 let points = chunk.iter().map(point).collect();
-                                if reply.send(Response::ReportSeries { points }).is_err() {
+                                if reply.blocking_send(Response::ReportSeries { points }).is_err() {
                                     return;
                                 }
                             }
@@ -184,7 +216,7 @@ pub fn spawn(
                     }
                 }
             }
-            let _ = reply.send(Response::ReportEnd {
+            let _ = reply.blocking_send(Response::ReportEnd {
                 count: jobs.len() as u32,
             });
         });

@@ -142,6 +142,9 @@ pub struct Engine {
     /// A sweep in turns: the last pid its previous turn looked at (None: no sweep under way).
     sweep_from: Option<u32>,
     unknown_logged: HashMap<String, i64>,
+    /// /dev/shm scrubs under way, per owner, each with the one asked for meanwhile (merged):
+    /// at most one walk per owner at a time (issue 25, N5).
+    scrubs: ipc::Scrubs,
     /// Which job every jailed process belongs to; exact process and thread counts.
     procs: ProcTracker,
     /// The profile store writer (its own thread and connection); None when profiles are off.
@@ -184,6 +187,10 @@ pub struct Engine {
     /// The next generated job number: read from the store once, taken with each job's
     /// submission (in the same transaction as its row).
     next_number: Option<u64>,
+    /// The rules the connection layer enforces before a request reaches the engine (the admin
+    /// group), as in effect now: published again by every reload, so a reload that changes one
+    /// changes it in that layer too ([`Engine::conn_rules`]).
+    conn_rules: tokio::sync::watch::Sender<crate::reload::ConnRules>,
     /// Registered jobs' leases, and the thread that asks their managers (`engine/lease.rs`).
     leases: HashMap<i64, lease::JobLease>,
     asker: Option<crate::lease::Asker>,
@@ -272,10 +279,13 @@ impl Engine {
             cfg.adopt_env.clone(),
             cfg.adopt_hook_daemons.clone(),
         );
+        let (conn_rules, _) = tokio::sync::watch::channel(crate::reload::ConnRules::of(&cfg));
         Engine {
+            conn_rules,
             scanner,
             sweep_from: None,
             unknown_logged: HashMap::new(),
+            scrubs: ipc::Scrubs::default(),
             governor,
             mem_limit,
             last_thaw_ms: None,
@@ -338,6 +348,11 @@ impl Engine {
     /// Ship finished jobs to the central store with `s` (woken at every job end).
     pub fn set_shipper(&mut self, s: pjw_central::Shipper) {
         self.shipper = Some(s);
+    }
+
+    /// The connection layer's rules as in effect now, following every reload.
+    pub fn conn_rules(&self) -> tokio::sync::watch::Receiver<crate::reload::ConnRules> {
+        self.conn_rules.subscribe()
     }
 
     /// The counters and histograms this engine feeds (for the metrics endpoint).

@@ -214,9 +214,8 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     };
     let store = Store::open(&cfg.state_dir)?;
     let alloc = Allocator::new(&topo).with_spread(cfg.spread);
-    // Only the daemon reads the store; reports go through the socket (docs/decisions.md).
-    std::fs::set_permissions(store.path(), std::fs::Permissions::from_mode(0o600))
-        .map_err(io_err(store.path()))?;
+    // Only the daemon reads the store (reports go through the socket, docs/decisions.md): the
+    // store makes the database and its WAL files 0600 from their creation on.
 
     let (tx, mut rx) = mpsc::unbounded_channel();
     // One inotify instance for every job's cgroup.events.
@@ -396,10 +395,11 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     );
     let limits = server::ConnLimits::new(cfg.max_connections_per_user, nofile);
     // User and group lookups (NSS may stall on LDAP or SSSD) run off the engine thread.
+    // The admin group is decided here, in the connection tasks: they follow every reload.
     let users = users::Resolver::new(
         std::sync::Arc::new(users::Nss),
         users::LOOKUP_TIMEOUT,
-        cfg.profile.admin_group.clone(),
+        eng.conn_rules(),
         cfg.proc_root.clone(),
     );
     tokio::spawn(server::serve(

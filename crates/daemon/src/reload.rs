@@ -59,6 +59,26 @@ impl ReloadSource {
     }
 }
 
+/// The rules of the config that the connection layer ([`crate::server`], [`crate::users`])
+/// enforces itself, before a request reaches the engine: today the admin group (it decides in
+/// the connection task, off the engine thread, whether a caller is an admin). The engine
+/// publishes them at start and after every reload; the connection layer reads the latest at
+/// each request, so a key [`plan`] calls live is live in every layer that holds it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnRules {
+    /// `[profile] admin_group`.
+    pub admin_group: Option<String>,
+}
+
+impl ConnRules {
+    /// The connection layer's rules in `cfg`.
+    pub fn of(cfg: &Config) -> ConnRules {
+        ConnRules {
+            admin_group: cfg.profile.admin_group.clone(),
+        }
+    }
+}
+
 /// What a reload does.
 #[derive(Clone, Debug)]
 pub struct Plan {

@@ -3,18 +3,21 @@
 //! Reports go through the daemon rather than the client opening the database (which is
 //! root-only): the caller's uid comes from `SO_PEERCRED`, so access is enforced for
 //! unprivileged users without making the database readable (docs/decisions.md). The engine
-//! checks access and adds what only it knows (live jobs' totals); this module reads the store
-//! on a blocking thread and streams the frames.
+//! checks access and adds what only it knows (live jobs' totals); the connection task then
+//! streams the report ([`LocalReport`]): one page read from the store on a blocking thread,
+//! written to the client, then the next — so what the daemon holds for a report is one page,
+//! whatever the report's size, and a client that stops reading stops the reading too (until
+//! the write timeout drops it).
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
 
 use pjw_proto::report::{REPORT_STATES, SERIES_CHUNK};
 use pjw_proto::{ErrorCode, JobReport, ProcessRow, ReportQuery, Response, SeriesPoint, ThreadRow};
 use pjw_store::{
-    JobFilter, JobRecord, JobSummary, ProcessSample, Sample, Store, StoreError, StoredState,
+    JobFilter, JobProfile, JobRecord, JobSummary, ProcessSample, Sample, Store, StoreError,
+    StoredState,
 };
-use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::engine::Cred;
@@ -287,135 +290,274 @@ pub fn job_report(
     r
 }
 
-/// Read the store and stream the report to `reply`. Runs on a blocking thread.
-#[allow(clippy::too_many_arguments)]
-pub fn answer(
-    db: &Path,
-    node: &str,
+/// Jobs read from the store per page.
+const JOBS_PAGE: usize = 16;
+
+/// What the engine hands the connection layer for a `report` request: an answer to stream,
+/// or the one frame that refuses it.
+#[derive(Debug)]
+pub enum ReportAnswer {
+    /// Refused before any reading (access, an invalid query): one error frame.
+    Refused(Response),
+    /// From this node's store, read page by page ([`LocalReport::next_frames`]).
+    Local(Box<LocalReport>),
+    /// From the cluster store ([`crate::central_report`]).
+    Central(crate::central_report::CentralReport),
+}
+
+/// Where a local report stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cursor {
+    Start,
+    Jobs,
+    Series { seq: i64, after: Option<i64> },
+    Processes { seq: i64, after: Option<i64> },
+    Threads { seq: i64 },
+    Done,
+}
+
+/// A local report read in pages: each call of [`LocalReport::next_frames`] opens the store,
+/// reads one page (a few jobs, or one chunk of a series or of process rows) and closes it, so a
+/// report whose client does not read holds one page at most, and no read transaction (which
+/// would keep the WAL from being checkpointed) while it waits. The client's socket is the
+/// backpressure: the next page is read only once the last was written.
+#[derive(Debug)]
+pub struct LocalReport {
+    db: PathBuf,
+    node: String,
     io_counted: bool,
     access: Access,
-    q: &ReportQuery,
-    live: Vec<LiveJob>,
-    reply: &mpsc::UnboundedSender<Response>,
-) {
-    let fail = |code, message: String| {
-        let _ = reply.send(Response::Error { code, message });
-    };
-    let store = match Store::open_readonly(db) {
-        Ok(s) => s,
-        Err(e) => {
-            warn!(error = %e, "report: cannot open the store");
-            return fail(
-                ErrorCode::Internal,
-                format!("cannot read the profile store: {e}"),
-            );
+    query: ReportQuery,
+    live: HashMap<i64, LiveJob>,
+    at: Cursor,
+    /// Jobs of the last page not sent yet.
+    pending: VecDeque<JobProfile>,
+    /// The last job's seq read: the next page starts below it.
+    before_seq: Option<i64>,
+    /// No job left to read.
+    exhausted: bool,
+    sent: u32,
+}
+
+impl LocalReport {
+    /// A report of `q` for a caller with `access`, from the store at `db` and the engine's live
+    /// jobs `live`.
+    pub fn new(
+        db: PathBuf,
+        node: String,
+        io_counted: bool,
+        access: Access,
+        query: ReportQuery,
+        live: Vec<LiveJob>,
+    ) -> LocalReport {
+        LocalReport {
+            db,
+            node,
+            io_counted,
+            access,
+            query,
+            live: live.into_iter().map(|l| (l.seq, l)).collect(),
+            at: Cursor::Start,
+            pending: VecDeque::new(),
+            before_seq: None,
+            exhausted: false,
+            sent: 0,
         }
-    };
-    let mut f = JobFilter {
-        job_id: q.job.clone(),
-        uid: None,
-        user: q.user.clone(),
-        name: q.name.clone(),
-        since_ms: q.since_ms,
-        state: q.state.clone(),
-        limit: q.limit.unwrap_or(DEFAULT_LIMIT) as usize,
-    };
-    if let Access::Uid(uid) = access {
-        if let Some(id) = &q.job {
-            let anyone = JobFilter {
-                job_id: Some(id.clone()),
-                ..JobFilter::default()
-            };
-            match store.find_jobs(&anyone) {
-                Ok(all) if !all.is_empty() && all.iter().all(|p| p.job.uid != uid) => {
-                    return fail(
-                        ErrorCode::Denied,
-                        format!("job {id} belongs to another user; only its owner, root and the admin group may read its report"),
-                    );
-                }
-                Ok(_) => {}
-                Err(e) => return fail(ErrorCode::Internal, e.to_string()),
-            }
-        }
-        f.uid = Some(uid);
     }
-    let found = match store.find_jobs(&f) {
-        Ok(v) => v,
-        Err(e) => return fail(ErrorCode::Internal, e.to_string()),
-    };
-    if let (Some(id), true) = (&q.job, found.is_empty()) {
-        return fail(ErrorCode::NotFound, format!("no job {id} on this node"));
+
+    /// Whether the report is over (its last frame given).
+    pub fn done(&self) -> bool {
+        self.at == Cursor::Done
     }
-    let live: HashMap<i64, LiveJob> = live.into_iter().map(|l| (l.seq, l)).collect();
-    let mut count = 0;
-    for p in &found {
-        let mut rep = job_report(&p.job, p.summary.as_ref(), live.get(&p.job.seq), node);
-        rep.io_counted = Some(io_counted);
-        match store.gpus(p.job.seq) {
-            Ok(Some((n, gpus))) => {
-                rep.ngpus = n;
-                rep.gpus = gpus.to_string();
-            }
-            Ok(None) => {}
-            Err(e) => return fail(ErrorCode::Internal, e.to_string()),
+
+    /// The next frames: at least one until the report is over, then none. Reads the store:
+    /// call it on a blocking thread.
+    pub fn next_frames(&mut self) -> Vec<Response> {
+        if self.done() {
+            return Vec::new();
         }
-        // A store from before I/O settings has no job_io table: nothing to show then.
-        rep.io = store.io(p.job.seq).ok().flatten().map(|io| io.summary());
-        rep.steps = match live.get(&p.job.seq) {
-            Some(l) => l.steps.clone(),
-            // A store from before steps has no job_steps table: none then.
-            None => store
-                .steps(p.job.seq)
-                .unwrap_or_default()
-                .into_iter()
-                .map(step_report)
-                .collect(),
+        let store = match Store::open_readonly(&self.db) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "report: cannot open the store");
+                return self.fail(
+                    ErrorCode::Internal,
+                    format!("cannot read the profile store: {e}"),
+                );
+            }
         };
-        if reply.send(Response::ReportJob(Box::new(rep))).is_err() {
-            return;
-        }
-        count += 1;
-        if q.series {
-            match store.samples(p.job.seq, None) {
-                Ok(samples) => {
-                    for chunk in samples.chunks(SERIES_CHUNK) {
-                        let points = chunk.iter().map(point).collect();
-                        if reply.send(Response::ReportSeries { points }).is_err() {
-                            return;
-                        }
-                    }
-                }
-                Err(e) => return fail(ErrorCode::Internal, e.to_string()),
-            }
-        }
-        if q.processes {
-            match store.process_samples(p.job.seq) {
-                Ok(rows) => {
-                    for chunk in rows.chunks(SERIES_CHUNK) {
-                        let rows = chunk.iter().map(process_row).collect();
-                        if reply.send(Response::ReportProcesses { rows }).is_err() {
-                            return;
-                        }
-                    }
-                }
-                Err(e) => return fail(ErrorCode::Internal, e.to_string()),
-            }
-        }
-        if q.threads {
-            match thread_rows(&store, p.job.seq, q.series) {
-                Ok(rows) => {
-                    for chunk in rows.chunks(SERIES_CHUNK) {
-                        let rows = chunk.to_vec();
-                        if reply.send(Response::ReportThreads { rows }).is_err() {
-                            return;
-                        }
-                    }
-                }
-                Err(e) => return fail(ErrorCode::Internal, e.to_string()),
+        loop {
+            let frames = match self.step(&store) {
+                Ok(f) => f,
+                Err((code, msg)) => return self.fail(code, msg),
+            };
+            if !frames.is_empty() || self.done() {
+                return frames;
             }
         }
     }
-    let _ = reply.send(Response::ReportEnd { count });
+
+    fn fail(&mut self, code: ErrorCode, message: String) -> Vec<Response> {
+        self.at = Cursor::Done;
+        vec![Response::Error { code, message }]
+    }
+
+    fn filter(&self) -> JobFilter {
+        let q = &self.query;
+        let limit = q.limit.unwrap_or(DEFAULT_LIMIT) as usize;
+        JobFilter {
+            job_id: q.job.clone(),
+            uid: match self.access {
+                Access::All => None,
+                Access::Uid(u) => Some(u),
+            },
+            user: q.user.clone(),
+            name: q.name.clone(),
+            since_ms: q.since_ms,
+            state: q.state.clone(),
+            limit: limit.saturating_sub(self.sent as usize).min(JOBS_PAGE),
+            before_seq: self.before_seq,
+        }
+    }
+
+    /// One step: frames, or none when the step only moved the cursor.
+    fn step(&mut self, store: &Store) -> Result<Vec<Response>, (ErrorCode, String)> {
+        let internal = |e: pjw_store::StoreError| (ErrorCode::Internal, e.to_string());
+        match self.at {
+            Cursor::Done => Ok(Vec::new()),
+            Cursor::Start => {
+                if let (Access::Uid(uid), Some(id)) = (self.access, &self.query.job) {
+                    let anyone = JobFilter {
+                        job_id: Some(id.clone()),
+                        ..JobFilter::default()
+                    };
+                    let all = store.find_jobs(&anyone).map_err(internal)?;
+                    if !all.is_empty() && all.iter().all(|p| p.job.uid != uid) {
+                        return Err((
+                            ErrorCode::Denied,
+                            format!("job {id} belongs to another user; only its owner, root and the admin group may read its report"),
+                        ));
+                    }
+                }
+                self.at = Cursor::Jobs;
+                Ok(Vec::new())
+            }
+            Cursor::Jobs => {
+                let limit = self.query.limit.unwrap_or(DEFAULT_LIMIT) as usize;
+                if self.pending.is_empty() && !self.exhausted && (self.sent as usize) < limit {
+                    let page = store.find_jobs(&self.filter()).map_err(internal)?;
+                    self.exhausted = page.len() < JOBS_PAGE;
+                    self.before_seq = page.last().map(|p| p.job.seq).or(self.before_seq);
+                    self.pending.extend(page);
+                }
+                let Some(p) = self
+                    .pending
+                    .pop_front()
+                    .filter(|_| (self.sent as usize) < limit)
+                else {
+                    self.at = Cursor::Done;
+                    if let (Some(id), 0) = (&self.query.job, self.sent) {
+                        return Ok(vec![Response::Error {
+                            code: ErrorCode::NotFound,
+                            message: format!("no job {id} on this node"),
+                        }]);
+                    }
+                    return Ok(vec![Response::ReportEnd { count: self.sent }]);
+                };
+                let mut rep = job_report(
+                    &p.job,
+                    p.summary.as_ref(),
+                    self.live.get(&p.job.seq),
+                    &self.node,
+                );
+                rep.io_counted = Some(self.io_counted);
+                if let Some((n, gpus)) = store.gpus(p.job.seq).map_err(internal)? {
+                    rep.ngpus = n;
+                    rep.gpus = gpus.to_string();
+                }
+                // A store from before I/O settings has no job_io table: nothing to show then.
+                rep.io = store.io(p.job.seq).ok().flatten().map(|io| io.summary());
+                rep.steps = match self.live.get(&p.job.seq) {
+                    Some(l) => l.steps.clone(),
+                    // A store from before steps has no job_steps table: none then.
+                    None => store
+                        .steps(p.job.seq)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(step_report)
+                        .collect(),
+                };
+                self.sent += 1;
+                self.at = self.after_job(p.job.seq, true);
+                Ok(vec![Response::ReportJob(Box::new(rep))])
+            }
+            Cursor::Series { seq, after } => {
+                let page = store
+                    .samples_page(seq, after, SERIES_CHUNK)
+                    .map_err(internal)?;
+                self.at = match page.last() {
+                    Some(last) if page.len() == SERIES_CHUNK => Cursor::Series {
+                        seq,
+                        after: Some(last.ts_ms),
+                    },
+                    _ => self.after_job(seq, false),
+                };
+                if page.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let points = page.iter().map(point).collect();
+                Ok(vec![Response::ReportSeries { points }])
+            }
+            Cursor::Processes { seq, after } => {
+                let page = store
+                    .process_samples_page(seq, after, SERIES_CHUNK)
+                    .map_err(internal)?;
+                self.at = match page.last() {
+                    Some(last) => Cursor::Processes {
+                        seq,
+                        after: Some(last.ts_ms),
+                    },
+                    None => self.after_processes(seq),
+                };
+                if page.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let rows = page.iter().map(process_row).collect();
+                Ok(vec![Response::ReportProcesses { rows }])
+            }
+            // A job's thread rows: the top threads the sampler kept per job (a bounded page).
+            Cursor::Threads { seq } => {
+                self.at = Cursor::Jobs;
+                let rows = thread_rows(store, seq, self.query.series).map_err(internal)?;
+                Ok(rows
+                    .chunks(SERIES_CHUNK)
+                    .map(|c| Response::ReportThreads { rows: c.to_vec() })
+                    .collect())
+            }
+        }
+    }
+
+    /// What follows a job's frame (`series_next`: its series comes first if asked) or its
+    /// series: its process rows if asked, else the next job.
+    fn after_job(&self, seq: i64, series_next: bool) -> Cursor {
+        if series_next && self.query.series {
+            Cursor::Series { seq, after: None }
+        } else if self.query.processes {
+            Cursor::Processes { seq, after: None }
+        } else {
+            self.after_processes(seq)
+        }
+    }
+
+    /// What follows a job's process rows (or where they are not asked, its series): its
+    /// thread rows if asked, else the next job.
+    fn after_processes(&self, seq: i64) -> Cursor {
+        if self.query.threads {
+            Cursor::Threads { seq }
+        } else {
+            Cursor::Jobs
+        }
+    }
 }
 
 #[cfg(test)]

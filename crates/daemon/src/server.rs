@@ -9,6 +9,13 @@
 //! [`ConnLimits::non_root_total`], so descriptors are always left for root and for the jobs'
 //! pidfds and files. A connection over a limit is answered with one error frame and closed at
 //! once (counted in the metrics, logged once per user per minute); root is never refused.
+//!
+//! Nothing a connection asks for is held whole: every frame is written within
+//! [`WRITE_TIMEOUT`] or the connection is dropped, and a report is streamed page by page as the
+//! client reads it ([`crate::report::LocalReport`]), at most [`REPORTS_PER_USER`] of one user's
+//! at a time (the others wait for their turn holding nothing but their connection), and at most
+//! [`CENTRAL_REPORTS`] cluster-store reports at a time on the node (one kept for root, at most
+//! [`CENTRAL_PER_USER`] of one user's).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,14 +26,100 @@ use pjw_proto::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use crate::engine::{Control, Cred, Event};
+use crate::report::ReportAnswer;
 use crate::users::Resolver;
 
 /// How long a new connection may take to send its request.
 pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one frame may take to be written: a client that does not read its answer for
+/// this long is dropped (and what its answer held with it).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reports of one user (other than root) read at a time; the user's further reports wait.
+pub const REPORTS_PER_USER: usize = 4;
+
+/// Reports from the cluster store read at a time on this node (each holds a PostgreSQL
+/// connection, a thread and its answer): one of them kept for root, the others shared by users,
+/// [`CENTRAL_PER_USER`] of them at most per user.
+pub const CENTRAL_REPORTS: usize = 4;
+
+/// Cluster-store reports of one user (other than root) at a time (issue 25, N7: one user's 4
+/// slow-read central reports held every slot, root's too).
+pub const CENTRAL_PER_USER: usize = 1;
+
+/// Per-uid semaphores of `permits` each.
+type PerUid = Arc<Mutex<HashMap<u32, Arc<Semaphore>>>>;
+
+/// Turns for reports: per user, and for the cluster store.
+#[derive(Clone, Debug)]
+pub struct ReportSlots {
+    by_uid: PerUid,
+    central_by_uid: PerUid,
+    central: Arc<Semaphore>,
+    central_root: Arc<Semaphore>,
+}
+
+impl Default for ReportSlots {
+    fn default() -> Self {
+        ReportSlots {
+            by_uid: Arc::default(),
+            central_by_uid: Arc::default(),
+            central: Arc::new(Semaphore::new(CENTRAL_REPORTS - 1)),
+            central_root: Arc::new(Semaphore::new(1)),
+        }
+    }
+}
+
+/// `uid`'s semaphore of `permits` in `m`, made when it has none.
+fn of_uid(m: &PerUid, uid: u32, permits: usize) -> Arc<Semaphore> {
+    let mut m = m.lock().unwrap_or_else(|e| e.into_inner());
+    // Users with no report under way or waiting hold no entry.
+    m.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < permits);
+    m.entry(uid)
+        .or_insert_with(|| Arc::new(Semaphore::new(permits)))
+        .clone()
+}
+
+impl ReportSlots {
+    /// Wait for one of `uid`'s turns (root needs none).
+    async fn user(&self, uid: u32) -> Option<OwnedSemaphorePermit> {
+        if uid == 0 {
+            return None;
+        }
+        of_uid(&self.by_uid, uid, REPORTS_PER_USER)
+            .acquire_owned()
+            .await
+            .ok()
+    }
+
+    /// Wait for a cluster-store report's turn: root's own slot for root; for a user, first
+    /// their own turn (one at a time), then one of the slots users share.
+    async fn central(&self, uid: u32) -> Vec<OwnedSemaphorePermit> {
+        if uid == 0 {
+            return self
+                .central_root
+                .clone()
+                .acquire_owned()
+                .await
+                .into_iter()
+                .collect();
+        }
+        let mut held = Vec::new();
+        held.extend(
+            of_uid(&self.central_by_uid, uid, CENTRAL_PER_USER)
+                .acquire_owned()
+                .await
+                .ok(),
+        );
+        held.extend(self.central.clone().acquire_owned().await.ok());
+        held
+    }
+}
 
 /// Limits on what users other than root may hold open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +206,7 @@ pub async fn serve(
 ) {
     let mut next_conn: u64 = 1;
     let open = Arc::new(Mutex::new(Open::default()));
+    let reports = ReportSlots::default();
     // When each refused uid (and accept errors, under u32::MAX) was last logged, and how many
     // refusals since: one line per minute, not one per connection.
     let mut logged: HashMap<u32, (Instant, u64)> = HashMap::new();
@@ -155,9 +249,10 @@ pub async fn serve(
                 next_conn += 1;
                 let tx = tx.clone();
                 let users = users.clone();
+                let reports = reports.clone();
                 tokio::spawn(async move {
                     let _slot = slot;
-                    if let Err(e) = handle(stream, conn, tx, users).await {
+                    if let Err(e) = handle(stream, conn, tx, users, reports).await {
                         debug!(conn, error = %e, "connection ended with an error");
                     }
                 });
@@ -203,13 +298,81 @@ async fn read_frame(stream: &mut UnixStream) -> std::io::Result<Option<Vec<u8>>>
     Ok(Some(buf))
 }
 
+/// Write one frame within [`WRITE_TIMEOUT`]; a client that does not take it meanwhile is an
+/// error (the connection ends).
 async fn write(stream: &mut UnixStream, resp: &Response) -> std::io::Result<()> {
     let payload = encode_response(resp);
-    stream
-        .write_all(&(payload.len() as u32).to_be_bytes())
-        .await?;
-    stream.write_all(&payload).await?;
-    stream.flush().await
+    let frame = async {
+        stream
+            .write_all(&(payload.len() as u32).to_be_bytes())
+            .await?;
+        stream.write_all(&payload).await?;
+        stream.flush().await
+    };
+    match tokio::time::timeout(WRITE_TIMEOUT, frame).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the client did not read its answer within {} s",
+                WRITE_TIMEOUT.as_secs()
+            ),
+        )),
+    }
+}
+
+/// Stream a report's frames as the client reads them: a local one page by page (each read on
+/// a blocking thread, the next only once the last is written), a central one frame by frame
+/// from its thread. Waits first for one of the caller's report turns.
+async fn stream_report(
+    stream: &mut UnixStream,
+    answer: ReportAnswer,
+    uid: u32,
+    slots: &ReportSlots,
+) -> std::io::Result<()> {
+    match answer {
+        ReportAnswer::Refused(r) => write(stream, &r).await,
+        ReportAnswer::Local(mut rep) => {
+            let _turn = slots.user(uid).await;
+            loop {
+                let (back, frames) = match tokio::task::spawn_blocking(move || {
+                    let f = rep.next_frames();
+                    (rep, f)
+                })
+                .await
+                {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let failed = Response::Error {
+                            code: ErrorCode::Internal,
+                            message: format!("the report failed: {e}"),
+                        };
+                        return write(stream, &failed).await;
+                    }
+                };
+                rep = back;
+                for f in &frames {
+                    write(stream, f).await?;
+                }
+                if frames.is_empty() || rep.done() {
+                    return Ok(());
+                }
+            }
+        }
+        ReportAnswer::Central(c) => {
+            let _turn = slots.user(uid).await;
+            let _central = slots.central(uid).await;
+            let mut rx = c.start();
+            while let Some(resp) = rx.recv().await {
+                let last = matches!(resp, Response::ReportEnd { .. } | Response::Error { .. });
+                write(stream, &resp).await?;
+                if last {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    }
 }
 
 async fn handle(
@@ -217,6 +380,7 @@ async fn handle(
     conn: u64,
     tx: mpsc::UnboundedSender<Event>,
     users: Resolver,
+    reports: ReportSlots,
 ) -> std::io::Result<()> {
     let cred = stream.peer_cred()?;
     let cred = Cred {
@@ -310,7 +474,7 @@ async fn handle(
                 Ok(w) => w,
                 Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
             };
-            let (rtx, mut rrx) = mpsc::unbounded_channel();
+            let (rtx, rrx) = oneshot::channel();
             if tx
                 .send(Event::Report {
                     cred,
@@ -322,15 +486,12 @@ async fn handle(
             {
                 return write(&mut stream, &shutting_down()).await;
             }
-            // Frames until the end (or an error); a client that goes away ends it.
-            while let Some(resp) = rrx.recv().await {
-                let last = matches!(resp, Response::ReportEnd { .. } | Response::Error { .. });
-                write(&mut stream, &resp).await?;
-                if last {
-                    break;
-                }
+            // Frames until the end (or an error); a client that goes away, or does not read
+            // within the write timeout, ends it.
+            match rrx.await {
+                Ok(answer) => stream_report(&mut stream, answer, cred.uid, &reports).await,
+                Err(_) => write(&mut stream, &shutting_down()).await,
             }
-            Ok(())
         }
         Request::End { job } => control(&mut stream, &tx, &users, cred, job, Control::End).await,
         Request::Login(login) => {
@@ -525,6 +686,32 @@ fn shutting_down() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 25, N7: a user holding cluster-store reports open (a frame read every 29 s)
+    /// holds one slot at most; other users still get the rest, and root its own.
+    #[tokio::test(flavor = "current_thread")]
+    async fn one_users_central_reports_leave_slots_for_others_and_root() {
+        let slots = ReportSlots::default();
+        let held = slots.central(1000).await;
+        assert_eq!(held.len(), 2);
+        // The same user's second waits; another user's and root's go at once.
+        let again = tokio::time::timeout(Duration::from_millis(50), slots.central(1000)).await;
+        assert!(
+            again.is_err(),
+            "a second central report of the same user got a slot"
+        );
+        let other = tokio::time::timeout(Duration::from_millis(50), slots.central(1001)).await;
+        assert!(other.is_ok_and(|p| p.len() == 2));
+        let mut users = Vec::new();
+        for uid in [1002, 1003] {
+            users.push(slots.central(uid).await);
+        }
+        let root = tokio::time::timeout(Duration::from_millis(50), slots.central(0)).await;
+        assert!(root.is_ok_and(|p| p.len() == 1), "root waited behind users");
+        drop(held);
+        let again = tokio::time::timeout(Duration::from_millis(50), slots.central(1000)).await;
+        assert!(again.is_ok(), "the user's slot did not come back");
+    }
 
     #[test]
     fn a_user_over_the_limit_is_refused_root_never_and_slots_come_back() {

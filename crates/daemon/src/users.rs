@@ -86,7 +86,8 @@ pub struct Resolver {
     lookup: Arc<dyn UserLookup>,
     cache: Arc<Mutex<HashMap<Key, (Instant, Answer)>>>,
     timeout: Duration,
-    admin_group: Option<String>,
+    /// The admin group as in effect now (a reload changes it here too).
+    rules: tokio::sync::watch::Receiver<crate::reload::ConnRules>,
     proc_root: PathBuf,
 }
 
@@ -94,27 +95,39 @@ impl std::fmt::Debug for Resolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Resolver")
             .field("timeout", &self.timeout)
-            .field("admin_group", &self.admin_group)
+            .field("admin_group", &self.rules.borrow().admin_group)
             .finish()
     }
 }
 
 impl Resolver {
-    /// Resolve with `lookup`, giving up on one after `timeout`; `admin_group` is
-    /// `[profile] admin_group`, `proc_root` where a caller's supplementary groups are read.
+    /// Resolve with `lookup`, giving up on one after `timeout`; `rules` carries
+    /// `[profile] admin_group` as in effect now ([`crate::engine::Engine::conn_rules`]),
+    /// `proc_root` is where a caller's supplementary groups are read.
     pub fn new(
         lookup: Arc<dyn UserLookup>,
         timeout: Duration,
-        admin_group: Option<String>,
+        rules: tokio::sync::watch::Receiver<crate::reload::ConnRules>,
         proc_root: PathBuf,
     ) -> Resolver {
         Resolver {
             lookup,
             cache: Arc::default(),
             timeout,
-            admin_group,
+            rules,
             proc_root,
         }
+    }
+
+    /// A resolver whose admin group is `admin_group` for good (tests, tools).
+    pub fn fixed(
+        lookup: Arc<dyn UserLookup>,
+        timeout: Duration,
+        admin_group: Option<String>,
+        proc_root: PathBuf,
+    ) -> Resolver {
+        let (_, rules) = tokio::sync::watch::channel(crate::reload::ConnRules { admin_group });
+        Resolver::new(lookup, timeout, rules, proc_root)
     }
 
     /// What the engine needs to know about the caller of a request, and about the user it
@@ -138,9 +151,11 @@ impl Resolver {
     /// Whether the caller is in the admin group (a name or a gid): its primary group, a
     /// supplementary group of the calling process (`/proc/PID/status`), or a listed member.
     async fn in_admin_group(&self, cred: &Cred, name: &str) -> Result<bool, String> {
-        let Some(group) = self.admin_group.as_deref() else {
+        // Read at every request: the group in effect now, not the one at start.
+        let Some(group) = self.rules.borrow().admin_group.clone() else {
             return Ok(false);
         };
+        let group = group.as_str();
         let gid = match group.parse::<u32>() {
             Ok(g) => g,
             Err(_) => match self.ask(Key::GroupGid(group.to_string())).await? {

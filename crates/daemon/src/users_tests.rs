@@ -75,7 +75,7 @@ fn cred(pid: u32, uid: u32) -> Cred {
 async fn other_clients_are_answered_while_a_user_lookup_is_stalled() {
     let mut t = TestEngine::new();
     let mut s = stall();
-    let users = Resolver::new(
+    let users = Resolver::fixed(
         s.lookup.clone(),
         Duration::from_secs(3600),
         None,
@@ -154,7 +154,7 @@ async fn other_clients_are_answered_while_a_user_lookup_is_stalled() {
 async fn a_lookup_that_does_not_answer_is_a_clear_error_for_that_request_only() {
     let t = TestEngine::new();
     let mut s = stall();
-    let users = Resolver::new(
+    let users = Resolver::fixed(
         s.lookup.clone(),
         Duration::from_millis(50),
         None,
@@ -172,7 +172,7 @@ async fn a_lookup_that_does_not_answer_is_a_clear_error_for_that_request_only() 
     s.entered.recv().await.expect("the lookup had begun");
     // Another caller is answered (with a timeout no busy machine reaches: this is not about
     // time), and answers are cached: a second ask makes no lookup.
-    let users = Resolver::new(
+    let users = Resolver::fixed(
         s.lookup.clone(),
         Duration::from_secs(3600),
         None,
@@ -195,7 +195,7 @@ async fn a_lookup_that_does_not_answer_is_a_clear_error_for_that_request_only() 
 #[tokio::test(flavor = "current_thread")]
 async fn the_admin_group_is_found_by_gid_and_root_needs_no_group() {
     let s = stall();
-    let users = Resolver::new(
+    let users = Resolver::fixed(
         s.lookup.clone(),
         Duration::from_secs(5),
         Some("4242".into()),
@@ -230,7 +230,7 @@ impl UserLookup for Nobody {
 #[tokio::test(flavor = "current_thread")]
 async fn names_a_caller_sends_cannot_grow_the_cache_without_bound() {
     let lookup = Arc::new(Nobody::default());
-    let r = Resolver::new(
+    let r = Resolver::fixed(
         lookup.clone(),
         Duration::from_secs(5),
         None,
@@ -262,4 +262,61 @@ async fn names_a_caller_sends_cannot_grow_the_cache_without_bound() {
     let again = r.who(&cred, Some("u-new")).await.unwrap();
     assert_eq!(again.named, None);
     assert_eq!(lookup.0.load(Ordering::SeqCst), before + 1);
+}
+
+/// Issue 25, item 4: `[profile] admin_group` is live on reload in the connection layer too,
+/// where admin rights are decided (the resolver follows the engine's published rules): a
+/// removed admin is one no more at the next request, a new group's member is one at once.
+#[tokio::test(flavor = "current_thread")]
+async fn the_admin_group_follows_a_reload_in_the_connection_layer() {
+    use crate::reload::ReloadSource;
+    let mut te = TestEngine::new();
+    let r = Resolver::new(
+        Arc::new(Nobody::default()),
+        Duration::from_secs(5),
+        te.engine.conn_rules(),
+        std::path::PathBuf::from("/nonexistent"),
+    );
+    let admin = Cred {
+        pid: 1,
+        uid: 4343,
+        gid: 4343,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pjw.toml");
+    let base = format!(
+        "[paths]\nproc = {:?}\ndev = {:?}\n[job]\ntmp_root = {:?}\n[memory]\ngovernor = false\n",
+        te.proc_root(),
+        te.engine.config().dev_root,
+        te.engine.config().tmp_root,
+    );
+    let source = ReloadSource {
+        path: Some(file.clone()),
+        overrides: Default::default(),
+    };
+    let is_admin = |who: crate::engine::Who| who.admin;
+    assert!(
+        !is_admin(r.who(&admin, None).await.unwrap()),
+        "admin with no group"
+    );
+    for (group, want) in [("4343", true), ("4444", false), ("4343", true)] {
+        std::fs::write(
+            &file,
+            format!("{base}[profile]\nenabled = false\nadmin_group = \"{group}\"\n"),
+        )
+        .unwrap();
+        assert!(te.engine.reload(&source), "reload to group {group}");
+        assert_eq!(
+            is_admin(r.who(&admin, None).await.unwrap()),
+            want,
+            "after a reload to admin_group = {group}"
+        );
+    }
+    // Removed altogether: no admin rights left.
+    std::fs::write(&file, format!("{base}[profile]\nenabled = false\n")).unwrap();
+    assert!(te.engine.reload(&source));
+    assert!(
+        !is_admin(r.who(&admin, None).await.unwrap()),
+        "admin after removal"
+    );
 }

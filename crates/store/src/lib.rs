@@ -303,6 +303,11 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot make {path} private (mode 0600): {source}")]
+    Private {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("state database {path}: {source}")]
     Sqlite {
         path: PathBuf,
@@ -563,6 +568,52 @@ pub struct Store {
     commits: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
+/// What SQLite creates beside a database `x.db`: `x.db-wal` and `x.db-shm` (WAL mode) and
+/// `x.db-journal` (rollback journal, used while a database switches to WAL).
+pub const SIDECARS: [&str; 3] = ["-wal", "-shm", "-journal"];
+
+/// Make `db` and the sidecars that exist private (mode 0600) before SQLite opens them: the
+/// database is created here with mode 0600 when it does not exist, and a database or sidecar
+/// left more open (by an older pjw, or a crash of one) is narrowed. SQLite creates every
+/// sidecar later with the mode of the database file (unix VFS `findCreateFileMode`, whatever
+/// the umask), so none of them is readable by others at any moment. No path is followed out of
+/// the directory: the files are opened with `O_NOFOLLOW`.
+pub fn make_private(db: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let private = |path: &Path, create: bool| -> Result<(), StoreError> {
+        let fail = |source| StoreError::Private {
+            path: path.to_path_buf(),
+            source,
+        };
+        let f = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(create)
+            .create(create)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+        {
+            Ok(f) => f,
+            Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(fail(e)),
+        };
+        let mode = f.metadata().map_err(fail)?.permissions().mode() & 0o7777;
+        if mode != 0o600 {
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(fail)?;
+        }
+        Ok(())
+    };
+    private(db, true)?;
+    for s in SIDECARS {
+        let mut name = db.as_os_str().to_os_string();
+        name.push(s);
+        private(Path::new(&name), false)?;
+    }
+    Ok(())
+}
+
 /// A handle on `conn` that counts its commits.
 fn counted(conn: Connection, path: PathBuf) -> Store {
     let commits = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -588,8 +639,11 @@ impl Store {
         Self::open_file(&dir.join("pjw.db"))
     }
 
-    /// Open a database file directly.
+    /// Open a database file directly. The file and every file SQLite keeps beside it
+    /// ([`SIDECARS`]) hold job data (names, command lines): they are root's alone from the
+    /// moment they exist ([`make_private`]).
     pub fn open_file(path: &Path) -> Result<Store, StoreError> {
+        make_private(path)?;
         let path = path.to_path_buf();
         let err = |source| StoreError::Sqlite {
             path: path.clone(),
@@ -623,6 +677,9 @@ impl Store {
         .map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;
+        // A reader (a report) reads pages and is closed again: a small page cache, so many of
+        // them at once hold little.
+        conn.pragma_update(None, "cache_size", -256).map_err(err)?;
         let store = counted(conn, path);
         let v = store.schema_version()?;
         if v != SCHEMA_VERSION {
@@ -1007,6 +1064,57 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// The database and every sidecar SQLite makes are 0600 from their creation on, and ones
+    /// an older pjw left open are narrowed at the next open (issue 25, item 1: job names and
+    /// command lines were read back from a 0644 `pjw.db-wal`).
+    #[test]
+    fn the_database_and_its_wal_files_are_private_from_creation() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        s.conn
+            .execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES ('--password=hunter2');")
+            .unwrap();
+        let db = dir.path().join("pjw.db");
+        let wal = dir.path().join("pjw.db-wal");
+        let shm = dir.path().join("pjw.db-shm");
+        for p in [&db, &wal, &shm] {
+            assert!(p.exists(), "{} missing", p.display());
+            assert_eq!(mode(p), 0o600, "{}", p.display());
+        }
+        drop(s);
+        // As an older pjw (or one killed with -9) left them: open to all. Opening narrows.
+        use std::os::unix::fs::PermissionsExt;
+        for p in [&db, &wal, &shm] {
+            if !p.exists() {
+                std::fs::write(p, b"").unwrap();
+            }
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let journal = dir.path().join("pjw.db-journal");
+        let s = Store::open(dir.path()).unwrap();
+        for p in [&db, &wal, &shm] {
+            assert_eq!(mode(p), 0o600, "{} after reopening", p.display());
+        }
+        assert!(!journal.exists());
+        drop(s);
+        // A sidecar that is a symlink is not followed (O_NOFOLLOW): the open fails, saying so.
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, b"").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let _ = std::fs::remove_file(&wal);
+        std::os::unix::fs::symlink(&target, &wal).unwrap();
+        let Err(e) = Store::open(dir.path()) else {
+            panic!("a symlinked sidecar was opened");
+        };
+        assert!(e.to_string().contains("cannot make"), "{e}");
+        assert_eq!(mode(&target), 0o644, "the link's target was changed");
+    }
 
     /// Two connections writing at once (the engine's and the profile writer's) never see
     /// "database is locked": a transaction that reads before it writes takes the write lock at

@@ -245,6 +245,9 @@ pub struct JobFilter {
     pub state: Option<String>,
     /// At most this many, newest first (0: no limit).
     pub limit: usize,
+    /// Only jobs older than this one (`seq` below it): the next page of a listing read in
+    /// pages, so that no reader holds a listing whole nor a read transaction while it waits.
+    pub before_seq: Option<i64>,
 }
 
 /// A job as a report wants it: its record and, once ended, its summary.
@@ -540,6 +543,74 @@ impl Store {
         rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
     }
 
+    /// At most `limit` of a job's samples after `after_ms` (all when None), in time order: a
+    /// page of a series read in pages.
+    pub fn samples_page(
+        &self,
+        seq: i64,
+        after_ms: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<Sample>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {SAMPLE_COLS} FROM samples WHERE seq = ?1 AND ts_ms > ?2 ORDER BY ts_ms LIMIT ?3"
+            ))
+            .map_err(self.err())?;
+        let rows = st
+            .query_map(
+                params![seq, after_ms.unwrap_or(i64::MIN), limit as i64],
+                sample_from_row,
+            )
+            .map_err(self.err())?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
+    }
+
+    /// A job's per-process rows of the next ticks after `after_ms` (all when None), whole ticks
+    /// only, about `limit` rows (more only when one tick has more), in the order of
+    /// [`Store::process_samples`]: a page of them read in pages.
+    pub fn process_samples_page(
+        &self,
+        seq: i64,
+        after_ms: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<ProcessSample>, StoreError> {
+        let after = after_ms.unwrap_or(i64::MIN);
+        // The last tick of the page: the one of the limit-th row (a tick is never cut).
+        let last: Option<i64> = self
+            .conn
+            .prepare_cached(
+                "SELECT MAX(ts_ms) FROM (SELECT ts_ms FROM process_samples
+                 WHERE seq = ?1 AND ts_ms > ?2 ORDER BY ts_ms LIMIT ?3)",
+            )
+            .and_then(|mut st| st.query_row(params![seq, after, limit.max(1) as i64], |r| r.get(0)))
+            .map_err(self.err())?;
+        let Some(last) = last else {
+            return Ok(Vec::new());
+        };
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, ts_ms, pid, comm, cpu_usec, rss, threads FROM process_samples
+                 WHERE seq = ?1 AND ts_ms > ?2 AND ts_ms <= ?3 ORDER BY ts_ms, cpu_usec DESC, pid",
+            )
+            .map_err(self.err())?;
+        let rows = st
+            .query_map(params![seq, after, last], |r| {
+                Ok(ProcessSample {
+                    seq: r.get(0)?,
+                    ts_ms: r.get(1)?,
+                    pid: r.get(2)?,
+                    comm: r.get(3)?,
+                    cpu_usec: get_u64(r, 4)?.unwrap_or(0),
+                    rss: get_u64(r, 5)?.unwrap_or(0),
+                    threads: r.get(6)?,
+                })
+            })
+            .map_err(self.err())?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
+    }
+
     /// A job's per-process rows, in time order, largest CPU first within a tick.
     pub fn process_samples(&self, seq: i64) -> Result<Vec<ProcessSample>, StoreError> {
         let mut st = self
@@ -585,6 +656,10 @@ impl Store {
         if let Some(name) = &f.name {
             args.push(Value::Text(name.clone()));
             conds.push(format!("j.name = ?{}", args.len()));
+        }
+        if let Some(before) = f.before_seq {
+            args.push(Value::Integer(before));
+            conds.push(format!("j.seq < ?{}", args.len()));
         }
         if let Some(since) = f.since_ms {
             args.push(Value::Integer(since));
@@ -989,6 +1064,81 @@ mod tests {
         s.insert_process_samples(&rows).unwrap();
         let got = s.process_samples(seq).unwrap();
         assert_eq!(got, vec![rows[1].clone(), rows[0].clone()]);
+    }
+
+    /// Reports read in pages (issue 25, item 7): jobs by seq, samples by time, process rows by
+    /// whole ticks; the pages put together are the whole, in order.
+    #[test]
+    fn pages_put_together_are_the_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        let (a, b, c) = fill(&mut s);
+        let page = |before| {
+            s.find_jobs(&JobFilter {
+                limit: 2,
+                before_seq: before,
+                ..Default::default()
+            })
+            .unwrap()
+            .iter()
+            .map(|p| p.job.seq)
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(page(None), vec![c, b]);
+        assert_eq!(page(Some(b)), vec![a]);
+        assert_eq!(page(Some(a)), Vec::<i64>::new());
+        let whole: Vec<i64> = s
+            .samples(a, None)
+            .unwrap()
+            .iter()
+            .map(|x| x.ts_ms)
+            .collect();
+        let mut paged = Vec::new();
+        let mut after = None;
+        loop {
+            let p = s.samples_page(a, after, 2).unwrap();
+            if p.is_empty() {
+                break;
+            }
+            assert!(p.len() <= 2);
+            after = p.last().map(|x| x.ts_ms);
+            paged.extend(p.iter().map(|x| x.ts_ms));
+        }
+        assert_eq!(paged, whole);
+        // Process rows: 3 ticks of 2, 1 and 3 rows; pages of about 2 rows never cut a tick.
+        let row = |ts_ms, pid, cpu_usec| ProcessSample {
+            seq: b,
+            ts_ms,
+            pid,
+            comm: "p".into(),
+            cpu_usec,
+            rss: 0,
+            threads: 1,
+        };
+        s.insert_process_samples(&[
+            row(10, 1, 5),
+            row(10, 2, 9),
+            row(20, 1, 1),
+            row(30, 1, 1),
+            row(30, 2, 3),
+            row(30, 3, 2),
+        ])
+        .unwrap();
+        let whole = s.process_samples(b).unwrap();
+        let mut paged: Vec<ProcessSample> = Vec::new();
+        let mut ticks = Vec::new();
+        let mut after = None;
+        loop {
+            let p = s.process_samples_page(b, after, 2).unwrap();
+            if p.is_empty() {
+                break;
+            }
+            ticks.push(p.iter().map(|r| r.ts_ms).collect::<Vec<_>>());
+            after = p.last().map(|r| r.ts_ms);
+            paged.extend(p);
+        }
+        assert_eq!(paged, whole);
+        assert_eq!(ticks, vec![vec![10, 10], vec![20, 30, 30, 30]]);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use pjw_cgroup::{Driver, ParentSpec};
 
+pub mod fuse;
 pub mod job;
 pub mod machine;
 pub mod netns;

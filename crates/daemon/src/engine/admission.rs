@@ -17,6 +17,18 @@ use super::{
 };
 use crate::os;
 
+/// Whether `req` claims its namespaced id from a manager's environment (`pjw run --from-env`,
+/// which sends the manager's label `ns:…` beside the id) for a manager whose wrapper runs as
+/// the job's user.
+fn claimed_from_env(req: &RunRequest, ns: &str) -> bool {
+    pjw_core::jobid::USER_RUN_MANAGERS.contains(&ns)
+        && req
+            .wlm
+            .as_deref()
+            .and_then(|w| w.split_once(':'))
+            .is_some_and(|(m, _)| m == ns)
+}
+
 impl Engine {
     pub(super) fn submit(
         &mut self,
@@ -82,24 +94,40 @@ impl Engine {
         }
         let mut number = None;
         let id = match &req.job_id {
-            Some(text) => match JobId::new(text) {
-                // A manager's namespace is made by `pjw job register` (root) only.
-                Ok(id) if id.namespace().is_some() => {
-                    let _ = reply.send(err(
-                        ErrorCode::Denied,
-                        format!(
-                            "job id {id} is in the {} namespace: only `pjw job register` makes ids there",
-                            id.namespace().unwrap_or_default()
-                        ),
-                    ));
-                    return;
+            Some(text) => {
+                match JobId::new(text) {
+                    Ok(id) => match id.namespace() {
+                        None => id,
+                        // LSF, HTCondor, PBS: the user's own wrapper claims the manager's id.
+                        Some(ns) if claimed_from_env(&req, ns) => {
+                            match JobId::manager_claim(ns, id.local()) {
+                                Ok(id) => id,
+                                Err(e) => {
+                                    let _ = reply.send(err(ErrorCode::Denied, e.to_string()));
+                                    return;
+                                }
+                            }
+                        }
+                        // Slurm's, Grid Engine's: made by `pjw job register` (root) only.
+                        Some(ns) => {
+                            let by = if pjw_core::jobid::USER_RUN_MANAGERS.contains(&ns) {
+                                format!("`pjw run --from-env {ns}`")
+                            } else {
+                                "`pjw job register`".to_string()
+                            };
+                            let _ = reply.send(err(
+                            ErrorCode::Denied,
+                            format!("job id {id} is in the {ns} namespace: only {by} makes ids there"),
+                        ));
+                            return;
+                        }
+                    },
+                    Err(e) => {
+                        let _ = reply.send(err(ErrorCode::Invalid, e.to_string()));
+                        return;
+                    }
                 }
-                Ok(id) => id,
-                Err(e) => {
-                    let _ = reply.send(err(ErrorCode::Invalid, e.to_string()));
-                    return;
-                }
-            },
+            }
             None => match self.generate_id() {
                 Ok((id, n)) => {
                     number = Some(n);
@@ -111,13 +139,6 @@ impl Engine {
                 }
             },
         };
-        if self.jobs.values().any(|j| j.id == id) {
-            let _ = reply.send(err(
-                ErrorCode::Conflict,
-                format!("job id {id} is already in use by a live job"),
-            ));
-            return;
-        }
         // The owner: the caller, or (root only) the user it names.
         let (uid, gid, user) = match &req.user {
             None => (cred.uid, cred.gid, who.name.clone()),
@@ -139,6 +160,23 @@ impl Engine {
                 Some((uid, gid)) => (uid, gid, name.clone()),
             },
         };
+        // A manager's id that another owner's live job holds (claimed first, by mistake or to
+        // squat it) is made this owner's: the job runs all the same.
+        let id = match self.jobs.values().find(|j| j.id == id) {
+            Some(j) if id.namespace().is_some() && j.uid != uid => {
+                let own = id.for_owner(uid);
+                info!(job = %own, claimed = %id, held_by = %j.user, "a manager's job id another user holds: this job takes its owner's form");
+                own
+            }
+            _ => id,
+        };
+        if self.jobs.values().any(|j| j.id == id) {
+            let _ = reply.send(err(
+                ErrorCode::Conflict,
+                format!("job id {id} is already in use by a live job"),
+            ));
+            return;
+        }
         let tmp_size = req.tmp.or(self.cfg.tmp).filter(|s| *s > 0);
         let name = super::steps::run_name(&req, "job");
         let submitted_ms = self.clock.now_ms();

@@ -146,6 +146,7 @@ pub enum Event {
         cred: Cred,
         who: Who,
         query: pjw_proto::ReportQuery,
-        reply: mpsc::UnboundedSender<Response>,
+        /// The report to stream, or its refusal: the connection task streams it.
+        reply: oneshot::Sender<crate::report::ReportAnswer>,
     },
 }

@@ -5,11 +5,54 @@
 //! taken here; the listing and the removals run on a blocking thread, so the engine never
 //! waits on /proc or /dev/shm.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use pjw_core::ipc_scrub::{wanted, Ended};
 use tracing::{info, warn};
 
 use super::job::Job;
 use super::Engine;
+
+/// Scrubs under way per owner, each with the next one asked for meanwhile.
+pub(super) type Scrubs = Arc<Mutex<HashMap<u32, Option<(Ended, Vec<u32>)>>>>;
+
+/// Ask for a scrub of `ended`: true when it is to start now (none runs for its owner); else it
+/// is merged into the one to run after the current (the two lives joined, the newer owners).
+pub(super) fn ask(scrubs: &Scrubs, ended: Ended, live: Vec<u32>) -> bool {
+    let mut under_way = scrubs.lock().unwrap_or_else(|p| p.into_inner());
+    match under_way.get_mut(&ended.uid) {
+        Some(waiting) => {
+            *waiting = Some(match waiting.take() {
+                None => (ended, live),
+                Some((was, _)) => (
+                    Ended {
+                        uid: ended.uid,
+                        since: was.since.min(ended.since),
+                        until: was.until.max(ended.until),
+                    },
+                    live,
+                ),
+            });
+            false
+        }
+        None => {
+            under_way.insert(ended.uid, None);
+            true
+        }
+    }
+}
+
+/// The scrub of `uid` that ran is over: the one asked for meanwhile, to run now, or None
+/// (then none runs for `uid` any more).
+pub(super) fn next(scrubs: &Scrubs, uid: u32) -> Option<(Ended, Vec<u32>)> {
+    let mut under_way = scrubs.lock().unwrap_or_else(|p| p.into_inner());
+    let n = under_way.get_mut(&uid).and_then(Option::take);
+    if n.is_none() {
+        under_way.remove(&uid);
+    }
+    n
+}
 
 impl Engine {
     /// `job` has ended (it is out of the job table): scrub for its owner unless another of
@@ -22,13 +65,32 @@ impl Engine {
         let shm_root = self.cfg.dev_root.join("shm");
         let mq_root = self.cfg.dev_root.join("mqueue");
         let (id, user) = (job.id.to_string(), job.user.clone());
+        // One scrub per owner at a time: a job end while one runs is merged into the next
+        // (its life joined to the waiting one's), so a user's thousand short jobs make at most
+        // two walks at a time, not a thousand (issue 25, N5).
+        if !ask(&self.scrubs, ended, live.clone()) {
+            return;
+        }
+        let scrubs = self.scrubs.clone();
         tokio::task::spawn_blocking(move || {
-            let done = crate::ipc_scrub::scrub(&proc_root, &shm_root, &mq_root, &ended, &live);
-            for e in &done.errors {
-                warn!(job = %id, user = %user, error = %e, "cannot remove an IPC object the job left");
-            }
-            if done.sysv + done.files + done.mqueues > 0 {
-                info!(job = %id, user = %user, sysv = done.sysv, shm_files = done.files, mqueues = done.mqueues, "removed what the job left in /dev/shm, /dev/mqueue and SysV IPC");
+            let (mut ended, mut live) = (ended, live);
+            loop {
+                let done = crate::tmp::at_low_priority(|| {
+                    crate::ipc_scrub::scrub(&proc_root, &shm_root, &mq_root, &ended, &live)
+                });
+                for e in &done.errors {
+                    warn!(job = %id, user = %user, error = %e, "cannot remove an IPC object the job left");
+                }
+                for (path, owner) in &done.cut {
+                    warn!(job = %id, user = %user, tree = %path, owner, "a /dev/shm tree of more than {} entries was cut short; what the job's owner left below it stays", crate::ipc_scrub::MAX_SUBTREE_ENTRIES);
+                }
+                if done.sysv + done.files + done.mqueues > 0 {
+                    info!(job = %id, user = %user, sysv = done.sysv, shm_files = done.files, mqueues = done.mqueues, "removed what the job left in /dev/shm, /dev/mqueue and SysV IPC");
+                }
+                match next(&scrubs, ended.uid) {
+                    Some(n) => (ended, live) = n,
+                    None => return,
+                }
             }
         });
     }

@@ -144,3 +144,28 @@ async fn the_scrub_waits_for_the_owners_last_job_and_removes_what_it_left() {
     }
     assert!(!left.exists(), "the file b left is still there");
 }
+
+/// Issue 25, N5: one scrub per owner at a time. A thousand job ends of one user while a scrub
+/// of theirs runs make one more scrub, not a thousand, with the lives joined; another user's
+/// starts at once; once the owner's last is over a new one starts again.
+#[test]
+fn job_ends_while_a_scrub_runs_are_merged_into_one_more_per_owner() {
+    use super::ipc::{ask, next, Scrubs};
+    use pjw_core::ipc_scrub::Ended;
+    let scrubs = Scrubs::default();
+    let e = |uid, since, until| Ended { uid, since, until };
+    assert!(ask(&scrubs, e(1000, 10, 20), vec![]));
+    for i in 0..1000u64 {
+        assert!(!ask(&scrubs, e(1000, 30 + i, 40 + i), vec![7]));
+    }
+    assert!(
+        ask(&scrubs, e(1001, 5, 6), vec![]),
+        "another owner waits for nobody"
+    );
+    assert_eq!(next(&scrubs, 1000), Some((e(1000, 30, 1039), vec![7])));
+    assert_eq!(next(&scrubs, 1000), None);
+    assert!(
+        ask(&scrubs, e(1000, 50, 60), vec![]),
+        "none runs for 1000 any more"
+    );
+}

@@ -138,7 +138,8 @@ impl Engine {
         }
         // An unprivileged client's /tmp: a tmpfs the daemon mounts for it.
         if let Some(size) = j.starter.tmp_size.filter(|_| j.starter.client_uid != 0) {
-            match crate::tmp::mount_job_tmp(&self.cfg.tmp_root, &cgroup, size, j.uid, j.gid) {
+            let name = crate::tmp::dir_name(&cgroup, seq);
+            match crate::tmp::mount_job_tmp(&self.cfg.tmp_root, &name, size, j.uid, j.gid) {
                 Ok(dir) => {
                     info!(job = %j.id, user = %j.user, dir = %dir.display(), size, "job tmpfs mounted");
                     let mut st = j.starter_record();
@@ -448,11 +449,9 @@ impl Engine {
         if let Err(e) = self.driver.remove_job(&job.cgroup) {
             warn!(job = %job.id, error = %e, "cannot remove job cgroups");
         }
+        // Emptied and removed on a blocking thread: a tmpfs of 400,000 files is a long walk.
         if let Some(dir) = &job.starter.tmpdir {
-            match crate::tmp::remove_job_tmp(dir) {
-                Ok(()) => debug!(job = %job.id, dir = %dir.display(), "job tmpfs removed"),
-                Err(e) => warn!(job = %job.id, error = %e, "cannot remove the job's tmpfs"),
-            }
+            crate::tmp::spawn_remove(dir.clone(), job.id.to_string());
         }
         // From the move into its cgroups to its last process's exit where process events tell
         // it (the CPU time's span; the engine saw the end later), else to now.

@@ -6,17 +6,17 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use pjw_core::GpuId;
-use pjw_proto::{ErrorCode, ReportQuery, Response};
+use pjw_proto::{ErrorCode, ReportQuery};
 use pjw_store::{JobRecord, JobSummary, Sample};
 use proc_connector::ProcEvent;
-use tokio::sync::mpsc;
+use tokio::sync::oneshot;
 use tracing::{debug, info};
 
 use super::{err, Cred, End, Engine, Job, Who};
 use crate::bind::{ProfJob, ProfileTick};
 use crate::gpu_stats::{self, GpuReading};
 use crate::profile::{self, EndReason, JobProf, WriteOp};
-use crate::report::{self, Access, LiveJob};
+use crate::report::{self, Access, LiveJob, ReportAnswer};
 
 /// How long the exit status of an ended job's main process is awaited.
 const LATE_EXIT_WAIT: Duration = Duration::from_secs(30);
@@ -392,28 +392,36 @@ impl Engine {
         self.proc_events = on;
     }
 
-    /// Answer a `report` request: access check here, store reads on a blocking thread.
+    /// Answer a `report` request: the access check and the live jobs' totals here; the
+    /// connection task streams the rest (store reads on a blocking thread, page by page).
     pub(super) fn report(
         &mut self,
         cred: Cred,
         who: &Who,
         query: ReportQuery,
-        reply: mpsc::UnboundedSender<Response>,
+        reply: oneshot::Sender<ReportAnswer>,
     ) {
+        let refused = |code, msg| ReportAnswer::Refused(err(code, msg));
         let admin = self.cfg.profile.admin_group.as_deref();
         let access = match report::access(&cred, who.admin, admin, who.named.map(|u| u.0), &query) {
             Ok(a) => a,
             Err(msg) => {
-                let _ = reply.send(err(ErrorCode::Denied, msg));
+                let _ = reply.send(refused(ErrorCode::Denied, msg));
                 return;
             }
         };
         if let Err(msg) = report::validate(&query) {
-            let _ = reply.send(err(ErrorCode::Invalid, msg));
+            let _ = reply.send(refused(ErrorCode::Invalid, msg));
             return;
         }
         if query.central {
-            crate::central_report::spawn(self.cfg.central.clone(), access, query, reply);
+            let _ = reply.send(ReportAnswer::Central(
+                crate::central_report::CentralReport {
+                    cfg: self.cfg.central.clone(),
+                    access,
+                    query,
+                },
+            ));
             return;
         }
         // Live jobs the query can match: totals from the engine's state. For one named job the
@@ -459,11 +467,13 @@ impl Engine {
                 }
             })
             .collect();
-        let db = self.store.path().to_path_buf();
-        let node = self.node.clone();
-        let io_counted = self.driver.counts_io();
-        tokio::task::spawn_blocking(move || {
-            report::answer(&db, &node, io_counted, access, &query, live, &reply);
-        });
+        let _ = reply.send(ReportAnswer::Local(Box::new(report::LocalReport::new(
+            self.store.path().to_path_buf(),
+            self.node.clone(),
+            self.driver.counts_io(),
+            access,
+            query,
+            live,
+        ))));
     }
 }

@@ -132,21 +132,19 @@ impl Engine {
             self.track(seq, main_alive);
         }
         // Per-job tmpfs whose job is gone (ended while the daemon was down, or never started).
-        let keep: Vec<String> = self
+        let keep: Vec<PathBuf> = self
             .jobs
             .values()
-            .filter(|j| j.starter.tmpdir.is_some())
-            .map(|j| j.cgroup.clone())
+            .filter_map(|j| j.starter.tmpdir.clone())
             .collect();
         for name in crate::tmp::list(&self.cfg.tmp_root) {
-            if keep.contains(&name) {
+            let dir = self.cfg.tmp_root.join(&name);
+            if keep.contains(&dir) {
                 continue;
             }
-            let dir = self.cfg.tmp_root.join(&name);
-            match crate::tmp::remove_job_tmp(&dir) {
-                Ok(()) => info!(dir = %dir.display(), "removed the tmpfs of a job that ended"),
-                Err(e) => warn!(error = %e, "cannot remove a leftover job tmpfs"),
-            }
+            // Off the engine thread, like every tmpfs removal (a long walk).
+            info!(dir = %dir.display(), "removing the tmpfs of a job that ended");
+            crate::tmp::spawn_remove(dir, name);
         }
         // Cgroups below the parent that the store does not know.
         for name in self.driver.list_jobs().map_err(|e| e.to_string())? {

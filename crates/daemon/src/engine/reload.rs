@@ -65,6 +65,9 @@ impl Engine {
             );
         }
         self.cfg = cfg;
+        // The layers outside the engine that hold a rule follow the same reload.
+        self.conn_rules
+            .send_replace(crate::reload::ConnRules::of(&self.cfg));
         info!(
             config = %self.cfg.origin,
             changed = %plan.changed.join(","),

@@ -116,7 +116,8 @@ impl Engine {
             .values()
             .filter(|j| j.starter.wlm.is_some() && j.started.is_some() && !j.end.ending)
             .map(|j| {
-                let (ns, id) = super::wlm::target_names(j.id.as_str(), j.starter.wlm.as_deref());
+                let (ns, id) =
+                    super::wlm::target_names(j.id.as_str(), j.starter.wlm.as_deref(), j.uid);
                 (j.seq, ns, id, j.uid, j.id.namespace().is_some())
             })
             .collect()

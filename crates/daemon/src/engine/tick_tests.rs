@@ -355,7 +355,7 @@ async fn a_report_on_another_users_jobs_is_denied_and_reads_nothing() {
     let mut t = TestEngine::recording(fake.clone());
     started(&mut t, 1, "a", 1).await;
     let reads = fake.reads().len();
-    let (reply, mut rx) = mpsc::unbounded_channel();
+    let (reply, rx) = oneshot::channel();
     t.engine.handle(Event::Report {
         cred: client(UID),
         who: who(),
@@ -365,8 +365,8 @@ async fn a_report_on_another_users_jobs_is_denied_and_reads_nothing() {
         },
         reply,
     });
-    let r = rx.recv().await.expect("an answer");
-    let Response::Error { code, message } = r else {
+    let r = rx.await.expect("an answer");
+    let crate::report::ReportAnswer::Refused(Response::Error { code, message }) = r else {
         panic!("expected a refusal, got {r:?}");
     };
     assert_eq!(code, ErrorCode::Denied);

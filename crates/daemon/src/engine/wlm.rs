@@ -312,7 +312,7 @@ impl Engine {
         if j.started.is_none() {
             return;
         }
-        let (ns, id) = target_names(j.id.as_str(), j.starter.wlm.as_deref());
+        let (ns, id) = target_names(j.id.as_str(), j.starter.wlm.as_deref(), j.uid);
         for pid in self.scanner.waiting_for(&ns, &id) {
             self.examine(pid, "registered");
         }
@@ -388,7 +388,7 @@ impl Engine {
             .values()
             .filter(|j| j.starter.wlm.is_some() && j.started.is_some() && !j.end.ending)
             .map(|j| {
-                let (ns, id) = target_names(j.id.as_str(), j.starter.wlm.as_deref());
+                let (ns, id) = target_names(j.id.as_str(), j.starter.wlm.as_deref(), j.uid);
                 (j.seq, ns, id, j.uid, j.id.namespace().is_some())
             })
             .collect();
@@ -467,14 +467,24 @@ impl Engine {
     }
 }
 
-/// The (manager, id) a job is found under by adoption: from its tag (`slurm:4242`) and its pjw
-/// id's part inside the namespace; a job without a tag has manager "".
-pub(super) fn target_names(id: &str, tag: Option<&str>) -> (String, String) {
+/// The (manager, id) a job of owner `uid` is found under by adoption: from its tag
+/// (`slurm:4242`) and its pjw id's part inside the namespace; a job without a tag has manager
+/// "". A claimed id that another owner held first was given its owner's form
+/// (`pbs:124.srv_u1001`, [`pjw_core::JobId::for_owner`]); the manager's own id is the claim
+/// without that suffix, and that is what its later tasks name (`PBS_JOBID=124.srv`): so the
+/// victim's tasks find the victim's job — adoption prefers the caller's own — instead of the
+/// squatter's, which left them unjailed (issue 25, N3).
+pub(super) fn target_names(id: &str, tag: Option<&str>, uid: u32) -> (String, String) {
     let ns = tag
         .and_then(|t| t.split_once(':'))
         .map(|(m, _)| m.to_string())
         .unwrap_or_default();
     let local = id.split_once(':').map(|(_, l)| l).unwrap_or(id);
+    let own = format!("_u{uid}");
+    let local = match local.strip_suffix(own.as_str()) {
+        Some(claim) if !ns.is_empty() && !claim.is_empty() => claim,
+        _ => local,
+    };
     (ns, local.to_string())
 }
 

@@ -184,3 +184,32 @@ async fn ending_a_bare_id_names_the_registered_job() {
         "the job is still there"
     );
 }
+
+/// Issue 25, N3: a claim taken in its owner's form (`pbs:124.srv_u1001`, another user held
+/// `pbs:124.srv` first) is found by adoption under the manager's own id, for its owner only;
+/// an id merely ending like another user's form, or with no namespace, is left as it is.
+#[test]
+fn a_claim_in_its_owners_form_is_adopted_under_the_managers_id() {
+    use super::wlm::target_names;
+    let names = |id: &str, tag: &str, uid| target_names(id, Some(tag), uid);
+    assert_eq!(
+        names("pbs:124.srv_u1001", "pbs:124.srv", 1001),
+        ("pbs".to_string(), "124.srv".to_string())
+    );
+    assert_eq!(
+        names("lsf:4242_u1001", "lsf:4242", 1001),
+        ("lsf".to_string(), "4242".to_string())
+    );
+    assert_eq!(
+        names("lsf:4242_u1001", "lsf:4242", 1002),
+        ("lsf".to_string(), "4242_u1001".to_string())
+    );
+    assert_eq!(
+        names("pbs:124.srv", "pbs:124.srv", 1000),
+        ("pbs".to_string(), "124.srv".to_string())
+    );
+    assert_eq!(
+        target_names("x_u7", None, 7),
+        (String::new(), "x_u7".to_string())
+    );
+}

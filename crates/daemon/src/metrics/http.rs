@@ -1,5 +1,13 @@
 //! The metrics endpoint's HTTP: a minimal HTTP/1.1 responder (one request per connection),
 //! routing a request head, and serving scrapes off the engine thread.
+//!
+//! The endpoint takes no part of the daemon's descriptors beyond [`MAX_CONNECTIONS`]: a
+//! connection is accepted only when one of that many slots is free, so the rest wait in the
+//! kernel's listen backlog (bounded by the kernel, holding none of the daemon's descriptors),
+//! and each is served within [`READ_TIMEOUT`] to read its request and [`WRITE_TIMEOUT`] to
+//! take its answer, or dropped. A flood of connections can delay scrapes (the endpoint has no
+//! authentication: bind it to loopback or a management network) but never starve the daemon
+//! of descriptors.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +26,10 @@ use crate::engine::Event;
 const MAX_HEAD: usize = 8192;
 /// How long a client may take to send its request.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to read its answer.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Metrics connections the daemon holds at once.
+pub const MAX_CONNECTIONS: usize = 16;
 
 /// Whether the request head asks for OpenMetrics (`Accept: application/openmetrics-text`).
 pub fn wants_openmetrics(head: &[u8]) -> bool {
@@ -40,13 +52,19 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     driver: Arc<Driver>,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        // A free slot first: beyond the cap, connections wait in the kernel's backlog.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let tx = tx.clone();
                 let metrics = metrics.clone();
                 let driver = driver.clone();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     if let Err(e) = handle(stream, tx, metrics, driver).await {
                         debug!(%peer, error = %e, "metrics connection ended with an error");
                     }
@@ -127,11 +145,21 @@ async fn respond(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await?;
-    if !head_only {
-        stream.write_all(body.as_bytes()).await?;
-    }
-    stream.shutdown().await
+    let answer = async {
+        stream.write_all(head.as_bytes()).await?;
+        if !head_only {
+            stream.write_all(body.as_bytes()).await?;
+        }
+        stream.shutdown().await
+    };
+    tokio::time::timeout(WRITE_TIMEOUT, answer)
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client did not read its answer",
+            ))
+        })
 }
 
 async fn handle(
