@@ -25,7 +25,7 @@ mod common;
 mod wlm_parse;
 
 use libfuzzer_sys::fuzz_target;
-use wlm_parse::{cpus_on_node, hostlist_index, node_mem, parse_squeue_mem, prolog_job};
+use wlm_parse::{cpus_on_node, hostlist_index, node_mem, parse_squeue_mem, prolog_job, SqueueJob};
 
 fuzz_target!(|data: &[u8]| {
     let p = common::parts(data, 3);
@@ -60,11 +60,25 @@ fuzz_target!(|data: &[u8]| {
     }
 
     // Memory from squeue's line (the text, and the text with NAME appended to each field).
+    // Asked for the job its first field names, plainly and as an array task.
     for line in [text.to_string(), text.replace('|', &format!("{name}|"))] {
-        if let Ok(q) = parse_squeue_mem(&line) {
-            for cpus in [1u32, 64, u32::MAX] {
-                if let Ok(Some(b)) = node_mem(&q, cpus) {
-                    assert!(b >= 1 << 20 && b % (1 << 20) == 0, "{b} bytes from {line:?}");
+        let first = line.split('|').next().unwrap_or("");
+        let jobs = [
+            SqueueJob {
+                id: first,
+                array: None,
+            },
+            SqueueJob {
+                id: "1",
+                array: first.split_once('_'),
+            },
+        ];
+        for job in &jobs {
+            if let Ok(q) = parse_squeue_mem(&line, job) {
+                for cpus in [1u32, 64, u32::MAX] {
+                    if let Ok(Some(b)) = node_mem(&q, cpus) {
+                        assert!(b >= 1 << 20 && b % (1 << 20) == 0, "{b} bytes from {line:?}");
+                    }
                 }
             }
         }
