@@ -151,6 +151,9 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	scripts/house-check.py $(if $(filter 1,$(HOUSE_ENFORCE)),--enforce)
+	# The fuzz targets are outside the workspace: checked here so a change to what they
+	# include (wlm_parse.rs, the protocol) or a stale fuzz/Cargo.lock fails lint, not CI.
+	$(CARGO) check --locked --manifest-path fuzz/Cargo.toml --target-dir fuzz/target --bins
 
 # Man pages (pjw(1), pjw-SUBCOMMAND(1), pjw.toml(5)) and bash, zsh and fish completions, made by
 # the binary from its own clap definition (`pjw generate`, docs/decisions.md (ag)).
