@@ -388,30 +388,43 @@ async fn handle(
         uid: cred.uid(),
         gid: cred.gid(),
     };
-    let payload = match tokio::time::timeout(FIRST_REQUEST_TIMEOUT, read_frame(&mut stream)).await {
+    let Some(req) = read_request(&mut stream, conn, cred).await? else {
+        return Ok(());
+    };
+    dispatch(&mut stream, conn, cred, req, &tx, &users, &reports).await
+}
+
+/// The connection's one request, within [`FIRST_REQUEST_TIMEOUT`]. None: there is none (the
+/// client left, or was told why its frame or request is bad).
+async fn read_request(
+    stream: &mut UnixStream,
+    conn: u64,
+    cred: Cred,
+) -> std::io::Result<Option<Request>> {
+    let payload = match tokio::time::timeout(FIRST_REQUEST_TIMEOUT, read_frame(stream)).await {
         Err(_) => {
             let _ = write(
-                &mut stream,
+                stream,
                 &Response::Error {
                     code: ErrorCode::BadRequest,
                     message: "no request within 10 s".into(),
                 },
             )
             .await;
-            return Ok(());
+            return Ok(None);
         }
-        Ok(Ok(None)) => return Ok(()),
+        Ok(Ok(None)) => return Ok(None),
         Ok(Ok(Some(p))) => p,
         Ok(Err(e)) => {
             let _ = write(
-                &mut stream,
+                stream,
                 &Response::Error {
                     code: ErrorCode::BadRequest,
                     message: format!("bad frame: {e}"),
                 },
             )
             .await;
-            return Ok(());
+            return Ok(None);
         }
     };
     let req = match decode_request(&payload) {
@@ -420,20 +433,35 @@ async fn handle(
             debug!(conn, uid = cred.uid, error = %e, "bad request");
             let msg = format!("bad request: {e}");
             let msg: String = msg.chars().take(300).collect();
-            return write(
-                &mut stream,
+            write(
+                stream,
                 &Response::Error {
                     code: ErrorCode::BadRequest,
                     message: msg,
                 },
             )
-            .await;
+            .await?;
+            return Ok(None);
         }
     };
+    Ok(Some(req))
+}
+
+/// Answer a request: hand it to the engine (after a user lookup where it names one) and relay
+/// the answers.
+async fn dispatch(
+    stream: &mut UnixStream,
+    conn: u64,
+    cred: Cred,
+    req: Request,
+    tx: &mpsc::UnboundedSender<Event>,
+    users: &Resolver,
+    reports: &ReportSlots,
+) -> std::io::Result<()> {
     match req {
         Request::Ping => {
             write(
-                &mut stream,
+                stream,
                 &Response::Pong {
                     version: VERSION,
                     daemon_pid: std::process::id(),
@@ -441,104 +469,41 @@ async fn handle(
             )
             .await
         }
-        Request::Status => {
-            let (rtx, rrx) = oneshot::channel();
-            if tx.send(Event::Status { reply: rtx }).is_err() {
-                return write(&mut stream, &shutting_down()).await;
-            }
-            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
-            write(&mut stream, &resp).await
-        }
-        Request::Kill { job } => control(&mut stream, &tx, &users, cred, job, Control::Kill).await,
-        Request::Suspend { job } => {
-            control(&mut stream, &tx, &users, cred, job, Control::Suspend).await
-        }
-        Request::Resume { job } => {
-            control(&mut stream, &tx, &users, cred, job, Control::Resume).await
-        }
+        Request::Status => ask(stream, tx, |reply| Event::Status { reply }).await,
+        Request::Kill { job } => control(stream, tx, users, cred, job, Control::Kill).await,
+        Request::Suspend { job } => control(stream, tx, users, cred, job, Control::Suspend).await,
+        Request::Resume { job } => control(stream, tx, users, cred, job, Control::Resume).await,
         Request::Priority { job, priority } => {
-            control(
-                &mut stream,
-                &tx,
-                &users,
-                cred,
-                job,
-                Control::Priority(priority),
-            )
-            .await
+            control(stream, tx, users, cred, job, Control::Priority(priority)).await
         }
-        Request::Report(query) => {
-            // A user named by name is looked up here; by number it needs no lookup.
-            let named = query.user.as_deref().filter(|u| u.parse::<u32>().is_err());
-            let who = match users.who(&cred, named).await {
-                Ok(w) => w,
-                Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
-            };
-            let (rtx, rrx) = oneshot::channel();
-            if tx
-                .send(Event::Report {
-                    cred,
-                    who,
-                    query,
-                    reply: rtx,
-                })
-                .is_err()
-            {
-                return write(&mut stream, &shutting_down()).await;
-            }
-            // Frames until the end (or an error); a client that goes away, or does not read
-            // within the write timeout, ends it.
-            match rrx.await {
-                Ok(answer) => stream_report(&mut stream, answer, cred.uid, &reports).await,
-                Err(_) => write(&mut stream, &shutting_down()).await,
-            }
-        }
-        Request::End { job } => control(&mut stream, &tx, &users, cred, job, Control::End).await,
+        Request::Report(query) => report(stream, tx, users, cred, query, reports).await,
+        Request::End { job } => control(stream, tx, users, cred, job, Control::End).await,
         Request::Login(login) => {
             if cred.pid == 0 {
-                return write(&mut stream, &no_pid()).await;
+                return write(stream, &no_pid()).await;
             }
             let who = match users.who(&cred, Some(&login.user)).await {
                 Ok(w) => w,
-                Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
+                Err(msg) => return write(stream, &lookup_failed(msg)).await,
             };
-            let (rtx, rrx) = oneshot::channel();
-            if tx
-                .send(Event::Login {
-                    cred,
-                    who,
-                    req: login,
-                    reply: rtx,
-                })
-                .is_err()
-            {
-                return write(&mut stream, &shutting_down()).await;
-            }
-            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
-            write(&mut stream, &resp).await
+            ask(stream, tx, |reply| Event::Login {
+                cred,
+                who,
+                req: login,
+                reply,
+            })
+            .await
         }
         Request::Outcome { job } => {
-            let (rtx, rrx) = oneshot::channel();
-            if tx
-                .send(Event::Outcome {
-                    cred,
-                    job,
-                    reply: rtx,
-                })
-                .is_err()
-            {
-                return write(&mut stream, &shutting_down()).await;
-            }
-            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
-            write(&mut stream, &resp).await
+            ask(stream, tx, |reply| Event::Outcome { cred, job, reply }).await
         }
         Request::Run(run) => {
             if cred.pid == 0 {
-                return write(&mut stream, &no_pid()).await;
+                return write(stream, &no_pid()).await;
             }
             let who = match users.who(&cred, run.user.as_deref()).await {
                 Ok(w) => w,
-                Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
+                Err(msg) => return write(stream, &lookup_failed(msg)).await,
             };
             let (rtx, rrx) = mpsc::unbounded_channel();
             let ev = Event::Submit {
@@ -548,33 +513,21 @@ async fn handle(
                 req: run,
                 reply: rtx,
             };
-            wait_for_start(&mut stream, &tx, conn, ev, rrx).await
+            wait_for_start(stream, tx, conn, ev, rrx).await
         }
         Request::SlurmTask(req) => {
             if cred.pid == 0 {
-                return write(&mut stream, &no_pid()).await;
+                return write(stream, &no_pid()).await;
             }
-            let (rtx, rrx) = oneshot::channel();
-            if tx
-                .send(Event::SlurmTask {
-                    cred,
-                    req,
-                    reply: rtx,
-                })
-                .is_err()
-            {
-                return write(&mut stream, &shutting_down()).await;
-            }
-            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
-            write(&mut stream, &resp).await
+            ask(stream, tx, |reply| Event::SlurmTask { cred, req, reply }).await
         }
         Request::Register(reg) => {
             if cred.pid == 0 {
-                return write(&mut stream, &no_pid()).await;
+                return write(stream, &no_pid()).await;
             }
             let who = match users.who(&cred, Some(&reg.user)).await {
                 Ok(w) => w,
-                Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
+                Err(msg) => return write(stream, &lookup_failed(msg)).await,
             };
             let (rtx, rrx) = mpsc::unbounded_channel();
             let ev = Event::Register {
@@ -584,8 +537,59 @@ async fn handle(
                 req: reg,
                 reply: rtx,
             };
-            wait_for_start(&mut stream, &tx, conn, ev, rrx).await
+            wait_for_start(stream, tx, conn, ev, rrx).await
         }
+    }
+}
+
+/// Hand the engine an event that answers once, and write its answer (or that the daemon is
+/// shutting down).
+async fn ask(
+    stream: &mut UnixStream,
+    tx: &mpsc::UnboundedSender<Event>,
+    event: impl FnOnce(oneshot::Sender<Response>) -> Event,
+) -> std::io::Result<()> {
+    let (rtx, rrx) = oneshot::channel();
+    if tx.send(event(rtx)).is_err() {
+        return write(stream, &shutting_down()).await;
+    }
+    let resp = rrx.await.unwrap_or_else(|_| shutting_down());
+    write(stream, &resp).await
+}
+
+/// A `report`: a user named by name is looked up here; the engine answers with frames until
+/// the end (or an error), streamed to the client.
+async fn report(
+    stream: &mut UnixStream,
+    tx: &mpsc::UnboundedSender<Event>,
+    users: &Resolver,
+    cred: Cred,
+    query: pjw_proto::ReportQuery,
+    reports: &ReportSlots,
+) -> std::io::Result<()> {
+    // A user named by name is looked up here; by number it needs no lookup.
+    let named = query.user.as_deref().filter(|u| u.parse::<u32>().is_err());
+    let who = match users.who(&cred, named).await {
+        Ok(w) => w,
+        Err(msg) => return write(stream, &lookup_failed(msg)).await,
+    };
+    let (rtx, rrx) = oneshot::channel();
+    if tx
+        .send(Event::Report {
+            cred,
+            who,
+            query,
+            reply: rtx,
+        })
+        .is_err()
+    {
+        return write(stream, &shutting_down()).await;
+    }
+    // Frames until the end (or an error); a client that goes away, or does not read
+    // within the write timeout, ends it.
+    match rrx.await {
+        Ok(answer) => stream_report(stream, answer, cred.uid, reports).await,
+        Err(_) => write(stream, &shutting_down()).await,
     }
 }
 
