@@ -174,7 +174,7 @@ impl Engine {
                     Ok(id) => match id.namespace() {
                         None => id,
                         // LSF, HTCondor, PBS: the user's own wrapper claims the manager's id.
-                        Some(ns) if claimed_from_env(&req, ns) => {
+                        Some(ns) if claimed_from_env(req, ns) => {
                             match JobId::manager_claim(ns, id.local()) {
                                 Ok(id) => id,
                                 Err(e) => return Err(refuse(ErrorCode::Denied, e.to_string())),
@@ -239,10 +239,10 @@ impl Engine {
         pid_start: Option<u64>,
     ) -> (JobRecord, Starter, Sides) {
         let tmp_size = req.tmp.or(self.cfg.tmp).filter(|s| *s > 0);
-        let name = super::steps::run_name(&req, "job");
+        let name = super::steps::run_name(req, "job");
         let submitted_ms = self.clock.now_ms();
         let priority = req.priority.unwrap_or(self.cfg.default_priority);
-        let cgroup = cgroup_name(&id);
+        let cgroup = cgroup_name(id);
         let rec = JobRecord {
             seq: 0,
             job_id: id.to_string(),
@@ -279,7 +279,7 @@ impl Engine {
             number,
             gpus: req.gpus,
             pinned: GpuSet::new(),
-            io: self.io_of(cred.uid, &req).unwrap_or_default(), // checked in validate
+            io: self.io_of(cred.uid, req).unwrap_or_default(), // checked in validate
             bind: req.bind,
         };
         (rec, starter, sides)

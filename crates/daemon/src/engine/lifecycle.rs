@@ -65,17 +65,16 @@ impl Engine {
     /// process yet, every other job has its client's, still the caller's. None: it may not
     /// (a job whose client left is ended).
     fn take_live_waiter(&mut self, seq: i64) -> Option<Waiter> {
-        let Some(j) = self.jobs.get(&seq) else {
-            return None;
-        };
+        let j = self.jobs.get(&seq)?;
         // A registered job may have no process yet; every other job has its client's.
         let pid = j.pid;
         if pid.is_none() && !j.starter.held {
             return None;
         }
-        let Some(waiter) = self.jobs.get_mut(&seq).and_then(|j| j.client.waiter.take()) else {
-            return None;
-        };
+        let waiter = self
+            .jobs
+            .get_mut(&seq)
+            .and_then(|j| j.client.waiter.take())?;
         let j = &self.jobs[&seq];
         // The process must still be the caller's.
         if waiter.reply.is_closed()
