@@ -248,6 +248,15 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
         printable(&j.node, 64),
         outcome(j)
     );
+    for (k, v) in job_rows(j, tz) {
+        let _ = writeln!(o, "  {k:<16}{}", printable(&v, MAX_CELL));
+    }
+    step_lines(&mut o, j, tz);
+    o
+}
+
+/// A job's rows in [`render_job`]: label and value.
+fn job_rows(j: &JobReport, tz: &FixedOffset) -> Vec<(&'static str, String)> {
     let at_least = if j.counts_exact == Some(false) {
         "at least "
     } else {
@@ -257,7 +266,7 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
         t.map(|n| format!("{at_least}{n} total, "))
             .unwrap_or_default()
     };
-    let rows: Vec<(&str, String)> = vec![
+    let rows: Vec<(&'static str, String)> = vec![
         (
             "CPUs",
             format!(
@@ -306,7 +315,7 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
         ),
         ("Samples", j.samples.to_string()),
     ];
-    let mut rows: Vec<(&str, String)> = rows;
+    let mut rows: Vec<(&'static str, String)> = rows;
     if j.ngpus > 0 {
         let held = if j.gpus.is_empty() { "-" } else { &j.gpus };
         rows.insert(1, ("GPUs", format!("{} ({held})", j.ngpus)));
@@ -337,9 +346,11 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
     if !j.steps.is_empty() {
         rows.push(("Steps", j.steps.len().to_string()));
     }
-    for (k, v) in rows {
-        let _ = writeln!(o, "  {k:<16}{}", printable(&v, MAX_CELL));
-    }
+    rows
+}
+
+/// A job's steps, one line each, below its rows.
+fn step_lines(o: &mut String, j: &JobReport, tz: &FixedOffset) {
     for st in &j.steps {
         let ran = st
             .ended_ms
@@ -356,7 +367,6 @@ pub fn render_job(j: &JobReport, tz: &FixedOffset) -> String {
             opt(st.exit_status)
         );
     }
-    o
 }
 
 /// Several jobs, one row each.
