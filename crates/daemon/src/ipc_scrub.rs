@@ -324,12 +324,11 @@ fn walk_shm_within(shm_root: &Path, job: &Ended, max_entries: usize, max_subtree
     let Ok(dev) = rustix::fs::fstat(&root).map(|st| st.st_dev as u64) else {
         return w;
     };
-    let quote = |path: &[&str], name: &str| {
-        // Debug-quoted: the names are the user's and may hold a newline.
-        let mut p: PathBuf = shm_root.to_path_buf();
-        p.extend(path.iter().copied());
-        p.push(name);
-        format!("{p:?}")
+    let quote = |path: &[&str], name: &str| quote_path(shm_root, path, name);
+    // The entry `name` in the directory on top of the walk, quoted for a message.
+    let quote_here = |path: &[String], name: &str| {
+        let p: Vec<&str> = path.iter().map(String::as_str).collect();
+        quote_path(shm_root, &p, name)
     };
     // Directories moved up from below MAX_DEPTH, with what they were before the move.
     let mut moved: Vec<Seen> = Vec::new();
@@ -344,21 +343,7 @@ fn walk_shm_within(shm_root: &Path, job: &Ended, max_entries: usize, max_subtree
         if let Some(names) = tops.take() {
             first.names = names;
         }
-        // The owner's own entries first, then the rest (others' directories the owner may have
-        // written in): a tree another user planted cannot use up the budget before the
-        // owner's leftovers are looked at (issue 25, N5).
-        let owners: Vec<bool> = first
-            .names
-            .iter()
-            .map(|n| seen_at(&first.dir, n).is_some_and(|s| s.file.uid == job.uid))
-            .collect();
-        let mut order: Vec<(bool, String)> = owners
-            .into_iter()
-            .map(|o| !o)
-            .zip(std::mem::take(&mut first.names))
-            .collect();
-        order.sort_by_key(|(other, _)| *other);
-        first.names = order.into_iter().map(|(_, n)| n).collect();
+        owners_first(&mut first, job);
         let mut sub_seen = 0usize;
         let mut stack: Vec<Frame> = vec![first];
         // The names leading to the frame on top, for messages.
@@ -378,29 +363,9 @@ fn walk_shm_within(shm_root: &Path, job: &Ended, max_entries: usize, max_subtree
                 }
                 if let (Some(entry), Some(parent), Some(name)) = (done.entry, stack.last(), name) {
                     drop(done.dir);
-                    // Judged by what it was before the walk changed it.
-                    let was = moved
-                        .iter()
-                        .find(|m| m.ino == entry.ino && m.dev == entry.dev)
-                        .map_or(&entry.file, |m| &m.file);
-                    if dir_removable(job, was) {
-                        match rustix::fs::unlinkat(
-                            parent.dir.as_fd(),
-                            name.as_str(),
-                            AtFlags::REMOVEDIR,
-                        ) {
-                            Ok(()) => w.removed += 1,
-                            Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::NOENT) => {}
-                            Err(e) => {
-                                let p: Vec<&str> = path.iter().map(String::as_str).collect();
-                                w.errors.push(format!(
-                                    "{}: {}",
-                                    quote(&p, &name),
-                                    std::io::Error::from(e)
-                                ));
-                            }
-                        }
-                    }
+                    remove_walked_dir(parent, &name, &entry, &moved, job, &mut w, &|n| {
+                        quote_here(&path, n)
+                    });
                 }
                 continue;
             }
@@ -438,51 +403,16 @@ fn walk_shm_within(shm_root: &Path, job: &Ended, max_entries: usize, max_subtree
                 // Too deep to hold a descriptor more: an owner's directory goes up to the top
                 // (under a name of its own, never over another) and is walked from there.
                 if deep_dir_movable(job, &seen.file) && moves < max_entries {
-                    let to = format!(".pjw-scrub-{}-{}-{moves}", job.uid, std::process::id());
-                    let top_fd = stack.first().map(|f| &f.dir).expect("the top frame");
-                    let parent = &stack.last().expect("a frame").dir;
-                    let noreplace = rustix::fs::RenameFlags::NOREPLACE;
-                    if rustix::fs::renameat_with(
-                        parent,
-                        name.as_str(),
-                        top_fd,
-                        to.as_str(),
-                        noreplace,
-                    )
-                    .is_ok()
-                    {
-                        moves += 1;
-                        // The rename goes by name: what it moved must be the directory just
-                        // seen. Another one the owner swapped in meanwhile (it may be another
-                        // user's, which that user could not have moved) is put back and left
-                        // (issue 25, N6).
-                        let same = seen_at(top_fd, &to)
-                            .is_some_and(|now| (now.dev, now.ino) == (seen.dev, seen.ino));
-                        if !same {
-                            if let Err(e) = rustix::fs::renameat_with(
-                                top_fd,
-                                to.as_str(),
-                                parent,
-                                name.as_str(),
-                                noreplace,
-                            ) {
-                                let p: Vec<&str> = path.iter().map(String::as_str).collect();
-                                w.errors.push(format!(
-                                    "{}: swapped during the scrub, cannot put it back from {to}: {}",
-                                    quote(&p, &name),
-                                    std::io::Error::from(e)
-                                ));
-                            }
-                            continue;
-                        }
-                        moved.push(Seen {
-                            file: ShmFile {
-                                name: to,
-                                ..seen.file.clone()
-                            },
-                            ..seen
-                        });
-                    }
+                    move_up(
+                        &stack,
+                        &name,
+                        seen,
+                        job,
+                        &mut moves,
+                        &mut moved,
+                        &mut w,
+                        &|n| quote_here(&path, n),
+                    );
                 }
                 continue;
             }
@@ -510,6 +440,106 @@ fn walk_shm_within(shm_root: &Path, job: &Ended, max_entries: usize, max_subtree
         ));
     }
     w
+}
+
+/// The owner's own entries first, then the rest (others' directories the owner may have
+/// written in): a tree another user planted cannot use up the budget before the owner's
+/// leftovers are looked at (issue 25, N5).
+fn owners_first(first: &mut Frame, job: &Ended) {
+    let owners: Vec<bool> = first
+        .names
+        .iter()
+        .map(|n| seen_at(&first.dir, n).is_some_and(|s| s.file.uid == job.uid))
+        .collect();
+    let mut order: Vec<(bool, String)> = owners
+        .into_iter()
+        .map(|o| !o)
+        .zip(std::mem::take(&mut first.names))
+        .collect();
+    order.sort_by_key(|(other, _)| *other);
+    first.names = order.into_iter().map(|(_, n)| n).collect();
+}
+
+/// A directory the walk has left: removed if the rule allows it, judged by what it was before
+/// the walk changed it (`moved`: directories moved up, as they were).
+fn remove_walked_dir(
+    parent: &Frame,
+    name: &str,
+    entry: &Seen,
+    moved: &[Seen],
+    job: &Ended,
+    w: &mut Walked,
+    quote: &dyn Fn(&str) -> String,
+) {
+    let was = moved
+        .iter()
+        .find(|m| m.ino == entry.ino && m.dev == entry.dev)
+        .map_or(&entry.file, |m| &m.file);
+    if dir_removable(job, was) {
+        match rustix::fs::unlinkat(parent.dir.as_fd(), name, AtFlags::REMOVEDIR) {
+            Ok(()) => w.removed += 1,
+            Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::NOENT) => {}
+            Err(e) => {
+                w.errors
+                    .push(format!("{}: {}", quote(name), std::io::Error::from(e)));
+            }
+        }
+    }
+}
+
+/// Too deep to hold a descriptor more: an owner's directory goes up to the top (under a name
+/// of its own, never over another) and is walked from there; recorded in `moved` as it was.
+#[allow(clippy::too_many_arguments)]
+fn move_up(
+    stack: &[Frame],
+    name: &str,
+    seen: Seen,
+    job: &Ended,
+    moves: &mut usize,
+    moved: &mut Vec<Seen>,
+    w: &mut Walked,
+    quote: &dyn Fn(&str) -> String,
+) {
+    let to = format!(".pjw-scrub-{}-{}-{}", job.uid, std::process::id(), *moves);
+    let top_fd = stack.first().map(|f| &f.dir).expect("the top frame");
+    let parent = &stack.last().expect("a frame").dir;
+    let noreplace = rustix::fs::RenameFlags::NOREPLACE;
+    if rustix::fs::renameat_with(parent, name, top_fd, to.as_str(), noreplace).is_ok() {
+        *moves += 1;
+        // The rename goes by name: what it moved must be the directory just
+        // seen. Another one the owner swapped in meanwhile (it may be another
+        // user's, which that user could not have moved) is put back and left
+        // (issue 25, N6).
+        let same =
+            seen_at(top_fd, &to).is_some_and(|now| (now.dev, now.ino) == (seen.dev, seen.ino));
+        if !same {
+            if let Err(e) = rustix::fs::renameat_with(top_fd, to.as_str(), parent, name, noreplace)
+            {
+                w.errors.push(format!(
+                    "{}: swapped during the scrub, cannot put it back from {to}: {}",
+                    quote(name),
+                    std::io::Error::from(e)
+                ));
+            }
+            return;
+        }
+        moved.push(Seen {
+            file: ShmFile {
+                name: to,
+                ..seen.file.clone()
+            },
+            ..seen
+        });
+    }
+}
+
+/// `path` and `name` below `shm_root`, Debug-quoted: the names are the user's and may hold a
+/// newline.
+fn quote_path(shm_root: &Path, path: &[&str], name: &str) -> String {
+    let mut p: PathBuf = shm_root.to_path_buf();
+    p.extend(path.iter().copied());
+    p.push(name);
+    format!("{p:?}")
 }
 
 /// `IPC_STAT` the object, check it against the rule again, then `IPC_RMID` it. `Ok(false)`:
