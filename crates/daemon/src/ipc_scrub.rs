@@ -316,23 +316,23 @@ pub fn walk_shm(shm_root: &Path, job: &Ended) -> Walked {
 
 /// [`walk_shm`] with its bounds: `max_entries` in all, `max_subtree` below one top entry.
 fn walk_shm_within(shm_root: &Path, job: &Ended, max_entries: usize, max_subtree: usize) -> Walked {
-    let mut w = Walked::default();
     let Ok(root) = open_dir(shm_root) else {
-        return w;
+        return Walked::default();
     };
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
     let Ok(dev) = rustix::fs::fstat(&root).map(|st| st.st_dev as u64) else {
-        return w;
+        return Walked::default();
     };
-    let quote = |path: &[&str], name: &str| quote_path(shm_root, path, name);
-    // The entry `name` in the directory on top of the walk, quoted for a message.
-    let quote_here = |path: &[String], name: &str| {
-        let p: Vec<&str> = path.iter().map(String::as_str).collect();
-        quote_path(shm_root, &p, name)
+    let mut walk = Walk {
+        shm_root,
+        job,
+        dev,
+        max_entries,
+        max_subtree,
+        w: Walked::default(),
+        moved: Vec::new(),
+        moves: 0,
     };
-    // Directories moved up from below MAX_DEPTH, with what they were before the move.
-    let mut moved: Vec<Seen> = Vec::new();
-    let mut moves = 0usize;
     let mut walked_moves = 0usize;
     let mut tops: Option<Vec<String>> = None;
     loop {
@@ -344,18 +344,67 @@ fn walk_shm_within(shm_root: &Path, job: &Ended, max_entries: usize, max_subtree
             first.names = names;
         }
         owners_first(&mut first, job);
+        walk.pass(first);
+        // Walk what was moved up in this pass, from the top; until nothing more is moved.
+        let pending: Vec<String> = walk.moved[walked_moves..]
+            .iter()
+            .map(|m| m.file.name.clone())
+            .collect();
+        walked_moves = walk.moved.len();
+        if pending.is_empty() || walk.w.seen >= max_entries {
+            break;
+        }
+        tops = Some(pending);
+    }
+    let mut w = walk.w;
+    if w.seen >= max_entries {
+        w.errors.push(format!(
+            "{}: more than {max_entries} entries; the rest is left for the next scrub",
+            shm_root.display()
+        ));
+    }
+    w
+}
+
+/// One walk of /dev/shm for a job's owner: its bounds and what it has done so far.
+struct Walk<'a> {
+    shm_root: &'a Path,
+    job: &'a Ended,
+    /// /dev/shm's file system: entries on another (mounted here) are not entered.
+    dev: u64,
+    max_entries: usize,
+    max_subtree: usize,
+    w: Walked,
+    /// Directories moved up from below MAX_DEPTH, with what they were before the move.
+    moved: Vec<Seen>,
+    /// Directories moved up so far (each under a name of its own).
+    moves: usize,
+}
+
+impl Walk<'_> {
+    /// One pass from the top frame `first`, depth first: files removed as the rule allows,
+    /// directories entered where the owner could have written, removed once left, and those
+    /// too deep moved up for the next pass.
+    fn pass(&mut self, first: Frame) {
+        let shm_root = self.shm_root;
+        let quote = |path: &[&str], name: &str| quote_path(shm_root, path, name);
+        // The entry `name` in the directory on top of the walk, quoted for a message.
+        let quote_here = |path: &[String], name: &str| {
+            let p: Vec<&str> = path.iter().map(String::as_str).collect();
+            quote_path(shm_root, &p, name)
+        };
         let mut sub_seen = 0usize;
         let mut stack: Vec<Frame> = vec![first];
         // The names leading to the frame on top, for messages.
         let mut path: Vec<String> = Vec::new();
         while let Some(top) = stack.last_mut() {
-            let cut = !path.is_empty() && sub_seen >= max_subtree;
-            if top.next >= top.names.len() || w.seen >= max_entries || cut {
+            let cut = !path.is_empty() && sub_seen >= self.max_subtree;
+            if top.next >= top.names.len() || self.w.seen >= self.max_entries || cut {
                 let done = stack.pop().expect("a frame");
                 let name = path.pop();
                 if cut && path.is_empty() {
                     if let (Some(n), Some(e)) = (&name, &done.entry) {
-                        w.cut.push((quote(&[], n), e.file.uid));
+                        self.w.cut.push((quote(&[], n), e.file.uid));
                     }
                 }
                 if path.is_empty() {
@@ -363,15 +412,21 @@ fn walk_shm_within(shm_root: &Path, job: &Ended, max_entries: usize, max_subtree
                 }
                 if let (Some(entry), Some(parent), Some(name)) = (done.entry, stack.last(), name) {
                     drop(done.dir);
-                    remove_walked_dir(parent, &name, &entry, &moved, job, &mut w, &|n| {
-                        quote_here(&path, n)
-                    });
+                    remove_walked_dir(
+                        parent,
+                        &name,
+                        &entry,
+                        &self.moved,
+                        self.job,
+                        &mut self.w,
+                        &|n| quote_here(&path, n),
+                    );
                 }
                 continue;
             }
             let name = top.names[top.next].clone();
             top.next += 1;
-            w.seen += 1;
+            self.w.seen += 1;
             if !path.is_empty() {
                 sub_seen += 1;
             }
@@ -380,37 +435,38 @@ fn walk_shm_within(shm_root: &Path, job: &Ended, max_entries: usize, max_subtree
             };
             if !seen.file.dir {
                 let p: Vec<&str> = path.iter().map(String::as_str).collect();
-                match remove_entry(&top.dir, &name, job) {
-                    Ok(true) => w.removed += 1,
+                match remove_entry(&top.dir, &name, self.job) {
+                    Ok(true) => self.w.removed += 1,
                     Ok(false) => {}
-                    Err(e) => {
-                        w.errors
-                            .push(format!("{}: {}", quote(&p, &name), std::io::Error::from(e)))
-                    }
+                    Err(e) => self.w.errors.push(format!(
+                        "{}: {}",
+                        quote(&p, &name),
+                        std::io::Error::from(e)
+                    )),
                 }
                 continue;
             }
-            if seen.dev != dev {
+            if seen.dev != self.dev {
                 continue; // another file system mounted here: not /dev/shm's
             }
             // Only a directory the owner could have written in is entered: its own, or one
             // open to its group or to all (issue 25, N5: another user's private tree of a
             // million entries was walked at every job end of every user).
-            if seen.file.uid != job.uid && seen.mode & 0o022 == 0 {
+            if seen.file.uid != self.job.uid && seen.mode & 0o022 == 0 {
                 continue;
             }
             if stack.len() > MAX_DEPTH {
                 // Too deep to hold a descriptor more: an owner's directory goes up to the top
                 // (under a name of its own, never over another) and is walked from there.
-                if deep_dir_movable(job, &seen.file) && moves < max_entries {
+                if deep_dir_movable(self.job, &seen.file) && self.moves < self.max_entries {
                     move_up(
                         &stack,
                         &name,
                         seen,
-                        job,
-                        &mut moves,
-                        &mut moved,
-                        &mut w,
+                        self.job,
+                        &mut self.moves,
+                        &mut self.moved,
+                        &mut self.w,
                         &|n| quote_here(&path, n),
                     );
                 }
@@ -422,24 +478,7 @@ fn walk_shm_within(shm_root: &Path, job: &Ended, max_entries: usize, max_subtree
                 stack.push(frame(fd, Some(seen)));
             }
         }
-        // Walk what was moved up in this pass, from the top; until nothing more is moved.
-        let pending: Vec<String> = moved[walked_moves..]
-            .iter()
-            .map(|m| m.file.name.clone())
-            .collect();
-        walked_moves = moved.len();
-        if pending.is_empty() || w.seen >= max_entries {
-            break;
-        }
-        tops = Some(pending);
     }
-    if w.seen >= max_entries {
-        w.errors.push(format!(
-            "{}: more than {max_entries} entries; the rest is left for the next scrub",
-            shm_root.display()
-        ));
-    }
-    w
 }
 
 /// The owner's own entries first, then the rest (others' directories the owner may have
