@@ -159,11 +159,11 @@ fn upgrades_a_version_1_database_keeping_its_jobs() {
         c.execute_batch(MIGRATIONS[0]).unwrap();
         c.pragma_update(None, "user_version", 1).unwrap();
         c.execute(
-            "INSERT INTO jobs (job_id, name, uid, gid, user, ncpus, cpus, mems, cgroup, argv, state, submitted_ms)
-             VALUES ('old', 'sim', 1000, 1000, 'alice', 2, '0-1', '0', 'job-old', '[\"sim\"]', 'running', 5)",
-            [],
-        )
-        .unwrap();
+                "INSERT INTO jobs (job_id, name, uid, gid, user, ncpus, cpus, mems, cgroup, argv, state, submitted_ms)
+                 VALUES ('old', 'sim', 1000, 1000, 'alice', 2, '0-1', '0', 'job-old', '[\"sim\"]', 'running', 5)",
+                [],
+            )
+            .unwrap();
     }
     let s = Store::open_file(&path).unwrap();
     assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);

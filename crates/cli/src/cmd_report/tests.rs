@@ -101,8 +101,8 @@ Job 12 (steps) of alice on n1: ended, completed (exit 0)
   Ended           2026-11-22T05:00:11+00:00
   Waited in queue 0:00:01
   Ran (wall)      0:00:10
-as backfill   0:00:00
-frozen        0:00:02 (1 times)
+    as backfill   0:00:00
+    frozen        0:00:02 (1 times)
   CPU time        5.00 s (user 4.00 s, system 1.00 s)
   CPU efficiency  25.0%
   Peak memory     300M (limit none)
@@ -187,15 +187,15 @@ fn a_job_with_steps_lists_them_after_its_rows() {
     let text = render_table(&[j], false, false, &utc());
     let tail: Vec<&str> = text.lines().rev().take(4).collect();
     assert_eq!(
-        tail,
-        vec![
-            "    step 1 post: cpus 0, pid 4101, started 2026-11-22T05:00:02+00:00, running, exit -",
-            "    step 0 mpirun\\u{1b}[2J: cpus 0, pid 4100, started 2026-11-22T05:00:02+00:00, 0:00:03, exit 0",
-            "  Steps           2",
-            "  Reason          exited",
-        ],
-        "{text}"
-    );
+            tail,
+            vec![
+                "    step 1 post: cpus 0, pid 4101, started 2026-11-22T05:00:02+00:00, running, exit -",
+                "    step 0 mpirun\\u{1b}[2J: cpus 0, pid 4100, started 2026-11-22T05:00:02+00:00, 0:00:03, exit 0",
+                "  Steps           2",
+                "  Reason          exited",
+            ],
+            "{text}"
+        );
 }
 
 #[test]
@@ -255,11 +255,11 @@ JOB  USER   NAME   NODE  STATE    END        EXIT  SUBMITTED                  CP
     g.gpu_mem_peak = Some(6 << 30);
     let text = render_job(&g, &utc());
     assert!(
-        text.contains(
-            "  Peak swap       0B\n  GPU utilisation 62.5% mean, 97.0% at most\n  GPU memory      6G at most\n"
-        ),
-        "{text}"
-    );
+            text.contains(
+                "  Peak swap       0B\n  GPU utilisation 62.5% mean, 97.0% at most\n  GPU memory      6G at most\n"
+            ),
+            "{text}"
+        );
     let csv = render_csv(&[g], false, false);
     assert!(csv.ends_with(",3,62.5,97,6442450944\n"), "{csv}");
     // A node that does not count I/O says so instead of showing 0.
@@ -289,9 +289,9 @@ fn csv_views() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(
-        lines[1],
-        "12,alice,1000,steps,n1,ended,completed,0,\"killed by \"\"bob\"\", at last\",2,0-1,,1795323600000,1795323601000,1795323611000,1000,10000,0,2000,1,4000000,1000000,0.2500,314572800,0,4096,512,26,2,26,2,3,,,"
-    );
+            lines[1],
+            "12,alice,1000,steps,n1,ended,completed,0,\"killed by \"\"bob\"\", at last\",2,0-1,,1795323600000,1795323601000,1795323611000,1000,10000,0,2000,1,4000000,1000000,0.2500,314572800,0,4096,512,26,2,26,2,3,,,"
+        );
     assert_eq!(lines[0].split(',').count(), lines[1].split(',').count() - 1); // one quoted comma
     let s = render_csv(&[j.clone()], true, false);
     assert_eq!(

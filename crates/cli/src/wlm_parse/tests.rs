@@ -44,7 +44,7 @@ const ONE_NODE: &str = "JobId=2 JobName=wrap
    TRES=cpu=1,mem=1G,node=1,billing=1
    Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*
    JOB_GRES=(null)
- Nodes=vm CPU_IDs=0 Mem=1024 GRES=
+     Nodes=vm CPU_IDs=0 Mem=1024 GRES=
    MinCPUsNode=1 MinMemoryCPU=1G MinTmpDiskNode=0
    Command=(null)
    WorkDir=/tmp
@@ -54,13 +54,13 @@ const ONE_NODE: &str = "JobId=2 JobName=wrap
 /// forges whole lines, as scontrol 22.05 prints them (checked on the live Slurm).
 const FORGED: &str = "JobId=2 JobName=a
    NumNodes=1 NumCPUs=2 MinMemoryNode=64G
- Nodes=vm CPU_IDs=0-1 Mem=99999 GRES=
+     Nodes=vm CPU_IDs=0-1 Mem=99999 GRES=
    UserId=nobody(65534) GroupId=nogroup(65534) MCS_label=N/A
    NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
- Nodes=vm CPU_IDs=0 Mem=100 GRES=
+     Nodes=vm CPU_IDs=0 Mem=100 GRES=
    MinCPUsNode=1 MinMemoryCPU=100M MinTmpDiskNode=0
    Comment=c
- Nodes=vm CPU_IDs=0-1 Mem=99999 GRES=
+     Nodes=vm CPU_IDs=0-1 Mem=99999 GRES=
 ";
 
 /// What `squeue --noconvert -h -j ID -O` [`SQUEUE_MEM_FIELDS`] printed for real jobs of
@@ -216,9 +216,9 @@ fn job42() -> SqueueJob<'static> {
 #[test]
 fn squeue_s_line_of_an_array_task_or_het_component_is_told_apart() {
     let array = "40_0|100M|1|1|cpu=1,mem=100M,node=1|\n\
-                 40_1|200M|1|1|cpu=1,mem=200M,node=1|\n\
-                 40_3|300M|1|1|cpu=1,mem=300M,node=1|\n\
-                 40_[4-9]|400M|1|1||\n";
+                     40_1|200M|1|1|cpu=1,mem=200M,node=1|\n\
+                     40_3|300M|1|1|cpu=1,mem=300M,node=1|\n\
+                     40_[4-9]|400M|1|1||\n";
     let task = |id, t| SqueueJob {
         id,
         array: Some(("40", t)),
@@ -255,7 +255,7 @@ fn squeue_s_line_of_an_array_task_or_het_component_is_told_apart() {
     assert_eq!(q.map(|q| q.min_mib), Ok(100));
 
     let het = "50+0|100M|1|1|cpu=1,mem=100M,node=1|\n51+1|1M|1|1|cpu=1|\n\
-               50+1|200M|2|1|cpu=2,mem=400M,node=1|\n";
+                   50+1|200M|2|1|cpu=2,mem=400M,node=1|\n";
     let q = parse_squeue_mem(
         het,
         &SqueueJob {

@@ -16,10 +16,10 @@ fn lists_a_fake_root_and_removes_only_the_owners_queues() {
     std::fs::create_dir_all(proc_root.join("sysvipc")).unwrap();
     std::fs::create_dir_all(&shm).unwrap();
     std::fs::write(
-        proc_root.join("sysvipc/sem"),
-        "key semid perms nsems uid gid cuid cgid otime ctime\n0 7 600 1 4242 4242 4242 4242 0 120\n",
-    )
-    .unwrap();
+            proc_root.join("sysvipc/sem"),
+            "key semid perms nsems uid gid cuid cgid otime ctime\n0 7 600 1 4242 4242 4242 4242 0 120\n",
+        )
+        .unwrap();
     std::fs::create_dir(&mq).unwrap();
     std::fs::write(mq.join("queue"), "").unwrap();
     let owner = owner();
