@@ -313,6 +313,10 @@ pub struct PamAdoptArgs {
     /// Say nothing to the user when the session joins a job.
     #[arg(short, long)]
     pub quiet: bool,
+    /// The daemon's socket. Never taken from PJW_SOCKET: the PAM environment can hold the
+    /// user's own variables (pam_env's ~/.pam_environment), and this runs as root.
+    #[arg(long, value_name = "PATH", default_value = pjw_proto::DEFAULT_SOCKET)]
+    pub socket: std::path::PathBuf,
 }
 
 const PAM_ADOPT_HELP: &str = "\

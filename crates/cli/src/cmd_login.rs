@@ -52,7 +52,12 @@ pub fn run(a: PamAdoptArgs) -> i32 {
         user: user.clone(),
         phase,
     });
-    let answer = Client::connect(&pjw_proto::socket_path()).and_then(|mut c| {
+    // Root's daemon only: a socket a user made (were the path ever theirs) is no daemon.
+    if let Err(why) = roots_socket(&a.socket) {
+        eprintln!("pjw pam-adopt: {user}: {why}; the login goes on outside every job");
+        return 0;
+    }
+    let answer = Client::connect(&a.socket).and_then(|mut c| {
         c.set_read_timeout(Some(ANSWER_WITHIN))?;
         c.call(&req)
     });
@@ -86,4 +91,19 @@ pub fn run(a: PamAdoptArgs) -> i32 {
             0
         }
     }
+}
+
+/// Whether `path` is a socket root owns (not followed if a link): the daemon's, not one a user
+/// made to answer for it.
+fn roots_socket(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m = std::fs::symlink_metadata(path)
+        .map_err(|e| format!("no daemon at {}: {e}", path.display()))?;
+    if !m.file_type().is_socket() || m.uid() != 0 {
+        return Err(format!(
+            "{} is not root's socket: not asking it",
+            path.display()
+        ));
+    }
+    Ok(())
 }

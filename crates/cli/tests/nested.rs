@@ -447,7 +447,7 @@ fn a_user_cannot_make_their_run_a_step_of_another_users_job() {
 /// session stack — a child that prints where it is. `as_uid`: run the whole thing as that user
 /// instead (the attack of a user invoking the subcommand).
 fn login(d: &TestDaemon, user: &str, phase: &str, as_uid: Option<u32>) -> (i32, String, String) {
-    let script = r#""$PJW" pam-adopt; echo "rc $?"; echo "shell $(sh -c 'cat /proc/self/cgroup' | tr '\n' ' ')""#;
+    let script = r#""$PJW" pam-adopt --socket "$SOCK"; echo "rc $?"; echo "shell $(sh -c 'cat /proc/self/cgroup' | tr '\n' ' ')""#;
     let mut c = match as_uid {
         Some(uid) => as_user(uid, Path::new("/bin/sh")),
         None => Command::new("/bin/sh"),
@@ -455,7 +455,10 @@ fn login(d: &TestDaemon, user: &str, phase: &str, as_uid: Option<u32>) -> (i32, 
     let o = c
         .args(["-c", script])
         .env("PJW", pjw_bin())
-        .env("PJW_SOCKET", d.socket())
+        .env("SOCK", d.socket())
+        // What a user's ~/.pam_environment can put in the PAM environment (pam_env runs
+        // before pjw's line): ignored, or no login here would join its job (review 4, M1).
+        .env("PJW_SOCKET", "/nonexistent/pjw-users-own.sock")
         .env("PAM_TYPE", phase)
         .env("PAM_USER", user)
         .env("PAM_SERVICE", "sshd")
@@ -588,6 +591,37 @@ fn a_login_joins_its_users_newest_job_never_another_users() {
     assert!(in_job(&shell, "a-first"), "{shell}: {out}");
     drop(first);
     let _ = &mut d;
+}
+
+/// U23, as the attack (review 4, M1): a user points the root-run PAM hook at a daemon of
+/// their own — through PJW_SOCKET in ~/.pam_environment (ignored: every login test here sets
+/// it to a path that does not exist and still joins its job), or by a socket path a site got
+/// wrong — so that their session answers "go on" and stays outside every job. A socket root
+/// does not own is never asked.
+#[test]
+fn the_pam_hook_never_asks_a_socket_root_does_not_own() {
+    require_root!();
+    let user = test_user("pjw-login-a");
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("users-own.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&fake).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::os::unix::fs::chown(&fake, Some(user), None).unwrap();
+    let o = Command::new(pjw_bin())
+        .args(["pam-adopt", "--socket"])
+        .arg(&fake)
+        .env("PAM_TYPE", "account")
+        .env("PAM_USER", "pjw-login-a")
+        .env("PAM_SERVICE", "sshd")
+        .output()
+        .expect("pjw pam-adopt");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("is not root's socket"), "{err}");
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the hook connected to the user's socket"
+    );
 }
 
 /// U16, as the attack: a user who runs `pjw pam-adopt` (with any PAM variables) moves nothing —

@@ -89,7 +89,7 @@ pub struct Removed {
     pub unmounted: bool,
     /// Entries removed by the walk (only when something still held the tmpfs).
     pub removed: usize,
-    /// Other file systems mounted inside it (a user's FUSE mount), detached unentered.
+    /// Other file systems mounted inside it (a user's FUSE mount), detached unentered with it.
     pub mounts: usize,
     /// The walk stopped at [`MAX_EMPTY_ENTRIES`]: what is left keeps its pages until the last
     /// process holding the tmpfs lets go.
@@ -107,12 +107,14 @@ pub const MAX_EMPTY_DEPTH: usize = 64;
 /// or that holds no mount any more (unmounted before a crash), is only removed.
 ///
 /// Issue 25 (N2, N4): no file system the user mounted inside it is entered, and no walk
-/// recurses. Every other mount at or below `dir` (a user's FUSE mount: one that never answers
-/// would hang any walk that stats or opens it) is detached first, by its path in
-/// `/proc/self/mountinfo`, unentered; then a plain `umount` frees the whole tmpfs in the kernel
-/// with no walk at all (a 200,000-deep chain of directories once overflowed the emptying
-/// thread's stack in `remove_dir_all` and crash-looped the daemon). Only where a process outside
-/// the job still holds it (a shell whose working directory is there) are its files deleted, by
+/// recurses. A plain `umount` frees the whole tmpfs in the kernel with no walk at all (a
+/// 200,000-deep chain of directories once overflowed the emptying thread's stack in
+/// `remove_dir_all` and crash-looped the daemon). A mount the user made inside (a FUSE mount:
+/// one that never answers would hang any walk that stats or opens it) is never unmounted by its
+/// own path — that path runs through the user's directories, which can be swapped for links
+/// between reading `/proc/self/mountinfo` and the unmount — but detached with the tmpfs,
+/// through the tmpfs's descriptor. Where such mounts are inside, or a process outside the job
+/// still holds the tmpfs (a shell whose working directory is there), its files are deleted by
 /// [`empty_tree`] — iterative, at most [`MAX_EMPTY_DEPTH`] descriptors, never across a mount
 /// or a link, at most [`MAX_EMPTY_ENTRIES`] entries — and it is remounted at the smallest size
 /// (new writes refused) and lazily unmounted: pages of files still open elsewhere are kept until
@@ -133,28 +135,34 @@ fn remove_job_tmp_in(mountinfo: &Path, dir: &Path) -> Result<Removed, TmpError> 
         let Some(base) = mounts.iter().find(|m| m.mount_point == dir_text).cloned() else {
             break; // no mount here
         };
-        // Every other mount (inside the tmpfs, or stacked on it) detached unentered, the
-        // latest first; `UMOUNT_NOFOLLOW` and a lazy detach ask nothing of its file system.
-        for m in mounts.iter().rev().filter(|m| m.mount_id != base.mount_id) {
-            let _ = unmount(
-                Path::new(&m.mount_point),
-                UnmountFlags::DETACH | UnmountFlags::NOFOLLOW,
-            );
+        // A mount stacked on the tmpfs at `dir` itself: detached through `dir`, a path of the
+        // daemon's own (`tmp_root`/name, its last component not followed).
+        if mounts
+            .iter()
+            .any(|m| m.mount_point == dir_text && m.mount_id != base.mount_id)
+        {
+            let _ = unmount(dir, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW);
             done.mounts += 1;
+            continue;
         }
-        if mounts.len() > 1 {
-            continue; // looked at again: detached, or mounted again meanwhile
-        }
-        // The tmpfs alone: a plain unmount frees it whole where nothing holds it.
-        match unmount(dir, UnmountFlags::NOFOLLOW) {
-            Ok(()) => {
-                done.unmounted = true;
-                continue; // another mount may have been under it
+        // Mounts inside the tmpfs are never unmounted by their own paths: those run through
+        // the user's directories, which the user can swap for links between the read of
+        // mountinfo and the unmount (round-4 review H1: root then detached /sys/fs/cgroup).
+        // They go with the tmpfs, detached through its descriptor below.
+        let inner = mounts.len() - 1;
+        if inner == 0 {
+            // The tmpfs alone: a plain unmount frees it whole where nothing holds it.
+            match unmount(dir, UnmountFlags::NOFOLLOW) {
+                Ok(()) => {
+                    done.unmounted = true;
+                    continue; // another mount may have been under it
+                }
+                Err(rustix::io::Errno::BUSY) => {}
+                Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(remove_err(e.into())),
             }
-            Err(rustix::io::Errno::BUSY) => {}
-            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => continue,
-            Err(e) => return Err(remove_err(e.into())),
         }
+        done.mounts += inner;
         // Busy: open its root without entering whatever may have been stacked on it since
         // (`O_PATH` asks the file system nothing), check it is the tmpfs's mount, then empty it.
         let Ok(at) = rustix::fs::open(
@@ -177,7 +185,6 @@ fn remove_job_tmp_in(mountinfo: &Path, dir: &Path) -> Result<Removed, TmpError> 
         };
         let e = empty_tree(&root, MAX_EMPTY_ENTRIES);
         done.removed += e.removed;
-        done.mounts += e.mounts;
         done.left |= e.left;
         // Through the descriptor's own path: the tmpfs itself, whatever is at `dir` now.
         let own = format!("/proc/self/fd/{}", root.as_raw_fd());
@@ -186,6 +193,7 @@ fn remove_job_tmp_in(mountinfo: &Path, dir: &Path) -> Result<Removed, TmpError> 
             MountFlags::NOSUID | MountFlags::NODEV,
             "size=4k,nr_inodes=1",
         );
+        // A lazy detach takes every mount inside along, by no path a user can redirect.
         let _ = unmount(own.as_str(), UnmountFlags::DETACH);
     }
     // Anything left mounted at `dir` (contested eight times over) is detached unentered.
@@ -452,6 +460,70 @@ mod tests {
         }
         let e = empty_tree(&open(&root), 10);
         assert!(e.left && e.seen == 10 && e.removed == 10, "{e:?}");
+    }
+
+    /// Round-4 review H1, as the attack: a user mounts something at `$TMPDIR/a/victim` and,
+    /// between the daemon's read of mountinfo and its unmount, swaps `a` for a link to the
+    /// directory holding a mount of someone else's (`/sys/fs` with `cgroup` in it). Here the
+    /// swap has already happened: the mountinfo the daemon reads still names `a/victim` inside
+    /// the tmpfs while `a` is a link to a directory where a victim tmpfs is mounted. The victim
+    /// mount survives; the job's tmpfs is gone. Root only.
+    #[test]
+    fn a_mount_inside_is_never_unmounted_by_a_path_the_user_can_swap_for_a_link() {
+        if rustix::process::getuid().as_raw() != 0 {
+            eprintln!("skipped: needs root to mount");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("job@1");
+        let elsewhere = t.path().join("elsewhere");
+        let victim = elsewhere.join("victim");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&victim).unwrap();
+        let tmpfs = |p: &Path| {
+            mount(
+                "tmpfs",
+                p,
+                "tmpfs",
+                MountFlags::NOSUID | MountFlags::NODEV,
+                "size=1m",
+            )
+            .unwrap()
+        };
+        tmpfs(&dir);
+        tmpfs(&victim);
+        std::fs::write(victim.join("marker"), "victim's").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, dir.join("a")).unwrap();
+        // What the daemon read before the swap: a mount at `<dir>/a/victim`.
+        let real = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let base = real
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+            .expect("the job's tmpfs in mountinfo");
+        let inner = base
+            .replacen(base.split(' ').next().unwrap(), "999999", 1)
+            .replacen(
+                dir.to_str().unwrap(),
+                dir.join("a/victim").to_str().unwrap(),
+                1,
+            );
+        let info = t.path().join("mountinfo");
+        std::fs::write(&info, format!("{real}{inner}\n")).unwrap();
+        let done = remove_job_tmp_in(&info, &dir);
+        let victim_mounted = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(victim.to_str().unwrap()));
+        let marker = std::fs::read_to_string(victim.join("marker")).ok();
+        let _ = unmount(&victim, UnmountFlags::DETACH);
+        let _ = unmount(&dir, UnmountFlags::DETACH);
+        assert!(
+            victim_mounted,
+            "root unmounted the victim's mount through the user's link"
+        );
+        assert_eq!(marker.as_deref(), Some("victim's"));
+        done.expect("the job's tmpfs removed");
+        assert!(!dir.exists());
     }
 
     /// Issue 25, N4: a FUSE mount whose server never answers, inside the tree, is met as a

@@ -8,7 +8,7 @@ use pjw_proto::{ErrorCode, LoginPhase, LoginRequest, Response, RunRequest};
 use tokio::sync::oneshot;
 
 use super::{Cred, Event, Who};
-use crate::test_support::{run_request, TestEngine};
+use crate::test_support::{client, run_request, who, TestEngine};
 
 const UID: u32 = 1000;
 
@@ -408,4 +408,38 @@ async fn submit_as_is(t: &mut TestEngine, pid: u32, req: RunRequest) -> Response
         reply,
     });
     rx.recv().await.expect("an answer")
+}
+
+/// Round-4 review L2, as the attack: user `other` connected from a pid that a process of job
+/// `a` (its owner's) holds by the time the request is read (a pid reused between connect and
+/// the first request): refused, never a step of `a`, which keeps its step slots.
+#[tokio::test(flavor = "current_thread")]
+async fn a_run_from_a_pid_another_users_job_now_holds_is_never_its_step() {
+    let mut t = TestEngine::new();
+    let p = Live::new(3);
+    job_a(&mut t, p.pid(0), 2).await;
+    let mut req = run_request("ignored", 1);
+    req.job_id = None;
+    t.in_cgroup(p.pid(1), "/pjw/job-a");
+    let (reply, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    t.fake_process(p.pid(1), UID);
+    t.engine.handle(Event::Submit {
+        conn: 7,
+        cred: Cred {
+            pid: p.pid(1),
+            ..client(UID + 1)
+        },
+        who: who(),
+        req: req.clone(),
+        reply,
+    });
+    let r = rx.recv().await.expect("an answer");
+    let (code, msg) = error(&r);
+    assert_eq!(code, ErrorCode::Denied);
+    assert!(msg.contains("is not the caller's"), "{msg}");
+    assert!(t.engine.status().jobs[0].steps.is_empty());
+    // The owner's own run from a process of the job is a step: the check ran and let it by.
+    let r = run_in(&mut t, p.pid(2), UID, "/pjw/job-a", req).await;
+    assert_eq!(started(&r).0, "a");
+    assert_eq!(t.engine.status().jobs[0].steps.len(), 1);
 }

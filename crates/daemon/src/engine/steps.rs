@@ -196,6 +196,23 @@ impl Engine {
         }
     }
 
+    /// The process at the caller's pid is the caller's: the pid was read when it connected, and
+    /// one another user's job took meanwhile (reused within the first request's 10 s) must not
+    /// make the caller's run a step of that job — its /tmp path, GPU variables and step slots
+    /// (round-4 review, L2). As the launch path checks before it moves a client.
+    fn step_process_is_the_callers(&self, cred: &Cred, inside: &str) -> Result<(), Refusal> {
+        match os::process_uid(&self.cfg.proc_root, cred.pid) {
+            Some(uid) if uid == cred.uid => Ok(()),
+            _ => Err(refuse(
+                ErrorCode::Denied,
+                format!(
+                    "{inside}: the calling process (pid {}) is not the caller's",
+                    cred.pid
+                ),
+            )),
+        }
+    }
+
     /// What a step of `j` asks for, checked: its CPUs among the job's.
     fn step_request(
         &self,
@@ -207,6 +224,7 @@ impl Engine {
         let inside = format!("this `pjw run` runs inside job {} (as a step of it)", j.id);
         step_job_runs(j, &inside)?;
         step_caller(cred, who, req, &inside)?;
+        self.step_process_is_the_callers(cred, &inside)?;
         step_fits(req, j, &inside)?;
         self.step_cpus_for(cred, req, j, &inside)
     }
