@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use pjw_core::ipc_scrub::{
     entry_removable, sysv_removable, Ended, IpcKind, Listing, Plan, ShmFile, SysvObject,
 };
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, Mode, OFlags};
 
 /// What one scrub removed, and what it could not.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -166,6 +166,7 @@ fn remove_entries(root: &Path, names: &[String], job: &Ended, errors: &mut Vec<S
 mod shm;
 
 pub(crate) use shm::list_names;
+use shm::seen_at;
 pub use shm::{walk_shm, Walked, MAX_ENTRIES, MAX_SUBTREE_ENTRIES};
 
 /// `IPC_STAT` the object, check it against the rule again, then `IPC_RMID` it. `Ok(false)`:

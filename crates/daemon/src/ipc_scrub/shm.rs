@@ -36,8 +36,8 @@ pub struct Walked {
 
 /// An entry as the walk saw it: the rule's view and what identifies it on the file system.
 #[derive(Clone, Debug)]
-struct Seen {
-    file: ShmFile,
+pub(super) struct Seen {
+    pub(super) file: ShmFile,
     dev: u64,
     ino: u64,
     nlink: u64,
@@ -49,7 +49,7 @@ struct Seen {
 /// file system is asked anything by that) with `openat2`'s `RESOLVE_NO_XDEV`, so a mount point
 /// — a user's FUSE mount that never answers would hang a `stat` of it for good (issue 25, N4) —
 /// is `EXDEV`, None here, never entered; then `fstat` of that descriptor.
-fn seen_at(dir: &OwnedFd, name: &str) -> Option<Seen> {
+pub(super) fn seen_at(dir: &OwnedFd, name: &str) -> Option<Seen> {
     let fd = crate::tmp::open_here(dir, name, OFlags::PATH).ok()?;
     let st = rustix::fs::fstat(&fd).ok()?;
     let kind = FileType::from_raw_mode(st.st_mode);
