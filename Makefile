@@ -143,10 +143,10 @@ chaos: build
 bench-alloc: deps
 	$(CARGO) bench -p pjw-topology --bench alloc
 
-# The house checks (scripts/house-check.py, decisions (cg)): docs/architecture.md's file list in
-# step with the tree (enforced); functions over 100 lines and files over 600 (listed and counted;
-# HOUSE_ENFORCE=1 makes them fail too).
-HOUSE_ENFORCE ?= 0
+# The house checks (scripts/house-check.py, decisions (cg), (ch)): docs/architecture.md's file
+# list in step with the tree, no non-test function over 100 lines nor file over 600 (all enforced;
+# HOUSE_ENFORCE=0 only lists the sizes).
+HOUSE_ENFORCE ?= 1
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

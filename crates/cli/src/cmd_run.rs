@@ -34,31 +34,57 @@ fn parse_tmp(text: &str) -> Result<u64, String> {
 }
 
 pub fn run(a: RunArgs) -> i32 {
+    let parsed = match parse(&a) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let path = pjw_proto::socket_path();
+    // Who tells the user what memory did to the job once the command has exited.
+    let watch = crate::run_watch::Watch::spawn();
+    let started = match wait_for_start(&a, parsed.req.clone(), &path) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    exec_in_job(&a, &parsed, started, watch)
+}
+
+/// What `pjw run` was asked, parsed and checked before the daemon is spoken to.
+struct Parsed {
+    /// Whether this process runs as root (a job starter).
+    root: bool,
+    /// The workload manager's job this run comes from (`--from-env`).
+    wlm: Option<pjw_wlm::WlmJob>,
+    /// Who to become before exec (root only, and only someone else).
+    target: Option<crate::starter::Target>,
+    /// The request sent to the daemon.
+    req: RunRequest,
+}
+
+/// What the daemon said when the job started: its id, CPUs, memory nodes, /tmp, /dev/shm size,
+/// variables and default variables.
+type Started = (
+    String,
+    pjw_core::CpuSet,
+    pjw_core::CpuSet,
+    Option<JobTmp>,
+    Option<u64>,
+    Vec<(String, String)>,
+    Vec<(String, String)>,
+);
+
+/// The arguments and the manager's environment as a request (Err: the exit code, the error
+/// said).
+fn parse(a: &RunArgs) -> Result<Parsed, i32> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let wlm = match a.from_env.as_deref() {
-        None => None,
-        Some(spec) => {
-            let manager = match spec {
-                "auto" => None,
-                m => match m.parse::<pjw_wlm::Manager>() {
-                    Ok(m) => Some(m),
-                    Err(e) => return fail(format!("--from-env: {e}")),
-                },
-            };
-            match pjw_wlm::read(manager) {
-                Ok(j) => Some(j),
-                Err(e) => return fail(format!("--from-env: {e}")),
-            }
-        }
-    };
+    let wlm = read_wlm(a)?;
     let mem = match a.mem.as_deref().map(pjw_core::parse_size).transpose() {
         Ok(m) => m.or(wlm.as_ref().and_then(|w| w.mem)),
-        Err(e) => return fail(format!("--mem: {e}")),
+        Err(e) => return Err(fail(format!("--mem: {e}"))),
     };
     let cpus = match job_cpus(a.cpus, a.ntasks, wlm.as_ref().and_then(|w| w.cpus)) {
         Ok(c) => c,
-        Err(e) => return fail(e),
+        Err(e) => return Err(fail(e)),
     };
     // A manager's id, in the manager's namespace where its wrapper runs as the user (LSF,
     // HTCondor, PBS: `lsf:4242`), so no id a user picks is ever the manager's; Slurm's and Grid
@@ -73,19 +99,19 @@ pub fn run(a: RunArgs) -> i32 {
     }));
     if let Some(id) = &job_id {
         if let Err(e) = pjw_core::JobId::new(id) {
-            return fail(e);
+            return Err(fail(e));
         }
     }
     let mut io_max = Vec::new();
     for spec in &a.io_max {
         match parse_io_max(spec) {
             Ok(m) => io_max.push(m),
-            Err(e) => return fail(format!("--io-max: {e}")),
+            Err(e) => return Err(fail(format!("--io-max: {e}"))),
         }
     }
     let tmp = match a.tmp.as_deref().map(parse_tmp).transpose() {
         Ok(t) => t,
-        Err(e) => return fail(e),
+        Err(e) => return Err(fail(e)),
     };
     // The owner: --user, else (for root) the manager's job owner.
     let user = a
@@ -97,7 +123,7 @@ pub fn run(a: RunArgs) -> i32 {
         (Some(name), true) => match crate::starter::lookup(name) {
             Ok(t) if t.uid != 0 => Some(t),
             Ok(_) => None,
-            Err(e) => return fail(format!("--user: {e}")),
+            Err(e) => return Err(fail(format!("--user: {e}"))),
         },
         _ => None,
     };
@@ -113,7 +139,7 @@ pub fn run(a: RunArgs) -> i32 {
     } else {
         Placement::Any
     };
-    let mut req = RunRequest {
+    let req = RunRequest {
         gpus: a.gpus,
         bind: a.bind,
         tasks: a.ntasks,
@@ -131,15 +157,46 @@ pub fn run(a: RunArgs) -> i32 {
         io_weight: a.io_weight,
         io_max,
     };
-    let path = pjw_proto::socket_path();
-    // Who tells the user what memory did to the job once the command has exited.
-    let mut watch = crate::run_watch::Watch::spawn();
+    Ok(Parsed {
+        root,
+        wlm,
+        target,
+        req,
+    })
+}
 
+/// The workload manager's job this run comes from (`--from-env`: a manager, or `auto`).
+fn read_wlm(a: &RunArgs) -> Result<Option<pjw_wlm::WlmJob>, i32> {
+    Ok(match a.from_env.as_deref() {
+        None => None,
+        Some(spec) => {
+            let manager = match spec {
+                "auto" => None,
+                m => match m.parse::<pjw_wlm::Manager>() {
+                    Ok(m) => Some(m),
+                    Err(e) => return Err(fail(format!("--from-env: {e}"))),
+                },
+            };
+            match pjw_wlm::read(manager) {
+                Ok(j) => Some(j),
+                Err(e) => return Err(fail(format!("--from-env: {e}"))),
+            }
+        }
+    })
+}
+
+/// Send the request and wait until the job starts, reconnecting (bounded) to a daemon that
+/// restarts meanwhile. Err: the exit code, the error said.
+fn wait_for_start(
+    a: &RunArgs,
+    mut req: RunRequest,
+    path: &std::path::Path,
+) -> Result<Started, i32> {
     let mut said_queued = false;
     let mut lost_since: Option<Instant> = None;
     let mut waiting_since: Option<Instant> = None;
-    let started = loop {
-        let mut client = match Client::connect(&path) {
+    loop {
+        let mut client = match Client::connect(path) {
             Ok(c) => c,
             // No daemon yet (restarting): a new job waits for it, bounded, saying so once.
             Err(e) if lost_since.is_none() && daemon_absent(&e) => {
@@ -154,10 +211,10 @@ pub fn run(a: RunArgs) -> i32 {
                     Instant::now()
                 });
                 if since.elapsed() >= connect_window() {
-                    return fail(format!(
+                    return Err(fail(format!(
                         "no pjw daemon came up within {} s: {e}",
                         connect_window().as_secs()
-                    ));
+                    )));
                 }
                 std::thread::sleep(Duration::from_millis(200));
                 continue;
@@ -168,12 +225,12 @@ pub fn run(a: RunArgs) -> i32 {
                     continue;
                 }
                 Some(_) => {
-                    return fail(format!(
+                    return Err(fail(format!(
                         "the pjw daemon did not come back within {} s: {e}",
                         reconnect_window().as_secs()
-                    ))
+                    )))
                 }
-                None => return fail(e),
+                None => return Err(fail(e)),
             },
         };
         if lost_since.take().is_some() && !a.quiet {
@@ -186,50 +243,10 @@ pub fn run(a: RunArgs) -> i32 {
             }
             continue;
         }
-        let outcome = loop {
-            match client.recv() {
-                Ok(Response::Queued {
-                    job,
-                    position,
-                    reason,
-                }) => {
-                    // Keep our seat's id across a daemon restart.
-                    req.job_id = Some(job.clone());
-                    if !said_queued && !a.quiet {
-                        eprintln!("pjw: job {job} queued (position {position}): {reason}");
-                        said_queued = true;
-                    }
-                }
-                Ok(Response::Started {
-                    job,
-                    cpus,
-                    mems,
-                    tmp,
-                    shm,
-                    env,
-                    env_defaults,
-                    ..
-                }) => break Ok((job, cpus, mems, tmp, shm, env, env_defaults)),
-                Ok(Response::Error {
-                    code: ErrorCode::ShuttingDown,
-                    ..
-                })
-                | Err(ProtoError::Closed)
-                | Err(ProtoError::Io(_)) => {
-                    break Err(None);
-                }
-                Ok(Response::Error { message, .. }) => break Err(Some(message)),
-                Ok(other) => {
-                    break Err(Some(format!(
-                        "unexpected answer from the daemon: {other:?}"
-                    )))
-                }
-                Err(e) => break Err(Some(e.to_string())),
-            }
-        };
+        let outcome = await_start(&mut client, &mut req, &mut said_queued, a.quiet);
         match outcome {
-            Ok(s) => break s,
-            Err(Some(msg)) => return fail(msg),
+            Ok(s) => return Ok(s),
+            Err(Some(msg)) => return Err(fail(msg)),
             Err(None) => {
                 if lost_since.is_none() {
                     lost_since = Some(Instant::now());
@@ -243,7 +260,69 @@ pub fn run(a: RunArgs) -> i32 {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-    };
+    }
+}
+
+/// The daemon's answers on one connection until the job starts. Err(None): the connection
+/// was lost (or the daemon is shutting down); Err(Some): the error to say.
+fn await_start(
+    client: &mut Client,
+    req: &mut RunRequest,
+    said_queued: &mut bool,
+    quiet: bool,
+) -> Result<Started, Option<String>> {
+    loop {
+        match client.recv() {
+            Ok(Response::Queued {
+                job,
+                position,
+                reason,
+            }) => {
+                // Keep our seat's id across a daemon restart.
+                req.job_id = Some(job.clone());
+                if !*said_queued && !quiet {
+                    eprintln!("pjw: job {job} queued (position {position}): {reason}");
+                    *said_queued = true;
+                }
+            }
+            Ok(Response::Started {
+                job,
+                cpus,
+                mems,
+                tmp,
+                shm,
+                env,
+                env_defaults,
+                ..
+            }) => break Ok((job, cpus, mems, tmp, shm, env, env_defaults)),
+            Ok(Response::Error {
+                code: ErrorCode::ShuttingDown,
+                ..
+            })
+            | Err(ProtoError::Closed)
+            | Err(ProtoError::Io(_)) => {
+                break Err(None);
+            }
+            Ok(Response::Error { message, .. }) => break Err(Some(message)),
+            Ok(other) => {
+                break Err(Some(format!(
+                    "unexpected answer from the daemon: {other:?}"
+                )))
+            }
+            Err(e) => break Err(Some(e.to_string())),
+        }
+    }
+}
+
+/// The command, set up in the started job (its variables, /tmp, /dev/shm, its user) and exec'd:
+/// returns only when exec fails, with the exit code.
+fn exec_in_job(
+    a: &RunArgs,
+    p: &Parsed,
+    started: Started,
+    mut watch: Option<crate::run_watch::Watch>,
+) -> i32 {
+    let (root, wlm, target) = (p.root, &p.wlm, &p.target);
     let (job, cpus, _mems, tmp, shm, env, env_defaults) = started;
     // A step of the job this process is in already (the daemon said so): its share of the
     // job's CPUs, inherited by the command and its children.

@@ -177,69 +177,94 @@ pub fn render(s: &StatusReport) -> String {
     let mut reasons = Vec::new();
     for (j, m) in s.jobs.iter().zip(crate::marks::job_marks(s)) {
         let m = m.unwrap_or(' ');
-        // Ids, names and labels come from users: shown bounded and with control characters
-        // escaped, so no job can move another user's terminal (pjw_core::text).
-        if let Some(w) = &j.wlm {
-            reasons.push(format!(
-                "{}: workload manager job {}",
-                j.id,
-                printable(w, 128)
-            ));
-        }
-        if let Some(r) = &j.reason {
-            reasons.push(format!("{}: {}", j.id, printable(r, 320)));
-        }
-        if j.oom_kills > 0 {
-            reasons.push(format!(
-                "{}: {} process(es) killed for memory (OOM) at its {} limit",
-                j.id,
-                j.oom_kills,
-                j.mem
-                    .map_or_else(|| "job partition".to_string(), format_size)
-            ));
-        }
-        if let Some(io) = &j.io {
-            reasons.push(format!("{}: I/O {}", j.id, printable(io, 200)));
-        }
-        for s in &j.steps {
-            reasons.push(format!(
-                "{}: step {} {} on cpus {}, pid {}, {}",
-                j.id,
-                s.step,
-                printable(&s.name, 64),
-                s.cpus,
-                s.pid,
-                age(s.age_secs)
-            ));
-        }
-        let mut row = vec![
-            m.to_string(),
-            printable(&j.id, 64).into_owned(),
-            printable(&j.user, 32).into_owned(),
-            printable(&j.name, 64).into_owned(),
-            j.priority.to_string(),
-            if j.cpus.is_empty() {
-                format!("({})", j.ncpus)
-            } else {
-                j.cpus.to_string()
-            },
-            if j.mems.is_empty() {
-                "-".into()
-            } else {
-                j.mems.to_string()
-            },
-            j.mem.map(format_size).unwrap_or_else(|| "-".into()),
-            j.procs.to_string(),
-            j.threads.to_string(),
-            j.state.as_str().to_string(),
-            age(j.age_secs),
-        ];
-        if gpu_col {
-            row.insert(7, crate::marks::job_gpus(j));
-        }
-        rows.push(row);
+        job_notes(j, &mut reasons);
+        rows.push(job_row(j, m, gpu_col));
     }
-    // Every cell through the one escaping function, at the sink (pjw_core::text).
+    if s.jobs.is_empty() {
+        out.push_str("no jobs\n");
+    } else {
+        out.push_str(&table(&rows));
+        for r in reasons {
+            out.push_str(&format!("  {r}\n"));
+        }
+    }
+    out.push_str(&totals(s, map, gpu_col));
+    out
+}
+
+/// A job's lines below the table: its manager's job, why it waits, OOM kills, I/O, steps.
+fn job_notes(j: &pjw_proto::JobInfo, reasons: &mut Vec<String>) {
+    // Ids, names and labels come from users: shown bounded and with control characters
+    // escaped, so no job can move another user's terminal (pjw_core::text).
+    if let Some(w) = &j.wlm {
+        reasons.push(format!(
+            "{}: workload manager job {}",
+            j.id,
+            printable(w, 128)
+        ));
+    }
+    if let Some(r) = &j.reason {
+        reasons.push(format!("{}: {}", j.id, printable(r, 320)));
+    }
+    if j.oom_kills > 0 {
+        reasons.push(format!(
+            "{}: {} process(es) killed for memory (OOM) at its {} limit",
+            j.id,
+            j.oom_kills,
+            j.mem
+                .map_or_else(|| "job partition".to_string(), format_size)
+        ));
+    }
+    if let Some(io) = &j.io {
+        reasons.push(format!("{}: I/O {}", j.id, printable(io, 200)));
+    }
+    for s in &j.steps {
+        reasons.push(format!(
+            "{}: step {} {} on cpus {}, pid {}, {}",
+            j.id,
+            s.step,
+            printable(&s.name, 64),
+            s.cpus,
+            s.pid,
+            age(s.age_secs)
+        ));
+    }
+}
+
+/// A job's row of the table (`m`: its letter in the node map).
+fn job_row(j: &pjw_proto::JobInfo, m: char, gpu_col: bool) -> Vec<String> {
+    let mut row = vec![
+        m.to_string(),
+        printable(&j.id, 64).into_owned(),
+        printable(&j.user, 32).into_owned(),
+        printable(&j.name, 64).into_owned(),
+        j.priority.to_string(),
+        if j.cpus.is_empty() {
+            format!("({})", j.ncpus)
+        } else {
+            j.cpus.to_string()
+        },
+        if j.mems.is_empty() {
+            "-".into()
+        } else {
+            j.mems.to_string()
+        },
+        j.mem.map(format_size).unwrap_or_else(|| "-".into()),
+        j.procs.to_string(),
+        j.threads.to_string(),
+        j.state.as_str().to_string(),
+        age(j.age_secs),
+    ];
+    if gpu_col {
+        row.insert(7, crate::marks::job_gpus(j));
+    }
+    row
+}
+
+/// The rows as aligned lines. Every cell goes through the one escaping function, at the sink
+/// (pjw_core::text).
+fn table(rows: &[Vec<String>]) -> String {
+    let mut out = String::new();
     let rows: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -251,22 +276,21 @@ pub fn render(s: &StatusReport) -> String {
     let widths: Vec<usize> = (0..rows[0].len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
-    if s.jobs.is_empty() {
-        out.push_str("no jobs\n");
-    } else {
-        for r in &rows {
-            let line: Vec<String> = r
-                .iter()
-                .zip(&widths)
-                .map(|(v, w)| format!("{v:<w$}"))
-                .collect();
-            out.push_str(line.join(" ").trim_end());
-            out.push('\n');
-        }
-        for r in reasons {
-            out.push_str(&format!("  {r}\n"));
-        }
+    for r in &rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(v, w)| format!("{v:<w$}"))
+            .collect();
+        out.push_str(line.join(" ").trim_end());
+        out.push('\n');
     }
+    out
+}
+
+/// The node map, the GPU map and the CPU and memory totals.
+fn totals(s: &StatusReport, map: Vec<char>, gpu_col: bool) -> String {
+    let mut out = String::new();
     let count = |st: JobState| s.jobs.iter().filter(|j| j.state == st).count();
     let map: String = map.into_iter().collect();
     out.push_str(&format!("node {} [{}]\n", printable(&s.node, 64), map));

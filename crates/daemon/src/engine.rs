@@ -100,6 +100,7 @@ mod store_writes;
 mod table_tests;
 #[cfg(test)]
 mod tick_tests;
+mod validation;
 mod wlm;
 #[cfg(test)]
 mod wlm_tests;

@@ -181,9 +181,167 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
         info!(gpus = node_gpus.len(), list = %node_gpus.all(), "gpus found");
     }
     let mut driver = Driver::detect(&cfg.proc_root, &cfg.cgroup_parent)?;
-    // GPU device fence: the v1 devices controller where mounted, else a device program on each
-    // job's cgroup2 directory; a job whose fence the kernel refuses does not start.
-    let gpus_fenced = if node_gpus.is_empty() {
+    let gpus_fenced = fence_gpus(&mut driver, &node_gpus);
+    let nofile = os::raise_nofile_limit();
+    driver.keep_stat_files_open(os::stat_files_budget(nofile));
+    if let Some(leaf) = driver.prepare_parent_for_daemon(std::process::id())? {
+        info!(cgroup = %leaf.display(), "daemon runs in a leaf cgroup; job cgroups go beside it");
+    }
+    let pool = job_pool_or_clean_up(&cfg, &topo.allowed, &driver)?;
+    let store = Store::open(&cfg.state_dir)?;
+    let alloc = Allocator::new(&topo).with_spread(cfg.spread);
+    // Only the daemon reads the store (reports go through the socket, docs/decisions.md): the
+    // store makes the database and its WAL files 0600 from their creation on.
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let watches = cgroup_watches(&tx);
+    let vcpus = check_vcpus(&cfg, &pool)?;
+    let mem_limit = partition_memory(&cfg);
+    tune_job_parent(&driver, &pool, mem_limit);
+    // The metrics endpoint reads job cgroups with its own copy of the driver, off the engine.
+    let metrics_driver = std::sync::Arc::new(driver.clone());
+    let metrics_listener = match cfg.metrics_listen {
+        Some(addr) => Some(metrics::bind(addr).await.map_err(|e| {
+            DaemonError::Other(format!(
+                "config {}: metrics.listen: cannot listen on {addr}: {e}",
+                cfg.origin
+            ))
+        })?),
+        None => None,
+    };
+    let mut cfg = cfg;
+    // memory.high exists only in cgroup v2.
+    cfg.governor_cfg.throttle &= driver.mode() == pjw_cgroup::Mode::Unified;
+    let partition = partition_root(&cfg, &driver, &pool);
+    let mut eng = engine::Engine::new(
+        cfg.clone(),
+        driver,
+        store,
+        alloc,
+        pool,
+        vcpus,
+        mem_limit,
+        watches,
+        tx.clone(),
+    );
+    if let Some(kind) = partition {
+        eng.enable_partitions(kind);
+    }
+    // `status` figures as of the request, read on a blocking thread (docs/decisions.md (bp)).
+    eng.set_live_reader(live::driver_reader(&metrics_driver));
+    start_threads(
+        &mut eng,
+        &cfg,
+        node_gpus,
+        gpus_fenced,
+        &metrics_driver,
+        &topo,
+        &tx,
+    );
+    eng.start_profiles().map_err(DaemonError::Other)?;
+    eng.recover().map_err(DaemonError::Other)?;
+    // The timers (governor, sampler, adoption sweep, thread balancing), the central-store shipper and the metrics
+    // listener: restarted by a reload that changes their keys.
+    let mut tasks = tasks::Tasks::new(tx.clone(), eng.metrics(), metrics_driver);
+    let listener = bind_socket(&cfg.socket, cfg.socket_mode)?;
+    info!(
+        socket = %cfg.socket.display(),
+        state = %eng.state_path().display(),
+        config = %cfg.origin,
+        cpus = %pool,
+        vcpus,
+        memory_limit = mem_limit,
+        topology = %format!("{} pus", topo.online().len()),
+        "pjw daemon ready"
+    );
+    spawn_server(&eng, &cfg, listener, &tx, nofile);
+    tasks.start(&mut eng, metrics_listener);
+
+    serve_until_signal(&mut eng, &mut tasks, &mut rx, &source).await?;
+    info!("pjw daemon stopping; running jobs keep running and are recovered at the next start");
+    eng.shutdown();
+    let _ = std::fs::remove_file(&cfg.socket);
+    // Let answers to queued clients go out.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    Ok(())
+}
+
+/// The CPUs jobs may use; on an error, no empty parent is left behind for a daemon that never
+/// ran.
+fn job_pool_or_clean_up(
+    cfg: &Config,
+    daemon_cpus: &CpuSet,
+    driver: &Driver,
+) -> Result<CpuSet, DaemonError> {
+    match job_pool(cfg, daemon_cpus, driver) {
+        Ok(p) => Ok(p),
+        Err(e) => {
+            // Leave no empty parent behind for a daemon that never ran.
+            if let Err(re) = driver.remove_parent_if_empty() {
+                warn!(error = %re, "cannot remove the job parent");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The job partition's CPU weight (by its CPUs) and memory limit.
+fn tune_job_parent(driver: &Driver, pool: &CpuSet, mem_limit: u64) {
+    if let Err(e) = driver.set_parent_cpu_weight(pool.len()) {
+        warn!(error = %e, cpus = pool.len(), "cannot set the CPU weight of the job partition");
+    }
+    if let Err(e) = driver.set_partition_limit(mem_limit) {
+        warn!(error = %e, limit = mem_limit, "cannot set the memory limit of the job partition");
+    }
+}
+
+/// Exclusive jobs can be partitions only below a partition root that holds the pool: the
+/// job parent made one when the config asks for partitions.
+fn partition_root(cfg: &Config, driver: &Driver, pool: &CpuSet) -> Option<pjw_cgroup::Partition> {
+    cfg.partition.filter(|&kind| {
+        match driver.set_partition(None, pjw_cgroup::Partition::Root, Some(pool)) {
+            Ok(()) => {
+                info!(cpus = %pool, partition = kind.as_str(), "job parent is a cpuset partition root; exclusive jobs become partitions");
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "cpuset partitions unavailable; exclusive jobs stay plain cpusets");
+                false
+            }
+        }
+    })
+}
+
+/// The socket server, its connection limits and its user lookups, on their own task.
+fn spawn_server(
+    eng: &engine::Engine,
+    cfg: &Config,
+    listener: tokio::net::UnixListener,
+    tx: &mpsc::UnboundedSender<engine::Event>,
+    nofile: u64,
+) {
+    let limits = server::ConnLimits::new(cfg.max_connections_per_user, nofile);
+    // User and group lookups (NSS may stall on LDAP or SSSD) run off the engine thread.
+    // The admin group is decided here, in the connection tasks: they follow every reload.
+    let users = users::Resolver::new(
+        std::sync::Arc::new(users::Nss),
+        users::LOOKUP_TIMEOUT,
+        eng.conn_rules(),
+        cfg.proc_root.clone(),
+    );
+    tokio::spawn(server::serve(
+        listener,
+        tx.clone(),
+        limits,
+        eng.metrics(),
+        users,
+    ));
+}
+
+/// The GPU device fence: the v1 devices controller where mounted, else a device program on
+/// each job's cgroup2 directory; a job whose fence the kernel refuses does not start.
+fn fence_gpus(driver: &mut Driver, node_gpus: &pjw_core::Gpus) -> bool {
+    if node_gpus.is_empty() {
         false
     } else {
         match driver.fence_devices() {
@@ -196,29 +354,12 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
                 false
             }
         }
-    };
-    let nofile = os::raise_nofile_limit();
-    driver.keep_stat_files_open(os::stat_files_budget(nofile));
-    if let Some(leaf) = driver.prepare_parent_for_daemon(std::process::id())? {
-        info!(cgroup = %leaf.display(), "daemon runs in a leaf cgroup; job cgroups go beside it");
     }
-    let pool = match job_pool(&cfg, &topo.allowed, &driver) {
-        Ok(p) => p,
-        Err(e) => {
-            // Leave no empty parent behind for a daemon that never ran.
-            if let Err(re) = driver.remove_parent_if_empty() {
-                warn!(error = %re, "cannot remove the job parent");
-            }
-            return Err(e);
-        }
-    };
-    let store = Store::open(&cfg.state_dir)?;
-    let alloc = Allocator::new(&topo).with_spread(cfg.spread);
-    // Only the daemon reads the store (reports go through the socket, docs/decisions.md): the
-    // store makes the database and its WAL files 0600 from their creation on.
+}
 
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    // One inotify instance for every job's cgroup.events.
+/// One inotify instance for every job's cgroup.events, its events sent to the engine. None:
+/// inotify is unavailable (the engine re-checks instead).
+fn cgroup_watches(tx: &mpsc::UnboundedSender<engine::Event>) -> Option<inotify::Watches> {
     let (watches, stream) = match inotify::Inotify::init() {
         Ok(ino) => {
             let w = ino.watches();
@@ -253,6 +394,11 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
             }
         });
     }
+    watches
+}
+
+/// The vCPUs the config asks for (by default one per CPU of the pool), within bounds.
+fn check_vcpus(cfg: &Config, pool: &CpuSet) -> Result<usize, DaemonError> {
     let vcpus = cfg.vcpus.unwrap_or(pool.len());
     if vcpus > MAX_VCPUS_PER_CPU * pool.len() {
         return Err(DaemonError::Other(format!(
@@ -268,7 +414,12 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
             "vcpus is more than 4 times the pool: backfillers share each CPU many ways (meant for nodes of mostly idle jobs, such as interactive sessions)"
         );
     }
-    let mem_limit = match cfg.memory_limit {
+    Ok(vcpus)
+}
+
+/// The job partition's memory: `memory.limit`, else the node's memory less `memory.reserve`.
+fn partition_memory(cfg: &Config) -> u64 {
+    match cfg.memory_limit {
         Some(l) => l,
         None => {
             let total = std::fs::read_to_string(cfg.proc_root.join("meminfo"))
@@ -277,56 +428,19 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
                 .unwrap_or(u64::MAX);
             total.saturating_sub(cfg.memory_reserve).max(1 << 28)
         }
-    };
-    if let Err(e) = driver.set_parent_cpu_weight(pool.len()) {
-        warn!(error = %e, cpus = pool.len(), "cannot set the CPU weight of the job partition");
     }
-    if let Err(e) = driver.set_partition_limit(mem_limit) {
-        warn!(error = %e, limit = mem_limit, "cannot set the memory limit of the job partition");
-    }
-    // The metrics endpoint reads job cgroups with its own copy of the driver, off the engine.
-    let metrics_driver = std::sync::Arc::new(driver.clone());
-    let metrics_listener = match cfg.metrics_listen {
-        Some(addr) => Some(metrics::bind(addr).await.map_err(|e| {
-            DaemonError::Other(format!(
-                "config {}: metrics.listen: cannot listen on {addr}: {e}",
-                cfg.origin
-            ))
-        })?),
-        None => None,
-    };
-    let mut cfg = cfg;
-    // memory.high exists only in cgroup v2.
-    cfg.governor_cfg.throttle &= driver.mode() == pjw_cgroup::Mode::Unified;
-    // Exclusive jobs can be partitions only below a partition root that holds the pool.
-    let partition = cfg.partition.filter(|&kind| {
-        match driver.set_partition(None, pjw_cgroup::Partition::Root, Some(&pool)) {
-            Ok(()) => {
-                info!(cpus = %pool, partition = kind.as_str(), "job parent is a cpuset partition root; exclusive jobs become partitions");
-                true
-            }
-            Err(e) => {
-                warn!(error = %e, "cpuset partitions unavailable; exclusive jobs stay plain cpusets");
-                false
-            }
-        }
-    });
-    let mut eng = engine::Engine::new(
-        cfg.clone(),
-        driver,
-        store,
-        alloc,
-        pool,
-        vcpus,
-        mem_limit,
-        watches,
-        tx.clone(),
-    );
-    if let Some(kind) = partition {
-        eng.enable_partitions(kind);
-    }
-    // `status` figures as of the request, read on a blocking thread (docs/decisions.md (bp)).
-    eng.set_live_reader(live::driver_reader(&metrics_driver));
+}
+
+/// The engine's helper threads: NVML, thread balancing, the lease asker, the proc connector.
+fn start_threads(
+    eng: &mut engine::Engine,
+    cfg: &Config,
+    node_gpus: pjw_core::Gpus,
+    gpus_fenced: bool,
+    metrics_driver: &std::sync::Arc<Driver>,
+    topo: &pjw_core::Topology,
+    tx: &mpsc::UnboundedSender<engine::Event>,
+) {
     // GPU utilisation and memory: NVML on its own thread, loaded there (absent: one info line).
     let readable = gpu_stats::readable(&node_gpus);
     if cfg.gpus.nvml && !readable.is_empty() {
@@ -377,40 +491,15 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
             warn!(error = %e, "process events unavailable; process counts come from samples only")
         }
     }
-    eng.start_profiles().map_err(DaemonError::Other)?;
-    eng.recover().map_err(DaemonError::Other)?;
-    // The timers (governor, sampler, adoption sweep, thread balancing), the central-store shipper and the metrics
-    // listener: restarted by a reload that changes their keys.
-    let mut tasks = tasks::Tasks::new(tx.clone(), eng.metrics(), metrics_driver);
-    let listener = bind_socket(&cfg.socket, cfg.socket_mode)?;
-    info!(
-        socket = %cfg.socket.display(),
-        state = %eng.state_path().display(),
-        config = %cfg.origin,
-        cpus = %pool,
-        vcpus,
-        memory_limit = mem_limit,
-        topology = %format!("{} pus", topo.online().len()),
-        "pjw daemon ready"
-    );
-    let limits = server::ConnLimits::new(cfg.max_connections_per_user, nofile);
-    // User and group lookups (NSS may stall on LDAP or SSSD) run off the engine thread.
-    // The admin group is decided here, in the connection tasks: they follow every reload.
-    let users = users::Resolver::new(
-        std::sync::Arc::new(users::Nss),
-        users::LOOKUP_TIMEOUT,
-        eng.conn_rules(),
-        cfg.proc_root.clone(),
-    );
-    tokio::spawn(server::serve(
-        listener,
-        tx.clone(),
-        limits,
-        eng.metrics(),
-        users,
-    ));
-    tasks.start(&mut eng, metrics_listener);
+}
 
+/// The engine's event loop: events handled, SIGHUP reloads, until SIGTERM or SIGINT.
+async fn serve_until_signal(
+    eng: &mut engine::Engine,
+    tasks: &mut tasks::Tasks,
+    rx: &mut mpsc::UnboundedReceiver<engine::Event>,
+    source: &reload::ReloadSource,
+) -> Result<(), DaemonError> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| DaemonError::Other(format!("cannot handle SIGTERM: {e}")))?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
@@ -426,16 +515,11 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
             _ = term.recv() => break,
             _ = int.recv() => break,
             _ = hup.recv() => {
-                if eng.reload(&source) {
-                    tasks.apply(&mut eng).await;
+                if eng.reload(source) {
+                    tasks.apply(eng).await;
                 }
             }
         }
     }
-    info!("pjw daemon stopping; running jobs keep running and are recovered at the next start");
-    eng.shutdown();
-    let _ = std::fs::remove_file(&cfg.socket);
-    // Let answers to queued clients go out.
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     Ok(())
 }

@@ -93,11 +93,26 @@ pub struct Plan {
 /// Compare the running config with a new, valid one. `pool` is the CPUs jobs may get now and
 /// `running` the CPUs running jobs hold. Err: why the reload is refused (nothing changes).
 pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Result<Plan, String> {
-    fn differ<T: PartialEq>(a: &T, b: &T) -> bool {
-        a != b
-    }
-    // Where things already are: changing them needs a restart, and a reload that asks for it
-    // is refused whole, so the admin sees that the file and the daemon disagree.
+    refuse_fixed(old, new)?;
+    refuse_pool_shrink(new, running)?;
+    let (mut cfg, at_restart) = keep_restart_keys(old, new);
+    check_vcpus(&cfg, pool)?;
+    let changed = live_changes(old, &cfg);
+    cfg.origin = new.origin.clone();
+    Ok(Plan {
+        config: cfg,
+        changed,
+        at_restart,
+    })
+}
+
+fn differ<T: PartialEq>(a: &T, b: &T) -> bool {
+    a != b
+}
+
+/// Where things already are: changing them needs a restart, and a reload that asks for it
+/// is refused whole, so the admin sees that the file and the daemon disagree.
+fn refuse_fixed(old: &Config, new: &Config) -> Result<(), String> {
     let mut fixed = Vec::new();
     macro_rules! fixed {
         ($key:literal, $($f:ident).+) => {
@@ -120,6 +135,11 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
             fixed.join(", ")
         ));
     }
+    Ok(())
+}
+
+/// The pool cannot shrink under running jobs.
+fn refuse_pool_shrink(new: &Config, running: &CpuSet) -> Result<(), String> {
     if let Some(cpus) = &new.cpus {
         let lost = running.difference(cpus);
         if !lost.is_empty() {
@@ -128,7 +148,11 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
             ));
         }
     }
+    Ok(())
+}
 
+/// `new` with every restart-only key back at its `old` value, and the keys that were put back.
+fn keep_restart_keys(old: &Config, new: &Config) -> (Config, Vec<&'static str>) {
     let mut cfg = new.clone();
     let mut at_restart = Vec::new();
     macro_rules! at_restart {
@@ -157,7 +181,11 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     at_restart!("lease.node", lease.node);
     at_restart!("lease.command_env", lease.command_env);
     at_restart!("metrics.stats_window", stats_window_ms);
+    (cfg, at_restart)
+}
 
+/// The vCPU count the pool can hold.
+fn check_vcpus(cfg: &Config, pool: &CpuSet) -> Result<(), String> {
     let vcpus = cfg.vcpus.unwrap_or(pool.len());
     if vcpus > crate::MAX_VCPUS_PER_CPU * pool.len() {
         return Err(format!(
@@ -166,7 +194,11 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
             pool.len()
         ));
     }
+    Ok(())
+}
 
+/// The live keys whose value changes from `old` to `cfg`.
+fn live_changes(old: &Config, cfg: &Config) -> Vec<&'static str> {
     let mut changed = Vec::new();
     macro_rules! live {
         ($key:literal, $($f:ident).+) => {
@@ -211,12 +243,7 @@ pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Resu
     live!("adopt.login_without_job", login_without_job);
     live!("metrics.listen", metrics_listen);
     live!("central", central);
-    cfg.origin = new.origin.clone();
-    Ok(Plan {
-        config: cfg,
-        changed,
-        at_restart,
-    })
+    changed
 }
 
 #[cfg(test)]

@@ -305,6 +305,11 @@ pub enum ReportAnswer {
     Central(crate::central_report::CentralReport),
 }
 
+/// A store error as a report's internal error.
+fn internal(e: pjw_store::StoreError) -> (ErrorCode, String) {
+    (ErrorCode::Internal, e.to_string())
+}
+
 /// Where a local report stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Cursor {
@@ -422,119 +427,147 @@ impl LocalReport {
 
     /// One step: frames, or none when the step only moved the cursor.
     fn step(&mut self, store: &Store) -> Result<Vec<Response>, (ErrorCode, String)> {
-        let internal = |e: pjw_store::StoreError| (ErrorCode::Internal, e.to_string());
         match self.at {
             Cursor::Done => Ok(Vec::new()),
-            Cursor::Start => {
-                if let (Access::Uid(uid), Some(id)) = (self.access, &self.query.job) {
-                    let anyone = JobFilter {
-                        job_id: Some(id.clone()),
-                        ..JobFilter::default()
-                    };
-                    let all = store.find_jobs(&anyone).map_err(internal)?;
-                    if !all.is_empty() && all.iter().all(|p| p.job.uid != uid) {
-                        return Err((
-                            ErrorCode::Denied,
-                            format!("job {id} belongs to another user; only its owner, root and the admin group may read its report"),
-                        ));
-                    }
-                }
-                self.at = Cursor::Jobs;
-                Ok(Vec::new())
-            }
-            Cursor::Jobs => {
-                let limit = self.query.limit.unwrap_or(DEFAULT_LIMIT) as usize;
-                if self.pending.is_empty() && !self.exhausted && (self.sent as usize) < limit {
-                    let page = store.find_jobs(&self.filter()).map_err(internal)?;
-                    self.exhausted = page.len() < JOBS_PAGE;
-                    self.before_seq = page.last().map(|p| p.job.seq).or(self.before_seq);
-                    self.pending.extend(page);
-                }
-                let Some(p) = self
-                    .pending
-                    .pop_front()
-                    .filter(|_| (self.sent as usize) < limit)
-                else {
-                    self.at = Cursor::Done;
-                    if let (Some(id), 0) = (&self.query.job, self.sent) {
-                        return Ok(vec![Response::Error {
-                            code: ErrorCode::NotFound,
-                            message: format!("no job {id} on this node"),
-                        }]);
-                    }
-                    return Ok(vec![Response::ReportEnd { count: self.sent }]);
-                };
-                let mut rep = job_report(
-                    &p.job,
-                    p.summary.as_ref(),
-                    self.live.get(&p.job.seq),
-                    &self.node,
-                );
-                rep.io_counted = Some(self.io_counted);
-                if let Some((n, gpus)) = store.gpus(p.job.seq).map_err(internal)? {
-                    rep.ngpus = n;
-                    rep.gpus = gpus.to_string();
-                }
-                // A store from before I/O settings has no job_io table: nothing to show then.
-                rep.io = store.io(p.job.seq).ok().flatten().map(|io| io.summary());
-                rep.steps = match self.live.get(&p.job.seq) {
-                    Some(l) => l.steps.clone(),
-                    // A store from before steps has no job_steps table: none then.
-                    None => store
-                        .steps(p.job.seq)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(step_report)
-                        .collect(),
-                };
-                self.sent += 1;
-                self.at = self.after_job(p.job.seq, true);
-                Ok(vec![Response::ReportJob(Box::new(rep))])
-            }
-            Cursor::Series { seq, after } => {
-                let page = store
-                    .samples_page(seq, after, SERIES_CHUNK)
-                    .map_err(internal)?;
-                self.at = match page.last() {
-                    Some(last) if page.len() == SERIES_CHUNK => Cursor::Series {
-                        seq,
-                        after: Some(last.ts_ms),
-                    },
-                    _ => self.after_job(seq, false),
-                };
-                if page.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let points = page.iter().map(point).collect();
-                Ok(vec![Response::ReportSeries { points }])
-            }
-            Cursor::Processes { seq, after } => {
-                let page = store
-                    .process_samples_page(seq, after, SERIES_CHUNK)
-                    .map_err(internal)?;
-                self.at = match page.last() {
-                    Some(last) => Cursor::Processes {
-                        seq,
-                        after: Some(last.ts_ms),
-                    },
-                    None => self.after_processes(seq),
-                };
-                if page.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let rows = page.iter().map(process_row).collect();
-                Ok(vec![Response::ReportProcesses { rows }])
-            }
+            Cursor::Start => self.step_start(store),
+            Cursor::Jobs => self.step_job(store),
+            Cursor::Series { seq, after } => self.step_series(store, seq, after),
+            Cursor::Processes { seq, after } => self.step_processes(store, seq, after),
             // A job's thread rows: the top threads the sampler kept per job (a bounded page).
-            Cursor::Threads { seq } => {
-                self.at = Cursor::Jobs;
-                let rows = thread_rows(store, seq, self.query.series).map_err(internal)?;
-                Ok(rows
-                    .chunks(SERIES_CHUNK)
-                    .map(|c| Response::ReportThreads { rows: c.to_vec() })
-                    .collect())
+            Cursor::Threads { seq } => self.step_threads(store, seq),
+        }
+    }
+
+    /// Before the first job: a caller who asks for another user's job is refused.
+    fn step_start(&mut self, store: &Store) -> Result<Vec<Response>, (ErrorCode, String)> {
+        if let (Access::Uid(uid), Some(id)) = (self.access, &self.query.job) {
+            let anyone = JobFilter {
+                job_id: Some(id.clone()),
+                ..JobFilter::default()
+            };
+            let all = store.find_jobs(&anyone).map_err(internal)?;
+            if !all.is_empty() && all.iter().all(|p| p.job.uid != uid) {
+                return Err((
+                    ErrorCode::Denied,
+                    format!("job {id} belongs to another user; only its owner, root and the admin group may read its report"),
+                ));
             }
         }
+        self.at = Cursor::Jobs;
+        Ok(Vec::new())
+    }
+
+    /// The next job's frame (a page of jobs is read when none is pending), or the end.
+    fn step_job(&mut self, store: &Store) -> Result<Vec<Response>, (ErrorCode, String)> {
+        let limit = self.query.limit.unwrap_or(DEFAULT_LIMIT) as usize;
+        if self.pending.is_empty() && !self.exhausted && (self.sent as usize) < limit {
+            let page = store.find_jobs(&self.filter()).map_err(internal)?;
+            self.exhausted = page.len() < JOBS_PAGE;
+            self.before_seq = page.last().map(|p| p.job.seq).or(self.before_seq);
+            self.pending.extend(page);
+        }
+        let Some(p) = self
+            .pending
+            .pop_front()
+            .filter(|_| (self.sent as usize) < limit)
+        else {
+            self.at = Cursor::Done;
+            if let (Some(id), 0) = (&self.query.job, self.sent) {
+                return Ok(vec![Response::Error {
+                    code: ErrorCode::NotFound,
+                    message: format!("no job {id} on this node"),
+                }]);
+            }
+            return Ok(vec![Response::ReportEnd { count: self.sent }]);
+        };
+        let mut rep = job_report(
+            &p.job,
+            p.summary.as_ref(),
+            self.live.get(&p.job.seq),
+            &self.node,
+        );
+        rep.io_counted = Some(self.io_counted);
+        if let Some((n, gpus)) = store.gpus(p.job.seq).map_err(internal)? {
+            rep.ngpus = n;
+            rep.gpus = gpus.to_string();
+        }
+        // A store from before I/O settings has no job_io table: nothing to show then.
+        rep.io = store.io(p.job.seq).ok().flatten().map(|io| io.summary());
+        rep.steps = match self.live.get(&p.job.seq) {
+            Some(l) => l.steps.clone(),
+            // A store from before steps has no job_steps table: none then.
+            None => store
+                .steps(p.job.seq)
+                .unwrap_or_default()
+                .into_iter()
+                .map(step_report)
+                .collect(),
+        };
+        self.sent += 1;
+        self.at = self.after_job(p.job.seq, true);
+        Ok(vec![Response::ReportJob(Box::new(rep))])
+    }
+
+    /// A chunk of a job's series.
+    fn step_series(
+        &mut self,
+        store: &Store,
+        seq: i64,
+        after: Option<i64>,
+    ) -> Result<Vec<Response>, (ErrorCode, String)> {
+        let page = store
+            .samples_page(seq, after, SERIES_CHUNK)
+            .map_err(internal)?;
+        self.at = match page.last() {
+            Some(last) if page.len() == SERIES_CHUNK => Cursor::Series {
+                seq,
+                after: Some(last.ts_ms),
+            },
+            _ => self.after_job(seq, false),
+        };
+        if page.is_empty() {
+            return Ok(Vec::new());
+        }
+        let points = page.iter().map(point).collect();
+        Ok(vec![Response::ReportSeries { points }])
+    }
+
+    /// A page of a job's process rows.
+    fn step_processes(
+        &mut self,
+        store: &Store,
+        seq: i64,
+        after: Option<i64>,
+    ) -> Result<Vec<Response>, (ErrorCode, String)> {
+        let page = store
+            .process_samples_page(seq, after, SERIES_CHUNK)
+            .map_err(internal)?;
+        self.at = match page.last() {
+            Some(last) => Cursor::Processes {
+                seq,
+                after: Some(last.ts_ms),
+            },
+            None => self.after_processes(seq),
+        };
+        if page.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = page.iter().map(process_row).collect();
+        Ok(vec![Response::ReportProcesses { rows }])
+    }
+
+    /// A job's thread rows.
+    fn step_threads(
+        &mut self,
+        store: &Store,
+        seq: i64,
+    ) -> Result<Vec<Response>, (ErrorCode, String)> {
+        self.at = Cursor::Jobs;
+        let rows = thread_rows(store, seq, self.query.series).map_err(internal)?;
+        Ok(rows
+            .chunks(SERIES_CHUNK)
+            .map(|c| Response::ReportThreads { rows: c.to_vec() })
+            .collect())
     }
 
     /// What follows a job's frame (`series_next`: its series comes first if asked) or its
@@ -561,68 +594,4 @@ impl LocalReport {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn validation() {
-        assert!(validate(&ReportQuery::default()).is_ok());
-        for s in REPORT_STATES {
-            let q = ReportQuery {
-                state: Some(s.into()),
-                ..Default::default()
-            };
-            assert!(validate(&q).is_ok(), "{s}");
-        }
-        let q = ReportQuery {
-            state: Some("done".into()),
-            ..Default::default()
-        };
-        assert!(validate(&q).unwrap_err().contains("unknown state \"done\""));
-        let q = ReportQuery {
-            limit: Some(0),
-            ..Default::default()
-        };
-        assert!(validate(&q).is_err());
-    }
-
-    #[test]
-    fn root_sees_all_others_only_their_own() {
-        let root = Cred {
-            pid: 1,
-            uid: 0,
-            gid: 0,
-        };
-        let user = Cred {
-            pid: 1,
-            uid: 4242,
-            gid: 4242,
-        };
-        let q = ReportQuery::default();
-        assert_eq!(access(&root, false, None, None, &q), Ok(Access::All));
-        assert_eq!(access(&user, false, None, None, &q), Ok(Access::Uid(4242)));
-        // In the admin group (resolved before, see crate::users).
-        assert_eq!(access(&user, true, Some("4242"), None, &q), Ok(Access::All));
-        assert_eq!(
-            access(&user, false, Some("4243"), None, &q),
-            Ok(Access::Uid(4242))
-        );
-        let other = ReportQuery {
-            user: Some("root".into()),
-            ..Default::default()
-        };
-        let e = access(&user, false, Some("4243"), Some(0), &other).unwrap_err();
-        assert!(
-            e.contains("only your own") && e.contains("group 4243"),
-            "{e}"
-        );
-        let own = ReportQuery {
-            user: Some("4242".into()),
-            ..Default::default()
-        };
-        assert_eq!(
-            access(&user, false, None, None, &own),
-            Ok(Access::Uid(4242))
-        );
-    }
-}
+mod tests;

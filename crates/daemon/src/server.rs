@@ -26,12 +26,16 @@ use pjw_proto::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::engine::{Control, Cred, Event};
-use crate::report::ReportAnswer;
 use crate::users::Resolver;
+
+mod reports;
+
+use reports::report;
+pub use reports::{ReportSlots, CENTRAL_PER_USER, CENTRAL_REPORTS, REPORTS_PER_USER};
 
 /// How long a new connection may take to send its request.
 pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,87 +43,6 @@ pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one frame may take to be written: a client that does not read its answer for
 /// this long is dropped (and what its answer held with it).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Reports of one user (other than root) read at a time; the user's further reports wait.
-pub const REPORTS_PER_USER: usize = 4;
-
-/// Reports from the cluster store read at a time on this node (each holds a PostgreSQL
-/// connection, a thread and its answer): one of them kept for root, the others shared by users,
-/// [`CENTRAL_PER_USER`] of them at most per user.
-pub const CENTRAL_REPORTS: usize = 4;
-
-/// Cluster-store reports of one user (other than root) at a time (issue 25, N7: one user's 4
-/// slow-read central reports held every slot, root's too).
-pub const CENTRAL_PER_USER: usize = 1;
-
-/// Per-uid semaphores of `permits` each.
-type PerUid = Arc<Mutex<HashMap<u32, Arc<Semaphore>>>>;
-
-/// Turns for reports: per user, and for the cluster store.
-#[derive(Clone, Debug)]
-pub struct ReportSlots {
-    by_uid: PerUid,
-    central_by_uid: PerUid,
-    central: Arc<Semaphore>,
-    central_root: Arc<Semaphore>,
-}
-
-impl Default for ReportSlots {
-    fn default() -> Self {
-        ReportSlots {
-            by_uid: Arc::default(),
-            central_by_uid: Arc::default(),
-            central: Arc::new(Semaphore::new(CENTRAL_REPORTS - 1)),
-            central_root: Arc::new(Semaphore::new(1)),
-        }
-    }
-}
-
-/// `uid`'s semaphore of `permits` in `m`, made when it has none.
-fn of_uid(m: &PerUid, uid: u32, permits: usize) -> Arc<Semaphore> {
-    let mut m = m.lock().unwrap_or_else(|e| e.into_inner());
-    // Users with no report under way or waiting hold no entry.
-    m.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < permits);
-    m.entry(uid)
-        .or_insert_with(|| Arc::new(Semaphore::new(permits)))
-        .clone()
-}
-
-impl ReportSlots {
-    /// Wait for one of `uid`'s turns (root needs none).
-    async fn user(&self, uid: u32) -> Option<OwnedSemaphorePermit> {
-        if uid == 0 {
-            return None;
-        }
-        of_uid(&self.by_uid, uid, REPORTS_PER_USER)
-            .acquire_owned()
-            .await
-            .ok()
-    }
-
-    /// Wait for a cluster-store report's turn: root's own slot for root; for a user, first
-    /// their own turn (one at a time), then one of the slots users share.
-    async fn central(&self, uid: u32) -> Vec<OwnedSemaphorePermit> {
-        if uid == 0 {
-            return self
-                .central_root
-                .clone()
-                .acquire_owned()
-                .await
-                .into_iter()
-                .collect();
-        }
-        let mut held = Vec::new();
-        held.extend(
-            of_uid(&self.central_by_uid, uid, CENTRAL_PER_USER)
-                .acquire_owned()
-                .await
-                .ok(),
-        );
-        held.extend(self.central.clone().acquire_owned().await.ok());
-        held
-    }
-}
 
 /// Limits on what users other than root may hold open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -321,60 +244,6 @@ async fn write(stream: &mut UnixStream, resp: &Response) -> std::io::Result<()> 
     }
 }
 
-/// Stream a report's frames as the client reads them: a local one page by page (each read on
-/// a blocking thread, the next only once the last is written), a central one frame by frame
-/// from its thread. Waits first for one of the caller's report turns.
-async fn stream_report(
-    stream: &mut UnixStream,
-    answer: ReportAnswer,
-    uid: u32,
-    slots: &ReportSlots,
-) -> std::io::Result<()> {
-    match answer {
-        ReportAnswer::Refused(r) => write(stream, &r).await,
-        ReportAnswer::Local(mut rep) => {
-            let _turn = slots.user(uid).await;
-            loop {
-                let (back, frames) = match tokio::task::spawn_blocking(move || {
-                    let f = rep.next_frames();
-                    (rep, f)
-                })
-                .await
-                {
-                    Ok(x) => x,
-                    Err(e) => {
-                        let failed = Response::Error {
-                            code: ErrorCode::Internal,
-                            message: format!("the report failed: {e}"),
-                        };
-                        return write(stream, &failed).await;
-                    }
-                };
-                rep = back;
-                for f in &frames {
-                    write(stream, f).await?;
-                }
-                if frames.is_empty() || rep.done() {
-                    return Ok(());
-                }
-            }
-        }
-        ReportAnswer::Central(c) => {
-            let _turn = slots.user(uid).await;
-            let _central = slots.central(uid).await;
-            let mut rx = c.start();
-            while let Some(resp) = rx.recv().await {
-                let last = matches!(resp, Response::ReportEnd { .. } | Response::Error { .. });
-                write(stream, &resp).await?;
-                if last {
-                    break;
-                }
-            }
-            Ok(())
-        }
-    }
-}
-
 async fn handle(
     mut stream: UnixStream,
     conn: u64,
@@ -388,30 +257,43 @@ async fn handle(
         uid: cred.uid(),
         gid: cred.gid(),
     };
-    let payload = match tokio::time::timeout(FIRST_REQUEST_TIMEOUT, read_frame(&mut stream)).await {
+    let Some(req) = read_request(&mut stream, conn, cred).await? else {
+        return Ok(());
+    };
+    dispatch(&mut stream, conn, cred, req, &tx, &users, &reports).await
+}
+
+/// The connection's one request, within [`FIRST_REQUEST_TIMEOUT`]. None: there is none (the
+/// client left, or was told why its frame or request is bad).
+async fn read_request(
+    stream: &mut UnixStream,
+    conn: u64,
+    cred: Cred,
+) -> std::io::Result<Option<Request>> {
+    let payload = match tokio::time::timeout(FIRST_REQUEST_TIMEOUT, read_frame(stream)).await {
         Err(_) => {
             let _ = write(
-                &mut stream,
+                stream,
                 &Response::Error {
                     code: ErrorCode::BadRequest,
                     message: "no request within 10 s".into(),
                 },
             )
             .await;
-            return Ok(());
+            return Ok(None);
         }
-        Ok(Ok(None)) => return Ok(()),
+        Ok(Ok(None)) => return Ok(None),
         Ok(Ok(Some(p))) => p,
         Ok(Err(e)) => {
             let _ = write(
-                &mut stream,
+                stream,
                 &Response::Error {
                     code: ErrorCode::BadRequest,
                     message: format!("bad frame: {e}"),
                 },
             )
             .await;
-            return Ok(());
+            return Ok(None);
         }
     };
     let req = match decode_request(&payload) {
@@ -420,20 +302,35 @@ async fn handle(
             debug!(conn, uid = cred.uid, error = %e, "bad request");
             let msg = format!("bad request: {e}");
             let msg: String = msg.chars().take(300).collect();
-            return write(
-                &mut stream,
+            write(
+                stream,
                 &Response::Error {
                     code: ErrorCode::BadRequest,
                     message: msg,
                 },
             )
-            .await;
+            .await?;
+            return Ok(None);
         }
     };
+    Ok(Some(req))
+}
+
+/// Answer a request: hand it to the engine (after a user lookup where it names one) and relay
+/// the answers.
+async fn dispatch(
+    stream: &mut UnixStream,
+    conn: u64,
+    cred: Cred,
+    req: Request,
+    tx: &mpsc::UnboundedSender<Event>,
+    users: &Resolver,
+    reports: &ReportSlots,
+) -> std::io::Result<()> {
     match req {
         Request::Ping => {
             write(
-                &mut stream,
+                stream,
                 &Response::Pong {
                     version: VERSION,
                     daemon_pid: std::process::id(),
@@ -441,104 +338,41 @@ async fn handle(
             )
             .await
         }
-        Request::Status => {
-            let (rtx, rrx) = oneshot::channel();
-            if tx.send(Event::Status { reply: rtx }).is_err() {
-                return write(&mut stream, &shutting_down()).await;
-            }
-            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
-            write(&mut stream, &resp).await
-        }
-        Request::Kill { job } => control(&mut stream, &tx, &users, cred, job, Control::Kill).await,
-        Request::Suspend { job } => {
-            control(&mut stream, &tx, &users, cred, job, Control::Suspend).await
-        }
-        Request::Resume { job } => {
-            control(&mut stream, &tx, &users, cred, job, Control::Resume).await
-        }
+        Request::Status => ask(stream, tx, |reply| Event::Status { reply }).await,
+        Request::Kill { job } => control(stream, tx, users, cred, job, Control::Kill).await,
+        Request::Suspend { job } => control(stream, tx, users, cred, job, Control::Suspend).await,
+        Request::Resume { job } => control(stream, tx, users, cred, job, Control::Resume).await,
         Request::Priority { job, priority } => {
-            control(
-                &mut stream,
-                &tx,
-                &users,
-                cred,
-                job,
-                Control::Priority(priority),
-            )
-            .await
+            control(stream, tx, users, cred, job, Control::Priority(priority)).await
         }
-        Request::Report(query) => {
-            // A user named by name is looked up here; by number it needs no lookup.
-            let named = query.user.as_deref().filter(|u| u.parse::<u32>().is_err());
-            let who = match users.who(&cred, named).await {
-                Ok(w) => w,
-                Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
-            };
-            let (rtx, rrx) = oneshot::channel();
-            if tx
-                .send(Event::Report {
-                    cred,
-                    who,
-                    query,
-                    reply: rtx,
-                })
-                .is_err()
-            {
-                return write(&mut stream, &shutting_down()).await;
-            }
-            // Frames until the end (or an error); a client that goes away, or does not read
-            // within the write timeout, ends it.
-            match rrx.await {
-                Ok(answer) => stream_report(&mut stream, answer, cred.uid, &reports).await,
-                Err(_) => write(&mut stream, &shutting_down()).await,
-            }
-        }
-        Request::End { job } => control(&mut stream, &tx, &users, cred, job, Control::End).await,
+        Request::Report(query) => report(stream, tx, users, cred, query, reports).await,
+        Request::End { job } => control(stream, tx, users, cred, job, Control::End).await,
         Request::Login(login) => {
             if cred.pid == 0 {
-                return write(&mut stream, &no_pid()).await;
+                return write(stream, &no_pid()).await;
             }
             let who = match users.who(&cred, Some(&login.user)).await {
                 Ok(w) => w,
-                Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
+                Err(msg) => return write(stream, &lookup_failed(msg)).await,
             };
-            let (rtx, rrx) = oneshot::channel();
-            if tx
-                .send(Event::Login {
-                    cred,
-                    who,
-                    req: login,
-                    reply: rtx,
-                })
-                .is_err()
-            {
-                return write(&mut stream, &shutting_down()).await;
-            }
-            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
-            write(&mut stream, &resp).await
+            ask(stream, tx, |reply| Event::Login {
+                cred,
+                who,
+                req: login,
+                reply,
+            })
+            .await
         }
         Request::Outcome { job } => {
-            let (rtx, rrx) = oneshot::channel();
-            if tx
-                .send(Event::Outcome {
-                    cred,
-                    job,
-                    reply: rtx,
-                })
-                .is_err()
-            {
-                return write(&mut stream, &shutting_down()).await;
-            }
-            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
-            write(&mut stream, &resp).await
+            ask(stream, tx, |reply| Event::Outcome { cred, job, reply }).await
         }
         Request::Run(run) => {
             if cred.pid == 0 {
-                return write(&mut stream, &no_pid()).await;
+                return write(stream, &no_pid()).await;
             }
             let who = match users.who(&cred, run.user.as_deref()).await {
                 Ok(w) => w,
-                Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
+                Err(msg) => return write(stream, &lookup_failed(msg)).await,
             };
             let (rtx, rrx) = mpsc::unbounded_channel();
             let ev = Event::Submit {
@@ -548,33 +382,21 @@ async fn handle(
                 req: run,
                 reply: rtx,
             };
-            wait_for_start(&mut stream, &tx, conn, ev, rrx).await
+            wait_for_start(stream, tx, conn, ev, rrx).await
         }
         Request::SlurmTask(req) => {
             if cred.pid == 0 {
-                return write(&mut stream, &no_pid()).await;
+                return write(stream, &no_pid()).await;
             }
-            let (rtx, rrx) = oneshot::channel();
-            if tx
-                .send(Event::SlurmTask {
-                    cred,
-                    req,
-                    reply: rtx,
-                })
-                .is_err()
-            {
-                return write(&mut stream, &shutting_down()).await;
-            }
-            let resp = rrx.await.unwrap_or_else(|_| shutting_down());
-            write(&mut stream, &resp).await
+            ask(stream, tx, |reply| Event::SlurmTask { cred, req, reply }).await
         }
         Request::Register(reg) => {
             if cred.pid == 0 {
-                return write(&mut stream, &no_pid()).await;
+                return write(stream, &no_pid()).await;
             }
             let who = match users.who(&cred, Some(&reg.user)).await {
                 Ok(w) => w,
-                Err(msg) => return write(&mut stream, &lookup_failed(msg)).await,
+                Err(msg) => return write(stream, &lookup_failed(msg)).await,
             };
             let (rtx, rrx) = mpsc::unbounded_channel();
             let ev = Event::Register {
@@ -584,9 +406,24 @@ async fn handle(
                 req: reg,
                 reply: rtx,
             };
-            wait_for_start(&mut stream, &tx, conn, ev, rrx).await
+            wait_for_start(stream, tx, conn, ev, rrx).await
         }
     }
+}
+
+/// Hand the engine an event that answers once, and write its answer (or that the daemon is
+/// shutting down).
+async fn ask(
+    stream: &mut UnixStream,
+    tx: &mpsc::UnboundedSender<Event>,
+    event: impl FnOnce(oneshot::Sender<Response>) -> Event,
+) -> std::io::Result<()> {
+    let (rtx, rrx) = oneshot::channel();
+    if tx.send(event(rtx)).is_err() {
+        return write(stream, &shutting_down()).await;
+    }
+    let resp = rrx.await.unwrap_or_else(|_| shutting_down());
+    write(stream, &resp).await
 }
 
 fn no_pid() -> Response {
@@ -684,67 +521,4 @@ fn shutting_down() -> Response {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Issue 25, N7: a user holding cluster-store reports open (a frame read every 29 s)
-    /// holds one slot at most; other users still get the rest, and root its own.
-    #[tokio::test(flavor = "current_thread")]
-    async fn one_users_central_reports_leave_slots_for_others_and_root() {
-        let slots = ReportSlots::default();
-        let held = slots.central(1000).await;
-        assert_eq!(held.len(), 2);
-        // The same user's second waits; another user's and root's go at once.
-        let again = tokio::time::timeout(Duration::from_millis(50), slots.central(1000)).await;
-        assert!(
-            again.is_err(),
-            "a second central report of the same user got a slot"
-        );
-        let other = tokio::time::timeout(Duration::from_millis(50), slots.central(1001)).await;
-        assert!(other.is_ok_and(|p| p.len() == 2));
-        let mut users = Vec::new();
-        for uid in [1002, 1003] {
-            users.push(slots.central(uid).await);
-        }
-        let root = tokio::time::timeout(Duration::from_millis(50), slots.central(0)).await;
-        assert!(root.is_ok_and(|p| p.len() == 1), "root waited behind users");
-        drop(held);
-        let again = tokio::time::timeout(Duration::from_millis(50), slots.central(1000)).await;
-        assert!(again.is_ok(), "the user's slot did not come back");
-    }
-
-    #[test]
-    fn a_user_over_the_limit_is_refused_root_never_and_slots_come_back() {
-        let open = Arc::new(Mutex::new(Open::default()));
-        let limits = ConnLimits {
-            per_user: 2,
-            non_root_total: 3,
-        };
-        let a1 = take_slot(&open, 1000, limits).unwrap();
-        let a2 = take_slot(&open, 1000, limits).unwrap();
-        assert!(take_slot(&open, 1000, limits)
-            .unwrap_err()
-            .contains("max_connections_per_user"));
-        let b1 = take_slot(&open, 1001, limits).unwrap();
-        // All users together are at their total: another user is refused too.
-        assert!(take_slot(&open, 1002, limits)
-            .unwrap_err()
-            .contains("no connection left"));
-        // Root is never counted nor refused.
-        for _ in 0..10 {
-            assert!(take_slot(&open, 0, limits).unwrap().is_none());
-        }
-        drop(a1);
-        let a3 = take_slot(&open, 1000, limits).unwrap();
-        drop((a2, a3, b1));
-        let o = open.lock().unwrap();
-        assert!(o.by_uid.is_empty() && o.total == 0, "{o:?}");
-    }
-
-    #[test]
-    fn limits_leave_most_descriptors_to_the_daemon() {
-        let l = ConnLimits::new(256, 1 << 20);
-        assert_eq!(l.non_root_total, 1 << 18);
-        assert_eq!(ConnLimits::new(256, 1024).non_root_total, 256);
-    }
-}
+mod tests;

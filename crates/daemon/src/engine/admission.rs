@@ -3,10 +3,10 @@
 //! and telling the client its place and why it waits.
 
 use pjw_core::io_limits::JobIo;
-use pjw_core::sched::{self, Phase};
+use pjw_core::sched::Phase;
 use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, GpuSet, JobId};
-use pjw_proto::{ErrorCode, Placement, Response, RunRequest};
+use pjw_proto::{ErrorCode, Response, RunRequest};
 use pjw_store::{JobRecord, StoredState, SubmitRecord};
 use tokio::sync::mpsc;
 use tracing::{error, info};
@@ -29,6 +29,26 @@ fn claimed_from_env(req: &RunRequest, ns: &str) -> bool {
             .is_some_and(|(m, _)| m == ns)
 }
 
+/// The owner: the caller, or (root only) the user it names.
+fn owner_of(cred: &Cred, who: &Who, req: &RunRequest) -> Result<(u32, u32, String), Refusal> {
+    Ok(match &req.user {
+        None => (cred.uid, cred.gid, who.name.clone()),
+        Some(name) => match who.named {
+            None => return Err(refuse(ErrorCode::Invalid, format!("no such user: {name}"))),
+            Some((uid, _)) if cred.uid != 0 && uid != cred.uid => {
+                return Err(refuse(
+                    ErrorCode::Denied,
+                    format!(
+                        "only root may run a job as another user ({name}); you are {}",
+                        who.name
+                    ),
+                ));
+            }
+            Some((uid, gid)) => (uid, gid, name.clone()),
+        },
+    })
+}
+
 impl Engine {
     pub(super) fn submit(
         &mut self,
@@ -42,8 +62,51 @@ impl Engine {
         if self.submit_step(&cred, who, &req, &reply) {
             return;
         }
-        // A client whose process is already a live job's main process reconnected after a
-        // daemon crash between being moved and being told: tell it again.
+        if self.retell_started(&cred, &req, &reply) {
+            return;
+        }
+        let pid_start = os::start_time(&self.cfg.proc_root, cred.pid);
+        let Some(reply) = self.rejoin_queued(conn, &cred, pid_start, req.tasks, reply) else {
+            return;
+        };
+        let admitted = self
+            .validate(&cred, who, &req)
+            .and_then(|()| self.job_id_of(&req))
+            .and_then(|(id, number)| {
+                let (uid, gid, user) = owner_of(&cred, who, &req)?;
+                Ok((self.id_for_owner(id, uid)?, number, uid, gid, user))
+            });
+        let (id, number, uid, gid, user) = match admitted {
+            Ok(a) => a,
+            Err((code, message)) => {
+                let _ = reply.send(err(code, message));
+                return;
+            }
+        };
+        let (rec, starter, sides) =
+            self.new_job_rows(&cred, &req, &id, number, (uid, gid, user), pid_start);
+        let Some(seq) = self.enqueue(rec, id, starter, sides, conn, reply) else {
+            return;
+        };
+        if let Some(j) = self.jobs.get_mut(&seq) {
+            j.tasks = req.tasks;
+        }
+        let job = &self.jobs[&seq];
+        if job.starter.client_uid != job.uid || job.starter.wlm.is_some() {
+            info!(job = %job.id, user = %job.user, wlm = job.starter.wlm.as_deref().unwrap_or(""), client_uid = job.starter.client_uid, "job submitted by a job starter");
+        }
+        self.replan();
+        self.tell_queued(seq);
+    }
+
+    /// A client whose process is already a live job's main process reconnected after a
+    /// daemon crash between being moved and being told: tell it again. True: told.
+    fn retell_started(
+        &mut self,
+        cred: &Cred,
+        req: &RunRequest,
+        reply: &mpsc::UnboundedSender<Response>,
+    ) -> bool {
         if let Some(j) = self.jobs.values().find(|j| {
             j.started.is_some()
                 && j.pid == Some(cred.pid)
@@ -68,10 +131,21 @@ impl Engine {
             if let Some(j) = self.jobs.get_mut(&seq) {
                 j.steps.main_told = true;
             }
-            return;
+            return true;
         }
-        // A queued client reconnecting after a restart takes its place back.
-        let pid_start = os::start_time(&self.cfg.proc_root, cred.pid);
+        false
+    }
+
+    /// A queued client reconnecting after a restart takes its place back. None: it did (the
+    /// reply went to its job); else the reply, given back.
+    fn rejoin_queued(
+        &mut self,
+        conn: u64,
+        cred: &Cred,
+        pid_start: Option<u64>,
+        tasks: Option<u32>,
+        reply: mpsc::UnboundedSender<Response>,
+    ) -> Option<mpsc::UnboundedSender<Response>> {
         if let Some(j) = self.jobs.values_mut().find(|j| {
             j.started.is_none()
                 && j.client.waiter.is_none()
@@ -82,16 +156,17 @@ impl Engine {
             info!(job = %j.id, pid = cred.pid, "queued client reconnected; place kept");
             j.client.waiter = Some(Waiter { conn, reply });
             j.client.reconnect_by = None;
-            j.tasks = req.tasks;
+            j.tasks = tasks;
             let seq = j.seq;
             self.replan();
             self.tell_queued(seq);
-            return;
+            return None;
         }
-        if let Err((code, message)) = self.validate(&cred, who, &req) {
-            let _ = reply.send(err(code, message));
-            return;
-        }
+        Some(reply)
+    }
+
+    /// The new job's id (given, or generated: then with the number it took).
+    fn job_id_of(&mut self, req: &RunRequest) -> Result<(JobId, Option<u64>), Refusal> {
         let mut number = None;
         let id = match &req.job_id {
             Some(text) => {
@@ -99,13 +174,10 @@ impl Engine {
                     Ok(id) => match id.namespace() {
                         None => id,
                         // LSF, HTCondor, PBS: the user's own wrapper claims the manager's id.
-                        Some(ns) if claimed_from_env(&req, ns) => {
+                        Some(ns) if claimed_from_env(req, ns) => {
                             match JobId::manager_claim(ns, id.local()) {
                                 Ok(id) => id,
-                                Err(e) => {
-                                    let _ = reply.send(err(ErrorCode::Denied, e.to_string()));
-                                    return;
-                                }
+                                Err(e) => return Err(refuse(ErrorCode::Denied, e.to_string())),
                             }
                         }
                         // Slurm's, Grid Engine's: made by `pjw job register` (root) only.
@@ -115,17 +187,13 @@ impl Engine {
                             } else {
                                 "`pjw job register`".to_string()
                             };
-                            let _ = reply.send(err(
+                            return Err(refuse(
                             ErrorCode::Denied,
                             format!("job id {id} is in the {ns} namespace: only {by} makes ids there"),
                         ));
-                            return;
                         }
                     },
-                    Err(e) => {
-                        let _ = reply.send(err(ErrorCode::Invalid, e.to_string()));
-                        return;
-                    }
+                    Err(e) => return Err(refuse(ErrorCode::Invalid, e.to_string())),
                 }
             }
             None => match self.generate_id() {
@@ -133,35 +201,16 @@ impl Engine {
                     number = Some(n);
                     id
                 }
-                Err(e) => {
-                    let _ = reply.send(err(ErrorCode::Internal, e));
-                    return;
-                }
+                Err(e) => return Err(refuse(ErrorCode::Internal, e)),
             },
         };
-        // The owner: the caller, or (root only) the user it names.
-        let (uid, gid, user) = match &req.user {
-            None => (cred.uid, cred.gid, who.name.clone()),
-            Some(name) => match who.named {
-                None => {
-                    let _ = reply.send(err(ErrorCode::Invalid, format!("no such user: {name}")));
-                    return;
-                }
-                Some((uid, _)) if cred.uid != 0 && uid != cred.uid => {
-                    let _ = reply.send(err(
-                        ErrorCode::Denied,
-                        format!(
-                            "only root may run a job as another user ({name}); you are {}",
-                            who.name
-                        ),
-                    ));
-                    return;
-                }
-                Some((uid, gid)) => (uid, gid, name.clone()),
-            },
-        };
-        // A manager's id that another owner's live job holds (claimed first, by mistake or to
-        // squat it) is made this owner's: the job runs all the same.
+        Ok((id, number))
+    }
+
+    /// A manager's id that another owner's live job holds (claimed first, by mistake or to
+    /// squat it) is made this owner's: the job runs all the same. Refused: an id a live job
+    /// already holds.
+    fn id_for_owner(&self, id: JobId, uid: u32) -> Result<JobId, Refusal> {
         let id = match self.jobs.values().find(|j| j.id == id) {
             Some(j) if id.namespace().is_some() && j.uid != uid => {
                 let own = id.for_owner(uid);
@@ -171,17 +220,29 @@ impl Engine {
             _ => id,
         };
         if self.jobs.values().any(|j| j.id == id) {
-            let _ = reply.send(err(
+            return Err(refuse(
                 ErrorCode::Conflict,
                 format!("job id {id} is already in use by a live job"),
             ));
-            return;
         }
+        Ok(id)
+    }
+
+    /// The queued job's row, its starter and its side rows.
+    fn new_job_rows(
+        &self,
+        cred: &Cred,
+        req: &RunRequest,
+        id: &JobId,
+        number: Option<u64>,
+        (uid, gid, user): (u32, u32, String),
+        pid_start: Option<u64>,
+    ) -> (JobRecord, Starter, Sides) {
         let tmp_size = req.tmp.or(self.cfg.tmp).filter(|s| *s > 0);
-        let name = super::steps::run_name(&req, "job");
+        let name = super::steps::run_name(req, "job");
         let submitted_ms = self.clock.now_ms();
         let priority = req.priority.unwrap_or(self.cfg.default_priority);
-        let cgroup = cgroup_name(&id);
+        let cgroup = cgroup_name(id);
         let rec = JobRecord {
             seq: 0,
             job_id: id.to_string(),
@@ -218,21 +279,10 @@ impl Engine {
             number,
             gpus: req.gpus,
             pinned: GpuSet::new(),
-            io: self.io_of(cred.uid, &req).unwrap_or_default(), // checked in validate
+            io: self.io_of(cred.uid, req).unwrap_or_default(), // checked in validate
             bind: req.bind,
         };
-        let Some(seq) = self.enqueue(rec, id, starter, sides, conn, reply) else {
-            return;
-        };
-        if let Some(j) = self.jobs.get_mut(&seq) {
-            j.tasks = req.tasks;
-        }
-        let job = &self.jobs[&seq];
-        if job.starter.client_uid != job.uid || job.starter.wlm.is_some() {
-            info!(job = %job.id, user = %job.user, wlm = job.starter.wlm.as_deref().unwrap_or(""), client_uid = job.starter.client_uid, "job submitted by a job starter");
-        }
-        self.replan();
-        self.tell_queued(seq);
+        (rec, starter, sides)
     }
 
     /// Record a new job as queued and put it in the queue with its waiting client: the one path
@@ -289,152 +339,6 @@ impl Engine {
         job.client.waiter = Some(Waiter { conn, reply });
         self.jobs.insert(seq, job);
         Some(seq)
-    }
-
-    pub(super) fn validate(&self, cred: &Cred, who: &Who, req: &RunRequest) -> Result<(), Refusal> {
-        let total = self.pool.len();
-        if req.cpus == 0 {
-            return Err(refuse(ErrorCode::Invalid, "--cpus must be at least 1"));
-        }
-        if req.cpus as usize > total {
-            return Err(refuse(
-                ErrorCode::Invalid,
-                format!(
-                    "--cpus {} is more than this node has for jobs ({total} cpus: {})",
-                    req.cpus, self.pool
-                ),
-            ));
-        }
-        if req.mem == Some(0) {
-            return Err(refuse(ErrorCode::Invalid, "--mem must be more than 0"));
-        }
-        if let Some(t) = req.tasks {
-            if t == 0 || !req.cpus.is_multiple_of(t) {
-                return Err(refuse(
-                    ErrorCode::Invalid,
-                    format!("--ntasks {t} does not divide the job's {} cpus", req.cpus),
-                ));
-            }
-        }
-        self.validate_gpus(req.gpus)?;
-        self.io_of(cred.uid, req)?;
-        if req.argv.len() > pjw_proto::MAX_ARGS {
-            return Err(refuse(ErrorCode::Invalid, "too many arguments"));
-        }
-        // What a client sends is shown to others and logged: bounded, no control characters.
-        if let Some(w) = &req.wlm {
-            pjw_core::text::check_label(w)
-                .map_err(|why| refuse(ErrorCode::Invalid, format!("wlm label {why}")))?;
-        }
-        if let Some(n) = &req.name {
-            if n.len() > 256 {
-                return Err(refuse(
-                    ErrorCode::Invalid,
-                    "--name is longer than 256 bytes",
-                ));
-            }
-        }
-        if let Some(m) = req.mem {
-            if m > self.mem_limit {
-                return Err(refuse(
-                    ErrorCode::Invalid,
-                    format!(
-                        "--mem {} can never fit: the job partition of this node is {}",
-                        pjw_core::format_size(m),
-                        pjw_core::format_size(self.mem_limit)
-                    ),
-                ));
-            }
-        }
-        if let Some(t) = req.tmp.or(self.cfg.tmp).filter(|t| *t > 0) {
-            // A tmpfs of any size mounts; its pages come out of the node's memory. At most the
-            // node's maximum (default: the job partition), and with --mem, the job's memory.
-            let cap = self.cfg.tmp_max.unwrap_or(self.mem_limit);
-            let cap = req.mem.map_or(cap, |m| cap.min(m));
-            if t > cap {
-                return Err(refuse(
-                    ErrorCode::Invalid,
-                    format!(
-                        "--tmp {} is more than this job may have ({}: {})",
-                        pjw_core::format_size(t),
-                        if req
-                            .mem
-                            .is_some_and(|m| m < self.cfg.tmp_max.unwrap_or(self.mem_limit))
-                        {
-                            "its --mem"
-                        } else {
-                            "job.tmp_max, by default the job partition"
-                        },
-                        pjw_core::format_size(cap)
-                    ),
-                ));
-            }
-        }
-        if let Some(p) = req.priority {
-            self.check_priority(cred, who, p)?;
-        }
-        if req.exclusive
-            && self.cfg.exclusive == crate::config::ExclusiveRight::Privileged
-            && !self.privileged(cred, who)
-        {
-            return Err(refuse(
-                ErrorCode::Denied,
-                "--exclusive (the whole node) is for root, workload-manager jobs and the admin group on this node (exclusive = \"privileged\")",
-            ));
-        }
-        if cred.uid != 0 {
-            let queued = self
-                .jobs
-                .values()
-                .filter(|j| j.starter.client_uid == cred.uid && j.started.is_none())
-                .count();
-            if queued >= self.cfg.max_queued_per_user {
-                return Err(refuse(
-                    ErrorCode::Denied,
-                    format!(
-                        "you have {queued} jobs waiting, this node's limit per user (max_queued_per_user)"
-                    ),
-                ));
-            }
-        }
-        if req.placement == Placement::BackfillOnly && !self.cfg.backfill {
-            return Err(refuse(
-                ErrorCode::Invalid,
-                "backfill is disabled on this node (backfill = false)",
-            ));
-        }
-        if req.placement == Placement::BackfillOnly && req.exclusive {
-            return Err(refuse(
-                ErrorCode::Invalid,
-                "--exclusive and --backfill-only exclude each other",
-            ));
-        }
-        Ok(())
-    }
-
-    pub(super) fn check_priority(&self, cred: &Cred, who: &Who, p: u8) -> Result<(), Refusal> {
-        if !(sched::MIN_PRIORITY..=sched::MAX_PRIORITY).contains(&p) {
-            return Err(refuse(
-                ErrorCode::Invalid,
-                format!("priority {p} is not in 1-16"),
-            ));
-        }
-        if p > self.cfg.max_priority && !self.privileged(cred, who) {
-            return Err(refuse(
-                ErrorCode::Denied,
-                format!(
-                    "priority {p} is above this node's maximum for users ({})",
-                    self.cfg.max_priority
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Root or a member of the admin group (`[profile] admin_group`): may ask for priorities
-    /// above `max_priority` and, by default, for `--exclusive`.
-    pub(super) fn privileged(&self, cred: &Cred, who: &Who) -> bool {
-        cred.uid == 0 || who.admin
     }
 
     /// Say once that a job waits, with its place and why.

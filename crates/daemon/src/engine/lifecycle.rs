@@ -13,24 +13,68 @@ use tracing::{debug, error, info, warn};
 
 use super::pidfd::{spawn_pidfd_retry, spawn_pidfd_watch};
 use super::store_writes::OnFail;
-use super::{err, role_of, End, Engine, Event};
+use super::{err, role_of, End, Engine, Event, Waiter};
 use crate::cgroup_port::Killed;
 use crate::os;
 use crate::profile::EndReason;
 
+/// Where a starting job was placed: its role, CPUs and memory nodes, when its process moved
+/// in, and whether it was recorded running.
+#[derive(Clone, Copy)]
+struct Placed {
+    phase: Phase,
+    cpus: CpuSet,
+    mems: CpuSet,
+    moved_at: Instant,
+    running: bool,
+}
+
 impl Engine {
     pub(super) fn start(&mut self, seq: i64, cpus: CpuSet, backfill: bool) -> bool {
-        let Some(j) = self.jobs.get(&seq) else {
+        let Some(waiter) = self.take_live_waiter(seq) else {
             return false;
         };
+        let pid = self.jobs[&seq].pid;
+        let mems = self.alloc.topology().mems_for(&cpus);
+        let phase = if backfill {
+            Phase::Backfill
+        } else {
+            Phase::Primary
+        };
+        let running = pid.is_some();
+        if !self.record_start(seq, cpus, mems, phase, running, &waiter) {
+            return false;
+        }
+        let Some(moved_at) = self.place_job(seq, cpus, mems, backfill, pid, &waiter) else {
+            return false;
+        };
+        let at = Placed {
+            phase,
+            cpus,
+            mems,
+            moved_at,
+            running,
+        };
+        if !self.mount_job_tmp(seq, &waiter, &at) {
+            return true;
+        }
+        self.finish_start(seq, waiter, at, backfill, pid)
+    }
+
+    /// The job's waiting client, taken, when the job may start: a registered job may have no
+    /// process yet, every other job has its client's, still the caller's. None: it may not
+    /// (a job whose client left is ended).
+    fn take_live_waiter(&mut self, seq: i64) -> Option<Waiter> {
+        let j = self.jobs.get(&seq)?;
         // A registered job may have no process yet; every other job has its client's.
         let pid = j.pid;
         if pid.is_none() && !j.starter.held {
-            return false;
+            return None;
         }
-        let Some(waiter) = self.jobs.get_mut(&seq).and_then(|j| j.client.waiter.take()) else {
-            return false;
-        };
+        let waiter = self
+            .jobs
+            .get_mut(&seq)
+            .and_then(|j| j.client.waiter.take())?;
         let j = &self.jobs[&seq];
         // The process must still be the caller's.
         if waiter.reply.is_closed()
@@ -42,20 +86,27 @@ impl Engine {
             if let Some(j) = self.jobs.remove(&seq) {
                 self.record_end(&j, End::not_started("client left the queue"));
             }
-            return false;
+            return None;
         }
-        let mems = self.alloc.topology().mems_for(&cpus);
-        let phase = if backfill {
-            Phase::Backfill
-        } else {
-            Phase::Primary
-        };
+        Some(waiter)
+    }
+
+    /// Durable first: after a crash from here on, recovery finds the job. False: the store
+    /// refused (the client told, the job ended).
+    fn record_start(
+        &mut self,
+        seq: i64,
+        cpus: CpuSet,
+        mems: CpuSet,
+        phase: Phase,
+        running: bool,
+        waiter: &Waiter,
+    ) -> bool {
         // Durable first: after a crash from here on, recovery finds the job. A store that
         // refuses refuses the start (nothing is in the kernel yet). One transaction: its GPUs,
         // CPUs, role and state. A job with a process is recorded `running` at once (recovery
         // treats `starting` and `running` alike when the job has a process); a held job stays
         // `starting` until its cgroups exist (docs/decisions.md (at)).
-        let running = pid.is_some();
         let record = StartRecord {
             seq,
             cpus,
@@ -79,6 +130,22 @@ impl Engine {
             }
             return false;
         }
+        true
+    }
+
+    /// The job's cgroups made, fenced and its process moved in. The moment it was moved (its
+    /// CPU and running time count from there); None: placing failed (the client told, the job
+    /// ended).
+    fn place_job(
+        &mut self,
+        seq: i64,
+        cpus: CpuSet,
+        mems: CpuSet,
+        backfill: bool,
+        pid: Option<u32>,
+        waiter: &Waiter,
+    ) -> Option<Instant> {
+        let j = &self.jobs[&seq];
         let limits = JobLimits {
             cpus,
             mems,
@@ -134,11 +201,24 @@ impl Engine {
             if let Some(j) = self.jobs.remove(&seq) {
                 self.record_end(&j, End::not_started(&format!("start failed: {e}")));
             }
-            return false;
+            return None;
         }
-        // An unprivileged client's /tmp: a tmpfs the daemon mounts for it.
+        Some(moved_at)
+    }
+
+    /// An unprivileged client's /tmp: a tmpfs the daemon mounts for it. False: it could not
+    /// be mounted; the client is told, the job runs on and ends when it exits on the error.
+    fn mount_job_tmp(&mut self, seq: i64, waiter: &Waiter, at: &Placed) -> bool {
+        let Placed {
+            phase,
+            cpus,
+            mems,
+            moved_at,
+            running,
+        } = *at;
+        let j = &self.jobs[&seq];
         if let Some(size) = j.starter.tmp_size.filter(|_| j.starter.client_uid != 0) {
-            let name = crate::tmp::dir_name(&cgroup, seq);
+            let name = crate::tmp::dir_name(&j.cgroup, seq);
             match crate::tmp::mount_job_tmp(&self.cfg.tmp_root, &name, size, j.uid, j.gid) {
                 Ok(dir) => {
                     info!(job = %j.id, user = %j.user, dir = %dir.display(), size, "job tmpfs mounted");
@@ -172,10 +252,29 @@ impl Engine {
                         j.started = Some(moved_at);
                     }
                     self.track(seq, true);
-                    return true;
+                    return false;
                 }
             }
         }
+        true
+    }
+
+    /// The job in its role on its CPUs, logged, counted and its client told.
+    fn finish_start(
+        &mut self,
+        seq: i64,
+        waiter: Waiter,
+        at: Placed,
+        backfill: bool,
+        pid: Option<u32>,
+    ) -> bool {
+        let Placed {
+            phase,
+            cpus,
+            mems,
+            moved_at,
+            running,
+        } = at;
         if !self.jobs.contains_key(&seq) {
             return false;
         }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use pjw_core::GpuId;
 use pjw_proto::{ErrorCode, ReportQuery};
-use pjw_store::{JobRecord, JobSummary, Sample};
+use pjw_store::{JobRecord, JobSummary, ProcessSample, Sample};
 use proc_connector::ProcEvent;
 use tokio::sync::oneshot;
 use tracing::{debug, info};
@@ -15,7 +15,7 @@ use tracing::{debug, info};
 use super::{err, Cred, End, Engine, Job, Who};
 use crate::bind::{ProfJob, ProfileTick};
 use crate::gpu_stats::{self, GpuReading};
-use crate::profile::{self, EndReason, JobProf, WriteOp};
+use crate::profile::{self, EndReason, JobProf, WriteOp, Writer};
 use crate::report::{self, Access, LiveJob, ReportAnswer};
 
 /// How long the exit status of an ended job's main process is awaited.
@@ -38,6 +38,16 @@ impl End {
     pub(super) fn not_started(why: &str) -> End {
         End::of(EndReason::NotStarted(why.to_string()))
     }
+}
+
+/// Between two updates of the kernel's PSI averages a sample carries the last ones read.
+fn carry_psi(s: &mut Sample, last: &Sample) {
+    s.psi_cpu_some = last.psi_cpu_some;
+    s.psi_cpu_full = last.psi_cpu_full;
+    s.psi_mem_some = last.psi_mem_some;
+    s.psi_mem_full = last.psi_mem_full;
+    s.psi_io_some = last.psi_io_some;
+    s.psi_io_full = last.psi_io_full;
 }
 
 impl Engine {
@@ -216,12 +226,7 @@ impl Engine {
             }
             if !read_psi {
                 if let Some(last) = &j.prof.last {
-                    s.psi_cpu_some = last.psi_cpu_some;
-                    s.psi_cpu_full = last.psi_cpu_full;
-                    s.psi_mem_some = last.psi_mem_some;
-                    s.psi_mem_full = last.psi_mem_full;
-                    s.psi_io_some = last.psi_io_some;
-                    s.psi_io_full = last.psi_io_full;
+                    carry_psi(&mut s, last);
                 }
             }
             j.prof.add(&s);
@@ -245,31 +250,9 @@ impl Engine {
         if let Some(g) = &self.gpu_sampler {
             g.poke();
         }
-        self.late_exits
-            .retain(|_, (_, at)| at.elapsed() < LATE_EXIT_WAIT);
-        self.late_step_exits
-            .retain(|_, (_, _, at)| at.elapsed() < LATE_EXIT_WAIT);
+        self.prune_late_exits();
         if let Some(writer) = writer {
-            if !batch.is_empty() {
-                writer.send(WriteOp::Samples(batch));
-            }
-            if !procs.is_empty() {
-                writer.send(WriteOp::Processes(procs));
-            }
-            let due = match self.last_retention {
-                Some(t) => t.elapsed() >= RETENTION_EVERY,
-                None => true,
-            };
-            if due {
-                self.last_retention = Some(Instant::now());
-                writer.send(WriteOp::Retention {
-                    now_ms: now,
-                    max_age_ms: self.cfg.profile.retention_ms,
-                    max_bytes: self.cfg.profile.max_db_size,
-                    // With a central store, jobs not shipped yet are the spool: never pruned.
-                    keep_unshipped: self.cfg.central.is_some(),
-                });
-            }
+            self.send_pass(&writer, batch, procs, now);
         }
         // Thread rows at the sampler's own tick only, not the young jobs' extra ones.
         if !young_only {
@@ -278,6 +261,44 @@ impl Engine {
         let took = t0.elapsed();
         self.metrics.sampler_pass(took.as_secs_f64());
         debug!(jobs, took_us = took.as_micros() as u64, "sampled");
+    }
+
+    /// Exits reported before their job was known, forgotten after [`LATE_EXIT_WAIT`].
+    fn prune_late_exits(&mut self) {
+        self.late_exits
+            .retain(|_, (_, at)| at.elapsed() < LATE_EXIT_WAIT);
+        self.late_step_exits
+            .retain(|_, (_, _, at)| at.elapsed() < LATE_EXIT_WAIT);
+    }
+
+    /// A pass's samples and process rows to the writer, and the retention when it is due.
+    fn send_pass(
+        &mut self,
+        writer: &Writer,
+        batch: Vec<Sample>,
+        procs: Vec<ProcessSample>,
+        now: i64,
+    ) {
+        if !batch.is_empty() {
+            writer.send(WriteOp::Samples(batch));
+        }
+        if !procs.is_empty() {
+            writer.send(WriteOp::Processes(procs));
+        }
+        let due = match self.last_retention {
+            Some(t) => t.elapsed() >= RETENTION_EVERY,
+            None => true,
+        };
+        if due {
+            self.last_retention = Some(Instant::now());
+            writer.send(WriteOp::Retention {
+                now_ms: now,
+                max_age_ms: self.cfg.profile.retention_ms,
+                max_bytes: self.cfg.profile.max_db_size,
+                // With a central store, jobs not shipped yet are the spool: never pruned.
+                keep_unshipped: self.cfg.central.is_some(),
+            });
+        }
     }
 
     /// The per-thread profile of the tick: the jobs running on CPUs go to the binder's thread,

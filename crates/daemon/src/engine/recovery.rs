@@ -26,112 +26,145 @@ impl Engine {
     /// clients to reconnect.
     pub fn recover(&mut self) -> Result<(), String> {
         let live = self.store.live_jobs().map_err(|e| e.to_string())?;
-        let mut known = Vec::new();
+        let known: Vec<String> = live.iter().map(|rec| rec.cgroup.clone()).collect();
         // The job cgroups that exist, read once when needed (None: could not be read).
         let mut existing: Option<Option<Vec<String>>> = None;
         for rec in live {
-            known.push(rec.cgroup.clone());
-            let Ok(id) = JobId::new(&rec.job_id) else {
-                continue;
-            };
-            if rec.state == StoredState::Queued {
-                self.recover_queued(rec, id);
-                continue;
-            }
-            // Registered by a manager without a process: it lives until the manager ends it.
-            let held = rec.pid.is_none()
-                && matches!(self.store.starter(rec.seq), Ok(Some(st)) if st.wlm.is_some());
-            // A cgroup that cannot be read may hold processes: kept, so its CPUs stay taken.
-            let populated = self.driver.is_populated(&rec.cgroup).unwrap_or_else(|e| {
-                warn!(job = %rec.job_id, error = %e, "cannot tell whether the job's cgroup is empty; kept");
-                true
-            });
-            // A held job lives on empty; one that never got its cgroups ("starting") does not.
-            let keep = populated || (held && rec.state == StoredState::Running);
-            if !keep {
-                // A start is recorded `running` before its cgroups are made (decision (at)): a
-                // row whose cgroups do not exist never ran its command. Unknown when the list
-                // cannot be read: then it counts as having run, as before.
-                let never_made = rec.state == StoredState::Running
-                    && rec.pid.is_some()
-                    && existing
-                        .get_or_insert_with(|| self.driver.list_jobs().ok())
-                        .as_ref()
-                        .is_some_and(|l| !l.contains(&rec.cgroup));
-                let _ = self.driver.remove_job(&rec.cgroup);
-                let reason = if rec.state == StoredState::Starting || never_made {
-                    EndReason::NotStarted("start interrupted".into())
-                } else {
-                    EndReason::EndedWhileDown
-                };
-                let text = reason.text();
-                self.record_end_rec(&rec, reason);
-                info!(job = %rec.job_id, reason = text.as_str(), "recovered job had ended");
-                continue;
-            }
-            let phase = match rec.role {
-                StoredRole::Backfill => Phase::Backfill,
-                StoredRole::Preempted => Phase::Preempted,
-                StoredRole::Suspended => Phase::Suspended,
-                StoredRole::Primary => Phase::Primary,
-            };
-            let cpus = if matches!(phase, Phase::Preempted | Phase::Suspended) {
-                CpuSet::new()
-            } else {
-                match self.driver.job_cpus(&rec.cgroup) {
-                    Ok(c) if !c.is_empty() => {
-                        if c != rec.cpus {
-                            warn!(job = %rec.job_id, stored = %rec.cpus, cgroup = %c, "cpuset differs from the store; the cgroup wins");
-                        }
-                        c
-                    }
-                    _ => rec.cpus,
-                }
-            };
-            let main_alive = rec
-                .pid
-                .is_some_and(|p| os::process_alive(&self.cfg.proc_root, p, rec.pid_start));
-            let started = Instant::now()
-                .checked_sub(Duration::from_millis(
-                    (self.clock.now_ms() - rec.started_ms.unwrap_or(rec.submitted_ms)).max(0)
-                        as u64,
-                ))
-                .unwrap_or_else(Instant::now);
-            let mut job = self.job_from_record(&rec, id, phase, cpus, Some(started));
-            self.restore_starter(&mut job);
-            job.starter.held = held;
-            // A running job that is frozen was frozen by the memory governor: it stays frozen
-            // until the governor finds room for it, with what it uses now as its footprint.
-            if matches!(phase, Phase::Primary | Phase::Backfill)
-                && self.driver.is_frozen(&rec.cgroup).unwrap_or(false)
-            {
-                job.memory.frozen = true;
-                job.memory.frozen_since_ms = Some(self.clock.now_ms());
-                job.memory.why =
-                    Some("it was frozen for memory before the daemon restarted".into());
-                job.memory.footprint = self.driver.memory_usage(&rec.cgroup).unwrap_or(0);
-            }
-            // A throttle the governor set before the restart is not remembered: lifted, so no
-            // job stays held at an old memory.high (the governor throttles again if it must).
-            if self.governor.is_some_and(|g| g.throttle) {
-                if let Err(e) = self.driver.set_memory_high(&rec.cgroup, None) {
-                    warn!(job = %job.id, error = %e, "cannot lift a throttle left from before the restart");
-                }
-            }
-            info!(
-                job = %job.id, user = %job.user, cpus = %job.cpus, role = role_of(phase).as_str(), main_alive,
-                memory_frozen = job.memory.frozen, "recovered running job"
-            );
-            let seq = job.seq;
-            self.jobs.insert(seq, job);
-            if rec.state == StoredState::Starting {
-                // Its cgroups exist: kept running if the store refuses, and written again.
-                let _ =
-                    self.store_write(seq, "set_running", OnFail::Rewrite, |s| s.set_running(seq));
-            }
-            self.track(seq, main_alive);
+            self.recover_stored(rec, &mut existing);
         }
-        // Per-job tmpfs whose job is gone (ended while the daemon was down, or never started).
+        self.remove_stale_tmpfs();
+        self.adopt_unknown(&known)?;
+        // Process counts start again from what is alive now (a lower bound).
+        self.reseed_procs();
+        // Figures for `status` until the sampler's first tick (and a point in each series).
+        let started: Vec<i64> = self
+            .jobs
+            .values()
+            .filter(|j| j.started.is_some())
+            .map(|j| j.seq)
+            .collect();
+        for seq in started {
+            self.sample_now(seq);
+        }
+        self.arm_young();
+        self.replan();
+        Ok(())
+    }
+
+    /// One job the store holds as live: queued again, ended, or running again.
+    fn recover_stored(&mut self, rec: JobRecord, existing: &mut Option<Option<Vec<String>>>) {
+        let Ok(id) = JobId::new(&rec.job_id) else {
+            return;
+        };
+        if rec.state == StoredState::Queued {
+            self.recover_queued(rec, id);
+            return;
+        }
+        // Registered by a manager without a process: it lives until the manager ends it.
+        let held = rec.pid.is_none()
+            && matches!(self.store.starter(rec.seq), Ok(Some(st)) if st.wlm.is_some());
+        // A cgroup that cannot be read may hold processes: kept, so its CPUs stay taken.
+        let populated = self.driver.is_populated(&rec.cgroup).unwrap_or_else(|e| {
+            warn!(job = %rec.job_id, error = %e, "cannot tell whether the job's cgroup is empty; kept");
+            true
+        });
+        // A held job lives on empty; one that never got its cgroups ("starting") does not.
+        let keep = populated || (held && rec.state == StoredState::Running);
+        if !keep {
+            self.recover_ended(&rec, existing);
+            return;
+        }
+        self.recover_running(rec, id, held);
+    }
+
+    /// A stored job whose cgroup is gone or empty: it ended (or never started) while the
+    /// daemon was down.
+    fn recover_ended(&mut self, rec: &JobRecord, existing: &mut Option<Option<Vec<String>>>) {
+        // A start is recorded `running` before its cgroups are made (decision (at)): a
+        // row whose cgroups do not exist never ran its command. Unknown when the list
+        // cannot be read: then it counts as having run, as before.
+        let never_made = rec.state == StoredState::Running
+            && rec.pid.is_some()
+            && existing
+                .get_or_insert_with(|| self.driver.list_jobs().ok())
+                .as_ref()
+                .is_some_and(|l| !l.contains(&rec.cgroup));
+        let _ = self.driver.remove_job(&rec.cgroup);
+        let reason = if rec.state == StoredState::Starting || never_made {
+            EndReason::NotStarted("start interrupted".into())
+        } else {
+            EndReason::EndedWhileDown
+        };
+        let text = reason.text();
+        self.record_end_rec(rec, reason);
+        info!(job = %rec.job_id, reason = text.as_str(), "recovered job had ended");
+    }
+
+    /// A stored job that still runs (or is held): back in the table, its CPUs, role and
+    /// memory state from its cgroup.
+    fn recover_running(&mut self, rec: JobRecord, id: JobId, held: bool) {
+        let phase = match rec.role {
+            StoredRole::Backfill => Phase::Backfill,
+            StoredRole::Preempted => Phase::Preempted,
+            StoredRole::Suspended => Phase::Suspended,
+            StoredRole::Primary => Phase::Primary,
+        };
+        let cpus = if matches!(phase, Phase::Preempted | Phase::Suspended) {
+            CpuSet::new()
+        } else {
+            match self.driver.job_cpus(&rec.cgroup) {
+                Ok(c) if !c.is_empty() => {
+                    if c != rec.cpus {
+                        warn!(job = %rec.job_id, stored = %rec.cpus, cgroup = %c, "cpuset differs from the store; the cgroup wins");
+                    }
+                    c
+                }
+                _ => rec.cpus,
+            }
+        };
+        let main_alive = rec
+            .pid
+            .is_some_and(|p| os::process_alive(&self.cfg.proc_root, p, rec.pid_start));
+        let started = Instant::now()
+            .checked_sub(Duration::from_millis(
+                (self.clock.now_ms() - rec.started_ms.unwrap_or(rec.submitted_ms)).max(0) as u64,
+            ))
+            .unwrap_or_else(Instant::now);
+        let mut job = self.job_from_record(&rec, id, phase, cpus, Some(started));
+        self.restore_starter(&mut job);
+        job.starter.held = held;
+        // A running job that is frozen was frozen by the memory governor: it stays frozen
+        // until the governor finds room for it, with what it uses now as its footprint.
+        if matches!(phase, Phase::Primary | Phase::Backfill)
+            && self.driver.is_frozen(&rec.cgroup).unwrap_or(false)
+        {
+            job.memory.frozen = true;
+            job.memory.frozen_since_ms = Some(self.clock.now_ms());
+            job.memory.why = Some("it was frozen for memory before the daemon restarted".into());
+            job.memory.footprint = self.driver.memory_usage(&rec.cgroup).unwrap_or(0);
+        }
+        // A throttle the governor set before the restart is not remembered: lifted, so no
+        // job stays held at an old memory.high (the governor throttles again if it must).
+        if self.governor.is_some_and(|g| g.throttle) {
+            if let Err(e) = self.driver.set_memory_high(&rec.cgroup, None) {
+                warn!(job = %job.id, error = %e, "cannot lift a throttle left from before the restart");
+            }
+        }
+        info!(
+            job = %job.id, user = %job.user, cpus = %job.cpus, role = role_of(phase).as_str(), main_alive,
+            memory_frozen = job.memory.frozen, "recovered running job"
+        );
+        let seq = job.seq;
+        self.jobs.insert(seq, job);
+        if rec.state == StoredState::Starting {
+            // Its cgroups exist: kept running if the store refuses, and written again.
+            let _ = self.store_write(seq, "set_running", OnFail::Rewrite, |s| s.set_running(seq));
+        }
+        self.track(seq, main_alive);
+    }
+
+    /// Per-job tmpfs whose job is gone (ended while the daemon was down, or never started).
+    fn remove_stale_tmpfs(&mut self) {
         let keep: Vec<PathBuf> = self
             .jobs
             .values()
@@ -146,7 +179,10 @@ impl Engine {
             info!(dir = %dir.display(), "removing the tmpfs of a job that ended");
             crate::tmp::spawn_remove(dir, name);
         }
-        // Cgroups below the parent that the store does not know.
+    }
+
+    /// Cgroups below the parent that the store does not know: removed when empty, else adopted.
+    fn adopt_unknown(&mut self, known: &[String]) -> Result<(), String> {
         for name in self.driver.list_jobs().map_err(|e| e.to_string())? {
             if known.contains(&name) {
                 continue;
@@ -165,20 +201,6 @@ impl Engine {
             }
             self.adopt(name)?;
         }
-        // Process counts start again from what is alive now (a lower bound).
-        self.reseed_procs();
-        // Figures for `status` until the sampler's first tick (and a point in each series).
-        let started: Vec<i64> = self
-            .jobs
-            .values()
-            .filter(|j| j.started.is_some())
-            .map(|j| j.seq)
-            .collect();
-        for seq in started {
-            self.sample_now(seq);
-        }
-        self.arm_young();
-        self.replan();
         Ok(())
     }
 
