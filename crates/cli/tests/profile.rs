@@ -556,7 +556,15 @@ fn a_job_of_two_busy_and_two_sleeping_threads_is_reported_per_thread() {
         assert_eq!(r["busy"], false, "{name} busy: {r:#}");
         assert!(r["running_pct"].as_f64().unwrap() < 10.0, "{r:#}");
         assert!(r["sleeping_pct"].as_f64().unwrap() > 50.0, "{r:#}");
-        assert!(r["pin"].is_null(), "a sleeper pinned: {r:#}");
+        // The binder counts waiting for a CPU as runnable (the original pjw's "in a RUN
+        // state"): where a sleeper's wakeups wait long for the busy threads' CPUs (the
+        // emulated systemd guest: 16 vCPUs on 2 host CPUs, 42% waiting seen) a pass may find
+        // it busy and place it. A sleeper that did not wait so is never pinned.
+        let waited = r["waiting_pct"].as_f64().unwrap_or(0.0);
+        assert!(
+            r["pin"].is_null() || waited > 25.0,
+            "a sleeper pinned: {r:#}"
+        );
         assert!(r["cpu_usec"].as_u64().unwrap() < row("busy-0")["cpu_usec"].as_u64().unwrap() / 10);
     }
     // The table: the busy threads' ids in the busy section, the sleepers' in theirs.
