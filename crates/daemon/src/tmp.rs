@@ -470,10 +470,7 @@ mod tests {
     /// mount survives; the job's tmpfs is gone. Root only.
     #[test]
     fn a_mount_inside_is_never_unmounted_by_a_path_the_user_can_swap_for_a_link() {
-        if rustix::process::getuid().as_raw() != 0 {
-            eprintln!("skipped: needs root to mount");
-            return;
-        }
+        pjw_testkit::require_root!();
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("job@1");
         let elsewhere = t.path().join("elsewhere");
@@ -490,6 +487,16 @@ mod tests {
             )
             .unwrap()
         };
+        /// Detaches what the test mounted, also when an assertion fails first.
+        struct Unmount(Vec<PathBuf>);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                for p in &self.0 {
+                    let _ = unmount(p, UnmountFlags::DETACH);
+                }
+            }
+        }
+        let _mounted = Unmount(vec![victim.clone(), dir.clone()]);
         tmpfs(&dir);
         tmpfs(&victim);
         std::fs::write(victim.join("marker"), "victim's").unwrap();
@@ -515,8 +522,6 @@ mod tests {
             .lines()
             .any(|l| l.split(' ').nth(4) == Some(victim.to_str().unwrap()));
         let marker = std::fs::read_to_string(victim.join("marker")).ok();
-        let _ = unmount(&victim, UnmountFlags::DETACH);
-        let _ = unmount(&dir, UnmountFlags::DETACH);
         assert!(
             victim_mounted,
             "root unmounted the victim's mount through the user's link"
@@ -530,9 +535,9 @@ mod tests {
     /// mount point and left (detached with the tmpfs), never entered. Root only.
     #[test]
     fn a_fuse_mount_inside_is_not_entered() {
-        if rustix::process::getuid().as_raw() != 0 || !Path::new("/dev/fuse").exists() {
-            eprintln!("skipped: needs root and /dev/fuse to mount FUSE");
-            return;
+        pjw_testkit::require_root!();
+        if !Path::new("/dev/fuse").exists() {
+            pjw_testkit::skip!("needs /dev/fuse to mount FUSE");
         }
         let t = tempfile::tempdir().unwrap();
         let root = t.path().join("tmpfs");
