@@ -136,7 +136,8 @@ awk -v a="$a" -v p="$p" -v j="$j" -v al="${alone[*]}" -v pl="${plain[*]}" -v jl=
 }'
 
 # The results file: what README's demo table is generated from (scripts/bench-readme.sh).
-results=$root/bench/results
+# PJW_DEMO_RESULTS names another folder (a guest's demo keeps its figures out of the shared tree).
+results=${PJW_DEMO_RESULTS:-$root/bench/results}
 if [ -d "$results" ] && [ -w "$results" ]; then
   name=$(date -u -d "@$t0" +%Y-%m-%dT%H%M%SZ)-demo.md
   ncpus_host=$(nproc)
@@ -173,6 +174,6 @@ if [ -d "$results" ] && [ -w "$results" ]; then
   } > "$results/$name"; then
     echo "demo: $results/$name exists; not overwritten" >&2
   else
-    echo "figures kept in bench/results/$name"
+    echo "figures kept in $results/$name"
   fi
 fi

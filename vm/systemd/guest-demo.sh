@@ -9,10 +9,14 @@ cd "$src" || { fail "no source tree at $src"; echo "=== done"; exit 1; }
 
 log=/tmp/pjw-guest-demo.log
 cg_snapshot /tmp/pjw-cg-before-demo
-timeout 1500 make demo > "$log" 2>&1; rc=$?
+# The guest's figures (emulated, loaded) stay in the guest: the source tree is the host's, shared.
+results=/tmp/pjw-guest-demo-results
+mkdir -p "$results"
+PJW_DEMO_RESULTS=$results timeout 1500 make demo > "$log" 2>&1; rc=$?
 sed 's/^/  | /' "$log"
 if [ "$rc" = 0 ]; then ok "make demo ran to the end (exit 0)"; else fail "make demo exited $rc"; fi
 no_compiling "$log" "make demo"
+if ls "$results"/*-demo.md >/dev/null 2>&1; then ok "make demo kept its figures in $results, not in the shared tree"; else fail "make demo wrote no results file to $results"; fi
 
 sleep 1
 left=$(stray_pjw_cgroups)
