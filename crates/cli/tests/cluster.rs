@@ -58,10 +58,11 @@ impl Node {
             .expect("pjw run");
         assert!(
             out.status.success(),
-            "job {id} on {}: {}{}",
+            "job {id} on {}: {}{}\n--- the end of its daemon's log:\n{}",
             self.name,
             String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr),
+            log_tail(&self.daemon.log(), 30)
         );
     }
 
@@ -579,6 +580,12 @@ fn a_cluster_of_four_nodes_ships_every_job_once_through_node_and_postgres_restar
 fn restart(n: &mut Node) {
     n.daemon.restart();
     assert_eq!(n.daemon.status()["node"], n.name.as_str());
+}
+
+/// The last `n` lines of a log (CI keeps only a part of a failing test's output).
+fn log_tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Jobs of a node's local store not yet in PostgreSQL.
