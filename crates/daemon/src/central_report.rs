@@ -6,7 +6,9 @@
 //! `ReportJob` (with `node` set to the node the job ran on), `ReportSeries`*, …, `ReportEnd`.
 
 use pjw_central::{Central, CentralFilter, CentralJob, Endpoint, Order};
-use pjw_proto::{ErrorCode, JobReport, ReportQuery, Response, SERIES_CHUNK};
+use pjw_proto::{
+    ErrorCode, JobReport, ReportQuery, ReportState, Response, StateFilter, SERIES_CHUNK,
+};
 use tokio::sync::mpsc;
 use tracing::warn;
 
@@ -22,8 +24,8 @@ pub fn job_report(j: &CentralJob) -> JobReport {
         user: j.user.clone(),
         uid: j.uid,
         node: j.node.clone(),
-        state: "ended".into(),
-        end: Some(s.end.as_str().to_string()),
+        state: ReportState::Ended,
+        end: Some(s.end),
         end_reason: j.end_reason.clone(),
         exit_status: s.exit_status,
         ncpus: j.ncpus,
@@ -68,12 +70,13 @@ pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, String> 
         ));
     }
     let end_class =
-        match q.state.as_deref() {
-            Some("queued") | Some("running") => return Err(
+        match q.state {
+            Some(StateFilter::Queued | StateFilter::Running) => return Err(
                 "the central store holds finished jobs only; ask without --central for live ones"
                     .into(),
             ),
-            other => other.map(String::from),
+            Some(StateFilter::Ended(class)) => Some(class),
+            None => None,
         };
     let (user, uid) = match q.user.as_deref().map(|u| (u, u.parse::<u32>())) {
         Some((_, Ok(n))) => (None, Some(n)),
@@ -233,23 +236,18 @@ mod tests {
     fn access_narrows_the_filter() {
         let q = ReportQuery {
             user: Some("alice".into()),
-            state: Some("oom".into()),
+            state: Some(StateFilter::Ended(pjw_proto::EndClass::Oom)),
             ..ReportQuery::default()
         };
         let all = filter(&q, Access::All).unwrap();
         assert_eq!(
-            (
-                all.uid,
-                all.user.as_deref(),
-                all.end_class.as_deref(),
-                all.limit
-            ),
-            (None, Some("alice"), Some("oom"), 100)
+            (all.uid, all.user.as_deref(), all.end_class, all.limit),
+            (None, Some("alice"), Some(pjw_proto::EndClass::Oom), 100)
         );
         let own = filter(&ReportQuery::default(), Access::Uid(1001)).unwrap();
         assert_eq!(own.uid, Some(1001));
         let live = ReportQuery {
-            state: Some("running".into()),
+            state: Some(StateFilter::Running),
             ..ReportQuery::default()
         };
         assert!(filter(&live, Access::All)

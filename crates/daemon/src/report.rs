@@ -12,7 +12,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 
-use pjw_proto::report::{REPORT_STATES, SERIES_CHUNK};
+use pjw_proto::report::{ReportState, SERIES_CHUNK};
 use pjw_proto::{ErrorCode, JobReport, ProcessRow, ReportQuery, Response, SeriesPoint, ThreadRow};
 use pjw_store::{
     JobFilter, JobProfile, JobRecord, JobSummary, ProcessSample, Sample, Store, StoreError,
@@ -38,7 +38,7 @@ pub enum Access {
 #[derive(Clone, Debug)]
 pub struct LiveJob {
     pub seq: i64,
-    pub state: String,
+    pub state: ReportState,
     pub cpus: String,
     pub summary: JobSummary,
     /// Its steps so far (the store has them once it ends).
@@ -72,16 +72,9 @@ pub fn access(
     Ok(Access::Uid(cred.uid))
 }
 
-/// Check the query's values (pure).
+/// Check the query's values (pure). Its state is typed: an unknown one was refused when the
+/// request was decoded.
 pub fn validate(q: &ReportQuery) -> Result<(), String> {
-    if let Some(s) = &q.state {
-        if !REPORT_STATES.contains(&s.as_str()) {
-            return Err(format!(
-                "unknown state {s:?} (one of {})",
-                REPORT_STATES.join(", ")
-            ));
-        }
-    }
     if q.limit == Some(0) {
         return Err("limit must be at least 1".into());
     }
@@ -95,7 +88,7 @@ pub fn validate(q: &ReportQuery) -> Result<(), String> {
 pub(crate) fn point(s: &Sample) -> SeriesPoint {
     SeriesPoint {
         ts_ms: s.ts_ms,
-        state: s.state.map(|x| x.as_str().to_string()),
+        state: s.state,
         cpu_user_usec: s.cpu_user_usec,
         cpu_system_usec: s.cpu_system_usec,
         mem_current: s.mem_current,
@@ -224,11 +217,10 @@ pub fn job_report(
         uid: rec.uid,
         node: node.to_string(),
         state: match rec.state {
-            StoredState::Queued => "queued",
-            StoredState::Starting | StoredState::Running => "running",
-            StoredState::Ended => "ended",
-        }
-        .to_string(),
+            StoredState::Queued => ReportState::Queued,
+            StoredState::Starting | StoredState::Running => ReportState::Running,
+            StoredState::Ended => ReportState::Ended,
+        },
         end_reason: rec.end_reason.clone(),
         ncpus: rec.ncpus,
         cpus: rec.cpus.to_string(),
@@ -240,13 +232,13 @@ pub fn job_report(
     };
     let s = match (summary, live) {
         (Some(s), _) => {
-            r.end = Some(s.end.as_str().to_string());
+            r.end = Some(s.end);
             r.exit_status = s.exit_status;
             r.node = s.node.clone();
             Some(s)
         }
         (None, Some(l)) => {
-            r.state = l.state.clone();
+            r.state = l.state;
             r.cpus = l.cpus.clone();
             Some(&l.summary)
         }
@@ -419,7 +411,7 @@ impl LocalReport {
             user: q.user.clone(),
             name: q.name.clone(),
             since_ms: q.since_ms,
-            state: q.state.clone(),
+            state: q.state,
             limit: limit.saturating_sub(self.sent as usize).min(JOBS_PAGE),
             before_seq: self.before_seq,
         }

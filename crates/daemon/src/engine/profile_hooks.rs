@@ -475,7 +475,7 @@ impl Engine {
                 LiveJob {
                     steps: Engine::step_reports(j),
                     seq: j.seq,
-                    state: j.state().as_str().to_string(),
+                    state: j.state().into(),
                     cpus: j.cpus.to_string(),
                     summary: j.prof.summary(
                         j.seq,
