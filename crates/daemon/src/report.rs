@@ -290,11 +290,11 @@ const JOBS_PAGE: usize = 16;
 #[derive(Debug)]
 pub enum ReportAnswer {
     /// Refused before any reading (access, an invalid query): one error frame.
-    Refused(Response),
+    Refused(Box<Response>),
     /// From this node's store, read page by page ([`LocalReport::next_frames`]).
     Local(Box<LocalReport>),
     /// From the cluster store ([`crate::central_report`]).
-    Central(crate::central_report::CentralReport),
+    Central(Box<crate::central_report::CentralReport>),
 }
 
 /// A store error as a report's internal error.

@@ -188,13 +188,17 @@ fn remove_job_tmp_in(mountinfo: &Path, dir: &Path) -> Result<Removed, TmpError> 
         done.left |= e.left;
         // Through the descriptor's own path: the tmpfs itself, whatever is at `dir` now.
         let own = format!("/proc/self/fd/{}", root.as_raw_fd());
-        let _ = rustix::mount::mount_remount(
+        if let Err(e) = rustix::mount::mount_remount(
             own.as_str(),
             MountFlags::NOSUID | MountFlags::NODEV,
             "size=4k,nr_inodes=1",
-        );
+        ) {
+            tracing::debug!(dir = %dir.display(), error = %e, "cannot shrink the job's tmpfs before detaching it");
+        }
         // A lazy detach takes every mount inside along, by no path a user can redirect.
-        let _ = unmount(own.as_str(), UnmountFlags::DETACH);
+        if let Err(e) = unmount(own.as_str(), UnmountFlags::DETACH) {
+            tracing::debug!(dir = %dir.display(), error = %e, "cannot detach the job's tmpfs through its descriptor");
+        }
     }
     // Anything left mounted at `dir` (contested eight times over) is detached unentered.
     while unmount(dir, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW).is_ok() {

@@ -193,7 +193,9 @@ impl Engine {
         if let Err(e) = placed {
             self.procs.end_job(seq);
             error!(job = %j.id, error = %e, "cannot place job in its cgroups");
-            let _ = self.driver.remove_job(&cgroup);
+            if let Err(e) = self.driver.remove_job(&cgroup) {
+                warn!(job = %j.id, cgroup = %cgroup, error = %e, "cannot remove the cgroups of a job that did not start");
+            }
             let _ = waiter.reply.send(err(
                 ErrorCode::Internal,
                 format!("cannot set up the job's cgroups: {e}"),

@@ -422,7 +422,7 @@ impl Engine {
         query: ReportQuery,
         reply: oneshot::Sender<ReportAnswer>,
     ) {
-        let refused = |code, msg| ReportAnswer::Refused(err(code, msg));
+        let refused = |code, msg| ReportAnswer::Refused(Box::new(err(code, msg)));
         let admin = self.cfg.profile.admin_group.as_deref();
         let access = match report::access(&cred, who.admin, admin, who.named.map(|u| u.0), &query) {
             Ok(a) => a,
@@ -436,13 +436,13 @@ impl Engine {
             return;
         }
         if query.central {
-            let _ = reply.send(ReportAnswer::Central(
+            let _ = reply.send(ReportAnswer::Central(Box::new(
                 crate::central_report::CentralReport {
                     cfg: self.cfg.central.clone(),
                     access,
                     query,
                 },
-            ));
+            )));
             return;
         }
         // Live jobs the query can match: totals from the engine's state. For one named job the

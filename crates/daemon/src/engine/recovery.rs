@@ -89,7 +89,9 @@ impl Engine {
                 .get_or_insert_with(|| self.driver.list_jobs().ok())
                 .as_ref()
                 .is_some_and(|l| !l.contains(&rec.cgroup));
-        let _ = self.driver.remove_job(&rec.cgroup);
+        if let Err(e) = self.driver.remove_job(&rec.cgroup) {
+            warn!(job = %rec.job_id, cgroup = %rec.cgroup, error = %e, "cannot remove the ended job's cgroups");
+        }
         let reason = if rec.state == StoredState::Starting || never_made {
             EndReason::NotStarted("start interrupted".into())
         } else {
