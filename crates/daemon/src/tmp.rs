@@ -60,7 +60,10 @@ pub fn mount_job_tmp(
         Ok(()) => {}
         // Left by a crash before its removal: mount over it afresh.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let _ = unmount(&dir, UnmountFlags::DETACH);
+            if let Err(e) = unmount(&dir, UnmountFlags::DETACH) {
+                // Nothing mounted there (EINVAL) is the usual case.
+                tracing::debug!(dir = %dir.display(), error = %e, "nothing detached from a leftover tmp directory");
+            }
         }
         Err(e) => return Err(create(&dir, e)),
     }
@@ -73,7 +76,9 @@ pub fn mount_job_tmp(
         data.as_str(),
     )
     .map_err(|e| {
-        let _ = std::fs::remove_dir(&dir);
+        if let Err(e) = std::fs::remove_dir(&dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the directory of a tmpfs that did not mount");
+        }
         TmpError::Mount {
             path: dir.clone(),
             source: e.into(),
