@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::config::CentralConfig;
-use crate::report::{point, Access, DEFAULT_LIMIT};
+use crate::report::{point, Access, ReportRefusal, DEFAULT_LIMIT};
 
 /// A central job as a report (pure).
 pub fn job_report(j: &CentralJob) -> JobReport {
@@ -63,21 +63,19 @@ pub const MAX_CENTRAL_JOBS: u32 = 10_000;
 
 /// The filter for `q` as `access` allows it; an error for what the central store cannot
 /// answer (it holds finished jobs only, at most [`MAX_CENTRAL_JOBS`] per report).
-pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, String> {
+pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, ReportRefusal> {
     if q.limit.is_some_and(|l| l > MAX_CENTRAL_JOBS) {
-        return Err(format!(
-            "--limit for --central is at most {MAX_CENTRAL_JOBS} jobs per report (ask with --since for older ones)"
-        ));
+        return Err(ReportRefusal::CentralLimit {
+            max: MAX_CENTRAL_JOBS,
+        });
     }
-    let end_class =
-        match q.state {
-            Some(StateFilter::Queued | StateFilter::Running) => return Err(
-                "the central store holds finished jobs only; ask without --central for live ones"
-                    .into(),
-            ),
-            Some(StateFilter::Ended(class)) => Some(class),
-            None => None,
-        };
+    let end_class = match q.state {
+        Some(StateFilter::Queued | StateFilter::Running) => {
+            return Err(ReportRefusal::LiveFromCentral)
+        }
+        Some(StateFilter::Ended(class)) => Some(class),
+        None => None,
+    };
     let (user, uid) = match q.user.as_deref().map(|u| (u, u.parse::<u32>())) {
         Some((_, Ok(n))) => (None, Some(n)),
         Some((u, Err(_))) => (Some(u.to_string()), None),
@@ -89,13 +87,11 @@ pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, String> 
     };
     let order = match q.top.as_deref() {
         None => Order::Newest,
-        Some(t) => {
-            Order::parse(t).ok_or_else(|| format!("--top {t:?} is not one of cpu, mem, wait"))?
-        }
+        Some(t) => Order::parse(t).ok_or_else(|| ReportRefusal::UnknownTop(t.to_string()))?,
     };
     if let (Some(a), Some(b)) = (q.since_ms, q.until_ms) {
         if b <= a {
-            return Err("--until must be later than --since".into());
+            return Err(ReportRefusal::UntilBeforeSince);
         }
     }
     Ok(CentralFilter {
@@ -154,7 +150,7 @@ fn spawn(
     };
     let f = match filter(&q, access) {
         Ok(f) => f,
-        Err(m) => return refuse(&reply, ErrorCode::Invalid, m),
+        Err(r) => return refuse(&reply, r.code(), r.to_string()),
     };
     let spawned = std::thread::Builder::new()
         .name("pjw-central-report".into())
@@ -252,6 +248,7 @@ mod tests {
         };
         assert!(filter(&live, Access::All)
             .unwrap_err()
+            .to_string()
             .contains("finished jobs only"));
     }
 }

@@ -77,7 +77,7 @@ pub enum DaemonError {
     #[error("another pjw daemon is listening on {}", path.display())]
     SocketInUse { path: std::path::PathBuf },
     #[error("no CPU left for jobs: the daemon may use {daemon_cpus} and the job parent's cpuset allows none of them")]
-    NoJobCpus { daemon_cpus: CpuSet },
+    NoJobCpus { daemon_cpus: Box<CpuSet> },
     /// A config value that passed the file's checks but that this machine cannot honour.
     #[error("config {origin}: {key}: {reason}")]
     Unusable {
@@ -174,7 +174,7 @@ fn job_pool(cfg: &Config, daemon_cpus: &CpuSet, driver: &Driver) -> Result<CpuSe
     };
     if allowed.is_empty() {
         return Err(DaemonError::NoJobCpus {
-            daemon_cpus: *daemon_cpus,
+            daemon_cpus: Box::new(*daemon_cpus),
         });
     }
     match &cfg.cpus {

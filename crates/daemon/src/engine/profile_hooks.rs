@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use pjw_core::GpuId;
-use pjw_proto::{ErrorCode, ReportQuery};
+use pjw_proto::ReportQuery;
 use pjw_store::{JobRecord, JobSummary, ProcessSample, Sample};
 use proc_connector::ProcEvent;
 use tokio::sync::oneshot;
@@ -424,17 +424,15 @@ impl Engine {
     ) {
         let refused = |code, msg| ReportAnswer::Refused(Box::new(err(code, msg)));
         let admin = self.cfg.profile.admin_group.as_deref();
-        let access = match report::access(&cred, who.admin, admin, who.named.map(|u| u.0), &query) {
+        let checked = report::access(&cred, who.admin, admin, who.named.map(|u| u.0), &query)
+            .and_then(|a| report::validate(&query).map(|()| a));
+        let access = match checked {
             Ok(a) => a,
-            Err(msg) => {
-                let _ = reply.send(refused(ErrorCode::Denied, msg));
+            Err(r) => {
+                let _ = reply.send(refused(r.code(), r.to_string()));
                 return;
             }
         };
-        if let Err(msg) = report::validate(&query) {
-            let _ = reply.send(refused(ErrorCode::Invalid, msg));
-            return;
-        }
         if query.central {
             let _ = reply.send(ReportAnswer::Central(Box::new(
                 crate::central_report::CentralReport {

@@ -49,7 +49,9 @@ fn root_sees_all_others_only_their_own() {
         user: Some("root".into()),
         ..Default::default()
     };
-    let e = access(&user, false, Some("4243"), Some(0), &other).unwrap_err();
+    let e = access(&user, false, Some("4243"), Some(0), &other)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("only your own") && e.contains("group 4243"),
         "{e}"
