@@ -283,7 +283,9 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     serve_until_signal(&mut eng, &mut tasks, &mut rx, &source).await?;
     info!("pjw daemon stopping; running jobs keep running and are recovered at the next start");
     eng.shutdown();
-    let _ = std::fs::remove_file(&cfg.socket);
+    if let Err(e) = std::fs::remove_file(&cfg.socket) {
+        warn!(socket = %cfg.socket.display(), error = %e, "cannot remove the socket");
+    }
     // Let answers to queued clients go out.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     Ok(())

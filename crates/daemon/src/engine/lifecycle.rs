@@ -529,7 +529,10 @@ impl Engine {
         if let Some(wd) = job.end.watch.clone() {
             self.by_watch.remove(&wd);
             if let Some(w) = self.watches.as_mut() {
-                let _ = w.remove(wd);
+                // The kernel drops a watch whose cgroup went away by itself (EINVAL then).
+                if let Err(e) = w.remove(wd) {
+                    debug!(job = %job.id, error = %e, "inotify watch of the job's cgroup already gone");
+                }
             }
         }
         let ooms = self.driver.oom_kills(&job.cgroup);

@@ -1,6 +1,7 @@
 //! Report access, filters and the paged local report.
 
 use super::*;
+use crate::engine::Cred;
 
 #[test]
 fn validation() {
