@@ -53,7 +53,7 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
             .as_deref()
             .map(|s| parse_since(s, now_ms))
             .transpose()?,
-        top: a.top.clone(),
+        top: a.top.map(Into::into),
     };
     let tz = chrono::Local::now().offset().fix();
     if let Some(path) = &a.plot {

@@ -7,7 +7,7 @@
 
 use pjw_central::{Central, CentralFilter, CentralJob, Endpoint, Order};
 use pjw_proto::{
-    ErrorCode, JobReport, ReportQuery, ReportState, Response, StateFilter, SERIES_CHUNK,
+    ErrorCode, JobReport, ReportQuery, ReportState, Response, StateFilter, TopBy, SERIES_CHUNK,
 };
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -85,9 +85,11 @@ pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, ReportRe
         Access::All => uid,
         Access::Uid(own) => Some(own),
     };
-    let order = match q.top.as_deref() {
+    let order = match q.top {
         None => Order::Newest,
-        Some(t) => Order::parse(t).ok_or_else(|| ReportRefusal::UnknownTop(t.to_string()))?,
+        Some(TopBy::Cpu) => Order::Cpu,
+        Some(TopBy::Mem) => Order::Mem,
+        Some(TopBy::Wait) => Order::Wait,
     };
     if let (Some(a), Some(b)) = (q.since_ms, q.until_ms) {
         if b <= a {

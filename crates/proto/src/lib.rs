@@ -33,7 +33,7 @@ pub mod step;
 mod transport;
 pub use login::{LoginPhase, LoginRequest};
 pub use report::{
-    collect_report, JobReport, ProcessRow, ReportQuery, ReportState, SeriesPoint, ThreadRow,
+    collect_report, JobReport, ProcessRow, ReportQuery, ReportState, SeriesPoint, ThreadRow, TopBy,
     SERIES_CHUNK,
 };
 pub use request::{JobOutcome, Placement, RegisterRequest, Request, RequestFrame, RunRequest};

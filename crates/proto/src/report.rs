@@ -68,7 +68,21 @@ pub struct ReportQuery {
     /// The top jobs by `cpu` (CPU time), `mem` (memory peak) or `wait` (time queued) instead
     /// of the newest (with `central`).
     #[serde(default)]
-    pub top: Option<String>,
+    pub top: Option<TopBy>,
+}
+
+/// What `--top` ranks finished jobs by: one word on the wire (`cpu`, `mem` — `memory` read
+/// too —, `wait`); an unknown one makes the request invalid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TopBy {
+    /// Most CPU time (user + system) first.
+    Cpu,
+    /// Highest memory peak first.
+    #[serde(alias = "memory")]
+    Mem,
+    /// Longest wait in the queue first.
+    Wait,
 }
 
 /// Where a reported job is: live, as `pjw status` shows it ([`JobState`]), or ended. One
@@ -482,6 +496,27 @@ mod tests {
         assert!(!e.contains('\n'), "{e}");
         let bad = br#"{"v":1,"req":{"type":"report","state":3}}"#;
         assert!(decode_request(bad).is_err());
+        let top = |w: &str| {
+            let text = format!(r#"{{"v":1,"req":{{"type":"report","central":true,"top":"{w}"}}}}"#);
+            decode_request(text.as_bytes()).map(|r| match r {
+                Request::Report(q) => q.top,
+                _ => None,
+            })
+        };
+        assert_eq!(top("cpu").unwrap(), Some(TopBy::Cpu));
+        assert_eq!(top("memory").unwrap(), Some(TopBy::Mem));
+        assert_eq!(top("wait").unwrap(), Some(TopBy::Wait));
+        let e = top("io").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown variant `io`, expected one of `cpu`, `mem`"),
+            "{e}"
+        );
+        let q = Request::Report(ReportQuery {
+            top: Some(TopBy::Mem),
+            ..ReportQuery::default()
+        });
+        let text = String::from_utf8(encode_request(&q)).unwrap();
+        assert!(text.contains(r#""top":"mem""#), "{text}");
     }
 
     #[test]

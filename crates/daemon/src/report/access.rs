@@ -29,8 +29,6 @@ pub enum ReportRefusal {
     CentralLimit { max: u32 },
     #[error("the central store holds finished jobs only; ask without --central for live ones")]
     LiveFromCentral,
-    #[error("--top {0:?} is not one of cpu, mem, wait")]
-    UnknownTop(String),
     #[error("--until must be later than --since")]
     UntilBeforeSince,
 }
