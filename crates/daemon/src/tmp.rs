@@ -146,7 +146,9 @@ fn remove_job_tmp_in(mountinfo: &Path, dir: &Path) -> Result<Removed, TmpError> 
             .iter()
             .any(|m| m.mount_point == dir_text && m.mount_id != base.mount_id)
         {
-            let _ = unmount(dir, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW);
+            if let Err(e) = unmount(dir, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW) {
+                tracing::debug!(dir = %dir.display(), error = %e, "cannot detach a mount stacked on the job's tmpfs");
+            }
             done.mounts += 1;
             continue;
         }
@@ -377,10 +379,14 @@ pub fn dir_name(cgroup: &str, seq: i64) -> String {
 pub fn at_low_priority<T>(f: impl FnOnce() -> T) -> T {
     let me = Some(rustix::thread::gettid());
     let was = rustix::process::getpriority_process(me).ok();
-    let _ = rustix::process::setpriority_process(me, 19);
+    if let Err(e) = rustix::process::setpriority_process(me, 19) {
+        tracing::debug!(error = %e, "cannot lower this thread's priority; the work runs at its own");
+    }
     let out = f();
     if let Some(was) = was {
-        let _ = rustix::process::setpriority_process(me, was);
+        if let Err(e) = rustix::process::setpriority_process(me, was) {
+            tracing::warn!(error = %e, "cannot give this thread its priority back");
+        }
     }
     out
 }
