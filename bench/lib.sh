@@ -286,9 +286,10 @@ slurm_live() {
     fi
     BENCH_SLURM_DIR=$WORK/slurm
     mkdir -p "$BENCH_SLURM_DIR"; chmod 755 "$WORK" "$BENCH_SLURM_DIR"
-    # The hooks exec "$PJW slurm prolog": /bin/true makes them no-ops (Slurm alone).
+    # The hooks exec "$PJW slurm prolog": /bin/true makes them no-ops, and PJW_SPANK=0 leaves
+    # pjw's SPANK plugin out of plugstack.conf (it refuses a task no pjw daemon takes): Slurm alone.
     printf 'PJW=/bin/true\n' > "$BENCH_SLURM_DIR/env"
-    if ! "$BENCH_ROOT/scripts/wlm/slurm-up.sh" "$BENCH_SLURM_DIR" "$BENCH_SLURM_DIR/env" > "$WORK/slurm-up.log" 2>&1; then
+    if ! PJW_SPANK=0 "$BENCH_ROOT/scripts/wlm/slurm-up.sh" "$BENCH_SLURM_DIR" "$BENCH_SLURM_DIR/env" > "$WORK/slurm-up.log" 2>&1; then
       SLURM_WHY="scripts/wlm/slurm-up.sh failed: $(tail -1 "$WORK/slurm-up.log")"; return 1
     fi
     export SLURM_CONF=$BENCH_SLURM_DIR/slurm.conf
