@@ -284,7 +284,7 @@ slurm_live() {
     # A slurmctld the previous scenario stopped may linger as a zombie until PID 1 reaps it:
     # only a live one is another Slurm.
     if [ -e /var/tmp/pjw-wlm/slurm.dir ] || pgrep -x --runstates RSDT slurmctld >/dev/null 2>&1; then
-      SLURM_WHY="another Slurm is up on this machine (the live tests'?: $(cat /var/tmp/pjw-wlm/slurm.dir 2>/dev/null || echo "no marker") $(pgrep -a -x --runstates RSDT slurmctld 2>/dev/null | head -1)), which the bench neither shares nor stops"; return 1
+      SLURM_WHY="another Slurm is up on this machine (the live tests'?: $(cat /var/tmp/pjw-wlm/slurm.dir 2>/dev/null || echo "no marker") slurmctld pid $(pgrep -x --runstates RSDT slurmctld 2>/dev/null | head -1)), which the bench neither shares nor stops"; return 1
     fi
     BENCH_SLURM_DIR=$WORK/slurm
     mkdir -p "$BENCH_SLURM_DIR"; chmod 755 "$WORK" "$BENCH_SLURM_DIR"
