@@ -82,6 +82,9 @@ mod mem_tests;
 mod outcome;
 mod pidfd;
 mod planning;
+mod preplace;
+#[cfg(test)]
+mod preplace_tests;
 mod proc_events;
 mod profile_hooks;
 mod recovery;
@@ -203,6 +206,9 @@ pub struct Engine {
     live: live::Live,
     /// The young jobs' sampling tick is armed ([`Event::SampleYoung`]).
     young_armed: bool,
+    /// Cgroups of withdrawn queued jobs that their client had not left yet
+    /// (`engine/preplace.rs`).
+    vacating: preplace::Vacating,
 }
 
 /// How a job ended, for [`Engine::record_end`].
@@ -335,6 +341,7 @@ impl Engine {
             ),
             live: live::Live::default(),
             young_armed: false,
+            vacating: preplace::Vacating::default(),
         }
     }
 
@@ -452,6 +459,7 @@ impl Engine {
                     if let Some(j) = self.jobs.remove(&seq) {
                         info!(job = %j.id, user = %j.user, "queued client left; job withdrawn");
                         self.record_end(&j, End::not_started("client left the queue"));
+                        self.withdraw_cgroups(&j);
                     }
                     self.replan();
                 }
@@ -476,6 +484,7 @@ impl Engine {
                 self.check_empty(seq)
             }
             Event::Killed { seq, error } => self.killed(seq, error),
+            Event::Vacate => self.vacate_tick(),
             Event::Frozen { seq, error } => self.freeze_done(seq, error),
             Event::Govern => self.govern(),
             Event::Outcome { cred, job, reply } => {

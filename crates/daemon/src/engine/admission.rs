@@ -97,6 +97,8 @@ impl Engine {
         }
         self.replan();
         self.tell_queued(seq);
+        // Admission said wait: the job waits in its own cgroups (decision (cm)).
+        self.preplace(seq);
     }
 
     /// A client whose process is already a live job's main process reconnected after a

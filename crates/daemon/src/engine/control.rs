@@ -199,6 +199,7 @@ impl Engine {
                 let mut end = End::of(EndReason::KilledBy(by.clone()));
                 end.killed = true;
                 self.record_end(&j, end);
+                self.withdraw_cgroups(&j);
                 if let Some(w) = j.client.waiter {
                     let _ = w.reply.send(err(
                         ErrorCode::Invalid,

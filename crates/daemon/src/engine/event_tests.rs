@@ -218,8 +218,9 @@ async fn a_freeze_the_kernel_refuses_is_not_taken_as_one_and_frees_no_cpu() {
         calls.contains(&"freeze job-a true !".to_string()),
         "{calls:?}"
     );
+    // h waits in its own cgroups (decision (cm)), never narrowed to CPUs of its own.
     assert!(
-        !calls.iter().any(|c| c.starts_with("create_job job-h")),
+        !calls.iter().any(|c| c.starts_with("set_cpus job-h")),
         "{calls:?}"
     );
     assert_eq!(t.store.state().rows[&a_seq].role.as_str(), "primary");

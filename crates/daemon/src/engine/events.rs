@@ -93,6 +93,9 @@ pub enum Event {
     Frozen { seq: i64, error: Option<String> },
     /// A timer: look at the queue again (TTL expiry, clients that never reconnected).
     Tick { generation: u64 },
+    /// A timer: look again at the cgroups of withdrawn queued jobs whose client was still in
+    /// them (`engine/preplace.rs`).
+    Vacate,
     /// A timer: write again what the store did not take (see `engine/store_writes.rs`).
     StoreRetry,
     /// The memory governor's tick: sample memory and PSI, freeze or thaw.

@@ -92,11 +92,8 @@ async fn a_preemption_hands_the_cpus_on_only_once_the_freezer_confirms_and_never
         });
         assert_eq!(count(&fake, "freeze job-a true"), 1, "{case}");
         assert!(
-            !fake
-                .calls()
-                .iter()
-                .any(|c| c.starts_with("create_job job-h")),
-            "{case}"
+            !fake.calls().iter().any(|c| c.starts_with("set_cpus job-h")),
+            "{case}: h waits in its cgroups, not started"
         );
 
         // The freezer answers.

@@ -99,6 +99,9 @@ pub(super) struct ClientLink {
     pub(super) waiter: Option<Waiter>,
     /// Until when a recovered queued job waits for its client to reconnect.
     pub(super) reconnect_by: Option<Instant>,
+    /// Whether the job's cgroups exist while it waits, its client in them
+    /// (`engine/preplace.rs`, decision (cm)).
+    pub(super) cgroups: super::preplace::QueuedCgroups,
 }
 
 /// A job, from queued to ended.

@@ -42,10 +42,15 @@ impl Engine {
             Phase::Primary
         };
         let running = pid.is_some();
+        // A job that waited in its cgroups is narrowed to its CPUs before it is recorded
+        // running: a crash between the two leaves a queued job (decision (cm)).
+        let narrowed = self.narrow_queued(seq, cpus, mems, backfill);
         if !self.record_start(seq, cpus, mems, phase, running, &waiter) {
             return false;
         }
-        let Some(moved_at) = self.place_job(seq, cpus, mems, backfill, pid, &waiter) else {
+        let Some(moved_at) =
+            self.hand_off_or_place(seq, (cpus, mems), backfill, pid, &waiter, narrowed)
+        else {
             return false;
         };
         let at = Placed {
@@ -85,6 +90,7 @@ impl Engine {
             warn!(job = %j.id, pid = ?pid, "client process vanished before start");
             if let Some(j) = self.jobs.remove(&seq) {
                 self.record_end(&j, End::not_started("client left the queue"));
+                self.withdraw_cgroups(&j);
             }
             return None;
         }
@@ -127,6 +133,7 @@ impl Engine {
             // refused just now, so this end is most likely kept for a later retry.
             if let Some(j) = self.jobs.remove(&seq) {
                 self.record_end(&j, End::not_started("start failed: store"));
+                self.withdraw_cgroups(&j);
             }
             return false;
         }
@@ -136,7 +143,7 @@ impl Engine {
     /// The job's cgroups made, fenced and its process moved in. The moment it was moved (its
     /// CPU and running time count from there); None: placing failed (the client told, the job
     /// ended).
-    fn place_job(
+    pub(super) fn place_job(
         &mut self,
         seq: i64,
         cpus: CpuSet,

@@ -216,11 +216,19 @@ impl Engine {
             && matches!(self.store.starter(rec.seq), Ok(Some(st)) if st.wlm.is_some());
         if !alive && !held {
             self.record_end_rec(&rec, EndReason::NotStarted("client left the queue".into()));
+            // It may have waited in its own cgroups (decision (cm)): removed, or once empty.
+            self.vacate(&rec.cgroup, &rec.job_id);
             return;
         }
         let mut job = self.job_from_record(&rec, id, Phase::Queued, CpuSet::new(), None);
         self.restore_starter(&mut job);
         job.starter.held = held;
+        // Its client may wait in its cgroups, made before the restart: not a running job
+        // (the store says queued), started by making and moving as before, removed if it
+        // leaves the queue.
+        if rec.pid.is_some() {
+            job.client.cgroups = super::preplace::QueuedCgroups::Unsure;
+        }
         job.client.reconnect_by = Some(Instant::now() + RECONNECT_GRACE);
         info!(job = %job.id, user = %job.user, "recovered queued job; waiting for its client");
         self.jobs.insert(job.seq, job);

@@ -187,6 +187,15 @@ impl Engine {
         let Some(name) = lines.and_then(|l| self.driver.job_of(&l)) else {
             return Ok(None);
         };
+        // A queued job's own client waits in its cgroups (decision (cm)): reconnecting after
+        // a restart, it is that job's client, not a step.
+        if self
+            .jobs
+            .values()
+            .any(|j| j.cgroup == name && j.started.is_none() && j.pid == Some(pid))
+        {
+            return Ok(None);
+        }
         match self.jobs.values().find(|j| j.cgroup == name && j.started.is_some()) {
             Some(j) => Ok(Some(j.seq)),
             None => Err(refuse(

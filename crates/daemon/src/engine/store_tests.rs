@@ -437,12 +437,12 @@ async fn a_start_the_store_refuses_writes_none_of_it_and_is_refused_to_its_clien
     let row = t.store.state().rows[&bseq].clone();
     assert_eq!((row.state, row.started_ms), (StoredState::Queued, None));
     assert!(!t.engine.jobs.contains_key(&bseq));
-    assert!(!t
-        .engine
-        .driver
-        .list_jobs()
-        .expect("list")
-        .contains(&cgroup_name(&TestEngine::id("b"))));
+    // b waited in its own cgroups (decision (cm)): they go once its client, told, has left.
+    let b_cg = cgroup_name(&TestEngine::id("b"));
+    assert!(t.engine.driver.list_jobs().expect("list").contains(&b_cg));
+    let _ = t.engine.driver.kill(&b_cg).expect("the client exits");
+    t.engine.handle(Event::Vacate);
+    assert!(!t.engine.driver.list_jobs().expect("list").contains(&b_cg));
     // Its end is kept and written once the disk has room: no live row is left behind to hold
     // the id "b" (or a generated number) against later submissions.
     t.store.set_full(false);

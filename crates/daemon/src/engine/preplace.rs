@@ -1,0 +1,291 @@
+//! A queued job waits in its own cgroups (decision (cm)): when admission says wait, the job's
+//! cgroups are made at once with its limits, on the CPUs its client may already use, and the
+//! waiting client (blocked on its socket, running no job code) is moved into them. Its start
+//! then only narrows the cpuset (and sets the idle class for a backfill start): no mkdir and no
+//! move, so no RCU grace period of the cgroup move on the hand-off from one job to the next.
+//!
+//! A queued job that leaves the queue (killed, expired, its client gone, not reclaimed after a
+//! restart) has its cgroups removed, at once or once its client has left them; a client that
+//! stays after it was told is killed after [`LINGER`]. A failed pre-placement is only a
+//! warning: the job starts the way it always did (cgroups made and client moved at its start).
+
+use std::time::{Duration, Instant};
+
+use tokio::time::Instant as TokioInstant;
+
+use pjw_cgroup::JobLimits;
+use pjw_core::CpuSet;
+use tracing::{debug, info, warn};
+
+use super::{Engine, Event, Job, Waiter};
+use crate::cgroup_port::Killed;
+
+/// How long a withdrawn queued job's client may stay in its cgroups after it was told: then
+/// what is left in them is killed, so no process outlives its job's cgroups.
+pub(super) const LINGER: Duration = Duration::from_secs(5);
+
+/// Whether a queued job's cgroups exist while it waits.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) enum QueuedCgroups {
+    /// None made: it is placed when it starts.
+    #[default]
+    None,
+    /// Made with its limits, its client in them: its start narrows the cpuset only.
+    Ready,
+    /// They may exist (a pre-placement that failed half-way, a queued job recovered after a
+    /// restart): its start makes and moves as for a job without them (both are idempotent);
+    /// leaving the queue removes them.
+    Unsure,
+}
+
+/// Cgroups of withdrawn queued jobs whose client had not left them yet, looked at again
+/// until they are empty and removed.
+#[derive(Debug, Default)]
+pub(super) struct Vacating {
+    /// Each one's cgroup name, its job id (for the log), since when (tokio's clock: tests
+    /// move it), and whether what was left in it has been killed.
+    pub(super) left: Vec<(String, String, TokioInstant, bool)>,
+    /// A look is scheduled ([`Event::Vacate`]).
+    armed: bool,
+    /// The delay before the next look: from 20 ms, doubling up to 1 s.
+    delay: Duration,
+}
+
+impl Engine {
+    /// Make queued job `seq`'s cgroups and move its waiting client into them. Nothing when
+    /// the job is not waiting with a client of its own, or where a waiting cgroup could take
+    /// something from other jobs: a cpuset partition (an exclusive job's CPUs) or GPUs the
+    /// job will be granted later. A failure leaves the job to be placed at its start.
+    pub(super) fn preplace(&mut self, seq: i64) {
+        let Some(j) = self.jobs.get(&seq) else {
+            return;
+        };
+        let Some(pid) = j.pid else { return };
+        if j.started.is_some()
+            || j.phase != pjw_core::sched::Phase::Queued
+            || j.client.waiter.is_none()
+            || j.client.cgroups != QueuedCgroups::None
+            || j.starter.held
+        {
+            return;
+        }
+        if self.partition.is_some() || (self.gpus_fenced && j.req.ngpus > 0) {
+            debug!(job = %j.id, "queued job placed at its start (cpuset partitions or GPUs to fence)");
+            return;
+        }
+        let Some(cpus) = self.queued_cpus(j, pid) else {
+            debug!(job = %j.id, pid, "queued job placed at its start (its client's CPUs are not the pool's, or it is not the caller's)");
+            return;
+        };
+        let limits = JobLimits {
+            cpus,
+            mems: self.alloc.topology().mems_for(&cpus),
+            memory_max: j.mem,
+            pids_max: self.cfg.pids_max,
+            swap_max: self.cfg.swap_max,
+            io: j.io.clone(),
+        };
+        let cgroup = j.cgroup.clone();
+        let placed = self
+            .driver
+            .create_job(&cgroup, &limits)
+            .and_then(|_| self.fence_job(j))
+            .and_then(|_| self.driver.add_process(&cgroup, pid));
+        let state = match placed {
+            Ok(()) => {
+                debug!(job = %j.id, pid, cpus = %cpus, "queued job waits in its cgroups");
+                QueuedCgroups::Ready
+            }
+            Err(e) => {
+                warn!(job = %j.id, error = %e, "cannot make the queued job's cgroups; they are made when it starts");
+                match self.driver.remove_job(&cgroup) {
+                    Ok(()) => QueuedCgroups::None,
+                    Err(e) => {
+                        debug!(job = %j.id, error = %e, "a queued job's half-made cgroups stay until it starts or leaves the queue");
+                        QueuedCgroups::Unsure
+                    }
+                }
+            }
+        };
+        if let Some(j) = self.jobs.get_mut(&seq) {
+            j.client.cgroups = state;
+        }
+    }
+
+    /// The CPUs a queued job's client waits on: those of the pool its process may run on
+    /// now, so that waiting in the job's cgroups widens nothing. None: its process is not the
+    /// caller's any more, cannot be read, or may run on none of the pool.
+    fn queued_cpus(&self, j: &Job, pid: u32) -> Option<CpuSet> {
+        let path = self.cfg.proc_root.join(pid.to_string()).join("status");
+        let text = std::fs::read_to_string(path).ok()?;
+        let status = pjw_kernelfs::proc_status::parse(&text).ok()?;
+        if status.uid[0] != j.starter.client_uid {
+            return None;
+        }
+        let cpus = status.cpus_allowed_list.intersection(&self.pool);
+        (!cpus.is_empty()).then_some(cpus)
+    }
+
+    /// A job that waited in its cgroups, narrowed to `cpus` (idle first for a backfill start:
+    /// it shares CPUs). True: done, its start only records and answers; false: it is placed
+    /// the usual way (it had no cgroups, or a write failed: then with a warning).
+    pub(super) fn narrow_queued(
+        &mut self,
+        seq: i64,
+        cpus: CpuSet,
+        mems: CpuSet,
+        backfill: bool,
+    ) -> bool {
+        let Some(j) = self.jobs.get(&seq) else {
+            return false;
+        };
+        if j.client.cgroups != QueuedCgroups::Ready {
+            return false;
+        }
+        let cgroup = j.cgroup.clone();
+        let narrowed = (|| {
+            if backfill {
+                self.driver.set_idle(&cgroup, true)?;
+            }
+            self.driver.set_cpus(&cgroup, &cpus, &mems)
+        })();
+        match narrowed {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(job = %j.id, error = %e, "cannot narrow the queued job's cgroups; placing it as a new job");
+                if let Some(j) = self.jobs.get_mut(&seq) {
+                    j.client.cgroups = QueuedCgroups::Unsure;
+                }
+                false
+            }
+        }
+    }
+
+    /// The job's process in its cgroups on its CPUs: already, for a job narrowed by
+    /// [`Engine::narrow_queued`] (its process counted from here), else made and moved by
+    /// [`Engine::place_job`]. The moment it was placed; None: placing failed (the client told,
+    /// the job ended, cgroups its client waited in removed once it leaves them).
+    pub(super) fn hand_off_or_place(
+        &mut self,
+        seq: i64,
+        (cpus, mems): (CpuSet, CpuSet),
+        backfill: bool,
+        pid: Option<u32>,
+        waiter: &Waiter,
+        narrowed: bool,
+    ) -> Option<Instant> {
+        let j = self.jobs.get(&seq)?;
+        if narrowed {
+            if let Some(p) = pid {
+                self.procs.start_job(seq, p);
+            }
+            debug!(job = %j.id, cpus = %cpus, "queued job handed its cpus in its own cgroups");
+            return Some(Instant::now());
+        }
+        let waited_in =
+            (j.client.cgroups != QueuedCgroups::None).then(|| (j.cgroup.clone(), j.id.to_string()));
+        let placed = self.place_job(seq, cpus, mems, backfill, pid, waiter);
+        if let (None, Some((cgroup, id))) = (placed, waited_in) {
+            self.vacate(&cgroup, &id);
+        }
+        placed
+    }
+
+    /// A queued job left the queue: the cgroups it waited in go, at once or once empty.
+    pub(super) fn withdraw_cgroups(&mut self, j: &Job) {
+        if j.started.is_none() && j.client.cgroups != QueuedCgroups::None {
+            self.vacate(&j.cgroup, j.id.as_str());
+        }
+    }
+
+    /// Remove job cgroup `cgroup` (job `job`), which no job holds any more: now if it is empty
+    /// or missing, else once its processes have left (or been killed after [`LINGER`]).
+    pub(super) fn vacate(&mut self, cgroup: &str, job: &str) {
+        match self.driver.remove_job(cgroup) {
+            Ok(()) => debug!(job, cgroup, "cgroups of a job that left the queue removed"),
+            Err(e) => {
+                debug!(job, cgroup, error = %e, "the cgroups of a job that left the queue go once its client has left them");
+                self.vacating.left.push((
+                    cgroup.to_string(),
+                    job.to_string(),
+                    TokioInstant::now(),
+                    false,
+                ));
+                self.arm_vacate(true);
+            }
+        }
+    }
+
+    /// Look again at the cgroups left by withdrawn queued jobs: removed once empty; what
+    /// stays past [`LINGER`] is killed. A cgroup that cannot be read is looked at again.
+    pub(super) fn vacate_tick(&mut self) {
+        self.vacating.armed = false;
+        let left = std::mem::take(&mut self.vacating.left);
+        for (cgroup, job, since, killed) in left {
+            let populated = self.driver.is_populated(&cgroup).unwrap_or(true);
+            if !populated {
+                match self.driver.remove_job(&cgroup) {
+                    Ok(()) => {
+                        info!(job = %job, cgroup = %cgroup, "cgroups of a job that left the queue removed");
+                        continue;
+                    }
+                    Err(e) => {
+                        debug!(job = %job, error = %e, "cannot remove a withdrawn job's cgroups yet")
+                    }
+                }
+            }
+            let killed =
+                killed || (populated && since.elapsed() >= LINGER && self.kill_left(&cgroup, &job));
+            self.vacating.left.push((cgroup, job, since, killed));
+        }
+        if !self.vacating.left.is_empty() {
+            self.arm_vacate(false);
+        }
+    }
+
+    /// Kill what stayed in a withdrawn job's cgroups. True: the kill was sent (rounds where
+    /// the kernel has no `cgroup.kill` run on a blocking thread).
+    fn kill_left(&mut self, cgroup: &str, job: &str) -> bool {
+        warn!(
+            job,
+            cgroup,
+            linger_s = LINGER.as_secs(),
+            "processes stayed in the cgroups of a job that left the queue; killed"
+        );
+        match self.driver.kill(cgroup) {
+            Ok(Killed::Done) => true,
+            Ok(Killed::Rounds(rounds)) => {
+                let job = job.to_string();
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) = rounds() {
+                        warn!(job = %job, error = %e, "cannot kill what stayed in a withdrawn job's cgroups");
+                    }
+                });
+                true
+            }
+            Err(e) => {
+                warn!(job, error = %e, "cannot kill what stayed in a withdrawn job's cgroups");
+                false
+            }
+        }
+    }
+
+    /// Schedule the next look at the vacating cgroups (`fresh`: one was just added, look soon).
+    fn arm_vacate(&mut self, fresh: bool) {
+        let v = &mut self.vacating;
+        v.delay = if fresh && !v.armed {
+            Duration::from_millis(20)
+        } else {
+            (v.delay * 2).clamp(Duration::from_millis(20), Duration::from_secs(1))
+        };
+        if v.armed {
+            return;
+        }
+        v.armed = true;
+        let (tx, delay) = (self.tx.clone(), v.delay);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = tx.send(Event::Vacate);
+        });
+    }
+}
