@@ -375,3 +375,139 @@ fn the_job_partition_weighs_as_many_cpus_as_the_pool() {
     }
     assert!(seen > 0, "no cpu controller below the parent");
 }
+
+/// The directory job `name`'s cpuset will have: in the hierarchy whose parent has
+/// `cpuset.cpus` (v1 cpuset or cgroup2).
+fn cpuset_dir(d: &TestDaemon, name: &str) -> PathBuf {
+    d.driver()
+        .job_dirs(name)
+        .into_iter()
+        .map(|(_, dir)| dir)
+        .find(|dir| dir.parent().is_some_and(|p| p.join("cpuset.cpus").exists()))
+        .unwrap_or_else(|| panic!("no cpuset hierarchy for {name}"))
+}
+
+fn gone(d: &TestDaemon, name: &str) -> bool {
+    TestDaemon::wait_for(Duration::from_secs(20), || {
+        d.driver()
+            .job_dirs(name)
+            .iter()
+            .all(|(_, dir)| !dir.exists())
+    })
+}
+
+/// Decision (cm): a queued job waits in its own cgroups, its client in them; its start only
+/// narrows the cpuset, before the client is told, so its command is confined from its first
+/// instruction: the CPUs it may run on and its cgroup's cpuset, read first thing, are its own.
+#[test]
+fn a_queued_job_waits_in_its_cgroups_and_its_command_is_confined_from_its_first_instruction() {
+    require_root!();
+    let d = daemon!("vcpus = 2");
+    let dir = d.dir().to_path_buf();
+    let a = d.run_sh(&["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
+    assert!(up(&dir, "a"));
+    // b's cgroup exists while it waits (made for it), so its command can name its cpuset.
+    let b = d.run_sh(
+        &["--cpus", "1", "--job-id", "b"],
+        &format!(
+            "grep Cpus_allowed_list /proc/self/status; echo cpuset $(cat {}/cpuset.cpus); {}",
+            cpuset_dir(&d, "job-b").display(),
+            hold(&dir, "b")
+        ),
+    );
+    assert!(wait_state(&d, "b", "queued"));
+    // Waiting: its client (the `pjw run` process) is in b's cgroups, on the pool's CPUs.
+    let procs = d.driver().procs("job-b").expect("job-b's processes");
+    assert_eq!(procs, vec![b.id()], "{}", d.status());
+    assert_eq!(
+        d.driver().job_cpus("job-b").expect("job-b's cpuset"),
+        d.pool()
+    );
+    assert!(!dir.join("b.up").exists());
+    go(&dir, "a");
+    output(a).ok();
+    assert!(up(&dir, "b"));
+    let cpus = job(&d, "b").unwrap()["cpus"].as_str().unwrap().to_string();
+    assert_eq!(cpus.parse::<CpuSet>().unwrap().len(), 1, "{cpus}");
+    go(&dir, "b");
+    let out = output(b).ok().stdout();
+    assert!(
+        out.contains(&format!("Cpus_allowed_list:\t{cpus}\n")),
+        "{out}"
+    );
+    assert!(out.contains(&format!("cpuset {cpus}\n")), "{out}");
+    assert!(gone(&d, "job-b"));
+}
+
+/// A queued job withdrawn by `pjw kill`, or whose client the user kills, leaves no cgroup and
+/// no process; the running job keeps its CPUs.
+#[test]
+fn a_queued_job_killed_or_whose_client_is_killed_leaves_no_cgroup() {
+    require_root!();
+    let d = daemon!("vcpus = 2");
+    let dir = d.dir().to_path_buf();
+    let a = d.run_sh(&["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
+    assert!(up(&dir, "a"));
+    let b = d.run_sh(&["--job-id", "b"], "echo should-not-run");
+    let mut c = d.run_sh(&["--job-id", "c"], "echo should-not-run");
+    assert!(wait_state(&d, "b", "queued") && wait_state(&d, "c", "queued"));
+    assert_eq!(d.driver().procs("job-b").expect("job-b"), vec![b.id()]);
+    assert_eq!(d.driver().procs("job-c").expect("job-c"), vec![c.id()]);
+
+    run(d.pjw().args(["kill", "b"])).ok();
+    let b = output(b).failed();
+    assert!(!b.stdout().contains("should-not-run"));
+    assert!(b.stderr().contains("killed while queued"), "{}", b.stderr());
+    assert!(gone(&d, "job-b"), "job-b left behind");
+
+    c.kill().expect("kill c's client");
+    c.wait().expect("reap c's client");
+    assert!(wait_state(&d, "c", "gone"));
+    assert!(gone(&d, "job-c"), "job-c left behind");
+
+    assert_eq!(state_of(&d, "a"), "running");
+    go(&dir, "a");
+    output(a).ok();
+}
+
+/// The daemon killed -9 while a job waits in its cgroups: after the restart it is still a
+/// queued job (not taken for a running one, not adopted), its client takes its place back
+/// and it starts confined when the CPUs free.
+#[test]
+fn a_job_waiting_in_its_cgroups_stays_queued_across_a_daemon_crash() {
+    require_root!();
+    let mut d = daemon!("vcpus = 2");
+    let dir = d.dir().to_path_buf();
+    let a = d.run_sh(&["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
+    assert!(up(&dir, "a"));
+    let q = d.run_sh(
+        &["--cpus", "1", "--job-id", "q"],
+        &format!(
+            "grep Cpus_allowed_list /proc/self/status; {}",
+            hold(&dir, "q")
+        ),
+    );
+    assert!(wait_state(&d, "q", "queued"));
+    assert_eq!(d.driver().procs("job-q").expect("job-q"), vec![q.id()]);
+
+    d.kill9();
+    d.restart();
+    assert_eq!(state_of(&d, "q"), "queued", "{}", d.status());
+    assert_eq!(state_of(&d, "a"), "running");
+    assert!(!dir.join("q.up").exists());
+    go(&dir, "a");
+    output(a).ok();
+    assert!(
+        up(&dir, "q"),
+        "q did not start after the restart: {}",
+        d.status()
+    );
+    let cpus = job(&d, "q").unwrap()["cpus"].as_str().unwrap().to_string();
+    go(&dir, "q");
+    let out = output(q).ok().stdout();
+    assert!(
+        out.contains(&format!("Cpus_allowed_list:\t{cpus}\n")),
+        "{out}"
+    );
+    assert!(gone(&d, "job-q"));
+}
