@@ -33,7 +33,7 @@ use pjw_core::sched::QueuePolicy;
 use pjw_core::{CpuSet, JobId};
 use pjw_proto::{ErrorCode, Response};
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::adopt::Scanner;
 use crate::cgroup_port::CgroupPort;
@@ -449,21 +449,7 @@ impl Engine {
                     let _ = reply.send(r);
                 }
             }
-            Event::ClientGone { conn } => {
-                let gone = self
-                    .jobs
-                    .values()
-                    .find(|j| j.client.waiter.as_ref().is_some_and(|w| w.conn == conn))
-                    .map(|j| j.seq);
-                if let Some(seq) = gone {
-                    if let Some(j) = self.jobs.remove(&seq) {
-                        info!(job = %j.id, user = %j.user, "queued client left; job withdrawn");
-                        self.record_end(&j, End::not_started("client left the queue"));
-                        self.withdraw_cgroups(&j);
-                    }
-                    self.replan();
-                }
-            }
+            Event::ClientGone { conn } => self.client_gone(conn),
             Event::MainExited { seq } => self.main_exited(seq),
             Event::StepExited { seq, step } => self.step_exited(seq, step),
             Event::Login {

@@ -42,15 +42,11 @@ impl Engine {
             Phase::Primary
         };
         let running = pid.is_some();
-        // A job that waited in its cgroups is narrowed to its CPUs before it is recorded
-        // running: a crash between the two leaves a queued job (decision (cm)).
-        let narrowed = self.narrow_queued(seq, cpus, mems, backfill);
+        self.narrow_queued(seq, cpus, mems, backfill);
         if !self.record_start(seq, cpus, mems, phase, running, &waiter) {
             return false;
         }
-        let Some(moved_at) =
-            self.hand_off_or_place(seq, (cpus, mems), backfill, pid, &waiter, narrowed)
-        else {
+        let Some(moved_at) = self.hand_off_or_place(seq, cpus, mems, backfill, pid, &waiter) else {
             return false;
         };
         let at = Placed {

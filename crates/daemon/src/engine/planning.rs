@@ -220,6 +220,23 @@ impl Engine {
         }
     }
 
+    /// A connection closed: a job whose client waited on it leaves the queue.
+    pub(super) fn client_gone(&mut self, conn: u64) {
+        let gone = self
+            .jobs
+            .values()
+            .find(|j| j.client.waiter.as_ref().is_some_and(|w| w.conn == conn))
+            .map(|j| j.seq);
+        if let Some(seq) = gone {
+            if let Some(j) = self.jobs.remove(&seq) {
+                info!(job = %j.id, user = %j.user, "queued client left; job withdrawn");
+                self.record_end(&j, End::not_started("client left the queue"));
+                self.withdraw_cgroups(&j);
+            }
+            self.replan();
+        }
+    }
+
     /// Queued jobs in the order they will be served.
     pub(super) fn queue_order(&self) -> Vec<i64> {
         let mut q: Vec<&Job> = self

@@ -32,6 +32,8 @@ pub(super) enum QueuedCgroups {
     None,
     /// Made with its limits, its client in them: its start narrows the cpuset only.
     Ready,
+    /// Narrowed to the CPUs it starts on (its start under way): placed already.
+    Narrowed,
     /// They may exist (a pre-placement that failed half-way, a queued job recovered after a
     /// restart): its start makes and moves as for a job without them (both are idempotent);
     /// leaving the queue removes them.
@@ -127,20 +129,16 @@ impl Engine {
     }
 
     /// A job that waited in its cgroups, narrowed to `cpus` (idle first for a backfill start:
-    /// it shares CPUs). True: done, its start only records and answers; false: it is placed
-    /// the usual way (it had no cgroups, or a write failed: then with a warning).
-    pub(super) fn narrow_queued(
-        &mut self,
-        seq: i64,
-        cpus: CpuSet,
-        mems: CpuSet,
-        backfill: bool,
-    ) -> bool {
+    /// it shares CPUs): then [`QueuedCgroups::Narrowed`], and its start only records and
+    /// answers. Else it is placed the usual way (it had no cgroups, or a write failed: then
+    /// with a warning). Called before the start is recorded: a crash between the two leaves a
+    /// job the store calls queued, never a running one on the wide waiting cpuset.
+    pub(super) fn narrow_queued(&mut self, seq: i64, cpus: CpuSet, mems: CpuSet, backfill: bool) {
         let Some(j) = self.jobs.get(&seq) else {
-            return false;
+            return;
         };
         if j.client.cgroups != QueuedCgroups::Ready {
-            return false;
+            return;
         }
         let cgroup = j.cgroup.clone();
         let narrowed = (|| {
@@ -149,15 +147,15 @@ impl Engine {
             }
             self.driver.set_cpus(&cgroup, &cpus, &mems)
         })();
-        match narrowed {
-            Ok(()) => true,
+        let state = match narrowed {
+            Ok(()) => QueuedCgroups::Narrowed,
             Err(e) => {
                 warn!(job = %j.id, error = %e, "cannot narrow the queued job's cgroups; placing it as a new job");
-                if let Some(j) = self.jobs.get_mut(&seq) {
-                    j.client.cgroups = QueuedCgroups::Unsure;
-                }
-                false
+                QueuedCgroups::Unsure
             }
+        };
+        if let Some(j) = self.jobs.get_mut(&seq) {
+            j.client.cgroups = state;
         }
     }
 
@@ -168,14 +166,14 @@ impl Engine {
     pub(super) fn hand_off_or_place(
         &mut self,
         seq: i64,
-        (cpus, mems): (CpuSet, CpuSet),
+        cpus: CpuSet,
+        mems: CpuSet,
         backfill: bool,
         pid: Option<u32>,
         waiter: &Waiter,
-        narrowed: bool,
     ) -> Option<Instant> {
         let j = self.jobs.get(&seq)?;
-        if narrowed {
+        if j.client.cgroups == QueuedCgroups::Narrowed {
             if let Some(p) = pid {
                 self.procs.start_job(seq, p);
             }
