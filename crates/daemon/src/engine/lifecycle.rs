@@ -550,9 +550,12 @@ impl Engine {
         let memory = self.memory_end_note(&job, ooms, finals.mem_peak);
         let text = format!("{}{memory}", reason.text());
         self.remember_outcome(&job, ooms, finals.mem_peak, &text);
-        if let Err(e) = self.driver.remove_job(&job.cgroup) {
-            warn!(job = %job.id, error = %e, "cannot remove job cgroups");
-        }
+        // Its last counters are read: the cgroups go on a blocking thread (engine/removal.rs),
+        // which answers the `end` waiters once they are gone. A partition goes at once (its
+        // directory holds its CPUs from its siblings).
+        let partition = job.req.exclusive && self.partition.is_some();
+        let waiters = std::mem::take(&mut job.end.waiters);
+        self.remove_cgroups(&job.id, &job.cgroup, partition, waiters);
         // Emptied and removed on a blocking thread: a tmpfs of 400,000 files is a long walk.
         if let Some(dir) = &job.starter.tmpdir {
             crate::tmp::spawn_remove(dir.clone(), job.id.to_string());
@@ -587,11 +590,6 @@ impl Engine {
             processes = counts.procs_ever, threads = counts.threads_ever,
             max_processes = counts.procs_max, counts_exact = !counts.lossy, "job ended"
         );
-        for w in job.end.waiters {
-            let _ = w.send(Response::Done {
-                message: format!("job {} ended; its cgroups are gone", job.id),
-            });
-        }
         self.replan();
     }
 }

@@ -319,6 +319,7 @@ async fn a_cgroup_events_change_or_a_recheck_ends_a_job_only_once_its_cgroup_is_
             _ => Event::Recheck { seq },
         });
         assert_eq!(!t.engine.jobs.contains_key(&seq), ended, "{ev} {name}");
+        t.removals_done().await;
         let row = t.store.state().rows[&seq].clone();
         assert_eq!(
             row.end_reason.as_deref(),
@@ -488,6 +489,7 @@ async fn kill_rounds_run_off_the_engine_thread_and_the_job_keeps_its_cpus_until_
     }
     assert!(!t.engine.jobs.contains_key(&a));
     assert_eq!(t.engine.free().len(), 4);
+    t.removals_done().await;
     let calls = fake.calls();
     let at = |c: &str| {
         calls
