@@ -317,9 +317,9 @@ impl Engine {
         // From now on a `run` from its main process is a step of it (engine/steps.rs).
         j.steps.main_told = true;
         self.track(seq, true);
-        // After the reply: `status` has the new job's figures before the sampler's next tick,
-        // and its series starts now; its first minute is sampled every second.
-        self.sample_now(seq);
+        // Its first sample comes from the young jobs' tick, within a second (its first minute
+        // is sampled every second), not from a read here: `status` reads fresh figures off
+        // this thread anyway (`live.rs`), and a job shorter than that has its end's sample.
         self.arm_young();
         true
     }
