@@ -550,12 +550,6 @@ impl Engine {
         let memory = self.memory_end_note(&job, ooms, finals.mem_peak);
         let text = format!("{}{memory}", reason.text());
         self.remember_outcome(&job, ooms, finals.mem_peak, &text);
-        // Its last counters are read: the cgroups go on a blocking thread (engine/removal.rs),
-        // which answers the `end` waiters once they are gone. A partition goes at once (its
-        // directory holds its CPUs from its siblings).
-        let partition = job.req.exclusive && self.partition.is_some();
-        let waiters = std::mem::take(&mut job.end.waiters);
-        self.remove_cgroups(&job.id, &job.cgroup, partition, waiters);
         // Emptied and removed on a blocking thread: a tmpfs of 400,000 files is a long walk.
         if let Some(dir) = &job.starter.tmpdir {
             crate::tmp::spawn_remove(dir.clone(), job.id.to_string());
@@ -590,6 +584,15 @@ impl Engine {
             processes = counts.procs_ever, threads = counts.threads_ever,
             max_processes = counts.procs_max, counts_exact = !counts.lossy, "job ended"
         );
+        // Its last counters read and its end recorded: the cgroups go on a blocking thread
+        // (engine/removal.rs), which answers the `end` waiters once they are gone. After the
+        // record, so a crash meanwhile leaves an ended job's empty cgroups (recovery removes
+        // them), never a `running` row without cgroups (which recovery would call a start
+        // that never ran). A partition goes at once (its directory holds its CPUs from its
+        // siblings).
+        let partition = job.req.exclusive && self.partition.is_some();
+        let waiters = std::mem::take(&mut job.end.waiters);
+        self.remove_cgroups(&job.id, &job.cgroup, partition, waiters);
         self.replan();
     }
 }
