@@ -394,7 +394,10 @@ fn jobs_that_end_while_the_daemon_is_down_are_cleaned_up_at_restart() {
 fn an_ended_jobs_cgroups_left_by_a_crash_before_their_removal_are_removed_at_restart() {
     require_root!();
     let mut d = TestDaemon::start(pjw_bin(), &two_cpus!());
-    run(d.pjw().args(["run", "-q", "--job-id", "left", "--", "true"])).code(0);
+    run(d
+        .pjw()
+        .args(["run", "-q", "--job-id", "left", "--", "true"]))
+    .code(0);
     d.kill9();
     let mems = std::fs::read_to_string("/sys/devices/system/node/online")
         .ok()
