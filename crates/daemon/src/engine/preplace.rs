@@ -53,6 +53,14 @@ pub(super) struct Vacating {
     delay: Duration,
 }
 
+impl Vacating {
+    /// Whether cgroup `name` is still being vacated: a new job of that name neither waits in
+    /// it nor starts until it is gone (the old client's process must not join the new job).
+    pub(super) fn holds(&self, name: &str) -> bool {
+        self.left.iter().any(|(c, ..)| c == name)
+    }
+}
+
 impl Engine {
     /// Make queued job `seq`'s cgroups and move its waiting client into them. Nothing when
     /// the job is not waiting with a client of its own, or where a waiting cgroup could take
@@ -69,6 +77,10 @@ impl Engine {
             || j.client.cgroups != QueuedCgroups::None
             || j.starter.held
         {
+            return;
+        }
+        if self.removing.contains_key(&j.cgroup) || self.vacating.holds(&j.cgroup) {
+            debug!(job = %j.id, "queued job placed at its start (the old cgroups of its name are being removed)");
             return;
         }
         if self.partition.is_some() || (self.gpus_fenced && j.req.ngpus > 0) {
@@ -219,6 +231,7 @@ impl Engine {
     pub(super) fn vacate_tick(&mut self) {
         self.vacating.armed = false;
         let left = std::mem::take(&mut self.vacating.left);
+        let before = left.len();
         for (cgroup, job, since, killed) in left {
             let populated = self.driver.is_populated(&cgroup).unwrap_or(true);
             if !populated {
@@ -238,6 +251,10 @@ impl Engine {
         }
         if !self.vacating.left.is_empty() {
             self.arm_vacate(false);
+        }
+        // A queued job of a name just freed may start now.
+        if self.vacating.left.len() < before {
+            self.replan();
         }
     }
 

@@ -391,3 +391,30 @@ async fn after_a_crash_a_waiting_job_whose_client_died_leaves_no_cgroup() {
     // Nor adopted as a running job: only a is.
     assert_eq!(t.engine.jobs.len(), 1);
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_new_job_of_a_vacating_name_waits_until_the_old_cgroups_are_gone() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    let _b_rx = a_runs_b_waits(&mut t, run_request("b", 2)).await;
+    // b's connection drops; its client stays in job-b for now. a ends: the CPUs are free.
+    t.engine.handle(Event::ClientGone { conn: 2 });
+    a_ends(&mut t);
+    assert!(t.engine.vacating.holds("job-b"));
+    let made = calls_of(&fake, "b").len();
+
+    // A new job b waits: neither in the old cgroups nor started in them.
+    let me = std::process::id();
+    let (r, mut b_rx) = t.submit(3, me, UID, run_request("b", 2)).await;
+    assert!(matches!(r, Response::Queued { .. }), "{r:?}");
+    assert_eq!(calls_of(&fake, "b").len(), made, "{:?}", fake.calls());
+
+    // The old client leaves: the old cgroups go, the new b starts in new ones.
+    exits(&fake, "b", B);
+    t.engine.handle(Event::Vacate);
+    assert!(matches!(b_rx.recv().await, Some(Response::Started { .. })));
+    let tail: Vec<String> = calls_of(&fake, "b")[made..].to_vec();
+    assert_eq!(tail[0], "remove_job job-b");
+    assert!(tail[1].starts_with("create_job job-b"), "{tail:?}");
+    assert_eq!(tail[2], format!("add_process job-b {me}"));
+}
