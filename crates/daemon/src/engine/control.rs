@@ -198,8 +198,7 @@ impl Engine {
                 info!(job = %j.id, user = %j.user, by = %by, "queued job withdrawn");
                 let mut end = End::of(EndReason::KilledBy(by.clone()));
                 end.killed = true;
-                self.record_end(&j, end);
-                self.withdraw_cgroups(&j);
+                self.end_queued(&j, end);
                 if let Some(w) = j.client.waiter {
                     let _ = w.reply.send(err(
                         ErrorCode::Invalid,

@@ -85,8 +85,7 @@ impl Engine {
         {
             warn!(job = %j.id, pid = ?pid, "client process vanished before start");
             if let Some(j) = self.jobs.remove(&seq) {
-                self.record_end(&j, End::not_started("client left the queue"));
-                self.withdraw_cgroups(&j);
+                self.end_queued(&j, End::not_started("client left the queue"));
             }
             return None;
         }
@@ -128,8 +127,7 @@ impl Engine {
             // Its row is still live (queued): ended, so that its id is free again. The store
             // refused just now, so this end is most likely kept for a later retry.
             if let Some(j) = self.jobs.remove(&seq) {
-                self.record_end(&j, End::not_started("start failed: store"));
-                self.withdraw_cgroups(&j);
+                self.end_queued(&j, End::not_started("start failed: store"));
             }
             return false;
         }

@@ -164,8 +164,7 @@ impl Engine {
                 if let Some(j) = self.jobs.remove(&key) {
                     let waited = j.queued_at.elapsed().as_secs();
                     info!(job = %j.id, user = %j.user, waited_s = waited, "job expired in the queue");
-                    self.record_end(&j, End::of(EndReason::Expired("expired in queue".into())));
-                    self.withdraw_cgroups(&j);
+                    self.end_queued(&j, End::of(EndReason::Expired("expired in queue".into())));
                     if let Some(w) = j.client.waiter {
                         let _ = w.reply.send(err(
                             ErrorCode::Invalid,
@@ -220,8 +219,7 @@ impl Engine {
         for seq in gone {
             if let Some(j) = self.jobs.remove(&seq) {
                 info!(job = %j.id, "queued client did not reconnect; job withdrawn");
-                self.record_end(&j, End::not_started("client left the queue"));
-                self.withdraw_cgroups(&j);
+                self.end_queued(&j, End::not_started("client left the queue"));
             }
         }
     }
@@ -236,8 +234,7 @@ impl Engine {
         if let Some(seq) = gone {
             if let Some(j) = self.jobs.remove(&seq) {
                 info!(job = %j.id, user = %j.user, "queued client left; job withdrawn");
-                self.record_end(&j, End::not_started("client left the queue"));
-                self.withdraw_cgroups(&j);
+                self.end_queued(&j, End::not_started("client left the queue"));
             }
             self.replan();
         }

@@ -201,6 +201,13 @@ impl Engine {
         placed
     }
 
+    /// A queued job left the queue (removed from the table): its end recorded, and the cgroups
+    /// it waited in removed, at once or once empty.
+    pub(super) fn end_queued(&mut self, j: &Job, end: super::End) {
+        self.record_end(j, end);
+        self.withdraw_cgroups(j);
+    }
+
     /// A queued job left the queue: the cgroups it waited in go, at once or once empty.
     pub(super) fn withdraw_cgroups(&mut self, j: &Job) {
         if j.started.is_none() && j.client.cgroups != QueuedCgroups::None {
