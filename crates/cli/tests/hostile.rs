@@ -599,12 +599,24 @@ fn a_user_cannot_fill_the_queue() {
     );
     let other = spawn_as(&d, bystander, &["--cpus", "1", "--job-id", "other"], "true");
     wait_state(&d, "other", "queued");
+    // Each waiting job holds its cgroups (decisions.md (cm)): the limit bounds them too, and
+    // the refused job made none.
+    let jobs = d.driver().list_jobs().expect("job cgroups");
+    assert_eq!(jobs, ["job-hog", "job-other", "job-q0", "job-q1", "job-q2"]);
     for id in ["hog", "q0", "q1", "q2", "other"] {
         let _ = d.pjw().args(["kill", id]).output();
     }
     for c in waiting.into_iter().chain([hog, other]) {
         let _ = finish(c);
     }
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(20), || d
+            .driver()
+            .list_jobs()
+            .is_ok_and(|l| l.is_empty())),
+        "job cgroups left: {:?}",
+        d.driver().list_jobs()
+    );
 }
 
 /// Every entry of the state directory now, with its mode: `(path, mode, is_dir)`. Entries that
