@@ -418,3 +418,18 @@ async fn a_new_job_of_a_vacating_name_waits_until_the_old_cgroups_are_gone() {
     assert!(tail[1].starts_with("create_job job-b"), "{tail:?}");
     assert_eq!(tail[2], format!("add_process job-b {me}"));
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_sampler_does_not_sample_a_waiting_job() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    let _b_rx = a_runs_b_waits(&mut t, run_request("b", 2)).await;
+    fake.set_stats("job-a", 1 << 20, 10);
+    fake.set_stats("job-b", 1 << 20, 10);
+    let before = fake.reads().len();
+    t.engine.handle(Event::Sample);
+    let reads = fake.reads()[before..].to_vec();
+    // What would read b did run: a was sampled.
+    assert!(reads.contains(&"cpu_time job-a".to_string()), "{reads:?}");
+    assert!(!reads.iter().any(|r| r.ends_with(" job-b")), "{reads:?}");
+}
