@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-target/release/pjw}
 [ -x "$bin" ] || { echo "build-deb: no $bin (run make release)" >&2; exit 1; }
+[ -x "$(dirname "$bin")/pjw-full" ] || { echo "build-deb: no pjw-full beside $bin (run make release)" >&2; exit 1; }
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 revision=1
@@ -25,6 +26,9 @@ ins_usr() { ins "$1" "$2" "$3"; sed -i 's#/usr/local/#/usr/#g' "$root/$3"; }
 
 ins 0755 "$bin" usr/bin/pjw
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/bin/pjw"
+# The full command line the launch front execs (docs/decisions.md (cj)).
+ins 0755 "$(dirname "$bin")/pjw-full" usr/lib/pjw/pjw-full
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/lib/pjw/pjw-full"
 
 ins_usr 0644 packaging/pjw.service lib/systemd/system/pjw.service
 ins 0644 packaging/pjw.slice lib/systemd/system/pjw.slice

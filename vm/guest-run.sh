@@ -33,7 +33,7 @@ all=/tmp/all.log; : > "$all"
 extra=0; ran=0
 for t in /mnt/bin/*; do
   name=${t##*/}
-  case $name in pjw|pjw-wl) continue ;; esac
+  case $name in pjw|pjw-full|pjw-wl) continue ;; esac
   echo "=== $name"
   log=/tmp/$name.log
   if [ -n "$filter" ]; then "$t" --exact "$filter" --test-threads=4 --show-output > "$log" 2>&1; rc=$?

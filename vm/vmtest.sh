@@ -110,11 +110,11 @@ run=$W/runs/$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$run/share/bin"
 # VM_ONLY: a shell pattern of the test executables to run (the self-check runs one), else all.
 if [ -n "${VM_ONLY:-}" ]; then
-  cp "$bins/pjw" "$bins/pjw-wl" "$run/share/bin/"
+  cp "$bins/pjw" "$bins/pjw-full" "$bins/pjw-wl" "$run/share/bin/"
   for f in "$bins"/$VM_ONLY; do [ -f "$f" ] && cp "$f" "$run/share/bin/"; done
 else
   # The test executables vm/guest-tests gives this tier (a name's line lists v2 or v1).
-  cp "$bins/pjw" "$bins/pjw-wl" "$run/share/bin/"
+  cp "$bins/pjw" "$bins/pjw-full" "$bins/pjw-wl" "$run/share/bin/"
   for t in $(awk -v t="$cg" '!/^#/ && NF { for (i = 2; i <= NF; i++) if ($i == t) print $1 }' "$here/guest-tests"); do
     for f in "$bins/$t"-*; do [ -f "$f" ] && cp "$f" "$run/share/bin/"; done
   done

@@ -1,0 +1,70 @@
+//! `pjw`: the launch front of the process jail warden.
+//!
+//! `pjw run` is the launch path: its start is part of every job's. So this binary holds only
+//! what `pjw run` needs (its flags, the request, the watcher, the exec) and runs it; every other
+//! subcommand, and any `run` its flags alone do not accept (help, version, a mistake), is the
+//! full command line's: this process execs `pjw-full` with the same arguments (the same pid,
+//! so `pjw daemon` is still the process its caller started). docs/decisions.md (cj) has the
+//! figures; exit codes are as `pjw-full`'s (see main.rs).
+
+// The launch path's modules, shared with `pjw-full` (which uses all of their items).
+#[allow(dead_code)]
+mod affinity;
+mod cmd_run;
+#[allow(dead_code)]
+mod connect;
+mod run_args;
+#[allow(dead_code)]
+mod run_watch;
+#[allow(dead_code)]
+mod starter;
+
+/// Where `cmd_run` finds its flags in both binaries.
+mod cli {
+    pub use crate::run_args::RunArgs;
+}
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+
+/// The full command line's file name.
+const FULL: &str = "pjw-full";
+
+fn main() {
+    // As pjw-full does: die quietly on a closed pipe; `pjw run` restores the default for its
+    // command anyway.
+    // SAFETY: setting a signal disposition to SIG_DFL at start-up, before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    if let Some(r) = run_args::parse_run_only(std::env::args_os()) {
+        std::process::exit(cmd_run::run(r));
+    }
+    std::process::exit(exec_full());
+}
+
+/// Exec `pjw-full` with this process's arguments; returns only when that fails, with the exit
+/// code.
+fn exec_full() -> i32 {
+    let Some(full) = full_binary() else {
+        eprintln!("pjw: cannot find {FULL} beside this pjw or in ../lib/pjw (a broken install?)");
+        return 1;
+    };
+    let mut args = std::env::args_os();
+    let arg0 = args.next().unwrap_or_else(|| "pjw".into());
+    let e = std::process::Command::new(&full)
+        .arg0(arg0)
+        .args(args)
+        .exec();
+    eprintln!("pjw: cannot run {}: {e}", full.display());
+    1
+}
+
+/// `pjw-full` beside this binary (a build tree) or in `../lib/pjw` (an install: /usr/bin/pjw
+/// and /usr/lib/pjw/pjw-full), found from this binary's own path, never from the
+/// environment: root runs `pjw` (job starters, PAM), so no caller may pick what it execs.
+fn full_binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.join(FULL), dir.join("../lib/pjw").join(FULL)]
+        .into_iter()
+        .find(|p| p.is_file())
+}
