@@ -124,7 +124,7 @@ pub trait BindPort: Send {
     /// nanoseconds, since it started.
     fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError>;
     /// Let thread `tid` run only on `cpus`.
-    fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError>;
+    fn set_affinity(&self, cgroup: &str, tid: u32, cpus: &CpuSet) -> Result<(), BindError>;
     /// Thread `tid`'s time on a CPU and time waiting for one, apart (thread profiles); by
     /// default all of [`BindPort::runnable_ns`] as running.
     fn sched(&self, pid: u32, tid: u32) -> Result<SchedRead, BindError> {
@@ -152,7 +152,7 @@ fn free(
     logged: &mut Logged,
     r: &mut PassReport,
 ) -> bool {
-    match port.set_affinity(tid.0, &job.cpus) {
+    match port.set_affinity(&job.cgroup, tid.0, &job.cpus) {
         Ok(()) => true,
         Err(BindError::Gone) => false,
         Err(BindError::Failed(e)) => {

@@ -125,7 +125,7 @@ impl Balancer {
             return;
         };
         let set = thread_bind::pin_set(&self.topo, &b.job.cpus, b.job.mode, slot);
-        match port.set_affinity(b.tid, &set) {
+        match port.set_affinity(&b.job.cgroup, b.tid, &set) {
             Ok(()) => {
                 debug!(cgroup = %b.job.cgroup, tid = b.tid, cpus = %set, "new thread pinned");
                 t.run.insert(tid, ns);

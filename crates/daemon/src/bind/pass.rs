@@ -62,7 +62,7 @@ impl Balancer {
                     if port.affinity(tid.0).ok().as_ref() != t.ours_of(tid) {
                         continue;
                     }
-                    match port.set_affinity(tid.0, &job.cpus) {
+                    match port.set_affinity(&job.cgroup, tid.0, &job.cpus) {
                         Ok(()) => report.unpinned += 1,
                         Err(BindError::Gone) => {}
                         Err(BindError::Failed(e)) => {
@@ -360,7 +360,7 @@ impl Apply<'_> {
                 continue;
             }
             let set = thread_bind::pin_set(topo, &job.cpus, job.mode, slot);
-            match self.port.set_affinity(tid.0, &set) {
+            match self.port.set_affinity(&job.cgroup, tid.0, &set) {
                 Ok(()) => {
                     debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %set, "thread pinned");
                     self.pins.insert(tid, slot);
@@ -394,7 +394,7 @@ impl Apply<'_> {
     fn unpin(&mut self, unpin: Vec<Tid>, applied: &BTreeMap<Tid, u32>) {
         let job = self.job;
         for tid in unpin {
-            match self.port.set_affinity(tid.0, &job.cpus) {
+            match self.port.set_affinity(&job.cgroup, tid.0, &job.cpus) {
                 Ok(()) => {
                     debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %job.cpus, "thread unpinned");
                     self.ours.insert(tid, (self.seen.pid_of(&tid), job.cpus));

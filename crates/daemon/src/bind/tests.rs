@@ -83,7 +83,7 @@ impl BindPort for Fake {
             .copied()
             .ok_or(BindError::Gone)
     }
-    fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError> {
+    fn set_affinity(&self, _cgroup: &str, tid: u32, cpus: &CpuSet) -> Result<(), BindError> {
         if let Some(e) = self.failure(tid) {
             return Err(e);
         }

@@ -156,8 +156,8 @@ impl BindPort for Recorder<'_> {
     fn task(&self, pid: u32, tid: u32) -> Result<TaskFacts, BindError> {
         self.inner.task(pid, tid)
     }
-    fn set_affinity(&self, tid: u32, cpus: &CpuSet) -> Result<(), BindError> {
-        self.inner.set_affinity(tid, cpus)
+    fn set_affinity(&self, cgroup: &str, tid: u32, cpus: &CpuSet) -> Result<(), BindError> {
+        self.inner.set_affinity(cgroup, tid, cpus)
     }
     fn affinity(&self, tid: u32) -> Result<CpuSet, BindError> {
         self.inner.affinity(tid)

@@ -482,10 +482,21 @@ pub(super) fn target_names(id: &str, tag: Option<&str>, uid: u32) -> (String, St
     let local = id.split_once(':').map(|(_, l)| l).unwrap_or(id);
     let own = format!("_u{uid}");
     let local = match local.strip_suffix(own.as_str()) {
-        Some(claim) if !ns.is_empty() && !claim.is_empty() => claim,
+        Some(claim) if !ns.is_empty() && !claim.is_empty() => untruncated(claim, tag),
         _ => local,
     };
     (ns, local.to_string())
+}
+
+/// A claim too long for its owner's form was cut to fit ([`pjw_core::JobId::for_owner`]); its
+/// tag still names it whole (`pbs:<long id>`), and the tasks name it whole: take the tag's, when
+/// it begins with the cut claim. Only the owner's own tasks are adopted under it (adoption
+/// matches uids), so a tag can steer nothing but its owner's processes (review 4, L3).
+fn untruncated<'a>(claim: &'a str, tag: Option<&'a str>) -> &'a str {
+    match tag.and_then(|t| t.split_once(':')).map(|(_, l)| l) {
+        Some(whole) if whole.len() > claim.len() && whole.starts_with(claim) => whole,
+        _ => claim,
+    }
 }
 
 /// What a registration is checked against as a `run` would be: its CPUs, memory, id and name,

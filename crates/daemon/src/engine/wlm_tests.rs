@@ -213,3 +213,27 @@ fn a_claim_in_its_owners_form_is_adopted_under_the_managers_id() {
         (String::new(), "x_u7".to_string())
     );
 }
+
+/// Review 4, L3: a squatted claim too long for its owner's form (`pbs:<id>_u1001` cut to 64
+/// characters) is still found under the whole id its tasks name, which its tag keeps; a tag that
+/// does not begin with the cut claim changes nothing.
+#[test]
+fn a_long_squatted_claim_is_adopted_under_its_whole_id() {
+    use super::wlm::target_names;
+    let whole = format!("1234.{}", "s".repeat(55));
+    let own = pjw_core::JobId::in_namespace("pbs", &whole)
+        .expect("a 60-character PBS id is valid")
+        .for_owner(1001);
+    let tag = format!("pbs:{whole}");
+    assert!(!own.as_str().contains(&whole), "the owner's form was cut");
+    assert_eq!(
+        target_names(own.as_str(), Some(&tag), 1001),
+        ("pbs".to_string(), whole.clone())
+    );
+    assert_eq!(
+        target_names(own.as_str(), Some("pbs:9999.other"), 1001)
+            .1
+            .len(),
+        own.as_str().len() - "pbs:".len() - "_u1001".len()
+    );
+}

@@ -67,7 +67,7 @@ impl BindPort for Fake {
             migrations: Some(1),
         })
     }
-    fn set_affinity(&self, _: u32, _: &CpuSet) -> Result<(), BindError> {
+    fn set_affinity(&self, _: &str, _: u32, _: &CpuSet) -> Result<(), BindError> {
         Ok(())
     }
     fn affinity(&self, _: u32) -> Result<CpuSet, BindError> {
