@@ -21,9 +21,11 @@ use pjw_proto::{Client, JobOutcome, Request, Response};
 /// How long the watcher waits for the daemon's answer.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The `pjw run` side: where the job's id goes once it has started.
+/// The `pjw run` side: where the job's id goes once it has started, and the middle process,
+/// reaped when this is dropped (before the exec: the command must not inherit a child).
 pub struct Watch {
-    to_watcher: OwnedFd,
+    to_watcher: Option<OwnedFd>,
+    middle: libc::pid_t,
 }
 
 impl Watch {
@@ -62,21 +64,35 @@ impl Watch {
                     _ => unsafe { libc::_exit(0) },
                 }
             }
+            // Not reaped here: it forks the watcher and exits while the request goes to the
+            // daemon, and is reaped when the Watch is dropped (off the launch's critical path).
             middle => {
                 drop(rd);
                 drop(pidfd);
-                let mut status = 0;
-                // SAFETY: reaping our own child, which exits at once.
-                unsafe { libc::waitpid(middle, &mut status, 0) };
-                Some(Watch { to_watcher: wr })
+                Some(Watch {
+                    to_watcher: Some(wr),
+                    middle,
+                })
             }
         }
     }
 
     /// The job started as `job`: tell the watcher (the pipe closes at the exec anyway).
-    pub fn started(self, job: &str) {
-        let mut f = std::fs::File::from(self.to_watcher);
-        let _ = f.write_all(format!("{job}\n").as_bytes());
+    pub fn started(mut self, job: &str) {
+        if let Some(fd) = self.to_watcher.take() {
+            let _ = std::fs::File::from(fd).write_all(format!("{job}\n").as_bytes());
+        }
+    }
+}
+
+impl Drop for Watch {
+    /// Reap the middle process (it exits as soon as it has forked the watcher).
+    fn drop(&mut self) {
+        let mut status = 0;
+        // SAFETY: waiting for our own child, which exits at once; EINTR is retried.
+        while unsafe { libc::waitpid(self.middle, &mut status, 0) } < 0
+            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {}
     }
 }
 
