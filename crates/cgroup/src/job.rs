@@ -34,12 +34,18 @@ impl Driver {
         created: &mut Vec<PathBuf>,
     ) -> Result<(), CgroupError> {
         for h in self.hierarchies() {
-            let parent = h.parent();
-            if !self.fs.exists(&parent) {
-                return Err(CgroupError::ParentMissing { path: parent });
-            }
             let dir = h.job(name);
-            if self.fs.mkdir(&dir, h.kind())? {
+            // A missing parent is mkdir's ENOENT: no separate look first (this is the launch
+            // path, six hierarchies on a hybrid node).
+            let made = match self.fs.mkdir(&dir, h.kind()) {
+                Err(CgroupError::CreateDir { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    return Err(CgroupError::ParentMissing { path: h.parent() });
+                }
+                r => r?,
+            };
+            if made {
                 created.push(dir.clone());
             }
             if h.has("cpuset") {
