@@ -62,9 +62,45 @@ fn exec_full() -> i32 {
 /// and /usr/lib/pjw/pjw-full), found from this binary's own path, never from the
 /// environment: root runs `pjw` (job starters, PAM), so no caller may pick what it execs.
 fn full_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
+    full_binary_of(&std::env::current_exe().ok()?)
+}
+
+/// `pjw-full` for the front at `exe`: beside it, else in `../lib/pjw`.
+fn full_binary_of(exe: &std::path::Path) -> Option<PathBuf> {
     let dir = exe.parent()?;
     [dir.join(FULL), dir.join("../lib/pjw").join(FULL)]
         .into_iter()
         .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{full_binary_of, FULL};
+
+    /// A build tree has pjw-full beside pjw; an install has it in ../lib/pjw; with neither
+    /// there is nothing to exec (and a directory of that name is not a binary).
+    #[test]
+    fn pjw_full_is_found_beside_or_in_lib_pjw() {
+        let t = tempfile::tempdir().unwrap();
+        let bin = t.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let front = bin.join("pjw");
+        assert_eq!(full_binary_of(&front), None);
+        std::fs::create_dir_all(bin.join(FULL)).unwrap();
+        assert_eq!(full_binary_of(&front), None, "a directory is no binary");
+        let lib = t.path().join("lib/pjw");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join(FULL), b"").unwrap();
+        assert_eq!(
+            full_binary_of(&front),
+            Some(bin.join("../lib/pjw").join(FULL))
+        );
+        std::fs::remove_dir(bin.join(FULL)).unwrap();
+        std::fs::write(bin.join(FULL), b"").unwrap();
+        assert_eq!(
+            full_binary_of(&front),
+            Some(bin.join(FULL)),
+            "beside it comes first"
+        );
+    }
 }
