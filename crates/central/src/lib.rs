@@ -85,6 +85,14 @@ pub enum CentralError {
     Tls(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A stored word no type knows (an end class, a sample state): an error, never a guess.
+    #[error("central store {target}: bad value in job {seq} of node {node}: {source}")]
+    BadRow {
+        target: String,
+        node: String,
+        seq: i64,
+        source: pjw_core::CoreError,
+    },
 }
 
 /// A PostgreSQL error with its causes ("db error: ERROR: password authentication failed …",
@@ -206,6 +214,16 @@ impl Central {
         }
     }
 
+    fn bad_row(&self, node: String, seq: i64) -> impl FnOnce(pjw_core::CoreError) -> CentralError {
+        let target = self.target.clone();
+        move |source| CentralError::BadRow {
+            target,
+            node,
+            seq,
+            source,
+        }
+    }
+
     /// The raw client (tests and the load generator's measurements).
     pub fn client(&mut self) -> &mut Client {
         &mut self.client
@@ -302,7 +320,9 @@ impl Central {
         let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
             args.iter().map(|b| b.as_ref()).collect();
         let rows = self.client.query(&sql, &refs).map_err(self.err())?;
-        Ok(rows.iter().map(query::job_from_row).collect())
+        rows.iter()
+            .map(|r| query::job_from_row(r).map_err(self.bad_row(r.get(0), r.get(2))))
+            .collect()
     }
 
     /// The series of job `seq` of `node`, in time order.
@@ -311,10 +331,9 @@ impl Central {
             .client
             .query(query::SAMPLE_SQL, &[&node, &seq])
             .map_err(self.err())?;
-        Ok(rows
-            .iter()
-            .map(|r| query::sample_from_row(seq, r))
-            .collect())
+        rows.iter()
+            .map(|r| query::sample_from_row(seq, r).map_err(self.bad_row(node.to_string(), seq)))
+            .collect()
     }
 
     /// Partitions ahead, retention behind (at most hourly across the cluster unless `force`).

@@ -3,6 +3,7 @@
 //! (pure); each filter has an index (crate::schema, migration 2) and a time range prunes the
 //! partitions.
 
+use pjw_core::{CoreError, EndClass};
 use pjw_store::{JobSummary, Sample};
 use postgres::types::ToSql;
 
@@ -75,8 +76,8 @@ pub struct CentralFilter {
     pub since_ms: Option<i64>,
     /// Ended before (ms since the epoch).
     pub until_ms: Option<i64>,
-    /// How it ended (`completed`, `killed`, `oom`, `expired`, `failed`).
-    pub end_class: Option<String>,
+    /// How it ended.
+    pub end_class: Option<EndClass>,
     pub order: Order,
     /// At most this many (0: no limit).
     pub limit: usize,
@@ -118,8 +119,8 @@ pub fn jobs_sql(f: &CentralFilter) -> (String, Vec<Box<dyn ToSql + Sync>>) {
     if let Some(v) = f.until_ms {
         add("ended_ms < ?", Box::new(v));
     }
-    if let Some(v) = &f.end_class {
-        add("end_class = ?", Box::new(v.clone()));
+    if let Some(v) = f.end_class {
+        add("end_class = ?", Box::new(v.as_str()));
     }
     let wher = if conds.is_empty() {
         String::new()
@@ -144,18 +145,15 @@ fn to_u64(v: i64) -> u64 {
     v.max(0) as u64
 }
 
-pub(crate) fn job_from_row(r: &postgres::Row) -> CentralJob {
+/// A job row; an unknown end class is an error (the caller names the row).
+pub(crate) fn job_from_row(r: &postgres::Row) -> Result<CentralJob, CoreError> {
     let u = |i: usize| to_u64(r.get::<_, i64>(i));
     let ou = |i: usize| r.get::<_, Option<i64>>(i).map(to_u64);
     let u32_ = |i: usize| u(i).min(u32::MAX as u64) as u32;
     let node: String = r.get(0);
     let seq: i64 = r.get(2);
     let end = r.get::<_, String>(14);
-    let mut summary = JobSummary::new(
-        seq,
-        &node,
-        pjw_store::EndClass::parse(&end).unwrap_or(pjw_store::EndClass::Failed),
-    );
+    let mut summary = JobSummary::new(seq, &node, end.parse()?);
     summary.exit_status = r.get::<_, Option<i64>>(13).map(|e| e as i32);
     summary.queued_ms = r.get(15);
     summary.running_ms = r.get(16);
@@ -177,7 +175,7 @@ pub(crate) fn job_from_row(r: &postgres::Row) -> CentralJob {
     summary.gpu_util_mean = r.get(32);
     summary.gpu_util_max = r.get(33);
     summary.gpu_mem_peak = ou(34);
-    CentralJob {
+    Ok(CentralJob {
         node,
         job_id: r.get(1),
         seq,
@@ -193,7 +191,7 @@ pub(crate) fn job_from_row(r: &postgres::Row) -> CentralJob {
         end_reason: r.get(12),
         summary,
         shipped_ms: r.get(31),
-    }
+    })
 }
 
 pub(crate) const SAMPLE_SQL: &str = "SELECT ts_ms, state, cpu_user_usec, cpu_system_usec,
@@ -201,14 +199,16 @@ pub(crate) const SAMPLE_SQL: &str = "SELECT ts_ms, state, cpu_user_usec, cpu_sys
     psi_cpu_some, psi_cpu_full, psi_mem_some, psi_mem_full, psi_io_some, psi_io_full, gpu_util,
     gpu_mem FROM pjw_samples WHERE node = $1 AND seq = $2 ORDER BY ts_ms";
 
-pub(crate) fn sample_from_row(seq: i64, r: &postgres::Row) -> Sample {
+/// A sample row; an unknown state is an error (the caller names the row).
+pub(crate) fn sample_from_row(seq: i64, r: &postgres::Row) -> Result<Sample, CoreError> {
     let u = |r: &postgres::Row, i: usize| r.get::<_, Option<i64>>(i).map(to_u64);
-    Sample {
+    Ok(Sample {
         seq,
         ts_ms: r.get(0),
         state: r
             .get::<_, Option<String>>(1)
-            .and_then(|s| pjw_store::SampleState::parse(&s)),
+            .map(|s| s.parse())
+            .transpose()?,
         cpu_user_usec: u(r, 2),
         cpu_system_usec: u(r, 3),
         mem_current: u(r, 4),
@@ -228,7 +228,7 @@ pub(crate) fn sample_from_row(seq: i64, r: &postgres::Row) -> Sample {
         psi_io_full: r.get(18),
         gpu_util: r.get(19),
         gpu_mem: u(r, 20),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -263,7 +263,7 @@ mod tests {
             ),
             (
                 CentralFilter {
-                    end_class: Some("oom".into()),
+                    end_class: Some(EndClass::Oom),
                     order: Order::Mem,
                     ..Default::default()
                 },

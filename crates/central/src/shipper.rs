@@ -90,7 +90,9 @@ impl Shipper {
     pub fn stop(mut self) {
         let _ = self.tx.send(Msg::Stop);
         if let Some(h) = self.handle.take() {
-            let _ = h.join();
+            if h.join().is_err() {
+                warn!("the central-store shipper thread panicked");
+            }
         }
     }
 }

@@ -201,7 +201,7 @@ fn jobs_ship_once_and_wait_in_the_spool_while_postgres_is_down() {
         ),
         (
             CentralFilter {
-                end_class: Some("oom".into()),
+                end_class: Some(pjw_store::EndClass::Oom),
                 ..Default::default()
             },
             0,
@@ -660,4 +660,24 @@ fn cluster_queries_by_node_time_user_and_top() {
         .partition_name(pjw_central::schema::Table::Jobs.start_of(now() - DAY));
     assert!(plan.contains(&recent), "{plan}");
     assert!(!plan.contains(&old), "{plan}");
+    // The end class is typed on the way in and out: a filter by one finds its jobs, and a
+    // word no pjw wrote is an error naming the row, never taken as `failed`.
+    let done = CentralFilter {
+        end_class: Some(EndClass::Completed),
+        ..Default::default()
+    };
+    assert_eq!(ids(&mut c, done.clone()).len(), 4);
+    let ended = c.jobs(&done).unwrap();
+    assert!(ended.iter().all(|j| j.summary.end == EndClass::Completed));
+    c.client()
+        .execute(
+            "UPDATE pjw_jobs SET end_class = 'vanished' WHERE node = 'n1' AND seq = 2",
+            &[],
+        )
+        .unwrap();
+    let e = c.jobs(&CentralFilter::default()).unwrap_err().to_string();
+    assert!(
+        e.contains("job 2 of node n1") && e.contains("unknown end class \"vanished\""),
+        "{e}"
+    );
 }

@@ -23,7 +23,9 @@ pub(crate) fn set_partition(fs: &Fs, dir: &Path, kind: &str) -> Result<(), Cgrou
     if got == kind {
         return Ok(());
     }
-    let _ = fs.write(&path, "member");
+    if let Err(e) = fs.write(&path, "member") {
+        tracing::warn!(path = %path.display(), error = %e, "cannot turn an invalid cpuset partition back into a member");
+    }
     Err(CgroupError::PartitionInvalid {
         path,
         reason: got.to_string(),

@@ -318,6 +318,24 @@ pub enum ReportFormat {
     Csv,
 }
 
+/// What `pjw report --top` ranks by (the protocol's [`pjw_proto::TopBy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TopArg {
+    Cpu,
+    Mem,
+    Wait,
+}
+
+impl From<TopArg> for pjw_proto::TopBy {
+    fn from(t: TopArg) -> pjw_proto::TopBy {
+        match t {
+            TopArg::Cpu => pjw_proto::TopBy::Cpu,
+            TopArg::Mem => pjw_proto::TopBy::Mem,
+            TopArg::Wait => pjw_proto::TopBy::Wait,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// One job (all its runs on this node).
@@ -367,8 +385,8 @@ pub struct ReportArgs {
     pub until: Option<String>,
     /// The top jobs by cpu (CPU time), mem (memory peak) or wait (time queued) instead of
     /// the newest (with --central).
-    #[arg(long, value_name = "WHAT", value_parser = ["cpu", "mem", "wait"], requires = "central")]
-    pub top: Option<String>,
+    #[arg(long, value_name = "WHAT", value_enum, requires = "central")]
+    pub top: Option<TopArg>,
     /// Write charts of memory and CPU over the jobs' lives to FILE (.svg or .png).
     #[arg(long, value_name = "FILE", conflicts_with = "watch")]
     pub plot: Option<PathBuf>,

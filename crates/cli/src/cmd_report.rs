@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use chrono::{DateTime, Offset, TimeZone};
-use pjw_proto::{collect_report, Client, JobReport, ReportQuery, Request};
+use pjw_proto::{
+    collect_report, Client, JobReport, ReportQuery, ReportState, Request, StateFilter,
+};
 
 use crate::cli::{ReportArgs, ReportFormat};
 
@@ -31,7 +33,13 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
             .as_deref()
             .map(|s| parse_since(s, now_ms))
             .transpose()?,
-        state: a.state.clone(),
+        // Parsed here, so a word the daemon would refuse is refused before asking it, on one
+        // line that lists the valid ones.
+        state: a
+            .state
+            .as_deref()
+            .map(str::parse::<StateFilter>)
+            .transpose()?,
         // A plot needs the series.
         series: a.series || a.plot.is_some(),
         processes: a.processes,
@@ -45,7 +53,7 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
             .as_deref()
             .map(|s| parse_since(s, now_ms))
             .transpose()?,
-        top: a.top.clone(),
+        top: a.top.map(Into::into),
     };
     let tz = chrono::Local::now().offset().fix();
     if let Some(path) = &a.plot {
@@ -82,7 +90,7 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
         write!(out, "\x1b[H\x1b[2J{text}")?;
         out.flush()?;
-        if !jobs.is_empty() && jobs.iter().all(|j| j.state == "ended") {
+        if !jobs.is_empty() && jobs.iter().all(|j| j.state == ReportState::Ended) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_secs(secs.max(1)));

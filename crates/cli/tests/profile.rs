@@ -220,6 +220,39 @@ fn killed_jobs_and_live_jobs_are_reported() {
             "{args:?}: {err}"
         );
     }
+    // The CLI's one line names the valid states.
+    let out = report(&d, &["--state", "done"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "unknown state \"done\" (one of queued, running, completed, killed, oom, expired, failed)"
+        ),
+        "{out:?}"
+    );
+    // The same word sent raw on the socket (a client other than the CLI): an error frame
+    // naming the valid states, and the daemon answers the next report.
+    let raw = br#"{"v":1,"req":{"type":"report","state":"done"}}"#;
+    let mut s = std::os::unix::net::UnixStream::connect(d.socket()).unwrap();
+    std::io::Write::write_all(&mut s, &(raw.len() as u32).to_be_bytes()).unwrap();
+    std::io::Write::write_all(&mut s, raw).unwrap();
+    let mut len = [0u8; 4];
+    std::io::Read::read_exact(&mut s, &mut len).unwrap();
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    std::io::Read::read_exact(&mut s, &mut buf).unwrap();
+    let answer: pjw_proto::Response = serde_json::from_slice(&buf).unwrap();
+    match answer {
+        pjw_proto::Response::Error { code, message } => {
+            assert_eq!(code, pjw_proto::ErrorCode::BadRequest, "{message}");
+            assert!(
+                message.contains("unknown state \"done\" (one of queued, running,"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        report_json(&d, &["-J", "k1", "--state", "killed"])[0]["end"],
+        "killed"
+    );
 }
 
 /// `pjw` as another user: real unprivileged uid and gid, no supplementary groups (std drops

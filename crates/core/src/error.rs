@@ -27,4 +27,11 @@ pub enum CoreError {
     /// An I/O weight, device or limit that cannot be used.
     #[error("invalid I/O setting {text:?}: {reason}")]
     BadIo { text: String, reason: String },
+    /// A word that names none of a type's values (a state, an end class).
+    #[error("unknown {what} {text:?} (one of {valid})")]
+    UnknownWord {
+        what: &'static str,
+        text: String,
+        valid: String,
+    },
 }

@@ -6,12 +6,14 @@
 //! `ReportJob` (with `node` set to the node the job ran on), `ReportSeries`*, …, `ReportEnd`.
 
 use pjw_central::{Central, CentralFilter, CentralJob, Endpoint, Order};
-use pjw_proto::{ErrorCode, JobReport, ReportQuery, Response, SERIES_CHUNK};
+use pjw_proto::{
+    ErrorCode, JobReport, ReportQuery, ReportState, Response, StateFilter, TopBy, SERIES_CHUNK,
+};
 use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::config::CentralConfig;
-use crate::report::{point, Access, DEFAULT_LIMIT};
+use crate::report::{point, Access, ReportRefusal, DEFAULT_LIMIT};
 
 /// A central job as a report (pure).
 pub fn job_report(j: &CentralJob) -> JobReport {
@@ -22,8 +24,8 @@ pub fn job_report(j: &CentralJob) -> JobReport {
         user: j.user.clone(),
         uid: j.uid,
         node: j.node.clone(),
-        state: "ended".into(),
-        end: Some(s.end.as_str().to_string()),
+        state: ReportState::Ended,
+        end: Some(s.end),
         end_reason: j.end_reason.clone(),
         exit_status: s.exit_status,
         ncpus: j.ncpus,
@@ -61,20 +63,19 @@ pub const MAX_CENTRAL_JOBS: u32 = 10_000;
 
 /// The filter for `q` as `access` allows it; an error for what the central store cannot
 /// answer (it holds finished jobs only, at most [`MAX_CENTRAL_JOBS`] per report).
-pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, String> {
+pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, ReportRefusal> {
     if q.limit.is_some_and(|l| l > MAX_CENTRAL_JOBS) {
-        return Err(format!(
-            "--limit for --central is at most {MAX_CENTRAL_JOBS} jobs per report (ask with --since for older ones)"
-        ));
+        return Err(ReportRefusal::CentralLimit {
+            max: MAX_CENTRAL_JOBS,
+        });
     }
-    let end_class =
-        match q.state.as_deref() {
-            Some("queued") | Some("running") => return Err(
-                "the central store holds finished jobs only; ask without --central for live ones"
-                    .into(),
-            ),
-            other => other.map(String::from),
-        };
+    let end_class = match q.state {
+        Some(StateFilter::Queued | StateFilter::Running) => {
+            return Err(ReportRefusal::LiveFromCentral)
+        }
+        Some(StateFilter::Ended(class)) => Some(class),
+        None => None,
+    };
     let (user, uid) = match q.user.as_deref().map(|u| (u, u.parse::<u32>())) {
         Some((_, Ok(n))) => (None, Some(n)),
         Some((u, Err(_))) => (Some(u.to_string()), None),
@@ -84,15 +85,15 @@ pub fn filter(q: &ReportQuery, access: Access) -> Result<CentralFilter, String> 
         Access::All => uid,
         Access::Uid(own) => Some(own),
     };
-    let order = match q.top.as_deref() {
+    let order = match q.top {
         None => Order::Newest,
-        Some(t) => {
-            Order::parse(t).ok_or_else(|| format!("--top {t:?} is not one of cpu, mem, wait"))?
-        }
+        Some(TopBy::Cpu) => Order::Cpu,
+        Some(TopBy::Mem) => Order::Mem,
+        Some(TopBy::Wait) => Order::Wait,
     };
     if let (Some(a), Some(b)) = (q.since_ms, q.until_ms) {
         if b <= a {
-            return Err("--until must be later than --since".into());
+            return Err(ReportRefusal::UntilBeforeSince);
         }
     }
     Ok(CentralFilter {
@@ -151,7 +152,7 @@ fn spawn(
     };
     let f = match filter(&q, access) {
         Ok(f) => f,
-        Err(m) => return refuse(&reply, ErrorCode::Invalid, m),
+        Err(r) => return refuse(&reply, r.code(), r.to_string()),
     };
     let spawned = std::thread::Builder::new()
         .name("pjw-central-report".into())
@@ -233,27 +234,23 @@ mod tests {
     fn access_narrows_the_filter() {
         let q = ReportQuery {
             user: Some("alice".into()),
-            state: Some("oom".into()),
+            state: Some(StateFilter::Ended(pjw_proto::EndClass::Oom)),
             ..ReportQuery::default()
         };
         let all = filter(&q, Access::All).unwrap();
         assert_eq!(
-            (
-                all.uid,
-                all.user.as_deref(),
-                all.end_class.as_deref(),
-                all.limit
-            ),
-            (None, Some("alice"), Some("oom"), 100)
+            (all.uid, all.user.as_deref(), all.end_class, all.limit),
+            (None, Some("alice"), Some(pjw_proto::EndClass::Oom), 100)
         );
         let own = filter(&ReportQuery::default(), Access::Uid(1001)).unwrap();
         assert_eq!(own.uid, Some(1001));
         let live = ReportQuery {
-            state: Some("running".into()),
+            state: Some(StateFilter::Running),
             ..ReportQuery::default()
         };
         assert!(filter(&live, Access::All)
             .unwrap_err()
+            .to_string()
             .contains("finished jobs only"));
     }
 }

@@ -362,11 +362,11 @@ impl Engine {
     }
 
     /// Start the profile writer (a second connection to the store, on its own thread).
-    pub fn start_profiles(&mut self) -> Result<(), String> {
+    pub fn start_profiles(&mut self) -> Result<(), crate::DaemonError> {
         if !self.cfg.profile.enabled {
             return Ok(());
         }
-        let w = Writer::spawn(self.store.path().to_path_buf()).map_err(|e| e.to_string())?;
+        let w = Writer::spawn(self.store.path().to_path_buf())?;
         self.writer = Some(w);
         Ok(())
     }

@@ -11,13 +11,15 @@ use crate::DaemonError;
 
 /// The character device at `path` (refused if it is anything else or is missing).
 fn char_device(path: &Path, key: &str) -> Result<DeviceNode, DaemonError> {
-    let m = std::fs::metadata(path)
-        .map_err(|e| DaemonError::Other(format!("[gpus] {key}: {}: {e}", path.display())))?;
+    let m = std::fs::metadata(path).map_err(|e| DaemonError::Gpus {
+        key: key.to_string(),
+        reason: format!("{}: {e}", path.display()),
+    })?;
     if !m.file_type().is_char_device() {
-        return Err(DaemonError::Other(format!(
-            "[gpus] {key}: {} is not a character device",
-            path.display()
-        )));
+        return Err(DaemonError::Gpus {
+            key: key.to_string(),
+            reason: format!("{} is not a character device", path.display()),
+        });
     }
     Ok(DeviceNode {
         path: path.display().to_string(),
@@ -38,10 +40,9 @@ pub fn declared(g: &GpuConfig, topo: &Topology) -> Result<Gpus, DaemonError> {
                 .iter()
                 .find(|x| x.os == n)
                 .map(|x| x.cpus)
-                .ok_or_else(|| {
-                    DaemonError::Other(format!(
-                        "[gpus] device[{i}].numa: this machine has no NUMA node {n}"
-                    ))
+                .ok_or_else(|| DaemonError::Gpus {
+                    key: format!("device[{i}].numa"),
+                    reason: format!("this machine has no NUMA node {n}"),
                 })?,
             (None, None) => CpuSet::new(),
         };
@@ -78,8 +79,7 @@ pub fn resolve(cfg: &Config, topo: &Topology) -> Result<Gpus, DaemonError> {
             .map(|p| char_device(p, "shared"))
             .collect::<Result<_, _>>()?;
     }
-    gpus.validate()
-        .map_err(|e| DaemonError::Other(format!("[gpus]: {e}")))?;
+    gpus.validate().map_err(DaemonError::GpuSet)?;
     Ok(gpus)
 }
 

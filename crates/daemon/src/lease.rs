@@ -88,8 +88,9 @@ impl CommandPort for Commands {
                 }
                 Ok(None) => {
                     // Our own child, by its handle.
-                    let _ = child.kill();
-                    let _ = child.wait();
+                    if let Err(e) = child.kill().and_then(|()| child.wait().map(drop)) {
+                        debug!(prog = %prog, error = %e, "cannot end a command that did not answer");
+                    }
                     return Err(format!(
                         "{prog} did not answer within {} s",
                         timeout.as_secs()

@@ -65,8 +65,32 @@ pub enum DaemonError {
         path: String,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Other(String),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot handle {signal}: {source}")]
+    Signal {
+        signal: &'static str,
+        source: std::io::Error,
+    },
+    #[error("another pjw daemon holds {} (state directory in use)", path.display())]
+    StateDirInUse { path: std::path::PathBuf },
+    #[error("another pjw daemon is listening on {}", path.display())]
+    SocketInUse { path: std::path::PathBuf },
+    #[error("no CPU left for jobs: the daemon may use {daemon_cpus} and the job parent's cpuset allows none of them")]
+    NoJobCpus { daemon_cpus: Box<CpuSet> },
+    /// A config value that passed the file's checks but that this machine cannot honour.
+    #[error("config {origin}: {key}: {reason}")]
+    Unusable {
+        origin: String,
+        key: &'static str,
+        reason: String,
+    },
+    /// A `[gpus]` declaration this machine does not match.
+    #[error("[gpus] {key}: {reason}")]
+    Gpus { key: String, reason: String },
+    /// The declared GPUs together are not a usable set.
+    #[error("[gpus]: {0}")]
+    GpuSet(pjw_core::CoreError),
 }
 
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> DaemonError + '_ {
@@ -88,7 +112,7 @@ pub fn run_reloadable(cfg: Config, source: reload::ReloadSource) -> Result<(), D
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| DaemonError::Other(format!("cannot start the runtime: {e}")))?;
+        .map_err(DaemonError::Runtime)?;
     rt.block_on(run_async(cfg, source))
 }
 
@@ -112,12 +136,8 @@ fn lock_state_dir(dir: &Path) -> Result<std::fs::File, DaemonError> {
     // An existing file keeps its mode through open(): narrow it before locking.
     f.set_permissions(std::fs::Permissions::from_mode(0o600))
         .map_err(io_err(&path))?;
-    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(|_| {
-        DaemonError::Other(format!(
-            "another pjw daemon holds {} (state directory in use)",
-            path.display()
-        ))
-    })?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+        .map_err(|_| DaemonError::StateDirInUse { path: path.clone() })?;
     Ok(f)
 }
 
@@ -127,10 +147,9 @@ fn bind_socket(path: &Path, mode: u32) -> Result<tokio::net::UnixListener, Daemo
     }
     if path.exists() {
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(DaemonError::Other(format!(
-                "another pjw daemon is listening on {}",
-                path.display()
-            )));
+            return Err(DaemonError::SocketInUse {
+                path: path.to_path_buf(),
+            });
         }
         std::fs::remove_file(path).map_err(io_err(path))?;
     }
@@ -154,18 +173,19 @@ fn job_pool(cfg: &Config, daemon_cpus: &CpuSet, driver: &Driver) -> Result<CpuSe
         None => *daemon_cpus,
     };
     if allowed.is_empty() {
-        return Err(DaemonError::Other(format!(
-            "no CPU left for jobs: the daemon may use {daemon_cpus} and the job parent's cpuset allows none of them"
-        )));
+        return Err(DaemonError::NoJobCpus {
+            daemon_cpus: Box::new(*daemon_cpus),
+        });
     }
     match &cfg.cpus {
         Some(c) => {
             let bad = c.difference(&allowed);
             if !bad.is_empty() {
-                return Err(DaemonError::Other(format!(
-                    "config {}: cpus: {} are not cpus jobs may use here (allowed: {})",
-                    cfg.origin, bad, allowed
-                )));
+                return Err(DaemonError::Unusable {
+                    origin: cfg.origin.clone(),
+                    key: "cpus",
+                    reason: format!("{bad} are not cpus jobs may use here (allowed: {allowed})"),
+                });
             }
             Ok(*c)
         }
@@ -201,12 +221,15 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     // The metrics endpoint reads job cgroups with its own copy of the driver, off the engine.
     let metrics_driver = std::sync::Arc::new(driver.clone());
     let metrics_listener = match cfg.metrics_listen {
-        Some(addr) => Some(metrics::bind(addr).await.map_err(|e| {
-            DaemonError::Other(format!(
-                "config {}: metrics.listen: cannot listen on {addr}: {e}",
-                cfg.origin
-            ))
-        })?),
+        Some(addr) => Some(
+            metrics::bind(addr)
+                .await
+                .map_err(|e| DaemonError::Unusable {
+                    origin: cfg.origin.clone(),
+                    key: "metrics.listen",
+                    reason: format!("cannot listen on {addr}: {e}"),
+                })?,
+        ),
         None => None,
     };
     let mut cfg = cfg;
@@ -238,8 +261,8 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
         &topo,
         &tx,
     );
-    eng.start_profiles().map_err(DaemonError::Other)?;
-    eng.recover().map_err(DaemonError::Other)?;
+    eng.start_profiles()?;
+    eng.recover()?;
     // The timers (governor, sampler, adoption sweep, thread balancing), the central-store shipper and the metrics
     // listener: restarted by a reload that changes their keys.
     let mut tasks = tasks::Tasks::new(tx.clone(), eng.metrics(), metrics_driver);
@@ -260,7 +283,9 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     serve_until_signal(&mut eng, &mut tasks, &mut rx, &source).await?;
     info!("pjw daemon stopping; running jobs keep running and are recovered at the next start");
     eng.shutdown();
-    let _ = std::fs::remove_file(&cfg.socket);
+    if let Err(e) = std::fs::remove_file(&cfg.socket) {
+        warn!(socket = %cfg.socket.display(), error = %e, "cannot remove the socket");
+    }
     // Let answers to queued clients go out.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     Ok(())
@@ -401,11 +426,14 @@ fn cgroup_watches(tx: &mpsc::UnboundedSender<engine::Event>) -> Option<inotify::
 fn check_vcpus(cfg: &Config, pool: &CpuSet) -> Result<usize, DaemonError> {
     let vcpus = cfg.vcpus.unwrap_or(pool.len());
     if vcpus > MAX_VCPUS_PER_CPU * pool.len() {
-        return Err(DaemonError::Other(format!(
-            "config {}: vcpus: {vcpus} is more than {MAX_VCPUS_PER_CPU} times the {} cpus jobs may use",
-            cfg.origin,
-            pool.len()
-        )));
+        return Err(DaemonError::Unusable {
+            origin: cfg.origin.clone(),
+            key: "vcpus",
+            reason: format!(
+                "{vcpus} is more than {MAX_VCPUS_PER_CPU} times the {} cpus jobs may use",
+                pool.len()
+            ),
+        });
     }
     if vcpus > 4 * pool.len() {
         warn!(
@@ -501,11 +529,21 @@ async fn serve_until_signal(
     source: &reload::ReloadSource,
 ) -> Result<(), DaemonError> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| DaemonError::Other(format!("cannot handle SIGTERM: {e}")))?;
+        .map_err(|source| DaemonError::Signal {
+            signal: "SIGTERM",
+            source,
+        })?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(|e| DaemonError::Other(format!("cannot handle SIGINT: {e}")))?;
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(|e| DaemonError::Other(format!("cannot handle SIGHUP: {e}")))?;
+        .map_err(|source| DaemonError::Signal {
+            signal: "SIGINT",
+            source,
+        })?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(
+        |source| DaemonError::Signal {
+            signal: "SIGHUP",
+            source,
+        },
+    )?;
     loop {
         tokio::select! {
             ev = rx.recv() => match ev {

@@ -23,7 +23,7 @@ use crate::procs::ProcCounts;
 mod end;
 mod writer;
 
-pub use end::{end_class, exit_status, EndReason};
+pub use end::{end_class, exit_status, EndReason, LeaseEnd};
 pub use writer::{WriteOp, Writer};
 
 /// Where a job is, for time accounting.
@@ -441,6 +441,36 @@ mod tests {
             assert_eq!(end_class(&typed, killed, ooms, status), want, "{reason}");
             assert_eq!(typed.text(), reason, "round trip");
         }
+    }
+
+    /// The lease's reason is typed where the engine makes it: its class comes from the variant,
+    /// and its text is the one older versions stored.
+    #[test]
+    fn a_lease_end_is_typed_and_keeps_its_text() {
+        let expired = EndReason::Lease(LeaseEnd::Expired {
+            manager: "sge".into(),
+            silent_s: 3600,
+        });
+        assert_eq!(
+            expired.text(),
+            "lease: expired (no word from sge that it runs, and no process, for 3600 s)"
+        );
+        assert_eq!(EndReason::parse(&expired.text()), expired);
+        assert_eq!(end_class(&expired, false, 0, None), EndClass::Killed);
+        let gone = EndReason::Lease(LeaseEnd::Gone {
+            manager: "slurm".into(),
+            state: "expired".into(),
+        });
+        // A manager's state that reads "expired" is still its word, not the lease's expiry.
+        assert_eq!(gone.text(), "lease: slurm says expired");
+        assert_eq!(EndReason::parse(&gone.text()), gone);
+        assert_eq!(end_class(&gone, false, 0, Some(0)), EndClass::Completed);
+        let other = EndReason::parse("lease: gone missing");
+        assert_eq!(
+            other,
+            EndReason::Lease(LeaseEnd::Other("gone missing".into()))
+        );
+        assert_eq!(other.text(), "lease: gone missing");
     }
 
     #[test]

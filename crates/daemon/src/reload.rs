@@ -90,9 +90,34 @@ pub struct Plan {
     pub at_restart: Vec<&'static str>,
 }
 
+/// Why a reload is refused whole (the old config stays).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReloadRefusal {
+    /// Keys that say where things already are (each `key (old -> new)`).
+    #[error("{} cannot change while the daemon runs (restart it: systemctl restart pjw; jobs keep running)", keys.join(", "))]
+    Fixed { keys: Vec<String> },
+    /// A pool that would no longer hold running jobs' CPUs.
+    #[error("cpus = {cpus} would take CPUs {lost} from running jobs (the pool cannot shrink under them)")]
+    PoolShrink {
+        cpus: Box<CpuSet>,
+        lost: Box<CpuSet>,
+    },
+    /// More vCPUs than the pool can hold.
+    #[error(
+        "vcpus: {vcpus} is more than {} times the {pool} cpus jobs may use",
+        crate::MAX_VCPUS_PER_CPU
+    )]
+    Vcpus { vcpus: usize, pool: usize },
+}
+
 /// Compare the running config with a new, valid one. `pool` is the CPUs jobs may get now and
 /// `running` the CPUs running jobs hold. Err: why the reload is refused (nothing changes).
-pub fn plan(old: &Config, new: &Config, pool: &CpuSet, running: &CpuSet) -> Result<Plan, String> {
+pub fn plan(
+    old: &Config,
+    new: &Config,
+    pool: &CpuSet,
+    running: &CpuSet,
+) -> Result<Plan, ReloadRefusal> {
     refuse_fixed(old, new)?;
     refuse_pool_shrink(new, running)?;
     let (mut cfg, at_restart) = keep_restart_keys(old, new);
@@ -112,7 +137,7 @@ fn differ<T: PartialEq>(a: &T, b: &T) -> bool {
 
 /// Where things already are: changing them needs a restart, and a reload that asks for it
 /// is refused whole, so the admin sees that the file and the daemon disagree.
-fn refuse_fixed(old: &Config, new: &Config) -> Result<(), String> {
+fn refuse_fixed(old: &Config, new: &Config) -> Result<(), ReloadRefusal> {
     let mut fixed = Vec::new();
     macro_rules! fixed {
         ($key:literal, $($f:ident).+) => {
@@ -130,22 +155,20 @@ fn refuse_fixed(old: &Config, new: &Config) -> Result<(), String> {
     fixed!("job.tmp_root", tmp_root);
     fixed!("job.partition", partition);
     if !fixed.is_empty() {
-        return Err(format!(
-            "{} cannot change while the daemon runs (restart it: systemctl restart pjw; jobs keep running)",
-            fixed.join(", ")
-        ));
+        return Err(ReloadRefusal::Fixed { keys: fixed });
     }
     Ok(())
 }
 
 /// The pool cannot shrink under running jobs.
-fn refuse_pool_shrink(new: &Config, running: &CpuSet) -> Result<(), String> {
+fn refuse_pool_shrink(new: &Config, running: &CpuSet) -> Result<(), ReloadRefusal> {
     if let Some(cpus) = &new.cpus {
         let lost = running.difference(cpus);
         if !lost.is_empty() {
-            return Err(format!(
-                "cpus = {cpus} would take CPUs {lost} from running jobs (the pool cannot shrink under them)"
-            ));
+            return Err(ReloadRefusal::PoolShrink {
+                cpus: Box::new(*cpus),
+                lost: Box::new(lost),
+            });
         }
     }
     Ok(())
@@ -185,14 +208,13 @@ fn keep_restart_keys(old: &Config, new: &Config) -> (Config, Vec<&'static str>) 
 }
 
 /// The vCPU count the pool can hold.
-fn check_vcpus(cfg: &Config, pool: &CpuSet) -> Result<(), String> {
+fn check_vcpus(cfg: &Config, pool: &CpuSet) -> Result<(), ReloadRefusal> {
     let vcpus = cfg.vcpus.unwrap_or(pool.len());
     if vcpus > crate::MAX_VCPUS_PER_CPU * pool.len() {
-        return Err(format!(
-            "vcpus: {vcpus} is more than {} times the {} cpus jobs may use",
-            crate::MAX_VCPUS_PER_CPU,
-            pool.len()
-        ));
+        return Err(ReloadRefusal::Vcpus {
+            vcpus,
+            pool: pool.len(),
+        });
     }
     Ok(())
 }
@@ -348,6 +370,7 @@ mod tests {
                     assert_eq!(p.config.central, new.central, "{key}");
                 }
                 Err(why) => {
+                    let why = why.to_string();
                     assert_eq!(*want, Refused, "{key}: refused: {why}");
                     assert!(why.starts_with(key), "{key}: {why}");
                 }
@@ -363,7 +386,9 @@ mod tests {
             ("state_dir = \"/var/lib/pjw\"\n[cgroup]\nparent = \"/other\"\n", "cgroup.parent"),
             ("state_dir = \"/var/lib/pjw\"\nsocket = \"/tmp/x.sock\"\n[cgroup]\nparent = \"/pjw\"\n", "socket"),
         ] {
-            let e = plan(&old, &cfg(text), &set("0-3"), &CpuSet::default()).unwrap_err();
+            let e = plan(&old, &cfg(text), &set("0-3"), &CpuSet::default())
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with(key), "{key}: {e}");
             assert!(e.contains("cannot change while the daemon runs"), "{e}");
         }
@@ -372,7 +397,9 @@ mod tests {
     #[test]
     fn the_pool_cannot_shrink_under_running_jobs() {
         let old = cfg("cpus = \"0-3\"\n");
-        let e = plan(&old, &cfg("cpus = \"0-1\"\n"), &set("0-3"), &set("2")).unwrap_err();
+        let e = plan(&old, &cfg("cpus = \"0-1\"\n"), &set("0-3"), &set("2"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("would take CPUs 2 from running jobs"), "{e}");
         // Not under a running job: the new pool waits for a restart.
         let p = plan(&old, &cfg("cpus = \"0-1\"\n"), &set("0-3"), &set("0-1")).unwrap();
@@ -388,7 +415,8 @@ mod tests {
             &set("0-3"),
             &CpuSet::default(),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.starts_with("vcpus: 5000 is more than 512 times"), "{e}");
     }
 

@@ -12,7 +12,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 
-use pjw_proto::report::{REPORT_STATES, SERIES_CHUNK};
+use pjw_proto::report::{ReportState, SERIES_CHUNK};
 use pjw_proto::{ErrorCode, JobReport, ProcessRow, ReportQuery, Response, SeriesPoint, ThreadRow};
 use pjw_store::{
     JobFilter, JobProfile, JobRecord, JobSummary, ProcessSample, Sample, Store, StoreError,
@@ -20,82 +20,29 @@ use pjw_store::{
 };
 use tracing::warn;
 
-use crate::engine::Cred;
+mod access;
+
+pub use access::{access, validate, Access, ReportRefusal};
 
 /// Default number of jobs in a report.
 pub const DEFAULT_LIMIT: u32 = 100;
-
-/// Which jobs the caller may see.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// Root or the admin group.
-    All,
-    /// Only this uid's jobs.
-    Uid(u32),
-}
 
 /// A live job as the engine sees it now.
 #[derive(Clone, Debug)]
 pub struct LiveJob {
     pub seq: i64,
-    pub state: String,
+    pub state: ReportState,
     pub cpus: String,
     pub summary: JobSummary,
     /// Its steps so far (the store has them once it ends).
     pub steps: Vec<pjw_proto::StepReport>,
 }
 
-/// Decide what the caller may see, or refuse with a one-line reason.
-/// `admin` says whether the caller is in `admin_group` and `named_uid` who the query's user
-/// name is, both resolved before (off the engine thread, see [`crate::users`]).
-pub fn access(
-    cred: &Cred,
-    admin: bool,
-    admin_group: Option<&str>,
-    named_uid: Option<u32>,
-    q: &ReportQuery,
-) -> Result<Access, String> {
-    if cred.uid == 0 || admin {
-        return Ok(Access::All);
-    }
-    if let Some(u) = &q.user {
-        let uid = u.parse::<u32>().ok().or(named_uid);
-        if uid != Some(cred.uid) {
-            return Err(format!(
-                "you may read only your own jobs' reports; other users' ({u}) need root{}",
-                admin_group
-                    .map(|g| format!(" or group {g}"))
-                    .unwrap_or_default()
-            ));
-        }
-    }
-    Ok(Access::Uid(cred.uid))
-}
-
-/// Check the query's values (pure).
-pub fn validate(q: &ReportQuery) -> Result<(), String> {
-    if let Some(s) = &q.state {
-        if !REPORT_STATES.contains(&s.as_str()) {
-            return Err(format!(
-                "unknown state {s:?} (one of {})",
-                REPORT_STATES.join(", ")
-            ));
-        }
-    }
-    if q.limit == Some(0) {
-        return Err("limit must be at least 1".into());
-    }
-    if !q.central && (q.node.is_some() || q.until_ms.is_some() || q.top.is_some()) {
-        return Err("--node, --until and --top ask the central store: add --central".into());
-    }
-    Ok(())
-}
-
 /// A stored sample as a report's series point (local and central reports alike).
 pub(crate) fn point(s: &Sample) -> SeriesPoint {
     SeriesPoint {
         ts_ms: s.ts_ms,
-        state: s.state.map(|x| x.as_str().to_string()),
+        state: s.state,
         cpu_user_usec: s.cpu_user_usec,
         cpu_system_usec: s.cpu_system_usec,
         mem_current: s.mem_current,
@@ -224,11 +171,10 @@ pub fn job_report(
         uid: rec.uid,
         node: node.to_string(),
         state: match rec.state {
-            StoredState::Queued => "queued",
-            StoredState::Starting | StoredState::Running => "running",
-            StoredState::Ended => "ended",
-        }
-        .to_string(),
+            StoredState::Queued => ReportState::Queued,
+            StoredState::Starting | StoredState::Running => ReportState::Running,
+            StoredState::Ended => ReportState::Ended,
+        },
         end_reason: rec.end_reason.clone(),
         ncpus: rec.ncpus,
         cpus: rec.cpus.to_string(),
@@ -240,13 +186,13 @@ pub fn job_report(
     };
     let s = match (summary, live) {
         (Some(s), _) => {
-            r.end = Some(s.end.as_str().to_string());
+            r.end = Some(s.end);
             r.exit_status = s.exit_status;
             r.node = s.node.clone();
             Some(s)
         }
         (None, Some(l)) => {
-            r.state = l.state.clone();
+            r.state = l.state;
             r.cpus = l.cpus.clone();
             Some(&l.summary)
         }
@@ -298,11 +244,11 @@ const JOBS_PAGE: usize = 16;
 #[derive(Debug)]
 pub enum ReportAnswer {
     /// Refused before any reading (access, an invalid query): one error frame.
-    Refused(Response),
+    Refused(Box<Response>),
     /// From this node's store, read page by page ([`LocalReport::next_frames`]).
     Local(Box<LocalReport>),
     /// From the cluster store ([`crate::central_report`]).
-    Central(crate::central_report::CentralReport),
+    Central(Box<crate::central_report::CentralReport>),
 }
 
 /// A store error as a report's internal error.
@@ -419,7 +365,7 @@ impl LocalReport {
             user: q.user.clone(),
             name: q.name.clone(),
             since_ms: q.since_ms,
-            state: q.state.clone(),
+            state: q.state,
             limit: limit.saturating_sub(self.sent as usize).min(JOBS_PAGE),
             before_seq: self.before_seq,
         }

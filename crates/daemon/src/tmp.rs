@@ -60,7 +60,10 @@ pub fn mount_job_tmp(
         Ok(()) => {}
         // Left by a crash before its removal: mount over it afresh.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let _ = unmount(&dir, UnmountFlags::DETACH);
+            if let Err(e) = unmount(&dir, UnmountFlags::DETACH) {
+                // Nothing mounted there (EINVAL) is the usual case.
+                tracing::debug!(dir = %dir.display(), error = %e, "nothing detached from a leftover tmp directory");
+            }
         }
         Err(e) => return Err(create(&dir, e)),
     }
@@ -73,7 +76,9 @@ pub fn mount_job_tmp(
         data.as_str(),
     )
     .map_err(|e| {
-        let _ = std::fs::remove_dir(&dir);
+        if let Err(e) = std::fs::remove_dir(&dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the directory of a tmpfs that did not mount");
+        }
         TmpError::Mount {
             path: dir.clone(),
             source: e.into(),
@@ -141,7 +146,9 @@ fn remove_job_tmp_in(mountinfo: &Path, dir: &Path) -> Result<Removed, TmpError> 
             .iter()
             .any(|m| m.mount_point == dir_text && m.mount_id != base.mount_id)
         {
-            let _ = unmount(dir, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW);
+            if let Err(e) = unmount(dir, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW) {
+                tracing::debug!(dir = %dir.display(), error = %e, "cannot detach a mount stacked on the job's tmpfs");
+            }
             done.mounts += 1;
             continue;
         }
@@ -188,13 +195,17 @@ fn remove_job_tmp_in(mountinfo: &Path, dir: &Path) -> Result<Removed, TmpError> 
         done.left |= e.left;
         // Through the descriptor's own path: the tmpfs itself, whatever is at `dir` now.
         let own = format!("/proc/self/fd/{}", root.as_raw_fd());
-        let _ = rustix::mount::mount_remount(
+        if let Err(e) = rustix::mount::mount_remount(
             own.as_str(),
             MountFlags::NOSUID | MountFlags::NODEV,
             "size=4k,nr_inodes=1",
-        );
+        ) {
+            tracing::debug!(dir = %dir.display(), error = %e, "cannot shrink the job's tmpfs before detaching it");
+        }
         // A lazy detach takes every mount inside along, by no path a user can redirect.
-        let _ = unmount(own.as_str(), UnmountFlags::DETACH);
+        if let Err(e) = unmount(own.as_str(), UnmountFlags::DETACH) {
+            tracing::debug!(dir = %dir.display(), error = %e, "cannot detach the job's tmpfs through its descriptor");
+        }
     }
     // Anything left mounted at `dir` (contested eight times over) is detached unentered.
     while unmount(dir, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW).is_ok() {
@@ -368,10 +379,14 @@ pub fn dir_name(cgroup: &str, seq: i64) -> String {
 pub fn at_low_priority<T>(f: impl FnOnce() -> T) -> T {
     let me = Some(rustix::thread::gettid());
     let was = rustix::process::getpriority_process(me).ok();
-    let _ = rustix::process::setpriority_process(me, 19);
+    if let Err(e) = rustix::process::setpriority_process(me, 19) {
+        tracing::debug!(error = %e, "cannot lower this thread's priority; the work runs at its own");
+    }
     let out = f();
     if let Some(was) = was {
-        let _ = rustix::process::setpriority_process(me, was);
+        if let Err(e) = rustix::process::setpriority_process(me, was) {
+            tracing::warn!(error = %e, "cannot give this thread its priority back");
+        }
     }
     out
 }

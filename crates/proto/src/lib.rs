@@ -19,6 +19,7 @@
 //! assert_eq!(text, r#"{"v":1,"req":{"type":"status"}}"#);
 //! ```
 
+pub use pjw_core::job_state::{EndClass, SampleState, StateFilter};
 pub use pjw_core::thread_bind::BindMode;
 
 pub mod login;
@@ -32,7 +33,8 @@ pub mod step;
 mod transport;
 pub use login::{LoginPhase, LoginRequest};
 pub use report::{
-    collect_report, JobReport, ProcessRow, ReportQuery, SeriesPoint, ThreadRow, SERIES_CHUNK,
+    collect_report, JobReport, ProcessRow, ReportQuery, ReportState, SeriesPoint, ThreadRow, TopBy,
+    SERIES_CHUNK,
 };
 pub use request::{JobOutcome, Placement, RegisterRequest, Request, RequestFrame, RunRequest};
 pub use response::{ErrorCode, JobTmp, Response};

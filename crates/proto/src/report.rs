@@ -16,7 +16,10 @@
 //! Access: a caller sees only their own jobs; root and members of `profile.admin_group` see
 //! every job. Asking for another user's job (`job`) or jobs (`user`) is refused with `denied`.
 
+use pjw_core::job_state::{EndClass, SampleState, StateFilter};
 use serde::{Deserialize, Serialize};
+
+use crate::JobState;
 
 /// What to report on. Every field set narrows the selection.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,9 +37,10 @@ pub struct ReportQuery {
     /// Jobs submitted or ended at or after this time (ms since the epoch), and live ones.
     #[serde(default)]
     pub since_ms: Option<i64>,
-    /// `queued`, `running`, or how it ended: `completed`, `killed`, `oom`, `expired`, `failed`.
+    /// `queued`, `running`, or how it ended: `completed`, `killed`, `oom`, `expired`, `failed`
+    /// (one word on the wire; an unknown one makes the request invalid).
     #[serde(default)]
-    pub state: Option<String>,
+    pub state: Option<StateFilter>,
     /// Include the time series.
     #[serde(default)]
     pub series: bool,
@@ -64,19 +68,74 @@ pub struct ReportQuery {
     /// The top jobs by `cpu` (CPU time), `mem` (memory peak) or `wait` (time queued) instead
     /// of the newest (with `central`).
     #[serde(default)]
-    pub top: Option<String>,
+    pub top: Option<TopBy>,
 }
 
-/// The states `--state` accepts.
-pub const REPORT_STATES: [&str; 7] = [
-    "queued",
-    "running",
-    "completed",
-    "killed",
-    "oom",
-    "expired",
-    "failed",
-];
+/// What `--top` ranks finished jobs by: one word on the wire (`cpu`, `mem` — `memory` read
+/// too —, `wait`); an unknown one makes the request invalid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TopBy {
+    /// Most CPU time (user + system) first.
+    Cpu,
+    /// Highest memory peak first.
+    #[serde(alias = "memory")]
+    Mem,
+    /// Longest wait in the queue first.
+    Wait,
+}
+
+/// Where a reported job is: live, as `pjw status` shows it ([`JobState`]), or ended. One
+/// word on the wire: `queued`, `running`, `backfill`, `frozen`, `ending` or `ended`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportState {
+    /// Waits for CPUs.
+    #[default]
+    Queued,
+    /// Holds its CPUs and runs (or is starting).
+    Running,
+    /// Runs in the idle class on CPUs other jobs hold.
+    Backfill,
+    /// Frozen (preempted, suspended, or by the memory governor).
+    Frozen,
+    /// Its main process exited; leftovers are being killed.
+    Ending,
+    /// Over: [`JobReport::end`] says how.
+    Ended,
+}
+
+impl ReportState {
+    /// The word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportState::Queued => "queued",
+            ReportState::Running => "running",
+            ReportState::Backfill => "backfill",
+            ReportState::Frozen => "frozen",
+            ReportState::Ending => "ending",
+            ReportState::Ended => "ended",
+        }
+    }
+}
+
+impl std::fmt::Display for ReportState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<JobState> for ReportState {
+    fn from(s: JobState) -> ReportState {
+        match s {
+            JobState::Queued => ReportState::Queued,
+            JobState::Running => ReportState::Running,
+            JobState::Backfill => ReportState::Backfill,
+            JobState::Frozen => ReportState::Frozen,
+            JobState::Ending => ReportState::Ending,
+        }
+    }
+}
 
 /// One sample of a job's time series. Counters (CPU, I/O) are cumulative since the job
 /// started; `None` where the node's kernel does not offer the value.
@@ -85,7 +144,7 @@ pub struct SeriesPoint {
     pub ts_ms: i64,
     /// `running`, `backfill` or `frozen`.
     #[serde(default)]
-    pub state: Option<String>,
+    pub state: Option<SampleState>,
     pub cpu_user_usec: Option<u64>,
     pub cpu_system_usec: Option<u64>,
     pub mem_current: Option<u64>,
@@ -164,11 +223,11 @@ pub struct JobReport {
     /// The node it ran on.
     pub node: String,
     /// `queued`, `running`, `backfill`, `frozen`, `ending` or `ended`.
-    pub state: String,
+    pub state: ReportState,
     /// How it ended: `completed`, `killed`, `oom`, `expired`, `failed` (None while live, or
     /// for jobs ended before pjw recorded profiles).
     #[serde(default)]
-    pub end: Option<String>,
+    pub end: Option<EndClass>,
     /// The daemon's words for how it ended (`exited`, `killed by alice`, …).
     #[serde(default)]
     pub end_reason: Option<String>,
@@ -364,6 +423,100 @@ mod tests {
             decode_request(minimal).unwrap(),
             Request::Report(ReportQuery::default())
         );
+    }
+
+    /// The typed state, end and sample state keep the exact words older clients and daemons
+    /// send: a report recorded before they were typed decodes, and encodes back the same.
+    #[test]
+    fn typed_words_keep_the_wire_format() {
+        let q = Request::Report(ReportQuery {
+            state: Some(StateFilter::Ended(EndClass::Oom)),
+            ..ReportQuery::default()
+        });
+        let text = String::from_utf8(encode_request(&q)).unwrap();
+        assert!(text.contains(r#""state":"oom""#), "{text}");
+        for f in StateFilter::ALL {
+            let old = format!(r#"{{"v":1,"req":{{"type":"report","state":"{f}"}}}}"#);
+            let Request::Report(got) = decode_request(old.as_bytes()).unwrap() else {
+                panic!("{old}")
+            };
+            assert_eq!(got.state, Some(f));
+        }
+        let recorded = r#"{"id":"7","name":"n","user":"alice","uid":1000,"node":"h","state":"ended","end":"killed","end_reason":"killed by alice","exit_status":137,"ncpus":1,"cpus":"0","mem_limit":null,"submitted_ms":1,"started_ms":2,"ended_ms":3,"queued_ms":1,"running_ms":1,"backfill_ms":0,"frozen_ms":0,"freezes":0,"cpu_user_usec":0,"cpu_system_usec":0,"mem_peak":0,"swap_peak":0,"io_rbytes":0,"io_wbytes":0,"io_counted":null,"procs_total":null,"threads_total":null,"counts_exact":null,"procs_max":0,"threads_max":0,"samples":1,"series":[{"ts_ms":2,"state":"backfill","cpu_user_usec":null,"cpu_system_usec":null,"mem_current":null,"mem_peak":null,"mem_anon":null,"mem_file":null,"swap":null,"io_rbytes":null,"io_wbytes":null,"procs":null,"threads":null,"psi_cpu_some":null,"psi_cpu_full":null,"psi_mem_some":null,"psi_mem_full":null,"psi_io_some":null,"psi_io_full":null}],"processes":[]}"#;
+        let j: JobReport = serde_json::from_str(recorded).unwrap();
+        assert_eq!(
+            (j.state, j.end, j.series[0].state),
+            (
+                ReportState::Ended,
+                Some(EndClass::Killed),
+                Some(SampleState::Backfill)
+            )
+        );
+        assert_eq!(serde_json::to_string(&j).unwrap(), recorded);
+        let words: Vec<String> = [
+            ReportState::Queued,
+            ReportState::Running,
+            ReportState::Backfill,
+            ReportState::Frozen,
+            ReportState::Ending,
+            ReportState::Ended,
+        ]
+        .iter()
+        .map(|s| {
+            let json = serde_json::to_string(s).unwrap();
+            assert_eq!(json, format!("\"{s}\""));
+            json
+        })
+        .collect();
+        assert_eq!(
+            words.join(" "),
+            r#""queued" "running" "backfill" "frozen" "ending" "ended""#
+        );
+        for s in [
+            JobState::Queued,
+            JobState::Running,
+            JobState::Backfill,
+            JobState::Frozen,
+            JobState::Ending,
+        ] {
+            assert_eq!(ReportState::from(s).as_str(), s.as_str());
+        }
+    }
+
+    /// An unknown state in a client's request is an invalid request naming the valid words,
+    /// not a default; the decoder never panics on it.
+    #[test]
+    fn an_unknown_state_in_a_request_is_refused_with_the_valid_words() {
+        let bad = br#"{"v":1,"req":{"type":"report","state":"done"}}"#;
+        let e = decode_request(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("unknown state \"done\" (one of queued, running, completed, killed, oom, expired, failed)"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+        let bad = br#"{"v":1,"req":{"type":"report","state":3}}"#;
+        assert!(decode_request(bad).is_err());
+        let top = |w: &str| {
+            let text = format!(r#"{{"v":1,"req":{{"type":"report","central":true,"top":"{w}"}}}}"#);
+            decode_request(text.as_bytes()).map(|r| match r {
+                Request::Report(q) => q.top,
+                _ => None,
+            })
+        };
+        assert_eq!(top("cpu").unwrap(), Some(TopBy::Cpu));
+        assert_eq!(top("memory").unwrap(), Some(TopBy::Mem));
+        assert_eq!(top("wait").unwrap(), Some(TopBy::Wait));
+        let e = top("io").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown variant `io`, expected one of `cpu`, `mem`"),
+            "{e}"
+        );
+        let q = Request::Report(ReportQuery {
+            top: Some(TopBy::Mem),
+            ..ReportQuery::default()
+        });
+        let text = String::from_utf8(encode_request(&q)).unwrap();
+        assert!(text.contains(r#""top":"mem""#), "{text}");
     }
 
     #[test]

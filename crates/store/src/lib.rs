@@ -124,6 +124,7 @@ pub use threads::{ThreadSample, ThreadTotals};
 
 pub use profile::{
     EndClass, JobFilter, JobProfile, JobSummary, ProcessSample, Pruned, Sample, SampleState,
+    StateFilter,
 };
 
 use std::path::{Path, PathBuf};

@@ -16,36 +16,7 @@ use rusqlite::{params, Row};
 
 use crate::{exec_cached, JobRecord};
 
-/// What a running job was doing when sampled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum SampleState {
-    /// A primary on its own CPUs.
-    Running,
-    /// A backfiller on borrowed CPUs (idle class).
-    Backfill,
-    /// Frozen: preempted, suspended or frozen by the memory governor.
-    Frozen,
-}
-
-impl SampleState {
-    /// The stored text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SampleState::Running => "running",
-            SampleState::Backfill => "backfill",
-            SampleState::Frozen => "frozen",
-        }
-    }
-    /// From the stored text.
-    pub fn parse(s: &str) -> Option<SampleState> {
-        match s {
-            "running" => Some(SampleState::Running),
-            "backfill" => Some(SampleState::Backfill),
-            "frozen" => Some(SampleState::Frozen),
-            _ => None,
-        }
-    }
-}
+pub use pjw_core::job_state::{EndClass, SampleState, StateFilter};
 
 /// One sample of one job. Counters (`cpu_*`, `io_*`) are cumulative since the job started;
 /// gauges are the value at `ts_ms`. `None`: the kernel does not offer the file here (e.g. no
@@ -101,53 +72,6 @@ pub struct ProcessSample {
     /// Resident memory, bytes.
     pub rss: u64,
     pub threads: u32,
-}
-
-/// How a job ended, in one word.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EndClass {
-    /// Its processes ended on their own.
-    Completed,
-    /// Killed by pjw or a user (`pjw kill`).
-    Killed,
-    /// Processes OOM-killed inside its memory limit (or at the partition limit).
-    Oom,
-    /// Expired in the queue, never ran.
-    Expired,
-    /// Never ran or ended abnormally: start failed, client left the queue, start interrupted.
-    Failed,
-}
-
-impl EndClass {
-    /// The stored text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EndClass::Completed => "completed",
-            EndClass::Killed => "killed",
-            EndClass::Oom => "oom",
-            EndClass::Expired => "expired",
-            EndClass::Failed => "failed",
-        }
-    }
-    /// From the stored text.
-    pub fn parse(s: &str) -> Option<EndClass> {
-        match s {
-            "completed" => Some(EndClass::Completed),
-            "killed" => Some(EndClass::Killed),
-            "oom" => Some(EndClass::Oom),
-            "expired" => Some(EndClass::Expired),
-            "failed" => Some(EndClass::Failed),
-            _ => None,
-        }
-    }
-    /// All of them, for `--state` help and validation.
-    pub const ALL: [EndClass; 5] = [
-        EndClass::Completed,
-        EndClass::Killed,
-        EndClass::Oom,
-        EndClass::Expired,
-        EndClass::Failed,
-    ];
 }
 
 /// What a finished job did, in one row.
@@ -241,8 +165,8 @@ pub struct JobFilter {
     pub name: Option<String>,
     /// Submitted at or after (ms since epoch), or still live.
     pub since_ms: Option<i64>,
-    /// `queued`, `running` (live states) or an [`EndClass`] word.
-    pub state: Option<String>,
+    /// Queued, running (live states) or ended one way.
+    pub state: Option<StateFilter>,
     /// At most this many, newest first (0: no limit).
     pub limit: usize,
     /// Only jobs older than this one (`seq` below it): the next page of a listing read in
@@ -283,13 +207,25 @@ fn get_u64(r: &Row, i: usize) -> rusqlite::Result<Option<u64>> {
     Ok(r.get::<_, Option<i64>>(i)?.map(|v| v.max(0) as u64))
 }
 
+/// A stored word as its type; an unknown word is an error reading the row, never taken as a
+/// value (`failed`, no state).
+fn word<T: std::str::FromStr<Err = pjw_core::CoreError>>(
+    i: usize,
+    text: &str,
+) -> rusqlite::Result<T> {
+    text.parse().map_err(|e: pjw_core::CoreError| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
 fn sample_from_row(r: &Row) -> rusqlite::Result<Sample> {
     Ok(Sample {
         seq: r.get(0)?,
         ts_ms: r.get(1)?,
         state: r
             .get::<_, Option<String>>(2)?
-            .and_then(|s| SampleState::parse(&s)),
+            .map(|s| word(2, &s))
+            .transpose()?,
         cpu_user_usec: get_u64(r, 3)?,
         cpu_system_usec: get_u64(r, 4)?,
         mem_current: get_u64(r, 5)?,
@@ -321,7 +257,7 @@ fn summary_from_row(r: &Row, off: usize) -> rusqlite::Result<Option<JobSummary>>
         seq,
         node: r.get(off + 1)?,
         exit_status: r.get(off + 2)?,
-        end: EndClass::parse(&end).unwrap_or(EndClass::Failed),
+        end: word(off + 3, &end)?,
         queued_ms: r.get(off + 4)?,
         running_ms: r.get(off + 5)?,
         backfill_ms: r.get(off + 6)?,

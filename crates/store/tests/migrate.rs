@@ -91,7 +91,7 @@ fn upgrades_a_version_2_database() {
     profile_round_trip(&mut s, live[0].seq);
     let queued = s
         .find_jobs(&JobFilter {
-            state: Some("queued".into()),
+            state: Some(pjw_store::StateFilter::Queued),
             ..JobFilter::default()
         })
         .unwrap();

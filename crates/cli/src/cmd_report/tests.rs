@@ -4,7 +4,7 @@ use super::csv::*;
 use super::text::*;
 use super::*;
 use chrono::FixedOffset;
-use pjw_proto::{ProcessRow, SeriesPoint};
+use pjw_proto::{EndClass, ProcessRow, SampleState, SeriesPoint};
 
 const MIB: u64 = 1 << 20;
 
@@ -22,8 +22,8 @@ fn job() -> JobReport {
         user: "alice".into(),
         uid: 1000,
         node: "n1".into(),
-        state: "ended".into(),
-        end: Some("completed".into()),
+        state: ReportState::Ended,
+        end: Some(EndClass::Completed),
         end_reason: Some("exited".into()),
         exit_status: Some(0),
         ncpus: 2,
@@ -60,7 +60,7 @@ fn job() -> JobReport {
         series: vec![
             SeriesPoint {
                 ts_ms: T0 + 2_000,
-                state: Some("running".into()),
+                state: Some(SampleState::Running),
                 cpu_user_usec: Some(500_000),
                 cpu_system_usec: Some(0),
                 mem_current: Some(100 * MIB),
@@ -69,7 +69,7 @@ fn job() -> JobReport {
             },
             SeriesPoint {
                 ts_ms: T0 + 4_000,
-                state: Some("running".into()),
+                state: Some(SampleState::Running),
                 cpu_user_usec: Some(2_000_000),
                 cpu_system_usec: Some(500_000),
                 mem_current: Some(200 * MIB),
@@ -218,7 +218,7 @@ TIME                       PID  COMM    CPU_S  RSS   THREADS
 fn several_jobs_in_a_list() {
     let mut b = job();
     b.id = "13".into();
-    b.state = "running".into();
+    b.state = ReportState::Running;
     b.end = None;
     b.exit_status = None;
     b.procs_total = None;

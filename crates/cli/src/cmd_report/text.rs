@@ -69,10 +69,10 @@ fn eff_line(j: &JobReport) -> String {
 }
 
 fn outcome(j: &JobReport) -> String {
-    let mut s = j.state.clone();
-    if let Some(e) = &j.end {
+    let mut s = j.state.to_string();
+    if let Some(e) = j.end {
         s.push_str(", ");
-        s.push_str(e);
+        s.push_str(e.as_str());
     }
     if let Some(x) = j.exit_status {
         s.push_str(&format!(" (exit {x})"));
@@ -282,8 +282,8 @@ pub fn render_list(jobs: &[JobReport], tz: &FixedOffset) -> String {
             printable(&j.user, 32).into_owned(),
             printable(&j.name, 64).into_owned(),
             printable(&j.node, 64).into_owned(),
-            j.state.clone(),
-            opt(j.end.clone()),
+            j.state.to_string(),
+            opt(j.end),
             opt(j.exit_status),
             time(Some(j.submitted_ms), tz),
             j.ncpus.to_string(),
@@ -330,7 +330,7 @@ pub fn render_series(j: &JobReport, tz: &FixedOffset) -> String {
         let sz = |v: Option<u64>| v.map(size).unwrap_or_else(|| "-".into());
         rows.push(vec![
             time(Some(p.ts_ms), tz),
-            opt(p.state.clone()),
+            opt(p.state),
             cpu,
             sz(p.mem_current),
             sz(p.mem_peak),

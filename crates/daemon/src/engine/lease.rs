@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use super::{Engine, Event, Job};
 use crate::lease::{AskJob, Asker};
-use crate::profile::EndReason;
+use crate::profile::{EndReason, LeaseEnd};
 
 /// What the engine knows of one registered job's lease.
 #[derive(Clone, Debug)]
@@ -172,11 +172,11 @@ impl Engine {
         };
         let manager = j.id.namespace().unwrap_or("its manager").to_string();
         let reason = match why {
-            Why::Gone(state) => EndReason::Lease(format!("{manager} says {state}")),
-            Why::Expired { renewed_ms } => EndReason::Lease(format!(
-                "expired (no word from {manager} that it runs, and no process, for {} s)",
-                (now - renewed_ms).max(0) / 1000
-            )),
+            Why::Gone(state) => EndReason::Lease(LeaseEnd::Gone { manager, state }),
+            Why::Expired { renewed_ms } => EndReason::Lease(LeaseEnd::Expired {
+                manager,
+                silent_s: (now - renewed_ms).max(0) / 1000,
+            }),
         };
         warn!(job = %j.id, user = %j.user, reason = %reason.text(), "registered job ended: its processes are killed and its CPUs returned");
         j.starter.held = false;

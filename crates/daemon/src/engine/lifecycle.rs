@@ -193,7 +193,9 @@ impl Engine {
         if let Err(e) = placed {
             self.procs.end_job(seq);
             error!(job = %j.id, error = %e, "cannot place job in its cgroups");
-            let _ = self.driver.remove_job(&cgroup);
+            if let Err(e) = self.driver.remove_job(&cgroup) {
+                warn!(job = %j.id, cgroup = %cgroup, error = %e, "cannot remove the cgroups of a job that did not start");
+            }
             let _ = waiter.reply.send(err(
                 ErrorCode::Internal,
                 format!("cannot set up the job's cgroups: {e}"),
@@ -527,7 +529,10 @@ impl Engine {
         if let Some(wd) = job.end.watch.clone() {
             self.by_watch.remove(&wd);
             if let Some(w) = self.watches.as_mut() {
-                let _ = w.remove(wd);
+                // The kernel drops a watch whose cgroup went away by itself (EINVAL then).
+                if let Err(e) = w.remove(wd) {
+                    debug!(job = %job.id, error = %e, "inotify watch of the job's cgroup already gone");
+                }
             }
         }
         let ooms = self.driver.oom_kills(&job.cgroup);

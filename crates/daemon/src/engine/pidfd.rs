@@ -28,7 +28,12 @@ pub(super) async fn wait_pidfd(fd: OwnedFd, seq: i64) {
     // that nobody else can close or replace while the AsyncFd owns it.
     match unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) } {
         Ok(afd) => {
-            let _ = afd.readable().await;
+            if let Err(e) = afd.readable().await {
+                // The reactor is going away (the daemon stops): not an exit. The job's
+                // cgroup emptying still ends it.
+                warn!(seq, error = %e, "pidfd watch failed; the job ends when its cgroup empties");
+                std::future::pending::<()>().await;
+            }
         }
         Err(e) => {
             warn!(seq, error = %e, "cannot register the pidfd; polling it instead");

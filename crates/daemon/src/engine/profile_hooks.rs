@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use pjw_core::GpuId;
-use pjw_proto::{ErrorCode, ReportQuery};
+use pjw_proto::ReportQuery;
 use pjw_store::{JobRecord, JobSummary, ProcessSample, Sample};
 use proc_connector::ProcEvent;
 use tokio::sync::oneshot;
@@ -422,27 +422,25 @@ impl Engine {
         query: ReportQuery,
         reply: oneshot::Sender<ReportAnswer>,
     ) {
-        let refused = |code, msg| ReportAnswer::Refused(err(code, msg));
+        let refused = |code, msg| ReportAnswer::Refused(Box::new(err(code, msg)));
         let admin = self.cfg.profile.admin_group.as_deref();
-        let access = match report::access(&cred, who.admin, admin, who.named.map(|u| u.0), &query) {
+        let checked = report::access(&cred, who.admin, admin, who.named.map(|u| u.0), &query)
+            .and_then(|a| report::validate(&query).map(|()| a));
+        let access = match checked {
             Ok(a) => a,
-            Err(msg) => {
-                let _ = reply.send(refused(ErrorCode::Denied, msg));
+            Err(r) => {
+                let _ = reply.send(refused(r.code(), r.to_string()));
                 return;
             }
         };
-        if let Err(msg) = report::validate(&query) {
-            let _ = reply.send(refused(ErrorCode::Invalid, msg));
-            return;
-        }
         if query.central {
-            let _ = reply.send(ReportAnswer::Central(
+            let _ = reply.send(ReportAnswer::Central(Box::new(
                 crate::central_report::CentralReport {
                     cfg: self.cfg.central.clone(),
                     access,
                     query,
                 },
-            ));
+            )));
             return;
         }
         // Live jobs the query can match: totals from the engine's state. For one named job the
@@ -475,7 +473,7 @@ impl Engine {
                 LiveJob {
                     steps: Engine::step_reports(j),
                     seq: j.seq,
-                    state: j.state().as_str().to_string(),
+                    state: j.state().into(),
                     cpus: j.cpus.to_string(),
                     summary: j.prof.summary(
                         j.seq,

@@ -12,8 +12,8 @@ use tracing::{info, warn};
 use super::job::{ClientLink, EndWatch, MemTrack, Starter};
 use super::store_writes::OnFail;
 use super::{role_of, Engine, Job};
-use crate::os;
 use crate::profile::{EndReason, JobProf};
+use crate::{os, DaemonError};
 
 /// How long a queued job recovered after a restart waits for its client to come back.
 const RECONNECT_GRACE: Duration = Duration::from_secs(120);
@@ -24,8 +24,8 @@ impl Engine {
     /// not know are kept (with the CPUs their cpuset holds) until they empty: no CPU is ever
     /// given to two jobs. Frozen jobs stay frozen; queued jobs keep their place for their
     /// clients to reconnect.
-    pub fn recover(&mut self) -> Result<(), String> {
-        let live = self.store.live_jobs().map_err(|e| e.to_string())?;
+    pub fn recover(&mut self) -> Result<(), DaemonError> {
+        let live = self.store.live_jobs()?;
         let known: Vec<String> = live.iter().map(|rec| rec.cgroup.clone()).collect();
         // The job cgroups that exist, read once when needed (None: could not be read).
         let mut existing: Option<Option<Vec<String>>> = None;
@@ -89,7 +89,9 @@ impl Engine {
                 .get_or_insert_with(|| self.driver.list_jobs().ok())
                 .as_ref()
                 .is_some_and(|l| !l.contains(&rec.cgroup));
-        let _ = self.driver.remove_job(&rec.cgroup);
+        if let Err(e) = self.driver.remove_job(&rec.cgroup) {
+            warn!(job = %rec.job_id, cgroup = %rec.cgroup, error = %e, "cannot remove the ended job's cgroups");
+        }
         let reason = if rec.state == StoredState::Starting || never_made {
             EndReason::NotStarted("start interrupted".into())
         } else {
@@ -182,8 +184,8 @@ impl Engine {
     }
 
     /// Cgroups below the parent that the store does not know: removed when empty, else adopted.
-    fn adopt_unknown(&mut self, known: &[String]) -> Result<(), String> {
-        for name in self.driver.list_jobs().map_err(|e| e.to_string())? {
+    fn adopt_unknown(&mut self, known: &[String]) -> Result<(), DaemonError> {
+        for name in self.driver.list_jobs()? {
             if known.contains(&name) {
                 continue;
             }
@@ -303,7 +305,7 @@ impl Engine {
     }
 
     /// Keep a populated job cgroup the store did not know, with the CPUs its cpuset holds.
-    pub(super) fn adopt(&mut self, name: String) -> Result<(), String> {
+    pub(super) fn adopt(&mut self, name: String) -> Result<(), DaemonError> {
         let cpus = self.driver.job_cpus(&name).unwrap_or_default();
         let id_text = name.strip_prefix("job-").unwrap_or(&name);
         let Ok(id) = JobId::new(id_text) else {
@@ -336,9 +338,7 @@ impl Engine {
             exclusive: false,
             role: StoredRole::Primary,
         };
-        let seq = self
-            .store_write(0, "insert_job", OnFail::Refuse, |s| s.insert_job(&rec))
-            .map_err(|e| e.to_string())?;
+        let seq = self.store_write(0, "insert_job", OnFail::Refuse, |s| s.insert_job(&rec))?;
         warn!(job = %id, cpus = %cpus, "adopted a populated job cgroup the store did not know");
         let rec = JobRecord { seq, ..rec };
         // Adopted jobs get the top priority: nobody may preempt work pjw knows nothing about.

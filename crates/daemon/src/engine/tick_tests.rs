@@ -366,8 +366,11 @@ async fn a_report_on_another_users_jobs_is_denied_and_reads_nothing() {
         reply,
     });
     let r = rx.await.expect("an answer");
-    let crate::report::ReportAnswer::Refused(Response::Error { code, message }) = r else {
+    let crate::report::ReportAnswer::Refused(refusal) = r else {
         panic!("expected a refusal, got {r:?}");
+    };
+    let Response::Error { code, message } = *refusal else {
+        panic!("expected an error frame, got {refusal:?}");
     };
     assert_eq!(code, ErrorCode::Denied);
     assert!(message.contains("only your own jobs"), "{message}");

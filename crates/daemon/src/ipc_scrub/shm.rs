@@ -139,7 +139,9 @@ fn remove_entry(dir: &OwnedFd, name: &str, job: &Ended) -> rustix::io::Result<bo
                     && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
             });
             if same {
-                let _ = rustix::fs::ftruncate(&fd, 0);
+                if let Err(e) = rustix::fs::ftruncate(&fd, 0) {
+                    tracing::debug!(name = ?name, error = %e, "cannot truncate a /dev/shm entry before removing it");
+                }
             }
         }
     }

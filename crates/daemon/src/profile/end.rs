@@ -25,8 +25,61 @@ pub enum EndReason {
     /// It never started: the start failed, the client left the queue, … (the text says).
     NotStarted(String),
     /// A registered job pjw ended for its lease: its manager said it is gone, or the lease ran
-    /// out (the text after `lease: `).
-    Lease(String),
+    /// out.
+    Lease(LeaseEnd),
+}
+
+/// Why a registered job's lease ended it (the text after `lease: `).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseEnd {
+    /// Its manager (named) said it is gone, in this state (`COMPLETED`, `FAILED`, …).
+    Gone { manager: String, state: String },
+    /// No word from its manager that it runs, and no process, for `silent_s` seconds: pjw
+    /// killed what was left.
+    Expired { manager: String, silent_s: i64 },
+    /// A stored text of no other form (read back, never made by the engine).
+    Other(String),
+}
+
+impl LeaseEnd {
+    const EXPIRED: (&'static str, &'static str, &'static str) = (
+        "expired (no word from ",
+        " that it runs, and no process, for ",
+        " s)",
+    );
+
+    /// The text after `lease: `.
+    pub fn text(&self) -> String {
+        let (a, b, c) = LeaseEnd::EXPIRED;
+        match self {
+            LeaseEnd::Gone { manager, state } => format!("{manager} says {state}"),
+            LeaseEnd::Expired { manager, silent_s } => format!("{a}{manager}{b}{silent_s}{c}"),
+            LeaseEnd::Other(t) => t.clone(),
+        }
+    }
+
+    /// From the text after `lease: ` (stored texts only).
+    fn parse(text: &str) -> LeaseEnd {
+        let (a, b, c) = LeaseEnd::EXPIRED;
+        let expired = text
+            .strip_prefix(a)
+            .and_then(|t| t.strip_suffix(c))
+            .and_then(|t| t.rsplit_once(b))
+            .and_then(|(m, secs)| Some((m, secs.parse().ok()?)));
+        if let Some((manager, silent_s)) = expired {
+            return LeaseEnd::Expired {
+                manager: manager.to_string(),
+                silent_s,
+            };
+        }
+        match text.split_once(" says ") {
+            Some((manager, state)) => LeaseEnd::Gone {
+                manager: manager.to_string(),
+                state: state.to_string(),
+            },
+            None => LeaseEnd::Other(text.to_string()),
+        }
+    }
 }
 
 impl EndReason {
@@ -43,7 +96,7 @@ impl EndReason {
         } else if text.starts_with("expired") {
             EndReason::Expired(text.to_string())
         } else if let Some(why) = text.strip_prefix("lease: ") {
-            EndReason::Lease(why.to_string())
+            EndReason::Lease(LeaseEnd::parse(why))
         } else if text == "ended while daemon was down" {
             EndReason::EndedWhileDown
         } else {
@@ -59,7 +112,7 @@ impl EndReason {
             EndReason::EndedBy(by) => format!("ended by {by}"),
             EndReason::Expired(t) | EndReason::NotStarted(t) => t.clone(),
             EndReason::EndedWhileDown => "ended while daemon was down".into(),
-            EndReason::Lease(why) => format!("lease: {why}"),
+            EndReason::Lease(why) => format!("lease: {}", why.text()),
         }
     }
 }
@@ -88,8 +141,8 @@ pub fn end_class(
         EndReason::NotStarted(_) => EndClass::Failed,
         // Its lease ran out: pjw killed what was left. Its manager said it ended: as an
         // Epilog's end.
-        EndReason::Lease(why) if why.starts_with("expired") => EndClass::Killed,
-        EndReason::Lease(_) => by_status(exit_status),
+        EndReason::Lease(LeaseEnd::Expired { .. }) => EndClass::Killed,
+        EndReason::Lease(LeaseEnd::Gone { .. } | LeaseEnd::Other(_)) => by_status(exit_status),
     }
 }
 

@@ -1,22 +1,23 @@
 //! Report access, filters and the paged local report.
 
 use super::*;
+use crate::engine::Cred;
 
 #[test]
 fn validation() {
     assert!(validate(&ReportQuery::default()).is_ok());
-    for s in REPORT_STATES {
+    for s in pjw_proto::StateFilter::ALL {
         let q = ReportQuery {
-            state: Some(s.into()),
+            state: Some(s),
             ..Default::default()
         };
         assert!(validate(&q).is_ok(), "{s}");
     }
-    let q = ReportQuery {
-        state: Some("done".into()),
-        ..Default::default()
-    };
-    assert!(validate(&q).unwrap_err().contains("unknown state \"done\""));
+    // An unknown state cannot be built: the request carrying one is refused as it is decoded.
+    let e = pjw_proto::decode_request(br#"{"v":1,"req":{"type":"report","state":"done"}}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown state \"done\""), "{e}");
     let q = ReportQuery {
         limit: Some(0),
         ..Default::default()
@@ -49,7 +50,9 @@ fn root_sees_all_others_only_their_own() {
         user: Some("root".into()),
         ..Default::default()
     };
-    let e = access(&user, false, Some("4243"), Some(0), &other).unwrap_err();
+    let e = access(&user, false, Some("4243"), Some(0), &other)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("only your own") && e.contains("group 4243"),
         "{e}"

@@ -4,7 +4,7 @@
 use rusqlite::{params, params_from_iter, OptionalExtension};
 
 use super::*;
-use crate::{Store, StoreError};
+use crate::{Store, StoreError, StoredState};
 
 impl Store {
     /// The summary of a finished job.
@@ -159,17 +159,20 @@ impl Store {
                 n = args.len()
             ));
         }
-        if let Some(state) = &f.state {
-            if state == "running" {
-                conds.push("j.state IN ('starting', 'running')".to_string());
-            } else {
-                args.push(Value::Text(state.clone()));
-                let n = args.len();
-                conds.push(if state == "queued" {
-                    format!("j.state = ?{n}")
-                } else {
-                    format!("s.end_class = ?{n}")
-                });
+        match f.state {
+            None => {}
+            Some(StateFilter::Running) => conds.push(format!(
+                "j.state IN ('{}', '{}')",
+                StoredState::Starting.as_str(),
+                StoredState::Running.as_str()
+            )),
+            Some(StateFilter::Queued) => {
+                args.push(Value::Text(StoredState::Queued.as_str().to_string()));
+                conds.push(format!("j.state = ?{}", args.len()));
+            }
+            Some(StateFilter::Ended(class)) => {
+                args.push(Value::Text(class.as_str().to_string()));
+                conds.push(format!("s.end_class = ?{}", args.len()));
             }
         }
         let wher = if conds.is_empty() {

@@ -113,21 +113,21 @@ fn filters_narrow_the_jobs() {
         ),
         (
             JobFilter {
-                state: Some("oom".into()),
+                state: Some(StateFilter::Ended(EndClass::Oom)),
                 ..Default::default()
             },
             vec![b],
         ),
         (
             JobFilter {
-                state: Some("running".into()),
+                state: Some(StateFilter::Running),
                 ..Default::default()
             },
             vec![c],
         ),
         (
             JobFilter {
-                state: Some("completed".into()),
+                state: Some(StateFilter::Ended(EndClass::Completed)),
                 uid: Some(1001),
                 ..Default::default()
             },
@@ -161,6 +161,36 @@ fn filters_narrow_the_jobs() {
     assert_eq!(p[0].summary.as_ref().unwrap().end, EndClass::Oom);
     assert_eq!(p[0].job.end_reason.as_deref(), Some("exited; 1 OOM"));
     assert_eq!(s.samples(a, Some(3000)).unwrap().len(), 2);
+}
+
+/// A word in a text column that no type knows (a newer pjw's, or a damaged row) is an error
+/// reading the store, never taken as a fact: not `failed`, not "no state".
+#[test]
+fn an_unknown_stored_word_is_an_error_not_a_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path()).unwrap();
+    let (a, b, _) = fill(&mut s);
+    // Both words read back as they were written.
+    assert_eq!(s.summary(b).unwrap().unwrap().end, EndClass::Oom);
+    assert_eq!(
+        s.samples(a, None).unwrap()[0].state,
+        Some(SampleState::Running)
+    );
+    s.conn
+        .execute(
+            "UPDATE job_summary SET end_class = 'vanished' WHERE seq = ?1",
+            [b],
+        )
+        .unwrap();
+    s.conn
+        .execute("UPDATE samples SET state = 'paused' WHERE seq = ?1", [a])
+        .unwrap();
+    let e = s.summary(b).unwrap_err().to_string();
+    assert!(e.contains("unknown end class \"vanished\""), "{e}");
+    let e = s.find_jobs(&JobFilter::default()).unwrap_err().to_string();
+    assert!(e.contains("unknown end class \"vanished\""), "{e}");
+    let e = s.samples(a, None).unwrap_err().to_string();
+    assert!(e.contains("unknown sample state \"paused\""), "{e}");
 }
 
 #[test]
