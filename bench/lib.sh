@@ -281,14 +281,17 @@ slurm_live() {
   if [ -n "${BENCH_SLURM_CONF:-}" ]; then
     export SLURM_CONF=$BENCH_SLURM_CONF
   elif [ "${BENCH_SLURM:-}" = up ]; then
-    if [ -e /var/tmp/pjw-wlm/slurm.dir ] || pgrep -x slurmctld >/dev/null; then
-      SLURM_WHY="another Slurm is up on this machine (the live tests'?), which the bench neither shares nor stops"; return 1
+    # A slurmctld the previous scenario stopped may linger as a zombie until PID 1 reaps it:
+    # only a live one is another Slurm.
+    if [ -e /var/tmp/pjw-wlm/slurm.dir ] || pgrep -x --runstates RSDT slurmctld >/dev/null 2>&1; then
+      SLURM_WHY="another Slurm is up on this machine (the live tests'?: $(cat /var/tmp/pjw-wlm/slurm.dir 2>/dev/null || echo "no marker") slurmctld pid $(pgrep -x --runstates RSDT slurmctld 2>/dev/null | head -1)), which the bench neither shares nor stops"; return 1
     fi
     BENCH_SLURM_DIR=$WORK/slurm
     mkdir -p "$BENCH_SLURM_DIR"; chmod 755 "$WORK" "$BENCH_SLURM_DIR"
-    # The hooks exec "$PJW slurm prolog": /bin/true makes them no-ops (Slurm alone).
+    # The hooks exec "$PJW slurm prolog": /bin/true makes them no-ops, and PJW_SPANK=0 leaves
+    # pjw's SPANK plugin out of plugstack.conf (it refuses a task no pjw daemon takes): Slurm alone.
     printf 'PJW=/bin/true\n' > "$BENCH_SLURM_DIR/env"
-    if ! "$BENCH_ROOT/scripts/wlm/slurm-up.sh" "$BENCH_SLURM_DIR" "$BENCH_SLURM_DIR/env" > "$WORK/slurm-up.log" 2>&1; then
+    if ! PJW_SPANK=0 "$BENCH_ROOT/scripts/wlm/slurm-up.sh" "$BENCH_SLURM_DIR" "$BENCH_SLURM_DIR/env" > "$WORK/slurm-up.log" 2>&1; then
       SLURM_WHY="scripts/wlm/slurm-up.sh failed: $(tail -1 "$WORK/slurm-up.log")"; return 1
     fi
     export SLURM_CONF=$BENCH_SLURM_DIR/slurm.conf

@@ -131,9 +131,12 @@ for s in "${want[@]}"; do
   if awk -v o="$so" -v r="$sr" -v mo="$QUIET_MAX_OTHERS" -v mr="$QUIET_MAX_RUNNABLE" 'BEGIN {exit !(o > mo || r > mr)}'; then
     touch "$BENCH_OUT/rows.tsv"
     awk -F'\t' -v OFS='\t' -v from="$rows_before" -v why="other work took $so% of the CPUs during this scenario, $sr other runnable threads on average" \
-      'NR > from { if ($5 != "–" && $5 != "") $5 = $5 "; NOT PUBLISHABLE: machine loaded (" why ")" } { print }' \
+      'NR > from { if ($5 != "–" && $5 != "" && $5 !~ /^not measured/) $5 = $5 "; NOT PUBLISHABLE: machine loaded (" why ")" } { print }' \
       "$BENCH_OUT/rows.tsv" > "$BENCH_OUT/rows.marked" && mv "$BENCH_OUT/rows.marked" "$BENCH_OUT/rows.tsv"
-    loaded_scens+=("$s")
+    # A scenario that measured nothing (every row "not measured") has no figure to mark.
+    if tail -n +"$((rows_before + 1))" "$BENCH_OUT/rows.tsv" | awk -F'\t' '$5 != "–" && $5 != "" && $5 !~ /^not measured/ { m = 1 } END { exit !m }'; then
+      loaded_scens+=("$s")
+    fi
   fi
 done
 [ -t 2 ] && printf '\r\033[K' >&2

@@ -4,7 +4,7 @@
 # global reduction every 10 steps) run alone, then both at once under each thing a user would
 # pick: plain Linux (both mpiruns bind their ranks to the same cores, as Open MPI does by
 # default), pinning by hand (each job's mpirun under taskset on half the CPUs, --oversubscribe),
-# Slurm (srun -n1 -c NCPU around each mpirun, where lib.sh's slurm_live finds a live Slurm), and
+# Slurm (salloc -n NCPU around each mpirun, where lib.sh's slurm_live finds a live Slurm), and
 # pjw (a NCPU-CPU job each: the second waits in pjw's queue). For each: every job's own run time
 # (its MPI loop, as rank 0 prints it) over its alone time, and the pair's makespan over running
 # them one after the other. The original pjw's motivation: "two MPI jobs sharing a 16-CPU node
@@ -41,7 +41,9 @@ job() {
     taskset)
       local cpus; [ "$tag" = a ] && cpus="0-$((half - 1))" || cpus="$half-$((NP - 1))"
       out=$(taskset -c "$cpus" mpirun -np "$NP" --oversubscribe "$halo" "$N" "$STEPS" 2>>"$WORK/mpi.err") ;;
-    slurm) out=$(srun -n1 -c "$NP" mpirun -np "$NP" "$halo" "$N" "$STEPS" 2>>"$WORK/mpi.err") ;;
+    # As an HPC user runs MPI under Slurm: an allocation of NP tasks, mpirun inside it (Open
+    # MPI reads the allocation and starts its ranks through Slurm).
+    slurm) out=$(salloc -Q -n "$NP" mpirun -np "$NP" "$halo" "$N" "$STEPS" 2>>"$WORK/mpi.err") || true ;;
     pjw) out=$("$PJW" run -q --cpus "$NP" --primary-only -- mpirun -np "$NP" "$halo" "$N" "$STEPS" 2>>"$WORK/mpi.err") ;;
   esac
   printf '%s %s %s\n' "$tag" "$(printf '%s' "$out" | sed -n 's/.*seconds=\([0-9.]*\).*/\1/p')" \
@@ -88,7 +90,7 @@ for v in $variants; do
   case $v in
     plain) what="plain Linux (both mpiruns at once, Open MPI's default binding)" ;;
     taskset) what="pinning by hand (each mpirun under taskset on $half of the CPUs, --oversubscribe)" ;;
-    slurm) what="Slurm (srun -n1 -c $NP around each mpirun: the second waits in Slurm's queue)" ;;
+    slurm) what="Slurm (salloc -n $NP around each mpirun: the second waits in Slurm's queue)" ;;
   esac
   row "$(calc "printf \"each job's run time %+.2f%% ± %.2f over alone (range %+.1f%% to %+.1f%%); makespan %+.2f%% ± %.2f over one after the other\", $bm, $bci, $bmin, $bmax, $bs, $bsci")" \
     "" "(baseline)" "–" "mpi: $what"

@@ -124,12 +124,21 @@ sed 's/^/  | /' "$log"
 if [ "$rc" = 0 ]; then ok "bench/run.sh ${VM_BENCH_SCENARIOS:-isolation turnaround} ran to the end"; else fail "bench/run.sh exited $rc"; fi
 file=$(sed -n 's/^wrote //p' "$log" | tail -1)
 if [ -n "$file" ] && [ -f "$file" ]; then ok "results file $file"; else fail "no results file written"; fi
-row=$(grep '^| isolation: Slurm' "$log" | tail -1)
-case $row in
-  *"not measured"*|"") fail "Slurm isolation row not measured: $row" ;;
-  *task/cgroup*) ok "Slurm task/cgroup measured beside pjw: $(echo "$row" | cut -d'|' -f3)" ;;
-  *) fail "the Slurm row is not task/cgroup's: $row" ;;
-esac
+# Every Slurm row of the scenarios that ran must be measured, with task/cgroup where the row names
+# its plugins (isolation, sysbench, openmp).
+rows=$(grep '^| [^|]*Slurm' "$log" | grep -v '^| launch' || true)
+if [ -z "$rows" ]; then
+  fail "no Slurm row in the results"
+else
+  echo "$rows" | while IFS= read -r row; do
+    what=$(echo "$row" | cut -d'|' -f2 | sed 's/^ *//; s/ *$//')
+    case $row in
+      *"not measured"*) fail "Slurm row not measured: $what: $(echo "$row" | cut -d'|' -f3)" ;;
+      *task/none*|*"(task/affinity)"*) fail "the Slurm row is not task/cgroup's: $what" ;;
+      *) ok "Slurm measured beside pjw: $what: $(echo "$row" | cut -d'|' -f3 | cut -c1-160)" ;;
+    esac
+  done
+fi
 
 systemctl stop slurmd.service slurmctld.service munge.service
 # Slurm's own scope (<node>_slurmstepd.scope, the node being pjw-systemd) outlives slurmd by design.

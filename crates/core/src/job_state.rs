@@ -29,6 +29,28 @@ fn unknown(what: &'static str, text: &str, words: &[&str]) -> CoreError {
     }
 }
 
+/// `Display` and `FromStr` for a type of words: its `as_str` is its text, its `ALL` every value;
+/// text that is none of them is [`CoreError::UnknownWord`] naming `what` and listing the words.
+macro_rules! words {
+    ($t:ty, $what:literal) => {
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $t {
+            type Err = CoreError;
+            fn from_str(s: &str) -> Result<$t, CoreError> {
+                <$t>::ALL
+                    .into_iter()
+                    .find(|c| c.as_str() == s)
+                    .ok_or_else(|| unknown($what, s, &<$t>::ALL.map(<$t>::as_str)))
+            }
+        }
+    };
+}
+
 /// How a job ended, in one word (`completed`, `killed`, `oom`, `expired`, `failed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -67,21 +89,7 @@ impl EndClass {
     }
 }
 
-impl fmt::Display for EndClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for EndClass {
-    type Err = CoreError;
-    fn from_str(s: &str) -> Result<EndClass, CoreError> {
-        EndClass::ALL
-            .into_iter()
-            .find(|c| c.as_str() == s)
-            .ok_or_else(|| unknown("end class", s, &EndClass::ALL.map(EndClass::as_str)))
-    }
-}
+words!(EndClass, "end class");
 
 /// What a running job was doing when sampled (`running`, `backfill`, `frozen`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -113,27 +121,7 @@ impl SampleState {
     }
 }
 
-impl fmt::Display for SampleState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SampleState {
-    type Err = CoreError;
-    fn from_str(s: &str) -> Result<SampleState, CoreError> {
-        SampleState::ALL
-            .into_iter()
-            .find(|c| c.as_str() == s)
-            .ok_or_else(|| {
-                unknown(
-                    "sample state",
-                    s,
-                    &SampleState::ALL.map(SampleState::as_str),
-                )
-            })
-    }
-}
+words!(SampleState, "sample state");
 
 /// Which jobs `pjw report --state` wants: live ones queued or running, or those that ended one
 /// way. Its text is one word: `queued`, `running`, or an [`EndClass`] word.
@@ -174,21 +162,7 @@ impl StateFilter {
     }
 }
 
-impl fmt::Display for StateFilter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for StateFilter {
-    type Err = CoreError;
-    fn from_str(s: &str) -> Result<StateFilter, CoreError> {
-        StateFilter::ALL
-            .into_iter()
-            .find(|c| c.as_str() == s)
-            .ok_or_else(|| unknown("state", s, &StateFilter::ALL.map(StateFilter::as_str)))
-    }
-}
+words!(StateFilter, "state");
 
 impl Serialize for StateFilter {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
