@@ -79,12 +79,12 @@ gzip -9n "$root/$doc/changelog.Debian" "$root/$doc/README.md" "$root/$doc/config
 
 for s in postinst prerm postrm; do ins 0755 "packaging/deb/$s" "DEBIAN/$s"; done
 
-# Depends from the binary's shared libraries, as dh_shlibdeps would.
+# Depends from the binaries' shared libraries (the front's and pjw-full's), as dh_shlibdeps would.
 shl=$(mktemp -d)
 mkdir -p "$shl/debian"
 printf 'Source: pjw\n\nPackage: pjw\nArchitecture: any\n' > "$shl/debian/control"
 # (The plugin's spank_* and slurm_* symbols come from slurmstepd, which loads it.)
-depends=$(cd "$shl" && dpkg-shlibdeps -O "$OLDPWD/$root/usr/bin/pjw" "$OLDPWD/$root/usr/lib/pjw/slurm/pjw_spank.so" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+depends=$(cd "$shl" && dpkg-shlibdeps -O "$OLDPWD/$root/usr/bin/pjw" "$OLDPWD/$root/usr/lib/pjw/pjw-full" "$OLDPWD/$root/usr/lib/pjw/slurm/pjw_spank.so" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
 rm -rf "$shl"
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 cat > "$root/DEBIAN/control" <<CONTROL
