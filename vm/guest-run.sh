@@ -1,5 +1,5 @@
-# Runs inside the guest (busybox sh), from the share: every test executable in bin/ (not pjw or
-# pjw-wl), then the skipped tests with their reasons and "VM-<tier>: N passed, M failed,
+# Runs inside the guest (busybox sh), from the share: every test executable in bin/ (not pjw,
+# pjw-full or pjw-wl), then the skipped tests with their reasons and "VM-<tier>: N passed, M failed,
 # K skipped" (scripts/count-tests.sh). Exits non-zero when a test failed, an executable failed
 # without a result line, or nothing ran. The guest's /etc/pjw-guest names its tier; tests read it
 # (testkit::skip), never an environment variable.

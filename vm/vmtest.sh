@@ -6,7 +6,7 @@
 # "VM-busybox-v1: ...").
 #
 # usage: vm/vmtest.sh <dir>   <dir> holds the static test executables (one per file), plus
-#                                 pjw and pjw-wl; vm/build.sh fills it.
+#                                 pjw, pjw-full and pjw-wl; vm/build.sh fills it.
 # Env: VM_TIMEOUT (s, default 1800), VM_WORK (cache, default /var/tmp/pjw-vm),
 #      VM_INJECT_FAILURE=1 (the guest also runs a step that fails; the tier must then fail),
 #      VM_ONLY=PATTERN (only the test executables matching it, e.g. 'numa-*'),
