@@ -386,6 +386,47 @@ fn jobs_that_end_while_the_daemon_is_down_are_cleaned_up_at_restart() {
     assert!(d.driver().list_jobs().unwrap().is_empty());
 }
 
+/// The daemon removes an ended job's cgroups on a blocking thread after recording its end
+/// (decision (ck)): a `kill -9` in between leaves them, empty, with the job `ended`. Here the
+/// job ran to its end, then its directories are made again in every hierarchy as such a crash
+/// would have left them: the restarted daemon removes them and adopts nothing.
+#[test]
+fn an_ended_jobs_cgroups_left_by_a_crash_before_their_removal_are_removed_at_restart() {
+    require_root!();
+    let mut d = TestDaemon::start(pjw_bin(), &two_cpus!());
+    run(d
+        .pjw()
+        .args(["run", "-q", "--job-id", "left", "--", "true"]))
+    .code(0);
+    d.kill9();
+    let mems = std::fs::read_to_string("/sys/devices/system/node/online")
+        .ok()
+        .and_then(|t| CpuSet::parse_list(t.trim()).ok())
+        .unwrap_or_else(|| CpuSet::parse_list("0").unwrap());
+    let cpus = pjw_testkit::need_cpus!(2);
+    let limits = pjw_cgroup::JobLimits {
+        cpus,
+        mems,
+        memory_max: None,
+        pids_max: None,
+        swap_max: None,
+        io: Default::default(),
+    };
+    d.driver()
+        .create_job("job-left", &limits)
+        .expect("the leftover cgroups");
+    assert_eq!(d.driver().list_jobs().unwrap(), ["job-left"]);
+    d.restart();
+    let s = d.status();
+    assert!(jobs(&s).is_empty(), "{s}");
+    assert!(
+        d.driver().list_jobs().unwrap().is_empty(),
+        "cgroups left: {:?}\n{}",
+        d.driver().list_jobs(),
+        d.log()
+    );
+}
+
 #[test]
 fn a_client_queued_when_the_daemon_dies_is_served_after_the_restart() {
     require_root!();

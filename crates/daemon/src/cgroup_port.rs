@@ -30,6 +30,10 @@ impl std::fmt::Debug for Killed {
     }
 }
 
+/// What removes a job's cgroups (see [`CgroupLifecycle::removal`]): run on a blocking thread,
+/// never on the engine's.
+pub type Removal = Box<dyn FnOnce() -> Result<(), CgroupError> + Send>;
+
 /// How far a freeze got at once (see [`CgroupFreezing::freeze_begin`]).
 pub enum Freezing {
     /// The job is frozen (or, with `cgroup.freeze`, the kernel completes it by itself).
@@ -73,6 +77,9 @@ pub trait CgroupLifecycle {
     fn kill(&self, name: &str) -> Result<Killed, CgroupError>;
     /// Remove the job's cgroups.
     fn remove_job(&self, name: &str) -> Result<(), CgroupError>;
+    /// [`CgroupLifecycle::remove_job`] to run later, on a blocking thread: an `rmdir` in
+    /// each hierarchy waits in the kernel (a v1 memory cgroup's charges move to its parent).
+    fn removal(&self, name: &str) -> Removal;
     /// Remove the parent cgroups when no job is left.
     fn remove_parent_if_empty(&self) -> Result<(), CgroupError>;
 }
@@ -180,6 +187,10 @@ impl CgroupLifecycle for Driver {
     }
     fn remove_job(&self, name: &str) -> Result<(), CgroupError> {
         Driver::remove_job(self, name)
+    }
+    fn removal(&self, name: &str) -> Removal {
+        let (driver, name) = (self.clone(), name.to_string());
+        Box::new(move || driver.remove_job(&name))
     }
     fn remove_parent_if_empty(&self) -> Result<(), CgroupError> {
         Driver::remove_parent_if_empty(self)

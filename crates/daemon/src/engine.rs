@@ -11,13 +11,14 @@
 //! A job's life: `Submit` → recorded as `queued` → started: recorded as `starting`, cgroups
 //! created (idle class for a backfiller), the client's process moved in, recorded as `running`,
 //! a pidfd watcher armed, an inotify watch put on its `cgroup.events` → `MainExited` (the pidfd
-//! fired): leftovers killed → `populated 0` seen on `cgroup.events` → cgroups removed, recorded
-//! as `ended`, the queue re-planned.
+//! fired): leftovers killed → `populated 0` seen on `cgroup.events` → its last counters read,
+//! recorded as `ended`, the queue re-planned (its CPUs go to the next job), its cgroups removed
+//! on a blocking thread ([`removal`]).
 //!
 //! This file holds the engine's state and dispatches events; each concern has its own module:
 //! [`events`] (inputs), [`job`] (one job), [`admission`] (`run`), [`planning`] (the queue
 //! policy's actions), [`lifecycle`] (start, move, track, end) with [`pidfd`] (the main
-//! process watcher) and [`freezing`] (freezes, waited for off the engine thread), [`control`] (kill, suspend, resume, priority), [`recovery`] (restart),
+//! process watcher) and [`freezing`] (freezes, waited for off the engine thread), [`removal`] (an ended job's cgroups, removed off it), [`control`] (kill, suspend, resume, priority), [`recovery`] (restart),
 //! [`mem_governor`] (the memory governor's reads and writes), [`profile_hooks`] (sampler, job
 //! summaries, `report`), [`proc_events`] (the process tracker), [`binding`] (thread balancing), [`wlm`] (workload-manager
 //! jobs and adoption), [`status`] (`pjw status`, metrics) with [`live`] (its fresh figures).
@@ -86,6 +87,9 @@ mod proc_events;
 mod profile_hooks;
 mod recovery;
 mod reload;
+mod removal;
+#[cfg(test)]
+mod removal_tests;
 mod slurm_task;
 #[cfg(test)]
 mod slurm_task_tests;
@@ -199,6 +203,9 @@ pub struct Engine {
     lease_armed: bool,
     /// Start-time statistics: starts and ends per second, waits to start, queue, freezes.
     start_stats: pjw_core::start_stats::StartStats,
+    /// Ended jobs' cgroups being removed on a blocking thread, by cgroup name: no job of that
+    /// name starts until they are gone (`engine/removal.rs`).
+    removing: HashMap<String, removal::Pending>,
     /// Live figures for `status` (`live.rs`): passes off the engine thread, their readings.
     live: live::Live,
     /// The young jobs' sampling tick is armed ([`Event::SampleYoung`]).
@@ -327,6 +334,7 @@ impl Engine {
             binder: None,
             next_number: None,
             leases: HashMap::new(),
+            removing: HashMap::new(),
             asker: None,
             lease_armed: false,
             start_stats: pjw_core::start_stats::StartStats::new(
@@ -477,6 +485,7 @@ impl Engine {
             }
             Event::Killed { seq, error } => self.killed(seq, error),
             Event::Frozen { seq, error } => self.freeze_done(seq, error),
+            Event::CgroupsRemoved { cgroup, error } => self.cgroups_removed(&cgroup, error),
             Event::Govern => self.govern(),
             Event::Outcome { cred, job, reply } => {
                 let _ = reply.send(self.outcome(cred, &job));
@@ -532,6 +541,7 @@ impl Engine {
                     .send(err(ErrorCode::ShuttingDown, "the pjw daemon is stopping"));
             }
         }
+        self.finish_removals();
         if self.jobs.values().all(|j| j.started.is_none()) {
             if let Err(e) = self.driver.remove_parent_if_empty() {
                 warn!(error = %e, "cannot remove the parent cgroups");

@@ -21,12 +21,12 @@ pub fn start_time(proc_root: &Path, pid: u32) -> Option<u64> {
         .map(|s| s.starttime)
 }
 
-/// Real uid of `pid` (from /proc/PID/status).
+/// Real uid of `pid` (from the `Uid` line of /proc/PID/status; None: unreadable or malformed).
 pub fn process_uid(proc_root: &Path, pid: u32) -> Option<u32> {
     let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")).ok()?;
-    pjw_kernelfs::proc_status::parse(&text)
+    pjw_kernelfs::proc_status::parse_uids(&text)
         .ok()
-        .map(|s| s.uid[0])
+        .map(|uid| uid[0])
 }
 
 /// Whether the process (pid, start time) still exists.

@@ -423,6 +423,25 @@ impl TestEngine {
         TestEngine::with_config("")
     }
 
+    /// Hand the engine the reports of its cgroup removals (blocking threads) until none is
+    /// under way; what else it sent itself meanwhile is sent again, in order.
+    pub async fn removals_done(&mut self) {
+        let mut other = Vec::new();
+        while self.engine.removals_under_way() > 0 {
+            let ev = tokio::time::timeout(std::time::Duration::from_secs(10), self._events.recv())
+                .await
+                .expect("a removal reported within 10 s")
+                .expect("the engine's channel is open");
+            match ev {
+                ev @ Event::CgroupsRemoved { .. } => self.engine.handle(ev),
+                ev => other.push(ev),
+            }
+        }
+        for ev in other {
+            self.engine.send_self(ev);
+        }
+    }
+
     /// With top-level config keys `extra` (`"queue_ttl = 10\n"`).
     pub fn with_config(extra: &str) -> TestEngine {
         TestEngine::build(extra, None, false)

@@ -93,6 +93,20 @@ pub fn parse(text: &str) -> Result<ProcStatus, ParseError> {
     })
 }
 
+/// Only the uids (real, effective, saved set, filesystem) from a `/proc/PID/status` text: its
+/// `Uid` line alone, no map of every line (the engine asks this at every start). The same
+/// errors as [`parse`] for that line: missing, or not four numbers.
+pub fn parse_uids(text: &str) -> Result<[u32; 4], ParseError> {
+    let line =
+        text.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .ok_or(ParseError::MissingField {
+                format: FORMAT,
+                field: "Uid",
+            })?;
+    ids("Uid", line.trim())
+}
+
 /// Only the CPUs a process may run on, from a `/proc/PID/status` text: its `Cpus_allowed_list`,
 /// or failing that (kernels before the list line) its `Cpus_allowed` mask; `Ok(None)` when
 /// neither line is present. Unlike [`parse`], it needs no other field.
@@ -128,6 +142,25 @@ mod tests {
     }
 
     const STATUS: &str = "Name:\tsleep\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nPid:\t4242\nPPid:\t4200\nUid:\t1000\t1000\t1000\t1000\nGid:\t100\t100\t100\t100\nThreads:\t1\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\nMems_allowed_list:\t0\nvoluntary_ctxt_switches:\t2\n";
+
+    #[test]
+    fn uids_alone_are_read_with_the_errors_of_the_whole_parse() {
+        assert_eq!(parse_uids(STATUS).unwrap(), parse(STATUS).unwrap().uid);
+        let own = "Name:\tx\nUid:\t0\t1000\t2\t3\n";
+        assert_eq!(parse_uids(own).unwrap(), [0, 1000, 2, 3]);
+        // (text, the whole parse's error on its Uid line)
+        for text in [
+            "Name:\tx\nGid:\t1\t1\t1\t1\n",
+            "Uid:\t1000\t1000\n",
+            "Uid:\t1000\tx\t1000\t1000\n",
+        ] {
+            let alone = parse_uids(text).unwrap_err().to_string();
+            let whole = format!("{text}Gid:\t1\t1\t1\t1\nThreads:\t1\nCpus_allowed_list:\t0\n");
+            assert_eq!(alone, parse(&whole).unwrap_err().to_string(), "{text:?}");
+        }
+        // A `Uid`-like key is not the line.
+        assert!(parse_uids("NoUid:\t1\t1\t1\t1\n").is_err());
+    }
 
     #[test]
     fn status_allowed_list_is_read() {

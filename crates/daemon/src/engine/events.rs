@@ -88,6 +88,12 @@ pub enum Event {
     /// The kill rounds of job `seq` (no `cgroup.kill`), run on a blocking thread, are over;
     /// `error` says what failed.
     Killed { seq: i64, error: Option<String> },
+    /// The cgroups of an ended job (`cgroup`, its name), removed on a blocking thread, are
+    /// gone; `error` says what could not be removed.
+    CgroupsRemoved {
+        cgroup: String,
+        error: Option<String>,
+    },
     /// The v1 freezer's wait for FROZEN of job `seq`, on a blocking thread, is over; `error`
     /// says the freeze did not happen.
     Frozen { seq: i64, error: Option<String> },

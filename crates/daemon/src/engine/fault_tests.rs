@@ -55,6 +55,7 @@ async fn a_run_and_its_main_process_exiting_make_exactly_these_cgroup_writes() {
 
     let seq = *t.engine.jobs.keys().next().expect("the job");
     t.engine.handle(Event::MainExited { seq });
+    t.removals_done().await;
     assert_eq!(
         cg.calls()[2..],
         ["kill job-s1".to_string(), "remove_job job-s1".to_string()]

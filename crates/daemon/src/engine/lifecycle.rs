@@ -317,9 +317,9 @@ impl Engine {
         // From now on a `run` from its main process is a step of it (engine/steps.rs).
         j.steps.main_told = true;
         self.track(seq, true);
-        // After the reply: `status` has the new job's figures before the sampler's next tick,
-        // and its series starts now; its first minute is sampled every second.
-        self.sample_now(seq);
+        // Its first sample comes from the young jobs' tick, within a second (its first minute
+        // is sampled every second), not from a read here: `status` reads fresh figures off
+        // this thread anyway (`live.rs`), and a job shorter than that has its end's sample.
         self.arm_young();
         true
     }
@@ -550,9 +550,6 @@ impl Engine {
         let memory = self.memory_end_note(&job, ooms, finals.mem_peak);
         let text = format!("{}{memory}", reason.text());
         self.remember_outcome(&job, ooms, finals.mem_peak, &text);
-        if let Err(e) = self.driver.remove_job(&job.cgroup) {
-            warn!(job = %job.id, error = %e, "cannot remove job cgroups");
-        }
         // Emptied and removed on a blocking thread: a tmpfs of 400,000 files is a long walk.
         if let Some(dir) = &job.starter.tmpdir {
             crate::tmp::spawn_remove(dir.clone(), job.id.to_string());
@@ -587,11 +584,15 @@ impl Engine {
             processes = counts.procs_ever, threads = counts.threads_ever,
             max_processes = counts.procs_max, counts_exact = !counts.lossy, "job ended"
         );
-        for w in job.end.waiters {
-            let _ = w.send(Response::Done {
-                message: format!("job {} ended; its cgroups are gone", job.id),
-            });
-        }
+        // Its last counters read and its end recorded: the cgroups go on a blocking thread
+        // (engine/removal.rs), which answers the `end` waiters once they are gone. After the
+        // record, so a crash meanwhile leaves an ended job's empty cgroups (recovery removes
+        // them), never a `running` row without cgroups (which recovery would call a start
+        // that never ran). A partition goes at once (its directory holds its CPUs from its
+        // siblings).
+        let partition = job.req.exclusive && self.partition.is_some();
+        let waiters = std::mem::take(&mut job.end.waiters);
+        self.remove_cgroups(&job.id, &job.cgroup, partition, waiters);
         self.replan();
     }
 }

@@ -276,8 +276,10 @@ async fn a_job_the_pass_could_not_read_keeps_its_samples_figures() {
     fake.set_stats(&cgroup_name(&TestEngine::id("a")), 1 << 20, 1_000_000);
     let t0 = t.clock.now_ms();
     started(&mut t, "a").await;
+    // Its first sample (the sampler's tick; a start reads nothing).
+    t.engine.handle(Event::Sample);
     t.clock.advance(1000);
-    // Nothing readable for it (its cgroup going away): the start sample's figures and time.
+    // Nothing readable for it (its cgroup going away): the last sample's figures and time.
     let s = {
         let rx = ask(&mut t);
         answered(&mut t, rx)

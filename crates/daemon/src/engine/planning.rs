@@ -20,10 +20,13 @@ impl Engine {
         let mut held: Vec<i64> = Vec::new();
         for _ in 0..64 {
             // Not a job that is ending, nor a recovered queued job whose client has not come
-            // back, nor one memory holds back.
+            // back, nor one memory holds back, nor a queued job whose name's old cgroups are
+            // still being removed (engine/removal.rs: it starts when they are gone).
+            let removing = &self.removing;
             let in_plan = |j: &Job| {
                 !j.end.ending
-                    && (j.phase != Phase::Queued || j.client.waiter.is_some())
+                    && (j.phase != Phase::Queued
+                        || (j.client.waiter.is_some() && !removing.contains_key(&j.cgroup)))
                     && !held.contains(&j.seq)
             };
             let views: Vec<JobView> = self

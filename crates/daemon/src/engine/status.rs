@@ -105,10 +105,13 @@ impl Engine {
         } else {
             None
         };
+        // Before its first sample (within a second of its start) a started job whose main
+        // process has not exited has that one at least: it was moved into the job.
+        let main = u32::from(j.started.is_some() && j.pid.is_some() && !j.end.ending);
         let procs = counts
             .map(|c| c.procs_now as u32)
             .or_else(|| last.and_then(|s| s.procs))
-            .unwrap_or(0);
+            .unwrap_or(main);
         // Every process has at least one thread: a count read at another moment than
         // the process count (or none) never shows fewer.
         let threads = counts

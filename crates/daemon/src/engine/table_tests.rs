@@ -128,6 +128,7 @@ async fn recovery_matrix() {
         }
 
         t.engine.recover().expect("recover");
+        t.removals_done().await;
 
         let row = t.store.state().rows[&seq].clone();
         let listed = t.engine.driver.list_jobs().expect("list");
@@ -243,6 +244,7 @@ async fn a_run_is_placed_in_its_cgroup_answered_and_ended_when_its_main_process_
     // Its main process exits: leftovers killed, the cgroup empties, the job ends.
     t.engine.handle(Event::MainExited { seq });
     assert!(t.engine.jobs.is_empty());
+    t.removals_done().await;
     assert!(!t.engine.driver.list_jobs().expect("list").contains(&cg));
     let row = t.store.state().rows[&seq].clone();
     assert_eq!(
@@ -385,6 +387,7 @@ async fn recovery_matrix_by_role() {
             job_cgroup(&t, &rec, populated.then_some(pid));
 
             t.engine.recover().expect("recover");
+            t.removals_done().await;
 
             let row = t.store.state().rows[&seq].clone();
             let listed = t.engine.driver.list_jobs().expect("list");

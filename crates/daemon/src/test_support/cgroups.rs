@@ -33,6 +33,8 @@ pub struct FakeCgState {
     /// Freezes wait for FROZEN (the v1 freezer) until the gate opens; then they succeed, or
     /// fail with `true` (a task that would not stop).
     pub slow_freeze: Option<(Gate, bool)>,
+    /// Removals handed to a blocking thread wait until the gate opens.
+    pub slow_remove: Option<Gate>,
     /// Memory PSI per job (`(parent)` for the partition), what `memory_pressure` returns.
     pub psi: BTreeMap<String, Psi>,
     /// What `memory_breakdown` returns per job (else it fails, as a missing file would).
@@ -217,6 +219,26 @@ impl CgroupLifecycle for FakeCgroups {
         })))
     }
     fn remove_job(&self, name: &str) -> Result<(), CgroupError> {
+        self.remove_now(name)
+    }
+    fn removal(&self, name: &str) -> crate::cgroup_port::Removal {
+        let (fake, name) = (self.clone(), name.to_string());
+        let gate = self.state().slow_remove.clone();
+        Box::new(move || {
+            if let Some(gate) = gate {
+                gate.wait();
+            }
+            fake.remove_now(&name)
+        })
+    }
+    fn remove_parent_if_empty(&self) -> Result<(), CgroupError> {
+        Ok(())
+    }
+}
+
+impl FakeCgroups {
+    /// A job's removal: refused while it holds processes, else recorded as `remove_job`.
+    fn remove_now(&self, name: &str) -> Result<(), CgroupError> {
         if self.state().jobs.get(name).is_some_and(|j| !j.1.is_empty()) {
             return Err(CgroupError::Populated {
                 path: PathBuf::from(format!("/fake/{name}")),
@@ -224,9 +246,6 @@ impl CgroupLifecycle for FakeCgroups {
         }
         self.write("remove_job", name, String::new())?;
         self.state().jobs.remove(name);
-        Ok(())
-    }
-    fn remove_parent_if_empty(&self) -> Result<(), CgroupError> {
         Ok(())
     }
 }
