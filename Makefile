@@ -165,6 +165,7 @@ gen: release
 
 install: release gen
 	install -D -m 0755 target/release/pjw $(DESTDIR)$(PREFIX)/bin/pjw
+	install -D -m 0755 target/release/pjw-full $(DESTDIR)$(PREFIX)/lib/pjw/pjw-full
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/man/man1 $(GEN)/man/*.1
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/man/man5 $(GEN)/man/*.5
 	install -D -m 0644 $(GEN)/completions/pjw.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/pjw

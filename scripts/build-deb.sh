@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-target/release/pjw}
 [ -x "$bin" ] || { echo "build-deb: no $bin (run make release)" >&2; exit 1; }
+[ -x "$(dirname "$bin")/pjw-full" ] || { echo "build-deb: no pjw-full beside $bin (run make release)" >&2; exit 1; }
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 revision=1
@@ -25,6 +26,9 @@ ins_usr() { ins "$1" "$2" "$3"; sed -i 's#/usr/local/#/usr/#g' "$root/$3"; }
 
 ins 0755 "$bin" usr/bin/pjw
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/bin/pjw"
+# The full command line the launch front execs (docs/decisions.md (cj)).
+ins 0755 "$(dirname "$bin")/pjw-full" usr/lib/pjw/pjw-full
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/lib/pjw/pjw-full"
 
 ins_usr 0644 packaging/pjw.service lib/systemd/system/pjw.service
 ins 0644 packaging/pjw.slice lib/systemd/system/pjw.slice
@@ -75,12 +79,12 @@ gzip -9n "$root/$doc/changelog.Debian" "$root/$doc/README.md" "$root/$doc/config
 
 for s in postinst prerm postrm; do ins 0755 "packaging/deb/$s" "DEBIAN/$s"; done
 
-# Depends from the binary's shared libraries, as dh_shlibdeps would.
+# Depends from the binaries' shared libraries (the front's and pjw-full's), as dh_shlibdeps would.
 shl=$(mktemp -d)
 mkdir -p "$shl/debian"
 printf 'Source: pjw\n\nPackage: pjw\nArchitecture: any\n' > "$shl/debian/control"
 # (The plugin's spank_* and slurm_* symbols come from slurmstepd, which loads it.)
-depends=$(cd "$shl" && dpkg-shlibdeps -O "$OLDPWD/$root/usr/bin/pjw" "$OLDPWD/$root/usr/lib/pjw/slurm/pjw_spank.so" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+depends=$(cd "$shl" && dpkg-shlibdeps -O "$OLDPWD/$root/usr/bin/pjw" "$OLDPWD/$root/usr/lib/pjw/pjw-full" "$OLDPWD/$root/usr/lib/pjw/slurm/pjw_spank.so" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
 rm -rf "$shl"
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 cat > "$root/DEBIAN/control" <<CONTROL

@@ -19,6 +19,7 @@ has() { # MODE PATH
   if grep -qE "^$1 root/root +[0-9]+ [0-9-]+ [0-9:]+ \./$2\$" <<<"$contents"; then ok "$2 ($1)"; else bad "$2 missing or not $1 root/root"; fi
 }
 has -rwxr-xr-x usr/bin/pjw
+has -rwxr-xr-x usr/lib/pjw/pjw-full
 has -rw-r--r-- lib/systemd/system/pjw.service
 has -rw-r--r-- lib/systemd/system/pjw.slice
 has -rwxr-xr-x usr/lib/pjw/pjw-scope

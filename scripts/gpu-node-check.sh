@@ -6,12 +6,14 @@
 #
 #   scripts/gpu-node-check.sh [PJW] [OUT_DIR]
 #
-# PJW defaults to target/release/pjw; OUT_DIR (default: a temp dir) receives the daemon's log,
-# pjw topology, status/report/metrics captures and a summary. Needs root, python3 with torch
+# PJW defaults to target/release/pjw (copied elsewhere, pjw-full goes beside it or in
+# ../lib/pjw: the launch front execs it for every subcommand but run); OUT_DIR (default: a temp
+# dir) receives the daemon's log, pjw topology, status/report/metrics captures and a summary. Needs root, python3 with torch
 # (for the busy-GPU job; without it the NVML utilisation check is skipped), nvidia-smi.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 PJW=${1:-$root/target/release/pjw}
+"$PJW" --version >/dev/null 2>&1 || { echo "gpu-node-check: $PJW --version failed (a build, or pjw-full beside it or in ../lib/pjw?)" >&2; exit 1; }
 OUT=${2:-$(mktemp -d /tmp/pjw-gpucheck-out.XXXXXX)}
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/pjw-gpucheck.XXXXXX)

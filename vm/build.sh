@@ -1,5 +1,5 @@
 #!/bin/sh
-# Build static (crt-static glibc) test executables and the pjw, pjw-wl binaries for the VM tier
+# Build static (crt-static glibc) test executables and the pjw, pjw-full, pjw-wl binaries for the VM tier
 # into target/vm (apart from the normal build), and collect them into <out-dir>.
 # usage: vm/build.sh <out-dir>
 set -eu
@@ -30,7 +30,7 @@ for line in open(sys.argv[1]):
 print(f"vm/build.sh: {n} test executables")
 PY
 rm -f "$out.json"
-for b in pjw pjw-wl; do cp target/vm/x86_64-unknown-linux-gnu/debug/$b "$out/"; done
+for b in pjw pjw-full pjw-wl; do cp target/vm/x86_64-unknown-linux-gnu/debug/$b "$out/"; done
 for f in "$out"/*; do
   if file "$f" 2>/dev/null | grep -q 'dynamically linked'; then echo "vm/build.sh: $f is not static" >&2; exit 1; fi
 done

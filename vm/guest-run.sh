@@ -1,5 +1,5 @@
-# Runs inside the guest (busybox sh), from the share: every test executable in bin/ (not pjw or
-# pjw-wl), then the skipped tests with their reasons and "VM-<tier>: N passed, M failed,
+# Runs inside the guest (busybox sh), from the share: every test executable in bin/ (not pjw,
+# pjw-full or pjw-wl), then the skipped tests with their reasons and "VM-<tier>: N passed, M failed,
 # K skipped" (scripts/count-tests.sh). Exits non-zero when a test failed, an executable failed
 # without a result line, or nothing ran. The guest's /etc/pjw-guest names its tier; tests read it
 # (testkit::skip), never an environment variable.
@@ -33,7 +33,7 @@ all=/tmp/all.log; : > "$all"
 extra=0; ran=0
 for t in /mnt/bin/*; do
   name=${t##*/}
-  case $name in pjw|pjw-wl) continue ;; esac
+  case $name in pjw|pjw-full|pjw-wl) continue ;; esac
   echo "=== $name"
   log=/tmp/$name.log
   if [ -n "$filter" ]; then "$t" --exact "$filter" --test-threads=4 --show-output > "$log" 2>&1; rc=$?

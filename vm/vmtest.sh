@@ -6,7 +6,7 @@
 # "VM-busybox-v1: ...").
 #
 # usage: vm/vmtest.sh <dir>   <dir> holds the static test executables (one per file), plus
-#                                 pjw and pjw-wl; vm/build.sh fills it.
+#                                 pjw, pjw-full and pjw-wl; vm/build.sh fills it.
 # Env: VM_TIMEOUT (s, default 1800), VM_WORK (cache, default /var/tmp/pjw-vm),
 #      VM_INJECT_FAILURE=1 (the guest also runs a step that fails; the tier must then fail),
 #      VM_ONLY=PATTERN (only the test executables matching it, e.g. 'numa-*'),
@@ -110,11 +110,11 @@ run=$W/runs/$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$run/share/bin"
 # VM_ONLY: a shell pattern of the test executables to run (the self-check runs one), else all.
 if [ -n "${VM_ONLY:-}" ]; then
-  cp "$bins/pjw" "$bins/pjw-wl" "$run/share/bin/"
+  cp "$bins/pjw" "$bins/pjw-full" "$bins/pjw-wl" "$run/share/bin/"
   for f in "$bins"/$VM_ONLY; do [ -f "$f" ] && cp "$f" "$run/share/bin/"; done
 else
   # The test executables vm/guest-tests gives this tier (a name's line lists v2 or v1).
-  cp "$bins/pjw" "$bins/pjw-wl" "$run/share/bin/"
+  cp "$bins/pjw" "$bins/pjw-full" "$bins/pjw-wl" "$run/share/bin/"
   for t in $(awk -v t="$cg" '!/^#/ && NF { for (i = 2; i <= NF; i++) if ($i == t) print $1 }' "$here/guest-tests"); do
     for f in "$bins/$t"-*; do [ -f "$f" ] && cp "$f" "$run/share/bin/"; done
   done

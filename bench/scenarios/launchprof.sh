@@ -4,8 +4,11 @@
 #   BENCH_SAVE=1 bench/run.sh launchprof
 # which writes bench/results/<time>-launchprof.md. In paired rounds of N each, from one shell loop:
 #   bare      fork + exec of /bin/true                         (the floor)
-#   start     `pjw --version`: the client binary's exec, dynamic linking, argument parsing
-#   trip      `pjw status`: the client's start + one round trip to the daemon (no job)
+#   start     `pjw run --cpus 0 -- /bin/true`: the client's (the launch front's) exec, dynamic
+#             linking, argument parsing, refused before it connects (not `pjw --version`: the
+#             front execs pjw-full for that, docs/decisions.md (cj))
+#   trip      `pjw run --cpus 1000000 -- /bin/true`: the client's start + one round trip to the
+#             daemon, which refuses it (no job)
 #   launch    `pjw run -q -- /bin/true`: the whole launch
 # and the daemon's own share from its launch-latency histogram (submission to Started). Then, for
 # M launches with the daemon under `strace -f -T -y` (strace slows every call, so read the
@@ -29,10 +32,10 @@ daemon_ms() {
 }
 dm=()
 for r in $(seq "$REPS"); do
-  step "$r" "$((REPS + 1))" "round $r/$REPS: $N each of bare, pjw --version, pjw status, pjw run"
+  step "$r" "$((REPS + 1))" "round $r/$REPS: $N each of bare, refused runs (client, daemon), pjw run"
   t0=$(now); for _ in $(seq "$N"); do /bin/true; done
-  t1=$(now); for _ in $(seq "$N"); do "$PJW" --version >/dev/null; done
-  t2=$(now); for _ in $(seq "$N"); do "$PJW" status >/dev/null; done
+  t1=$(now); for _ in $(seq "$N"); do "$PJW" run -q --cpus 0 -- /bin/true 2>/dev/null || true; done
+  t2=$(now); for _ in $(seq "$N"); do "$PJW" run -q --cpus 1000000 -- /bin/true 2>/dev/null || true; done
   t3=$(now)
   read -r l0 c0 < <(daemon_ms)
   for _ in $(seq "$N"); do "$PJW" run -q -- /bin/true; done
@@ -79,7 +82,7 @@ dtop=$(awk -v m="$M" '
 ' "$sd" | sort -rn | head -n 11 | cut -f2 | paste -sd ';' | sed 's/;/; /g')
 ctop=$(awk '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {printf "%s %.1f%% %.0f µs\n", $NF, $1, $2 * 1e6}' "$sc" | head -n 8 | paste -sd ';' | sed 's/;/; /g')
 rest=$(calc "printf \"%.3f\", $launch - $trip - $dmn - $bare")
-row "$(calc "printf \"per launch (medians of %d rounds of %d): whole launch %.3f ms = bare fork/exec %.3f ms + client start %.3f ms (\`pjw --version\` %.3f ms less bare) + round trip %.3f ms (\`pjw status\` less \`--version\`) + daemon submission-to-Started %.3f ms (its histogram) + the rest %.3f ms (the client's exec into the command, hand-overs, the end report)\", $REPS, $N, $launch, $bare, $start - $bare, $start - $bare, $trip - $start, $dmn, $rest")" \
+row "$(calc "printf \"per launch (medians of %d rounds of %d): whole launch %.3f ms = bare fork/exec %.3f ms + client start %.3f ms (a \`pjw run\` the client refuses, %.3f ms, less bare) + round trip %.3f ms (a \`pjw run\` the daemon refuses, less the one the client refuses) + daemon submission-to-Started %.3f ms (its histogram) + the rest %.3f ms (the client's exec into the command, hand-overs, the end report)\", $REPS, $N, $launch, $bare, $start - $bare, $start, $trip - $start, $dmn, $rest")" \
   "" "≥ 1,000 launches/s or the floor explained" "profile" "launch profile: where the time goes"
 row "the daemon system calls over $M launches under strace -T (strace inflates each call: read the ranking, not the totals): $dtop" \
   "" "" "profile" "launch profile: the daemon's system calls"

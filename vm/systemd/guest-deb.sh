@@ -118,7 +118,7 @@ if [ "$rc" = 4 ]; then ok "bob's job ended with its own status (4)"; else fail "
 # Purge: no service, cgroup, socket or state left; the config goes too (policy: on purge).
 (DEBIAN_FRONTEND=noninteractive timeout 600 apt-get purge -y pjw) > "$log" 2>&1 || fail "apt purge: $(tail -3 "$log")"
 settle sh -c 'systemctl is-active --quiet pjw-jobs.scope && echo up'
-check "no pjw process left" sh -c '[ -z "$(ps -eo comm= | grep -x -e pjw -e pjw-wl)" ]'
+check "no pjw process left" sh -c '[ -z "$(ps -eo comm= | grep -x -e pjw -e pjw-full -e pjw-wl)" ]'
 check "no socket (/run/pjw gone)" sh -c '[ ! -e /run/pjw ]'
 check "no state (/var/lib/pjw gone)" sh -c '[ ! -e /var/lib/pjw ]'
 check "no config (/etc/pjw gone)" sh -c '[ ! -e /etc/pjw ]'

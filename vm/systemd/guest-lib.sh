@@ -28,10 +28,10 @@ stray_pjw_cgroups() {
     | grep -v -e '^/sys/fs/cgroup/system.slice/pjw.service' -e '^/sys/fs/cgroup/pjw.slice/pjw-jobs.scope' || true
 }
 
-# Processes of pjw's binaries (pjw, pjw-wl), "pid comm args", except the service's daemon.
+# Processes of pjw's binaries (pjw, pjw-full, pjw-wl), "pid comm args", except the service's daemon.
 pjw_processes() {
   main=$(systemctl show -p MainPID --value pjw.service 2>/dev/null || echo 0)
-  ps -eo pid=,comm=,args= | awk -v m="${main:-0}" '($2 == "pjw" || $2 == "pjw-wl") && $1 != m'
+  ps -eo pid=,comm=,args= | awk -v m="${main:-0}" '($2 == "pjw" || $2 == "pjw-full" || $2 == "pjw-wl") && $1 != m'
 }
 
 # A cgroup's path (as in /proc/PID/cgroup) of a process, or nothing.

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub use crate::run_args::RunArgs;
+
 /// pjw, the process jail warden: every job on a node in its own exclusive set of CPUs.
 #[derive(Debug, Parser)]
 #[command(name = "pjw", version, about, long_about = None, propagate_version = true)]
@@ -206,83 +208,6 @@ pub struct DaemonArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct RunArgs {
-    /// Number of CPUs; with --ntasks, CPUs per task [default: the workload manager's with
-    /// --from-env (divided among the tasks), else 1].
-    #[arg(short = 'c', long, visible_alias = "cpus-per-task", value_name = "N")]
-    pub cpus: Option<u32>,
-    /// Tasks (MPI ranks) the command starts, Slurm's --ntasks: the job gets tasks × --cpus
-    /// CPUs; each task's thread counts are its share, and Open MPI's mpirun is told to start
-    /// that many ranks, each bound to its own CPUs.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub ntasks: Option<u32>,
-    /// Whole GPUs, with CPUs local to them; the job can open only its own GPUs' devices.
-    #[arg(short = 'g', long, value_name = "N", default_value_t = 0)]
-    pub gpus: u32,
-    /// Block I/O weight 1-10000 (cgroup v2 io.weight; 10-1000 on v1/BFQ) [default: the
-    /// node's [job] io_weight, else the kernel's 100]; above the node's default: root only.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=10000))]
-    pub io_weight: Option<u16>,
-    /// Block I/O limit on one disk, 'DEV rbps=100M wbps=… riops=… wiops=…' (DEV: MAJ:MIN or a
-    /// path on the disk); repeat per disk. Can only tighten the node's [job] io_max.
-    #[arg(long, value_name = "SPEC")]
-    pub io_max: Vec<String>,
-    /// Memory limit (e.g. 512M, 4G): the job's RAM, not its swap
-    ///
-    /// It caps the job's RAM: its processes' memory, page cache,
-    /// /dev/shm and /tmp files. It does not cap swap: where the node has swap, the job may also
-    /// use swap up to the node's [job] swap_max (by default no cap), slower but alive. Beyond
-    /// the cap the kernel kills the job's processes (OOM), and pjw run says so when the job
-    /// ends.
-    #[arg(short = 'm', long, value_name = "SIZE")]
-    pub mem: Option<String>,
-    /// Job id (else the daemon makes one).
-    #[arg(short = 'j', long, value_name = "ID")]
-    pub job_id: Option<String>,
-    /// Job name [default: the command's name].
-    #[arg(short = 'n', long, value_name = "NAME")]
-    pub name: Option<String>,
-    /// Priority 1-16 [default: the node's, normally 10]; higher runs first and may preempt.
-    #[arg(short = 'p', long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=16))]
-    pub priority: Option<u8>,
-    /// Bind the job's busy threads: each to one CPU (threads), to one core (cores), or not
-    /// (none) [default: the node's `[job] bind`].
-    #[arg(long, value_name = "MODE", value_parser = parse_bind)]
-    pub bind: Option<pjw_proto::BindMode>,
-    /// Take the whole node.
-    #[arg(long, conflicts_with = "backfill_only")]
-    pub exclusive: bool,
-    /// Run only as a backfiller: in the idle class, on CPUs other jobs hold.
-    #[arg(long, conflicts_with = "primary_only")]
-    pub backfill_only: bool,
-    /// Run only on exclusive CPUs (never as a backfiller).
-    #[arg(long)]
-    pub primary_only: bool,
-    /// Run the job as this user (root only): pjw sets the job up, then drops to the user, its
-    /// group and supplementary groups, and execs.
-    #[arg(short = 'u', long, value_name = "NAME")]
-    pub user: Option<String>,
-    /// Take the job id, user, CPUs and memory from the workload manager's environment and job
-    /// files: auto, slurm, sge, pbs, lsf or condor. Options given explicitly win.
-    #[arg(long, value_name = "WLM", num_args = 0..=1, default_missing_value = "auto")]
-    pub from_env: Option<String>,
-    /// Record the user as the job's owner but keep root (for wrappers that exec a manager's
-    /// own launcher, such as sge_shepherd, which drops privileges itself).
-    #[arg(long)]
-    pub no_setuid: bool,
-    /// Size of the job's private /tmp (e.g. 256M; 0 or none: no private /tmp) [default: the
-    /// node's [job] tmp].
-    #[arg(long, value_name = "SIZE")]
-    pub tmp: Option<String>,
-    /// Do not say on stderr that the job is queued.
-    #[arg(short = 'q', long)]
-    pub quiet: bool,
-    /// The command and its arguments.
-    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
-    pub command: Vec<std::ffi::OsString>,
-}
-
-#[derive(Debug, Args)]
 pub struct StatusArgs {
     /// Machine-readable JSON.
     #[arg(long)]
@@ -465,9 +390,4 @@ pub struct ReportArgs {
     /// Write charts of memory and CPU over the jobs' lives to FILE (.svg or .png).
     #[arg(long, value_name = "FILE", conflicts_with = "watch")]
     pub plot: Option<PathBuf>,
-}
-
-fn parse_bind(text: &str) -> Result<pjw_proto::BindMode, String> {
-    pjw_proto::BindMode::parse(text)
-        .ok_or_else(|| format!("{text:?} is not one of threads, cores, none"))
 }

@@ -213,21 +213,24 @@ mod tests {
         assert_eq!(lines.len(), 5, "{out}");
         assert_eq!(
             lines[0],
-            "<3>ERROR pjw::logging::tests: job failed job=\"42\""
+            format!("<3>ERROR {}: job failed job=\"42\"", module_path!())
         );
         assert_eq!(
             lines[1],
-            "<4>WARN pjw::logging::tests: pool shrank cpus=0-3"
+            format!("<4>WARN {}: pool shrank cpus=0-3", module_path!())
         );
         assert_eq!(
             lines[2],
-            "<6>INFO pjw::logging::tests: tick{n=7}: started user=\"ann\""
+            format!(
+                "<6>INFO {}: tick{{n=7}}: started user=\"ann\"",
+                module_path!()
+            )
         );
         // A newline in a message is escaped like any control character (one line, no forged
         // second one).
         assert_eq!(
             lines[3],
-            "<7>DEBUG pjw::logging::tests: tick{n=7}: two\\u{a}lines"
+            format!("<7>DEBUG {}: tick{{n=7}}: two\\u{{a}}lines", module_path!())
         );
         assert!(lines[4].starts_with("<7>TRACE "), "{}", lines[4]);
     }

@@ -1,4 +1,6 @@
-//! `pjw`: the command line of the process jail warden.
+//! `pjw-full`: the command line of the process jail warden, every subcommand. Users type
+//! `pjw`: the launch front (`front.rs`) runs `pjw run` itself and execs this binary for
+//! everything else (docs/decisions.md (cj)).
 //!
 //! Parsing what the user typed ([`cli`]) is kept apart from acting on it (the `cmd_*`
 //! modules); `main` maps errors to exit codes: 0 success, 1 failure, 2 usage; `pjw run` exits
@@ -23,6 +25,8 @@ mod connect;
 mod logging;
 mod marks;
 mod plot;
+#[allow(dead_code)] // parse_run_only is the front's (front.rs)
+mod run_args;
 mod run_watch;
 mod starter;
 mod wlm_parse;

@@ -16,12 +16,16 @@ use rules::Status;
 
 /// Run every check; the exit code is 0 unless one FAILs.
 pub fn run(args: CheckArgs) -> Result<i32> {
+    // This binary is PREFIX/lib/pjw/pjw-full once installed (the launch front execs it), or
+    // beside PREFIX/bin/pjw in a build tree.
     let hooks_dir = std::env::current_exe()
         .ok()
         .and_then(|p| {
-            p.parent()
-                .and_then(|bin| bin.parent())
-                .map(|pre| pre.join("lib/pjw"))
+            let dir = p.parent()?;
+            if dir.ends_with("lib/pjw") {
+                return Some(dir.to_path_buf());
+            }
+            dir.parent().map(|pre| pre.join("lib/pjw"))
         })
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "/usr/lib/pjw".into());
