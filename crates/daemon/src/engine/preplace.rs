@@ -44,20 +44,32 @@ pub(super) enum QueuedCgroups {
 /// until they are empty and removed.
 #[derive(Debug, Default)]
 pub(super) struct Vacating {
-    /// Each one's cgroup name, its job id (for the log), since when (tokio's clock: tests
-    /// move it), and whether what was left in it has been killed.
-    pub(super) left: Vec<(String, String, TokioInstant, bool)>,
+    /// The cgroups still being vacated.
+    pub(super) left: Vec<Withdrawn>,
     /// A look is scheduled ([`Event::Vacate`]).
     armed: bool,
     /// The delay before the next look: from 20 ms, doubling up to 1 s.
     delay: Duration,
 }
 
+/// The cgroups of a job that left the queue while its client was still in them.
+#[derive(Debug)]
+pub(super) struct Withdrawn {
+    /// The job's cgroup name.
+    cgroup: String,
+    /// Its job id, for the log.
+    job: String,
+    /// Since when (tokio's clock: tests move it).
+    since: TokioInstant,
+    /// Whether what was left in it has been killed.
+    killed: bool,
+}
+
 impl Vacating {
     /// Whether cgroup `name` is still being vacated: a new job of that name neither waits in
     /// it nor starts until it is gone (the old client's process must not join the new job).
     pub(super) fn holds(&self, name: &str) -> bool {
-        self.left.iter().any(|(c, ..)| c == name)
+        self.left.iter().any(|w| w.cgroup == name)
     }
 }
 
@@ -222,12 +234,12 @@ impl Engine {
             Ok(()) => debug!(job, cgroup, "cgroups of a job that left the queue removed"),
             Err(e) => {
                 debug!(job, cgroup, error = %e, "the cgroups of a job that left the queue go once its client has left them");
-                self.vacating.left.push((
-                    cgroup.to_string(),
-                    job.to_string(),
-                    TokioInstant::now(),
-                    false,
-                ));
+                self.vacating.left.push(Withdrawn {
+                    cgroup: cgroup.to_string(),
+                    job: job.to_string(),
+                    since: TokioInstant::now(),
+                    killed: false,
+                });
                 self.arm_vacate(true);
             }
         }
@@ -239,7 +251,13 @@ impl Engine {
         self.vacating.armed = false;
         let left = std::mem::take(&mut self.vacating.left);
         let before = left.len();
-        for (cgroup, job, since, killed) in left {
+        for Withdrawn {
+            cgroup,
+            job,
+            since,
+            killed,
+        } in left
+        {
             let populated = self.driver.is_populated(&cgroup).unwrap_or(true);
             if !populated {
                 match self.driver.remove_job(&cgroup) {
@@ -254,7 +272,12 @@ impl Engine {
             }
             let killed =
                 killed || (populated && since.elapsed() >= LINGER && self.kill_left(&cgroup, &job));
-            self.vacating.left.push((cgroup, job, since, killed));
+            self.vacating.left.push(Withdrawn {
+                cgroup,
+                job,
+                since,
+                killed,
+            });
         }
         if !self.vacating.left.is_empty() {
             self.arm_vacate(false);
