@@ -160,6 +160,22 @@ impl Node {
         None
     }
 
+    /// Whether every process in job cgroup `job` is a `pjw` client (its executable is the
+    /// binary under test): what a queued job's cgroups may hold while it waits. False on any
+    /// error reading the kernel (the check must not pass on an error), and for none at all.
+    fn only_clients(&self, job: &str) -> bool {
+        let Ok(bin) = std::fs::canonicalize(&self.bin) else {
+            return false;
+        };
+        let Ok(pids) = self.driver.procs(job) else {
+            return false;
+        };
+        !pids.is_empty()
+            && pids.iter().all(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == bin)
+            })
+    }
+
     /// A job cgroup whose tasks run now: populated and not frozen. An error reading the kernel
     /// counts as running (the check must not pass on an error).
     fn runs(&self, job: &str) -> bool {
@@ -201,6 +217,9 @@ impl Node {
                 // Backfillers run in the idle class on CPUs primaries hold, by design.
                 Some("backfill") => {}
                 Some("running") | Some("ending") => primaries.push((cg.clone(), cpus)),
+                // A queued job waits in its own cgroups (decision (cm)): they may hold its
+                // waiting client, the `pjw` binary itself, and nothing else.
+                Some("queued") if self.only_clients(&cg) => {}
                 other => {
                     // Tasks in a job cgroup the daemon does not show as running: a start, an
                     // end or a freeze may be in flight. Unconfined only if that lasts.
