@@ -4,7 +4,6 @@
 use std::time::{Duration, Instant};
 
 use inotify::WatchMask;
-use pjw_cgroup::JobLimits;
 use pjw_core::sched::Phase;
 use pjw_core::CpuSet;
 use pjw_proto::{ErrorCode, Response};
@@ -147,14 +146,7 @@ impl Engine {
         waiter: &Waiter,
     ) -> Option<Instant> {
         let j = &self.jobs[&seq];
-        let limits = JobLimits {
-            cpus,
-            mems,
-            memory_max: j.mem,
-            pids_max: self.cfg.pids_max,
-            swap_max: self.cfg.swap_max,
-            io: j.io.clone(),
-        };
+        let limits = self.job_limits(j, cpus, mems);
         let cgroup = j.cgroup.clone();
         let placed = self
             .driver

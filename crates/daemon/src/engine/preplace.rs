@@ -103,14 +103,7 @@ impl Engine {
             debug!(job = %j.id, pid, "queued job placed at its start (its client's CPUs are not the pool's, or it is not the caller's)");
             return;
         };
-        let limits = JobLimits {
-            cpus,
-            mems: self.alloc.topology().mems_for(&cpus),
-            memory_max: j.mem,
-            pids_max: self.cfg.pids_max,
-            swap_max: self.cfg.swap_max,
-            io: j.io.clone(),
-        };
+        let limits = self.job_limits(j, cpus, self.alloc.topology().mems_for(&cpus));
         let cgroup = j.cgroup.clone();
         let placed = self
             .driver
@@ -135,6 +128,19 @@ impl Engine {
         };
         if let Some(j) = self.jobs.get_mut(&seq) {
             j.client.cgroups = state;
+        }
+    }
+
+    /// Job `j`'s cgroup limits on `cpus` and `mems`: its memory, the node's pids and swap
+    /// limits, its I/O.
+    pub(super) fn job_limits(&self, j: &Job, cpus: CpuSet, mems: CpuSet) -> JobLimits {
+        JobLimits {
+            cpus,
+            mems,
+            memory_max: j.mem,
+            pids_max: self.cfg.pids_max,
+            swap_max: self.cfg.swap_max,
+            io: j.io.clone(),
         }
     }
 
