@@ -149,12 +149,14 @@ st=$(systemctl is-active pjw); res=$(systemctl show -p Result --value pjw); nr=$
 if [ "$st" = active ] && [ "$res" = success ] && [ "${nr:-0}" = 0 ]; then ok "pjw.service is active (result $res, $nr restarts)"; else fail "pjw.service: $st, result $res, $nr restarts"; fi
 errs=$(journalctl -b -u pjw -p err --no-pager -o cat 2>/dev/null)
 if [ -z "$errs" ]; then ok "no error in pjw.service's journal"; else fail "errors in pjw.service's journal: $(echo "$errs" | tail -5 | tr '\n' ';')"; fi
+# The daemon's own lines: `pjw daemon` execs pjw-full (the lean launch front, decisions.md (cj)),
+# so the process that writes them is named pjw-full; systemd's lines about the unit are not.
 echo "journalctl -u pjw (pjw's own lines, last 12):"
-journalctl -b -u pjw _COMM=pjw --no-pager -o short-iso 2>/dev/null | tail -12 | sed 's/^/  | /'
+journalctl -b -u pjw _COMM=pjw-full --no-pager -o short-iso 2>/dev/null | tail -12 | sed 's/^/  | /'
 # Under systemd pjw writes journal lines (JOURNAL_STREAM): a level, the target and key=value
 # fields, with no timestamp of its own (journald stamps each line) and a <N> priority prefix
 # that journald takes as the line's priority.
-lines=$(journalctl -b -u pjw _COMM=pjw --no-pager -o cat 2>/dev/null)
+lines=$(journalctl -b -u pjw _COMM=pjw-full --no-pager -o cat 2>/dev/null)
 if echo "$lines" | grep -E '^(INFO|WARN|DEBUG) [a-z_:]+: ' | grep -q '[a-z_]*='; then
   ok "the journal has pjw's structured log lines (level, target, key=value fields)"
 else
@@ -165,7 +167,7 @@ if echo "$lines" | grep -qE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T|^<[0-9]>'; then
 else
   ok "pjw's journal lines have no timestamp of their own and no unparsed priority prefix"
 fi
-if journalctl -b -u pjw _COMM=pjw -p 6..6 --no-pager -o cat 2>/dev/null | grep -q '^INFO '; then
+if journalctl -b -u pjw _COMM=pjw-full -p 6..6 --no-pager -o cat 2>/dev/null | grep -q '^INFO '; then
   ok "pjw's INFO lines are at journal priority info"
 else
   fail "no pjw INFO line at journal priority info"
