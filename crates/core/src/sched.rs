@@ -18,7 +18,8 @@
 //!      each victim becomes a backfiller on its own CPUs when backfill is on and slots allow,
 //!      else it is frozen;
 //!    - else a queued job may start as a **backfiller** (when backfill is on, the job allows it
-//!      and slots allow) on CPUs the primaries hold;
+//!      and slots allow) on CPUs the primaries hold, those with the fewest backfillers first
+//!      (each takes a little from the primary beside it: spread, no primary pays for a pile);
 //!    - else it waits, and so does every queued job behind it (no job overtakes one that waits,
 //!      so big jobs are not starved); backfillers behind it may still be promoted only if that
 //!      does not take CPUs the waiting job could use — to keep it simple they wait too.

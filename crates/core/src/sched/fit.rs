@@ -100,6 +100,22 @@ pub(super) fn cpus_of(state: &BTreeMap<JobKey, JobView>, f: impl Fn(Phase) -> bo
         .fold(CpuSet::new(), |a, j| a.union(&j.cpus))
 }
 
+/// Each CPU of `base` with the number of backfillers running on it.
+pub(super) fn backfillers_per_cpu(
+    state: &BTreeMap<JobKey, JobView>,
+    base: &CpuSet,
+) -> Vec<(u32, usize)> {
+    base.iter()
+        .map(|c| {
+            let k = state
+                .values()
+                .filter(|j| j.phase == Phase::Backfill && j.cpus.contains(c))
+                .count();
+            (c, k)
+        })
+        .collect()
+}
+
 /// Job-CPUs in use by running jobs (primaries and backfillers).
 pub(super) fn slots_used(state: &BTreeMap<JobKey, JobView>) -> usize {
     state

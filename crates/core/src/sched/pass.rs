@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::fit::{
-    cpus_of, gpu_fit, gpus_held, no_exclusive_primary, preempt_fit, primary_fit, slots_used,
+    backfillers_per_cpu, cpus_of, gpu_fit, gpus_held, no_exclusive_primary, preempt_fit,
+    primary_fit, slots_used,
 };
 use super::{Action, GpuNode, JobKey, JobView, Phase, Placement, QueuePolicy};
 use crate::alloc::{Allocator, Scratch};
@@ -197,7 +198,7 @@ impl Pass<'_> {
         } else {
             *self.pool
         };
-        let Some(cpus) = self.alloc.allocate_with(self.scratch, &base, n) else {
+        let Some(cpus) = self.backfill_cpus(&base, n) else {
             return false;
         };
         self.actions.push(if cur.phase == Phase::Preempted {
@@ -207,6 +208,30 @@ impl Pass<'_> {
         });
         set(&mut self.state, cur.key, Phase::Backfill, cpus);
         true
+    }
+
+    /// CPUs for a backfiller within `base`: the allocator's choice among the CPUs that carry
+    /// the fewest backfillers, widened one backfiller at a time until `n` fit. Backfillers
+    /// spread over the primaries' CPUs instead of piling onto the first ones: each takes a
+    /// little from the primary it shares a CPU with, and a pile makes one primary (and the
+    /// queue behind it) pay for all of them.
+    fn backfill_cpus(&mut self, base: &CpuSet, n: usize) -> Option<CpuSet> {
+        let load = backfillers_per_cpu(&self.state, base);
+        let most = load.iter().map(|&(_, k)| k).max().unwrap_or(0);
+        for level in 0..=most {
+            let within: CpuSet = load
+                .iter()
+                .filter(|&&(_, k)| k <= level)
+                .map(|&(c, _)| c)
+                .collect();
+            if within.len() < n {
+                continue;
+            }
+            if let Some(cpus) = self.alloc.allocate_with(self.scratch, &within, n) {
+                return Some(cpus);
+            }
+        }
+        None
     }
 
     /// A job past `queue_ttl` expires only if it still cannot start: one whose CPUs are free

@@ -440,6 +440,20 @@ fn eight_jobs_on_two_cpus_with_four_slots_run_two_by_two() {
             (4, "backfill")
         ]
     );
+    // The two backfillers share a CPU each with one primary, not both with the first.
+    let cpus_of_start = |acts: &[Action], k: JobKey| {
+        acts.iter()
+            .find_map(|a| match *a {
+                Action::StartPrimary { key, cpus } | Action::StartBackfill { key, cpus }
+                    if key == k =>
+                {
+                    Some(cpus)
+                }
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert_ne!(cpus_of_start(&acts, 3), cpus_of_start(&acts, 4), "{acts:?}");
     // Job 1 ends: the oldest backfiller is promoted onto its CPU; job 5 backfills.
     for a in &acts {
         if let Action::StartPrimary { key, cpus } | Action::StartBackfill { key, cpus } = *a {
@@ -463,6 +477,13 @@ fn eight_jobs_on_two_cpus_with_four_slots_run_two_by_two() {
         "{acts:?}"
     );
     assert_eq!(acts.len(), 2);
+    // Job 5 joins the CPU that lost its backfiller (job 3's, promoted), not job 4's.
+    let Action::Promote { cpus: promoted, .. } = acts[0] else {
+        unreachable!()
+    };
+    let four = jobs.iter().find(|j| j.key == 4).unwrap().cpus;
+    assert_eq!(cpus_of_start(&acts, 5), promoted, "{acts:?}");
+    assert_ne!(cpus_of_start(&acts, 5), four, "{acts:?}");
 }
 
 #[test]
