@@ -15,10 +15,13 @@
 # and the runnable threads outside the accounting cgroup that are not kernel threads.
 # Pure cgroup v2 (the systemd guest) gets no accounting cgroup (jobs live in a delegated scope
 # and a pure-v2 parent cannot hold the driver's processes and the daemons' children at once):
-# there the suite's time is what `times` says of its reaped children, as before, which errs
-# towards "loaded" — and a guest's run is marked for software emulation anyway.
+# there the suite's time is what `times` says of the driver's reaped children (every scenario,
+# with what it reaped, once it has ended), read in the driver's own shell: a $(...) subshell is a
+# new process whose `times` has no children, which once made every pure-v2 run count the whole
+# suite as other people's work. A process the suite leaves to init to reap still counts as
+# other people's (errs towards "loaded"); a guest's run is marked for software emulation anyway.
 #
-# quiet_setup; quiet_mark NAME; quiet_since NAME -> "others_pct kernel_pct suite_pct steal_pct";
+# quiet_setup; quiet_mark NAME; quiet_since NAME (sets QUIET_SINCE: "others_pct kernel_pct suite_pct steal_pct secs");
 # quiet_wait (before the first scenario: wait for a quiet window, or refuse with
 # BENCH_REQUIRE_QUIET=1); quiet_teardown.
 
@@ -57,6 +60,7 @@ quiet_setup() {
 # The driver goes back where it came from and the accounting cgroup is removed (it is empty once
 # every scenario's cleanup has run; a leftover process keeps it, and says so).
 quiet_teardown() {
+  [ -z "$QUIET_TIMES_FILE" ] || rm -f "$QUIET_TIMES_FILE"
   [ -n "$QUIET_ACCT" ] || return 0
   echo $$ >| "$QUIET_ORIG" 2>/dev/null || true
   for _ in $(seq 50); do rmdir "$QUIET_ACCT" 2>/dev/null && { QUIET_ACCT=""; return 0; }; sleep 0.1; done
@@ -66,15 +70,21 @@ quiet_teardown() {
 # Microseconds: the machine's busy time, the suite's, kernel threads', steal.
 quiet_busy_us() { awk -v hz="$(getconf CLK_TCK)" '/^cpu / {printf "%.0f\n", ($2 + $3 + $4 + $7 + $8 + $9) / hz * 1e6}' /proc/stat; }
 quiet_steal_us() { awk -v hz="$(getconf CLK_TCK)" '/^cpu / {printf "%.0f\n", $9 / hz * 1e6}' /proc/stat; }
-quiet_suite_us() {
+# quiet_suite_now: sets QUIET_SUITE_US, the suite's CPU time so far. Call it in the driver's
+# shell, never inside $(...): without an accounting cgroup it is `times` (second line: the
+# reaped children's user and system time), which only this shell's own process knows.
+QUIET_SUITE_US=0
+QUIET_TIMES_FILE=""
+quiet_suite_now() {
   if [ -z "$QUIET_ACCT" ]; then
-    # No accounting cgroup: the reaped children's time (`times`, second line), as before.
-    times | awk 'function sec(t,   m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t); sub(/s$/, "", t); return m * 60 + t }
-      NR == 2 { printf "%.0f\n", (sec($1) + sec($2)) * 1e6 }'
+    [ -n "$QUIET_TIMES_FILE" ] || QUIET_TIMES_FILE=$(mktemp /tmp/pjw-bench-times.XXXXXX)
+    times >| "$QUIET_TIMES_FILE"
+    QUIET_SUITE_US=$(awk 'function sec(t,   m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t); sub(/s$/, "", t); return m * 60 + t }
+      NR == 2 { printf "%.0f\n", (sec($1) + sec($2)) * 1e6 }' "$QUIET_TIMES_FILE")
   elif [ "$QUIET_ACCT_FILE" = cpu.stat ]; then
-    awk '$1 == "usage_usec" {print $2}' "$QUIET_ACCT/cpu.stat"
+    QUIET_SUITE_US=$(awk '$1 == "usage_usec" {print $2}' "$QUIET_ACCT/cpu.stat")
   else
-    awk '{printf "%.0f\n", $1 / 1000}' "$QUIET_ACCT/cpuacct.usage"
+    QUIET_SUITE_US=$(awk '{printf "%.0f\n", $1 / 1000}' "$QUIET_ACCT/cpuacct.usage")
   fi
 }
 # Kernel threads: kthreadd (pid 2) and its children; utime + stime (fields 14, 15 after the
@@ -106,19 +116,22 @@ quiet_others_runnable() {
 
 # quiet_mark NAME: remember now's counters under NAME.
 quiet_mark() {
-  QUIET_MARKS[$1]="$EPOCHREALTIME $(quiet_busy_us) $(quiet_suite_us) $(quiet_kernel_us) $(quiet_steal_us)"
+  quiet_suite_now
+  QUIET_MARKS[$1]="$EPOCHREALTIME $(quiet_busy_us) $QUIET_SUITE_US $(quiet_kernel_us) $(quiet_steal_us)"
 }
-# quiet_since NAME: since the mark, as percentages of all CPUs' time:
-# "others kernel suite steal seconds".
+# quiet_since NAME: sets QUIET_SINCE to what happened since the mark, as percentages of all
+# CPUs' time: "others kernel suite steal seconds" (a variable, not output: see quiet_suite_now).
+QUIET_SINCE=""
 quiet_since() {
   local t0 b0 s0 k0 st0
   read -r t0 b0 s0 k0 st0 <<< "${QUIET_MARKS[$1]}"
-  awk -v t0="$t0" -v t1="$EPOCHREALTIME" -v b0="$b0" -v b1="$(quiet_busy_us)" -v s0="$s0" -v s1="$(quiet_suite_us)" \
+  quiet_suite_now
+  QUIET_SINCE=$(awk -v t0="$t0" -v t1="$EPOCHREALTIME" -v b0="$b0" -v b1="$(quiet_busy_us)" -v s0="$s0" -v s1="$QUIET_SUITE_US" \
       -v k0="$k0" -v k1="$(quiet_kernel_us)" -v st0="$st0" -v st1="$(quiet_steal_us)" -v n="$(nproc)" 'BEGIN {
     all = (t1 - t0) * 1e6 * n; if (all <= 0) all = 1
     suite = s1 - s0; kern = k1 - k0; if (kern < 0) kern = 0
     o = (b1 - b0) - suite - kern; if (o < 0) o = 0
-    printf "%.1f %.1f %.1f %.1f %.0f\n", o / all * 100, kern / all * 100, suite / all * 100, (st1 - st0) / all * 100, t1 - t0 }'
+    printf "%.1f %.1f %.1f %.1f %.0f\n", o / all * 100, kern / all * 100, suite / all * 100, (st1 - st0) / all * 100, t1 - t0 }')
 }
 
 # quiet_window: one window of QUIET_WINDOW seconds: "others_pct runnable_mean (names)".
@@ -131,7 +144,8 @@ quiet_window() {
     [ "${r%% *}" = 0 ] || names=${r#* }
     sleep 0.5
   done
-  read -r o _ _ _ _ <<< "$(quiet_since window)"
+  quiet_since window
+  read -r o _ _ _ _ <<< "$QUIET_SINCE"
   echo "$o $(awk -v s="$sum" -v n="$n" 'BEGIN {printf "%.2f", s / n}') $names"
 }
 

@@ -125,7 +125,8 @@ for s in "${want[@]}"; do
   child=""
   took+=("$s $(awk -v a="$ts" -v b="$EPOCHREALTIME" 'BEGIN{printf "%d", b-a}') s")
   # Other people's work beside this scenario; its rows are marked when there was too much.
-  read -r so _ _ _ _ <<< "$(quiet_since "$s")"
+  quiet_since "$s"
+  read -r so _ _ _ _ <<< "$QUIET_SINCE"
   sr=$(tail -n +"$((load_before + 1))" "$BENCH_OUT/load.txt" | awk '{ t += $3; n++ } END { printf "%.2f", n ? t / n : 0 }')
   scen_load+=("$s $so $sr")
   if awk -v o="$so" -v r="$sr" -v mo="$QUIET_MAX_OTHERS" -v mr="$QUIET_MAX_RUNNABLE" 'BEGIN {exit !(o > mo || r > mr)}'; then
@@ -142,10 +143,12 @@ done
 [ -t 2 ] && printf '\r\033[K' >&2
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 run1=$(quiet_others_runnable)
-read -r other_pct kernel_pct suite_pct steal_pct _ <<< "$(quiet_since suite)"
+# The load sampler is the suite's too: reaped before the suite's time is read.
 kill "$sampler" 2>/dev/null || true
 wait "$sampler" 2>/dev/null || true
 sampler=""
+quiet_since suite
+read -r other_pct kernel_pct suite_pct steal_pct _ <<< "$QUIET_SINCE"
 secs=$(awk -v a="$BENCH_T0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%d", b-a}')
 ncpu=$(nproc)
 read -r run_mean run_max < <(awk '{ s += $3; n++; if ($3 > m) m = $3 } END { printf "%.2f %d\n", n ? s / n : 0, m }' "$BENCH_OUT/load.txt")
