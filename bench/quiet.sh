@@ -36,6 +36,8 @@ declare -A QUIET_MARKS=()
 
 quiet_setup() {
   local own mnt
+  # Made here, in the driver's shell: quiet_window runs in a subshell and must not make its own.
+  QUIET_TIMES_FILE=$(mktemp /tmp/pjw-bench-times.XXXXXX)
   if grep -q ' - cgroup2 ' /proc/self/mountinfo && ! grep -q ' - cgroup ' /proc/self/mountinfo; then
     return 0   # pure v2: no accounting cgroup (header)
   fi
@@ -61,6 +63,7 @@ quiet_setup() {
 # every scenario's cleanup has run; a leftover process keeps it, and says so).
 quiet_teardown() {
   [ -z "$QUIET_TIMES_FILE" ] || rm -f "$QUIET_TIMES_FILE"
+  QUIET_TIMES_FILE=""
   [ -n "$QUIET_ACCT" ] || return 0
   echo $$ >| "$QUIET_ORIG" 2>/dev/null || true
   for _ in $(seq 50); do rmdir "$QUIET_ACCT" 2>/dev/null && { QUIET_ACCT=""; return 0; }; sleep 0.1; done
@@ -77,7 +80,6 @@ QUIET_SUITE_US=0
 QUIET_TIMES_FILE=""
 quiet_suite_now() {
   if [ -z "$QUIET_ACCT" ]; then
-    [ -n "$QUIET_TIMES_FILE" ] || QUIET_TIMES_FILE=$(mktemp /tmp/pjw-bench-times.XXXXXX)
     times >| "$QUIET_TIMES_FILE"
     QUIET_SUITE_US=$(awk 'function sec(t,   m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t); sub(/s$/, "", t); return m * 60 + t }
       NR == 2 { printf "%.0f\n", (sec($1) + sec($2)) * 1e6 }' "$QUIET_TIMES_FILE")
