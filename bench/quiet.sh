@@ -28,6 +28,9 @@
 QUIET_ACCT=""      # the accounting cgroup's directory
 QUIET_ACCT_FILE="" # its CPU time file
 QUIET_ORIG=""      # the cgroup.procs file the driver came from
+QUIET_TIMES_FILE="" # where `times` is written without a subshell (quiet_suite_now)
+QUIET_SUITE_US=0   # the suite's CPU time, set by quiet_suite_now
+QUIET_SINCE=""     # set by quiet_since
 QUIET_WINDOW=${BENCH_QUIET_WINDOW:-5}        # seconds per quiet check
 QUIET_WAIT=${BENCH_QUIET_WAIT:-600}          # longest wait for quiet before the first scenario
 QUIET_MAX_OTHERS=${BENCH_QUIET_MAX_OTHERS:-5} # other people's CPU, % of all CPUs
@@ -76,8 +79,6 @@ quiet_steal_us() { awk -v hz="$(getconf CLK_TCK)" '/^cpu / {printf "%.0f\n", $9 
 # quiet_suite_now: sets QUIET_SUITE_US, the suite's CPU time so far. Call it in the driver's
 # shell, never inside $(...): without an accounting cgroup it is `times` (second line: the
 # reaped children's user and system time), which only this shell's own process knows.
-QUIET_SUITE_US=0
-QUIET_TIMES_FILE=""
 quiet_suite_now() {
   if [ -z "$QUIET_ACCT" ]; then
     times >| "$QUIET_TIMES_FILE"
@@ -123,7 +124,6 @@ quiet_mark() {
 }
 # quiet_since NAME: sets QUIET_SINCE to what happened since the mark, as percentages of all
 # CPUs' time: "others kernel suite steal seconds" (a variable, not output: see quiet_suite_now).
-QUIET_SINCE=""
 quiet_since() {
   local t0 b0 s0 k0 st0
   read -r t0 b0 s0 k0 st0 <<< "${QUIET_MARKS[$1]}"

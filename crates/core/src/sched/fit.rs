@@ -100,20 +100,21 @@ pub(super) fn cpus_of(state: &BTreeMap<JobKey, JobView>, f: impl Fn(Phase) -> bo
         .fold(CpuSet::new(), |a, j| a.union(&j.cpus))
 }
 
-/// Each CPU of `base` with the number of backfillers running on it.
+/// Each CPU of `base` (ascending) with the number of backfillers running on it: one pass over
+/// the backfillers' CPUs, not over every job per CPU.
 pub(super) fn backfillers_per_cpu(
     state: &BTreeMap<JobKey, JobView>,
     base: &CpuSet,
 ) -> Vec<(u32, usize)> {
-    base.iter()
-        .map(|c| {
-            let k = state
-                .values()
-                .filter(|j| j.phase == Phase::Backfill && j.cpus.contains(c))
-                .count();
-            (c, k)
-        })
-        .collect()
+    let mut load: Vec<(u32, usize)> = base.iter().map(|c| (c, 0)).collect();
+    for j in state.values().filter(|j| j.phase == Phase::Backfill) {
+        for c in j.cpus.intersection(base).iter() {
+            if let Ok(i) = load.binary_search_by_key(&c, |&(x, _)| x) {
+                load[i].1 += 1;
+            }
+        }
+    }
+    load
 }
 
 /// Job-CPUs in use by running jobs (primaries and backfillers).
