@@ -350,7 +350,7 @@ pub struct ReportArgs {
     /// Jobs since: an RFC 3339 time, a date (YYYY-MM-DD) or a duration ago (30m, 2h, 7d).
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
-    /// queued, running, completed, killed, oom, expired or failed.
+    /// queued, running, completed, killed, oom, expired, timeout or failed.
     #[arg(long, value_name = "STATE")]
     pub state: Option<String>,
     /// Show the time series.

@@ -143,6 +143,7 @@ fn parse(a: &RunArgs) -> Result<Parsed, i32> {
         gpus: a.gpus,
         bind: a.bind,
         tasks: a.ntasks,
+        time_limit_s: a.time.map(|t| t.secs()),
         cpus,
         mem,
         job_id,

@@ -36,6 +36,13 @@ pub struct RunArgs {
     /// ends.
     #[arg(short = 'm', long, value_name = "SIZE")]
     pub mem: Option<String>,
+    /// How long the job may run: Slurm's forms (MIN, MIN:SEC, H:MIN:SEC, D-H[:MIN[:SEC]]; a
+    /// plain number is minutes) or 90s, 15m, 2h, 1d. pjw kills it once it has run that long
+    /// on CPUs of its own (time queued, frozen or backfilling does not count; for
+    /// --backfill-only, backfilling does) and says so; where the node runs the shortest jobs
+    /// first (queue_order), a shorter limit starts sooner.
+    #[arg(short = 't', long, value_name = "TIME", value_parser = parse_time)]
+    pub time: Option<pjw_core::time_limit::TimeLimit>,
     /// Job id (else the daemon makes one).
     #[arg(short = 'j', long, value_name = "ID")]
     pub job_id: Option<String>,
@@ -82,6 +89,10 @@ pub struct RunArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
+fn parse_time(text: &str) -> Result<pjw_core::time_limit::TimeLimit, String> {
+    pjw_core::time_limit::TimeLimit::parse(text).map_err(|e| e.to_string())
+}
+
 fn parse_bind(text: &str) -> Result<pjw_proto::BindMode, String> {
     pjw_proto::BindMode::parse(text)
         .ok_or_else(|| format!("{text:?} is not one of threads, cores, none"))
@@ -124,6 +135,8 @@ mod tests {
             "-q",
             "-c",
             "2",
+            "--time",
+            "1:30",
             "--",
             "/bin/true",
             "-x",
@@ -131,6 +144,7 @@ mod tests {
         .expect("a plain run");
         assert!(r.quiet);
         assert_eq!(r.cpus, Some(2));
+        assert_eq!(r.time.map(|t| t.secs()), Some(90));
         assert_eq!(r.command, args(&["/bin/true", "-x"]));
         let r =
             parse_run_only(args(&["pjw", "run", "sh", "--help"])).expect("the command's own flag");
@@ -143,6 +157,7 @@ mod tests {
             &["pjw", "run", "--version"],
             &["pjw", "run", "--no-such-flag", "true"],
             &["pjw", "run", "--exclusive", "--backfill-only", "true"],
+            &["pjw", "run", "--time", "0", "true"],
             &["pjw", "--version"],
         ] {
             assert!(parse_run_only(args(other)).is_none(), "{other:?}");

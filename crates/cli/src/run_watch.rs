@@ -1,4 +1,5 @@
-//! `pjw run`'s watcher: the one line the user must hear after the command ends — how many of
+//! `pjw run`'s watcher: the line the user must hear after the command ends — that pjw killed it
+//! at its time limit (`--time`); how many of
 //! its processes the kernel killed for memory, at which limit, its peak, and the command that
 //! shows the report; or that the memory governor killed it, and why; or that it stalled long
 //! inside its own `--mem`.
@@ -201,6 +202,17 @@ pub fn tell(o: &JobOutcome) -> String {
     if let Some(g) = &o.governor {
         out.push_str(&format!("pjw: job {job} was killed by {g}\n"));
     }
+    if let Some(limit) = o
+        .ended
+        .as_deref()
+        .and_then(|e| e.strip_prefix("killed at its time limit ("))
+        .and_then(|e| e.split(')').next())
+    {
+        let limit = pjw_core::text::printable(limit, 32);
+        out.push_str(&format!(
+            "pjw: job {job} was killed at its time limit ({limit} of running time, --time)\n"
+        ));
+    }
     if o.oom_kills > 0 {
         let limit = match o.mem {
             Some(m) => format!("the job's {} limit (--mem)", format_size(m)),
@@ -233,6 +245,24 @@ pub fn tell(o: &JobOutcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_user_is_told_the_job_ran_out_of_time() {
+        let o = JobOutcome {
+            job: "42".into(),
+            ended: Some("killed at its time limit (0:01:30)".into()),
+            ..JobOutcome::default()
+        };
+        assert_eq!(
+            tell(&o),
+            "pjw: job 42 was killed at its time limit (0:01:30 of running time, --time)\n"
+        );
+        let killed = JobOutcome {
+            ended: Some("killed by alice".into()),
+            ..o
+        };
+        assert_eq!(tell(&killed), "");
+    }
 
     #[test]
     fn the_user_is_told_what_memory_did() {

@@ -268,6 +268,7 @@ fn user_text_can_neither_break_status_nor_reach_other_terminals() {
         gpus: 0,
         bind: None,
         tasks: None,
+        time_limit_s: None,
         cpus: 1,
         mem: None,
         job_id: None,

@@ -224,7 +224,7 @@ fn killed_jobs_and_live_jobs_are_reported() {
     let out = report(&d, &["--state", "done"]);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains(
-            "unknown state \"done\" (one of queued, running, completed, killed, oom, expired, failed)"
+            "unknown state \"done\" (one of queued, running, completed, killed, oom, expired, timeout, failed)"
         ),
         "{out:?}"
     );

@@ -27,6 +27,9 @@ pub enum CoreError {
     /// An I/O weight, device or limit that cannot be used.
     #[error("invalid I/O setting {text:?}: {reason}")]
     BadIo { text: String, reason: String },
+    /// A job time limit that cannot be used.
+    #[error("invalid time limit {text:?}: {reason}")]
+    BadTimeLimit { text: String, reason: String },
     /// A word that names none of a type's values (a state, an end class).
     #[error("unknown {what} {text:?} (one of {valid})")]
     UnknownWord {

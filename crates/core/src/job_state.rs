@@ -63,17 +63,20 @@ pub enum EndClass {
     Oom,
     /// Expired in the queue, never ran.
     Expired,
+    /// Ran to its time limit (`--time`) and was killed there.
+    Timeout,
     /// Never ran or ended abnormally: start failed, client left the queue, start interrupted.
     Failed,
 }
 
 impl EndClass {
     /// All of them, in the order help and errors list them.
-    pub const ALL: [EndClass; 5] = [
+    pub const ALL: [EndClass; 6] = [
         EndClass::Completed,
         EndClass::Killed,
         EndClass::Oom,
         EndClass::Expired,
+        EndClass::Timeout,
         EndClass::Failed,
     ];
 
@@ -84,6 +87,7 @@ impl EndClass {
             EndClass::Killed => "killed",
             EndClass::Oom => "oom",
             EndClass::Expired => "expired",
+            EndClass::Timeout => "timeout",
             EndClass::Failed => "failed",
         }
     }
@@ -137,13 +141,14 @@ pub enum StateFilter {
 
 impl StateFilter {
     /// All of them, in the order help and errors list them.
-    pub const ALL: [StateFilter; 7] = [
+    pub const ALL: [StateFilter; 8] = [
         StateFilter::Queued,
         StateFilter::Running,
         StateFilter::Ended(EndClass::Completed),
         StateFilter::Ended(EndClass::Killed),
         StateFilter::Ended(EndClass::Oom),
         StateFilter::Ended(EndClass::Expired),
+        StateFilter::Ended(EndClass::Timeout),
         StateFilter::Ended(EndClass::Failed),
     ];
 
@@ -208,7 +213,7 @@ mod tests {
         let words = |v: Vec<&str>| v.join(" ");
         assert_eq!(
             words(EndClass::ALL.map(EndClass::as_str).to_vec()),
-            "completed killed oom expired failed"
+            "completed killed oom expired timeout failed"
         );
         assert_eq!(
             words(SampleState::ALL.map(SampleState::as_str).to_vec()),
@@ -216,7 +221,7 @@ mod tests {
         );
         assert_eq!(
             words(StateFilter::ALL.map(StateFilter::as_str).to_vec()),
-            "queued running completed killed oom expired failed"
+            "queued running completed killed oom expired timeout failed"
         );
         assert!(StateFilter::Running.is_live() && StateFilter::Queued.is_live());
         assert!(!StateFilter::Ended(EndClass::Oom).is_live());
@@ -227,11 +232,11 @@ mod tests {
         let table: [(CoreError, &str); 3] = [
             (
                 "done".parse::<StateFilter>().unwrap_err(),
-                "unknown state \"done\" (one of queued, running, completed, killed, oom, expired, failed)",
+                "unknown state \"done\" (one of queued, running, completed, killed, oom, expired, timeout, failed)",
             ),
             (
                 "Completed".parse::<EndClass>().unwrap_err(),
-                "unknown end class \"Completed\" (one of completed, killed, oom, expired, failed)",
+                "unknown end class \"Completed\" (one of completed, killed, oom, expired, timeout, failed)",
             ),
             (
                 "".parse::<SampleState>().unwrap_err(),

@@ -35,6 +35,7 @@ pub mod text;
 pub mod thread_bind;
 pub mod thread_env;
 pub mod tid;
+pub mod time_limit;
 pub mod topology;
 
 pub use cpuset::{CpuSet, MAX_CPUS};

@@ -4,7 +4,7 @@
 use pjw_core::alloc::{Allocator, Scratch};
 use pjw_core::gpu_alloc::{GpuPolicy, Locality};
 use pjw_core::sched::{
-    plan_gpus, Action, GpuNode, JobView, Phase, Placement, QueuePolicy, Request,
+    plan_gpus, Action, GpuNode, JobView, Phase, Placement, QueueOrder, QueuePolicy, Request,
 };
 use pjw_core::{synthetic, CpuSet, Gpu, GpuId, GpuSet, GpuVendor, Gpus};
 
@@ -50,6 +50,7 @@ fn job(
             placement: Placement::Any,
             exclusive: false,
             submitted_ms: key,
+            time_limit: None,
         },
         phase,
         cpus: CpuSet::parse_list(cpus).unwrap(),
@@ -64,6 +65,7 @@ fn policy() -> QueuePolicy {
         hard_preemption: true,
         preempt_min_priority: 1,
         queue_ttl_ms: None,
+        order: QueueOrder::Submission,
     }
 }
 

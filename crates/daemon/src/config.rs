@@ -52,6 +52,8 @@ pub struct RawConfig {
     pub spread: Option<bool>,
     pub hard_preemption: Option<bool>,
     pub queue_ttl: Option<u64>,
+    pub queue_order: Option<String>,
+    pub queue_max_wait: Option<u64>,
     pub default_priority: Option<u8>,
     pub max_priority: Option<u8>,
     pub preempt_priority: Option<u8>,
@@ -118,6 +120,8 @@ pub struct Config {
     pub hard_preemption: bool,
     /// Seconds a job may wait in the queue; `None` = forever.
     pub queue_ttl: Option<u64>,
+    /// The order jobs of one priority start in (`queue_order`, `queue_max_wait`).
+    pub queue_order: pjw_core::sched::QueueOrder,
     pub default_priority: u8,
     /// The highest priority users may ask for; root, registered workload-manager jobs and
     /// `[profile] admin_group` get up to 16.
@@ -336,6 +340,7 @@ impl Config {
             spread: raw.spread.unwrap_or(true),
             hard_preemption: raw.hard_preemption.unwrap_or(true),
             queue_ttl: raw.queue_ttl.filter(|t| *t > 0),
+            queue_order: node.queue_order,
             default_priority: node.default_priority,
             max_priority: node.max_priority,
             preempt_priority: node.preempt_priority,

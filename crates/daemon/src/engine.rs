@@ -107,6 +107,9 @@ mod store_writes;
 mod table_tests;
 #[cfg(test)]
 mod tick_tests;
+mod time_limit;
+#[cfg(test)]
+mod time_limit_tests;
 mod validation;
 mod wlm;
 #[cfg(test)]
@@ -283,6 +286,7 @@ impl Engine {
             hard_preemption: cfg.hard_preemption,
             preempt_min_priority: cfg.preempt_priority,
             queue_ttl_ms: cfg.queue_ttl.map(|s| s as i64 * 1000),
+            order: cfg.queue_order,
         };
         let governor = cfg.governor.then_some(GovernorConfig {
             limit: mem_limit,
@@ -481,7 +485,11 @@ impl Engine {
             Event::Vacate => self.vacate_tick(),
             Event::Frozen { seq, error } => self.freeze_done(seq, error),
             Event::CgroupsRemoved { cgroup, error } => self.cgroups_removed(&cgroup, error),
-            Event::Govern => self.govern(),
+            Event::Govern => {
+                self.govern();
+                // A limit whose timer was armed before a freeze or thaw moved it.
+                self.enforce_time_limits();
+            }
             Event::Outcome { cred, job, reply } => {
                 let _ = reply.send(self.outcome(cred, &job));
             }
@@ -514,6 +522,7 @@ impl Engine {
             Event::Tick { generation } => {
                 if generation == self.tick_generation {
                     self.drop_unclaimed();
+                    self.enforce_time_limits();
                     self.replan();
                 }
             }

@@ -28,6 +28,8 @@ pub trait StoreReader {
     fn gpus(&self, seq: i64) -> Result<Option<(u32, GpuSet)>, StoreError>;
     fn io(&self, seq: i64) -> Result<Option<JobIo>, StoreError>;
     fn bind(&self, seq: i64) -> Result<Option<BindMode>, StoreError>;
+    /// A job's time limit in seconds (`--time`).
+    fn time_limit(&self, seq: i64) -> Result<Option<u64>, StoreError>;
 }
 
 /// A job's row through its life: submitted or adopted, started, changed, ended.
@@ -100,6 +102,9 @@ impl StoreReader for Store {
     }
     fn bind(&self, seq: i64) -> Result<Option<BindMode>, StoreError> {
         Store::bind(self, seq)
+    }
+    fn time_limit(&self, seq: i64) -> Result<Option<u64>, StoreError> {
+        Store::time_limit(self, seq)
     }
 }
 

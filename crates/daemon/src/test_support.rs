@@ -43,6 +43,7 @@ pub struct FakeState {
     pub io: BTreeMap<i64, pjw_core::io_limits::JobIo>,
     /// Bind rows by seq.
     pub bind: BTreeMap<i64, pjw_core::thread_bind::BindMode>,
+    pub time_limit: BTreeMap<i64, u64>,
     /// Step rows by seq.
     pub steps: BTreeMap<i64, Vec<pjw_store::StepRecord>>,
     /// Fail every write until cleared (a full disk).
@@ -167,6 +168,9 @@ impl StoreReader for FakeStore {
     fn bind(&self, seq: i64) -> Result<Option<pjw_core::thread_bind::BindMode>, StoreError> {
         Ok(self.state().bind.get(&seq).copied())
     }
+    fn time_limit(&self, seq: i64) -> Result<Option<u64>, StoreError> {
+        Ok(self.state().time_limit.get(&seq).copied())
+    }
 }
 
 impl StoreWriter for FakeStore {
@@ -189,6 +193,9 @@ impl StoreWriter for FakeStore {
         }
         if let Some(mode) = r.bind {
             parts.push(format!("set_bind {seq} {}", mode.name()));
+        }
+        if let Some(limit) = r.time_limit_s {
+            parts.push(format!("set_time_limit {seq} {limit}"));
         }
         self.txn(parts, |st| {
             if let Some(n) = r.number {
@@ -214,6 +221,9 @@ impl StoreWriter for FakeStore {
             }
             if let Some(mode) = r.bind {
                 st.bind.insert(seq, mode);
+            }
+            if let Some(limit) = r.time_limit_s {
+                st.time_limit.insert(seq, limit);
             }
             seq
         })
@@ -645,6 +655,7 @@ pub fn run_request(id: &str, cpus: u32) -> RunRequest {
         gpus: 0,
         bind: None,
         tasks: None,
+        time_limit_s: None,
         cpus,
         mem: None,
         job_id: Some(id.into()),

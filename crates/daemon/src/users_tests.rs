@@ -111,6 +111,7 @@ async fn other_clients_are_answered_while_a_user_lookup_is_stalled() {
             gpus: 0,
             bind: None,
             tasks: None,
+            time_limit_s: None,
             cpus: 1,
             mem: None,
             job_id: Some("b1".into()),

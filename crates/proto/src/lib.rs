@@ -97,6 +97,7 @@ mod tests {
             gpus: 2,
             bind: None,
             tasks: None,
+            time_limit_s: None,
             priority: Some(12),
             placement: Placement::BackfillOnly,
             exclusive: false,

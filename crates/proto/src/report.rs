@@ -490,7 +490,7 @@ mod tests {
         let bad = br#"{"v":1,"req":{"type":"report","state":"done"}}"#;
         let e = decode_request(bad).unwrap_err().to_string();
         assert!(
-            e.contains("unknown state \"done\" (one of queued, running, completed, killed, oom, expired, failed)"),
+            e.contains("unknown state \"done\" (one of queued, running, completed, killed, oom, expired, timeout, failed)"),
             "{e}"
         );
         assert!(!e.contains('\n'), "{e}");

@@ -154,6 +154,11 @@ pub struct RunRequest {
     /// sent then, so older daemons still take the request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks: Option<u32>,
+    /// How long the job may run, seconds (`--time`): the daemon ends it there, and may run
+    /// shorter jobs first (`queue_order`). None: no limit (not sent then, so older daemons
+    /// still take the request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<u64>,
 }
 
 /// What memory did to one job ([`Request::Outcome`]).

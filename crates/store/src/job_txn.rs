@@ -13,7 +13,7 @@ use rusqlite::{params, OptionalExtension};
 
 use crate::{
     exec_cached, insert_job_on, set_bind_on, set_gpus_on, set_io_on, set_starter_on,
-    set_starting_on, JobRecord, StarterRecord, Store, StoreError, StoredRole,
+    set_starting_on, set_time_limit_on, JobRecord, StarterRecord, Store, StoreError, StoredRole,
 };
 
 /// A new job: its row and the side rows it has, written together by [`Store::submit_job`].
@@ -32,6 +32,8 @@ pub struct SubmitRecord {
     pub io: Option<JobIo>,
     /// The thread binding asked for (`--bind`).
     pub bind: Option<BindMode>,
+    /// Its time limit in seconds (`--time`), for jobs that have one.
+    pub time_limit_s: Option<u64>,
 }
 
 /// A queued job about to start, written by [`Store::start_job`] before its cgroups exist.
@@ -79,6 +81,9 @@ impl Store {
             }
             if let Some(mode) = r.bind {
                 set_bind_on(tx, seq, mode)?;
+            }
+            if let Some(limit) = r.time_limit_s {
+                set_time_limit_on(tx, seq, limit)?;
             }
             Ok(seq)
         })
@@ -195,6 +200,7 @@ mod tests {
             gpus: Some((2, GpuSet::new())),
             io: Some(JobIo::parse("weight=500").unwrap()),
             bind: Some(BindMode::Cores),
+            time_limit_s: Some(5400),
         }
     }
 
@@ -221,6 +227,7 @@ mod tests {
         assert_eq!(store.gpus(seq).unwrap(), Some((2, GpuSet::new())));
         assert_eq!(store.io(seq).unwrap().unwrap().summary(), "weight=500");
         assert_eq!(store.bind(seq).unwrap(), Some(BindMode::Cores));
+        assert_eq!(store.time_limit(seq).unwrap(), Some(5400));
         // The counter moved past the number taken, and never moves back.
         assert_eq!(store.job_number().unwrap(), 2);
         store.submit_job(&full("x", None)).unwrap();
@@ -287,7 +294,14 @@ mod tests {
         let e = store.submit_job(&full("1", Some(1))).unwrap_err();
         assert!(e.to_string().contains("no room"), "{e}");
         assert_eq!(store.commits(), before);
-        for table in ["jobs", "job_starter", "job_gpus", "job_io", "job_bind"] {
+        for table in [
+            "jobs",
+            "job_starter",
+            "job_gpus",
+            "job_io",
+            "job_bind",
+            "job_time_limit",
+        ] {
             assert_eq!(count(&store, table), 0, "{table}");
         }
         assert_eq!(store.job_number().unwrap(), 1);

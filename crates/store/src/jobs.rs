@@ -163,6 +163,28 @@ impl Store {
         }
     }
 
+    /// A job's time limit in seconds (`--time`); None: it has none.
+    pub fn time_limit(&self, seq: i64) -> Result<Option<u64>, StoreError> {
+        let row: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT limit_s FROM job_time_limit WHERE seq = ?1",
+                params![seq],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())?;
+        match row {
+            None => Ok(None),
+            Some(s) if s > 0 => Ok(Some(s as u64)),
+            Some(s) => Err(StoreError::BadRow {
+                path: self.path.clone(),
+                seq,
+                reason: format!("time limit {s}"),
+            }),
+        }
+    }
+
     /// A GPU job's request and the GPUs it holds (written before the job starts on them).
     pub fn set_gpus(&self, seq: i64, ngpus: u32, gpus: &GpuSet) -> Result<(), StoreError> {
         set_gpus_on(&self.conn, seq, ngpus, gpus).map_err(self.err())

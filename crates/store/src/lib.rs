@@ -91,6 +91,11 @@
 //! CREATE TABLE thread_samples (seq, ts_ms, tid, pid, comm, cpu_usec, run_usec, wait_usec,
 //!     span_usec, cpu, migrations, pin,
 //!     PRIMARY KEY (seq, ts_ms, tid)) WITHOUT ROWID;     -- top N threads of a job per tick
+//! -- version 12: a job's time limit (a side table: only `--time` jobs have a row)
+//! CREATE TABLE job_time_limit (
+//!     seq     INTEGER PRIMARY KEY, -- jobs.seq
+//!     limit_s INTEGER NOT NULL     -- seconds of running time (frozen time not counted)
+//! );
 //! ```
 //! A new job's row and its side rows are written in one transaction ([`Store::submit_job`]), and
 //! so is its start ([`Store::start_job`]): a launch is three transactions with its end.
@@ -115,7 +120,7 @@ pub mod threads;
 pub use job_txn::{StartRecord, SubmitRecord};
 pub(crate) use rows::{
     exec_cached, insert_job_on, parse_placement, set_bind_on, set_gpus_on, set_io_on,
-    set_starter_on, set_starting_on,
+    set_starter_on, set_starting_on, set_time_limit_on,
 };
 pub use rows::{placement_str, JobRecord, StoredRole, StoredState};
 pub use schema::SCHEMA_VERSION;

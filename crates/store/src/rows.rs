@@ -221,6 +221,16 @@ pub(crate) fn set_bind_on(conn: &Connection, seq: i64, mode: BindMode) -> rusqli
     .map(drop)
 }
 
+/// A job's time-limit row (see [`Store::time_limit`]).
+pub(crate) fn set_time_limit_on(conn: &Connection, seq: i64, limit_s: u64) -> rusqlite::Result<()> {
+    exec_cached(
+        conn,
+        "INSERT OR REPLACE INTO job_time_limit (seq, limit_s) VALUES (?1, ?2)",
+        params![seq, limit_s as i64],
+    )
+    .map(drop)
+}
+
 /// A job's GPU row (see [`Store::set_gpus`]).
 pub(crate) fn set_gpus_on(
     conn: &Connection,

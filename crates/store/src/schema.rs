@@ -4,7 +4,7 @@
 use crate::{Store, StoreError};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 pub(crate) const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -158,6 +158,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
          pin        TEXT,
          PRIMARY KEY (seq, ts_ms, tid)
      ) WITHOUT ROWID;",
+    // 12: a job's time limit (`pjw run --time`), seconds: a side table, only jobs with one.
+    "CREATE TABLE job_time_limit (
+         seq    INTEGER PRIMARY KEY,
+         limit_s INTEGER NOT NULL
+     );",
 ];
 
 impl Store {

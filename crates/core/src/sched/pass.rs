@@ -8,7 +8,7 @@ use super::fit::{
     backfillers_per_cpu, cpus_of, gpu_fit, gpus_held, no_exclusive_primary, preempt_fit,
     primary_fit, slots_used,
 };
-use super::{Action, GpuNode, JobKey, JobView, Phase, Placement, QueuePolicy};
+use super::{turn_key, Action, GpuNode, JobKey, JobView, Phase, Placement, QueuePolicy};
 use crate::alloc::{Allocator, Scratch};
 use crate::gpu_alloc::place_cpu_only;
 use crate::{CpuSet, GpuSet};
@@ -34,8 +34,9 @@ pub(super) enum Turn {
 }
 
 impl Pass<'_> {
-    /// Candidates — queued, preempted and backfill jobs — by priority (high first), then by
-    /// submission time (old first).
+    /// Candidates — queued, preempted and backfill jobs — by priority (high first), then in
+    /// the policy's order ([`QueueOrder`]): by submission time (old first), or shortest time
+    /// limit first with the jobs that waited too long ahead.
     pub(super) fn candidates(&self) -> Vec<JobKey> {
         let mut order: Vec<JobView> = self
             .state
@@ -43,7 +44,7 @@ impl Pass<'_> {
             .filter(|j| matches!(j.phase, Phase::Queued | Phase::Preempted | Phase::Backfill))
             .copied()
             .collect();
-        order.sort_by_key(|j| (std::cmp::Reverse(j.req.priority), j.req.submitted_ms, j.key));
+        order.sort_by_key(|j| turn_key(self.policy.order, self.now_ms, j));
         order.into_iter().map(|j| j.key).collect()
     }
 

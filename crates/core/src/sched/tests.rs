@@ -1,5 +1,6 @@
 use super::*;
 use crate::synthetic;
+use crate::time_limit::TimeLimit;
 
 fn req(ncpus: usize, priority: u8, at: i64) -> Request {
     Request {
@@ -10,6 +11,7 @@ fn req(ncpus: usize, priority: u8, at: i64) -> Request {
         placement: Placement::Any,
         exclusive: false,
         submitted_ms: at,
+        time_limit: None,
     }
 }
 
@@ -30,6 +32,7 @@ fn policy(vcpus: usize) -> QueuePolicy {
         hard_preemption: true,
         preempt_min_priority: 1,
         queue_ttl_ms: None,
+        order: QueueOrder::Submission,
     }
 }
 
@@ -493,7 +496,134 @@ fn wait_reasons_name_the_head_of_the_queue() {
         job(2, req(1, 12, 9), Phase::Queued, ""),
     ];
     assert_eq!(
-        wait_reasons(&jobs),
+        wait_reasons(&jobs, QueueOrder::Submission, 0),
         vec![(2, WaitReason::Cpus), (1, WaitReason::Behind(2))]
     );
+}
+
+/// The turnaround scenario's mixed batch (lengths 3 1 4 1 2 4 2 3, submitted in that order)
+/// with time limits: shortest-first starts the two shortest, backfills the next two, and keeps
+/// the rest in order of length; submission order starts the first four as they came.
+#[test]
+fn shortest_time_limit_first_within_a_priority() {
+    let topo = synthetic::parse("core:2 pu:1").unwrap();
+    let alloc = Allocator::new(&topo);
+    let lengths = [3u64, 1, 4, 1, 2, 4, 2, 3];
+    let jobs: Vec<JobView> = (1..=8)
+        .map(|k| {
+            let r = Request {
+                time_limit: TimeLimit::from_secs(lengths[k as usize - 1] * 60),
+                ..req(1, 10, k)
+            };
+            job(k, r, Phase::Queued, "")
+        })
+        .collect();
+    let started = |order| {
+        let pol = QueuePolicy { order, ..policy(4) };
+        plan(
+            &pol,
+            &alloc,
+            &mut Scratch::new(),
+            &topo.online(),
+            &jobs,
+            100,
+        )
+        .iter()
+        .map(|a| match a {
+            Action::StartPrimary { key, .. } => (*key, "primary"),
+            Action::StartBackfill { key, .. } => (*key, "backfill"),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect::<Vec<_>>()
+    };
+    let sjf = QueueOrder::ShortestFirst {
+        max_wait_ms: 3_600_000,
+    };
+    assert_eq!(
+        started(sjf),
+        vec![
+            (2, "primary"),
+            (4, "primary"),
+            (5, "backfill"),
+            (7, "backfill")
+        ]
+    );
+    assert_eq!(
+        started(QueueOrder::Submission),
+        vec![
+            (1, "primary"),
+            (2, "primary"),
+            (3, "backfill"),
+            (4, "backfill")
+        ]
+    );
+    // Why the rest wait: behind the shortest waiting job under shortest-first.
+    let mut after = jobs.clone();
+    for k in [2, 4, 5, 7] {
+        after.iter_mut().find(|j| j.key == k).unwrap().phase = Phase::Primary;
+    }
+    assert_eq!(wait_reasons(&after, sjf, 100)[0], (1, WaitReason::Cpus));
+}
+
+/// A long job overtaken by shorter ones goes first once it has waited `max_wait_ms`; a job
+/// without a limit comes after every job with one until then.
+#[test]
+fn shortest_first_ages_and_puts_unlimited_jobs_last() {
+    let topo = synthetic::parse("core:1 pu:1").unwrap();
+    let alloc = Allocator::new(&topo);
+    let long = Request {
+        time_limit: TimeLimit::from_secs(7200),
+        ..req(1, 10, 0)
+    };
+    let unlimited = req(1, 10, 500);
+    let short = Request {
+        time_limit: TimeLimit::from_secs(60),
+        ..req(1, 10, 1000)
+    };
+    let jobs = vec![
+        job(1, long, Phase::Queued, ""),
+        job(2, unlimited, Phase::Queued, ""),
+        job(3, short, Phase::Queued, ""),
+    ];
+    let pol = QueuePolicy {
+        order: QueueOrder::ShortestFirst {
+            max_wait_ms: 10_000,
+        },
+        backfill: false,
+        ..policy(1)
+    };
+    let first = |now| {
+        plan(
+            &pol,
+            &alloc,
+            &mut Scratch::new(),
+            &topo.online(),
+            &jobs,
+            now,
+        )
+        .first()
+        .copied()
+    };
+    let start = |key| Some(Action::StartPrimary { key, cpus: cs("0") });
+    assert_eq!(first(5_000), start(3), "the shortest limit first");
+    assert_eq!(
+        first(10_000),
+        start(1),
+        "the long job waited 10 s: it goes first"
+    );
+    assert_eq!(first(10_600), start(1), "both waited out: submission order");
+    let without_short: Vec<_> = jobs.iter().filter(|j| j.key != 3).copied().collect();
+    let first_of = |now| {
+        plan(
+            &pol,
+            &alloc,
+            &mut Scratch::new(),
+            &topo.online(),
+            &without_short,
+            now,
+        )
+        .first()
+        .copied()
+    };
+    assert_eq!(first_of(5_000), start(1), "a limit goes ahead of none");
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use pjw_cgroup::ParentSpec;
+use pjw_core::sched::QueueOrder;
 use pjw_core::CpuSet;
 
 use super::{
@@ -25,6 +26,7 @@ pub(super) struct Node {
     pub exclusive: ExclusiveRight,
     pub max_connections_per_user: usize,
     pub max_queued_per_user: usize,
+    pub queue_order: QueueOrder,
 }
 
 /// Validate the top-level keys (with the command line's overrides).
@@ -43,6 +45,7 @@ pub(super) fn parse(raw: &RawConfig, ov: &Overrides, e: Errs) -> Result<Node, Co
     let (default_priority, max_priority, preempt_priority) = parse_priorities(raw, e)?;
     let exclusive = parse_exclusive(raw, e)?;
     let (max_connections_per_user, max_queued_per_user) = parse_user_limits(raw, e)?;
+    let queue_order = parse_queue_order(raw, e)?;
     Ok(Node {
         socket,
         socket_mode,
@@ -55,7 +58,37 @@ pub(super) fn parse(raw: &RawConfig, ov: &Overrides, e: Errs) -> Result<Node, Co
         exclusive,
         max_connections_per_user,
         max_queued_per_user,
+        queue_order,
     })
+}
+
+/// How long a job overtaken by shorter ones waits at most before it goes first
+/// (`queue_max_wait`, under `queue_order = "shortest-first"`): a working day.
+pub(super) const DEFAULT_QUEUE_MAX_WAIT_S: u64 = 8 * 3600;
+
+/// `queue_order` ("submission", the default, or "shortest-first") and `queue_max_wait`
+/// (seconds, 1 s to a year).
+fn parse_queue_order(raw: &RawConfig, e: Errs) -> Result<QueueOrder, ConfigError> {
+    let max_wait = raw.queue_max_wait.unwrap_or(DEFAULT_QUEUE_MAX_WAIT_S);
+    if !(1..=pjw_core::time_limit::MAX_SECS).contains(&max_wait) {
+        return Err(e.at(
+            "queue_max_wait",
+            format!(
+                "{max_wait} is not in 1-{} (seconds)",
+                pjw_core::time_limit::MAX_SECS
+            ),
+        ));
+    }
+    match raw.queue_order.as_deref() {
+        None | Some("submission") => Ok(QueueOrder::Submission),
+        Some("shortest-first") => Ok(QueueOrder::ShortestFirst {
+            max_wait_ms: max_wait as i64 * 1000,
+        }),
+        Some(other) => Err(e.at(
+            "queue_order",
+            format!("{other:?} is not \"submission\" or \"shortest-first\""),
+        )),
+    }
 }
 
 /// `socket` (the override first; at most 100 bytes, a Unix socket's limit) and `socket_mode`.

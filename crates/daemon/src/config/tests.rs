@@ -243,6 +243,14 @@ fn errors_name_file_key_and_reason() {
             "default_priority = 12\nmax_priority = 8",
             "above max_priority",
         ),
+        (
+            "queue_order = \"sjf\"",
+            "queue_order: \"sjf\" is not \"submission\" or \"shortest-first\"",
+        ),
+        (
+            "queue_max_wait = 0",
+            "queue_max_wait: 0 is not in 1-31622400",
+        ),
     ];
     for (text, want) in cases {
         let e = Config::parse("/etc/pjw/pjw.toml", text, &Overrides::default())
@@ -422,4 +430,23 @@ fn the_governors_horizon_follows_its_tick_and_a_freeze_is_bounded() {
             "{text:?}"
         );
     }
+}
+
+#[test]
+fn queue_order_defaults_to_submission_and_takes_shortest_first_with_its_wait() {
+    use pjw_core::sched::QueueOrder;
+    let parse = |text: &str| Config::parse("t", text, &Overrides::default()).unwrap();
+    assert_eq!(parse("").queue_order, QueueOrder::Submission);
+    assert_eq!(
+        parse("queue_order = \"shortest-first\"").queue_order,
+        QueueOrder::ShortestFirst {
+            max_wait_ms: 8 * 3600 * 1000
+        }
+    );
+    assert_eq!(
+        parse("queue_order = \"shortest-first\"\nqueue_max_wait = 600").queue_order,
+        QueueOrder::ShortestFirst {
+            max_wait_ms: 600_000
+        }
+    );
 }

@@ -5,6 +5,7 @@
 use pjw_core::io_limits::JobIo;
 use pjw_core::sched::Phase;
 use pjw_core::thread_bind::BindMode;
+use pjw_core::time_limit::TimeLimit;
 use pjw_core::{CpuSet, GpuSet, JobId};
 use pjw_proto::{ErrorCode, Response, RunRequest};
 use pjw_store::{JobRecord, StoredState, SubmitRecord};
@@ -283,6 +284,7 @@ impl Engine {
             pinned: GpuSet::new(),
             io: self.io_of(cred.uid, req).unwrap_or_default(), // checked in validate
             bind: req.bind,
+            time_limit: req.time_limit_s.and_then(TimeLimit::from_secs), // checked in validate
         };
         (rec, starter, sides)
     }
@@ -320,6 +322,7 @@ impl Engine {
             gpus: (ngpus > 0).then_some((ngpus, sides.pinned)),
             io: (!sides.io.is_empty()).then(|| sides.io.clone()),
             bind: sides.bind,
+            time_limit_s: sides.time_limit.map(TimeLimit::secs),
         };
         let seq = match self.store_write(0, "submit_job", OnFail::Refuse, |s| s.submit_job(&record))
         {
@@ -338,6 +341,7 @@ impl Engine {
         job.req.pinned = sides.pinned;
         job.io = sides.io;
         job.bind = sides.bind;
+        job.req.time_limit = sides.time_limit;
         job.client.waiter = Some(Waiter { conn, reply });
         self.jobs.insert(seq, job);
         Some(seq)
@@ -431,4 +435,6 @@ pub(super) struct Sides {
     pub pinned: GpuSet,
     pub io: JobIo,
     pub bind: Option<BindMode>,
+    /// How long it may run (`--time`).
+    pub time_limit: Option<TimeLimit>,
 }

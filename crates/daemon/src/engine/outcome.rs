@@ -100,7 +100,10 @@ impl Engine {
                     j.memory.oom_kills = j.memory.oom_kills.max(n);
                 }
             }
-            return Response::Outcome(self.outcome_of(&self.jobs[&seq], peak, None));
+            // Still ending: why pjw ended it, where it did (its time limit, its lease).
+            let j = &self.jobs[&seq];
+            let ended = j.end.reason.as_ref().map(crate::profile::EndReason::text);
+            return Response::Outcome(self.outcome_of(j, peak, ended));
         }
         match self.outcomes.get(job, Instant::now()) {
             Some((uid, o)) if cred.uid == 0 || cred.uid == uid => Response::Outcome(o.clone()),

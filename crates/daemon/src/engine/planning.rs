@@ -180,7 +180,8 @@ impl Engine {
         }
     }
 
-    /// Wake up when the next queued job would expire or a recovered client's grace ends.
+    /// Wake up when the next queued job would expire, a running job reaches its time limit or
+    /// a recovered client's grace ends.
     pub(super) fn arm_timer(&mut self) {
         let now = self.clock.now_ms();
         let mut next: Option<Duration> = None;
@@ -190,6 +191,9 @@ impl Engine {
                 let left = (j.req.submitted_ms + ttl - now).max(0) as u64 + 1;
                 consider(Duration::from_millis(left));
             }
+        }
+        if let Some(d) = self.next_time_limit() {
+            consider(d);
         }
         for j in self.jobs.values() {
             if let Some(by) = j.client.reconnect_by {
@@ -247,7 +251,8 @@ impl Engine {
             .values()
             .filter(|j| j.phase == Phase::Queued)
             .collect();
-        q.sort_by_key(|j| (std::cmp::Reverse(j.req.priority), j.req.submitted_ms, j.seq));
+        let now = self.clock.now_ms();
+        q.sort_by_key(|j| pjw_core::sched::turn_key(self.policy.order, now, &j.view()));
         q.into_iter().map(|j| j.seq).collect()
     }
 

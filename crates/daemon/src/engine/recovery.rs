@@ -245,6 +245,20 @@ impl Engine {
         self.restore_gpus(job);
         self.restore_io(job);
         self.restore_bind(job);
+        self.restore_time_limit(job);
+    }
+
+    /// Take back a recovered job's time limit: a row that cannot be read leaves it without
+    /// one (said), never a limit it did not ask for.
+    fn restore_time_limit(&self, job: &mut Job) {
+        match self.store.time_limit(job.seq) {
+            Ok(limit) => {
+                job.req.time_limit = limit.and_then(pjw_core::time_limit::TimeLimit::from_secs)
+            }
+            Err(e) => {
+                warn!(job = %job.id, error = %e, "cannot read the job's time limit: it runs without one")
+            }
+        }
     }
 
     pub(super) fn job_from_record(
@@ -274,6 +288,7 @@ impl Engine {
                 placement: rec.placement,
                 exclusive: rec.exclusive,
                 submitted_ms: rec.submitted_ms,
+                time_limit: None,
             },
             mem: rec.mem_limit,
             phase,
@@ -298,11 +313,7 @@ impl Engine {
             client: ClientLink::default(),
             memory: MemTrack::default(),
             // Time queued before a restart, from the record.
-            prof: JobProf::with_queued(
-                rec.started_ms
-                    .map(|s| (s - rec.submitted_ms).max(0))
-                    .unwrap_or(0),
-            ),
+            prof: self.recovered_prof(rec, started.is_some()),
             end: EndWatch::default(),
             store_dirty: false,
             freezing: None,
@@ -310,6 +321,21 @@ impl Engine {
             steps: Default::default(),
             tasks: None,
         }
+    }
+
+    /// A recovered job's totals: the time it queued before the restart, from the record; for
+    /// a started one, the time since its start as time run (its time limit counts on from
+    /// there: time it spent frozen before the restart is not known, and counts as run).
+    fn recovered_prof(&self, rec: &JobRecord, started: bool) -> JobProf {
+        let mut prof = JobProf::with_queued(
+            rec.started_ms
+                .map(|s| (s - rec.submitted_ms).max(0))
+                .unwrap_or(0),
+        );
+        if let (true, Some(s)) = (started, rec.started_ms) {
+            prof.primary_ms = (self.clock.now_ms() - s).max(0);
+        }
+        prof
     }
 
     /// Keep a populated job cgroup the store did not know, with the CPUs its cpuset holds.

@@ -48,6 +48,7 @@ impl Engine {
             hard_preemption: cfg.hard_preemption,
             preempt_min_priority: cfg.preempt_priority,
             queue_ttl_ms: cfg.queue_ttl.map(|s| s as i64 * 1000),
+            order: cfg.queue_order,
         };
         if let Some(g) = self.governor.as_mut() {
             *g = pjw_core::governor::GovernorConfig {

@@ -131,6 +131,7 @@ async fn a_run_the_store_cannot_record_gets_a_clear_error_and_leaves_no_job() {
         gpus: 0,
         bind: None,
         tasks: None,
+        time_limit_s: None,
         cpus: 1,
         mem: None,
         job_id: Some("t1".into()),

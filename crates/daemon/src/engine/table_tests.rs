@@ -208,6 +208,7 @@ async fn a_run_is_placed_in_its_cgroup_answered_and_ended_when_its_main_process_
             gpus: 0,
             bind: None,
             tasks: None,
+            time_limit_s: None,
             cpus: 2,
             mem: None,
             job_id: Some("s1".into()),

@@ -35,6 +35,17 @@ impl Engine {
         if req.mem == Some(0) {
             return Err(refuse(ErrorCode::Invalid, "--mem must be more than 0"));
         }
+        if let Some(t) = req.time_limit_s {
+            if pjw_core::time_limit::TimeLimit::from_secs(t).is_none() {
+                return Err(refuse(
+                    ErrorCode::Invalid,
+                    format!(
+                        "--time of {t} s is not between 1 s and a year ({} s)",
+                        pjw_core::time_limit::MAX_SECS
+                    ),
+                ));
+            }
+        }
         if let Some(t) = req.tasks {
             if t == 0 || !req.cpus.is_multiple_of(t) {
                 return Err(refuse(

@@ -99,6 +99,7 @@ impl Engine {
             // The node's I/O defaults, as for `pjw run`.
             io: self.cfg.io.clone(),
             bind: None,
+            time_limit: None,
         };
         let Some(seq) = self.enqueue(rec, id, starter, sides, conn, reply) else {
             return;
@@ -506,6 +507,7 @@ fn manager_run_request(req: &RegisterRequest) -> RunRequest {
         gpus: 0,
         bind: None,
         tasks: None,
+        time_limit_s: None,
         cpus: req.cpus,
         mem: req.mem,
         job_id: Some(req.job.clone()),

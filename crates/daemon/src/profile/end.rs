@@ -6,6 +6,7 @@
 //! gets its [`EndReason::text`] (with what memory did appended); nothing formats a reason and
 //! parses it back. [`EndReason::parse`] reads a stored text, older versions' included.
 
+use pjw_core::time_limit::TimeLimit;
 use pjw_store::EndClass;
 
 /// Why a job ended, as the daemon records it (typed; its stored text is [`EndReason::text`]).
@@ -27,6 +28,8 @@ pub enum EndReason {
     /// A registered job pjw ended for its lease: its manager said it is gone, or the lease ran
     /// out.
     Lease(LeaseEnd),
+    /// pjw killed it when it had run as long as its time limit (`--time`).
+    TimeLimit(TimeLimit),
 }
 
 /// Why a registered job's lease ended it (the text after `lease: `).
@@ -82,12 +85,21 @@ impl LeaseEnd {
     }
 }
 
+/// The stored text of [`EndReason::TimeLimit`], around the limit.
+const TIME_LIMIT: (&str, &str) = ("killed at its time limit (", ")");
+
 impl EndReason {
     /// The typed reason of a stored text (texts of older versions included); what memory did
     /// to the job, appended after "; ", is not part of it.
     pub fn parse(text: &str) -> EndReason {
         let text = text.split("; ").next().unwrap_or(text);
-        if text == "exited" {
+        let limit = text
+            .strip_prefix(TIME_LIMIT.0)
+            .and_then(|t| t.strip_suffix(TIME_LIMIT.1))
+            .and_then(|t| TimeLimit::parse(t).ok());
+        if let Some(limit) = limit {
+            EndReason::TimeLimit(limit)
+        } else if text == "exited" {
             EndReason::Exited
         } else if let Some(by) = text.strip_prefix("killed by ") {
             EndReason::KilledBy(by.to_string())
@@ -113,6 +125,7 @@ impl EndReason {
             EndReason::Expired(t) | EndReason::NotStarted(t) => t.clone(),
             EndReason::EndedWhileDown => "ended while daemon was down".into(),
             EndReason::Lease(why) => format!("lease: {}", why.text()),
+            EndReason::TimeLimit(t) => format!("{}{t}{}", TIME_LIMIT.0, TIME_LIMIT.1),
         }
     }
 }
@@ -131,6 +144,7 @@ pub fn end_class(
         _ => EndClass::Completed,
     };
     match reason {
+        EndReason::TimeLimit(_) => EndClass::Timeout,
         EndReason::KilledBy(_) => EndClass::Killed,
         _ if killed => EndClass::Killed,
         _ if ooms > 0 => EndClass::Oom,
@@ -154,5 +168,33 @@ pub fn exit_status(wait_status: u32) -> i32 {
         128 + sig as i32
     } else {
         ((wait_status >> 8) & 0xff) as i32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job killed at its time limit is a timeout, killed flag or not, with what memory did
+    /// appended after its text; a job that merely mentions a limit in a user's kill is not.
+    #[test]
+    fn a_time_limit_end_is_a_timeout_and_keeps_its_text() {
+        let limit = TimeLimit::parse("90s").unwrap();
+        let end = EndReason::TimeLimit(limit);
+        assert_eq!(end.text(), "killed at its time limit (0:01:30)");
+        assert_eq!(EndReason::parse(&end.text()), end);
+        assert_eq!(
+            EndReason::parse("killed at its time limit (1-00:00:00); 2 processes oom-killed"),
+            EndReason::TimeLimit(TimeLimit::parse("1d").unwrap())
+        );
+        assert_eq!(end_class(&end, true, 0, Some(137)), EndClass::Timeout);
+        assert_eq!(end_class(&end, false, 3, None), EndClass::Timeout);
+        let by_user = EndReason::parse("killed by alice (time limit (0:01:30))");
+        assert_eq!(end_class(&by_user, true, 0, None), EndClass::Killed);
+        assert_eq!(
+            EndReason::parse("killed at its time limit (soon)"),
+            EndReason::NotStarted("killed at its time limit (soon)".into()),
+            "a text whose limit does not parse is not a time limit"
+        );
     }
 }

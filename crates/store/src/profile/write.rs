@@ -6,6 +6,15 @@ use rusqlite::params;
 use super::*;
 use crate::{Store, StoreError};
 
+/// The tables of a job's side rows, removed with its row.
+const SIDE_TABLES: [&str; 5] = [
+    "job_gpus",
+    "job_io",
+    "job_bind",
+    "job_steps",
+    "job_time_limit",
+];
+
 impl Store {
     /// Write a batch of samples in one transaction. A second sample of a job at the same
     /// millisecond replaces the first.
@@ -223,7 +232,7 @@ impl Store {
                 [cutoff],
             )
             .map_err(err)?;
-            for side in ["job_gpus", "job_io", "job_bind", "job_steps"] {
+            for side in SIDE_TABLES {
                 tx.execute(
                     &format!("DELETE FROM {side} WHERE seq IN ({old})"),
                     [cutoff],

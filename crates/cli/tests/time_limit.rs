@@ -1,0 +1,157 @@
+//! Root integration tests of time limits (`pjw run --time`) and the shortest-first queue: a
+//! real job killed at its limit, its user told and its end a timeout in the report; a job
+//! with a shorter limit starting ahead of a longer one, and a user who gives a short limit to
+//! jump the queue killed at it. Each test runs a private daemon below its own cgroup.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pjw_testkit::job::wait;
+use pjw_testkit::{require_root, TestDaemon};
+
+fn pjw_bin() -> PathBuf {
+    pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw"))
+}
+
+/// A script that says it started (`<tag>.up`), then sleeps until killed or released
+/// (`<tag>.go`).
+fn hold(dir: &Path, tag: &str) -> String {
+    format!(
+        "touch {d}/{tag}.up; while [ ! -e {d}/{tag}.go ]; do sleep 0.02; done; echo {tag}-done",
+        d = dir.display()
+    )
+}
+
+fn up(dir: &Path, tag: &str) -> bool {
+    TestDaemon::wait_for(Duration::from_secs(20), || {
+        dir.join(format!("{tag}.up")).exists()
+    })
+}
+
+fn go(dir: &Path, tag: &str) {
+    std::fs::write(dir.join(format!("{tag}.go")), "").unwrap();
+}
+
+fn state_of(d: &TestDaemon, id: &str) -> String {
+    d.status()["jobs"]
+        .as_array()
+        .and_then(|js| js.iter().find(|j| j["id"] == id).cloned())
+        .map(|j| j["state"].as_str().unwrap_or("").to_string())
+        .unwrap_or_else(|| "gone".into())
+}
+
+/// How job `id` ended in the report, once the daemon has recorded it (a bounded wait: the
+/// client sees its process die before the daemon records the end).
+fn end_of(d: &TestDaemon, id: &str) -> String {
+    let mut end = String::new();
+    TestDaemon::wait_for(Duration::from_secs(20), || {
+        let out = d
+            .pjw()
+            .args(["report", "--format", "json", "-J", id])
+            .output()
+            .expect("pjw report");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        end = v[0]["end"].as_str().unwrap_or("").to_string();
+        !end.is_empty()
+    });
+    end
+}
+
+#[test]
+fn a_job_is_killed_at_its_time_limit_and_its_user_told() {
+    require_root!();
+    let d = TestDaemon::start(&pjw_bin(), "");
+    let dir = d.dir().to_path_buf();
+    let job = d.run_sh(&["--job-id", "slow", "--time", "2s"], &hold(&dir, "slow"));
+    // What the limit acts on ran: the job started and was still held when the limit came.
+    assert!(up(&dir, "slow"), "{}", d.log());
+    let out = wait(job, "pjw run --time 2s").killed();
+    assert!(
+        out.stderr().contains(
+            "pjw: job slow was killed at its time limit (0:00:02 of running time, --time)"
+        ),
+        "{}\n{}",
+        out.describe(),
+        d.log()
+    );
+    assert!(!out.stdout().contains("slow-done"), "{}", out.describe());
+    assert_eq!(end_of(&d, "slow"), "timeout", "{}", d.log());
+    let listed = d
+        .pjw()
+        .args(["report", "--state", "timeout", "--format", "json"])
+        .output()
+        .expect("pjw report");
+    let v: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("json");
+    assert!(
+        v.as_array()
+            .is_some_and(|a| a.iter().any(|j| j["id"] == "slow")),
+        "{v:#}"
+    );
+    // A limit that cannot be one is a usage error before anything is asked.
+    let bad = d
+        .pjw()
+        .args(["run", "--time", "0", "--", "true"])
+        .output()
+        .expect("pjw run");
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("invalid time limit \"0\": a job needs at least a second"),
+        "{err}"
+    );
+}
+
+/// The shortest limit starts first; a user who claims a short limit to get ahead is held to
+/// it (docs/security.md, "a short --time to jump the queue").
+#[test]
+fn the_shortest_limit_starts_first_and_a_short_limit_is_held_to() {
+    require_root!();
+    let two = pjw_testkit::need_cpus!(2);
+    let d = TestDaemon::start(
+        &pjw_bin(),
+        &format!(
+            "cpus = \"{two}\"\nvcpus = 2\nhard_preemption = false\nqueue_order = \"shortest-first\"\n"
+        ),
+    );
+    let dir = d.dir().to_path_buf();
+    let a = d.run_sh(&["--cpus", "2", "--job-id", "a"], &hold(&dir, "a"));
+    assert!(up(&dir, "a"));
+    let long = d.run_sh(
+        &["--cpus", "2", "--job-id", "long", "--time", "1:00:00"],
+        &hold(&dir, "long"),
+    );
+    assert!(TestDaemon::wait_for(Duration::from_secs(20), || state_of(
+        &d, "long"
+    )
+        == "queued"));
+    let short = d.run_sh(
+        &["--cpus", "2", "--job-id", "short", "--time", "2s"],
+        &hold(&dir, "short"),
+    );
+    assert!(TestDaemon::wait_for(Duration::from_secs(20), || state_of(
+        &d, "short"
+    )
+        == "queued"));
+    let head = d.status()["jobs"]
+        .as_array()
+        .and_then(|js| js.iter().find(|j| j["id"] == "long").cloned())
+        .expect("long listed");
+    assert!(
+        head["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("behind job short"),
+        "{head}"
+    );
+    go(&dir, "a");
+    wait(a, "a").ok();
+    // The later, shorter job starts first; the longer one still waits.
+    assert!(up(&dir, "short"), "{}", d.log());
+    assert_eq!(state_of(&d, "long"), "queued");
+    // It said 2 s and is not released: killed at 2 s of running, and the long job starts.
+    wait(short, "short").killed();
+    assert_eq!(end_of(&d, "short"), "timeout");
+    assert!(up(&dir, "long"), "{}", d.log());
+    go(&dir, "long");
+    wait(long, "long").ok();
+}

@@ -1,0 +1,204 @@
+//! Time limits in the engine, on the recording fake cgroup driver and a fake clock: a job is
+//! killed once it has run its limit out (not before), time it spends suspended does not count,
+//! its end is recorded as a time limit, and its user's watcher is told.
+
+use pjw_proto::{Response, RunRequest};
+use tokio::sync::oneshot;
+
+use super::{Control, Event};
+use crate::test_support::{client, run_request, who, FakeCgroups, TestEngine};
+
+const UID: u32 = 1000;
+
+async fn start_limited(t: &mut TestEngine, id: &str, limit_s: u64) -> i64 {
+    let req = RunRequest {
+        time_limit_s: Some(limit_s),
+        ..run_request(id, 1)
+    };
+    let (r, _rx) = t.submit(1, std::process::id(), UID, req).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    t.seq_of(id)
+}
+
+fn tick(t: &mut TestEngine) {
+    t.engine.handle(Event::Tick {
+        generation: t.engine.tick_generation,
+    });
+}
+
+fn kills(fake: &FakeCgroups) -> usize {
+    fake.calls()
+        .iter()
+        .filter(|c| c.starts_with("kill "))
+        .count()
+}
+
+async fn control(t: &mut TestEngine, id: &str, what: Control) {
+    let (reply, rx) = oneshot::channel();
+    t.engine.handle(Event::Control {
+        cred: client(UID),
+        who: who(),
+        job: id.into(),
+        what,
+        reply,
+    });
+    let r = rx.await.expect("an answer");
+    assert!(matches!(r, Response::Done { .. }), "{r:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_job_is_killed_at_its_time_limit_and_not_a_moment_before() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    let seq = start_limited(&mut t, "a", 60).await;
+    // The engine armed its timer for the limit.
+    assert!(t
+        .engine
+        .next_time_limit()
+        .is_some_and(|d| d.as_millis() == 60_001));
+    t.clock.advance(59_000);
+    tick(&mut t);
+    // What would act did run (the job was looked at), and did nothing yet.
+    assert_eq!(
+        t.engine.next_time_limit().map(|d| d.as_millis()),
+        Some(1_001)
+    );
+    assert_eq!(kills(&fake), 0);
+    assert!(t.engine.jobs.contains_key(&seq));
+    t.clock.advance(1_000);
+    tick(&mut t);
+    assert_eq!(kills(&fake), 1, "{:?}", fake.calls());
+    assert!(
+        !t.engine.jobs.contains_key(&seq),
+        "its cgroup emptied: it ended"
+    );
+    let reason = t.store.state().rows[&seq].end_reason.clone();
+    assert_eq!(
+        reason.as_deref(),
+        Some("killed at its time limit (0:01:00)")
+    );
+    // Its user's watcher is told how it ended.
+    let o = t.engine.outcome(client(UID), "a");
+    let Response::Outcome(o) = o else {
+        panic!("{o:?}")
+    };
+    assert_eq!(
+        o.ended.as_deref(),
+        Some("killed at its time limit (0:01:00)")
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn time_suspended_does_not_count_against_the_limit() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    let seq = start_limited(&mut t, "a", 60).await;
+    t.clock.advance(20_000);
+    control(&mut t, "a", Control::Suspend).await;
+    assert_eq!(
+        t.engine.next_time_limit(),
+        None,
+        "a frozen job does not run towards it"
+    );
+    t.clock.advance(100_000);
+    tick(&mut t);
+    control(&mut t, "a", Control::Resume).await;
+    t.clock.advance(39_000);
+    tick(&mut t);
+    assert_eq!(kills(&fake), 0, "59 s run of 60: {:?}", fake.calls());
+    assert!(t.engine.jobs.contains_key(&seq));
+    t.clock.advance(1_000);
+    tick(&mut t);
+    assert_eq!(kills(&fake), 1);
+    let reason = t.store.state().rows[&seq].end_reason.clone();
+    assert_eq!(
+        reason.as_deref(),
+        Some("killed at its time limit (0:01:00)")
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_time_limit_is_checked_and_kept_with_the_job() {
+    let mut t = TestEngine::new();
+    for bad in [0, pjw_core::time_limit::MAX_SECS + 1] {
+        let req = RunRequest {
+            time_limit_s: Some(bad),
+            ..run_request("x", 1)
+        };
+        let (r, _rx) = t.submit(1, std::process::id(), UID, req).await;
+        let Response::Error { message, .. } = r else {
+            panic!("{bad}: {r:?}")
+        };
+        assert!(message.starts_with("--time of"), "{message}");
+    }
+    t.fake_stat(std::process::id());
+    let seq = start_limited(&mut t, "a", 90).await;
+    assert_eq!(t.store.state().time_limit.get(&seq), Some(&90));
+    // After a restart the job keeps its limit.
+    let cg = super::cgroup_name(&TestEngine::id("a"));
+    t.in_cgroup(std::process::id(), &format!("/pjw/{cg}"));
+    let mut t = t.restart();
+    t.engine.recover().expect("recover");
+    assert_eq!(
+        t.engine.jobs[&seq].req.time_limit.map(|l| l.secs()),
+        Some(90)
+    );
+}
+
+/// A job waiting as an idle-class backfiller may get no CPU at all: that time is not held
+/// against its limit; a backfill-only job's is, or it could run forever.
+#[tokio::test(flavor = "current_thread")]
+async fn backfilling_counts_only_for_a_backfill_only_job() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    t.engine.policy.vcpus = 8;
+    let (a, _a) = t
+        .submit(1, std::process::id(), UID, run_request("a", 4))
+        .await;
+    assert!(matches!(a, Response::Started { .. }), "{a:?}");
+    // Live main processes of their own (an ended one would end its job).
+    let mut sleepers = [(); 2].map(|()| {
+        std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep")
+    });
+    let mut clients = Vec::new();
+    for (conn, id, placement) in [
+        (2, "b", pjw_proto::Placement::Any),
+        (3, "c", pjw_proto::Placement::BackfillOnly),
+    ] {
+        let req = RunRequest {
+            time_limit_s: Some(10),
+            placement,
+            ..run_request(id, 1)
+        };
+        let (r, rx) = t
+            .submit(conn, sleepers[conn as usize - 2].id(), UID, req)
+            .await;
+        assert!(matches!(r, Response::Started { .. }), "{id}: {r:?}");
+        clients.push(rx);
+    }
+    let (b, c) = (t.seq_of("b"), t.seq_of("c"));
+    assert_eq!(t.engine.jobs[&b].phase, pjw_core::sched::Phase::Backfill);
+    assert_eq!(t.engine.jobs[&c].phase, pjw_core::sched::Phase::Backfill);
+    t.clock.advance(11_000);
+    tick(&mut t);
+    assert!(
+        t.engine.jobs.contains_key(&b),
+        "b backfilled 11 s: not its own CPUs"
+    );
+    assert!(
+        !t.engine.jobs.contains_key(&c),
+        "c can only backfill: its limit counts"
+    );
+    let reason = t.store.state().rows[&c].end_reason.clone();
+    assert_eq!(
+        reason.as_deref(),
+        Some("killed at its time limit (0:00:10)")
+    );
+    for p in &mut sleepers {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+}
