@@ -3,10 +3,12 @@
 # pick: plain Linux (all 8 time-sliced); a FIFO runner (`xargs -P <CPUs>`: as many at once as
 # there are CPUs, the rest in submission order); Slurm (8 `srun -n1 -c1` jobs on the live
 # single-node Slurm, its CPUs the limit, when lib.sh's slurm_live finds one; otherwise a row
-# saying why not); and pjw with vcpus = 4 (2x oversubscribed slots: two primaries, two
-# idle-class backfillers, the rest queued) and queue_order = "shortest-first", each job given a
-# time limit (`--time`) as a batch user gives one: proportional to its length and at least
-# twice it (the FIFO runner and time-slicing have no use for one). Two mixes: equal lengths, and mixed lengths (1-4
+# saying why not); and pjw with queue_order = "shortest-first", each job given a time limit
+# (`--time`) as a batch user gives one: proportional to its length and at least twice it (the
+# FIFO runner and time-slicing have no use for one), twice: with vcpus = 4 (2x oversubscribed
+# slots: two primaries, two idle-class backfillers, the rest queued) and with vcpus = 2 (no
+# backfill: the setting for CPU-bound jobs, which leave no idle cycles to backfill), switched
+# by a reload between batches (`vcpus` applies at once). Two mixes: equal lengths, and mixed lengths (1-4
 # units in a fixed order). Measured: mean turnaround (submission to end) and makespan, per
 # round against time-slicing and against FIFO; verdicts on the 95% bounds. Where pjw does not
 # beat FIFO on makespan the row says so: a FIFO runner is as good at throughput, and pjw's
@@ -44,7 +46,7 @@ batch() {
     elif [ "$mode" = slurm ]; then
       ( srun -n1 -c1 -J "pjw-bench-$label-$i" "$WL" spin "$iters" >/dev/null; now > "$WORK/done.$i" ) &
       nap 0.05 # keep the submission order (no process: lib.sh)
-    else
+    else # pjw, pjw2: the same submissions, the daemon's slots set before the batch
       ( "$PJW" run -q --job-id "$label-$i" --time "$((u * LIMIT_PER_UNIT))s" -- "$WL" spin "$iters" >/dev/null; now > "$WORK/done.$i" ) &
       nap 0.01 # keep the submission order (no process: lib.sh)
     fi
@@ -69,9 +71,25 @@ PER_SEC=$("$WL" calibrate 1)
 LIMIT_PER_UNIT=$(calc "printf \"%d\", int($UNIT * 2 + 0.999)")
 slurm=0
 if slurm_live; then slurm=1; fi
-MODES=(plain fifo pjw)
+MODES=(plain fifo pjw pjw2)
 [ $slurm = 0 ] || MODES+=(slurm)
-start_daemon 'cpus = "0-1"' 'vcpus = 4' 'queue_order = "shortest-first"'
+# daemon_config VCPUS: the private daemon's config, with VCPUS job slots.
+daemon_config() { printf '%s\n' 'cpus = "0-1"' "vcpus = $1" 'queue_order = "shortest-first"'; }
+# pjw_vcpus VCPUS: the daemon's slots changed by a reload (applied at once), before a batch.
+pjw_vcpus() {
+  local n
+  n=$(grep -c "config reloaded" "$DAEMON_LOG" || true)
+  daemon_config "$1" > "$WORK/pjw.toml"
+  kill -HUP "$DAEMON_PID"
+  for _ in $(seq 500); do
+    [ "$(grep -c "config reloaded" "$DAEMON_LOG" || true)" -gt "$n" ] && return 0
+    sleep 0.02
+  done
+  echo "bench: the daemon did not take vcpus = $1" >&2; exit 1
+}
+mapfile -t conf < <(daemon_config 4)
+start_daemon "${conf[@]}"
+vcpus_now=4
 k=0
 total=$((REPS * 2 * ${#MODES[@]}))
 : > "$WORK/sum"
@@ -80,6 +98,8 @@ for r in $(seq "$REPS"); do
     if [ $mix = equal ]; then units=("${EQUAL[@]}"); else units=("${MIXED[@]}"); fi
     for m in "${MODES[@]}"; do
       k=$((k + 1)); step "$k" "$total" "round $r/$REPS, $mix lengths: $m"
+      want=$([ "$m" = pjw2 ] && echo 2 || echo 4)
+      if [ "${m#pjw}" != "$m" ] && [ "$want" != "$vcpus_now" ]; then pjw_vcpus "$want"; vcpus_now=$want; nap 0.2; fi
       read -r mean span < <(batch "$mix-$r" "$m" "${units[@]}")
       echo "$mix $r $m $mean $span" >> "$WORK/sum"
     done
@@ -95,25 +115,30 @@ cmp() {
     END { for (r in y) if (r in x) print (y[r] / x[r] - 1) * 100 }' "$WORK/sum" | stats
 }
 med() { awk -v mix="$1" -v m="$2" -v f="$3" '$1 == mix && $3 == m { print $f }' "$WORK/sum" | median; }
-name() { case $1 in plain) echo "time-slicing (plain Linux)" ;; fifo) echo "FIFO runner (xargs -P $(nproc))" ;; slurm) echo "Slurm (srun -n1 -c1 each)" ;; *) echo "$1" ;; esac; }
+name() { case $1 in pjw) echo "pjw, vcpus 4 (2 backfill slots), shortest --time first" ;; pjw2) echo "pjw, vcpus 2 (no backfill), shortest --time first" ;; plain) echo "time-slicing (plain Linux)" ;; fifo) echo "FIFO runner (xargs -P $(nproc))" ;; slurm) echo "Slurm (srun -n1 -c1 each)" ;; *) echo "$1" ;; esac; }
 for mix in equal mixed; do
   lens=$([ $mix = equal ] && echo "${EQUAL[*]}" || echo "${MIXED[*]}")
   label="turnaround: 8 jobs, $(nproc) CPUs, $mix lengths (${UNIT} s units: $lens)"
-  # pjw against time-slicing (the goal) and against FIFO (said as it is).
-  read -r n tm _ tci _ < <(cmp $mix plain pjw 4)
-  read -r _ sm _ sci _ < <(cmp $mix plain pjw 5)
-  read -r _ ftm _ ftci _ < <(cmp $mix fifo pjw 4)
-  read -r _ fsm _ fsci _ < <(cmp $mix fifo pjw 5)
-  # Turnaround must be >= 30% lower: -tm >= 30 on its bound; makespan within 2%: sm <= 2.
-  ok=$(verdict_all "$(verdict_ge "$(calc "print -($tm)")" "$tci" 30)" "$(verdict_le "$sm" "$sci" 2)")
-  # Against FIFO, on the 95% bounds: turnaround worse (even its lower bound above FIFO's),
-  # better (even its upper bound below), or no different; the same for makespan.
-  fifo_turn=$(calc "print ($ftm - $ftci > 0) ? \"turnaround worse than FIFO's\" : ($ftm + $ftci < 0) ? \"turnaround better than FIFO's\" : \"turnaround no different from FIFO's\"")
-  fifo_span=$(calc "print ($fsm - $fsci > 0) ? \"makespan longer than FIFO's: pjw does not beat a FIFO runner on makespan\" : ($fsm + $fsci < 0) ? \"makespan shorter than FIFO's\" : \"makespan no different from FIFO's\"")
-  fifo_word="$fifo_turn, $fifo_span, on the 95% CIs"
-  row "$(calc "printf \"against time-slicing: mean turnaround %+.1f%% ± %.1f, makespan %+.1f%% ± %.1f; against FIFO: turnaround %+.1f%% ± %.1f, makespan %+.1f%% ± %.1f (%s); medians %.2f s turnaround, %.2f s makespan; n=%d\", $tm, $tci, $sm, $sci, $ftm, $ftci, $fsm, $fsci, \"$fifo_word\", $(med $mix pjw 4), $(med $mix pjw 5), $n")" \
-    "MCOpt: 26% less wall time at 2× slots" "turnaround ≥ 30% lower than time-slicing, makespan within 2% (95% bounds)" "$ok" \
-    "$label: pjw, vcpus 4, shortest --time first"
+  # pjw (both slot settings) against time-slicing (the goal) and against FIFO (said as it is).
+  for pm in pjw pjw2; do
+    read -r n tm _ tci _ < <(cmp $mix plain $pm 4)
+    read -r _ sm _ sci _ < <(cmp $mix plain $pm 5)
+    read -r _ ftm _ ftci _ < <(cmp $mix fifo $pm 4)
+    read -r _ fsm _ fsci _ < <(cmp $mix fifo $pm 5)
+    # Turnaround must be >= 30% lower: -tm >= 30 on its bound; makespan within 2%: sm <= 2.
+    ok=$(verdict_all "$(verdict_ge "$(calc "print -($tm)")" "$tci" 30)" "$(verdict_le "$sm" "$sci" 2)")
+    # Against FIFO, on the 95% bounds: turnaround worse (even its lower bound above FIFO's),
+    # better (even its upper bound below), or no different; the same for makespan.
+    fifo_turn=$(calc "print ($ftm - $ftci > 0) ? \"turnaround worse than FIFO's\" : ($ftm + $ftci < 0) ? \"turnaround better than FIFO's\" : \"turnaround no different from FIFO's\"")
+    fifo_span=$(calc "print ($fsm - $fsci > 0) ? \"makespan longer than FIFO's: pjw does not beat a FIFO runner on makespan\" : ($fsm + $fsci < 0) ? \"makespan shorter than FIFO's\" : \"makespan no different from FIFO's\"")
+    fifo_word="$fifo_turn, $fifo_span, on the 95% CIs"
+    row "$(calc "printf \"against time-slicing: mean turnaround %+.1f%% ± %.1f, makespan %+.1f%% ± %.1f; against FIFO: turnaround %+.1f%% ± %.1f, makespan %+.1f%% ± %.1f (%s); medians %.2f s turnaround, %.2f s makespan; n=%d\", $tm, $tci, $sm, $sci, $ftm, $ftci, $fsm, $fsci, \"$fifo_word\", $(med $mix $pm 4), $(med $mix $pm 5), $n")" \
+      "MCOpt: 26% less wall time at 2× slots" "turnaround ≥ 30% lower than time-slicing, makespan within 2% (95% bounds)" "$ok" \
+      "$label: $(name $pm)"
+    # The notes below speak of the backfill setting (the scenario's first pjw row).
+    [ $pm = pjw ] && { p_tm=$tm; p_sm=$sm; p_ftm=$ftm; p_fsm=$fsm; p_fsci=$fsci; p_ok=$ok; }
+  done
+  tm=$p_tm; sm=$p_sm; ftm=$p_ftm; fsm=$p_fsm; fsci=$p_fsci; ok=$p_ok
   for m in plain fifo slurm; do
     if [ $m = slurm ] && [ $slurm = 0 ]; then
       row "Slurm: not measured ($SLURM_WHY)" "" "(baseline)" "–" "$label: Slurm"

@@ -233,6 +233,7 @@ fn live_changes(old: &Config, cfg: &Config) -> Vec<&'static str> {
     live!("backfill", backfill);
     live!("hard_preemption", hard_preemption);
     live!("queue_ttl", queue_ttl);
+    live!("queue_order", queue_order);
     live!("default_priority", default_priority);
     live!("max_priority", max_priority);
     live!("preempt_priority", preempt_priority);
@@ -332,6 +333,8 @@ mod tests {
             ("max_priority", "", "max_priority = 14\n", Live),
             ("preempt_priority", "", "preempt_priority = 16\n", Live),
             ("queue_ttl", "", "queue_ttl = 600\n", Live),
+            ("queue_order", "", "queue_order = \"shortest-first\"\n", Live),
+            ("queue_order", "queue_order = \"shortest-first\"\n", "queue_order = \"shortest-first\"\nqueue_max_wait = 60\n", Live),
             ("backfill", "", "backfill = false\n", Live),
             ("memory (governor thresholds)", "", "[memory]\nhigh = 0.8\nlow = 0.6\n", Live),
             ("memory (governor thresholds)", "", "[memory]\npsi_some = 20\n", Live),
