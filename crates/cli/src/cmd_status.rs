@@ -2,6 +2,7 @@
 
 use pjw_core::format_size;
 use pjw_core::text::printable;
+use pjw_core::time_limit::TimeLimit;
 use pjw_proto::{Client, JobState, Request, Response, StatusReport};
 
 use crate::cli::StatusArgs;
@@ -218,6 +219,13 @@ fn job_notes(j: &pjw_proto::JobInfo, reasons: &mut Vec<String>) {
     if let Some(io) = &j.io {
         reasons.push(format!("{}: I/O {}", j.id, printable(io, 200)));
     }
+    if let Some(limit) = j.time_limit_s.and_then(TimeLimit::from_secs) {
+        let left = match j.time_left_s {
+            Some(s) => format!(", {} left", clock(s)),
+            None => String::new(),
+        };
+        reasons.push(format!("{}: time limit {limit}{left}", j.id));
+    }
     for s in &j.steps {
         reasons.push(format!(
             "{}: step {} {} on cpus {}, pid {}, {}",
@@ -229,6 +237,11 @@ fn job_notes(j: &pjw_proto::JobInfo, reasons: &mut Vec<String>) {
             age(s.age_secs)
         ));
     }
+}
+
+/// `H:MM:SS` of `secs` (`D-HH:MM:SS` from a day on), as a time limit is shown.
+fn clock(secs: u64) -> String {
+    TimeLimit::from_secs(secs).map_or_else(|| "0:00:00".into(), |t| t.to_string())
 }
 
 /// A job's row of the table (`m`: its letter in the node map).
@@ -368,6 +381,8 @@ mod tests {
             lease: None,
             steps: vec![],
             oom_kills: 0,
+            time_limit_s: None,
+            time_left_s: None,
         }
     }
 
@@ -449,6 +464,30 @@ mod tests {
         let text = render_starts(&r);
         assert!(text.starts_with("starts last 5 min: 3 started (0.010/s), 0 ended (0.000/s); wait to start mean 1.50s p50 0.25s p90 - "), "{text}");
         assert!(text.contains("\nstarts since start: 0 started"), "{text}");
+    }
+
+    #[test]
+    fn a_time_limit_and_the_time_left_are_told() {
+        let r = report(
+            "",
+            vec![
+                JobInfo {
+                    time_limit_s: Some(7200),
+                    time_left_s: Some(3599),
+                    ..job("a", "0", JobState::Running, "", 0)
+                },
+                JobInfo {
+                    time_limit_s: Some(90_000),
+                    ..job("b", "", JobState::Queued, "", 0)
+                },
+            ],
+        );
+        let text = render(&r);
+        assert!(
+            text.contains("  a: time limit 2:00:00, 0:59:59 left\n"),
+            "{text}"
+        );
+        assert!(text.contains("  b: time limit 1-01:00:00\n"), "{text}");
     }
 
     #[test]

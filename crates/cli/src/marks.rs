@@ -121,6 +121,8 @@ mod tests {
             lease: None,
             steps: vec![],
             oom_kills: 0,
+            time_limit_s: None,
+            time_left_s: None,
         }
     }
 

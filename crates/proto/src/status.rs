@@ -137,6 +137,12 @@ pub struct JobInfo {
     /// Processes of the job the kernel has killed for memory so far (absent: none).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub oom_kills: u64,
+    /// Its time limit in seconds (`--time`; absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<u64>,
+    /// Of it, the seconds left to run, once it has started (absent: no limit, or queued).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_left_s: Option<u64>,
 }
 
 /// The node as `pjw status` shows it.

@@ -35,6 +35,8 @@ fn job(id: &str, cpus: &str, state: JobState, cpu_usec: u64, mem: u64) -> JobInf
         lease: None,
         steps: vec![],
         oom_kills: 0,
+        time_limit_s: None,
+        time_left_s: None,
     }
 }
 

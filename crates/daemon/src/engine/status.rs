@@ -93,6 +93,8 @@ impl Engine {
             lease: self.lease_info(j),
             steps: Engine::step_infos(j),
             oom_kills: j.memory.oom_kills,
+            time_limit_s: j.req.time_limit.map(pjw_core::time_limit::TimeLimit::secs),
+            time_left_s: self.time_left_ms(j).map(|ms| ms as u64 / 1000),
         }
     }
 

@@ -50,6 +50,13 @@ impl Engine {
             .min()
     }
 
+    /// The time job `j` has left to run (ms), once it has started; None: no limit, or queued.
+    pub(super) fn time_left_ms(&self, j: &Job) -> Option<i64> {
+        let limit = j.req.time_limit?;
+        j.started?;
+        Some((limit.millis() as i64 - ran_ms(j, self.clock.now_ms())).max(0))
+    }
+
     /// Kill job `seq` at its time limit; its CPUs return once its cgroup is empty.
     fn end_at_time_limit(&mut self, seq: i64, limit: TimeLimit) {
         let Some(j) = self.jobs.get_mut(&seq) else {

@@ -65,6 +65,12 @@ async fn a_job_is_killed_at_its_time_limit_and_not_a_moment_before() {
     );
     assert_eq!(kills(&fake), 0);
     assert!(t.engine.jobs.contains_key(&seq));
+    // `pjw status` tells the limit and what is left of it.
+    let st = t.engine.status();
+    assert_eq!(
+        (st.jobs[0].time_limit_s, st.jobs[0].time_left_s),
+        (Some(60), Some(1))
+    );
     t.clock.advance(1_000);
     tick(&mut t);
     assert_eq!(kills(&fake), 1, "{:?}", fake.calls());
