@@ -38,9 +38,9 @@ pub struct RunArgs {
     pub mem: Option<String>,
     /// How long the job may run: Slurm's forms (MIN, MIN:SEC, H:MIN:SEC, D-H[:MIN[:SEC]]; a
     /// plain number is minutes) or 90s, 15m, 2h, 1d. pjw kills it once it has run that long
-    /// on CPUs of its own (time queued, frozen or backfilling does not count; for
-    /// --backfill-only, backfilling does) and says so; where the node runs the shortest jobs
-    /// first (queue_order), a shorter limit starts sooner.
+    /// (time queued, frozen or backfilling on other jobs' CPUs does not count) and says so;
+    /// where the node runs the shortest jobs first (queue_order), a shorter limit starts
+    /// sooner.
     #[arg(short = 't', long, value_name = "TIME", value_parser = parse_time)]
     pub time: Option<pjw_core::time_limit::TimeLimit>,
     /// Job id (else the daemon makes one).

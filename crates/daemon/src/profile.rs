@@ -52,8 +52,6 @@ impl ProfState {
 pub struct JobProf {
     state: Option<(ProfState, i64)>,
     pub queued_ms: i64,
-    /// Time running as a primary (ending included) up to the last observation.
-    pub primary_ms: i64,
     pub backfill_ms: i64,
     pub frozen_ms: i64,
     pub freezes: u32,
@@ -92,7 +90,7 @@ impl JobProf {
                     ProfState::Queued => self.queued_ms += dt,
                     ProfState::Backfill => self.backfill_ms += dt,
                     ProfState::Frozen => self.frozen_ms += dt,
-                    ProfState::Running => self.primary_ms += dt,
+                    ProfState::Running => {}
                 }
                 if state == ProfState::Frozen && prev != ProfState::Frozen {
                     self.freezes += 1;
@@ -106,20 +104,6 @@ impl JobProf {
                 self.state = Some((state, now_ms));
             }
         }
-    }
-
-    /// Time it has run up to `now_ms`, what its time limit counts: as a primary (ending
-    /// included), and as a backfiller only where `backfill_counts` (a job that can run only as
-    /// one): a backfiller in the idle class may get no CPU at all, so time spent as one is not
-    /// held against a job that waits for CPUs of its own. Queued and frozen time never counts.
-    pub fn ran_ms(&self, now_ms: i64, backfill_counts: bool) -> i64 {
-        let current = match self.state {
-            Some((ProfState::Running, since)) => (now_ms - since).max(0),
-            Some((ProfState::Backfill, since)) if backfill_counts => (now_ms - since).max(0),
-            _ => 0,
-        };
-        let backfill = if backfill_counts { self.backfill_ms } else { 0 };
-        self.primary_ms + backfill + current
     }
 
     /// Fold a sample in.

@@ -67,9 +67,15 @@ pub(super) fn parse(raw: &RawConfig, ov: &Overrides, e: Errs) -> Result<Node, Co
 pub(super) const DEFAULT_QUEUE_MAX_WAIT_S: u64 = 8 * 3600;
 
 /// `queue_order` ("submission", the default, or "shortest-first") and `queue_max_wait`
-/// (seconds, 1 s to a year).
+/// (seconds, 1 s to a year; below `queue_ttl`, or an overtaken job would expire before it goes
+/// first: unset, it is the default or half the ttl, whichever is shorter).
 fn parse_queue_order(raw: &RawConfig, e: Errs) -> Result<QueueOrder, ConfigError> {
-    let max_wait = raw.queue_max_wait.unwrap_or(DEFAULT_QUEUE_MAX_WAIT_S);
+    let ttl = raw.queue_ttl.filter(|t| *t > 0);
+    let max_wait = match (raw.queue_max_wait, ttl) {
+        (Some(w), _) => w,
+        (None, Some(ttl)) => DEFAULT_QUEUE_MAX_WAIT_S.min(ttl / 2).max(1),
+        (None, None) => DEFAULT_QUEUE_MAX_WAIT_S,
+    };
     if !(1..=pjw_core::time_limit::MAX_SECS).contains(&max_wait) {
         return Err(e.at(
             "queue_max_wait",
@@ -79,16 +85,25 @@ fn parse_queue_order(raw: &RawConfig, e: Errs) -> Result<QueueOrder, ConfigError
             ),
         ));
     }
-    match raw.queue_order.as_deref() {
-        None | Some("submission") => Ok(QueueOrder::Submission),
-        Some("shortest-first") => Ok(QueueOrder::ShortestFirst {
+    let order = match raw.queue_order.as_deref() {
+        None | Some("submission") => return Ok(QueueOrder::Submission),
+        Some("shortest-first") => QueueOrder::ShortestFirst {
             max_wait_ms: max_wait as i64 * 1000,
-        }),
-        Some(other) => Err(e.at(
-            "queue_order",
-            format!("{other:?} is not \"submission\" or \"shortest-first\""),
-        )),
+        },
+        Some(other) => {
+            return Err(e.at(
+                "queue_order",
+                format!("{other:?} is not \"submission\" or \"shortest-first\""),
+            ))
+        }
+    };
+    if let Some(ttl) = ttl.filter(|ttl| max_wait >= *ttl) {
+        return Err(e.at(
+            "queue_max_wait",
+            format!("{max_wait} s is not shorter than queue_ttl ({ttl} s): a job overtaken by shorter ones would expire before it goes first"),
+        ));
     }
+    Ok(order)
 }
 
 /// `socket` (the override first; at most 100 bytes, a Unix socket's limit) and `socket_mode`.

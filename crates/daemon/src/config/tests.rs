@@ -449,4 +449,11 @@ fn queue_order_defaults_to_submission_and_takes_shortest_first_with_its_wait() {
             max_wait_ms: 600_000
         }
     );
+    // With a queue ttl, an overtaken job goes first at half of it (before it would expire).
+    assert_eq!(
+        parse("queue_order = \"shortest-first\"\nqueue_ttl = 3600").queue_order,
+        QueueOrder::ShortestFirst {
+            max_wait_ms: 1_800_000
+        }
+    );
 }

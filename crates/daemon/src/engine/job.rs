@@ -141,6 +141,8 @@ pub(super) struct Job {
     pub(super) memory: MemTrack,
     /// Profile totals: time per state, latest sample, maxima, exit status.
     pub(super) prof: JobProf,
+    /// The time its time limit counts, as the engine's events see it.
+    pub(super) run_clock: super::time_limit::RunClock,
     /// How its end is watched for and who waits for it.
     pub(super) end: EndWatch,
     /// Its row lags behind memory (a write failed): written again after the next event.

@@ -47,6 +47,8 @@ impl Engine {
             self.sample_now(seq);
         }
         self.arm_young();
+        // Time limits count from here (decisions.md (co)).
+        self.observe_run_clocks(self.clock.now_ms());
         self.replan();
         Ok(())
     }
@@ -313,7 +315,14 @@ impl Engine {
             client: ClientLink::default(),
             memory: MemTrack::default(),
             // Time queued before a restart, from the record.
-            prof: self.recovered_prof(rec, started.is_some()),
+            prof: JobProf::with_queued(
+                rec.started_ms
+                    .map(|s| (s - rec.submitted_ms).max(0))
+                    .unwrap_or(0),
+            ),
+            // Its time limit counts from here: the time it ran before the restart is not
+            // stored, and a restart never ends a job early (decisions.md (co)).
+            run_clock: Default::default(),
             end: EndWatch::default(),
             store_dirty: false,
             freezing: None,
@@ -321,21 +330,6 @@ impl Engine {
             steps: Default::default(),
             tasks: None,
         }
-    }
-
-    /// A recovered job's totals: the time it queued before the restart, from the record; for
-    /// a started one, the time since its start as time run (its time limit counts on from
-    /// there: time it spent frozen before the restart is not known, and counts as run).
-    fn recovered_prof(&self, rec: &JobRecord, started: bool) -> JobProf {
-        let mut prof = JobProf::with_queued(
-            rec.started_ms
-                .map(|s| (s - rec.submitted_ms).max(0))
-                .unwrap_or(0),
-        );
-        if let (true, Some(s)) = (started, rec.started_ms) {
-            prof.primary_ms = (self.clock.now_ms() - s).max(0);
-        }
-        prof
     }
 
     /// Keep a populated job cgroup the store did not know, with the CPUs its cpuset holds.

@@ -119,6 +119,15 @@ async fn a_run_from_inside_a_job_is_a_step_on_its_cpus_never_a_job() {
         msg.contains("inside job a") && msg.contains("at most 4"),
         "{msg}"
     );
+    // A time limit on a step: refused, not silently dropped.
+    let mut req = run_request("t", 1);
+    req.time_limit_s = Some(60);
+    let (code, msg) = error(&run_in(&mut t, 205, UID, "/pjw/job-a", req).await);
+    assert_eq!(code, ErrorCode::Invalid);
+    assert!(
+        msg.contains("inside job a") && msg.contains("--time is for jobs, not steps"),
+        "{msg}"
+    );
     // Tasks that do not divide the step's CPUs: refused as a job's are.
     let mut req = run_request("t", 3);
     req.tasks = Some(2);

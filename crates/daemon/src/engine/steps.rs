@@ -448,6 +448,13 @@ fn step_fits(req: &RunRequest, j: &Job, inside: &str) -> Result<(), Refusal> {
             format!("{inside}: --exclusive (the whole node) is for jobs, not steps"),
         ));
     }
+    if req.time_limit_s.is_some() {
+        // Not ignored: a user who asked for a limit must not believe one is kept.
+        return Err(refuse(
+            ErrorCode::Invalid,
+            format!("{inside}: --time is for jobs, not steps (a step ends with its job)"),
+        ));
+    }
     if let (Some(m), Some(limit)) = (req.mem, j.mem) {
         if m > limit {
             return Err(refuse(

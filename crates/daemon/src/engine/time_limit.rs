@@ -1,29 +1,92 @@
-//! Time limits (`pjw run --time`): a job that has run as long as its limit — as a primary (a
-//! backfill-only job: as a backfiller too; time queued or frozen never counts,
-//! [`crate::profile::JobProf::ran_ms`]) — is killed, its end recorded as
-//! [`EndReason::TimeLimit`] (class `timeout`) and its user told by `pjw run`'s watcher. The
-//! engine's timer wakes at the next job's limit ([`Engine::next_time_limit`]).
+//! Time limits (`pjw run --time`): a job that has run as long as its limit is killed, its end
+//! recorded as [`EndReason::TimeLimit`] (class `timeout`) and its user told by `pjw run`'s
+//! watcher. What counts ([`counts_now`]): time as a primary on its own CPUs, and time as a
+//! backfiller that holds CPUs no primary holds or that can only backfill; not time queued,
+//! frozen (preempted, suspended, frozen by the memory governor) or backfilling in the idle class
+//! on CPUs primaries hold (it may get no CPU at all). The engine updates each job's
+//! [`RunClock`] after every event; its timer wakes at the next limit ([`Engine::next_time_limit`]),
+//! and the governor's tick looks again (a thaw that arms no timer).
 
 use std::time::Duration;
 
+use pjw_core::sched::{Phase, Placement};
 use pjw_core::time_limit::TimeLimit;
+use pjw_core::CpuSet;
 use tracing::{error, warn};
 
 use super::job::Job;
 use super::Engine;
-use crate::profile::{EndReason, ProfState};
+use crate::profile::EndReason;
+
+/// The time a job's limit has counted (pure: times are passed in).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunClock {
+    /// Counted up to the last observation (ms).
+    ran_ms: i64,
+    /// Whether it counted from the last observation on, and when that was.
+    since: Option<(bool, i64)>,
+}
+
+impl RunClock {
+    /// The job counts (`counts`) or not from `now_ms` on; the time since the last observation
+    /// goes to what it did then.
+    pub fn observe(&mut self, counts: bool, now_ms: i64) {
+        self.ran_ms = self.ran_ms_at(now_ms);
+        self.since = Some((counts, now_ms));
+    }
+
+    /// The time counted up to `now_ms`.
+    pub fn ran_ms_at(&self, now_ms: i64) -> i64 {
+        match self.since {
+            Some((true, since)) => self.ran_ms + (now_ms - since).max(0),
+            _ => self.ran_ms,
+        }
+    }
+}
+
+/// Whether job `j`'s limit counts now, given the CPUs primaries hold.
+pub(super) fn counts_now(j: &Job, primary_cpus: &CpuSet) -> bool {
+    if j.started.is_none() || j.memory.frozen {
+        return false;
+    }
+    match j.phase {
+        Phase::Primary => true,
+        Phase::Backfill => {
+            j.req.placement == Placement::BackfillOnly
+                || !j.cpus.difference(primary_cpus).is_empty()
+        }
+        Phase::Queued | Phase::Preempted | Phase::Suspended => false,
+    }
+}
 
 impl Engine {
-    /// Kill every started job that has run its time limit out.
+    /// Every job's run clock, after an event (its role, CPUs or freeze may have changed).
+    pub(super) fn observe_run_clocks(&mut self, now_ms: i64) {
+        let primary_cpus = self.primary_cpus();
+        for j in self
+            .jobs
+            .values_mut()
+            .filter(|j| j.req.time_limit.is_some())
+        {
+            let counts = counts_now(j, &primary_cpus);
+            j.run_clock.observe(counts, now_ms);
+        }
+    }
+
+    /// Kill every job that has run its time limit out (and is not ending already, killed by
+    /// pjw for its leftovers or by a user: that end stays its own).
     pub(super) fn enforce_time_limits(&mut self) {
         let now = self.clock.now_ms();
+        let kill_leftovers = self.cfg.kill_leftovers;
         let over: Vec<(i64, TimeLimit)> = self
             .jobs
             .values()
             .filter(|j| j.started.is_some() && j.end.reason.is_none() && j.end.killed_by.is_none())
+            // Its command ended and what it left is being killed: it ended on its own.
+            .filter(|j| !(j.end.ending && kill_leftovers))
             .filter_map(|j| {
                 let limit = j.req.time_limit?;
-                (ran_ms(j, now) >= limit.millis() as i64).then_some((j.seq, limit))
+                (j.run_clock.ran_ms_at(now) >= limit.millis() as i64).then_some((j.seq, limit))
             })
             .collect();
         for (seq, limit) in over {
@@ -31,60 +94,78 @@ impl Engine {
         }
     }
 
-    /// How long until the next running job reaches its limit (frozen, queued and most
-    /// backfilling jobs do not run towards theirs); None: no running job has one.
+    /// How long until the next counting job reaches its limit; None: none counts. Whether a
+    /// job counts is taken as it is now (this event may have started or thawed it), the time
+    /// it ran from its clock.
     pub(super) fn next_time_limit(&self) -> Option<Duration> {
         let now = self.clock.now_ms();
+        let primary_cpus = self.primary_cpus();
         self.jobs
             .values()
-            .filter(|j| j.started.is_some() && j.end.reason.is_none() && j.end.killed_by.is_none())
-            .filter(|j| match j.prof_state() {
-                ProfState::Running => true,
-                ProfState::Backfill => backfill_counts(j),
-                ProfState::Queued | ProfState::Frozen => false,
-            })
+            .filter(|j| j.end.reason.is_none() && j.end.killed_by.is_none())
+            .filter(|j| counts_now(j, &primary_cpus))
             .filter_map(|j| {
-                let left = j.req.time_limit?.millis() as i64 - ran_ms(j, now);
+                let left = j.req.time_limit?.millis() as i64 - j.run_clock.ran_ms_at(now);
                 Some(Duration::from_millis(left.max(0) as u64 + 1))
             })
             .min()
+    }
+
+    /// The CPUs primaries hold.
+    fn primary_cpus(&self) -> CpuSet {
+        self.jobs
+            .values()
+            .filter(|j| j.phase == Phase::Primary)
+            .fold(CpuSet::new(), |acc, j| acc.union(&j.cpus))
     }
 
     /// The time job `j` has left to run (ms), once it has started; None: no limit, or queued.
     pub(super) fn time_left_ms(&self, j: &Job) -> Option<i64> {
         let limit = j.req.time_limit?;
         j.started?;
-        Some((limit.millis() as i64 - ran_ms(j, self.clock.now_ms())).max(0))
+        let ran = j.run_clock.ran_ms_at(self.clock.now_ms());
+        Some((limit.millis() as i64 - ran).max(0))
     }
 
-    /// Kill job `seq` at its time limit; its CPUs return once its cgroup is empty.
+    /// Kill job `seq` at its time limit; its CPUs return once its cgroup is empty. A kill the
+    /// kernel refuses leaves the reason unset: the next look tries again.
     fn end_at_time_limit(&mut self, seq: i64, limit: TimeLimit) {
-        let Some(j) = self.jobs.get_mut(&seq) else {
+        let Some(j) = self.jobs.get(&seq) else {
             return;
         };
         warn!(job = %j.id, user = %j.user, limit = %limit, "job ran its time limit out: killing it");
-        j.end.reason = Some(EndReason::TimeLimit(limit));
-        j.starter.held = false;
-        let was_ending = j.end.ending;
-        j.end.ending = true;
-        if !was_ending {
-            if let Err(e) = self.kill_processes(seq) {
-                if let Some(j) = self.jobs.get(&seq) {
-                    error!(job = %j.id, error = %e, "cannot kill the job at its time limit");
-                }
+        if let Err(e) = self.kill_processes(seq) {
+            if let Some(j) = self.jobs.get(&seq) {
+                error!(job = %j.id, error = %e, "cannot kill the job at its time limit; trying again at the next look");
             }
+            return;
+        }
+        if let Some(j) = self.jobs.get_mut(&seq) {
+            j.end.reason = Some(EndReason::TimeLimit(limit));
+            j.starter.held = false;
+            j.end.ending = true;
         }
         self.check_empty(seq);
     }
 }
 
-/// Whether time as a backfiller counts against job `j`'s limit: only for a job that can run
-/// only as one.
-fn backfill_counts(j: &Job) -> bool {
-    j.req.placement == pjw_core::sched::Placement::BackfillOnly
-}
+#[cfg(test)]
+mod tests {
+    use super::RunClock;
 
-/// The time job `j` has run towards its limit at `now_ms`.
-fn ran_ms(j: &Job, now_ms: i64) -> i64 {
-    j.prof.ran_ms(now_ms, backfill_counts(j))
+    #[test]
+    fn the_run_clock_counts_only_the_spans_that_count() {
+        let mut c = RunClock::default();
+        assert_eq!(c.ran_ms_at(5_000), 0);
+        c.observe(true, 1_000);
+        assert_eq!(c.ran_ms_at(3_000), 2_000);
+        c.observe(false, 4_000);
+        assert_eq!(c.ran_ms_at(10_000), 3_000);
+        c.observe(true, 10_000);
+        c.observe(true, 11_000);
+        assert_eq!(c.ran_ms_at(12_500), 5_500);
+        // A clock that went back counts nothing for that span.
+        c.observe(true, 9_000);
+        assert_eq!(c.ran_ms_at(9_000), 4_000);
+    }
 }

@@ -208,3 +208,95 @@ async fn backfilling_counts_only_for_a_backfill_only_job() {
         let _ = p.wait();
     }
 }
+
+/// A backfiller that holds CPUs no primary holds runs there at full speed: its limit counts
+/// (a short --time cannot buy unlimited CPU as a backfiller).
+#[tokio::test(flavor = "current_thread")]
+async fn a_backfiller_on_cpus_no_primary_holds_counts() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    t.engine.policy.vcpus = 8;
+    let (a, _a) = t
+        .submit(1, std::process::id(), UID, run_request("a", 1))
+        .await;
+    assert!(matches!(a, Response::Started { .. }), "{a:?}");
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("sleep");
+    let req = RunRequest {
+        time_limit_s: Some(10),
+        placement: pjw_proto::Placement::Any,
+        ..run_request("wide", 4)
+    };
+    let (r, _rx) = t.submit(2, sleeper.id(), UID, req).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    let wide = t.seq_of("wide");
+    assert_eq!(t.engine.jobs[&wide].phase, pjw_core::sched::Phase::Backfill);
+    assert!(
+        t.engine.next_time_limit().is_some(),
+        "it counts: a timer is armed"
+    );
+    t.clock.advance(10_000);
+    tick(&mut t);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(!t.engine.jobs.contains_key(&wide), "{:?}", fake.calls());
+    let reason = t.store.state().rows[&wide].end_reason.clone();
+    assert_eq!(
+        reason.as_deref(),
+        Some("killed at its time limit (0:00:10)")
+    );
+}
+
+/// What a job leaves running when leftovers are not killed is killed at its limit; a job
+/// whose leftovers pjw is killing already ended on its own, not at its limit.
+#[tokio::test(flavor = "current_thread")]
+async fn leftovers_run_no_longer_than_the_limit() {
+    for kill_leftovers in [false, true] {
+        let fake = FakeCgroups::default();
+        let mut t = TestEngine::recording(fake.clone());
+        t.engine.cfg.kill_leftovers = kill_leftovers;
+        let seq = start_limited(&mut t, "a", 60).await;
+        t.engine.handle(Event::MainExited { seq });
+        let before = kills(&fake);
+        t.clock.advance(61_000);
+        tick(&mut t);
+        let reason = t.store.state().rows[&seq].end_reason.clone();
+        if kill_leftovers {
+            assert_eq!(before, 1, "pjw killed the leftovers at the main exit");
+            assert_eq!(reason.as_deref(), Some("exited"), "{:?}", fake.calls());
+        } else {
+            assert_eq!((before, kills(&fake)), (0, 1), "{:?}", fake.calls());
+            assert_eq!(
+                reason.as_deref(),
+                Some("killed at its time limit (0:01:00)")
+            );
+        }
+    }
+}
+
+/// A daemon restart never ends a job early: the limit counts again from the restart, and a
+/// job frozen then is not killed while frozen.
+#[tokio::test(flavor = "current_thread")]
+async fn a_restart_never_kills_a_job_early() {
+    let mut t = TestEngine::new();
+    t.fake_stat(std::process::id());
+    let seq = start_limited(&mut t, "a", 60).await;
+    t.clock.advance(50_000);
+    let cg = super::cgroup_name(&TestEngine::id("a"));
+    t.in_cgroup(std::process::id(), &format!("/pjw/{cg}"));
+    let mut t = t.restart();
+    t.engine.recover().expect("recover");
+    t.clock.advance(20_000);
+    tick(&mut t);
+    assert!(
+        t.engine.jobs.contains_key(&seq),
+        "70 s after its start, 20 s after the restart"
+    );
+    assert_eq!(
+        t.engine.status().jobs[0].time_left_s,
+        Some(40),
+        "counted from the restart"
+    );
+}
