@@ -198,6 +198,58 @@ impl Fs {
     }
 }
 
+/// A process pinned by a pidfd: signalled through it, it is that process or none (a pid reused
+/// meanwhile is never hit).
+pub(crate) struct Pinned(std::os::fd::OwnedFd);
+
+impl Fs {
+    /// Pin process `pid` (None: it is gone, or this is a fake tree, whose pids are not its own).
+    pub(crate) fn pin_pid(&self, pid: u32) -> Option<Pinned> {
+        if !matches!(self.backend, Backend::Kernel) {
+            return None;
+        }
+        let raw = libc::pid_t::try_from(pid).ok().filter(|p| *p > 0)?;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: a descriptor just returned by the kernel, owned here alone.
+        Some(Pinned(unsafe {
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as libc::c_int)
+        }))
+    }
+
+    /// Send `sig` to the pinned process; false: it has exited.
+    pub(crate) fn signal_pinned(
+        &self,
+        p: &Pinned,
+        pid: u32,
+        sig: i32,
+    ) -> Result<bool, CgroupError> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: pidfd_send_signal with a descriptor we own, no siginfo, no flags.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                p.0.as_raw_fd(),
+                sig,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        if errno(&e) == Some(libc::ESRCH) {
+            Ok(false)
+        } else {
+            Err(CgroupError::Signal { pid, source: e })
+        }
+    }
+}
+
 fn write_existing(path: &Path, value: &str) -> io::Result<()> {
     let mut f = fs::OpenOptions::new().write(true).open(path)?;
     // One write(2): cgroupfs parses each write separately.

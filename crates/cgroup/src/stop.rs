@@ -31,6 +31,31 @@ impl Driver {
         Ok(self.legacy_procs(name)?.is_empty())
     }
 
+    /// Send `sig` to every process of the job (SIGTERM: the warning before a kill); how many
+    /// were signalled. Each process is pinned by a pidfd before the job's processes are listed
+    /// again, and signalled only if it is still listed: a pid that left the job and was reused
+    /// outside it is never hit. Processes born meanwhile are not signalled (the kill after it
+    /// takes them). On a fake tree nothing is sent.
+    pub fn signal(&self, name: &str, sig: i32) -> Result<usize, CgroupError> {
+        parent::validate_job_name(name)?;
+        let pinned: Vec<(u32, crate::fs::Pinned)> = self
+            .legacy_procs(name)?
+            .into_iter()
+            .filter_map(|pid| self.fs.pin_pid(pid).map(|p| (pid, p)))
+            .collect();
+        if pinned.is_empty() {
+            return Ok(0);
+        }
+        let still: std::collections::BTreeSet<u32> = self.legacy_procs(name)?.into_iter().collect();
+        let mut sent = 0;
+        for (pid, p) in pinned.iter().filter(|(pid, _)| still.contains(pid)) {
+            if self.fs.signal_pinned(p, *pid, sig)? {
+                sent += 1;
+            }
+        }
+        Ok(sent)
+    }
+
     /// Every process in any of the job's cgroups, as `is_populated` counts them.
     fn legacy_procs(&self, name: &str) -> Result<Vec<u32>, CgroupError> {
         match self.v2() {

@@ -212,6 +212,19 @@ fn job_lifecycle_on_the_real_cgroupfs() {
         d.freeze(JOB, false).unwrap();
     }
 
+    // A signal to every process of the job (the warning before a kill at a time limit):
+    // delivered through a pidfd to the job's one process. SIGSTOP, so that it is seen and the
+    // kill below still ends it.
+    let pid = g.child.as_ref().unwrap().id();
+    let state = |pid: u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        stat.rsplit(") ").next().unwrap().chars().next().unwrap()
+    };
+    assert_eq!(d.signal(JOB, libc::SIGSTOP).unwrap(), 1);
+    wait_until("stopped by the job's signal", || state(pid) == 'T');
+    assert_eq!(d.signal(JOB, libc::SIGCONT).unwrap(), 1);
+    wait_until("continued", || state(pid) != 'T');
+
     d.kill(JOB).unwrap();
     let mut child = g.child.take().unwrap();
     let st = child.wait().unwrap();

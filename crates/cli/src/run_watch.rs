@@ -210,7 +210,7 @@ pub fn tell(o: &JobOutcome) -> String {
     {
         let limit = pjw_core::text::printable(limit, 32);
         out.push_str(&format!(
-            "pjw: job {job} was killed at its time limit ({limit} of running time, --time)\n"
+            "pjw: job {job} was ended at its time limit ({limit} of running time, --time)\n"
         ));
     }
     if o.oom_kills > 0 {
@@ -255,7 +255,7 @@ mod tests {
         };
         assert_eq!(
             tell(&o),
-            "pjw: job 42 was killed at its time limit (0:01:30 of running time, --time)\n"
+            "pjw: job 42 was ended at its time limit (0:01:30 of running time, --time)\n"
         );
         let killed = JobOutcome {
             ended: Some("killed by alice".into()),

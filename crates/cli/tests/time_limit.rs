@@ -1,5 +1,7 @@
 //! Root integration tests of time limits (`pjw run --time`) and the shortest-first queue: a
-//! real job killed at its limit, its user told and its end a timeout in the report; a job
+//! real job warned with SIGTERM at its limit (one that catches it ends its own way, one that
+//! ignores it is killed `[job] kill_wait` later), its user told and its end a timeout in the
+//! report; a job
 //! with a shorter limit starting ahead of a longer one, and a user who gives a short limit to
 //! jump the queue killed at it. Each test runs a private daemon below its own cgroup.
 
@@ -58,17 +60,40 @@ fn end_of(d: &TestDaemon, id: &str) -> String {
 }
 
 #[test]
-fn a_job_is_killed_at_its_time_limit_and_its_user_told() {
+fn a_job_is_warned_then_killed_at_its_time_limit_and_its_user_told() {
     require_root!();
-    let d = TestDaemon::start(&pjw_bin(), "");
+    let d = TestDaemon::start(&pjw_bin(), "[job]\nkill_wait = 1\n");
     let dir = d.dir().to_path_buf();
-    let job = d.run_sh(&["--job-id", "slow", "--time", "2s"], &hold(&dir, "slow"));
-    // What the limit acts on ran: the job started and was still held when the limit came.
-    assert!(up(&dir, "slow"), "{}", d.log());
-    let out = wait(job, "pjw run --time 2s").killed();
+    // One catches the SIGTERM and ends its own way; one ignores it (its children inherit
+    // that) and is killed a second later.
+    let polite = d.run_sh(
+        &["--job-id", "polite", "--time", "2s"],
+        &format!(
+            "trap 'echo got-term; exit 3' TERM; {}",
+            hold(&dir, "polite")
+        ),
+    );
+    let slow = d.run_sh(
+        &["--job-id", "slow", "--time", "2s"],
+        &format!("trap '' TERM; {}", hold(&dir, "slow")),
+    );
+    // What the limit acts on ran: both started and were still held when the limit came.
+    assert!(up(&dir, "polite") && up(&dir, "slow"), "{}", d.log());
+    let out = wait(polite, "pjw run --time 2s (catches TERM)").code(3);
+    assert!(out.stdout().contains("got-term"), "{}", out.describe());
     assert!(
         out.stderr().contains(
-            "pjw: job slow was killed at its time limit (0:00:02 of running time, --time)"
+            "pjw: job polite was ended at its time limit (0:00:02 of running time, --time)"
+        ),
+        "{}\n{}",
+        out.describe(),
+        d.log()
+    );
+    assert_eq!(end_of(&d, "polite"), "timeout", "{}", d.log());
+    let out = wait(slow, "pjw run --time 2s (ignores TERM)").killed();
+    assert!(
+        out.stderr().contains(
+            "pjw: job slow was ended at its time limit (0:00:02 of running time, --time)"
         ),
         "{}\n{}",
         out.describe(),
@@ -110,7 +135,7 @@ fn the_shortest_limit_starts_first_and_a_short_limit_is_held_to() {
     let d = TestDaemon::start(
         &pjw_bin(),
         &format!(
-            "cpus = \"{two}\"\nvcpus = 2\nhard_preemption = false\nqueue_order = \"shortest-first\"\n"
+            "cpus = \"{two}\"\nvcpus = 2\nhard_preemption = false\nqueue_order = \"shortest-first\"\n[job]\nkill_wait = 1\n"
         ),
     );
     let dir = d.dir().to_path_buf();
@@ -148,8 +173,9 @@ fn the_shortest_limit_starts_first_and_a_short_limit_is_held_to() {
     // The later, shorter job starts first; the longer one still waits.
     assert!(up(&dir, "short"), "{}", d.log());
     assert_eq!(state_of(&d, "long"), "queued");
-    // It said 2 s and is not released: killed at 2 s of running, and the long job starts.
-    wait(short, "short").killed();
+    // It said 2 s and is not released: ended at 2 s of running (SIGTERM), and the long job
+    // starts.
+    wait(short, "short").signal(libc::SIGTERM);
     assert_eq!(end_of(&d, "short"), "timeout");
     assert!(up(&dir, "long"), "{}", d.log());
     go(&dir, "long");

@@ -75,6 +75,8 @@ pub trait CgroupLifecycle {
     /// Kill every process of the job: at once where the kernel can (`cgroup.kill`), else what
     /// waits is handed back as [`Killed::Rounds`].
     fn kill(&self, name: &str) -> Result<Killed, CgroupError>;
+    /// Send `sig` to every process of the job (each pinned by a pidfd); how many got it.
+    fn signal(&self, name: &str, sig: i32) -> Result<usize, CgroupError>;
     /// Remove the job's cgroups.
     fn remove_job(&self, name: &str) -> Result<(), CgroupError>;
     /// [`CgroupLifecycle::remove_job`] to run later, on a blocking thread: an `rmdir` in
@@ -184,6 +186,9 @@ impl CgroupLifecycle for Driver {
         }
         let (driver, name) = (self.clone(), name.to_string());
         Ok(Killed::Rounds(Box::new(move || driver.kill_rounds(&name))))
+    }
+    fn signal(&self, name: &str, sig: i32) -> Result<usize, CgroupError> {
+        Driver::signal(self, name, sig)
     }
     fn remove_job(&self, name: &str) -> Result<(), CgroupError> {
         Driver::remove_job(self, name)

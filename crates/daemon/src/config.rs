@@ -145,6 +145,9 @@ pub struct Config {
     pub governor_cfg: pjw_core::governor::GovernorConfig,
     pub governor_interval_ms: u64,
     pub kill_leftovers: bool,
+    /// `[job] kill_wait`: seconds between the SIGTERM and the SIGKILL of a job at its time
+    /// limit (0: SIGKILL at once).
+    pub kill_wait_s: u64,
     pub pids_max: Option<u64>,
     /// Default size of a job's private /tmp (bytes); `None` = none unless `pjw run --tmp`.
     pub tmp: Option<u64>,
@@ -354,6 +357,7 @@ impl Config {
             governor_cfg: memory.governor_cfg,
             governor_interval_ms: memory.interval_ms,
             kill_leftovers: job.kill_leftovers,
+            kill_wait_s: job.kill_wait_s,
             pids_max: job.pids_max,
             tmp: job.tmp,
             tmp_max: job.tmp_max,

@@ -28,6 +28,7 @@ pub struct RawJob {
     pub shm_size: Option<String>,
     pub scrub_ipc: Option<bool>,
     pub scrub_min_uid: Option<u32>,
+    pub kill_wait: Option<u64>,
 }
 
 /// `[job] private_ipc`, `shm_size`, `scrub_ipc`: a job's own /dev/shm and IPC namespace
@@ -58,7 +59,11 @@ pub(super) struct Job {
     pub bind_interval_ms: u64,
     pub thread_env: bool,
     pub ipc: JobIpc,
+    pub kill_wait_s: u64,
 }
+
+/// Seconds between the SIGTERM and the SIGKILL of a job at its time limit (Slurm's KillWait).
+pub const DEFAULT_KILL_WAIT_S: u64 = 30;
 
 /// Validate `[job]`; a job's /tmp lives below `state_dir` unless `tmp_root` says otherwise.
 pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigError> {
@@ -85,6 +90,13 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
     };
     let (bind, bind_interval_ms) = parse_bind(&j, e)?;
     let ipc = parse_ipc(&j, e)?;
+    let kill_wait_s = j.kill_wait.unwrap_or(DEFAULT_KILL_WAIT_S);
+    if kill_wait_s > 3600 {
+        return Err(err(
+            "job.kill_wait",
+            format!("{kill_wait_s} is more than 3600 (seconds)"),
+        ));
+    }
     Ok(Job {
         kill_leftovers: j.kill_leftovers.unwrap_or(true),
         pids_max,
@@ -97,6 +109,7 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
         bind_interval_ms,
         thread_env: j.thread_env.unwrap_or(true),
         ipc,
+        kill_wait_s,
     })
 }
 

@@ -251,6 +251,10 @@ fn errors_name_file_key_and_reason() {
             "queue_max_wait = 0",
             "queue_max_wait: 0 is not in 1-31622400",
         ),
+        (
+            "[job]\nkill_wait = 3601",
+            "job.kill_wait: 3601 is more than 3600",
+        ),
     ];
     for (text, want) in cases {
         let e = Config::parse("/etc/pjw/pjw.toml", text, &Overrides::default())

@@ -41,6 +41,8 @@ pub(super) struct EndWatch {
     /// The last delay between such looks: 20 ms after the job's end, doubling up to 1 s while
     /// leftovers keep running.
     pub(super) recheck_delay: Duration,
+    /// Warned with SIGTERM at its time limit: when it is killed if it has not ended (ms).
+    pub(super) kill_due_ms: Option<i64>,
 }
 
 /// What the memory governor tracks about a job.

@@ -1,6 +1,6 @@
-//! Time limits (`pjw run --time`): a job that has run as long as its limit is killed, its end
-//! recorded as [`EndReason::TimeLimit`] (class `timeout`) and its user told by `pjw run`'s
-//! watcher. What counts ([`counts_now`]): time as a primary on its own CPUs, and time as a
+//! Time limits (`pjw run --time`): a job that has run as long as its limit gets SIGTERM and,
+//! `[job] kill_wait` seconds later if it has not ended, is killed; its end is recorded as
+//! [`EndReason::TimeLimit`] (class `timeout`) and its user told by `pjw run`'s watcher. What counts ([`counts_now`]): time as a primary on its own CPUs, and time as a
 //! backfiller that holds CPUs no primary holds or that can only backfill; not time queued,
 //! frozen (preempted, suspended, frozen by the memory governor) or backfilling in the idle class
 //! on CPUs primaries hold (it may get no CPU at all). The engine updates each job's
@@ -92,9 +92,19 @@ impl Engine {
         for (seq, limit) in over {
             self.end_at_time_limit(seq, limit);
         }
+        let due: Vec<i64> = self
+            .jobs
+            .values()
+            .filter(|j| j.end.kill_due_ms.is_some_and(|at| at <= now))
+            .map(|j| j.seq)
+            .collect();
+        for seq in due {
+            self.kill_after_warning(seq);
+        }
     }
 
-    /// How long until the next counting job reaches its limit; None: none counts. Whether a
+    /// How long until the next counting job reaches its limit, or a warned one is due to be
+    /// killed; None: neither. Whether a
     /// job counts is taken as it is now (this event may have started or thawed it), the time
     /// it ran from its clock.
     pub(super) fn next_time_limit(&self) -> Option<Duration> {
@@ -106,8 +116,14 @@ impl Engine {
             .filter(|j| counts_now(j, &primary_cpus))
             .filter_map(|j| {
                 let left = j.req.time_limit?.millis() as i64 - j.run_clock.ran_ms_at(now);
-                Some(Duration::from_millis(left.max(0) as u64 + 1))
+                // One already over it was looked at and could not be signalled: the next
+                // event or the governor's tick tries again, not a timer spinning on it.
+                (left > 0).then(|| Duration::from_millis(left as u64 + 1))
             })
+            .chain(self.jobs.values().filter_map(|j| {
+                let left = j.end.kill_due_ms? - now;
+                Some(Duration::from_millis(left.max(0) as u64 + 1))
+            }))
             .min()
     }
 
@@ -127,22 +143,56 @@ impl Engine {
         Some((limit.millis() as i64 - ran).max(0))
     }
 
-    /// Kill job `seq` at its time limit; its CPUs return once its cgroup is empty. A kill the
-    /// kernel refuses leaves the reason unset: the next look tries again.
+    /// Job `seq` reached its time limit: SIGTERM to its processes, the kill `kill_wait` later
+    /// (at once where that is 0). A signal or kill the kernel refuses records nothing: the
+    /// next look tries again.
     fn end_at_time_limit(&mut self, seq: i64, limit: TimeLimit) {
         let Some(j) = self.jobs.get(&seq) else {
             return;
         };
-        warn!(job = %j.id, user = %j.user, limit = %limit, "job ran its time limit out: killing it");
+        let wait_s = self.cfg.kill_wait_s;
+        warn!(job = %j.id, user = %j.user, limit = %limit, kill_wait_s = wait_s, "job ran its time limit out: SIGTERM, then SIGKILL");
+        let warned = if wait_s == 0 {
+            self.kill_processes(seq).map(|()| None)
+        } else {
+            let due = self.clock.now_ms() + wait_s as i64 * 1000;
+            self.driver
+                .signal(&j.cgroup, libc::SIGTERM)
+                .map(|_| Some(due))
+        };
+        let kill_due = match warned {
+            Ok(due) => due,
+            Err(e) => {
+                if let Some(j) = self.jobs.get(&seq) {
+                    error!(job = %j.id, error = %e, "cannot signal the job at its time limit; trying again at the next look");
+                }
+                return;
+            }
+        };
+        if let Some(j) = self.jobs.get_mut(&seq) {
+            j.end.reason = Some(EndReason::TimeLimit(limit));
+            j.starter.held = false;
+            j.end.kill_due_ms = kill_due;
+            j.end.ending |= kill_due.is_none();
+        }
+        self.check_empty(seq);
+    }
+
+    /// A job warned at its time limit has not ended within `kill_wait`: killed.
+    fn kill_after_warning(&mut self, seq: i64) {
+        let Some(j) = self.jobs.get_mut(&seq) else {
+            return;
+        };
+        j.end.kill_due_ms = None;
+        warn!(job = %j.id, user = %j.user, "job still running kill_wait after its time limit's SIGTERM: killing it");
         if let Err(e) = self.kill_processes(seq) {
-            if let Some(j) = self.jobs.get(&seq) {
-                error!(job = %j.id, error = %e, "cannot kill the job at its time limit; trying again at the next look");
+            if let Some(j) = self.jobs.get_mut(&seq) {
+                error!(job = %j.id, error = %e, "cannot kill the job after its time limit; trying again at the next look");
+                j.end.kill_due_ms = Some(self.clock.now_ms() + 1000);
             }
             return;
         }
         if let Some(j) = self.jobs.get_mut(&seq) {
-            j.end.reason = Some(EndReason::TimeLimit(limit));
-            j.starter.held = false;
             j.end.ending = true;
         }
         self.check_empty(seq);

@@ -73,6 +73,26 @@ async fn a_job_is_killed_at_its_time_limit_and_not_a_moment_before() {
     );
     t.clock.advance(1_000);
     tick(&mut t);
+    // At its limit: SIGTERM to its processes, the kill `kill_wait` (30 s) later.
+    assert!(
+        fake.calls().contains(&"signal job-a 15".to_string()),
+        "{:?}",
+        fake.calls()
+    );
+    assert_eq!(kills(&fake), 0);
+    assert!(
+        t.engine.jobs.contains_key(&seq),
+        "it may end on its own meanwhile"
+    );
+    assert_eq!(
+        t.engine.next_time_limit().map(|d| d.as_millis()),
+        Some(30_001)
+    );
+    t.clock.advance(29_000);
+    tick(&mut t);
+    assert_eq!(kills(&fake), 0);
+    t.clock.advance(1_000);
+    tick(&mut t);
     assert_eq!(kills(&fake), 1, "{:?}", fake.calls());
     assert!(
         !t.engine.jobs.contains_key(&seq),
@@ -98,6 +118,7 @@ async fn a_job_is_killed_at_its_time_limit_and_not_a_moment_before() {
 async fn time_suspended_does_not_count_against_the_limit() {
     let fake = FakeCgroups::default();
     let mut t = TestEngine::recording(fake.clone());
+    t.engine.cfg.kill_wait_s = 0;
     let seq = start_limited(&mut t, "a", 60).await;
     t.clock.advance(20_000);
     control(&mut t, "a", Control::Suspend).await;
@@ -157,6 +178,7 @@ async fn a_time_limit_is_checked_and_kept_with_the_job() {
 async fn backfilling_counts_only_for_a_backfill_only_job() {
     let fake = FakeCgroups::default();
     let mut t = TestEngine::recording(fake.clone());
+    t.engine.cfg.kill_wait_s = 0;
     t.engine.policy.vcpus = 8;
     let (a, _a) = t
         .submit(1, std::process::id(), UID, run_request("a", 4))
@@ -215,6 +237,7 @@ async fn backfilling_counts_only_for_a_backfill_only_job() {
 async fn a_backfiller_on_cpus_no_primary_holds_counts() {
     let fake = FakeCgroups::default();
     let mut t = TestEngine::recording(fake.clone());
+    t.engine.cfg.kill_wait_s = 0;
     t.engine.policy.vcpus = 8;
     let (a, _a) = t
         .submit(1, std::process::id(), UID, run_request("a", 1))
@@ -256,6 +279,7 @@ async fn leftovers_run_no_longer_than_the_limit() {
     for kill_leftovers in [false, true] {
         let fake = FakeCgroups::default();
         let mut t = TestEngine::recording(fake.clone());
+        t.engine.cfg.kill_wait_s = 0;
         t.engine.cfg.kill_leftovers = kill_leftovers;
         let seq = start_limited(&mut t, "a", 60).await;
         t.engine.handle(Event::MainExited { seq });

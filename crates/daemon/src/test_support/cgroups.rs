@@ -200,6 +200,10 @@ impl CgroupLifecycle for FakeCgroups {
         }
         Ok(())
     }
+    fn signal(&self, name: &str, sig: i32) -> Result<usize, CgroupError> {
+        self.write("signal", name, sig.to_string())?;
+        Ok(self.state().jobs.get(name).map_or(0, |j| j.1.len()))
+    }
     fn kill(&self, name: &str) -> Result<Killed, CgroupError> {
         self.write("kill", name, String::new())?;
         let Some(gate) = self.state().slow_kill.clone() else {
