@@ -9,6 +9,9 @@ use crate::{freezer, parent, unified, CgroupError, Driver, Layout};
 /// How long [`Driver::kill`] keeps signalling when there is no freezer.
 const KILL_ROUNDS: usize = 20;
 
+/// The most pidfds [`Driver::signal`] holds at once.
+const SIGNAL_BATCH: usize = 1024;
+
 impl Driver {
     /// Kill every process of the job (cgroup.kill where available; else freeze + SIGKILL each).
     pub fn kill(&self, name: &str) -> Result<(), CgroupError> {
@@ -34,26 +37,36 @@ impl Driver {
     /// Send `sig` to every process of the job (SIGTERM: the warning before a kill); how many
     /// were signalled. Each process is pinned by a pidfd before the job's processes are listed
     /// again, and signalled only if it is still listed: a pid that left the job and was reused
-    /// outside it is never hit. Processes born meanwhile are not signalled (the kill after it
-    /// takes them). On a fake tree nothing is sent.
+    /// outside it is never hit. At most [`SIGNAL_BATCH`] pidfds are open at a time (a job of
+    /// many processes cannot take the daemon's descriptors), and a process the kernel refuses to
+    /// signal does not stop the others (the first such error is returned after the pass).
+    /// Processes born meanwhile are not signalled (the kill after it takes them). On a fake
+    /// tree nothing is sent.
     pub fn signal(&self, name: &str, sig: i32) -> Result<usize, CgroupError> {
         parent::validate_job_name(name)?;
-        let pinned: Vec<(u32, crate::fs::Pinned)> = self
-            .legacy_procs(name)?
-            .into_iter()
-            .filter_map(|pid| self.fs.pin_pid(pid).map(|p| (pid, p)))
-            .collect();
-        if pinned.is_empty() {
-            return Ok(0);
-        }
-        let still: std::collections::BTreeSet<u32> = self.legacy_procs(name)?.into_iter().collect();
-        let mut sent = 0;
-        for (pid, p) in pinned.iter().filter(|(pid, _)| still.contains(pid)) {
-            if self.fs.signal_pinned(p, *pid, sig)? {
-                sent += 1;
+        let listed = self.legacy_procs(name)?;
+        let (mut sent, mut first_err) = (0, None);
+        for batch in listed.chunks(SIGNAL_BATCH) {
+            let pinned: Vec<(u32, crate::fs::Pinned)> = batch
+                .iter()
+                .filter_map(|&pid| self.fs.pin_pid(pid).map(|p| (pid, p)))
+                .collect();
+            if pinned.is_empty() {
+                continue;
+            }
+            let still: std::collections::BTreeSet<u32> =
+                self.legacy_procs(name)?.into_iter().collect();
+            for (pid, p) in pinned.iter().filter(|(pid, _)| still.contains(pid)) {
+                match self.fs.signal_pinned(p, *pid, sig) {
+                    Ok(true) => sent += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
             }
         }
-        Ok(sent)
+        first_err.map_or(Ok(sent), Err)
     }
 
     /// Every process in any of the job's cgroups, as `is_populated` counts them.

@@ -488,8 +488,10 @@ impl Engine {
             Event::CgroupsRemoved { cgroup, error } => self.cgroups_removed(&cgroup, error),
             Event::Govern => {
                 self.govern();
-                // A limit whose timer was armed before a freeze or thaw moved it.
+                // A limit whose timer was armed before a freeze or thaw moved it; a warning
+                // sent now gets its own timer for the kill.
                 self.enforce_time_limits();
+                self.arm_timer();
             }
             Event::Outcome { cred, job, reply } => {
                 let _ = reply.send(self.outcome(cred, &job));

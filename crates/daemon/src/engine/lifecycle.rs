@@ -419,7 +419,9 @@ impl Engine {
         if !job.end.ending {
             job.end.ending = true;
             debug!(job = %job.id, "main process exited");
-            if kill {
+            // Warned at its time limit: what it left has until the deadline to finish (a
+            // wrapper script dies of the SIGTERM at once; its program writes its checkpoint).
+            if kill && job.end.kill_due_ms.is_none() {
                 if let Err(e) = self.kill_processes(seq) {
                     if let Some(job) = self.jobs.get(&seq) {
                         warn!(job = %job.id, error = %e, "cannot kill leftover processes");

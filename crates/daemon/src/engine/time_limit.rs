@@ -143,31 +143,30 @@ impl Engine {
         Some((limit.millis() as i64 - ran).max(0))
     }
 
-    /// Job `seq` reached its time limit: SIGTERM to its processes, the kill `kill_wait` later
-    /// (at once where that is 0). A signal or kill the kernel refuses records nothing: the
-    /// next look tries again.
+    /// Job `seq` reached its time limit: SIGTERM to its processes, the kill a grace later:
+    /// `kill_wait`, or its limit where that is shorter (a job that claims 2 s to start sooner
+    /// runs at most 4 s), at once where it is 0. The warning is best effort: a signal the
+    /// kernel refuses is logged and the kill still follows; a kill it refuses records nothing
+    /// and is tried again at the next look.
     fn end_at_time_limit(&mut self, seq: i64, limit: TimeLimit) {
         let Some(j) = self.jobs.get(&seq) else {
             return;
         };
-        let wait_s = self.cfg.kill_wait_s;
-        warn!(job = %j.id, user = %j.user, limit = %limit, kill_wait_s = wait_s, "job ran its time limit out: SIGTERM, then SIGKILL");
-        let warned = if wait_s == 0 {
-            self.kill_processes(seq).map(|()| None)
-        } else {
-            let due = self.clock.now_ms() + wait_s as i64 * 1000;
-            self.driver
-                .signal(&j.cgroup, libc::SIGTERM)
-                .map(|_| Some(due))
-        };
-        let kill_due = match warned {
-            Ok(due) => due,
-            Err(e) => {
+        let grace_s = self.cfg.kill_wait_s.min(limit.secs());
+        warn!(job = %j.id, user = %j.user, limit = %limit, grace_s, "job ran its time limit out: SIGTERM, then SIGKILL");
+        let kill_due = if grace_s == 0 {
+            if let Err(e) = self.kill_processes(seq) {
                 if let Some(j) = self.jobs.get(&seq) {
-                    error!(job = %j.id, error = %e, "cannot signal the job at its time limit; trying again at the next look");
+                    error!(job = %j.id, error = %e, "cannot kill the job at its time limit; trying again at the next look");
                 }
                 return;
             }
+            None
+        } else {
+            if let Err(e) = self.driver.signal(&j.cgroup, libc::SIGTERM) {
+                warn!(job = %j.id, error = %e, "not every process of the job got its SIGTERM; the kill follows as planned");
+            }
+            Some(self.clock.now_ms() + grace_s as i64 * 1000)
         };
         if let Some(j) = self.jobs.get_mut(&seq) {
             j.end.reason = Some(EndReason::TimeLimit(limit));
@@ -178,17 +177,19 @@ impl Engine {
         self.check_empty(seq);
     }
 
-    /// A job warned at its time limit has not ended within `kill_wait`: killed.
+    /// A job warned at its time limit has not ended by its deadline: killed, and killed again
+    /// every second while anything of it is left (kill rounds a fork bomb outlived, a kill the
+    /// kernel refused), until its cgroup is empty and it ends.
     fn kill_after_warning(&mut self, seq: i64) {
+        let again = self.clock.now_ms() + 1000;
         let Some(j) = self.jobs.get_mut(&seq) else {
             return;
         };
-        j.end.kill_due_ms = None;
-        warn!(job = %j.id, user = %j.user, "job still running kill_wait after its time limit's SIGTERM: killing it");
+        j.end.kill_due_ms = Some(again);
+        warn!(job = %j.id, user = %j.user, "job still running past its time limit's grace: killing it");
         if let Err(e) = self.kill_processes(seq) {
-            if let Some(j) = self.jobs.get_mut(&seq) {
-                error!(job = %j.id, error = %e, "cannot kill the job after its time limit; trying again at the next look");
-                j.end.kill_due_ms = Some(self.clock.now_ms() + 1000);
+            if let Some(j) = self.jobs.get(&seq) {
+                error!(job = %j.id, error = %e, "cannot kill the job after its time limit; trying again in 1 s");
             }
             return;
         }

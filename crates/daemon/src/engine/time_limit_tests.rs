@@ -324,3 +324,56 @@ async fn a_restart_never_kills_a_job_early() {
         "counted from the restart"
     );
 }
+
+/// The warning is best effort and the kill does not depend on it: a SIGTERM the kernel refuses
+/// still leads to the kill at the deadline. The grace is `kill_wait` or the limit, whichever is
+/// shorter: a job that claims 2 s runs at most 4 s.
+#[tokio::test(flavor = "current_thread")]
+async fn a_refused_warning_still_ends_in_the_kill_within_a_grace_no_longer_than_the_limit() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    fake.state().fail.push("signal");
+    let seq = start_limited(&mut t, "a", 2).await;
+    t.clock.advance(2_000);
+    tick(&mut t);
+    assert!(
+        fake.calls().contains(&"signal job-a 15 !".to_string()),
+        "{:?}",
+        fake.calls()
+    );
+    assert_eq!(kills(&fake), 0);
+    assert_eq!(
+        t.engine.next_time_limit().map(|d| d.as_millis()),
+        Some(2_001),
+        "the grace is the 2-s limit, not kill_wait's 30 s"
+    );
+    t.clock.advance(2_000);
+    tick(&mut t);
+    assert_eq!(kills(&fake), 1, "{:?}", fake.calls());
+    assert!(!t.engine.jobs.contains_key(&seq));
+}
+
+/// What a warned job leaves when its main process dies of the SIGTERM (a wrapper script) has
+/// until the deadline to finish, then is killed.
+#[tokio::test(flavor = "current_thread")]
+async fn a_warned_jobs_leftovers_get_the_grace_then_the_kill() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    let seq = start_limited(&mut t, "a", 60).await;
+    t.clock.advance(60_000);
+    tick(&mut t);
+    assert!(fake.calls().contains(&"signal job-a 15".to_string()));
+    // The wrapper dies of the SIGTERM; its program is still in the job.
+    t.engine.handle(Event::MainExited { seq });
+    assert_eq!(kills(&fake), 0, "leftovers wait for the deadline");
+    assert!(t.engine.jobs.contains_key(&seq));
+    t.clock.advance(30_000);
+    tick(&mut t);
+    assert_eq!(kills(&fake), 1, "{:?}", fake.calls());
+    assert!(!t.engine.jobs.contains_key(&seq));
+    let reason = t.store.state().rows[&seq].end_reason.clone();
+    assert_eq!(
+        reason.as_deref(),
+        Some("killed at its time limit (0:01:00)")
+    );
+}
