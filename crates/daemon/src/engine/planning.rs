@@ -257,12 +257,15 @@ impl Engine {
     }
 
     /// CPUs held by primaries.
-    pub(super) fn free(&self) -> CpuSet {
-        let held = self
-            .jobs
+    pub(super) fn primary_cpus(&self) -> CpuSet {
+        self.jobs
             .values()
             .filter(|j| j.phase == Phase::Primary)
-            .fold(CpuSet::new(), |acc, j| acc.union(&j.cpus));
-        self.pool.difference(&held)
+            .fold(CpuSet::new(), |acc, j| acc.union(&j.cpus))
+    }
+
+    /// The pool's CPUs no primary holds.
+    pub(super) fn free(&self) -> CpuSet {
+        self.pool.difference(&self.primary_cpus())
     }
 }

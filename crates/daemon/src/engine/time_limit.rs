@@ -62,6 +62,10 @@ pub(super) fn counts_now(j: &Job, primary_cpus: &CpuSet) -> bool {
 impl Engine {
     /// Every job's run clock, after an event (its role, CPUs or freeze may have changed).
     pub(super) fn observe_run_clocks(&mut self, now_ms: i64) {
+        // After every event, the launch's included: nothing to do on a node without limits.
+        if !self.jobs.values().any(|j| j.req.time_limit.is_some()) {
+            return;
+        }
         let primary_cpus = self.primary_cpus();
         for j in self
             .jobs
@@ -125,14 +129,6 @@ impl Engine {
                 Some(Duration::from_millis(left.max(0) as u64 + 1))
             }))
             .min()
-    }
-
-    /// The CPUs primaries hold.
-    fn primary_cpus(&self) -> CpuSet {
-        self.jobs
-            .values()
-            .filter(|j| j.phase == Phase::Primary)
-            .fold(CpuSet::new(), |acc, j| acc.union(&j.cpus))
     }
 
     /// The time job `j` has left to run (ms), once it has started; None: no limit, or queued.
