@@ -208,9 +208,13 @@ pub fn tell(o: &JobOutcome) -> String {
         .and_then(|e| e.strip_prefix("killed at its time limit ("))
         .and_then(|e| e.split(')').next())
     {
+        let (limit, whose) = match limit.strip_suffix(", the node's default") {
+            Some(l) => (l, "the node's default limit: ask for one with --time"),
+            None => (limit, "--time"),
+        };
         let limit = pjw_core::text::printable(limit, 32);
         out.push_str(&format!(
-            "pjw: job {job} was ended at its time limit ({limit} of running time, --time)\n"
+            "pjw: job {job} was ended at its time limit ({limit} of running time, {whose})\n"
         ));
     }
     if o.oom_kills > 0 {
@@ -256,6 +260,14 @@ mod tests {
         assert_eq!(
             tell(&o),
             "pjw: job 42 was ended at its time limit (0:01:30 of running time, --time)\n"
+        );
+        let node = JobOutcome {
+            ended: Some("killed at its time limit (2:00:00, the node's default)".into()),
+            ..o.clone()
+        };
+        assert_eq!(
+            tell(&node),
+            "pjw: job 42 was ended at its time limit (2:00:00 of running time, the node's default limit: ask for one with --time)\n"
         );
         let killed = JobOutcome {
             ended: Some("killed by alice".into()),

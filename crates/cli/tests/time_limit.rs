@@ -181,3 +181,58 @@ fn the_shortest_limit_starts_first_and_a_short_limit_is_held_to() {
     go(&dir, "long");
     wait(long, "long").ok();
 }
+
+/// The node's rules (`[job] default_time`, `max_time`): a job that asks for no limit is held to
+/// the node's default, and its user is told whose limit it was; a user asking for more than the
+/// maximum is refused before anything runs. docs/security.md, "no limit to run forever".
+#[test]
+fn the_nodes_default_limit_ends_a_job_that_asked_for_none_and_its_maximum_holds_users() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    require_root!();
+    let d = TestDaemon::start(
+        &pjw_bin(),
+        "[job]\nkill_wait = 1\ndefault_time = \"2s\"\nmax_time = \"1h\"\n",
+    );
+    let dir = d.dir().to_path_buf();
+    let plain = d.run_sh(&["--job-id", "plain"], &hold(&dir, "plain"));
+    assert!(up(&dir, "plain"), "{}", d.log());
+    let out = wait(plain, "pjw run without --time, node default 2 s").signal(libc::SIGTERM);
+    assert!(
+        out.stderr().contains(
+            "pjw: job plain was ended at its time limit (0:00:02 of running time, the node's default limit: ask for one with --time)"
+        ),
+        "{}\n{}",
+        out.describe(),
+        d.log()
+    );
+    assert!(!out.stdout().contains("plain-done"), "{}", out.describe());
+    assert_eq!(end_of(&d, "plain"), "timeout", "{}", d.log());
+    // A user (a uid no account uses) asking for more than the maximum: refused, nothing ran.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let uid = (61_000u32..65_000)
+        // SAFETY: getpwuid with any uid is sound; the result is only compared with null.
+        .find(|&u| unsafe { libc::getpwuid(u).is_null() })
+        .expect("a free uid");
+    let marker = dir.join("long-ran");
+    let long = std::process::Command::new(pjw_bin())
+        .uid(uid)
+        .gid(uid)
+        .current_dir("/")
+        .env("PJW_SOCKET", d.socket())
+        .args(["run", "--time", "2h", "--", "touch"])
+        .arg(&marker)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("pjw run as a user");
+    let err = String::from_utf8_lossy(&long.stderr);
+    assert_ne!(long.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(
+            "--time 2:00:00 is more than this node lets a job run (1:00:00, job.max_time)"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(!marker.exists());
+}

@@ -93,6 +93,71 @@ fn slurm_form(t: &str) -> Option<u64> {
         .checked_add(s)
 }
 
+/// Where a job's limit came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LimitSource {
+    /// The job asked for it (`pjw run --time`).
+    #[default]
+    Asked,
+    /// The node gave it to a job that asked for none (`[job] default_time`, or `max_time`
+    /// where the node sets no default: Slurm's DefaultTime and MaxTime).
+    NodeDefault,
+}
+
+impl LimitSource {
+    /// The stored word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitSource::Asked => "asked",
+            LimitSource::NodeDefault => "node-default",
+        }
+    }
+
+    /// From the stored word; None for any other.
+    pub fn parse(text: &str) -> Option<LimitSource> {
+        match text {
+            "asked" => Some(LimitSource::Asked),
+            "node-default" => Some(LimitSource::NodeDefault),
+            _ => None,
+        }
+    }
+}
+
+/// The node's rules for limits (`[job] default_time`, `max_time`): a job that asks for none
+/// gets the default (the maximum where no default is set); one that asks for more than the
+/// maximum is refused, unless an administrator asks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeLimits {
+    pub default: Option<TimeLimit>,
+    pub max: Option<TimeLimit>,
+}
+
+/// A job asked for more than the node's maximum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AboveMax {
+    pub asked: TimeLimit,
+    pub max: TimeLimit,
+}
+
+impl NodeLimits {
+    /// The limit a job gets (pure): what it `asked`, held to the maximum unless the asker is
+    /// `privileged`, or the node's default; None: no limit.
+    pub fn limit_for(
+        self,
+        asked: Option<TimeLimit>,
+        privileged: bool,
+    ) -> Result<Option<(TimeLimit, LimitSource)>, AboveMax> {
+        match (asked, self.max) {
+            (Some(asked), Some(max)) if asked > max && !privileged => Err(AboveMax { asked, max }),
+            (Some(asked), _) => Ok(Some((asked, LimitSource::Asked))),
+            (None, _) => Ok(self
+                .default
+                .or(self.max)
+                .map(|d| (d, LimitSource::NodeDefault))),
+        }
+    }
+}
+
 impl fmt::Display for TimeLimit {
     /// `H:MM:SS`, with `D-` in front from a day on (as Slurm shows limits).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -154,6 +219,55 @@ mod tests {
             assert!(TimeLimit::parse(t).is_err(), "{t:?} was taken");
         }
         assert_eq!(secs("366d"), MAX_SECS);
+    }
+
+    #[test]
+    fn the_node_default_fills_in_and_its_maximum_holds_users() {
+        let l = |t: &str| TimeLimit::parse(t).unwrap();
+        let none = NodeLimits::default();
+        assert_eq!(none.limit_for(None, false), Ok(None));
+        assert_eq!(
+            none.limit_for(Some(l("1h")), false),
+            Ok(Some((l("1h"), LimitSource::Asked)))
+        );
+        let node = NodeLimits {
+            default: Some(l("2h")),
+            max: Some(l("1d")),
+        };
+        assert_eq!(
+            node.limit_for(None, false),
+            Ok(Some((l("2h"), LimitSource::NodeDefault)))
+        );
+        assert_eq!(
+            node.limit_for(Some(l("1d")), false),
+            Ok(Some((l("1d"), LimitSource::Asked))),
+            "the maximum itself may be asked for"
+        );
+        assert_eq!(
+            node.limit_for(Some(l("1-00:00:01")), false),
+            Err(AboveMax {
+                asked: l("1-00:00:01"),
+                max: l("1d")
+            })
+        );
+        assert_eq!(
+            node.limit_for(Some(l("2d")), true),
+            Ok(Some((l("2d"), LimitSource::Asked))),
+            "an administrator may ask for more"
+        );
+        // No default: the maximum is the default (Slurm's MaxTime).
+        let max_only = NodeLimits {
+            default: None,
+            max: Some(l("4h")),
+        };
+        assert_eq!(
+            max_only.limit_for(None, false),
+            Ok(Some((l("4h"), LimitSource::NodeDefault)))
+        );
+        for s in [LimitSource::Asked, LimitSource::NodeDefault] {
+            assert_eq!(LimitSource::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(LimitSource::parse("user"), None);
     }
 
     #[test]

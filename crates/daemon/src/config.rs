@@ -148,6 +148,9 @@ pub struct Config {
     /// `[job] kill_wait`: seconds between the SIGTERM and the SIGKILL of a job at its time
     /// limit (0: SIGKILL at once).
     pub kill_wait_s: u64,
+    /// `[job] default_time` and `max_time`: the limit of a job that asks for none, and the
+    /// most a user may ask for (jobs a workload manager started keep its limits).
+    pub time_limits: pjw_core::time_limit::NodeLimits,
     pub pids_max: Option<u64>,
     /// Default size of a job's private /tmp (bytes); `None` = none unless `pjw run --tmp`.
     pub tmp: Option<u64>,
@@ -358,6 +361,7 @@ impl Config {
             governor_interval_ms: memory.interval_ms,
             kill_leftovers: job.kill_leftovers,
             kill_wait_s: job.kill_wait_s,
+            time_limits: job.time_limits,
             pids_max: job.pids_max,
             tmp: job.tmp,
             tmp_max: job.tmp_max,

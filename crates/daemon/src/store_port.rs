@@ -13,7 +13,7 @@ use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, GpuSet};
 use pjw_store::{
     JobRecord, JobSummary, StartRecord, StarterRecord, StepRecord, Store, StoreError, StoredRole,
-    SubmitRecord,
+    StoredTimeLimit, SubmitRecord,
 };
 
 /// What the engine reads back from the job store: the file, the next job number, live
@@ -28,8 +28,8 @@ pub trait StoreReader {
     fn gpus(&self, seq: i64) -> Result<Option<(u32, GpuSet)>, StoreError>;
     fn io(&self, seq: i64) -> Result<Option<JobIo>, StoreError>;
     fn bind(&self, seq: i64) -> Result<Option<BindMode>, StoreError>;
-    /// A job's time limit in seconds (`--time`).
-    fn time_limit(&self, seq: i64) -> Result<Option<u64>, StoreError>;
+    /// A job's time limit, where it came from and the running time it counted.
+    fn time_limit(&self, seq: i64) -> Result<Option<StoredTimeLimit>, StoreError>;
 }
 
 /// A job's row through its life: submitted or adopted, started, changed, ended.
@@ -72,6 +72,8 @@ pub trait StoreDetailWriter {
     fn set_bind(&mut self, seq: i64, mode: BindMode) -> Result<(), StoreError>;
     /// A job's steps, at its end (one transaction).
     fn record_steps(&mut self, seq: i64, steps: &[StepRecord]) -> Result<(), StoreError>;
+    /// The running time a job's limit has counted (ms), kept for a restart.
+    fn set_time_ran(&mut self, seq: i64, ran_ms: u64) -> Result<(), StoreError>;
 }
 
 /// What the engine asks of the job store, all three roles. Implemented for every type that has
@@ -103,7 +105,7 @@ impl StoreReader for Store {
     fn bind(&self, seq: i64) -> Result<Option<BindMode>, StoreError> {
         Store::bind(self, seq)
     }
-    fn time_limit(&self, seq: i64) -> Result<Option<u64>, StoreError> {
+    fn time_limit(&self, seq: i64) -> Result<Option<StoredTimeLimit>, StoreError> {
         Store::time_limit(self, seq)
     }
 }
@@ -164,5 +166,8 @@ impl StoreDetailWriter for Store {
     }
     fn record_steps(&mut self, seq: i64, steps: &[StepRecord]) -> Result<(), StoreError> {
         Store::record_steps(self, seq, steps)
+    }
+    fn set_time_ran(&mut self, seq: i64, ran_ms: u64) -> Result<(), StoreError> {
+        Store::set_time_ran(self, seq, ran_ms)
     }
 }

@@ -43,7 +43,7 @@ pub struct FakeState {
     pub io: BTreeMap<i64, pjw_core::io_limits::JobIo>,
     /// Bind rows by seq.
     pub bind: BTreeMap<i64, pjw_core::thread_bind::BindMode>,
-    pub time_limit: BTreeMap<i64, u64>,
+    pub time_limit: BTreeMap<i64, pjw_store::StoredTimeLimit>,
     /// Step rows by seq.
     pub steps: BTreeMap<i64, Vec<pjw_store::StepRecord>>,
     /// Fail every write until cleared (a full disk).
@@ -168,7 +168,7 @@ impl StoreReader for FakeStore {
     fn bind(&self, seq: i64) -> Result<Option<pjw_core::thread_bind::BindMode>, StoreError> {
         Ok(self.state().bind.get(&seq).copied())
     }
-    fn time_limit(&self, seq: i64) -> Result<Option<u64>, StoreError> {
+    fn time_limit(&self, seq: i64) -> Result<Option<pjw_store::StoredTimeLimit>, StoreError> {
         Ok(self.state().time_limit.get(&seq).copied())
     }
 }
@@ -194,8 +194,12 @@ impl StoreWriter for FakeStore {
         if let Some(mode) = r.bind {
             parts.push(format!("set_bind {seq} {}", mode.name()));
         }
-        if let Some(limit) = r.time_limit_s {
-            parts.push(format!("set_time_limit {seq} {limit}"));
+        if let Some((limit, source)) = r.time_limit {
+            parts.push(format!(
+                "set_time_limit {seq} {} {}",
+                limit.secs(),
+                source.as_str()
+            ));
         }
         self.txn(parts, |st| {
             if let Some(n) = r.number {
@@ -222,8 +226,15 @@ impl StoreWriter for FakeStore {
             if let Some(mode) = r.bind {
                 st.bind.insert(seq, mode);
             }
-            if let Some(limit) = r.time_limit_s {
-                st.time_limit.insert(seq, limit);
+            if let Some((limit, source)) = r.time_limit {
+                st.time_limit.insert(
+                    seq,
+                    pjw_store::StoredTimeLimit {
+                        limit,
+                        source,
+                        ran_ms: 0,
+                    },
+                );
             }
             seq
         })
@@ -351,6 +362,13 @@ impl StoreDetailWriter for FakeStore {
             st.bind.insert(seq, mode);
         })
     }
+    fn set_time_ran(&mut self, seq: i64, ran_ms: u64) -> Result<(), StoreError> {
+        self.write(format!("set_time_ran {seq} {ran_ms}"), |st| {
+            if let Some(t) = st.time_limit.get_mut(&seq) {
+                t.ran_ms = ran_ms;
+            }
+        })
+    }
     fn record_steps(
         &mut self,
         seq: i64,
@@ -452,7 +470,8 @@ impl TestEngine {
         }
     }
 
-    /// With top-level config keys `extra` (`"queue_ttl = 10\n"`).
+    /// With top-level config keys `extra` (`"queue_ttl = 10\n"`), and `[job]` keys after a
+    /// `[job]` line at its end.
     pub fn with_config(extra: &str) -> TestEngine {
         TestEngine::build(extra, None, false)
     }
@@ -548,8 +567,13 @@ impl TestEngine {
         driver
             .prepare_parent()
             .expect("parent cgroups on the fake tree");
+        // A `[job]` part at the end of `extra` joins the engine's own `[job]` section.
+        let (extra, job) = match extra.split_once("[job]\n") {
+            Some((top, job)) => (top, job),
+            None => (extra.as_str(), ""),
+        };
         let text = format!(
-            "{extra}[paths]\nproc = {:?}\ndev = {:?}\n[memory]\ngovernor = {governor}\n{memory}[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n",
+            "{extra}[paths]\nproc = {:?}\ndev = {:?}\n[memory]\ngovernor = {governor}\n{memory}[profile]\nenabled = false\n[job]\ntmp_root = {:?}\n{job}",
             machine.proc_root,
             dir.join("dev"),
             dir.join("tmp")
@@ -669,5 +693,36 @@ pub fn run_request(id: &str, cpus: u32) -> RunRequest {
         tmp: None,
         io_weight: None,
         io_max: vec![],
+    }
+}
+
+/// Live processes of a test (`sleep 600`) standing for jobs' clients, killed when dropped: the
+/// engine watches a job's main process and a step's process with pidfds on the real kernel.
+pub struct Live(Vec<std::process::Child>);
+
+impl Live {
+    pub fn new(n: usize) -> Live {
+        Live(
+            (0..n)
+                .map(|_| {
+                    std::process::Command::new("sleep")
+                        .arg("600")
+                        .spawn()
+                        .expect("spawn sleep")
+                })
+                .collect(),
+        )
+    }
+    pub fn pid(&self, i: usize) -> u32 {
+        self.0[i].id()
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }

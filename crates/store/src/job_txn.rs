@@ -8,6 +8,7 @@
 
 use pjw_core::io_limits::JobIo;
 use pjw_core::thread_bind::BindMode;
+use pjw_core::time_limit::{LimitSource, TimeLimit};
 use pjw_core::{CpuSet, GpuSet};
 use rusqlite::{params, OptionalExtension};
 
@@ -32,8 +33,8 @@ pub struct SubmitRecord {
     pub io: Option<JobIo>,
     /// The thread binding asked for (`--bind`).
     pub bind: Option<BindMode>,
-    /// Its time limit in seconds (`--time`), for jobs that have one.
-    pub time_limit_s: Option<u64>,
+    /// Its time limit and where it came from, for jobs that have one.
+    pub time_limit: Option<(TimeLimit, LimitSource)>,
 }
 
 /// A queued job about to start, written by [`Store::start_job`] before its cgroups exist.
@@ -82,8 +83,8 @@ impl Store {
             if let Some(mode) = r.bind {
                 set_bind_on(tx, seq, mode)?;
             }
-            if let Some(limit) = r.time_limit_s {
-                set_time_limit_on(tx, seq, limit)?;
+            if let Some((limit, source)) = r.time_limit {
+                set_time_limit_on(tx, seq, limit, source)?;
             }
             Ok(seq)
         })
@@ -200,7 +201,10 @@ mod tests {
             gpus: Some((2, GpuSet::new())),
             io: Some(JobIo::parse("weight=500").unwrap()),
             bind: Some(BindMode::Cores),
-            time_limit_s: Some(5400),
+            time_limit: Some((
+                TimeLimit::from_secs(5400).unwrap(),
+                LimitSource::NodeDefault,
+            )),
         }
     }
 
@@ -227,7 +231,14 @@ mod tests {
         assert_eq!(store.gpus(seq).unwrap(), Some((2, GpuSet::new())));
         assert_eq!(store.io(seq).unwrap().unwrap().summary(), "weight=500");
         assert_eq!(store.bind(seq).unwrap(), Some(BindMode::Cores));
-        assert_eq!(store.time_limit(seq).unwrap(), Some(5400));
+        let limit = store.time_limit(seq).unwrap().expect("its limit");
+        assert_eq!(
+            (limit.limit.secs(), limit.source, limit.ran_ms),
+            (5400, LimitSource::NodeDefault, 0)
+        );
+        // The running time counted, written later, reads back.
+        store.set_time_ran(seq, 61_000).unwrap();
+        assert_eq!(store.time_limit(seq).unwrap().unwrap().ran_ms, 61_000);
         // The counter moved past the number taken, and never moves back.
         assert_eq!(store.job_number().unwrap(), 2);
         store.submit_job(&full("x", None)).unwrap();

@@ -2,6 +2,7 @@
 
 use pjw_core::io_limits::JobIo;
 use pjw_core::thread_bind::BindMode;
+use pjw_core::time_limit::{LimitSource, TimeLimit};
 use pjw_core::{CpuSet, GpuSet};
 use rusqlite::{params, OptionalExtension};
 
@@ -10,6 +11,15 @@ use crate::{
     set_starter_on, set_starting_on, JobRecord, StarterRecord, Store, StoreError, StoredRole,
     StoredState,
 };
+
+/// A job's time limit as stored: the limit, where it came from and the running time counted
+/// (written now and then: at most a minute or so behind; see [`Store::set_time_ran`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredTimeLimit {
+    pub limit: TimeLimit,
+    pub source: LimitSource,
+    pub ran_ms: u64,
+}
 
 impl Store {
     /// Take the next generated job number (persisted, so ids are not reused after a restart).
@@ -163,26 +173,49 @@ impl Store {
         }
     }
 
-    /// A job's time limit in seconds (`--time`); None: it has none.
-    pub fn time_limit(&self, seq: i64) -> Result<Option<u64>, StoreError> {
-        let row: Option<i64> = self
+    /// A job's time limit, where it came from and the running time it has counted; None: it
+    /// has none.
+    pub fn time_limit(&self, seq: i64) -> Result<Option<StoredTimeLimit>, StoreError> {
+        let row: Option<(i64, String, i64)> = self
             .conn
             .query_row(
-                "SELECT limit_s FROM job_time_limit WHERE seq = ?1",
+                "SELECT limit_s, source, ran_ms FROM job_time_limit WHERE seq = ?1",
                 params![seq],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()
             .map_err(self.err())?;
-        match row {
-            None => Ok(None),
-            Some(s) if s > 0 => Ok(Some(s as u64)),
-            Some(s) => Err(StoreError::BadRow {
-                path: self.path.clone(),
-                seq,
-                reason: format!("time limit {s}"),
-            }),
-        }
+        let Some((limit_s, source, ran_ms)) = row else {
+            return Ok(None);
+        };
+        let bad = |reason: String| StoreError::BadRow {
+            path: self.path.clone(),
+            seq,
+            reason,
+        };
+        let limit = u64::try_from(limit_s)
+            .ok()
+            .and_then(TimeLimit::from_secs)
+            .ok_or_else(|| bad(format!("time limit {limit_s}")))?;
+        let source = LimitSource::parse(&source)
+            .ok_or_else(|| bad(format!("time limit source {source:?}")))?;
+        let ran_ms = u64::try_from(ran_ms).map_err(|_| bad(format!("time ran {ran_ms}")))?;
+        Ok(Some(StoredTimeLimit {
+            limit,
+            source,
+            ran_ms,
+        }))
+    }
+
+    /// The running time job `seq`'s limit has counted (ms), so that a restart goes on from it.
+    pub fn set_time_ran(&self, seq: i64, ran_ms: u64) -> Result<(), StoreError> {
+        exec_cached(
+            &self.conn,
+            "UPDATE job_time_limit SET ran_ms = ?2 WHERE seq = ?1",
+            params![seq, ran_ms as i64],
+        )
+        .map(drop)
+        .map_err(self.err())
     }
 
     /// A GPU job's request and the GPUs it holds (written before the job starts on them).

@@ -96,6 +96,9 @@
 //!     seq     INTEGER PRIMARY KEY, -- jobs.seq
 //!     limit_s INTEGER NOT NULL     -- seconds of running time (frozen time not counted)
 //! );
+//! -- version 13: where the limit came from, and the running time counted (kept across a restart)
+//! ALTER TABLE job_time_limit ADD COLUMN source TEXT NOT NULL DEFAULT 'asked'; -- or 'node-default'
+//! ALTER TABLE job_time_limit ADD COLUMN ran_ms INTEGER NOT NULL DEFAULT 0;    -- at least a minute old
 //! ```
 //! A new job's row and its side rows are written in one transaction ([`Store::submit_job`]), and
 //! so is its start ([`Store::start_job`]): a launch is three transactions with its end.
@@ -118,6 +121,7 @@ mod steps;
 pub mod threads;
 
 pub use job_txn::{StartRecord, SubmitRecord};
+pub use jobs::StoredTimeLimit;
 pub(crate) use rows::{
     exec_cached, insert_job_on, parse_placement, set_bind_on, set_gpus_on, set_io_on,
     set_starter_on, set_starting_on, set_time_limit_on,

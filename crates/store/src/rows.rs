@@ -5,6 +5,7 @@
 use pjw_core::io_limits::JobIo;
 use pjw_core::sched::Placement;
 use pjw_core::thread_bind::BindMode;
+use pjw_core::time_limit::{LimitSource, TimeLimit};
 use pjw_core::{CpuSet, GpuSet};
 use rusqlite::{params, Connection};
 
@@ -222,11 +223,16 @@ pub(crate) fn set_bind_on(conn: &Connection, seq: i64, mode: BindMode) -> rusqli
 }
 
 /// A job's time-limit row (see [`Store::time_limit`]).
-pub(crate) fn set_time_limit_on(conn: &Connection, seq: i64, limit_s: u64) -> rusqlite::Result<()> {
+pub(crate) fn set_time_limit_on(
+    conn: &Connection,
+    seq: i64,
+    limit: TimeLimit,
+    source: LimitSource,
+) -> rusqlite::Result<()> {
     exec_cached(
         conn,
-        "INSERT OR REPLACE INTO job_time_limit (seq, limit_s) VALUES (?1, ?2)",
-        params![seq, limit_s as i64],
+        "INSERT OR REPLACE INTO job_time_limit (seq, limit_s, source, ran_ms) VALUES (?1, ?2, ?3, 0)",
+        params![seq, limit.secs() as i64, source.as_str()],
     )
     .map(drop)
 }

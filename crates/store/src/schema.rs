@@ -4,7 +4,7 @@
 use crate::{Store, StoreError};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 pub(crate) const MIGRATIONS: &[&str] = &[
     // 1: jobs and meta.
@@ -163,6 +163,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
          seq    INTEGER PRIMARY KEY,
          limit_s INTEGER NOT NULL
      );",
+    // 13: where a job's limit came from (`asked` or `node-default`), and the running time it
+    // has counted, written now and then so that a restart goes on from it.
+    "ALTER TABLE job_time_limit ADD COLUMN source TEXT NOT NULL DEFAULT 'asked';
+     ALTER TABLE job_time_limit ADD COLUMN ran_ms INTEGER NOT NULL DEFAULT 0;",
 ];
 
 impl Store {

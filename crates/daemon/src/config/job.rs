@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use pjw_core::time_limit::{NodeLimits, TimeLimit};
 use serde::Deserialize;
 
 use super::{ConfigError, Errs};
@@ -29,6 +30,8 @@ pub struct RawJob {
     pub scrub_ipc: Option<bool>,
     pub scrub_min_uid: Option<u32>,
     pub kill_wait: Option<u64>,
+    pub default_time: Option<String>,
+    pub max_time: Option<String>,
 }
 
 /// `[job] private_ipc`, `shm_size`, `scrub_ipc`: a job's own /dev/shm and IPC namespace
@@ -60,6 +63,7 @@ pub(super) struct Job {
     pub thread_env: bool,
     pub ipc: JobIpc,
     pub kill_wait_s: u64,
+    pub time_limits: NodeLimits,
 }
 
 /// Seconds between the SIGTERM and the SIGKILL of a job at its time limit (Slurm's KillWait).
@@ -97,6 +101,7 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
             format!("{kill_wait_s} is more than 3600 (seconds)"),
         ));
     }
+    let time_limits = parse_time_limits(&j, e)?;
     Ok(Job {
         kill_leftovers: j.kill_leftovers.unwrap_or(true),
         pids_max,
@@ -110,7 +115,32 @@ pub(super) fn parse(j: RawJob, state_dir: &Path, e: Errs) -> Result<Job, ConfigE
         thread_env: j.thread_env.unwrap_or(true),
         ipc,
         kill_wait_s,
+        time_limits,
     })
+}
+
+/// The node's time limits: `default_time` for a job that asks for none, `max_time` the most a
+/// user may ask for (Slurm's forms: `MIN`, `H:MIN:SEC`, `D-H`, … or `2h`); the default no
+/// longer than the maximum.
+fn parse_time_limits(j: &RawJob, e: Errs) -> Result<NodeLimits, ConfigError> {
+    let limit = |key: &str, text: &Option<String>| -> Result<Option<TimeLimit>, ConfigError> {
+        text.as_deref()
+            .map(|t| TimeLimit::parse(t).map_err(|why| e.at(key, why.to_string())))
+            .transpose()
+    };
+    let limits = NodeLimits {
+        default: limit("job.default_time", &j.default_time)?,
+        max: limit("job.max_time", &j.max_time)?,
+    };
+    if let (Some(d), Some(m)) = (limits.default, limits.max) {
+        if d > m {
+            return Err(e.at(
+                "job.default_time",
+                format!("{d} is more than job.max_time ({m})"),
+            ));
+        }
+    }
+    Ok(limits)
 }
 
 /// A job's /tmp: its size (`tmp`, none below 1M), the most a job may ask (`tmp_max`) and where

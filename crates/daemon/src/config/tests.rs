@@ -255,6 +255,12 @@ fn errors_name_file_key_and_reason() {
             "[job]\nkill_wait = 3601",
             "job.kill_wait: 3601 is more than 3600",
         ),
+        ("[job]\ndefault_time = \"forever\"", "job.default_time: "),
+        ("[job]\nmax_time = \"0\"", "job.max_time: "),
+        (
+            "[job]\ndefault_time = \"2h\"\nmax_time = \"1h\"",
+            "job.default_time: 2:00:00 is more than job.max_time (1:00:00)",
+        ),
     ];
     for (text, want) in cases {
         let e = Config::parse("/etc/pjw/pjw.toml", text, &Overrides::default())

@@ -5,7 +5,7 @@
 use pjw_core::io_limits::JobIo;
 use pjw_core::sched::Phase;
 use pjw_core::thread_bind::BindMode;
-use pjw_core::time_limit::TimeLimit;
+use pjw_core::time_limit::{LimitSource, TimeLimit};
 use pjw_core::{CpuSet, GpuSet, JobId};
 use pjw_proto::{ErrorCode, Response, RunRequest};
 use pjw_store::{JobRecord, StoredState, SubmitRecord};
@@ -72,20 +72,22 @@ impl Engine {
         };
         let admitted = self
             .validate(&cred, who, &req)
-            .and_then(|()| self.job_id_of(&req))
-            .and_then(|(id, number)| {
+            .and_then(|()| self.time_limit_for(&cred, who, &req))
+            .and_then(|limit| {
+                let (id, number) = self.job_id_of(&req)?;
                 let (uid, gid, user) = owner_of(&cred, who, &req)?;
-                Ok((self.id_for_owner(id, uid)?, number, uid, gid, user))
+                Ok((self.id_for_owner(id, uid)?, number, uid, gid, user, limit))
             });
-        let (id, number, uid, gid, user) = match admitted {
+        let (id, number, uid, gid, user, limit) = match admitted {
             Ok(a) => a,
             Err((code, message)) => {
                 let _ = reply.send(err(code, message));
                 return;
             }
         };
-        let (rec, starter, sides) =
+        let (rec, starter, mut sides) =
             self.new_job_rows(&cred, &req, &id, number, (uid, gid, user), pid_start);
+        sides.time_limit = limit;
         let Some(seq) = self.enqueue(rec, id, starter, sides, conn, reply) else {
             return;
         };
@@ -284,7 +286,7 @@ impl Engine {
             pinned: GpuSet::new(),
             io: self.io_of(cred.uid, req).unwrap_or_default(), // checked in validate
             bind: req.bind,
-            time_limit: req.time_limit_s.and_then(TimeLimit::from_secs), // checked in validate
+            time_limit: None, // the node's rules applied: `time_limit_for`
         };
         (rec, starter, sides)
     }
@@ -322,7 +324,7 @@ impl Engine {
             gpus: (ngpus > 0).then_some((ngpus, sides.pinned)),
             io: (!sides.io.is_empty()).then(|| sides.io.clone()),
             bind: sides.bind,
-            time_limit_s: sides.time_limit.map(TimeLimit::secs),
+            time_limit: sides.time_limit,
         };
         let seq = match self.store_write(0, "submit_job", OnFail::Refuse, |s| s.submit_job(&record))
         {
@@ -341,7 +343,11 @@ impl Engine {
         job.req.pinned = sides.pinned;
         job.io = sides.io;
         job.bind = sides.bind;
-        job.req.time_limit = sides.time_limit;
+        job.req.time_limit = sides.time_limit.map(|(limit, _)| limit);
+        job.time_source = sides
+            .time_limit
+            .map(|(_, source)| source)
+            .unwrap_or_default();
         job.client.waiter = Some(Waiter { conn, reply });
         self.jobs.insert(seq, job);
         Some(seq)
@@ -435,6 +441,6 @@ pub(super) struct Sides {
     pub pinned: GpuSet,
     pub io: JobIo,
     pub bind: Option<BindMode>,
-    /// How long it may run (`--time`).
-    pub time_limit: Option<TimeLimit>,
+    /// How long it may run, and whether it asked for that (`--time`) or the node gave it.
+    pub time_limit: Option<(TimeLimit, LimitSource)>,
 }

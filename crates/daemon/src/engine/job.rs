@@ -145,6 +145,8 @@ pub(super) struct Job {
     pub(super) prof: JobProf,
     /// The time its time limit counts, as the engine's events see it.
     pub(super) run_clock: super::time_limit::RunClock,
+    /// Whether its limit is what it asked for or the node's default.
+    pub(super) time_source: pjw_core::time_limit::LimitSource,
     /// How its end is watched for and who waits for it.
     pub(super) end: EndWatch,
     /// Its row lags behind memory (a write failed): written again after the next event.

@@ -250,12 +250,17 @@ impl Engine {
         self.restore_time_limit(job);
     }
 
-    /// Take back a recovered job's time limit: a row that cannot be read leaves it without
-    /// one (said), never a limit it did not ask for.
+    /// Take back a recovered job's time limit, and the running time it had counted when last
+    /// written (at most a minute or so behind: a restart never ends a job early, and gives it
+    /// at most that much more). A row that cannot be read leaves it without one (said), never
+    /// a limit it did not ask for.
     fn restore_time_limit(&self, job: &mut Job) {
         match self.store.time_limit(job.seq) {
-            Ok(limit) => {
-                job.req.time_limit = limit.and_then(pjw_core::time_limit::TimeLimit::from_secs)
+            Ok(None) => {}
+            Ok(Some(t)) => {
+                job.req.time_limit = Some(t.limit);
+                job.time_source = t.source;
+                job.run_clock = super::time_limit::RunClock::resumed(t.ran_ms);
             }
             Err(e) => {
                 warn!(job = %job.id, error = %e, "cannot read the job's time limit: it runs without one")
@@ -323,6 +328,7 @@ impl Engine {
             // Its time limit counts from here: the time it ran before the restart is not
             // stored, and a restart never ends a job early (decisions.md (co)).
             run_clock: Default::default(),
+            time_source: Default::default(),
             end: EndWatch::default(),
             store_dirty: false,
             freezing: None,

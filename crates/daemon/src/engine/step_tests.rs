@@ -8,40 +8,9 @@ use pjw_proto::{ErrorCode, LoginPhase, LoginRequest, Response, RunRequest};
 use tokio::sync::oneshot;
 
 use super::{Cred, Event, Who};
-use crate::test_support::{client, run_request, who, TestEngine};
+use crate::test_support::{client, run_request, who, Live, TestEngine};
 
 const UID: u32 = 1000;
-
-/// Live processes of this test (`sleep`), killed when dropped: the engine watches a job's main
-/// process and a step's process with pidfds on the real kernel.
-struct Live(Vec<std::process::Child>);
-
-impl Live {
-    fn new(n: usize) -> Live {
-        Live(
-            (0..n)
-                .map(|_| {
-                    std::process::Command::new("sleep")
-                        .arg("600")
-                        .spawn()
-                        .expect("spawn sleep")
-                })
-                .collect(),
-        )
-    }
-    fn pid(&self, i: usize) -> u32 {
-        self.0[i].id()
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 fn started(r: &Response) -> (String, CpuSet, Vec<(String, String)>) {
     match r {

@@ -6,17 +6,28 @@
 //! on CPUs primaries hold (it may get no CPU at all). The engine updates each job's
 //! [`RunClock`] after every event; its timer wakes at the next limit ([`Engine::next_time_limit`]),
 //! and the governor's tick looks again (a thaw that arms no timer).
+//!
+//! The limit a job gets is the node's to hold ([`Engine::time_limit_for`]): a job that asks for
+//! none gets `[job] default_time` (or `max_time`), one that asks for more than `max_time` is
+//! refused unless an administrator asks; a job a workload manager started keeps the manager's
+//! limits (pjw applies only what it asked for itself). The running time counted is written to
+//! the store at least every [`SAVE_EVERY_MS`] of it, so that a restart goes on from there.
 
 use std::time::Duration;
 
 use pjw_core::sched::{Phase, Placement};
-use pjw_core::time_limit::TimeLimit;
+use pjw_core::time_limit::{LimitSource, TimeLimit};
 use pjw_core::CpuSet;
+use pjw_proto::{ErrorCode, RunRequest};
 use tracing::{error, warn};
 
 use super::job::Job;
-use super::Engine;
+use super::store_writes::OnFail;
+use super::{refuse, Cred, Engine, Refusal, Who};
 use crate::profile::EndReason;
+
+/// How much counted running time may go unwritten: what a restart may give a job back.
+pub const SAVE_EVERY_MS: i64 = 60_000;
 
 /// The time a job's limit has counted (pure: times are passed in).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,14 +36,36 @@ pub struct RunClock {
     ran_ms: i64,
     /// Whether it counted from the last observation on, and when that was.
     since: Option<(bool, i64)>,
+    /// Counted time the store holds (ms).
+    saved_ms: i64,
 }
 
 impl RunClock {
+    /// A clock that goes on from `ran_ms` counted before (read back from the store).
+    pub fn resumed(ran_ms: u64) -> RunClock {
+        let ran_ms = i64::try_from(ran_ms).unwrap_or(i64::MAX);
+        RunClock {
+            ran_ms,
+            since: None,
+            saved_ms: ran_ms,
+        }
+    }
+
+    /// How long until the counted time not yet written reaches [`SAVE_EVERY_MS`] (0: due).
+    pub fn save_due_in(&self, now_ms: i64) -> i64 {
+        (SAVE_EVERY_MS - (self.ran_ms_at(now_ms) - self.saved_ms)).max(0)
+    }
+
     /// The job counts (`counts`) or not from `now_ms` on; the time since the last observation
     /// goes to what it did then.
     pub fn observe(&mut self, counts: bool, now_ms: i64) {
         self.ran_ms = self.ran_ms_at(now_ms);
         self.since = Some((counts, now_ms));
+    }
+
+    /// The store holds the time counted up to `ran_ms`.
+    pub fn saved(&mut self, ran_ms: i64) {
+        self.saved_ms = self.saved_ms.max(ran_ms);
     }
 
     /// The time counted up to `now_ms`.
@@ -60,6 +93,32 @@ pub(super) fn counts_now(j: &Job, primary_cpus: &CpuSet) -> bool {
 }
 
 impl Engine {
+    /// The limit a new job gets, and where it came from (see the module's text); refused: a
+    /// user asking for more than the node's maximum.
+    pub(super) fn time_limit_for(
+        &self,
+        cred: &Cred,
+        who: &Who,
+        req: &RunRequest,
+    ) -> Result<Option<(TimeLimit, LimitSource)>, Refusal> {
+        let asked = req.time_limit_s.and_then(TimeLimit::from_secs); // range checked in validate
+        if req.wlm.is_some() {
+            return Ok(asked.map(|l| (l, LimitSource::Asked)));
+        }
+        self.cfg
+            .time_limits
+            .limit_for(asked, self.privileged(cred, who))
+            .map_err(|e| {
+                refuse(
+                    ErrorCode::Denied,
+                    format!(
+                        "--time {} is more than this node lets a job run ({}, job.max_time)",
+                        e.asked, e.max
+                    ),
+                )
+            })
+    }
+
     /// Every job's run clock, after an event (its role, CPUs or freeze may have changed).
     pub(super) fn observe_run_clocks(&mut self, now_ms: i64) {
         // After every event, the launch's included: nothing to do on a node without limits.
@@ -81,6 +140,7 @@ impl Engine {
     /// pjw for its leftovers or by a user: that end stays its own).
     pub(super) fn enforce_time_limits(&mut self) {
         let now = self.clock.now_ms();
+        self.save_run_clocks(now);
         let kill_leftovers = self.cfg.kill_leftovers;
         let over: Vec<(i64, TimeLimit)> = self
             .jobs
@@ -107,8 +167,27 @@ impl Engine {
         }
     }
 
-    /// How long until the next counting job reaches its limit, or a warned one is due to be
-    /// killed; None: neither. Whether a
+    /// Write the counted running time of each job whose unwritten part reached
+    /// [`SAVE_EVERY_MS`]; one the store refuses is tried again at the next look.
+    fn save_run_clocks(&mut self, now: i64) {
+        let due: Vec<(i64, i64)> = self
+            .jobs
+            .values()
+            .filter(|j| j.req.time_limit.is_some() && j.run_clock.save_due_in(now) == 0)
+            .map(|j| (j.seq, j.run_clock.ran_ms_at(now)))
+            .collect();
+        for (seq, ran_ms) in due {
+            let wrote = self.store_write(seq, "set_time_ran", OnFail::Rewrite, |s| {
+                s.set_time_ran(seq, ran_ms as u64)
+            });
+            if let (Ok(()), Some(j)) = (wrote, self.jobs.get_mut(&seq)) {
+                j.run_clock.saved(ran_ms);
+            }
+        }
+    }
+
+    /// How long until the next counting job reaches its limit, its counted time is due to be
+    /// written, or a warned one is due to be killed; None: none of these. Whether a
     /// job counts is taken as it is now (this event may have started or thawed it), the time
     /// it ran from its clock.
     pub(super) fn next_time_limit(&self) -> Option<Duration> {
@@ -122,7 +201,13 @@ impl Engine {
                 let left = j.req.time_limit?.millis() as i64 - j.run_clock.ran_ms_at(now);
                 // One already over it was looked at and could not be signalled: the next
                 // event or the governor's tick tries again, not a timer spinning on it.
-                (left > 0).then(|| Duration::from_millis(left as u64 + 1))
+                // A write that is due was refused at the last look: again in a second.
+                let save = match j.run_clock.save_due_in(now) {
+                    0 => 1000,
+                    s => s,
+                };
+                let next = if left > 0 { left.min(save) } else { save };
+                Some(Duration::from_millis(next as u64 + 1))
             })
             .chain(self.jobs.values().filter_map(|j| {
                 let left = j.end.kill_due_ms? - now;
@@ -149,6 +234,22 @@ impl Engine {
             return;
         };
         let grace_s = self.cfg.kill_wait_s.min(limit.secs());
+        // Written now: a restart during the grace warns it again at once, not a minute later.
+        let now = self.clock.now_ms();
+        let ran_ms = j.run_clock.ran_ms_at(now);
+        if self
+            .store_write(seq, "set_time_ran", OnFail::Rewrite, |s| {
+                s.set_time_ran(seq, ran_ms as u64)
+            })
+            .is_ok()
+        {
+            if let Some(j) = self.jobs.get_mut(&seq) {
+                j.run_clock.saved(ran_ms);
+            }
+        }
+        let Some(j) = self.jobs.get(&seq) else {
+            return;
+        };
         warn!(job = %j.id, user = %j.user, limit = %limit, grace_s, "job ran its time limit out: SIGTERM, then SIGKILL");
         let kill_due = if grace_s == 0 {
             if let Err(e) = self.kill_processes(seq) {
@@ -165,7 +266,7 @@ impl Engine {
             Some(self.clock.now_ms() + grace_s as i64 * 1000)
         };
         if let Some(j) = self.jobs.get_mut(&seq) {
-            j.end.reason = Some(EndReason::TimeLimit(limit));
+            j.end.reason = Some(EndReason::TimeLimit(limit, j.time_source));
             j.starter.held = false;
             j.end.kill_due_ms = kill_due;
             j.end.ending |= kill_due.is_none();
@@ -198,7 +299,7 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use super::RunClock;
+    use super::{RunClock, SAVE_EVERY_MS};
 
     #[test]
     fn the_run_clock_counts_only_the_spans_that_count() {
@@ -214,5 +315,25 @@ mod tests {
         // A clock that went back counts nothing for that span.
         c.observe(true, 9_000);
         assert_eq!(c.ran_ms_at(9_000), 4_000);
+    }
+
+    #[test]
+    fn counted_time_is_due_to_be_written_every_minute_and_a_restart_goes_on_from_it() {
+        let mut c = RunClock::default();
+        c.observe(true, 0);
+        assert_eq!(c.save_due_in(0), SAVE_EVERY_MS);
+        assert_eq!(c.save_due_in(59_000), 1_000);
+        assert_eq!(c.save_due_in(61_000), 0);
+        c.saved(61_000);
+        assert_eq!(c.save_due_in(61_000), SAVE_EVERY_MS);
+        // Time that does not count does not make a write due.
+        c.observe(false, 70_000);
+        assert_eq!(c.save_due_in(500_000), SAVE_EVERY_MS - 9_000);
+        // Read back after a restart: counting goes on from the stored time once observed.
+        let mut r = RunClock::resumed(61_000);
+        assert_eq!(r.ran_ms_at(1_000_000), 61_000);
+        assert_eq!(r.save_due_in(1_000_000), SAVE_EVERY_MS);
+        r.observe(true, 1_000_000);
+        assert_eq!(r.ran_ms_at(1_030_000), 91_000);
     }
 }

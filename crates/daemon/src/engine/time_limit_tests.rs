@@ -2,11 +2,12 @@
 //! killed once it has run its limit out (not before), time it spends suspended does not count,
 //! its end is recorded as a time limit, and its user's watcher is told.
 
-use pjw_proto::{Response, RunRequest};
+use pjw_core::time_limit::LimitSource;
+use pjw_proto::{ErrorCode, Response, RunRequest};
 use tokio::sync::oneshot;
 
 use super::{Control, Event};
-use crate::test_support::{client, run_request, who, FakeCgroups, TestEngine};
+use crate::test_support::{client, run_request, who, FakeCgroups, Live, TestEngine};
 
 const UID: u32 = 1000;
 
@@ -160,7 +161,14 @@ async fn a_time_limit_is_checked_and_kept_with_the_job() {
     }
     t.fake_stat(std::process::id());
     let seq = start_limited(&mut t, "a", 90).await;
-    assert_eq!(t.store.state().time_limit.get(&seq), Some(&90));
+    assert_eq!(
+        t.store
+            .state()
+            .time_limit
+            .get(&seq)
+            .map(|l| (l.limit.secs(), l.source)),
+        Some((90, LimitSource::Asked))
+    );
     // After a restart the job keeps its limit.
     let cg = super::cgroup_name(&TestEngine::id("a"));
     t.in_cgroup(std::process::id(), &format!("/pjw/{cg}"));
@@ -300,8 +308,122 @@ async fn leftovers_run_no_longer_than_the_limit() {
     }
 }
 
-/// A daemon restart never ends a job early: the limit counts again from the restart, and a
-/// job frozen then is not killed while frozen.
+/// The node's rules: a job that asks for no limit gets `default_time`, and is told so at its
+/// end; a user asking for more than `max_time` is refused (root is not); a job a workload
+/// manager started keeps the manager's limits, not pjw's default.
+#[tokio::test(flavor = "current_thread")]
+async fn the_nodes_default_and_maximum_limits_hold_users() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording_with_config(
+        fake.clone(),
+        "[job]\ndefault_time = \"2m\"\nmax_time = \"1h\"\n",
+    );
+    let (r, _rx) = t
+        .submit(1, std::process::id(), UID, run_request("plain", 1))
+        .await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    let seq = t.seq_of("plain");
+    assert!(
+        t.store
+            .state()
+            .calls
+            .contains(&format!("set_time_limit {seq} 120 node-default")),
+        "{:?}",
+        t.store.state().calls
+    );
+    assert_eq!(t.engine.status().jobs[0].time_limit_s, Some(120));
+    // More than the maximum: refused, with the node's rule named.
+    let too_long = RunRequest {
+        time_limit_s: Some(7200),
+        ..run_request("long", 1)
+    };
+    let (r, _rx) = t
+        .submit(2, std::process::id() + 1, UID, too_long.clone())
+        .await;
+    let Response::Error { code, message } = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(code, ErrorCode::Denied);
+    assert_eq!(
+        message,
+        "--time 2:00:00 is more than this node lets a job run (1:00:00, job.max_time)"
+    );
+    // Root may ask for more.
+    let p = Live::new(2);
+    let (r, _rx) = t.submit(3, p.pid(0), 0, too_long).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    assert_eq!(
+        t.engine.jobs[&t.seq_of("long")]
+            .req
+            .time_limit
+            .map(|l| l.secs()),
+        Some(7200)
+    );
+    // A workload manager's job: its manager's limits, none of pjw's default.
+    let managed = RunRequest {
+        wlm: Some("slurm:41".into()),
+        ..run_request("managed", 1)
+    };
+    let (r, _rx) = t.submit(4, p.pid(1), UID, managed).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    assert_eq!(t.engine.jobs[&t.seq_of("managed")].req.time_limit, None);
+    // At the default limit: ended, and the end says whose limit it was.
+    t.clock.advance(120_000);
+    tick(&mut t);
+    assert!(fake.calls().contains(&"signal job-plain 15".to_string()));
+    t.clock.advance(30_000);
+    tick(&mut t);
+    assert_eq!(
+        t.store.state().rows[&seq].end_reason.as_deref(),
+        Some("killed at its time limit (0:02:00, the node's default)")
+    );
+}
+
+/// The running time counted is written every minute of it, and a restart goes on from what
+/// was written: it gives the job back at most that minute, never the whole limit.
+#[tokio::test(flavor = "current_thread")]
+async fn a_restart_goes_on_from_the_running_time_written() {
+    let mut t = TestEngine::new();
+    t.fake_stat(std::process::id());
+    let seq = start_limited(&mut t, "a", 300).await;
+    // The timer wakes for the write before the limit.
+    assert_eq!(
+        t.engine.next_time_limit().map(|d| d.as_millis()),
+        Some(60_001)
+    );
+    for _ in 0..2 {
+        t.clock.advance(60_000);
+        tick(&mut t);
+    }
+    t.clock.advance(30_000);
+    tick(&mut t);
+    let calls = t.store.state().calls.clone();
+    let writes: Vec<&String> = calls
+        .iter()
+        .filter(|c| c.starts_with("set_time_ran"))
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            &format!("set_time_ran {seq} 60000"),
+            &format!("set_time_ran {seq} 120000")
+        ]
+    );
+    let cg = super::cgroup_name(&TestEngine::id("a"));
+    t.in_cgroup(std::process::id(), &format!("/pjw/{cg}"));
+    let mut t = t.restart();
+    t.engine.recover().expect("recover");
+    t.clock.advance(10_000);
+    tick(&mut t);
+    assert_eq!(
+        t.engine.status().jobs[0].time_left_s,
+        Some(170),
+        "300 s less the 120 s written and the 10 s since the restart"
+    );
+}
+
+/// A daemon restart never ends a job early: the limit counts again from the running time
+/// last written (none, in its first minute), and a job frozen then is not killed while frozen.
 #[tokio::test(flavor = "current_thread")]
 async fn a_restart_never_kills_a_job_early() {
     let mut t = TestEngine::new();

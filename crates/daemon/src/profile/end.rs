@@ -6,7 +6,7 @@
 //! gets its [`EndReason::text`] (with what memory did appended); nothing formats a reason and
 //! parses it back. [`EndReason::parse`] reads a stored text, older versions' included.
 
-use pjw_core::time_limit::TimeLimit;
+use pjw_core::time_limit::{LimitSource, TimeLimit};
 use pjw_store::EndClass;
 
 /// Why a job ended, as the daemon records it (typed; its stored text is [`EndReason::text`]).
@@ -28,8 +28,9 @@ pub enum EndReason {
     /// A registered job pjw ended for its lease: its manager said it is gone, or the lease ran
     /// out.
     Lease(LeaseEnd),
-    /// pjw killed it when it had run as long as its time limit (`--time`).
-    TimeLimit(TimeLimit),
+    /// pjw killed it when it had run as long as its time limit: the one it asked for
+    /// (`--time`) or the node's default.
+    TimeLimit(TimeLimit, LimitSource),
 }
 
 /// Why a registered job's lease ended it (the text after `lease: `).
@@ -87,6 +88,8 @@ impl LeaseEnd {
 
 /// The stored text of [`EndReason::TimeLimit`], around the limit.
 const TIME_LIMIT: (&str, &str) = ("killed at its time limit (", ")");
+/// After the limit, inside the brackets, when the limit was the node's default.
+const NODE_DEFAULT: &str = ", the node's default";
 
 impl EndReason {
     /// The typed reason of a stored text (texts of older versions included); what memory did
@@ -96,9 +99,13 @@ impl EndReason {
         let limit = text
             .strip_prefix(TIME_LIMIT.0)
             .and_then(|t| t.strip_suffix(TIME_LIMIT.1))
-            .and_then(|t| TimeLimit::parse(t).ok());
-        if let Some(limit) = limit {
-            EndReason::TimeLimit(limit)
+            .map(|t| match t.strip_suffix(NODE_DEFAULT) {
+                Some(t) => (t, LimitSource::NodeDefault),
+                None => (t, LimitSource::Asked),
+            })
+            .and_then(|(t, source)| Some((TimeLimit::parse(t).ok()?, source)));
+        if let Some((limit, source)) = limit {
+            EndReason::TimeLimit(limit, source)
         } else if text == "exited" {
             EndReason::Exited
         } else if let Some(by) = text.strip_prefix("killed by ") {
@@ -125,7 +132,13 @@ impl EndReason {
             EndReason::Expired(t) | EndReason::NotStarted(t) => t.clone(),
             EndReason::EndedWhileDown => "ended while daemon was down".into(),
             EndReason::Lease(why) => format!("lease: {}", why.text()),
-            EndReason::TimeLimit(t) => format!("{}{t}{}", TIME_LIMIT.0, TIME_LIMIT.1),
+            EndReason::TimeLimit(t, source) => {
+                let from = match source {
+                    LimitSource::Asked => "",
+                    LimitSource::NodeDefault => NODE_DEFAULT,
+                };
+                format!("{}{t}{from}{}", TIME_LIMIT.0, TIME_LIMIT.1)
+            }
         }
     }
 }
@@ -144,7 +157,7 @@ pub fn end_class(
         _ => EndClass::Completed,
     };
     match reason {
-        EndReason::TimeLimit(_) => EndClass::Timeout,
+        EndReason::TimeLimit(..) => EndClass::Timeout,
         EndReason::KilledBy(_) => EndClass::Killed,
         _ if killed => EndClass::Killed,
         _ if ooms > 0 => EndClass::Oom,
@@ -180,13 +193,21 @@ mod tests {
     #[test]
     fn a_time_limit_end_is_a_timeout_and_keeps_its_text() {
         let limit = TimeLimit::parse("90s").unwrap();
-        let end = EndReason::TimeLimit(limit);
+        let end = EndReason::TimeLimit(limit, LimitSource::Asked);
         assert_eq!(end.text(), "killed at its time limit (0:01:30)");
         assert_eq!(EndReason::parse(&end.text()), end);
         assert_eq!(
             EndReason::parse("killed at its time limit (1-00:00:00); 2 processes oom-killed"),
-            EndReason::TimeLimit(TimeLimit::parse("1d").unwrap())
+            EndReason::TimeLimit(TimeLimit::parse("1d").unwrap(), LimitSource::Asked)
         );
+        // The node's default says so, and reads back as such.
+        let node = EndReason::TimeLimit(limit, LimitSource::NodeDefault);
+        assert_eq!(
+            node.text(),
+            "killed at its time limit (0:01:30, the node's default)"
+        );
+        assert_eq!(EndReason::parse(&node.text()), node);
+        assert_eq!(end_class(&node, true, 0, None), EndClass::Timeout);
         assert_eq!(end_class(&end, true, 0, Some(137)), EndClass::Timeout);
         assert_eq!(end_class(&end, false, 3, None), EndClass::Timeout);
         let by_user = EndReason::parse("killed by alice (time limit (0:01:30))");
