@@ -214,7 +214,11 @@ fn the_nodes_default_limit_ends_a_job_that_asked_for_none_and_its_maximum_holds_
         // SAFETY: getpwuid with any uid is sound; the result is only compared with null.
         .find(|&u| unsafe { libc::getpwuid(u).is_null() })
         .expect("a free uid");
-    let marker = dir.join("long-ran");
+    // Where the user could write: had the command run, the marker would be there.
+    let free = dir.join("free");
+    std::fs::create_dir(&free).unwrap();
+    std::fs::set_permissions(&free, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let marker = free.join("long-ran");
     let long = std::process::Command::new(pjw_bin())
         .uid(uid)
         .gid(uid)
@@ -226,7 +230,7 @@ fn the_nodes_default_limit_ends_a_job_that_asked_for_none_and_its_maximum_holds_
         .output()
         .expect("pjw run as a user");
     let err = String::from_utf8_lossy(&long.stderr);
-    assert_ne!(long.status.code(), Some(0), "{err}");
+    assert_eq!(long.status.code(), Some(125), "pjw refused it: {err}");
     assert!(
         err.contains(
             "--time 2:00:00 is more than this node lets a job run (1:00:00, job.max_time)"
@@ -235,4 +239,21 @@ fn the_nodes_default_limit_ends_a_job_that_asked_for_none_and_its_maximum_holds_
     );
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(!marker.exists());
+    // The same user within the maximum runs, and could write there.
+    let ok = std::process::Command::new(pjw_bin())
+        .uid(uid)
+        .gid(uid)
+        .current_dir("/")
+        .env("PJW_SOCKET", d.socket())
+        .args(["run", "-q", "--time", "1h", "--", "touch"])
+        .arg(&marker)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("pjw run as a user");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(marker.exists());
 }

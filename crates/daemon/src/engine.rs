@@ -427,7 +427,7 @@ impl Engine {
             queued += u32::from(st == crate::profile::ProfState::Queued);
             leased |= Engine::leased(j);
         }
-        self.observe_run_clocks(now);
+        self.observe_run_clocks();
         if queued != self.start_stats.queue_len() {
             self.start_stats.queue(now, queued);
         }

@@ -241,7 +241,8 @@ fn live_changes(old: &Config, cfg: &Config) -> Vec<&'static str> {
     live!("max_queued_per_user", max_queued_per_user);
     live!("job.kill_leftovers", kill_leftovers);
     live!("job.kill_wait", kill_wait_s);
-    live!("job.default_time/max_time", time_limits);
+    live!("job.default_time", time_limits.default);
+    live!("job.max_time", time_limits.max);
     live!("job.pids_max", pids_max);
     live!("job.swap_max", swap_max);
     live!("job.tmp", tmp);

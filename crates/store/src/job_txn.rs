@@ -239,6 +239,28 @@ mod tests {
         // The running time counted, written later, reads back.
         store.set_time_ran(seq, 61_000).unwrap();
         assert_eq!(store.time_limit(seq).unwrap().unwrap().ran_ms, 61_000);
+        // Cells no pjw wrote: an unknown source and a negative time still hold the limit; a
+        // limit that cannot be one is an error, never no limit.
+        store
+            .conn
+            .execute(
+                "UPDATE job_time_limit SET source = 'later', ran_ms = -5 WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+        let odd = store.time_limit(seq).unwrap().unwrap();
+        assert_eq!(
+            (odd.limit.secs(), odd.source, odd.ran_ms),
+            (5400, LimitSource::Asked, 0)
+        );
+        store
+            .conn
+            .execute(
+                "UPDATE job_time_limit SET limit_s = 0 WHERE seq = ?1",
+                [seq],
+            )
+            .unwrap();
+        assert!(store.time_limit(seq).is_err());
         // The counter moved past the number taken, and never moves back.
         assert_eq!(store.job_number().unwrap(), 2);
         store.submit_job(&full("x", None)).unwrap();

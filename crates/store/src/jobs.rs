@@ -174,7 +174,8 @@ impl Store {
     }
 
     /// A job's time limit, where it came from and the running time it has counted; None: it
-    /// has none.
+    /// has none. A limit that cannot be one is an error; a source word of no known kind reads
+    /// as `asked` and a negative time counted as none (neither lifts the limit).
     pub fn time_limit(&self, seq: i64) -> Result<Option<StoredTimeLimit>, StoreError> {
         let row: Option<(i64, String, i64)> = self
             .conn
@@ -197,9 +198,10 @@ impl Store {
             .ok()
             .and_then(TimeLimit::from_secs)
             .ok_or_else(|| bad(format!("time limit {limit_s}")))?;
-        let source = LimitSource::parse(&source)
-            .ok_or_else(|| bad(format!("time limit source {source:?}")))?;
-        let ran_ms = u64::try_from(ran_ms).map_err(|_| bad(format!("time ran {ran_ms}")))?;
+        // Where it came from only words the job's end; the limit holds whatever it says, and
+        // a negative time counted is none.
+        let source = LimitSource::parse(&source).unwrap_or_default();
+        let ran_ms = u64::try_from(ran_ms).unwrap_or(0);
         Ok(Some(StoredTimeLimit {
             limit,
             source,

@@ -48,7 +48,7 @@ impl Engine {
         }
         self.arm_young();
         // Time limits count from here (decisions.md (co)).
-        self.observe_run_clocks(self.clock.now_ms());
+        self.observe_run_clocks();
         self.replan();
         Ok(())
     }
@@ -252,8 +252,8 @@ impl Engine {
 
     /// Take back a recovered job's time limit, and the running time it had counted when last
     /// written (at most a minute or so behind: a restart never ends a job early, and gives it
-    /// at most that much more). A row that cannot be read leaves it without one (said), never
-    /// a limit it did not ask for.
+    /// at most that much more). A row that cannot be read gives it the node's default limit,
+    /// if the node has one (said): an unreadable row never lifts the node's rule.
     fn restore_time_limit(&self, job: &mut Job) {
         match self.store.time_limit(job.seq) {
             Ok(None) => {}
@@ -262,9 +262,16 @@ impl Engine {
                 job.time_source = t.source;
                 job.run_clock = super::time_limit::RunClock::resumed(t.ran_ms);
             }
-            Err(e) => {
-                warn!(job = %job.id, error = %e, "cannot read the job's time limit: it runs without one")
-            }
+            Err(e) => match self.cfg.time_limits.limit_for(None, false) {
+                Ok(Some((limit, source))) => {
+                    warn!(job = %job.id, error = %e, limit = %limit, "cannot read the job's time limit: it gets the node's default");
+                    job.req.time_limit = Some(limit);
+                    job.time_source = source;
+                }
+                _ => {
+                    warn!(job = %job.id, error = %e, "cannot read the job's time limit: it runs without one (the node sets no default)")
+                }
+            },
         }
     }
 
@@ -325,8 +332,8 @@ impl Engine {
                     .map(|s| (s - rec.submitted_ms).max(0))
                     .unwrap_or(0),
             ),
-            // Its time limit counts from here: the time it ran before the restart is not
-            // stored, and a restart never ends a job early (decisions.md (co)).
+            // Its time limit's clock: from the time counted when last written, once its row
+            // is read (`restore_time_limit`, decisions.md (cp)); from here without one.
             run_clock: Default::default(),
             time_source: Default::default(),
             end: EndWatch::default(),

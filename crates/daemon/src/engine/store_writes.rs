@@ -23,6 +23,9 @@ pub(super) enum OnFail {
     Rewrite,
     /// Nothing acted on it yet: tried once more, then the caller refuses the request.
     Refuse,
+    /// A figure the caller writes again on its own later (the time a limit counted): logged
+    /// and counted, nothing marked to write again.
+    Later,
 }
 
 /// A write about a job no longer in memory that the store did not take yet.
@@ -68,6 +71,7 @@ impl Engine {
                 then = match on_fail {
                     OnFail::Rewrite => "kept in memory, written again later",
                     OnFail::Refuse => "request refused",
+                    OnFail::Later => "written again later by its caller",
                 },
                 "store write failed"
             );

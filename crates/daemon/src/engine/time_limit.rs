@@ -9,8 +9,9 @@
 //!
 //! The limit a job gets is the node's to hold ([`Engine::time_limit_for`]): a job that asks for
 //! none gets `[job] default_time` (or `max_time`), one that asks for more than `max_time` is
-//! refused unless an administrator asks; a job a workload manager started keeps the manager's
-//! limits (pjw applies only what it asked for itself). The running time counted is written to
+//! refused unless an administrator asks; a workload manager's job submitted by root or the
+//! admin group (a job starter) keeps the manager's limits (pjw applies only what it asked
+//! for); a user's claim to be one does not lift the node's. The running time counted is written to
 //! the store at least every [`SAVE_EVERY_MS`] of it, so that a restart goes on from there.
 
 use std::time::Duration;
@@ -28,6 +29,8 @@ use crate::profile::EndReason;
 
 /// How much counted running time may go unwritten: what a restart may give a job back.
 pub const SAVE_EVERY_MS: i64 = 60_000;
+/// After the store refused a write of it: the next try.
+const SAVE_RETRY_MS: i64 = 10_000;
 
 /// The time a job's limit has counted (pure: times are passed in).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,6 +41,8 @@ pub struct RunClock {
     since: Option<(bool, i64)>,
     /// Counted time the store holds (ms).
     saved_ms: i64,
+    /// The store refused the last write: the next try, not before.
+    retry_at: Option<i64>,
 }
 
 impl RunClock {
@@ -48,12 +53,23 @@ impl RunClock {
             ran_ms,
             since: None,
             saved_ms: ran_ms,
+            retry_at: None,
         }
     }
 
-    /// How long until the counted time not yet written reaches [`SAVE_EVERY_MS`] (0: due).
+    /// How long until the counted time not yet written reaches [`SAVE_EVERY_MS`], or a write
+    /// the store refused is tried again (0: due).
     pub fn save_due_in(&self, now_ms: i64) -> i64 {
-        (SAVE_EVERY_MS - (self.ran_ms_at(now_ms) - self.saved_ms)).max(0)
+        let due = (SAVE_EVERY_MS - (self.ran_ms_at(now_ms) - self.saved_ms)).max(0);
+        match self.retry_at {
+            Some(at) if due == 0 => (at - now_ms).max(0),
+            _ => due,
+        }
+    }
+
+    /// The store refused a write at `now_ms`: tried again [`SAVE_RETRY_MS`] later.
+    pub fn save_refused(&mut self, now_ms: i64) {
+        self.retry_at = Some(now_ms + SAVE_RETRY_MS);
     }
 
     /// The job counts (`counts`) or not from `now_ms` on; the time since the last observation
@@ -66,6 +82,12 @@ impl RunClock {
     /// The store holds the time counted up to `ran_ms`.
     pub fn saved(&mut self, ran_ms: i64) {
         self.saved_ms = self.saved_ms.max(ran_ms);
+        self.retry_at = None;
+    }
+
+    /// The counted time the store holds.
+    pub fn saved_ms(&self) -> i64 {
+        self.saved_ms
     }
 
     /// The time counted up to `now_ms`.
@@ -102,12 +124,15 @@ impl Engine {
         req: &RunRequest,
     ) -> Result<Option<(TimeLimit, LimitSource)>, Refusal> {
         let asked = req.time_limit_s.and_then(TimeLimit::from_secs); // range checked in validate
-        if req.wlm.is_some() {
+        let privileged = self.privileged(cred, who);
+        // A manager's job starter running as root keeps its manager's limits; a user's claim
+        // to be a manager's job (`--from-env`, nothing checks it) does not lift the node's.
+        if req.wlm.is_some() && privileged {
             return Ok(asked.map(|l| (l, LimitSource::Asked)));
         }
         self.cfg
             .time_limits
-            .limit_for(asked, self.privileged(cred, who))
+            .limit_for(asked, privileged)
             .map_err(|e| {
                 refuse(
                     ErrorCode::Denied,
@@ -120,11 +145,12 @@ impl Engine {
     }
 
     /// Every job's run clock, after an event (its role, CPUs or freeze may have changed).
-    pub(super) fn observe_run_clocks(&mut self, now_ms: i64) {
+    pub(super) fn observe_run_clocks(&mut self) {
         // After every event, the launch's included: nothing to do on a node without limits.
         if !self.jobs.values().any(|j| j.req.time_limit.is_some()) {
             return;
         }
+        let now_ms = self.clock.mono_ms();
         let primary_cpus = self.primary_cpus();
         for j in self
             .jobs
@@ -139,7 +165,7 @@ impl Engine {
     /// Kill every job that has run its time limit out (and is not ending already, killed by
     /// pjw for its leftovers or by a user: that end stays its own).
     pub(super) fn enforce_time_limits(&mut self) {
-        let now = self.clock.now_ms();
+        let now = self.clock.mono_ms();
         self.save_run_clocks(now);
         let kill_leftovers = self.cfg.kill_leftovers;
         let over: Vec<(i64, TimeLimit)> = self
@@ -177,11 +203,20 @@ impl Engine {
             .map(|j| (j.seq, j.run_clock.ran_ms_at(now)))
             .collect();
         for (seq, ran_ms) in due {
-            let wrote = self.store_write(seq, "set_time_ran", OnFail::Rewrite, |s| {
-                s.set_time_ran(seq, ran_ms as u64)
-            });
-            if let (Ok(()), Some(j)) = (wrote, self.jobs.get_mut(&seq)) {
-                j.run_clock.saved(ran_ms);
+            self.save_run_clock(seq, ran_ms, now);
+        }
+    }
+
+    /// Write job `seq`'s counted time; refused, it is tried again [`SAVE_RETRY_MS`] later
+    /// (nothing else of the job is marked to write again: the row is not behind).
+    fn save_run_clock(&mut self, seq: i64, ran_ms: i64, now: i64) {
+        let wrote = self.store_write(seq, "set_time_ran", OnFail::Later, |s| {
+            s.set_time_ran(seq, ran_ms as u64)
+        });
+        if let Some(j) = self.jobs.get_mut(&seq) {
+            match wrote {
+                Ok(()) => j.run_clock.saved(ran_ms),
+                Err(_) => j.run_clock.save_refused(now),
             }
         }
     }
@@ -191,7 +226,7 @@ impl Engine {
     /// job counts is taken as it is now (this event may have started or thawed it), the time
     /// it ran from its clock.
     pub(super) fn next_time_limit(&self) -> Option<Duration> {
-        let now = self.clock.now_ms();
+        let now = self.clock.mono_ms();
         let primary_cpus = self.primary_cpus();
         self.jobs
             .values()
@@ -201,11 +236,7 @@ impl Engine {
                 let left = j.req.time_limit?.millis() as i64 - j.run_clock.ran_ms_at(now);
                 // One already over it was looked at and could not be signalled: the next
                 // event or the governor's tick tries again, not a timer spinning on it.
-                // A write that is due was refused at the last look: again in a second.
-                let save = match j.run_clock.save_due_in(now) {
-                    0 => 1000,
-                    s => s,
-                };
+                let save = j.run_clock.save_due_in(now).max(1);
                 let next = if left > 0 { left.min(save) } else { save };
                 Some(Duration::from_millis(next as u64 + 1))
             })
@@ -220,7 +251,7 @@ impl Engine {
     pub(super) fn time_left_ms(&self, j: &Job) -> Option<i64> {
         let limit = j.req.time_limit?;
         j.started?;
-        let ran = j.run_clock.ran_ms_at(self.clock.now_ms());
+        let ran = j.run_clock.ran_ms_at(self.clock.mono_ms());
         Some((limit.millis() as i64 - ran).max(0))
     }
 
@@ -234,18 +265,12 @@ impl Engine {
             return;
         };
         let grace_s = self.cfg.kill_wait_s.min(limit.secs());
-        // Written now: a restart during the grace warns it again at once, not a minute later.
-        let now = self.clock.now_ms();
+        // Written now (once): a restart during the grace warns it again at once, not a
+        // minute later.
+        let now = self.clock.mono_ms();
         let ran_ms = j.run_clock.ran_ms_at(now);
-        if self
-            .store_write(seq, "set_time_ran", OnFail::Rewrite, |s| {
-                s.set_time_ran(seq, ran_ms as u64)
-            })
-            .is_ok()
-        {
-            if let Some(j) = self.jobs.get_mut(&seq) {
-                j.run_clock.saved(ran_ms);
-            }
+        if ran_ms > j.run_clock.saved_ms() {
+            self.save_run_clock(seq, ran_ms, now);
         }
         let Some(j) = self.jobs.get(&seq) else {
             return;
@@ -263,7 +288,7 @@ impl Engine {
             if let Err(e) = self.driver.signal(&j.cgroup, libc::SIGTERM) {
                 warn!(job = %j.id, error = %e, "not every process of the job got its SIGTERM; the kill follows as planned");
             }
-            Some(self.clock.now_ms() + grace_s as i64 * 1000)
+            Some(self.clock.mono_ms() + grace_s as i64 * 1000)
         };
         if let Some(j) = self.jobs.get_mut(&seq) {
             j.end.reason = Some(EndReason::TimeLimit(limit, j.time_source));
@@ -278,7 +303,7 @@ impl Engine {
     /// every second while anything of it is left (kill rounds a fork bomb outlived, a kill the
     /// kernel refused), until its cgroup is empty and it ends.
     fn kill_after_warning(&mut self, seq: i64) {
-        let again = self.clock.now_ms() + 1000;
+        let again = self.clock.mono_ms() + 1000;
         let Some(j) = self.jobs.get_mut(&seq) else {
             return;
         };
@@ -326,6 +351,15 @@ mod tests {
         assert_eq!(c.save_due_in(61_000), 0);
         c.saved(61_000);
         assert_eq!(c.save_due_in(61_000), SAVE_EVERY_MS);
+        // A refused write is tried again 10 s later, not at every look.
+        let mut refused = c;
+        refused.observe(true, 61_000);
+        assert_eq!(refused.save_due_in(121_000), 0);
+        refused.save_refused(121_000);
+        assert_eq!(refused.save_due_in(125_000), 6_000);
+        assert_eq!(refused.save_due_in(131_000), 0);
+        refused.saved(131_000);
+        assert_eq!(refused.save_due_in(131_000), SAVE_EVERY_MS);
         // Time that does not count does not make a write due.
         c.observe(false, 70_000);
         assert_eq!(c.save_due_in(500_000), SAVE_EVERY_MS - 9_000);

@@ -309,8 +309,9 @@ async fn leftovers_run_no_longer_than_the_limit() {
 }
 
 /// The node's rules: a job that asks for no limit gets `default_time`, and is told so at its
-/// end; a user asking for more than `max_time` is refused (root is not); a job a workload
-/// manager started keeps the manager's limits, not pjw's default.
+/// end; a user asking for more than `max_time` is refused (root is not); a manager's job that
+/// root submits (a job starter) keeps the manager's limits, and a user claiming to be one
+/// (`--from-env`: nothing checks the claim) gets the node's all the same.
 #[tokio::test(flavor = "current_thread")]
 async fn the_nodes_default_and_maximum_limits_hold_users() {
     let fake = FakeCgroups::default();
@@ -349,7 +350,7 @@ async fn the_nodes_default_and_maximum_limits_hold_users() {
         "--time 2:00:00 is more than this node lets a job run (1:00:00, job.max_time)"
     );
     // Root may ask for more.
-    let p = Live::new(2);
+    let p = Live::new(3);
     let (r, _rx) = t.submit(3, p.pid(0), 0, too_long).await;
     assert!(matches!(r, Response::Started { .. }), "{r:?}");
     assert_eq!(
@@ -359,14 +360,34 @@ async fn the_nodes_default_and_maximum_limits_hold_users() {
             .map(|l| l.secs()),
         Some(7200)
     );
-    // A workload manager's job: its manager's limits, none of pjw's default.
-    let managed = RunRequest {
+    // A manager's job root's job starter submits: its manager's limits, none of pjw's default.
+    let managed = |id: &str| RunRequest {
         wlm: Some("slurm:41".into()),
-        ..run_request("managed", 1)
+        ..run_request(id, 1)
     };
-    let (r, _rx) = t.submit(4, p.pid(1), UID, managed).await;
+    let (r, _rx) = t.submit(4, p.pid(1), 0, managed("managed")).await;
     assert!(matches!(r, Response::Started { .. }), "{r:?}");
     assert_eq!(t.engine.jobs[&t.seq_of("managed")].req.time_limit, None);
+    // A user's claim to be a manager's job lifts nothing: the default, and the maximum holds.
+    let claim = RunRequest {
+        time_limit_s: Some(30 * 86_400),
+        ..managed("claim")
+    };
+    let (r, _rx) = t.submit(5, p.pid(2), UID, claim).await;
+    let Response::Error { code, .. } = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(code, ErrorCode::Denied);
+    let (r, _rx) = t.submit(6, p.pid(2), UID, managed("claim")).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    let claimed = &t.engine.jobs[&t.seq_of("claim")];
+    assert_eq!(
+        (
+            claimed.req.time_limit.map(|l| l.secs()),
+            claimed.time_source
+        ),
+        (Some(120), LimitSource::NodeDefault)
+    );
     // At the default limit: ended, and the end says whose limit it was.
     t.clock.advance(120_000);
     tick(&mut t);
@@ -380,12 +401,17 @@ async fn the_nodes_default_and_maximum_limits_hold_users() {
 }
 
 /// The running time counted is written every minute of it, and a restart goes on from what
-/// was written: it gives the job back at most that minute, never the whole limit.
+/// was written: it gives the job back at most that minute, never the whole limit; a limit
+/// that was the node's default is still the node's after the restart.
 #[tokio::test(flavor = "current_thread")]
 async fn a_restart_goes_on_from_the_running_time_written() {
-    let mut t = TestEngine::new();
+    let mut t = TestEngine::with_config("[job]\ndefault_time = \"5m\"\n");
     t.fake_stat(std::process::id());
-    let seq = start_limited(&mut t, "a", 300).await;
+    let (r, _rx) = t
+        .submit(1, std::process::id(), UID, run_request("a", 1))
+        .await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    let seq = t.seq_of("a");
     // The timer wakes for the write before the limit.
     assert_eq!(
         t.engine.next_time_limit().map(|d| d.as_millis()),
@@ -420,10 +446,52 @@ async fn a_restart_goes_on_from_the_running_time_written() {
         Some(170),
         "300 s less the 120 s written and the 10 s since the restart"
     );
+    assert_eq!(t.engine.jobs[&seq].time_source, LimitSource::NodeDefault);
+}
+
+/// A store that refuses the write of the time counted: tried again 10 s later, not at every
+/// look, and nothing else of the job is written again meanwhile.
+#[tokio::test(flavor = "current_thread")]
+async fn a_refused_write_of_the_time_counted_is_tried_again_later_not_at_every_look() {
+    let mut t = TestEngine::new();
+    let seq = start_limited(&mut t, "a", 300).await;
+    t.clock.advance(60_000);
+    t.store.state().fail_next = 1;
+    tick(&mut t);
+    assert_eq!(
+        t.engine.next_time_limit().map(|d| d.as_millis()),
+        Some(10_001),
+        "the next try in 10 s"
+    );
+    t.clock.advance(5_000);
+    tick(&mut t);
+    let tries = |t: &TestEngine| {
+        t.store
+            .state()
+            .calls
+            .iter()
+            .filter(|c| c.starts_with("set_time_ran"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(tries(&t), [format!("set_time_ran {seq} 60000 !")]);
+    t.clock.advance(5_000);
+    tick(&mut t);
+    assert_eq!(
+        tries(&t),
+        [
+            format!("set_time_ran {seq} 60000 !"),
+            format!("set_time_ran {seq} 70000")
+        ]
+    );
+    assert!(
+        !t.engine.jobs[&seq].store_dirty,
+        "no row marked to write again"
+    );
 }
 
 /// A daemon restart never ends a job early: the limit counts again from the running time
-/// last written (none, in its first minute), and a job frozen then is not killed while frozen.
+/// last written (none, in its first minute).
 #[tokio::test(flavor = "current_thread")]
 async fn a_restart_never_kills_a_job_early() {
     let mut t = TestEngine::new();
