@@ -538,9 +538,11 @@ impl Engine {
     }
 
     /// Tell every queued client the daemon is stopping (they reconnect and are served after
-    /// the restart; their place is kept in the store). Running jobs keep running; with none
+    /// the restart; their place is kept in the store). Running jobs keep running, the time
+    /// their limits counted written (a restart or an upgrade gives none back); with none
     /// left, the parent cgroups are removed so a stopped daemon leaves no empty cgroups behind.
     pub fn shutdown(&mut self) {
+        self.save_all_run_clocks();
         for j in self.jobs.values_mut() {
             if let Some(w) = j.client.waiter.take() {
                 let _ = w

@@ -207,6 +207,21 @@ impl Engine {
         }
     }
 
+    /// Write every limited job's counted time not yet written (the daemon is stopping).
+    pub(super) fn save_all_run_clocks(&mut self) {
+        let now = self.clock.mono_ms();
+        let unsaved: Vec<(i64, i64)> = self
+            .jobs
+            .values()
+            .filter(|j| j.req.time_limit.is_some())
+            .map(|j| (j.seq, j.run_clock.ran_ms_at(now)))
+            .filter(|&(seq, ran)| ran > self.jobs[&seq].run_clock.saved_ms())
+            .collect();
+        for (seq, ran_ms) in unsaved {
+            self.save_run_clock(seq, ran_ms, now);
+        }
+    }
+
     /// Write job `seq`'s counted time; refused, it is tried again [`SAVE_RETRY_MS`] later
     /// (nothing else of the job is marked to write again: the row is not behind).
     fn save_run_clock(&mut self, seq: i64, ran_ms: i64, now: i64) {

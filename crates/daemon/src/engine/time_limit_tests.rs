@@ -447,6 +447,14 @@ async fn a_restart_goes_on_from_the_running_time_written() {
         "300 s less the 120 s written and the 10 s since the restart"
     );
     assert_eq!(t.engine.jobs[&seq].time_source, LimitSource::NodeDefault);
+    // A clean stop writes what was counted since: the next start gives nothing back.
+    t.clock.advance(20_000);
+    t.engine.shutdown();
+    assert_eq!(
+        t.store.state().time_limit[&seq].ran_ms,
+        150_000,
+        "120 s written before, 30 s since the restart"
+    );
 }
 
 /// A store that refuses the write of the time counted: tried again 10 s later, not at every
