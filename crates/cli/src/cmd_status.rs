@@ -224,7 +224,12 @@ fn job_notes(j: &pjw_proto::JobInfo, reasons: &mut Vec<String>) {
             Some(s) => format!(", {} left", clock(s)),
             None => String::new(),
         };
-        reasons.push(format!("{}: time limit {limit}{left}", j.id));
+        let whose = if j.time_limit_default {
+            " (the node's default)"
+        } else {
+            ""
+        };
+        reasons.push(format!("{}: time limit {limit}{whose}{left}", j.id));
     }
     for s in &j.steps {
         reasons.push(format!(
@@ -383,6 +388,7 @@ mod tests {
             oom_kills: 0,
             time_limit_s: None,
             time_left_s: None,
+            time_limit_default: false,
         }
     }
 
@@ -480,9 +486,19 @@ mod tests {
                     time_limit_s: Some(90_000),
                     ..job("b", "", JobState::Queued, "", 0)
                 },
+                JobInfo {
+                    time_limit_s: Some(120),
+                    time_left_s: Some(60),
+                    time_limit_default: true,
+                    ..job("c", "1", JobState::Running, "", 0)
+                },
             ],
         );
         let text = render(&r);
+        assert!(
+            text.contains("  c: time limit 0:02:00 (the node's default), 0:01:00 left\n"),
+            "{text}"
+        );
         assert!(
             text.contains("  a: time limit 2:00:00, 0:59:59 left\n"),
             "{text}"

@@ -123,6 +123,7 @@ mod tests {
             oom_kills: 0,
             time_limit_s: None,
             time_left_s: None,
+            time_limit_default: false,
         }
     }
 

@@ -143,6 +143,9 @@ pub struct JobInfo {
     /// Of it, the seconds left to run, once it has started (absent: no limit, or queued).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_left_s: Option<u64>,
+    /// The limit is the node's default (`[job] default_time`), not one the job asked for.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub time_limit_default: bool,
 }
 
 /// The node as `pjw status` shows it.

@@ -37,6 +37,7 @@ fn job(id: &str, cpus: &str, state: JobState, cpu_usec: u64, mem: u64) -> JobInf
         oom_kills: 0,
         time_limit_s: None,
         time_left_s: None,
+        time_limit_default: false,
     }
 }
 

@@ -95,6 +95,8 @@ impl Engine {
             oom_kills: j.memory.oom_kills,
             time_limit_s: j.req.time_limit.map(pjw_core::time_limit::TimeLimit::secs),
             time_left_s: self.time_left_ms(j).map(|ms| ms as u64 / 1000),
+            time_limit_default: j.req.time_limit.is_some()
+                && j.time_source == pjw_core::time_limit::LimitSource::NodeDefault,
         }
     }
 

@@ -332,7 +332,11 @@ async fn the_nodes_default_and_maximum_limits_hold_users() {
         "{:?}",
         t.store.state().calls
     );
-    assert_eq!(t.engine.status().jobs[0].time_limit_s, Some(120));
+    let st = t.engine.status();
+    assert_eq!(
+        (st.jobs[0].time_limit_s, st.jobs[0].time_limit_default),
+        (Some(120), true)
+    );
     // More than the maximum: refused, with the node's rule named.
     let too_long = RunRequest {
         time_limit_s: Some(7200),
