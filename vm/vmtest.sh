@@ -5,8 +5,9 @@
 # and the skipped tests and one line "VM-busybox-v2: N passed, M failed, K skipped" (or
 # "VM-busybox-v1: ...").
 #
-# usage: vm/vmtest.sh <dir>   <dir> holds the static test executables (one per file), plus
-#                                 pjw, pjw-full and pjw-wl; vm/build.sh fills it.
+# usage: vm/vmtest.sh <dir>   <dir> holds the test executables (one per file), plus pjw,
+#                                 pjw-full and pjw-wl: the host's debug build, which vm/build.sh
+#                                 collects (the initramfs carries glibc for them).
 # Env: VM_TIMEOUT (s, default 1800), VM_WORK (cache, default /var/tmp/pjw-vm),
 #      VM_INJECT_FAILURE=1 (the guest also runs a step that fails; the tier must then fail),
 #      VM_ONLY=PATTERN (only the test executables matching it, e.g. 'numa-*'),
@@ -30,7 +31,7 @@
 # the retry is the containment.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-bins=${1:?usage: vmtest.sh <dir-with-static-test-executables>}
+bins=${1:?usage: vmtest.sh <dir-with-test-executables>}
 W=${VM_WORK:-/var/tmp/pjw-vm}
 mkdir -p "$W"
 cg=${VM_CGROUP:-v2}
@@ -45,6 +46,9 @@ esac
 # mounts the cgroup layout it names) and in the summary line.
 tier=busybox-$cg
 initrd=$W/initrd-$tier.gz
+# glibc as the host has it, for the test executables of the host's build (vm/build.sh checks
+# that they link nothing else); a newer libc on the host makes a new initramfs.
+guest_libs="/lib64/ld-linux-x86-64.so.2 /lib/x86_64-linux-gnu/libc.so.6 /lib/x86_64-linux-gnu/libm.so.6 /lib/x86_64-linux-gnu/libgcc_s.so.1"
 
 setup() {
   need=""
@@ -79,7 +83,10 @@ setup() {
     mv "$W/modules.new" "$W/modules"; mv "$W/vmlinux.new" "$W/vmlinux"
     rm -rf "$W/k" "$W"/*.deb "$W"/initrd*.gz
   fi
-  if [ ! -f "$initrd" ] || [ "$initrd" -ot "$here/guest-init.sh" ] || [ "$initrd" -ot "$here/vmtest.sh" ] || [ "$initrd" -ot /bin/busybox ]; then
+  # What goes into the initramfs, by content (not by date: two checkouts share this cache, and
+  # an older checkout's initramfs can be newer than this one's scripts).
+  stamp=$( { cat "$here/guest-init.sh" "$here/vmtest.sh" /bin/busybox /usr/bin/setpriv $guest_libs 2>/dev/null; echo "$tier $guest_libs"; } | sha256sum | cut -c1-16)
+  if [ ! -f "$initrd" ] || [ "$(cat "$initrd.stamp" 2>/dev/null)" != "$stamp" ]; then
     root=$W/root-$tier-$$
     rm -rf "$root"; mkdir -p "$root/bin" "$root/lib" "$root/etc"
     cp /bin/busybox "$root/bin/"; cp "$W"/modules/*.ko "$root/lib/"
@@ -91,13 +98,18 @@ setup() {
         mkdir -p "$root$(dirname "$lib")"; cp -L "$lib" "$root$lib"
       done
     fi
+    # glibc's loader and the libraries pjw and its test executables link (the host's own
+    # build, vm/build.sh, which checks that they need no other).
+    for lib in $guest_libs; do
+      mkdir -p "$root$(dirname "$lib")"; cp -L "$lib" "$root$lib"
+    done
     # A minimal user database, as on any real machine (pjw names users with getpwuid).
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$root/etc/passwd"
     printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
     echo "$tier" > "$root/etc/pjw-guest"
     cp "$here/guest-init.sh" "$root/init"; chmod +x "$root/init"
     (cd "$root" && find . | cpio -o -H newc 2>/dev/null | gzip -1) > "$initrd.new.$$"
-    mv "$initrd.new.$$" "$initrd"; rm -rf "$root"
+    mv "$initrd.new.$$" "$initrd"; echo "$stamp" > "$initrd.stamp"; rm -rf "$root"
   fi
 }
 # One setup at a time: two tiers (or engineers) starting together must not build the same cache.
