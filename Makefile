@@ -53,7 +53,7 @@ test-host: build
 	scripts/wlm/install.sh
 	TEST_TIERS=host scripts/test-all.sh
 
-# The VM tier: static test executables run in a qemu guest with pure cgroup v2 and two NUMA
+# The VM tier: the host build's test executables run in a qemu guest with pure cgroup v2 and two NUMA
 # nodes (vm/vmtest.sh; kernel and initramfs cached in /var/tmp/pjw-vm, one log per run).
 # VM_INJECT_FAILURE=1 makes one guest test fail (the tier must then fail).
 VM_BINS ?= target/vm/share

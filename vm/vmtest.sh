@@ -1,7 +1,7 @@
 #!/bin/sh
 # The VM test tier: boot a qemu guest with two NUMA nodes and pure cgroup v2 (VM_CGROUP=v2, the
 # default) or pure cgroup v1 (VM_CGROUP=v1: the v1 hierarchies mounted as a legacy distribution
-# does, no cgroup2 at all), run pjw's static test executables inside it, print the guest's output
+# does, no cgroup2 at all), run pjw's test executables (the host's build) inside it, print the guest's output
 # and the skipped tests and one line "VM-busybox-v2: N passed, M failed, K skipped" (or
 # "VM-busybox-v1: ...").
 #
