@@ -72,8 +72,9 @@ pub trait StoreDetailWriter {
     fn set_bind(&mut self, seq: i64, mode: BindMode) -> Result<(), StoreError>;
     /// A job's steps, at its end (one transaction).
     fn record_steps(&mut self, seq: i64, steps: &[StepRecord]) -> Result<(), StoreError>;
-    /// The running time a job's limit has counted (ms), kept for a restart.
-    fn set_time_ran(&mut self, seq: i64, ran_ms: u64) -> Result<(), StoreError>;
+    /// The running time jobs' limits have counted (`(seq, ms)`), kept for a restart; one
+    /// transaction.
+    fn set_times_ran(&mut self, times: &[(i64, u64)]) -> Result<(), StoreError>;
 }
 
 /// What the engine asks of the job store, all three roles. Implemented for every type that has
@@ -167,7 +168,7 @@ impl StoreDetailWriter for Store {
     fn record_steps(&mut self, seq: i64, steps: &[StepRecord]) -> Result<(), StoreError> {
         Store::record_steps(self, seq, steps)
     }
-    fn set_time_ran(&mut self, seq: i64, ran_ms: u64) -> Result<(), StoreError> {
-        Store::set_time_ran(self, seq, ran_ms)
+    fn set_times_ran(&mut self, times: &[(i64, u64)]) -> Result<(), StoreError> {
+        Store::set_times_ran(self, times)
     }
 }

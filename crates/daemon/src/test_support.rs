@@ -362,10 +362,13 @@ impl StoreDetailWriter for FakeStore {
             st.bind.insert(seq, mode);
         })
     }
-    fn set_time_ran(&mut self, seq: i64, ran_ms: u64) -> Result<(), StoreError> {
-        self.write(format!("set_time_ran {seq} {ran_ms}"), |st| {
-            if let Some(t) = st.time_limit.get_mut(&seq) {
-                t.ran_ms = ran_ms;
+    fn set_times_ran(&mut self, times: &[(i64, u64)]) -> Result<(), StoreError> {
+        let listed: Vec<String> = times.iter().map(|(s, ms)| format!("{s}:{ms}")).collect();
+        self.write(format!("set_times_ran {}", listed.join(" ")), |st| {
+            for &(seq, ran_ms) in times {
+                if let Some(t) = st.time_limit.get_mut(&seq) {
+                    t.ran_ms = ran_ms;
+                }
             }
         })
     }

@@ -237,7 +237,7 @@ mod tests {
             (5400, LimitSource::NodeDefault, 0)
         );
         // The running time counted, written later, reads back.
-        store.set_time_ran(seq, 61_000).unwrap();
+        store.set_times_ran(&[(seq, 61_000)]).unwrap();
         assert_eq!(store.time_limit(seq).unwrap().unwrap().ran_ms, 61_000);
         // Cells no pjw wrote: an unknown source and a negative time still hold the limit; a
         // limit that cannot be one is an error, never no limit.

@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// A job's time limit as stored: the limit, where it came from and the running time counted
-/// (written now and then: at most a minute or so behind; see [`Store::set_time_ran`]).
+/// (written now and then: at most a minute or so behind; see [`Store::set_times_ran`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoredTimeLimit {
     pub limit: TimeLimit,
@@ -209,15 +209,19 @@ impl Store {
         }))
     }
 
-    /// The running time job `seq`'s limit has counted (ms), so that a restart goes on from it.
-    pub fn set_time_ran(&self, seq: i64, ran_ms: u64) -> Result<(), StoreError> {
-        exec_cached(
-            &self.conn,
-            "UPDATE job_time_limit SET ran_ms = ?2 WHERE seq = ?1",
-            params![seq, ran_ms as i64],
-        )
-        .map(drop)
-        .map_err(self.err())
+    /// The running time each job's limit has counted (`(seq, ms)`), so that a restart goes on
+    /// from it: one transaction for all of them.
+    pub fn set_times_ran(&mut self, times: &[(i64, u64)]) -> Result<(), StoreError> {
+        self.immediate(|tx| {
+            for &(seq, ran_ms) in times {
+                exec_cached(
+                    tx,
+                    "UPDATE job_time_limit SET ran_ms = ?2 WHERE seq = ?1",
+                    params![seq, ran_ms as i64],
+                )?;
+            }
+            Ok(())
+        })
     }
 
     /// A GPU job's request and the GPUs it holds (written before the job starts on them).

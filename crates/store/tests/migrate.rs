@@ -175,14 +175,14 @@ fn upgrades_a_version_8_database_with_gpu_columns() {
 fn upgrades_a_version_12_database_with_a_time_limit() {
     let dir = tempfile::tempdir().unwrap();
     let path = fixture(dir.path(), include_str!("fixtures/v12.sql"));
-    let s = Store::open_file(&path).unwrap();
+    let mut s = Store::open_file(&path).unwrap();
     assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
     let t = s.time_limit(3).unwrap().expect("its limit");
     assert_eq!(
         (t.limit.secs(), t.source, t.ran_ms),
         (5400, pjw_core::time_limit::LimitSource::Asked, 0)
     );
-    s.set_time_ran(3, 120_000).unwrap();
+    s.set_times_ran(&[(3, 120_000)]).unwrap();
     assert_eq!(s.time_limit(3).unwrap().unwrap().ran_ms, 120_000);
     assert_eq!(s.time_limit(2).unwrap(), None);
 }

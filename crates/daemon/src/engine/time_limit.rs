@@ -193,18 +193,21 @@ impl Engine {
         }
     }
 
-    /// Write the counted running time of each job whose unwritten part reached
-    /// [`SAVE_EVERY_MS`]; one the store refuses is tried again at the next look.
+    /// Once some job's unwritten counted time reached [`SAVE_EVERY_MS`]: write it, and that of
+    /// every job with at least half as much unwritten, in one transaction. The jobs' writes fall
+    /// due together after that, so a node of many limited jobs wakes about once a minute for
+    /// them, not once per job.
     fn save_run_clocks(&mut self, now: i64) {
-        let due: Vec<(i64, i64)> = self
-            .jobs
-            .values()
-            .filter(|j| j.req.time_limit.is_some() && j.run_clock.save_due_in(now) == 0)
-            .map(|j| (j.seq, j.run_clock.ran_ms_at(now)))
-            .collect();
-        for (seq, ran_ms) in due {
-            self.save_run_clock(seq, ran_ms, now);
+        let limited = || self.jobs.values().filter(|j| j.req.time_limit.is_some());
+        if !limited().any(|j| j.run_clock.save_due_in(now) == 0) {
+            return;
         }
+        let batch: Vec<(i64, i64)> = limited()
+            .map(|j| (j.seq, j.run_clock.ran_ms_at(now), j.run_clock.saved_ms()))
+            .filter(|&(_, ran, saved)| ran - saved >= SAVE_EVERY_MS / 2)
+            .map(|(seq, ran, _)| (seq, ran))
+            .collect();
+        self.save_run_clocks_of(&batch, now);
     }
 
     /// Write every limited job's counted time not yet written (the daemon is stopping).
@@ -214,24 +217,33 @@ impl Engine {
             .jobs
             .values()
             .filter(|j| j.req.time_limit.is_some())
-            .map(|j| (j.seq, j.run_clock.ran_ms_at(now)))
-            .filter(|&(seq, ran)| ran > self.jobs[&seq].run_clock.saved_ms())
+            .map(|j| (j.seq, j.run_clock.ran_ms_at(now), j.run_clock.saved_ms()))
+            .filter(|&(_, ran, saved)| ran > saved)
+            .map(|(seq, ran, _)| (seq, ran))
             .collect();
-        for (seq, ran_ms) in unsaved {
-            self.save_run_clock(seq, ran_ms, now);
-        }
+        self.save_run_clocks_of(&unsaved, now);
     }
 
-    /// Write job `seq`'s counted time; refused, it is tried again [`SAVE_RETRY_MS`] later
-    /// (nothing else of the job is marked to write again: the row is not behind).
-    fn save_run_clock(&mut self, seq: i64, ran_ms: i64, now: i64) {
-        let wrote = self.store_write(seq, "set_time_ran", OnFail::Later, |s| {
-            s.set_time_ran(seq, ran_ms as u64)
+    /// Write these jobs' counted times (`(seq, ms)`) in one transaction; refused, each is
+    /// tried again [`SAVE_RETRY_MS`] later (nothing else of the jobs is marked to write again:
+    /// their rows are not behind).
+    fn save_run_clocks_of(&mut self, times: &[(i64, i64)], now: i64) {
+        if times.is_empty() {
+            return;
+        }
+        let rows: Vec<(i64, u64)> = times.iter().map(|&(s, ms)| (s, ms.max(0) as u64)).collect();
+        let seq = if times.len() == 1 { times[0].0 } else { 0 };
+        let wrote = self.store_write(seq, "set_times_ran", OnFail::Later, |s| {
+            s.set_times_ran(&rows)
         });
-        if let Some(j) = self.jobs.get_mut(&seq) {
-            match wrote {
-                Ok(()) => j.run_clock.saved(ran_ms),
-                Err(_) => j.run_clock.save_refused(now),
+        let ok = wrote.is_ok();
+        for &(seq, ran_ms) in times {
+            if let Some(j) = self.jobs.get_mut(&seq) {
+                if ok {
+                    j.run_clock.saved(ran_ms);
+                } else {
+                    j.run_clock.save_refused(now);
+                }
             }
         }
     }
@@ -285,7 +297,7 @@ impl Engine {
         let now = self.clock.mono_ms();
         let ran_ms = j.run_clock.ran_ms_at(now);
         if ran_ms > j.run_clock.saved_ms() {
-            self.save_run_clock(seq, ran_ms, now);
+            self.save_run_clocks_of(&[(seq, ran_ms)], now);
         }
         let Some(j) = self.jobs.get(&seq) else {
             return;

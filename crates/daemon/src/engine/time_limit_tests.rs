@@ -430,13 +430,13 @@ async fn a_restart_goes_on_from_the_running_time_written() {
     let calls = t.store.state().calls.clone();
     let writes: Vec<&String> = calls
         .iter()
-        .filter(|c| c.starts_with("set_time_ran"))
+        .filter(|c| c.starts_with("set_times_ran"))
         .collect();
     assert_eq!(
         writes,
         [
-            &format!("set_time_ran {seq} 60000"),
-            &format!("set_time_ran {seq} 120000")
+            &format!("set_times_ran {seq}:60000"),
+            &format!("set_times_ran {seq}:120000")
         ]
     );
     let cg = super::cgroup_name(&TestEngine::id("a"));
@@ -482,18 +482,18 @@ async fn a_refused_write_of_the_time_counted_is_tried_again_later_not_at_every_l
             .state()
             .calls
             .iter()
-            .filter(|c| c.starts_with("set_time_ran"))
+            .filter(|c| c.starts_with("set_times_ran"))
             .cloned()
             .collect::<Vec<_>>()
     };
-    assert_eq!(tries(&t), [format!("set_time_ran {seq} 60000 !")]);
+    assert_eq!(tries(&t), [format!("set_times_ran {seq}:60000 !")]);
     t.clock.advance(5_000);
     tick(&mut t);
     assert_eq!(
         tries(&t),
         [
-            format!("set_time_ran {seq} 60000 !"),
-            format!("set_time_ran {seq} 70000")
+            format!("set_times_ran {seq}:60000 !"),
+            format!("set_times_ran {seq}:70000")
         ]
     );
     assert!(
@@ -577,5 +577,52 @@ async fn a_warned_jobs_leftovers_get_the_grace_then_the_kill() {
     assert_eq!(
         reason.as_deref(),
         Some("killed at its time limit (0:01:00)")
+    );
+}
+
+/// Many limited jobs, one write: the first job whose unwritten time reaches a minute takes
+/// every job with half a minute or more along in one transaction, and their writes fall due
+/// together from then on.
+#[tokio::test(flavor = "current_thread")]
+async fn the_time_counted_of_many_jobs_is_written_in_one_transaction() {
+    let mut t = TestEngine::new();
+    let p = Live::new(3);
+    let limited = |id: &str| RunRequest {
+        time_limit_s: Some(3600),
+        ..run_request(id, 1)
+    };
+    let (r, _a) = t.submit(1, p.pid(0), UID, limited("a")).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    t.clock.advance(20_000);
+    let (r, _b) = t.submit(2, p.pid(1), UID, limited("b")).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    t.clock.advance(25_000);
+    let (r, _c) = t.submit(3, p.pid(2), UID, limited("c")).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    let (a, b, c) = (t.seq_of("a"), t.seq_of("b"), t.seq_of("c"));
+    let writes = |t: &TestEngine| {
+        t.store
+            .state()
+            .calls
+            .iter()
+            .filter(|c| c.starts_with("set_times_ran"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    // At 60 s a is due; b (40 s unwritten) goes along, c (15 s) waits.
+    t.clock.advance(15_000);
+    tick(&mut t);
+    assert_eq!(writes(&t), [format!("set_times_ran {a}:60000 {b}:40000")]);
+    // A minute later a and b are due together, and c (75 s) goes with them.
+    t.clock.advance(60_000);
+    tick(&mut t);
+    assert_eq!(
+        writes(&t)[1],
+        format!("set_times_ran {a}:120000 {b}:100000 {c}:75000")
+    );
+    assert_eq!(
+        t.engine.next_time_limit().map(|d| d.as_millis()),
+        Some(60_001),
+        "one wake a minute for all three"
     );
 }
