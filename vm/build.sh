@@ -35,8 +35,9 @@ print(f"vm/build.sh: {n} test executables")
 PY
 rm -f "$out.json"
 for b in pjw pjw-full pjw-wl; do cp target/debug/$b "$out/"; done
-# Every library they load must be one the initramfs carries (vmtest.sh's guest_libs).
+# Every library they load must be one the initramfs carries (vm/guest-libs).
+carried=$(grep -v '^#' "$root/vm/guest-libs" | xargs -n1 basename)
 for f in "$out"/*; do
-  extra=$(ldd "$f" 2>/dev/null | awk '/=>/ {print $1}' | grep -vxE 'libc\.so\.6|libm\.so\.6|libgcc_s\.so\.1' || true)
+  extra=$(ldd "$f" 2>/dev/null | awk '/=>/ {print $1}' | grep -vxF "$carried" || true)
   if [ -n "$extra" ]; then echo "vm/build.sh: $f needs $extra, which the guest lacks" >&2; exit 1; fi
 done

@@ -46,9 +46,9 @@ esac
 # mounts the cgroup layout it names) and in the summary line.
 tier=busybox-$cg
 initrd=$W/initrd-$tier.gz
-# glibc as the host has it, for the test executables of the host's build (vm/build.sh checks
+# glibc as the host has it (vm/guest-libs), for the test executables of the host's build (vm/build.sh checks
 # that they link nothing else); a newer libc on the host makes a new initramfs.
-guest_libs="/lib64/ld-linux-x86-64.so.2 /lib/x86_64-linux-gnu/libc.so.6 /lib/x86_64-linux-gnu/libm.so.6 /lib/x86_64-linux-gnu/libgcc_s.so.1"
+guest_libs=$(grep -v '^#' "$here/guest-libs")
 
 setup() {
   need=""

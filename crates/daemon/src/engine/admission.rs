@@ -85,9 +85,14 @@ impl Engine {
                 return;
             }
         };
-        let (rec, starter, mut sides) =
-            self.new_job_rows(&cred, &req, &id, number, (uid, gid, user), pid_start);
-        sides.time_limit = limit;
+        let (rec, starter, sides) = self.new_job_rows(
+            &cred,
+            &req,
+            &id,
+            number,
+            (uid, gid, user),
+            (pid_start, limit),
+        );
         let Some(seq) = self.enqueue(rec, id, starter, sides, conn, reply) else {
             return;
         };
@@ -233,7 +238,8 @@ impl Engine {
         Ok(id)
     }
 
-    /// The queued job's row, its starter and its side rows.
+    /// The queued job's row, its starter and its side rows (with its time limit as the node's
+    /// rules gave it).
     fn new_job_rows(
         &self,
         cred: &Cred,
@@ -241,7 +247,7 @@ impl Engine {
         id: &JobId,
         number: Option<u64>,
         (uid, gid, user): (u32, u32, String),
-        pid_start: Option<u64>,
+        (pid_start, time_limit): (Option<u64>, Option<(TimeLimit, LimitSource)>),
     ) -> (JobRecord, Starter, Sides) {
         let tmp_size = req.tmp.or(self.cfg.tmp).filter(|s| *s > 0);
         let name = super::steps::run_name(req, "job");
@@ -286,7 +292,7 @@ impl Engine {
             pinned: GpuSet::new(),
             io: self.io_of(cred.uid, req).unwrap_or_default(), // checked in validate
             bind: req.bind,
-            time_limit: None, // the node's rules applied: `time_limit_for`
+            time_limit, // the node's rules applied: `time_limit_for`
         };
         (rec, starter, sides)
     }

@@ -198,30 +198,33 @@ impl Engine {
     /// due together after that, so a node of many limited jobs wakes about once a minute for
     /// them, not once per job.
     fn save_run_clocks(&mut self, now: i64) {
-        let limited = || self.jobs.values().filter(|j| j.req.time_limit.is_some());
-        if !limited().any(|j| j.run_clock.save_due_in(now) == 0) {
-            return;
+        let due = self
+            .jobs
+            .values()
+            .any(|j| j.req.time_limit.is_some() && j.run_clock.save_due_in(now) == 0);
+        if due {
+            let batch = self.unwritten_clocks(now, SAVE_EVERY_MS / 2);
+            self.save_run_clocks_of(&batch, now);
         }
-        let batch: Vec<(i64, i64)> = limited()
-            .map(|j| (j.seq, j.run_clock.ran_ms_at(now), j.run_clock.saved_ms()))
-            .filter(|&(_, ran, saved)| ran - saved >= SAVE_EVERY_MS / 2)
-            .map(|(seq, ran, _)| (seq, ran))
-            .collect();
-        self.save_run_clocks_of(&batch, now);
     }
 
     /// Write every limited job's counted time not yet written (the daemon is stopping).
     pub(super) fn save_all_run_clocks(&mut self) {
         let now = self.clock.mono_ms();
-        let unsaved: Vec<(i64, i64)> = self
-            .jobs
+        let unsaved = self.unwritten_clocks(now, 1);
+        self.save_run_clocks_of(&unsaved, now);
+    }
+
+    /// `(seq, counted ms)` of each limited job with at least `at_least` ms counted and not
+    /// yet written.
+    fn unwritten_clocks(&self, now: i64, at_least: i64) -> Vec<(i64, i64)> {
+        self.jobs
             .values()
             .filter(|j| j.req.time_limit.is_some())
             .map(|j| (j.seq, j.run_clock.ran_ms_at(now), j.run_clock.saved_ms()))
-            .filter(|&(_, ran, saved)| ran > saved)
+            .filter(|&(_, ran, saved)| ran - saved >= at_least)
             .map(|(seq, ran, _)| (seq, ran))
-            .collect();
-        self.save_run_clocks_of(&unsaved, now);
+            .collect()
     }
 
     /// Write these jobs' counted times (`(seq, ms)`) in one transaction; refused, each is

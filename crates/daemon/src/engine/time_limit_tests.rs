@@ -27,6 +27,17 @@ fn tick(t: &mut TestEngine) {
     });
 }
 
+/// The store's writes of the time counted, in order (refused ones end in ` !`).
+fn time_writes(t: &TestEngine) -> Vec<String> {
+    t.store
+        .state()
+        .calls
+        .iter()
+        .filter(|c| c.starts_with("set_times_ran"))
+        .cloned()
+        .collect()
+}
+
 fn kills(fake: &FakeCgroups) -> usize {
     fake.calls()
         .iter()
@@ -427,16 +438,11 @@ async fn a_restart_goes_on_from_the_running_time_written() {
     }
     t.clock.advance(30_000);
     tick(&mut t);
-    let calls = t.store.state().calls.clone();
-    let writes: Vec<&String> = calls
-        .iter()
-        .filter(|c| c.starts_with("set_times_ran"))
-        .collect();
     assert_eq!(
-        writes,
+        time_writes(&t),
         [
-            &format!("set_times_ran {seq}:60000"),
-            &format!("set_times_ran {seq}:120000")
+            format!("set_times_ran {seq}:60000"),
+            format!("set_times_ran {seq}:120000")
         ]
     );
     let cg = super::cgroup_name(&TestEngine::id("a"));
@@ -477,20 +483,11 @@ async fn a_refused_write_of_the_time_counted_is_tried_again_later_not_at_every_l
     );
     t.clock.advance(5_000);
     tick(&mut t);
-    let tries = |t: &TestEngine| {
-        t.store
-            .state()
-            .calls
-            .iter()
-            .filter(|c| c.starts_with("set_times_ran"))
-            .cloned()
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(tries(&t), [format!("set_times_ran {seq}:60000 !")]);
+    assert_eq!(time_writes(&t), [format!("set_times_ran {seq}:60000 !")]);
     t.clock.advance(5_000);
     tick(&mut t);
     assert_eq!(
-        tries(&t),
+        time_writes(&t),
         [
             format!("set_times_ran {seq}:60000 !"),
             format!("set_times_ran {seq}:70000")
@@ -600,24 +597,18 @@ async fn the_time_counted_of_many_jobs_is_written_in_one_transaction() {
     let (r, _c) = t.submit(3, p.pid(2), UID, limited("c")).await;
     assert!(matches!(r, Response::Started { .. }), "{r:?}");
     let (a, b, c) = (t.seq_of("a"), t.seq_of("b"), t.seq_of("c"));
-    let writes = |t: &TestEngine| {
-        t.store
-            .state()
-            .calls
-            .iter()
-            .filter(|c| c.starts_with("set_times_ran"))
-            .cloned()
-            .collect::<Vec<_>>()
-    };
     // At 60 s a is due; b (40 s unwritten) goes along, c (15 s) waits.
     t.clock.advance(15_000);
     tick(&mut t);
-    assert_eq!(writes(&t), [format!("set_times_ran {a}:60000 {b}:40000")]);
+    assert_eq!(
+        time_writes(&t),
+        [format!("set_times_ran {a}:60000 {b}:40000")]
+    );
     // A minute later a and b are due together, and c (75 s) goes with them.
     t.clock.advance(60_000);
     tick(&mut t);
     assert_eq!(
-        writes(&t)[1],
+        time_writes(&t)[1],
         format!("set_times_ran {a}:120000 {b}:100000 {c}:75000")
     );
     assert_eq!(
