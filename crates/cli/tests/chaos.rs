@@ -224,10 +224,14 @@ impl Node {
                     // Tasks in a job cgroup the daemon does not show as running: a start, an
                     // end or a freeze may be in flight. Unconfined only if that lasts.
                     let mut state = None;
+                    // The snapshot may predate the job (a client that reconnected after a
+                    // restart submits again): a queued job whose cgroups hold only its waiting
+                    // client is settled too, as above.
                     let settled = TestDaemon::wait_for(Duration::from_secs(10), || {
                         state = self.states().and_then(|s| s.get(&id).cloned());
                         !self.runs(&cg)
                             || matches!(state.as_deref(), Some("running" | "backfill" | "ending"))
+                            || (state.as_deref() == Some("queued") && self.only_clients(&cg))
                     });
                     if !settled {
                         f.unconfined += 1;
@@ -738,8 +742,10 @@ fn chaos_in(
             reap(&mut clients, &mut f, &mut log);
             // Held jobs keep their CPUs until ended, so clients queued behind them wait for
             // that: end the ones that have CPUs early rather than stall the run.
+            // Suspended jobs keep theirs too: resume them, or the run waits out its bound.
             if wait_from.elapsed() > Duration::from_secs(1) {
                 end_held(d, &mut held, u64::MAX, &mut f, &mut log);
+                suspend_some(d, &mut rng, &clients, &mut suspended, true, &mut f, &mut log);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
