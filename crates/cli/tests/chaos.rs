@@ -745,7 +745,15 @@ fn chaos_in(
             // Suspended jobs keep theirs too: resume them, or the run waits out its bound.
             if wait_from.elapsed() > Duration::from_secs(1) {
                 end_held(d, &mut held, u64::MAX, &mut f, &mut log);
-                suspend_some(d, &mut rng, &clients, &mut suspended, true, &mut f, &mut log);
+                suspend_some(
+                    d,
+                    &mut rng,
+                    &clients,
+                    &mut suspended,
+                    true,
+                    &mut f,
+                    &mut log,
+                );
             }
             std::thread::sleep(Duration::from_millis(10));
         }
