@@ -706,6 +706,18 @@ fn suspend_some(
     }
 }
 
+/// Resume every suspended job (suspending none), counted as [`suspend_some`] counts them.
+fn resume_all(
+    d: &TestDaemon,
+    rng: &mut Rng,
+    clients: &[Client],
+    suspended: &mut Vec<(String, bool)>,
+    f: &mut Figures,
+    log: &mut Vec<String>,
+) {
+    suspend_some(d, rng, clients, suspended, true, f, log);
+}
+
 fn chaos_in(
     d: &mut TestDaemon,
     node: &Node,
@@ -745,15 +757,7 @@ fn chaos_in(
             // Suspended jobs keep theirs too: resume them, or the run waits out its bound.
             if wait_from.elapsed() > Duration::from_secs(1) {
                 end_held(d, &mut held, u64::MAX, &mut f, &mut log);
-                suspend_some(
-                    d,
-                    &mut rng,
-                    &clients,
-                    &mut suspended,
-                    true,
-                    &mut f,
-                    &mut log,
-                );
+                resume_all(d, &mut rng, &clients, &mut suspended, &mut f, &mut log);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -810,15 +814,7 @@ fn chaos_in(
         reap(&mut clients, &mut f, &mut log);
     }
     // Let every suspended job go and end every held one: their clients can then end.
-    suspend_some(
-        d,
-        &mut rng,
-        &clients,
-        &mut suspended,
-        true,
-        &mut f,
-        &mut log,
-    );
+    resume_all(d, &mut rng, &clients, &mut suspended, &mut f, &mut log);
     end_all_held(d, &mut held, &mut f, &mut log);
     // Every client ends within a bound; one that does not is a lost job.
     let end = Instant::now() + Duration::from_secs(180);
