@@ -131,11 +131,16 @@ pub trait BindPort: Send {
         self.runnable_ns(pid, tid)
             .map(|run_ns| SchedRead { run_ns, wait_ns: 0 })
     }
-    /// Thread `tid`'s name, last CPU and migrations (thread profiles' top threads only).
+    /// Thread `tid`'s name and last CPU (thread profiles' top threads only).
     fn task(&self, _pid: u32, _tid: u32) -> Result<TaskFacts, BindError> {
         Err(BindError::Failed(
             "thread facts are not offered here".into(),
         ))
+    }
+    /// Thread `tid`'s CPU migrations since it started, where the kernel counts them (thread
+    /// profiles' top threads, not every tick: [`threads::MIGRATIONS_EVERY`]).
+    fn migrations(&self, _pid: u32, _tid: u32) -> Option<u64> {
+        None
     }
     /// The CPUs thread `tid` may run on now.
     fn affinity(&self, tid: u32) -> Result<CpuSet, BindError>;

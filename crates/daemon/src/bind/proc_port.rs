@@ -64,15 +64,17 @@ impl BindPort for ProcPort {
             std::fs::read_to_string(&path).map_err(|e| BindError::of_io(&e, path.display()))?;
         let t = pjw_kernelfs::task_stat::parse(&text)
             .map_err(|e| BindError::Failed(format!("{}: {e}", path.display())))?;
-        // Only on kernels with CONFIG_SCHED_DEBUG; without it the row has no migrations.
-        let migrations = std::fs::read_to_string(dir.join("sched"))
-            .ok()
-            .and_then(|s| pjw_kernelfs::task_sched::migrations(&s).ok().flatten());
         Ok(TaskFacts {
             comm: t.comm,
             cpu: t.processor,
-            migrations,
         })
+    }
+
+    /// Only on kernels with CONFIG_SCHED_DEBUG; without it the row has no migrations.
+    fn migrations(&self, pid: u32, tid: u32) -> Option<u64> {
+        std::fs::read_to_string(self.task_dir(pid, tid).join("sched"))
+            .ok()
+            .and_then(|s| pjw_kernelfs::task_sched::migrations(&s).ok().flatten())
     }
 
     fn sched(&self, pid: u32, tid: u32) -> Result<SchedRead, BindError> {

@@ -7,9 +7,14 @@
 //! and waiting since its last reading; the top N by that activity ([`top_threads`], pure) get
 //! two more reads each (`stat`: name and last CPU; `sched`: migrations) and a row, with the pin
 //! the balancer gave them — except a thread that neither ran nor waited since, which gets a row
-//! once a minute ([`IDLE_ROW_EVERY`]), its facts unchanged and unread. Rows go to the profile writer. Per job and tick that is one listing
-//! per process, at most `scan` small reads and 2N more: nothing on the engine's thread, and the
-//! rows stored grow with jobs (N each), not with threads.
+//! once a minute ([`IDLE_ROW_EVERY`]), its facts unchanged and unread. Rows go to the profile
+//! writer. Ranking needs every thread read; it is done at most every [`RANK_EVERY`] (or at
+//! every tick of a job read in turns): between rankings only the top threads are read, so a
+//! thread that turns busy gets rows within that time, its first one covering all the time since
+//! its previous reading. `sched` (migrations) is read again when a thread's last CPU changed,
+//! else at most every [`MIGRATIONS_EVERY`]. Per job and tick that is, at a ranking, one listing
+//! per process and at most `scan` small reads, and N to 3N reads at every tick: nothing on the
+//! engine's thread, and the rows stored grow with jobs (N each), not with threads.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -30,14 +35,12 @@ pub struct SchedRead {
     pub wait_ns: u64,
 }
 
-/// What the top threads' rows add: read only for them.
+/// What the top threads' rows add (`stat`): read only for them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TaskFacts {
     pub comm: String,
     /// The CPU it last ran on.
     pub cpu: u32,
-    /// `se.nr_migrations`, where the kernel offers it.
-    pub migrations: Option<u64>,
 }
 
 /// One job to profile, as the engine sees it at the tick.
@@ -156,6 +159,9 @@ impl BindPort for Recorder<'_> {
     fn task(&self, pid: u32, tid: u32) -> Result<TaskFacts, BindError> {
         self.inner.task(pid, tid)
     }
+    fn migrations(&self, pid: u32, tid: u32) -> Option<u64> {
+        self.inner.migrations(pid, tid)
+    }
     fn set_affinity(&self, cgroup: &str, tid: u32, cpus: &CpuSet) -> Result<(), BindError> {
         self.inner.set_affinity(cgroup, tid, cpus)
     }
@@ -167,15 +173,40 @@ impl BindPort for Recorder<'_> {
     }
 }
 
+/// One thread's last row: its reading and when, its facts (reused while it stays idle) and its
+/// migrations with when they were read.
+#[derive(Clone, Debug)]
+struct Stored {
+    sched: SchedRead,
+    at: Instant,
+    facts: TaskFacts,
+    migrations: Option<u64>,
+    migrations_at: Instant,
+}
+
+/// How the threads of a job were read at a tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Read {
+    /// Every thread: a ranking.
+    All,
+    /// `scan` of them, in turns.
+    Turn,
+    /// Only the top threads of the last ranking.
+    Top,
+}
+
 /// What the profiler remembers of one job between ticks.
 #[derive(Debug, Default)]
 struct JobThreads {
     /// Each thread's last reading and when it was taken.
     prev: HashMap<u32, (SchedRead, Instant)>,
-    /// Each thread's last row: its reading, when, and its facts (reused while it stays idle).
-    stored: HashMap<u32, (SchedRead, Instant, TaskFacts)>,
+    /// Each thread's last row.
+    stored: HashMap<u32, Stored>,
     /// Where the next tick's scan starts, for a job with more threads than `scan`.
     offset: usize,
+    /// The top threads (pid, tid) of the last ranking of every thread, when it was, and for how
+    /// many rows per job (`profile.threads` may change).
+    ranked: Option<(Instant, usize, Vec<(u32, u32)>)>,
 }
 
 impl JobThreads {
@@ -218,6 +249,45 @@ impl JobThreads {
         }
     }
 
+    /// Keep `reads` of the top threads alone as their last readings.
+    fn refresh(&mut self, reads: &[Reading], at: Instant) {
+        for r in reads {
+            self.prev.insert(r.tid, (r.sched, at));
+        }
+    }
+
+    /// The top threads to read alone at `now`, when the last ranking is recent enough and was
+    /// for `top` rows; None when every thread is to be read (a ranking is due).
+    fn between_rankings(&self, now: Instant, top: usize) -> Option<&[(u32, u32)]> {
+        match &self.ranked {
+            Some((at, n, tids)) if *n == top && now.saturating_duration_since(*at) < RANK_EVERY => {
+                Some(tids)
+            }
+            _ => None,
+        }
+    }
+
+    /// After reading `how` at `at`: a ranking of every thread starts a new interval; a read in
+    /// turns has none; a top thread that could not be read (gone) brings the next ranking now.
+    fn note_ranking(&mut self, how: Read, at: Instant, top: &[Activity], n: usize) {
+        match how {
+            Read::All => {
+                let tids = top.iter().map(|a| (a.reading.pid, a.reading.tid)).collect();
+                self.ranked = Some((at, n, tids));
+            }
+            Read::Turn => self.ranked = None,
+            Read::Top => {
+                if self
+                    .ranked
+                    .as_ref()
+                    .is_some_and(|(_, _, t)| t.len() != top.len())
+                {
+                    self.ranked = None;
+                }
+            }
+        }
+    }
+
     /// The row of top thread `a` of `job` at `at`; none for an idle thread whose last row is
     /// recent, or one that cannot be read.
     fn row(
@@ -231,14 +301,12 @@ impl JobThreads {
         let Reading { pid, tid, sched } = a.reading;
         let idle = a.span_ns > 0 && a.run_ns + a.wait_ns == 0;
         let last = self.stored.get(&tid);
-        if idle
-            && last.is_some_and(|(_, when, _)| at.saturating_duration_since(*when) < IDLE_ROW_EVERY)
-        {
+        if idle && last.is_some_and(|l| at.saturating_duration_since(l.at) < IDLE_ROW_EVERY) {
             return None;
         }
         // A thread that did not run cannot have moved or migrated: its facts are kept.
         let facts = match last {
-            Some((_, _, f)) if idle => f.clone(),
+            Some(l) if idle => l.facts.clone(),
             _ => match port.task(pid, tid) {
                 Ok(f) => f,
                 Err(BindError::Gone) => return None,
@@ -248,13 +316,17 @@ impl JobThreads {
                 }
             },
         };
+        let (migrations, migrations_at) = match last {
+            Some(l) if !migrations_due(l, &facts, at) => (l.migrations, l.migrations_at),
+            _ => (port.migrations(pid, tid), at),
+        };
         // Deltas since the thread's last row (the rows of a thread cover its time without
         // gaps or overlaps), or since its previous reading for its first row.
         let (run_ns, wait_ns, span_ns) = match last {
-            Some((was, when, _)) if at >= *when => (
-                sched.run_ns.saturating_sub(was.run_ns),
-                sched.wait_ns.saturating_sub(was.wait_ns),
-                at.saturating_duration_since(*when).as_nanos() as u64,
+            Some(l) if at >= l.at => (
+                sched.run_ns.saturating_sub(l.sched.run_ns),
+                sched.wait_ns.saturating_sub(l.sched.wait_ns),
+                at.saturating_duration_since(l.at).as_nanos() as u64,
             ),
             _ => (a.run_ns, a.wait_ns, a.span_ns),
         };
@@ -272,18 +344,45 @@ impl JobThreads {
             wait_usec: us(wait_ns),
             span_usec: if span_ns == 0 { 0 } else { us(span) },
             cpu: facts.cpu,
-            migrations: facts.migrations,
+            migrations,
             pin: pin(job, Tid(tid)).map(|c| c.to_string()),
         };
-        self.stored.insert(tid, (sched, at, facts));
+        self.stored.insert(
+            tid,
+            Stored {
+                sched,
+                at,
+                facts,
+                migrations,
+                migrations_at,
+            },
+        );
         Some(row)
     }
+}
+
+/// Whether a thread's migrations are to be read again for a row at `at`: it was last seen on
+/// another CPU (it migrated at least once), or its count is older than [`MIGRATIONS_EVERY`]
+/// (it may have gone and come back).
+fn migrations_due(last: &Stored, facts: &TaskFacts, at: Instant) -> bool {
+    last.facts.cpu != facts.cpu
+        || at.saturating_duration_since(last.migrations_at) >= MIGRATIONS_EVERY
 }
 
 /// A top thread that neither ran nor waited since its last reading gets a row at most this
 /// often: its next row's span covers the time in between, so its shares stay exact, and an
 /// idle thread costs no `stat`, no `sched` and no row at most ticks.
 pub const IDLE_ROW_EVERY: Duration = Duration::from_secs(60);
+
+/// Every thread of a job is read and ranked at most this often (and at every tick of a job
+/// read in turns); between rankings only its top threads are read. A thread that turns busy
+/// gets rows within this time; no time is lost, because a row holds the deltas since the
+/// thread's previous reading or row.
+pub const RANK_EVERY: Duration = Duration::from_secs(5);
+
+/// A top thread's migrations (`sched`, the longest file read per thread) are read again when
+/// its last CPU changed, else at most this often: a row's count is at most this old.
+pub const MIGRATIONS_EVERY: Duration = Duration::from_secs(10);
 
 /// The profiler's state: per job, the threads' last readings; per job cgroup, what the last
 /// balancing pass read.
@@ -321,17 +420,30 @@ impl ThreadProfiler {
                 .filter(|(at, _)| now.saturating_duration_since(*at) <= tick.reuse)
                 .map(|(at, r)| (*at, r.clone()));
             let st = self.jobs.entry(job.seq).or_default();
-            // A balancing pass reads every thread; a read of our own may stop at `scan`.
-            let (at, reads, complete) = match fresh {
-                Some((at, r)) => (at, r, true),
-                None => match read_job(port, job, tick.scan, &mut st.offset) {
-                    Some((r, complete)) => (now, r, complete),
+            // A balancing pass reads every thread; a read of our own may stop at `scan`, or,
+            // between rankings, read the top threads alone.
+            let between = st.between_rankings(now, tick.top).map(<[_]>::to_vec);
+            let (at, reads, how) = match (fresh, between) {
+                (Some((at, r)), _) => (at, r, Read::All),
+                (None, Some(top)) => match read_top(port, job, &top) {
+                    Some(r) => (now, r, Read::Top),
+                    None => continue,
+                },
+                (None, None) => match read_job(port, job, tick.scan, &mut st.offset) {
+                    Some((r, true)) => (now, r, Read::All),
+                    Some((r, false)) => (now, r, Read::Turn),
                     None => continue,
                 },
             };
             let acts = st.activities(&reads, at);
-            st.remember(&reads, at, complete, tick.scan);
-            for a in top_threads(acts, tick.top) {
+            if how == Read::Top {
+                st.refresh(&reads, at);
+            } else {
+                st.remember(&reads, at, how == Read::All, tick.scan);
+            }
+            let top = top_threads(acts, tick.top);
+            st.note_ranking(how, at, &top, tick.top);
+            for a in top {
                 rows.extend(st.row(port, (job, tick), pin, a, at));
             }
         }
@@ -357,6 +469,31 @@ impl ThreadProfiler {
             tick.writer.send(WriteOp::Threads(rows));
         }
     }
+}
+
+/// Read the top threads `top` of `job` alone; one that cannot be read is left out (gone, or a
+/// failure logged at debug), which brings the next ranking forward. A thread whose process is
+/// no longer in the job's cgroup is left out unread: its process id may have been given to
+/// another process since the ranking. None: the job's processes cannot be listed.
+fn read_top(port: &dyn BindPort, job: &ProfJob, top: &[(u32, u32)]) -> Option<Vec<Reading>> {
+    let pids = match port.procs(&job.cgroup) {
+        Ok(p) => p,
+        Err(e) => {
+            debug!(cgroup = %job.cgroup, error = ?e, "thread profile: cannot list the job's processes");
+            return None;
+        }
+    };
+    let mut out = Vec::with_capacity(top.len());
+    for &(pid, tid) in top.iter().filter(|(pid, _)| pids.contains(pid)) {
+        match port.sched(pid, tid) {
+            Ok(sched) => out.push(Reading { pid, tid, sched }),
+            Err(BindError::Gone) => {}
+            Err(BindError::Failed(e)) => {
+                debug!(cgroup = %job.cgroup, tid, error = %e, "thread profile: cannot read run time")
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Read the threads of `job` (at most `scan`, from `offset` on in turn), and whether that was
