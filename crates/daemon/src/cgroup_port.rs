@@ -34,6 +34,10 @@ impl std::fmt::Debug for Killed {
 /// never on the engine's.
 pub type Removal = Box<dyn FnOnce() -> Result<(), CgroupError> + Send>;
 
+/// What signals a job's processes (see [`CgroupLifecycle::signaller`]): run on a blocking
+/// thread, never on the engine's; how many got the signal.
+pub type Signaller = Box<dyn FnOnce() -> Result<usize, CgroupError> + Send>;
+
 /// How far a freeze got at once (see [`CgroupFreezing::freeze_begin`]).
 pub enum Freezing {
     /// The job is frozen (or, with `cgroup.freeze`, the kernel completes it by itself).
@@ -75,8 +79,10 @@ pub trait CgroupLifecycle {
     /// Kill every process of the job: at once where the kernel can (`cgroup.kill`), else what
     /// waits is handed back as [`Killed::Rounds`].
     fn kill(&self, name: &str) -> Result<Killed, CgroupError>;
-    /// Send `sig` to every process of the job (each pinned by a pidfd); how many got it.
-    fn signal(&self, name: &str, sig: i32) -> Result<usize, CgroupError>;
+    /// Sending `sig` to every process of the job (each pinned by a pidfd), to run later on a
+    /// blocking thread: a pidfd open and a signal per process, so its cost grows with the
+    /// job's processes.
+    fn signaller(&self, name: &str, sig: i32) -> Signaller;
     /// Remove the job's cgroups.
     fn remove_job(&self, name: &str) -> Result<(), CgroupError>;
     /// [`CgroupLifecycle::remove_job`] to run later, on a blocking thread: an `rmdir` in
@@ -187,8 +193,9 @@ impl CgroupLifecycle for Driver {
         let (driver, name) = (self.clone(), name.to_string());
         Ok(Killed::Rounds(Box::new(move || driver.kill_rounds(&name))))
     }
-    fn signal(&self, name: &str, sig: i32) -> Result<usize, CgroupError> {
-        Driver::signal(self, name, sig)
+    fn signaller(&self, name: &str, sig: i32) -> Signaller {
+        let (driver, name) = (self.clone(), name.to_string());
+        Box::new(move || driver.signal(&name, sig))
     }
     fn remove_job(&self, name: &str) -> Result<(), CgroupError> {
         Driver::remove_job(self, name)

@@ -93,6 +93,7 @@ mod reload;
 mod removal;
 #[cfg(test)]
 mod removal_tests;
+mod signalling;
 mod slurm_task;
 #[cfg(test)]
 mod slurm_task_tests;
@@ -212,6 +213,10 @@ pub struct Engine {
     /// Ended jobs' cgroups being removed on a blocking thread, by cgroup name: no job of that
     /// name starts until they are gone (`engine/removal.rs`).
     removing: HashMap<String, removal::Pending>,
+    /// Job cgroup names with signals on their way off the engine's thread (a time limit's
+    /// SIGTERM, kill rounds), how many each: no job of that name waits in its cgroups or starts
+    /// until they report (`engine/signalling.rs`).
+    signalling: HashMap<String, usize>,
     /// Live figures for `status` (`live.rs`): passes off the engine thread, their readings.
     live: live::Live,
     /// The young jobs' sampling tick is armed ([`Event::SampleYoung`]).
@@ -345,6 +350,7 @@ impl Engine {
             next_number: None,
             leases: HashMap::new(),
             removing: HashMap::new(),
+            signalling: HashMap::new(),
             asker: None,
             lease_armed: false,
             start_stats: pjw_core::start_stats::StartStats::new(
@@ -482,7 +488,13 @@ impl Engine {
                 }
                 self.check_empty(seq)
             }
-            Event::Killed { seq, error } => self.killed(seq, error),
+            Event::Killed { seq, cgroup, error } => self.killed(seq, &cgroup, error),
+            Event::Signalled {
+                seq,
+                cgroup,
+                sig,
+                error,
+            } => self.signalled(seq, &cgroup, sig, error),
             Event::Vacate => self.vacate_tick(),
             Event::Frozen { seq, error } => self.freeze_done(seq, error),
             Event::CgroupsRemoved { cgroup, error } => self.cgroups_removed(&cgroup, error),

@@ -454,6 +454,25 @@ impl TestEngine {
         TestEngine::with_config("")
     }
 
+    /// Hand the engine the reports of the signal passes and kill rounds under way (the events
+    /// it sent itself meanwhile go back to it in order afterwards).
+    pub async fn signals_done(&mut self) {
+        let mut other = Vec::new();
+        while self.engine.signals_under_way() > 0 {
+            let ev = tokio::time::timeout(std::time::Duration::from_secs(10), self._events.recv())
+                .await
+                .expect("a signal pass reported within 10 s")
+                .expect("the engine's channel is open");
+            match ev {
+                ev @ (Event::Signalled { .. } | Event::Killed { .. }) => self.engine.handle(ev),
+                ev => other.push(ev),
+            }
+        }
+        for ev in other {
+            self.engine.send_self(ev);
+        }
+    }
+
     /// Hand the engine the reports of its cgroup removals (blocking threads) until none is
     /// under way; what else it sent itself meanwhile is sent again, in order.
     pub async fn removals_done(&mut self) {

@@ -85,9 +85,21 @@ pub enum Event {
     CgroupChanged { wd: WatchDescriptor },
     /// Re-check whether job `seq` is empty (only where no `cgroup.events` exists: pure v1).
     Recheck { seq: i64 },
-    /// The kill rounds of job `seq` (no `cgroup.kill`), run on a blocking thread, are over;
-    /// `error` says what failed.
-    Killed { seq: i64, error: Option<String> },
+    /// The kill rounds of job `seq` (no `cgroup.kill`) in cgroup `cgroup`, run on a blocking
+    /// thread, are over; `error` says what failed.
+    Killed {
+        seq: i64,
+        cgroup: String,
+        error: Option<String>,
+    },
+    /// Signal `sig` was sent to the processes of job `seq` (cgroup `cgroup`) on a blocking
+    /// thread; `error` says what the kernel refused.
+    Signalled {
+        seq: i64,
+        cgroup: String,
+        sig: i32,
+        error: Option<String>,
+    },
     /// The cgroups of an ended job (`cgroup`, its name), removed on a blocking thread, are
     /// gone; `error` says what could not be removed.
     CgroupsRemoved {

@@ -22,14 +22,16 @@ impl Engine {
             // Not a job that is ending, nor a recovered queued job whose client has not come
             // back, nor one memory holds back, nor a queued job whose name's old cgroups are
             // still being removed (engine/removal.rs, engine/preplace.rs: it starts when they
-            // are gone).
-            let (removing, vacating) = (&self.removing, &self.vacating);
+            // are gone) or signalled (engine/signalling.rs).
+            let (removing, vacating, signalling) =
+                (&self.removing, &self.vacating, &self.signalling);
             let in_plan = |j: &Job| {
                 !j.end.ending
                     && (j.phase != Phase::Queued
                         || (j.client.waiter.is_some()
                             && !removing.contains_key(&j.cgroup)
-                            && !vacating.holds(&j.cgroup)))
+                            && !vacating.holds(&j.cgroup)
+                            && !signalling.contains_key(&j.cgroup)))
                     && !held.contains(&j.seq)
             };
             let views: Vec<JobView> = self

@@ -91,8 +91,11 @@ impl Engine {
         {
             return;
         }
-        if self.removing.contains_key(&j.cgroup) || self.vacating.holds(&j.cgroup) {
-            debug!(job = %j.id, "queued job placed at its start (the old cgroups of its name are being removed)");
+        if self.removing.contains_key(&j.cgroup)
+            || self.vacating.holds(&j.cgroup)
+            || self.signalling.contains_key(&j.cgroup)
+        {
+            debug!(job = %j.id, "queued job placed at its start (the old cgroups of its name are being removed or signalled)");
             return;
         }
         if self.partition.is_some() || (self.gpus_fenced && j.req.ngpus > 0) {

@@ -315,9 +315,7 @@ impl Engine {
             }
             None
         } else {
-            if let Err(e) = self.driver.signal(&j.cgroup, libc::SIGTERM) {
-                warn!(job = %j.id, error = %e, "not every process of the job got its SIGTERM; the kill follows as planned");
-            }
+            self.signal_job(seq, libc::SIGTERM);
             Some(self.clock.mono_ms() + grace_s as i64 * 1000)
         };
         if let Some(j) = self.jobs.get_mut(&seq) {

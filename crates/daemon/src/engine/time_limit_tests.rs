@@ -85,7 +85,9 @@ async fn a_job_is_killed_at_its_time_limit_and_not_a_moment_before() {
     );
     t.clock.advance(1_000);
     tick(&mut t);
-    // At its limit: SIGTERM to its processes, the kill `kill_wait` (30 s) later.
+    // At its limit: SIGTERM to its processes (on a blocking thread), the kill `kill_wait`
+    // (30 s) later.
+    t.signals_done().await;
     assert!(
         fake.calls().contains(&"signal job-a 15".to_string()),
         "{:?}",
@@ -406,6 +408,7 @@ async fn the_nodes_default_and_maximum_limits_hold_users() {
     // At the default limit: ended, and the end says whose limit it was.
     t.clock.advance(120_000);
     tick(&mut t);
+    t.signals_done().await;
     assert!(fake.calls().contains(&"signal job-plain 15".to_string()));
     t.clock.advance(30_000);
     tick(&mut t);
@@ -535,6 +538,7 @@ async fn a_refused_warning_still_ends_in_the_kill_within_a_grace_no_longer_than_
     let seq = start_limited(&mut t, "a", 2).await;
     t.clock.advance(2_000);
     tick(&mut t);
+    t.signals_done().await;
     assert!(
         fake.calls().contains(&"signal job-a 15 !".to_string()),
         "{:?}",
@@ -561,6 +565,7 @@ async fn a_warned_jobs_leftovers_get_the_grace_then_the_kill() {
     let seq = start_limited(&mut t, "a", 60).await;
     t.clock.advance(60_000);
     tick(&mut t);
+    t.signals_done().await;
     assert!(fake.calls().contains(&"signal job-a 15".to_string()));
     // The wrapper dies of the SIGTERM; its program is still in the job.
     t.engine.handle(Event::MainExited { seq });
@@ -615,5 +620,75 @@ async fn the_time_counted_of_many_jobs_is_written_in_one_transaction() {
         t.engine.next_time_limit().map(|d| d.as_millis()),
         Some(60_001),
         "one wake a minute for all three"
+    );
+}
+
+/// Opens the gate when dropped: a failed test does not leave a blocking thread waiting.
+struct OpenOnDrop(crate::test_support::Gate);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+/// The attack: a job's SIGTERM at its time limit lists the processes of its cgroup by name, off
+/// the engine's thread. The job ends (its processes died of it) while the pass is still on its
+/// way; another user submits a job of the same id at once. Were its cgroups made and its client
+/// moved in, the late pass would signal the new job's processes. The engine answers requests
+/// while the pass waits, and the new job neither waits in its cgroups nor starts until the pass
+/// has reported; then it starts.
+#[tokio::test(flavor = "current_thread")]
+async fn a_late_time_limit_sigterm_never_reaches_a_new_job_of_the_same_name() {
+    let fake = FakeCgroups::default();
+    let gate = OpenOnDrop(crate::test_support::Gate::default());
+    fake.state().slow_signal = Some(gate.0.clone());
+    let mut t = TestEngine::recording(fake.clone());
+    let seq = start_limited(&mut t, "a", 60).await;
+    t.clock.advance(60_000);
+    tick(&mut t);
+    // The engine is back while the pass waits: nothing signalled yet, the kill planned.
+    assert!(!fake.calls().iter().any(|c| c.starts_with("signal ")));
+    assert_eq!(t.engine.signals_under_way(), 1);
+    assert_eq!(
+        t.engine.status().jobs.len(),
+        1,
+        "a request is answered meanwhile"
+    );
+    // Its processes die of the SIGTERM: its cgroup is empty and the job ends.
+    fake.state()
+        .jobs
+        .get_mut("job-a")
+        .expect("cgroup")
+        .1
+        .clear();
+    t.engine.handle(Event::MainExited { seq });
+    assert!(!t.engine.jobs.contains_key(&seq), "ended");
+    t.removals_done().await;
+    // Another user's job of the same id waits in the queue, outside any cgroup of that name.
+    let p = Live::new(1);
+    let (r, _rx) = t.submit(7, p.pid(0), 2000, run_request("a", 1)).await;
+    assert!(matches!(r, Response::Queued { .. }), "{r:?}");
+    let made_after_end = |fake: &FakeCgroups| {
+        let calls = fake.calls();
+        let end = calls
+            .iter()
+            .rposition(|c| c.starts_with("remove_job job-a"))
+            .expect("removed");
+        calls[end..]
+            .iter()
+            .any(|c| c.starts_with("create_job job-a") || c.starts_with("add_process job-a"))
+    };
+    assert!(!made_after_end(&fake), "{:?}", fake.calls());
+    // The pass reports: the name is free, and the new job starts in new cgroups.
+    gate.0.open();
+    t.signals_done().await;
+    assert!(fake.calls().contains(&"signal job-a 15".to_string()));
+    assert_eq!(t.engine.signals_under_way(), 0);
+    assert!(made_after_end(&fake), "{:?}", fake.calls());
+    let new = t.seq_of("a");
+    assert!(
+        new != seq && t.engine.jobs[&new].started.is_some(),
+        "the new job started"
     );
 }

@@ -35,6 +35,8 @@ pub struct FakeCgState {
     pub slow_freeze: Option<(Gate, bool)>,
     /// Removals handed to a blocking thread wait until the gate opens.
     pub slow_remove: Option<Gate>,
+    /// Signal passes handed to a blocking thread wait until the gate opens.
+    pub slow_signal: Option<Gate>,
     /// Memory PSI per job (`(parent)` for the partition), what `memory_pressure` returns.
     pub psi: BTreeMap<String, Psi>,
     /// What `memory_breakdown` returns per job (else it fails, as a missing file would).
@@ -200,9 +202,16 @@ impl CgroupLifecycle for FakeCgroups {
         }
         Ok(())
     }
-    fn signal(&self, name: &str, sig: i32) -> Result<usize, CgroupError> {
-        self.write("signal", name, sig.to_string())?;
-        Ok(self.state().jobs.get(name).map_or(0, |j| j.1.len()))
+    fn signaller(&self, name: &str, sig: i32) -> crate::cgroup_port::Signaller {
+        let (fake, name) = (self.clone(), name.to_string());
+        let gate = self.state().slow_signal.clone();
+        Box::new(move || {
+            if let Some(gate) = gate {
+                gate.wait();
+            }
+            fake.write("signal", &name, sig.to_string())?;
+            Ok(fake.state().jobs.get(&name).map_or(0, |j| j.1.len()))
+        })
     }
     fn kill(&self, name: &str) -> Result<Killed, CgroupError> {
         self.write("kill", name, String::new())?;
