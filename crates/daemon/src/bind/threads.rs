@@ -85,12 +85,18 @@ pub struct Activity {
     pub span_ns: u64,
 }
 
-/// The `n` most active threads: most time running or runnable in their span first, then most
-/// CPU time since they started (threads seen for the first time have no span), then by id.
+/// The `n` most active threads: the largest share of their span running or runnable first (a
+/// rate, so threads last read at different times compare fairly: between rankings the top
+/// threads are read every tick, the others not), then most CPU time since they started
+/// (threads seen for the first time have no span), then by id.
 pub fn top_threads(mut all: Vec<Activity>, n: usize) -> Vec<Activity> {
+    let rate = |a: &Activity| match a.span_ns {
+        0 => 0,
+        span => u128::from(a.run_ns + a.wait_ns) * 1_000_000_000 / u128::from(span),
+    };
     all.sort_by(|a, b| {
-        (b.run_ns + b.wait_ns)
-            .cmp(&(a.run_ns + a.wait_ns))
+        rate(b)
+            .cmp(&rate(a))
             .then(b.reading.sched.run_ns.cmp(&a.reading.sched.run_ns))
             .then(a.reading.tid.cmp(&b.reading.tid))
     });
@@ -204,18 +210,27 @@ struct JobThreads {
     stored: HashMap<u32, Stored>,
     /// Where the next tick's scan starts, for a job with more threads than `scan`.
     offset: usize,
-    /// The top threads (pid, tid) of the last ranking of every thread, when it was, and for how
-    /// many rows per job (`profile.threads` may change).
-    ranked: Option<(Instant, usize, Vec<(u32, u32)>)>,
+    /// The last ranking of every thread.
+    ranked: Option<Ranking>,
+}
+
+/// A ranking of every thread of a job: when, for how many rows per job (`profile.threads` may
+/// change), and its top threads (pid, tid).
+#[derive(Debug)]
+struct Ranking {
+    at: Instant,
+    rows: usize,
+    top: Vec<(u32, u32)>,
 }
 
 impl JobThreads {
-    /// What each thread of `reads`, taken at `at`, did since its previous reading.
+    /// What each thread of `reads`, taken at `at`, did since its previous reading. Counters
+    /// lower than that reading's are a new thread that got the id: seen for the first time.
     fn activities(&self, reads: &[Reading], at: Instant) -> Vec<Activity> {
         reads
             .iter()
             .map(|r| match self.prev.get(&r.tid) {
-                Some((p, was)) if at >= *was => Activity {
+                Some((p, was)) if at >= *was && !went_back(&r.sched, p) => Activity {
                     reading: *r,
                     run_ns: r.sched.run_ns.saturating_sub(p.run_ns),
                     wait_ns: r.sched.wait_ns.saturating_sub(p.wait_ns),
@@ -260,8 +275,8 @@ impl JobThreads {
     /// for `top` rows; None when every thread is to be read (a ranking is due).
     fn between_rankings(&self, now: Instant, top: usize) -> Option<&[(u32, u32)]> {
         match &self.ranked {
-            Some((at, n, tids)) if *n == top && now.saturating_duration_since(*at) < RANK_EVERY => {
-                Some(tids)
+            Some(r) if r.rows == top && now.saturating_duration_since(r.at) < RANK_EVERY => {
+                Some(&r.top)
             }
             _ => None,
         }
@@ -272,15 +287,15 @@ impl JobThreads {
     fn note_ranking(&mut self, how: Read, at: Instant, top: &[Activity], n: usize) {
         match how {
             Read::All => {
-                let tids = top.iter().map(|a| (a.reading.pid, a.reading.tid)).collect();
-                self.ranked = Some((at, n, tids));
+                let top = top.iter().map(|a| (a.reading.pid, a.reading.tid)).collect();
+                self.ranked = Some(Ranking { at, rows: n, top });
             }
             Read::Turn => self.ranked = None,
             Read::Top => {
                 if self
                     .ranked
                     .as_ref()
-                    .is_some_and(|(_, _, t)| t.len() != top.len())
+                    .is_some_and(|r| r.top.len() != top.len())
                 {
                     self.ranked = None;
                 }
@@ -300,7 +315,12 @@ impl JobThreads {
     ) -> Option<ThreadSample> {
         let Reading { pid, tid, sched } = a.reading;
         let idle = a.span_ns > 0 && a.run_ns + a.wait_ns == 0;
-        let last = self.stored.get(&tid);
+        // Counters lower than at its last row: another thread got the id since; its name, CPU
+        // and migrations are its own, read afresh.
+        let last = self
+            .stored
+            .get(&tid)
+            .filter(|l| !went_back(&sched, &l.sched));
         if idle && last.is_some_and(|l| at.saturating_duration_since(l.at) < IDLE_ROW_EVERY) {
             return None;
         }
@@ -359,6 +379,11 @@ impl JobThreads {
         );
         Some(row)
     }
+}
+
+/// Whether reading `now` of a thread id has lower counters than `was`: not the same thread.
+fn went_back(now: &SchedRead, was: &SchedRead) -> bool {
+    now.run_ns < was.run_ns || now.wait_ns < was.wait_ns
 }
 
 /// Whether a thread's migrations are to be read again for a row at `at`: it was last seen on
@@ -483,6 +508,7 @@ fn read_top(port: &dyn BindPort, job: &ProfJob, top: &[(u32, u32)]) -> Option<Ve
             return None;
         }
     };
+    let pids: std::collections::HashSet<u32> = pids.into_iter().collect();
     let mut out = Vec::with_capacity(top.len());
     for &(pid, tid) in top.iter().filter(|(pid, _)| pids.contains(pid)) {
         match port.sched(pid, tid) {

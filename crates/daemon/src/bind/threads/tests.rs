@@ -48,6 +48,8 @@ struct Fake {
     cpu: Mutex<HashMap<u32, u32>>,
     /// The job's process 10 left its cgroup (its id may be another process's now).
     left: std::sync::atomic::AtomicBool,
+    /// Names other than `t{tid}`.
+    comm: Mutex<HashMap<u32, String>>,
 }
 
 impl Fake {
@@ -87,8 +89,9 @@ impl BindPort for Fake {
     }
     fn task(&self, _: u32, tid: u32) -> Result<TaskFacts, BindError> {
         self.alive(tid)?;
+        let comm = self.comm.lock().unwrap().get(&tid).cloned();
         Ok(TaskFacts {
-            comm: format!("t{tid}"),
+            comm: comm.unwrap_or_else(|| format!("t{tid}")),
             cpu: *self.cpu.lock().unwrap().get(&tid).unwrap_or(&(tid % 2)),
         })
     }
@@ -343,4 +346,59 @@ fn a_top_thread_whose_process_left_the_job_is_not_read_between_rankings() {
         (5 + 2, 0),
         "nothing read of it, no row"
     );
+}
+
+#[test]
+fn a_busy_top_thread_keeps_its_place_against_threads_measured_over_longer() {
+    let port = Fake::default();
+    let (writer, _rx) = Writer::collecting();
+    let tick = one_job(1, &writer);
+    let mut p = ThreadProfiler::default();
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    // Thread 11 runs all the time, 12 to 14 30% of it (from a second before the first tick).
+    let set = |s: u64| {
+        let mut run = port.run.lock().unwrap();
+        run.insert(11, (s + 1) * 1_000_000_000);
+        for t in [12, 13, 14] {
+            run.insert(t, (s + 1) * 300_000_000);
+        }
+    };
+    set(0);
+    p.sample(&port, &tick, &|_, _| None, at(0));
+    for s in 1..=5 {
+        set(s);
+        let rows = p.sample(&port, &tick, &|_, _| None, at(s));
+        // Between rankings it was read every second, the others at the last ranking only:
+        // its one second at 100% still beats their five at 30%.
+        assert_eq!(
+            rows.iter().map(|r| r.tid).collect::<Vec<_>>(),
+            [11],
+            "second {s}"
+        );
+    }
+}
+
+#[test]
+fn a_thread_id_given_to_a_new_thread_is_not_taken_for_the_old_one() {
+    let port = Fake::default();
+    let (writer, _rx) = Writer::collecting();
+    let tick = one_job(1, &writer);
+    let mut p = ThreadProfiler::default();
+    let t0 = Instant::now();
+    port.run.lock().unwrap().insert(11, 5_000_000_000);
+    let rows = p.sample(&port, &tick, &|_, _| None, t0);
+    assert_eq!((rows[0].tid, rows[0].comm.as_str()), (11, "t11"));
+    // Thread 11 ended and a new thread got its id: lower counters, another name.
+    port.run.lock().unwrap().insert(11, 100_000_000);
+    port.comm.lock().unwrap().insert(11, "new".into());
+    let before = port.migration_reads.load(Ordering::Relaxed);
+    let rows = p.sample(&port, &tick, &|_, _| None, t0 + Duration::from_secs(1));
+    let r = &rows[0];
+    assert_eq!(
+        (r.tid, r.comm.as_str(), r.cpu_usec, r.run_usec, r.span_usec),
+        (11, "new", 100_000, 0, 0),
+        "seen for the first time: its own name, no deltas from the old thread"
+    );
+    assert_eq!(port.migration_reads.load(Ordering::Relaxed), before + 1);
 }
