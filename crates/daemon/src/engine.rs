@@ -488,13 +488,7 @@ impl Engine {
                 }
                 self.check_empty(seq)
             }
-            Event::Killed { seq, cgroup, error } => self.killed(seq, &cgroup, error),
-            Event::Signalled {
-                seq,
-                cgroup,
-                sig,
-                error,
-            } => self.signalled(seq, &cgroup, sig, error),
+            ev @ (Event::Killed { .. } | Event::Signalled { .. }) => self.pass_reported(ev),
             Event::Vacate => self.vacate_tick(),
             Event::Frozen { seq, error } => self.freeze_done(seq, error),
             Event::CgroupsRemoved { cgroup, error } => self.cgroups_removed(&cgroup, error),

@@ -86,9 +86,10 @@ pub enum Event {
     /// Re-check whether job `seq` is empty (only where no `cgroup.events` exists: pure v1).
     Recheck { seq: i64 },
     /// The kill rounds of job `seq` (no `cgroup.kill`) in cgroup `cgroup`, run on a blocking
-    /// thread, are over; `error` says what failed.
+    /// thread, are over; `error` says what failed. No `seq`: what stayed in a withdrawn queued
+    /// job's cgroups.
     Killed {
-        seq: i64,
+        seq: Option<i64>,
         cgroup: String,
         error: Option<String>,
     },

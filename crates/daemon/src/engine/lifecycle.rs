@@ -443,25 +443,16 @@ impl Engine {
             Killed::Done => Ok(()),
             Killed::Rounds(rounds) => {
                 debug!(job = %job.id, "no cgroup.kill: kill rounds on a blocking thread");
-                let (tx, cgroup) = (self.tx.clone(), job.cgroup.clone());
-                self.hold_name(&cgroup);
-                tokio::task::spawn_blocking(move || {
-                    let error = rounds().err().map(|e| e.to_string());
-                    let _ = tx.send(Event::Killed { seq, cgroup, error });
+                let cgroup = job.cgroup.clone();
+                let work = move || rounds().err().map(|e| e.to_string());
+                self.spawn_held(&cgroup, work, move |cgroup, error| Event::Killed {
+                    seq: Some(seq),
+                    cgroup,
+                    error,
                 });
                 Ok(())
             }
         }
-    }
-
-    /// The kill rounds of job `seq` in `cgroup` are over: its name is free again, and whether
-    /// its cgroup is empty is looked at now.
-    pub(super) fn killed(&mut self, seq: i64, cgroup: &str, error: Option<String>) {
-        if let (Some(e), Some(job)) = (error, self.jobs.get(&seq)) {
-            warn!(job = %job.id, error = %e, "cannot kill every process of the job");
-        }
-        self.check_empty(seq);
-        self.release_name(cgroup);
     }
 
     /// End the job if its cgroup is empty; where no event will tell us, look again shortly.

@@ -23,15 +23,10 @@ impl Engine {
             // back, nor one memory holds back, nor a queued job whose name's old cgroups are
             // still being removed (engine/removal.rs, engine/preplace.rs: it starts when they
             // are gone) or signalled (engine/signalling.rs).
-            let (removing, vacating, signalling) =
-                (&self.removing, &self.vacating, &self.signalling);
             let in_plan = |j: &Job| {
                 !j.end.ending
                     && (j.phase != Phase::Queued
-                        || (j.client.waiter.is_some()
-                            && !removing.contains_key(&j.cgroup)
-                            && !vacating.holds(&j.cgroup)
-                            && !signalling.contains_key(&j.cgroup)))
+                        || (j.client.waiter.is_some() && !self.name_held(&j.cgroup)))
                     && !held.contains(&j.seq)
             };
             let views: Vec<JobView> = self

@@ -91,10 +91,7 @@ impl Engine {
         {
             return;
         }
-        if self.removing.contains_key(&j.cgroup)
-            || self.vacating.holds(&j.cgroup)
-            || self.signalling.contains_key(&j.cgroup)
-        {
+        if self.name_held(&j.cgroup) {
             debug!(job = %j.id, "queued job placed at its start (the old cgroups of its name are being removed or signalled)");
             return;
         }
@@ -309,11 +306,13 @@ impl Engine {
         match self.driver.kill(cgroup) {
             Ok(Killed::Done) => true,
             Ok(Killed::Rounds(rounds)) => {
-                let job = job.to_string();
-                tokio::task::spawn_blocking(move || {
-                    if let Err(e) = rounds() {
-                        warn!(job = %job, error = %e, "cannot kill what stayed in a withdrawn job's cgroups");
-                    }
+                // Held like a job's rounds: they list the cgroup by name, which may be freed
+                // (removed once empty) before they are done.
+                let work = move || rounds().err().map(|e| e.to_string());
+                self.spawn_held(cgroup, work, |cgroup, error| Event::Killed {
+                    seq: None,
+                    cgroup,
+                    error,
                 });
                 true
             }

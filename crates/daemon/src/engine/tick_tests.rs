@@ -581,3 +581,63 @@ fn young_jobs_are_due_every_second_for_their_first_minute() {
         assert_eq!(young_due(age, since), due, "{age:?} {since:?}");
     }
 }
+
+/// The attack on the kill rounds (no `cgroup.kill`): they list the job's cgroup by name on a
+/// blocking thread, 10 ms apart. What they were sent for exits on its own, the job ends and its
+/// cgroups are removed while they still wait; another user submits the same id at once. The
+/// name is held until the rounds report: the new job neither waits in nor gets cgroups of that
+/// name until then, so the late rounds never see its processes; then it starts.
+#[tokio::test(flavor = "current_thread")]
+async fn late_kill_rounds_never_reach_a_new_job_of_the_same_name() {
+    let fake = FakeCgroups::default();
+    let gate = OpenOnDrop(Gate::default());
+    fake.state().slow_kill = Some(gate.0.clone());
+    let mut t = TestEngine::recording(fake.clone());
+    let a = started(&mut t, 1, "a", 2).await;
+    let name = cg("a");
+    fake.state()
+        .jobs
+        .get_mut(&name)
+        .expect("cgroup")
+        .1
+        .push(700_201);
+    t.engine.handle(Event::MainExited { seq: a });
+    assert!(t.engine.jobs[&a].end.ending, "the rounds wait at the gate");
+    // The leftover exits on its own: the job is empty and ends while the rounds still wait.
+    fake.state().jobs.get_mut(&name).expect("cgroup").1.clear();
+    t.engine.handle(Event::Recheck { seq: a });
+    assert!(!t.engine.jobs.contains_key(&a), "ended");
+    t.removals_done().await;
+    let removed = fake
+        .calls()
+        .iter()
+        .rposition(|c| *c == format!("remove_job {name}"))
+        .expect("its cgroups removed");
+    let p = crate::test_support::Live::new(1);
+    let (r, _rx) = t.submit(7, p.pid(0), 2000, run_request("a", 1)).await;
+    assert!(matches!(r, Response::Queued { .. }), "{r:?}");
+    let touched = |fake: &FakeCgroups| {
+        fake.calls()[removed..]
+            .iter()
+            .filter(|c| c.starts_with("create_job ") || c.starts_with("add_process "))
+            .filter(|c| c.split(' ').nth(1) == Some(name.as_str()))
+            .count()
+    };
+    assert_eq!(touched(&fake), 0, "{:?}", fake.calls());
+    // The rounds run (in the fake they empty whatever the cgroup of that name holds) and
+    // report; only then the new job gets its cgroups and starts.
+    gate.0.open();
+    t.signals_done().await;
+    let calls = fake.calls();
+    let rounds = calls
+        .iter()
+        .rposition(|c| *c == format!("kill_rounds {name}"))
+        .expect("the rounds ran");
+    let made = calls
+        .iter()
+        .rposition(|c| c.starts_with(&format!("create_job {name} ")))
+        .expect("the new job's cgroups made");
+    assert!(rounds < made, "{calls:?}");
+    let new = t.seq_of("a");
+    assert!(new != a && t.engine.jobs[&new].started.is_some(), "started");
+}
