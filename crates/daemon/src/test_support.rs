@@ -21,7 +21,7 @@ use crate::clock::Clock;
 use crate::config::{Config, Overrides};
 use crate::engine::{Cred, Engine, Event, Who};
 use crate::store_port::{StoreDetailWriter, StoreReader, StoreWriter};
-pub use cgroups::{FakeCgroups, Gate};
+pub use cgroups::{FakeCgroups, Gate, OpenOnDrop};
 use pjw_proto::{Placement, RunRequest};
 
 /// What the fake store holds and what it was asked.
@@ -457,34 +457,38 @@ impl TestEngine {
     /// Hand the engine the reports of the signal passes and kill rounds under way (the events
     /// it sent itself meanwhile go back to it in order afterwards).
     pub async fn signals_done(&mut self) {
-        let mut other = Vec::new();
-        while self.engine.signals_under_way() > 0 {
-            let ev = tokio::time::timeout(std::time::Duration::from_secs(10), self._events.recv())
-                .await
-                .expect("a signal pass reported within 10 s")
-                .expect("the engine's channel is open");
-            match ev {
-                ev @ (Event::Signalled { .. } | Event::Killed { .. }) => self.engine.handle(ev),
-                ev => other.push(ev),
-            }
-        }
-        for ev in other {
-            self.engine.send_self(ev);
-        }
+        self.reports_done(Engine::signals_under_way, "a signal pass", |ev| {
+            matches!(ev, Event::Signalled { .. } | Event::Killed { .. })
+        })
+        .await
     }
 
     /// Hand the engine the reports of its cgroup removals (blocking threads) until none is
     /// under way; what else it sent itself meanwhile is sent again, in order.
     pub async fn removals_done(&mut self) {
+        self.reports_done(Engine::removals_under_way, "a removal", |ev| {
+            matches!(ev, Event::CgroupsRemoved { .. })
+        })
+        .await
+    }
+
+    /// Hand the engine the events `report` picks until `under_way` counts none; the others it
+    /// sent itself meanwhile go back to it, in order.
+    async fn reports_done(
+        &mut self,
+        under_way: fn(&Engine) -> usize,
+        what: &str,
+        report: fn(&Event) -> bool,
+    ) {
         let mut other = Vec::new();
-        while self.engine.removals_under_way() > 0 {
+        while under_way(&self.engine) > 0 {
             let ev = tokio::time::timeout(std::time::Duration::from_secs(10), self._events.recv())
                 .await
-                .expect("a removal reported within 10 s")
+                .unwrap_or_else(|_| panic!("{what} reported within 10 s"))
                 .expect("the engine's channel is open");
-            match ev {
-                ev @ Event::CgroupsRemoved { .. } => self.engine.handle(ev),
-                ev => other.push(ev),
+            match report(&ev) {
+                true => self.engine.handle(ev),
+                false => other.push(ev),
             }
         }
         for ev in other {

@@ -7,18 +7,9 @@ use pjw_proto::{Response, RunRequest};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Control, Event};
-use crate::test_support::{client, run_request, who, FakeCgroups, Gate, TestEngine};
+use crate::test_support::{client, run_request, who, FakeCgroups, Gate, OpenOnDrop, TestEngine};
 
 const UID: u32 = 1000;
-
-/// Opens the gate when dropped: a failed test does not leave a blocking thread waiting.
-struct OpenOnDrop(Gate);
-
-impl Drop for OpenOnDrop {
-    fn drop(&mut self) {
-        self.0.open();
-    }
-}
 
 /// An engine whose freezes wait at a gate and then succeed or (`fails`) not; users may preempt
 /// (priority 14 and up).

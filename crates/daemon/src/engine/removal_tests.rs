@@ -9,22 +9,13 @@ use pjw_store::StoredState;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{cgroup_name, Control, Cred, Event, Who};
-use crate::test_support::{FakeCgroups, Gate, TestEngine};
+use crate::test_support::{FakeCgroups, Gate, OpenOnDrop, TestEngine};
 
 const ROOT: Cred = Cred {
     pid: 1,
     uid: 0,
     gid: 0,
 };
-
-/// Opens the gate when dropped: a failed test does not leave a blocking thread waiting.
-struct OpenOnDrop(Gate);
-
-impl Drop for OpenOnDrop {
-    fn drop(&mut self) {
-        self.0.open();
-    }
-}
 
 fn root_who() -> Who {
     Who {

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{cgroup_name, Cred, Event};
 use crate::clock::Clock;
 use crate::procs::ProcMsg;
-use crate::test_support::{client, run_request, who, FakeCgroups, Gate, TestEngine};
+use crate::test_support::{client, run_request, who, FakeCgroups, Gate, OpenOnDrop, TestEngine};
 
 const UID: u32 = 1000;
 const MIB: u64 = 1 << 20;
@@ -459,15 +459,6 @@ async fn status_answers_from_the_last_sample_and_reads_no_cgroup_file() {
         );
         let b = s.jobs.iter().find(|j| j.id == "b").expect("b");
         assert_eq!((b.mem_bytes, b.cpu_usec, b.sampled_ms), (None, None, None));
-    }
-}
-
-/// Opens the gate when dropped: a failed test does not leave a blocking thread waiting.
-struct OpenOnDrop(Gate);
-
-impl Drop for OpenOnDrop {
-    fn drop(&mut self) {
-        self.0.open();
     }
 }
 

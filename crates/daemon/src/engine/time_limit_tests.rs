@@ -7,7 +7,9 @@ use pjw_proto::{ErrorCode, Response, RunRequest};
 use tokio::sync::oneshot;
 
 use super::{Control, Event};
-use crate::test_support::{client, run_request, who, FakeCgroups, Live, TestEngine};
+use crate::test_support::{
+    client, run_request, who, FakeCgroups, Gate, Live, OpenOnDrop, TestEngine,
+};
 
 const UID: u32 = 1000;
 
@@ -623,15 +625,6 @@ async fn the_time_counted_of_many_jobs_is_written_in_one_transaction() {
     );
 }
 
-/// Opens the gate when dropped: a failed test does not leave a blocking thread waiting.
-struct OpenOnDrop(crate::test_support::Gate);
-
-impl Drop for OpenOnDrop {
-    fn drop(&mut self) {
-        self.0.open();
-    }
-}
-
 /// The attack: a job's SIGTERM at its time limit lists the processes of its cgroup by name, off
 /// the engine's thread. The job ends (its processes died of it) while the pass is still on its
 /// way; another user submits a job of the same id at once. Were its cgroups made and its client
@@ -641,7 +634,7 @@ impl Drop for OpenOnDrop {
 #[tokio::test(flavor = "current_thread")]
 async fn a_late_time_limit_sigterm_never_reaches_a_new_job_of_the_same_name() {
     let fake = FakeCgroups::default();
-    let gate = OpenOnDrop(crate::test_support::Gate::default());
+    let gate = OpenOnDrop(Gate::default());
     fake.state().slow_signal = Some(gate.0.clone());
     let mut t = TestEngine::recording(fake.clone());
     let seq = start_limited(&mut t, "a", 60).await;

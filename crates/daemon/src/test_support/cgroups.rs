@@ -63,6 +63,15 @@ impl Gate {
     }
 }
 
+/// Opens its gate when dropped: a failed test does not leave a blocking thread waiting.
+pub struct OpenOnDrop(pub Gate);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
 /// A cgroup driver in memory that records its writes and its reads of job files and fails the
 /// writes it is told to. A kill empties a job at once, or, with `slow_kill`, takes rounds that
 /// wait at a [`Gate`]; memory and CPU time are what
