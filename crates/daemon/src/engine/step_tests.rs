@@ -417,3 +417,83 @@ async fn a_run_from_a_pid_another_users_job_now_holds_is_never_its_step() {
     assert_eq!(started(&r).0, "a");
     assert_eq!(t.engine.status().jobs[0].steps.len(), 1);
 }
+
+/// `pjw run --user bob --job-id a -c 2` from root (a job starter) at pid `pid`: started.
+async fn starters_job_a(t: &mut TestEngine, pid: u32) {
+    let mut req = run_request("a", 2);
+    req.user = Some("bob".into());
+    t.fake_process(pid, 0);
+    t.fake_stat(pid);
+    let (reply, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    t.engine.handle(Event::Submit {
+        conn: 1,
+        cred: Cred {
+            pid,
+            ..client(0)
+        },
+        who: Who {
+            name: "root".into(),
+            admin: false,
+            named: Some((UID, UID)),
+        },
+        req,
+        reply,
+    });
+    assert_eq!(started(&rx.recv().await.expect("an answer")).0, "a");
+    t.in_cgroup(pid, "/pjw/job-a");
+}
+
+/// Review F1, as the attack: root's job starter started bob's job `a` (`pjw run --user bob`),
+/// whose main process is now bob's (the starter's `setuid`); the daemon restarts, so it has
+/// told that process nothing. The process runs `pjw run` again from the same pid (`exec pjw
+/// run -c 1 -- payload`): it is a step of `a`, never a job of its own (which would move it out
+/// of `a`'s cgroups, cpuset and memory limit and past the manager's end). The starter's own
+/// retry as root — a client that lost the crashed daemon — is told its job again.
+#[tokio::test(flavor = "current_thread")]
+async fn after_a_restart_a_starters_main_process_cannot_leave_its_job_through_pjw_run() {
+    let mut t = TestEngine::new();
+    let p = Live::new(1);
+    starters_job_a(&mut t, p.pid(0)).await;
+    let mut t = t.restart();
+    t.engine.recover().expect("recover");
+    assert!(!t.engine.jobs[&t.seq_of("a")].steps.main_told);
+
+    let mut req = run_request("b", 1);
+    req.job_id = Some("b".into());
+    let r = run_in(&mut t, p.pid(0), UID, "/pjw/job-a", req).await;
+    let (job, cpus, env) = started(&r);
+    assert_eq!(job, "a", "answered as a step of its own job: {r:?}");
+    assert_eq!(step_of(&env), Some("0"), "{env:?}");
+    assert_eq!(cpus.len(), 1);
+    assert_eq!(t.engine.jobs.len(), 1, "no job of its own");
+    assert!(t.engine.jobs.values().all(|j| j.id.as_str() != "b"));
+
+    // The starter asking again as root after a restart: its job, told again (not a step).
+    let mut t = TestEngine::new();
+    let p = Live::new(1);
+    starters_job_a(&mut t, p.pid(0)).await;
+    let mut t = t.restart();
+    t.engine.recover().expect("recover");
+    let mut req = run_request("a", 2);
+    req.user = Some("bob".into());
+    t.in_cgroup(p.pid(0), "/pjw/job-a");
+    let (reply, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    t.engine.handle(Event::Submit {
+        conn: 2,
+        cred: Cred {
+            pid: p.pid(0),
+            ..client(0)
+        },
+        who: Who {
+            name: "root".into(),
+            admin: false,
+            named: Some((UID, UID)),
+        },
+        req,
+        reply,
+    });
+    let r = rx.recv().await.expect("an answer");
+    let (job, cpus, env) = started(&r);
+    assert_eq!((job.as_str(), cpus.len(), step_of(&env)), ("a", 2, None));
+    assert!(t.engine.jobs[&t.seq_of("a")].steps.main_told);
+}

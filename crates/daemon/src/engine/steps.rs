@@ -100,7 +100,7 @@ impl Engine {
             }
         };
         let j = &self.jobs[&seq];
-        if j.pid == Some(cred.pid) && !j.steps.main_told {
+        if self.asks_again(j, cred) {
             return false;
         }
         let cpus = match self.step_request(cred, who, req, j) {
@@ -172,6 +172,19 @@ impl Engine {
             env_defaults: self.step_thread_env(j, &cpus, req.tasks),
         });
         true
+    }
+
+    /// Whether `cred` is `j`'s main process asking again for the start this daemon has not
+    /// told it (a client that lost a crashed daemon): only as the uid it asked with, and only
+    /// while the job is not ending — what `retell_started` answers. Anything else from that
+    /// process (a job starter's process after its `setuid`, which runs `pjw run` again after a
+    /// restart; or a job being ended) is inside the job: a step or refused, never a new job
+    /// that would move it out (review F1).
+    fn asks_again(&self, j: &Job, cred: &Cred) -> bool {
+        j.pid == Some(cred.pid)
+            && !j.steps.main_told
+            && cred.uid == j.starter.client_uid
+            && !j.end.ending
     }
 
     /// The job the calling process `pid` is in, by its cgroup: None when it is in none of this
