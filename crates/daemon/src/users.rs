@@ -140,6 +140,9 @@ impl Resolver {
         let admin = cred.uid != 0 && self.in_admin_group(cred, &name).await?;
         let named = match named {
             None => None,
+            // A name no user database holds is no user: not looked up, not kept (a caller's
+            // megabyte names would otherwise fill the cache's 4,096 places with gigabytes).
+            Some(n) if !plausible_user_name(n) => None,
             Some(n) => match self.ask(Key::User(n.to_string())).await? {
                 Answer::User(u) => u,
                 _ => None,
@@ -233,6 +236,18 @@ impl Resolver {
 }
 
 /// The lookup, for messages.
+/// The longest user name looked up. Debian's `useradd` stops at 32 characters; directory
+/// services allow longer ones, so the bound is generous, but it bounds what the cache holds.
+pub(crate) const USER_NAME_MAX: usize = 256;
+
+/// Whether `name` could be a user's: 1 to [`USER_NAME_MAX`] bytes, no control character and no
+/// `:` (the passwd format's separator, in no name any database returns).
+pub(crate) fn plausible_user_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= USER_NAME_MAX
+        && !name.chars().any(|c| c.is_control() || c == ':')
+}
+
 fn what(key: &Key) -> String {
     match key {
         Key::UserName(uid) => format!("the name of uid {uid}"),

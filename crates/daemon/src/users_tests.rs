@@ -265,6 +265,50 @@ async fn names_a_caller_sends_cannot_grow_the_cache_without_bound() {
     assert_eq!(lookup.0.load(Ordering::SeqCst), before + 1);
 }
 
+/// Review F5, as the attack: a user names ever new megabyte-long "users" (`run --user`,
+/// `report --user`, `login`), each looked up before the engine refuses it. None is looked up
+/// or kept: the cache's 4,096 places cannot hold gigabytes. A real name still is.
+#[tokio::test(flavor = "current_thread")]
+async fn names_no_user_database_holds_are_not_looked_up_or_kept() {
+    let lookup = Arc::new(Nobody::default());
+    let r = Resolver::fixed(
+        lookup.clone(),
+        Duration::from_secs(5),
+        None,
+        std::path::PathBuf::from("/nonexistent"),
+    );
+    let cred = Cred {
+        pid: 1,
+        uid: 1000,
+        gid: 1000,
+    };
+    r.who(&cred, None).await.unwrap();
+    let before = lookup.0.load(Ordering::SeqCst);
+    let cached = r.cache().len();
+    let long = "x".repeat(1 << 20);
+    for (i, name) in [
+        format!("{long}1"),
+        format!("{long}2"),
+        "x".repeat(super::USER_NAME_MAX + 1),
+        String::new(),
+        "a\nb".into(),
+        "a:b".into(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let who = r.who(&cred, Some(name)).await.unwrap();
+        assert_eq!(who.named, None, "name {i}");
+    }
+    assert_eq!(lookup.0.load(Ordering::SeqCst), before, "nothing looked up");
+    assert_eq!(r.cache().len(), cached, "nothing kept");
+    // The check ran beside a lookup that does happen: a name of the longest length is asked.
+    r.who(&cred, Some(&"x".repeat(super::USER_NAME_MAX)))
+        .await
+        .unwrap();
+    assert_eq!(lookup.0.load(Ordering::SeqCst), before + 1);
+}
+
 /// Issue 25, item 4: `[profile] admin_group` is live on reload in the connection layer too,
 /// where admin rights are decided (the resolver follows the engine's published rules): a
 /// removed admin is one no more at the next request, a new group's member is one at once.
