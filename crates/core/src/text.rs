@@ -74,6 +74,46 @@ pub fn printable(text: &str, max: usize) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The bytes of a job's command line the daemon keeps (its record, `status`, `report`): the
+/// client execs its own whole command line; what is kept is for showing, so a command line of
+/// megabytes (4,096 arguments of up to 128 KiB each) cannot fill the store or the daemon.
+pub const ARGV_KEPT_BYTES: usize = 4096;
+
+/// `argv` as kept: whole arguments while they fit in `max` bytes, the first one that does not
+/// cut at a character boundary, then one last element saying what was left out (`[… N more
+/// bytes in M more arguments]`). Unchanged when it fits.
+pub fn kept_argv(argv: &[String], max: usize) -> Vec<String> {
+    let total: usize = argv.iter().map(String::len).sum();
+    if total <= max {
+        return argv.to_vec();
+    }
+    let mut kept = Vec::new();
+    let mut room = max;
+    for a in argv {
+        if a.len() <= room {
+            room -= a.len();
+            kept.push(a.clone());
+            continue;
+        }
+        let mut cut = room;
+        while !a.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        if cut > 0 {
+            kept.push(a[..cut].to_string());
+        }
+        break;
+    }
+    let kept_bytes: usize = kept.iter().map(String::len).sum();
+    let whole = kept.iter().zip(argv).take_while(|(k, a)| k == a).count();
+    kept.push(format!(
+        "[… {} more bytes in {} more arguments]",
+        total - kept_bytes,
+        argv.len() - whole
+    ));
+    kept
+}
+
 /// Serialised JSON (`serde_json`'s output) with every unsafe character ([`is_unsafe`]) as a
 /// JSON escape. `serde_json` escapes C0 but writes DEL and C1 as themselves, and a terminal
 /// may act on a C1 CSI; outside strings JSON holds none, so each one found is in a string and
@@ -119,6 +159,27 @@ pub fn check_label(text: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_long_command_line_is_kept_to_its_first_bytes_saying_what_was_left_out() {
+        let short = vec!["sleep".to_string(), "1".to_string()];
+        assert_eq!(kept_argv(&short, 16), short);
+        let argv = vec!["ab".to_string(), "cdé".to_string(), "xyz".to_string()];
+        // 2 + 4 + 3 = 9 bytes; 5 kept: "ab", then "cd" ("é" is two bytes and does not fit whole).
+        assert_eq!(
+            kept_argv(&argv, 5),
+            ["ab", "cd", "[… 5 more bytes in 2 more arguments]"]
+        );
+        assert_eq!(
+            kept_argv(&argv, 6),
+            ["ab", "cdé", "[… 3 more bytes in 1 more arguments]"]
+        );
+        let huge = vec!["x".repeat(1 << 20), "y".into()];
+        let kept = kept_argv(&huge, ARGV_KEPT_BYTES);
+        assert!(kept.iter().map(String::len).sum::<usize>() < ARGV_KEPT_BYTES + 64);
+        assert_eq!(kept[0].len(), ARGV_KEPT_BYTES);
+        assert_eq!(kept[1], format!("[… {} more bytes in 2 more arguments]", (1 << 20) - ARGV_KEPT_BYTES + 1));
+    }
     use super::*;
 
     /// Issue 25, N8: a right-to-left override in a job name reversed the rest of its `pjw

@@ -268,7 +268,7 @@ impl Engine {
             pid: Some(cred.pid),
             pid_start,
             cgroup: cgroup.clone(),
-            argv: req.argv.clone(),
+            argv: pjw_core::text::kept_argv(&req.argv, pjw_core::text::ARGV_KEPT_BYTES),
             state: StoredState::Queued,
             submitted_ms,
             started_ms: None,

@@ -456,3 +456,34 @@ async fn a_start_the_store_refuses_writes_none_of_it_and_is_refused_to_its_clien
     let (r, _b2) = t.submit(3, 4243, 1000, whole("b")).await;
     assert!(matches!(r, Response::Started { .. }), "{r:?}");
 }
+
+/// Review F3, as the attack: a user's command line of megabytes (4,096 arguments of up to
+/// 128 KiB each pass the argument count) was kept whole in the job's row for the retention
+/// period, a megabyte per `pjw run -- true …`, until the store's disk filled. The row keeps
+/// its first 4 KiB and says what was left out; a short command line is kept as it is.
+#[tokio::test(flavor = "current_thread")]
+async fn a_megabyte_command_line_is_not_kept_whole() {
+    let mut t = TestEngine::new();
+    let mut req = crate::test_support::run_request("big", 1);
+    req.argv = vec!["true".into(), "x".repeat(1 << 20), "y".repeat(1 << 20)];
+    let (r, _rx) = t.submit(1, 4100, 1000, req).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    let row_of = |t: &TestEngine, id: &str| {
+        let rows = t.store.state().rows.clone();
+        rows.into_values().find(|r| r.job_id == id).expect("its row")
+    };
+    let row = row_of(&t, "big");
+    let kept: usize = row.argv.iter().map(String::len).sum();
+    assert!(kept < 4096 + 64, "{kept} bytes kept");
+    assert_eq!(row.argv[0], "true");
+    assert_eq!(
+        row.argv.last().map(String::as_str),
+        Some(format!("[… {} more bytes in 2 more arguments]", 2 * (1 << 20) + 4 - 4096).as_str())
+    );
+    // The check ran beside a row kept whole.
+    let (r, _rx) = t
+        .submit(2, 4101, 1000, crate::test_support::run_request("small", 1))
+        .await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    assert_eq!(row_of(&t, "small").argv, ["sleep"]);
+}
