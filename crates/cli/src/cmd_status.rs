@@ -22,16 +22,28 @@ pub fn run(a: StatusArgs) -> anyhow::Result<()> {
             } else {
                 let now_ms = chrono::Utc::now().timestamp_millis();
                 print!(
-                    "{}{}{}",
+                    "{}{}{}{}",
                     render(&s),
                     render_leases(&s, now_ms),
-                    render_starts(&s)
+                    render_starts(&s),
+                    render_cut(&s)
                 );
             }
             Ok(())
         }
         Response::Error { message, .. } => anyhow::bail!("{message}"),
         other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+    }
+}
+
+/// What the daemon left out to fit its answer in one frame (empty: nothing).
+fn render_cut(s: &StatusReport) -> String {
+    match s.cut {
+        Some(c) => format!(
+            "not listed: {} running steps and the last {} jobs (the answer was cut to fit the protocol's frame)\n",
+            c.steps, c.jobs
+        ),
+        None => String::new(),
     }
 }
 
@@ -406,7 +418,22 @@ mod tests {
             version: "0".into(),
             starts: None,
             memory: None,
+            cut: None,
         }
+    }
+
+    #[test]
+    fn a_cut_answer_says_what_it_left_out() {
+        let mut s = report("", vec![]);
+        assert_eq!(render_cut(&s), "");
+        s.cut = Some(pjw_proto::StatusCut {
+            steps: 4608,
+            jobs: 12,
+        });
+        assert_eq!(
+            render_cut(&s),
+            "not listed: 4608 running steps and the last 12 jobs (the answer was cut to fit the protocol's frame)\n"
+        );
     }
 
     #[test]

@@ -142,6 +142,7 @@ mod tests {
             version: String::new(),
             starts: None,
             memory: None,
+            cut: None,
         }
     }
 

@@ -178,7 +178,13 @@ mod tests {
         let kept = kept_argv(&huge, ARGV_KEPT_BYTES);
         assert!(kept.iter().map(String::len).sum::<usize>() < ARGV_KEPT_BYTES + 64);
         assert_eq!(kept[0].len(), ARGV_KEPT_BYTES);
-        assert_eq!(kept[1], format!("[… {} more bytes in 2 more arguments]", (1 << 20) - ARGV_KEPT_BYTES + 1));
+        assert_eq!(
+            kept[1],
+            format!(
+                "[… {} more bytes in 2 more arguments]",
+                (1 << 20) - ARGV_KEPT_BYTES + 1
+            )
+        );
     }
     use super::*;
 

@@ -224,7 +224,10 @@ async fn read_frame(stream: &mut UnixStream) -> std::io::Result<Option<Vec<u8>>>
 /// Write one frame within [`WRITE_TIMEOUT`]; a client that does not take it meanwhile is an
 /// error (the connection ends).
 async fn write(stream: &mut UnixStream, resp: &Response) -> std::io::Result<()> {
-    let payload = encode_response(resp);
+    let mut payload = encode_response(resp);
+    if payload.len() > MAX_FRAME {
+        payload = encode_response(&within_frame(resp, payload.len()));
+    }
     let frame = async {
         stream
             .write_all(&(payload.len() as u32).to_be_bytes())
@@ -241,6 +244,30 @@ async fn write(stream: &mut UnixStream, resp: &Response) -> std::io::Result<()> 
                 WRITE_TIMEOUT.as_secs()
             ),
         )),
+    }
+}
+
+/// An answer over the frame every client refuses (review F2: many users' steps and queued
+/// jobs made `status` fail for everyone, the Slurm task prolog among them): `status` cut to
+/// fit, saying what it left out; any other answer a clear error instead of a frame no client
+/// reads.
+fn within_frame(resp: &Response, bytes: usize) -> Response {
+    match resp {
+        Response::Status(s) => {
+            let mut s = s.clone();
+            s.cut_to_fit(|s| encode_response(&Response::Status(s.clone())).len() <= MAX_FRAME);
+            warn!(bytes, cut = ?s.cut, "status answer over the frame: cut to fit");
+            Response::Status(s)
+        }
+        _ => {
+            warn!(bytes, "answer over the frame: an error instead");
+            Response::Error {
+                code: ErrorCode::Invalid,
+                message: format!(
+                    "the answer is {bytes} bytes, more than the protocol's frame of {MAX_FRAME}: ask for less"
+                ),
+            }
+        }
     }
 }
 

@@ -40,7 +40,7 @@ pub use request::{JobOutcome, Placement, RegisterRequest, Request, RequestFrame,
 pub use response::{ErrorCode, JobTmp, Response};
 pub use slurm_task::SlurmTaskRequest;
 pub use stats::{LeaseInfo, StartStats, StartWindow};
-pub use status::{JobInfo, JobState, MemoryStatus, StatusReport};
+pub use status::{JobInfo, JobState, MemoryStatus, StatusCut, StatusReport};
 pub use step::{StepInfo, StepReport};
 pub use transport::{
     decode_request, decode_response, encode_request, encode_response, read_frame, socket_path,
@@ -184,6 +184,7 @@ mod tests {
             version: "0.1.0".into(),
             starts: None,
             memory: None,
+            cut: None,
         });
         let v: serde_json::Value = serde_json::from_slice(&encode_response(&s)).unwrap();
         assert_eq!(v["free_cpus"], "1");
@@ -245,5 +246,110 @@ mod tests {
         let text = serde_json::to_string(&oom).unwrap();
         assert!(text.contains(r#""oom_kills":3"#), "{text}");
         assert_eq!(serde_json::from_str::<JobInfo>(&text).unwrap(), oom);
+    }
+
+    /// Review F2: a status answer too big for a frame is cut — every step list first, then
+    /// jobs from the end (the queue's tail) — as little as fits, saying what it left out.
+    #[test]
+    fn a_status_answer_is_cut_to_fit_steps_first_then_the_queues_tail() {
+        let old = r#"{"id":"1","name":"x","user":"u","uid":0,"cpus":"0","mems":"0","ncpus":1,
+            "mem":null,"procs":1,"threads":1,"state":"running","age_secs":3,"pid":9}"#;
+        let base: JobInfo = serde_json::from_str(old).unwrap();
+        let step = |n| crate::StepInfo {
+            step: n,
+            pid: 100 + n,
+            uid: 1000,
+            name: "s".repeat(64),
+            cpus: CpuSet::parse_list("0").unwrap(),
+            age_secs: 1,
+        };
+        let jobs: Vec<JobInfo> = (0..40)
+            .map(|i| JobInfo {
+                id: format!("j{i}"),
+                steps: if i < 10 {
+                    (0..20).map(step).collect()
+                } else {
+                    vec![]
+                },
+                ..base.clone()
+            })
+            .collect();
+        let report = StatusReport {
+            node: "n1".into(),
+            total_cpus: 2,
+            cpus: CpuSet::parse_list("0-1").unwrap(),
+            free_cpus: CpuSet::new(),
+            vcpus: 2,
+            jobs,
+            gpus: GpuSet::new(),
+            free_gpus: GpuSet::new(),
+            cgroup: "hybrid".into(),
+            version: "0.1.0".into(),
+            starts: None,
+            memory: None,
+            cut: None,
+        };
+        let size = |s: &StatusReport| encode_response(&Response::Status(s.clone())).len();
+        let whole = size(&report);
+        // Fits: unchanged.
+        let mut s = report.clone();
+        s.cut_to_fit(|x| size(x) <= whole);
+        assert_eq!(s, report);
+        // Without the steps it fits: every step list goes, the jobs stay.
+        let no_steps = size(&StatusReport {
+            jobs: report
+                .jobs
+                .iter()
+                .map(|j| JobInfo {
+                    steps: vec![],
+                    ..j.clone()
+                })
+                .collect(),
+            cut: Some(StatusCut {
+                steps: 200,
+                jobs: 0,
+            }),
+            ..report.clone()
+        });
+        let mut s = report.clone();
+        s.cut_to_fit(|x| size(x) <= no_steps);
+        assert_eq!(
+            s.cut,
+            Some(StatusCut {
+                steps: 200,
+                jobs: 0
+            })
+        );
+        assert_eq!(s.jobs.len(), 40);
+        assert!(s.jobs.iter().all(|j| j.steps.is_empty()));
+        // Half that room: jobs go from the end, as few as fit.
+        let room = no_steps / 2;
+        let mut s = report.clone();
+        s.cut_to_fit(|x| size(x) <= room);
+        let kept = s.jobs.len();
+        assert!(size(&s) <= room && kept > 0 && kept < 40, "{kept}");
+        assert_eq!(
+            s.cut,
+            Some(StatusCut {
+                steps: 200,
+                jobs: 40 - kept as u32
+            })
+        );
+        assert_eq!(
+            s.jobs.last().map(|j| j.id.clone()),
+            Some(format!("j{}", kept - 1))
+        );
+        let mut one_more = s.clone();
+        one_more.jobs.push(report.jobs[kept].clone());
+        one_more.jobs[kept].steps.clear();
+        one_more.cut = Some(StatusCut {
+            steps: 200,
+            jobs: 39 - kept as u32,
+        });
+        assert!(size(&one_more) > room, "as few jobs as fit were left out");
+        // The decoded answer says what it left out.
+        let back: Response =
+            decode_response(&encode_response(&Response::Status(s.clone()))).unwrap();
+        assert_eq!(back, Response::Status(s));
     }
 }

@@ -181,4 +181,57 @@ pub struct StatusReport {
     /// before its first look, or from an older daemon).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStatus>,
+    /// What the daemon left out so that the answer fits one frame (absent: nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<StatusCut>,
+}
+
+/// What a `status` answer leaves out to fit one frame ([`crate::MAX_FRAME`]): so many users'
+/// steps and queued jobs that the whole list would not fit (review F2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusCut {
+    /// Running steps not listed (every job's step list is left out first).
+    pub steps: u32,
+    /// Jobs not listed, from the end of the list: the queue's tail first.
+    pub jobs: u32,
+}
+
+impl StatusReport {
+    /// Cut this answer until `fits` holds: first every job's step list (counted in
+    /// [`StatusCut::steps`]), then jobs from the end of the list (running jobs come first, so
+    /// the queue's tail goes first), as few as fit. Unchanged when it fits already.
+    pub fn cut_to_fit(&mut self, fits: impl Fn(&StatusReport) -> bool) {
+        if fits(self) {
+            return;
+        }
+        let mut cut = self.cut.unwrap_or_default();
+        for j in &mut self.jobs {
+            cut.steps += j.steps.len() as u32;
+            j.steps.clear();
+        }
+        self.cut = Some(cut);
+        if fits(self) {
+            return;
+        }
+        let all = std::mem::take(&mut self.jobs);
+        let with = |s: &mut StatusReport, k: usize| {
+            s.jobs = all[..k].to_vec();
+            s.cut = Some(StatusCut {
+                jobs: cut.jobs + (all.len() - k) as u32,
+                ..cut
+            });
+        };
+        // The most jobs that fit, by bisection: `lo` always fits (none may be needed).
+        let (mut lo, mut hi) = (0, all.len());
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            with(self, mid);
+            if fits(self) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        with(self, lo);
+    }
 }

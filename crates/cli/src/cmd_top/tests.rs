@@ -55,6 +55,7 @@ fn status(jobs: Vec<JobInfo>) -> StatusReport {
         version: "0".into(),
         starts: None,
         memory: None,
+        cut: None,
     }
 }
 

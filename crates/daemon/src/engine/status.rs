@@ -36,6 +36,7 @@ impl Engine {
             version: env!("CARGO_PKG_VERSION").to_string(),
             starts: Some(Box::new(self.start_figures())),
             memory: self.memory_status(),
+            cut: None,
         }
     }
 

@@ -427,10 +427,7 @@ async fn starters_job_a(t: &mut TestEngine, pid: u32) {
     let (reply, mut rx) = tokio::sync::mpsc::unbounded_channel();
     t.engine.handle(Event::Submit {
         conn: 1,
-        cred: Cred {
-            pid,
-            ..client(0)
-        },
+        cred: Cred { pid, ..client(0) },
         who: Who {
             name: "root".into(),
             admin: false,
@@ -496,4 +493,57 @@ async fn after_a_restart_a_starters_main_process_cannot_leave_its_job_through_pj
     let (job, cpus, env) = started(&r);
     assert_eq!((job.as_str(), cpus.len(), step_of(&env)), ("a", 2, None));
     assert!(t.engine.jobs[&t.seq_of("a")].steps.main_told);
+}
+
+/// Review F2, as the attack: one user starts the most steps each of many jobs allows (64 + 8
+/// per CPU of the job), thousands in all, until every `status` answer — other users', root's,
+/// the Slurm task prolog's — is too big for a frame. A user's running steps over all the
+/// node's jobs are bounded as one job's are on a job of every CPU; another user's are not
+/// touched by it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_users_steps_over_all_its_jobs_are_bounded_on_the_node() {
+    let mut t = TestEngine::new();
+    let p = Live::new(4);
+    job_a(&mut t, p.pid(0), 1).await;
+    let (r, _rx) = t.submit(2, p.pid(1), UID, run_request("b", 1)).await;
+    assert_eq!(started(&r).0, "b");
+    let limit = 64 + 8 * t.engine.pool.len();
+    let per_job = 64 + 8;
+    assert!(limit > per_job && limit < 2 * per_job, "{limit}");
+    // Job a's steps at its own limit; job b's one short of the user's.
+    let fill = |t: &mut TestEngine, id: &str, n: usize| {
+        let seq = t.seq_of(id);
+        let j = t.engine.jobs.get_mut(&seq).expect("job");
+        for k in 0..n {
+            j.steps.live.push(super::steps::Step {
+                n: k as u32,
+                pid: 900_000 + k as u32,
+                uid: UID,
+                name: "s".into(),
+                cpus: j.cpus,
+                started: std::time::Instant::now(),
+                started_ms: 0,
+                ended_ms: None,
+                exit_status: None,
+            });
+        }
+        j.steps.next = n as u32;
+    };
+    fill(&mut t, "a", per_job);
+    fill(&mut t, "b", limit - per_job - 1);
+    let mut req = run_request("ignored", 1);
+    req.job_id = None;
+    // The last one the user may have: b has room, the user has one.
+    let r = run_in(&mut t, p.pid(2), UID, "/pjw/job-b", req.clone()).await;
+    assert_eq!(started(&r).0, "b");
+    // One more: b still has room, the user has none.
+    let (code, msg) = error(&run_in(&mut t, p.pid(3), UID, "/pjw/job-b", req.clone()).await);
+    assert_eq!(code, ErrorCode::Denied);
+    assert!(
+        msg.contains("the limit per user") && msg.contains(&format!("{limit} steps")),
+        "{msg}"
+    );
+    // Another user's process in that job still gets its step: the bound is the user's.
+    let r = run_in(&mut t, p.pid(3), UID + 1, "/pjw/job-b", req).await;
+    assert_eq!(started(&r).0, "b");
 }

@@ -248,7 +248,30 @@ impl Engine {
         step_caller(cred, who, req, &inside)?;
         self.step_process_is_the_callers(cred, &inside)?;
         step_fits(req, j, &inside)?;
+        self.user_steps_fit(cred, &inside)?;
         self.step_cpus_for(cred, req, j, &inside)
+    }
+
+    /// A user's running steps, over all the node's jobs, are bounded as one job's are on a
+    /// job of every CPU: each is a pidfd and a line of every `status` answer (review F2: a
+    /// user's thousands of steps over many jobs made that answer too big for everyone).
+    fn user_steps_fit(&self, cred: &Cred, inside: &str) -> Result<(), Refusal> {
+        let held: usize = self
+            .jobs
+            .values()
+            .map(|j| j.steps.live.iter().filter(|s| s.uid == cred.uid).count())
+            .sum();
+        let limit = Steps::limit(self.pool.len());
+        if held >= limit {
+            return Err(refuse(
+                ErrorCode::Denied,
+                format!(
+                    "{inside}: uid {} has {held} steps running on this node, the limit per user",
+                    cred.uid
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The CPUs of the step `req` of `j`, among those its caller may run on.

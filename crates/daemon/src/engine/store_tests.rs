@@ -470,7 +470,9 @@ async fn a_megabyte_command_line_is_not_kept_whole() {
     assert!(matches!(r, Response::Started { .. }), "{r:?}");
     let row_of = |t: &TestEngine, id: &str| {
         let rows = t.store.state().rows.clone();
-        rows.into_values().find(|r| r.job_id == id).expect("its row")
+        rows.into_values()
+            .find(|r| r.job_id == id)
+            .expect("its row")
     };
     let row = row_of(&t, "big");
     let kept: usize = row.argv.iter().map(String::len).sum();
@@ -478,7 +480,13 @@ async fn a_megabyte_command_line_is_not_kept_whole() {
     assert_eq!(row.argv[0], "true");
     assert_eq!(
         row.argv.last().map(String::as_str),
-        Some(format!("[… {} more bytes in 2 more arguments]", 2 * (1 << 20) + 4 - 4096).as_str())
+        Some(
+            format!(
+                "[… {} more bytes in 2 more arguments]",
+                2 * (1 << 20) + 4 - 4096
+            )
+            .as_str()
+        )
     );
     // The check ran beside a row kept whole.
     let (r, _rx) = t
