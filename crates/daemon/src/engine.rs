@@ -137,6 +137,8 @@ pub struct Engine {
     node: String,
     /// The timer that counts (older ones are ignored).
     tick_generation: u64,
+    /// When to plan again for a start put off because its client could not be read.
+    start_retry: Option<Instant>,
     /// The memory governor's settings, with the partition limit; None when it is off.
     governor: Option<GovernorConfig>,
     /// The partition limit (bytes), for admission by `--mem`.
@@ -329,6 +331,7 @@ impl Engine {
             tx,
             node,
             tick_generation: 0,
+            start_retry: None,
             procs: ProcTracker::new(),
             writer: None,
             late_exits: HashMap::new(),
@@ -530,6 +533,7 @@ impl Engine {
             Event::StoreRetry => self.store_retry(),
             Event::Tick { generation } => {
                 if generation == self.tick_generation {
+                    self.start_retry = None;
                     self.drop_unclaimed();
                     self.enforce_time_limits();
                     self.replan();

@@ -29,6 +29,21 @@ pub fn process_uid(proc_root: &Path, pid: u32) -> Option<u32> {
         .map(|uid| uid[0])
 }
 
+/// The real uid of process `pid`, telling a process that is gone (`Ok(None)`: no such
+/// process) from one that could not be read (`Err`: EMFILE, ENOMEM, an unparsable file), which
+/// is no fact about it.
+pub fn process_uid_checked(proc_root: &Path, pid: u32) -> std::io::Result<Option<u32>> {
+    let text = match std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    pjw_kernelfs::proc_status::parse_uids(&text)
+        .map(|uid| Some(uid[0]))
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))
+}
+
 /// Whether the process (pid, start time) still exists.
 pub fn process_alive(proc_root: &Path, pid: u32, start: Option<u64>) -> bool {
     match (start_time(proc_root, pid), start) {

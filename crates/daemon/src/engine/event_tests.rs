@@ -242,3 +242,56 @@ async fn a_freeze_the_kernel_refuses_is_not_taken_as_one_and_frees_no_cpu() {
     assert_eq!(t.engine.jobs[&a_seq].phase, Phase::Preempted);
     assert!(t.engine.jobs[&a_seq].cpus.is_empty());
 }
+
+/// Review F6: when a queued job's CPUs came free, a client process whose `/proc` entry could
+/// not be read (EMFILE, ENOMEM) was taken as gone and its job ended ("client left the
+/// queue"). A read error is no fact: the job keeps its place and its waiter, and starts at
+/// the timer's next plan once the process can be read; one that is gone is still ended.
+#[tokio::test(flavor = "current_thread")]
+async fn a_client_that_cannot_be_read_when_its_cpus_come_free_keeps_its_place() {
+    let mut t = TestEngine::new();
+    let (a, _a) = submit(&mut t, 1, std::process::id(), "a", 4).await;
+    assert!(matches!(a, Response::Started { .. }), "{a:?}");
+    let (b, mut b_rx) = submit(&mut t, 2, 4242, "b", 1).await;
+    assert!(matches!(b, Response::Queued { .. }), "{b:?}");
+    let b_seq = t.seq_of("b");
+    // Its status file cannot be read now (a directory where the file was: EISDIR).
+    let status = t.proc_root().join("4242").join("status");
+    std::fs::remove_file(&status).unwrap();
+    std::fs::create_dir(&status).unwrap();
+
+    t.engine.handle(Event::MainExited { seq: t.seq_of("a") });
+    let j = &t.engine.jobs[&b_seq];
+    assert_eq!(j.phase, Phase::Queued, "still waiting");
+    assert!(j.client.waiter.is_some(), "its client still waits");
+    assert_eq!(t.store.state().rows[&b_seq].state, StoredState::Queued);
+    assert!(t.engine.start_retry.is_some(), "the timer will plan again");
+    assert!(b_rx.try_recv().is_err(), "nothing told yet");
+
+    // Readable again: the timer's plan starts it.
+    std::fs::remove_dir(&status).unwrap();
+    t.fake_process(4242, UID);
+    let generation = t.engine.tick_generation;
+    t.engine.handle(Event::Tick { generation });
+    assert!(matches!(b_rx.recv().await, Some(Response::Started { .. })));
+    assert!(
+        t.store.state().rows[&b_seq].started_ms.is_some(),
+        "it started"
+    );
+
+    // The check that keeps a job did run: a client that is gone is ended as before.
+    let mut t = TestEngine::new();
+    let (a, _a) = submit(&mut t, 1, std::process::id(), "a", 4).await;
+    assert!(matches!(a, Response::Started { .. }), "{a:?}");
+    let (c, _c) = submit(&mut t, 3, 4343, "c", 1).await;
+    assert!(matches!(c, Response::Queued { .. }), "{c:?}");
+    let c_seq = t.seq_of("c");
+    std::fs::remove_dir_all(t.proc_root().join("4343")).unwrap();
+    t.engine.handle(Event::MainExited { seq: t.seq_of("a") });
+    assert!(t.engine.start_retry.is_none());
+    let row = t.store.state().rows[&c_seq].clone();
+    assert_eq!(
+        (row.state, row.end_reason.as_deref()),
+        (StoredState::Ended, Some("client left the queue"))
+    );
+}

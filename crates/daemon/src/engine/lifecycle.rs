@@ -75,13 +75,15 @@ impl Engine {
             .jobs
             .get_mut(&seq)
             .and_then(|j| j.client.waiter.take())?;
+        // The process must still be the caller's; one that cannot be read keeps its place.
+        let Some(owner) = self.client_uid_now(seq, pid) else {
+            if let Some(j) = self.jobs.get_mut(&seq) {
+                j.client.waiter = Some(waiter);
+            }
+            return None;
+        };
         let j = &self.jobs[&seq];
-        // The process must still be the caller's.
-        if waiter.reply.is_closed()
-            || pid.is_some_and(|p| {
-                os::process_uid(&self.cfg.proc_root, p) != Some(j.starter.client_uid)
-            })
-        {
+        if waiter.reply.is_closed() || (pid.is_some() && owner != Some(j.starter.client_uid)) {
             warn!(job = %j.id, pid = ?pid, "client process vanished before start");
             if let Some(j) = self.jobs.remove(&seq) {
                 self.end_queued(&j, End::not_started("client left the queue"));

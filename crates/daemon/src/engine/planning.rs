@@ -6,9 +6,13 @@ use std::time::{Duration, Instant};
 use pjw_core::sched::{self, Action, JobView, Phase};
 use pjw_core::CpuSet;
 use pjw_proto::ErrorCode;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{err, End, Engine, Event, Job};
+use crate::os;
+
+/// How soon a start put off because its client could not be read is planned again.
+const START_RETRY: Duration = Duration::from_secs(1);
 use crate::profile::EndReason;
 
 impl Engine {
@@ -96,11 +100,24 @@ impl Engine {
                     Action::Preempt { by, .. } => Some(by),
                     _ => None,
                 };
+                let start_of = match a {
+                    Action::StartPrimary { key, .. } | Action::StartBackfill { key, .. } => {
+                        Some(key)
+                    }
+                    _ => None,
+                };
                 if !self.apply(a) {
                     failed = true;
                     if let Some(by) = preempted_for {
                         not_freed.push(by);
                         held.push(by);
+                    }
+                    // A start put off while its job still waits (its client could not be
+                    // read) is not planned again in this pass: the timer tries it later.
+                    if let Some(k) = start_of
+                        .filter(|k| self.jobs.get(k).is_some_and(|j| j.phase == Phase::Queued))
+                    {
+                        held.push(k);
                     }
                 }
             }
@@ -192,6 +209,9 @@ impl Engine {
         if let Some(d) = self.next_time_limit() {
             consider(d);
         }
+        if let Some(at) = self.start_retry {
+            consider(at.saturating_duration_since(Instant::now()) + Duration::from_millis(1));
+        }
         for j in self.jobs.values() {
             if let Some(by) = j.client.reconnect_by {
                 consider(by.saturating_duration_since(Instant::now()) + Duration::from_millis(1));
@@ -205,6 +225,28 @@ impl Engine {
                 tokio::time::sleep(d).await;
                 let _ = tx.send(Event::Tick { generation });
             });
+        }
+    }
+
+    /// The uid of queued job `seq`'s client process `pid` now (`Some(None)`: it is gone; no
+    /// pid: `Some(None)` too, a registered job's). None: it could not be read, which is no fact
+    /// about it (review F6): the job keeps its place, and the timer plans again in a second.
+    pub(super) fn client_uid_now(&mut self, seq: i64, pid: Option<u32>) -> Option<Option<u32>> {
+        let Some(p) = pid else {
+            return Some(None);
+        };
+        match os::process_uid_checked(&self.cfg.proc_root, p) {
+            Ok(uid) => Some(uid),
+            Err(e) => {
+                let id = self
+                    .jobs
+                    .get(&seq)
+                    .map(|j| j.id.to_string())
+                    .unwrap_or_default();
+                warn!(job = %id, pid = p, error = %e, "cannot read the client process before its start: the job waits");
+                self.start_retry = Some(Instant::now() + START_RETRY);
+                None
+            }
         }
     }
 
