@@ -119,6 +119,30 @@ impl Driver {
         }
     }
 
+    /// Give existing job `name` its `limits` (CPUs, memory nodes, memory, swap, tasks, I/O) in
+    /// every hierarchy, from whatever it had: a queued job's cgroups wait under tighter ones
+    /// (engine/preplace.rs) and get the job's at its start. A limit `None` is written as the
+    /// kernel's "no limit", unlike at creation, where it is left at the kernel's default.
+    pub fn set_limits(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError> {
+        parent::validate_job_name(name)?;
+        for h in self.hierarchies() {
+            let dir = h.job(name);
+            if h.has("cpuset") {
+                cpuset::apply(&self.fs, &dir, &limits.cpus, &limits.mems)?;
+            }
+            if h.has("memory") {
+                memory::reset(&self.fs, &dir, h.v2, limits.memory_max, limits.swap_max)?;
+            }
+            if h.has("pids") {
+                pids::reset(&self.fs, &dir, limits.pids_max)?;
+            }
+            if (h.has("io") || h.has("blkio")) && !limits.io.is_empty() {
+                blkio::apply(&self.fs, &dir, h.v2, &limits.io)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Move process `pid` (all its threads) into job `name` in every hierarchy.
     ///
     /// Every hierarchy is tried (the v1 cpuset first, then cgroup2, then the other v1

@@ -49,6 +49,34 @@ pub(crate) fn apply_memsw_v1(
     Ok(true)
 }
 
+/// Set a job's memory limits again, to `mem` and `swap` (`None`: no limit), from whatever they
+/// were (a queued job's waiting limits): unlike [`apply`] at creation, `None` writes the
+/// kernel's "no limit". v1 needs `memsw >= limit` at every step: memsw is lifted first, then
+/// the limit written, then memsw set (where the kernel accounts swap).
+pub(crate) fn reset(
+    fs: &Fs,
+    dir: &Path,
+    v2: bool,
+    mem: Option<u64>,
+    swap: Option<u64>,
+) -> Result<(), CgroupError> {
+    let value = |v: Option<u64>, none: &str| v.map_or_else(|| none.to_string(), |b| b.to_string());
+    if v2 {
+        fs.write(&dir.join("memory.max"), &value(mem, "max"))?;
+        return apply_swap_max(fs, dir, swap);
+    }
+    let memsw = dir.join("memory.memsw.limit_in_bytes");
+    let accounted = fs.exists(&memsw);
+    if accounted {
+        fs.write(&memsw, "-1")?;
+    }
+    fs.write(&dir.join("memory.limit_in_bytes"), &value(mem, "-1"))?;
+    if accounted {
+        apply_memsw_v1(fs, dir, mem, swap)?;
+    }
+    Ok(())
+}
+
 /// v1 before Linux 5.x: a memory cgroup whose `memory.use_hierarchy` is 0 does not charge its
 /// children, so the job partition's limit on the parent would not cover the jobs. Switch it on
 /// for a parent level (possible while it has no children; the kernel refuses when its own

@@ -61,6 +61,9 @@ impl std::fmt::Debug for Freezing {
 pub trait CgroupLifecycle {
     /// Create job `name`'s cgroups with its limits.
     fn create_job(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError>;
+    /// Give existing job `name` these limits in place of its present ones (a queued job's
+    /// waiting limits at its start); `None` is no limit.
+    fn set_limits(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError>;
     /// Put the job in (or take it out of) the idle scheduling class.
     fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError>;
     /// Make the job (or the parent, with `None`) a cpuset partition.
@@ -165,6 +168,9 @@ impl<T: CgroupLifecycle + CgroupFreezing + CgroupTree + CgroupStats + Send + ?Si
 impl CgroupLifecycle for Driver {
     fn create_job(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError> {
         Driver::create_job(self, name, limits)
+    }
+    fn set_limits(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError> {
+        Driver::set_limits(self, name, limits)
     }
     fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError> {
         Driver::set_idle(self, name, idle)

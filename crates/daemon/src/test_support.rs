@@ -665,6 +665,30 @@ impl TestEngine {
         std::fs::write(dir.join("cgroup"), format!("0::{path}\n")).expect("fake /proc/PID/cgroup");
     }
 
+    /// What file `file` of job cgroup `cg` holds in each fake hierarchy that has it.
+    pub fn job_files(&self, cg: &str, file: &str) -> Vec<String> {
+        fn walk(dir: &std::path::Path, cg: &str, file: &str, out: &mut Vec<String>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if !p.is_dir() {
+                    continue;
+                }
+                if p.file_name().is_some_and(|n| n == cg) {
+                    if let Ok(t) = std::fs::read_to_string(p.join(file)) {
+                        out.push(t.trim().to_string());
+                    }
+                }
+                walk(&p, cg, file, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self._machine.cgroup_root, cg, file, &mut out);
+        out
+    }
+
     /// Give process `pid` a `stat` in the fake `/proc` (it is alive there).
     pub fn fake_stat(&self, pid: u32) {
         let dir = self._machine.proc_root.join(pid.to_string());

@@ -150,13 +150,20 @@ impl Engine {
         let j = &self.jobs[&seq];
         let limits = self.job_limits(j, cpus, mems);
         let cgroup = j.cgroup.clone();
+        // Cgroups a queued job may have waited in keep their waiting limits and idle class
+        // through `create_job`: given the job's own here.
+        let waited = j.client.cgroups != super::preplace::QueuedCgroups::None;
         let placed = self
             .driver
             .create_job(&cgroup, &limits)
+            .and_then(|_| match waited {
+                true => self.driver.set_limits(&cgroup, &limits),
+                false => Ok(()),
+            })
             .and_then(|_| self.fence_job(j))
             .and_then(|_| {
-                if backfill {
-                    self.driver.set_idle(&cgroup, true)
+                if backfill || waited {
+                    self.driver.set_idle(&cgroup, backfill)
                 } else {
                     Ok(())
                 }

@@ -72,60 +72,63 @@ impl Engine {
                 })
                 .filter(|k| !self.memory_admits(*k))
                 .collect();
-            let mut failed = !held_back.is_empty();
             held.extend(&held_back);
-            // A preemption that did not happen (the freeze was not confirmed) frees no CPUs:
-            // the job it made room for does not start on them, and waits out this plan.
-            let mut not_freed: Vec<i64> = Vec::new();
-            for a in actions {
-                let skip = match a {
-                    // A job's GPUs are granted right before its start: both go, or neither.
-                    Action::StartPrimary { key, .. }
-                    | Action::StartBackfill { key, .. }
-                    | Action::GrantGpus { key, .. } => {
-                        held_back.contains(&key) || not_freed.contains(&key)
-                    }
-                    Action::Promote { key, .. }
-                    | Action::Resume { key, .. }
-                    | Action::ResumeBackfill { key, .. } => not_freed.contains(&key),
-                    Action::Preempt { by, .. } => {
-                        held_back.contains(&by) || not_freed.contains(&by)
-                    }
-                    Action::Expire { .. } => false,
-                };
-                if skip {
-                    continue;
-                }
-                let preempted_for = match a {
-                    Action::Preempt { by, .. } => Some(by),
-                    _ => None,
-                };
-                let start_of = match a {
-                    Action::StartPrimary { key, .. } | Action::StartBackfill { key, .. } => {
-                        Some(key)
-                    }
-                    _ => None,
-                };
-                if !self.apply(a) {
-                    failed = true;
-                    if let Some(by) = preempted_for {
-                        not_freed.push(by);
-                        held.push(by);
-                    }
-                    // A start put off while its job still waits (its client could not be
-                    // read) is not planned again in this pass: the timer tries it later.
-                    if let Some(k) = start_of
-                        .filter(|k| self.jobs.get(k).is_some_and(|j| j.phase == Phase::Queued))
-                    {
-                        held.push(k);
-                    }
-                }
-            }
-            if !failed {
+            let undone = self.carry_out(actions, &held_back, &mut held);
+            if held_back.is_empty() && !undone {
                 break;
             }
         }
         self.arm_timer();
+    }
+
+    /// Carry out one plan's `actions` but those `held_back` (memory does not admit their start);
+    /// jobs that must wait out this plan go to `held`. True: something could not be done.
+    fn carry_out(&mut self, actions: Vec<Action>, held_back: &[i64], held: &mut Vec<i64>) -> bool {
+        let mut failed = false;
+        // A preemption that did not happen (the freeze was not confirmed) frees no CPUs:
+        // the job it made room for does not start on them, and waits out this plan.
+        let mut not_freed: Vec<i64> = Vec::new();
+        for a in actions {
+            let skip = match a {
+                // A job's GPUs are granted right before its start: both go, or neither.
+                Action::StartPrimary { key, .. }
+                | Action::StartBackfill { key, .. }
+                | Action::GrantGpus { key, .. } => {
+                    held_back.contains(&key) || not_freed.contains(&key)
+                }
+                Action::Promote { key, .. }
+                | Action::Resume { key, .. }
+                | Action::ResumeBackfill { key, .. } => not_freed.contains(&key),
+                Action::Preempt { by, .. } => held_back.contains(&by) || not_freed.contains(&by),
+                Action::Expire { .. } => false,
+            };
+            if skip {
+                continue;
+            }
+            let preempted_for = match a {
+                Action::Preempt { by, .. } => Some(by),
+                _ => None,
+            };
+            let start_of = match a {
+                Action::StartPrimary { key, .. } | Action::StartBackfill { key, .. } => Some(key),
+                _ => None,
+            };
+            if !self.apply(a) {
+                failed = true;
+                if let Some(by) = preempted_for {
+                    not_freed.push(by);
+                    held.push(by);
+                }
+                // A start put off while its job still waits (its client could not be
+                // read) is not planned again in this pass: the timer tries it later.
+                if let Some(k) =
+                    start_of.filter(|k| self.jobs.get(k).is_some_and(|j| j.phase == Phase::Queued))
+                {
+                    held.push(k);
+                }
+            }
+        }
+        failed
     }
 
     /// Memory promised to started jobs by their `--mem`.

@@ -1,8 +1,10 @@
 //! A queued job waits in its own cgroups (decision (cm)): when admission says wait, the job's
-//! cgroups are made at once with its limits, on the CPUs its client may already use, and the
-//! waiting client (blocked on its socket, running no job code) is moved into them. Its start
-//! then only narrows the cpuset (and sets the idle class for a backfill start): no mkdir and no
-//! move, so no RCU grace period of the cgroup move on the hand-off from one job to the next.
+//! cgroups are made at once, on the CPUs its client may already use, in the idle class and
+//! under its limits tightened for waiting ([`WAITING_MEM`], [`WAITING_PIDS`]: a client that
+//! does not block takes nothing from running jobs), and the waiting client is moved into them.
+//! Its start then writes the job's own limits on its CPUs (and leaves the idle class for a
+//! primary start): no mkdir and no move, so no RCU grace period of the cgroup move on the
+//! hand-off from one job to the next.
 //!
 //! A queued job that leaves the queue (killed, expired, its client gone, not reclaimed after a
 //! restart) has its cgroups removed, at once or once its client has left them; a client that
@@ -19,6 +21,14 @@ use tracing::{debug, info, warn};
 
 use super::{Engine, Event, Job, Waiter};
 use crate::cgroup_port::Killed;
+
+/// The memory a queued job's cgroups allow while it waits (less where the job asked for less):
+/// its client is blocked on its socket and has nothing to allocate, and what a client that is
+/// not blocked allocated there, charged to the job partition, no governor would see (review F4).
+pub(super) const WAITING_MEM: u64 = 64 << 20;
+/// The tasks a queued job's cgroups allow while it waits (fewer where the node allows fewer):
+/// its client is one single-threaded process.
+pub(super) const WAITING_PIDS: u64 = 16;
 
 /// How long a withdrawn queued job's client may stay in its cgroups after it was told: then
 /// what is left in them is killed, so no process outlives its job's cgroups.
@@ -103,11 +113,14 @@ impl Engine {
             debug!(job = %j.id, pid, "queued job placed at its start (its client's CPUs are not the pool's, or it is not the caller's)");
             return;
         };
-        let limits = self.job_limits(j, cpus, self.alloc.topology().mems_for(&cpus));
+        let limits = self.waiting_limits(j, cpus);
         let cgroup = j.cgroup.clone();
+        // In the idle class while it waits: a client that does not block takes only cycles
+        // nobody wants, not the CPUs of a running job (review F4).
         let placed = self
             .driver
             .create_job(&cgroup, &limits)
+            .and_then(|_| self.driver.set_idle(&cgroup, true))
             .and_then(|_| self.fence_job(j))
             .and_then(|_| self.driver.add_process(&cgroup, pid));
         let state = match placed {
@@ -144,6 +157,25 @@ impl Engine {
         }
     }
 
+    /// Job `j`'s limits while it waits on `cpus`: its own, with memory and tasks at most
+    /// [`WAITING_MEM`] and [`WAITING_PIDS`]; its start gives it its own.
+    fn waiting_limits(&self, j: &Job, cpus: CpuSet) -> JobLimits {
+        let limits = self.job_limits(j, cpus, self.alloc.topology().mems_for(&cpus));
+        JobLimits {
+            memory_max: Some(
+                limits
+                    .memory_max
+                    .map_or(WAITING_MEM, |m| m.min(WAITING_MEM)),
+            ),
+            pids_max: Some(
+                limits
+                    .pids_max
+                    .map_or(WAITING_PIDS, |p| p.min(WAITING_PIDS)),
+            ),
+            ..limits
+        }
+    }
+
     /// The CPUs a queued job's client waits on: those of the pool its process may run on
     /// now, so that waiting in the job's cgroups widens nothing. None: its process is not the
     /// caller's any more, cannot be read, or may run on none of the pool.
@@ -158,9 +190,10 @@ impl Engine {
         (!cpus.is_empty()).then_some(cpus)
     }
 
-    /// A job that waited in its cgroups, narrowed to `cpus` (idle first for a backfill start:
-    /// it shares CPUs): then [`QueuedCgroups::Narrowed`], and its start only records and
-    /// answers. Else it is placed the usual way (it had no cgroups, or a write failed: then
+    /// A job that waited in its cgroups (in the idle class, under its waiting limits) given
+    /// its own limits on `cpus`, and for a primary start taken out of the idle class after it
+    /// is on its own CPUs (a backfill start stays in it): then [`QueuedCgroups::Narrowed`], and
+    /// its start only records and answers. Else it is placed the usual way (it had no cgroups, or a write failed: then
     /// with a warning). Called before the start is recorded: a crash between the two leaves a
     /// job the store calls queued, never a running one on the wide waiting cpuset.
     pub(super) fn narrow_queued(&mut self, seq: i64, cpus: CpuSet, mems: CpuSet, backfill: bool) {
@@ -171,11 +204,13 @@ impl Engine {
             return;
         }
         let cgroup = j.cgroup.clone();
+        let limits = self.job_limits(j, cpus, mems);
         let narrowed = (|| {
-            if backfill {
-                self.driver.set_idle(&cgroup, true)?;
+            self.driver.set_limits(&cgroup, &limits)?;
+            if !backfill {
+                self.driver.set_idle(&cgroup, false)?;
             }
-            self.driver.set_cpus(&cgroup, &cpus, &mems)
+            Ok::<(), pjw_cgroup::CgroupError>(())
         })();
         let state = match narrowed {
             Ok(()) => QueuedCgroups::Narrowed,

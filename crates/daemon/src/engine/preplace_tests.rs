@@ -1,6 +1,7 @@
 //! Table tests of a queued job waiting in its own cgroups (decision (cm)), on the recording
 //! fake cgroup driver and the fake tree: made and its client moved in when admission says
-//! wait; its start only narrows the cpuset (idle first for a backfill); every way out of the
+//! wait (in the idle class, under tighter memory and task limits); its start gives it its own
+//! limits on its CPUs (a backfill start stays idle); every way out of the
 //! queue removes them once the client has left (killed after the linger); a failed
 //! pre-placement starts the job the old way; recovery neither leaves them behind nor takes
 //! the queued job for a running one; the memory governor does not read them.
@@ -11,7 +12,7 @@ use pjw_proto::{Placement, Response, RunRequest};
 use pjw_store::StoredState;
 use tokio::sync::{mpsc, oneshot};
 
-use super::preplace::{QueuedCgroups, LINGER};
+use super::preplace::{QueuedCgroups, LINGER, WAITING_MEM, WAITING_PIDS};
 use super::{cgroup_name, Control, Event};
 use crate::test_support::{client, run_request, who, FakeCgroups, TestEngine};
 
@@ -83,15 +84,18 @@ async fn control(t: &mut TestEngine, job: &str, what: Control) -> Response {
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn a_queued_job_waits_in_its_cgroups_and_its_start_only_narrows_them() {
+async fn a_queued_job_waits_in_its_cgroups_idle_and_bounded_and_its_start_gives_it_its_own_limits()
+{
     let fake = FakeCgroups::default();
     let mut t = TestEngine::recording(fake.clone());
     let mut b_rx = a_runs_b_waits(&mut t, run_request("b", 2)).await;
-    // Made at once on the pool, its client moved in; not a started job.
+    // Made at once on the pool under the waiting limits, in the idle class, its client moved
+    // in; not a started job.
     assert_eq!(
         calls_of(&fake, "b"),
         [
-            "create_job job-b 0-3".to_string(),
+            format!("create_job job-b 0-3 mem {WAITING_MEM} pids {WAITING_PIDS}"),
+            "set_idle job-b true".to_string(),
             format!("add_process job-b {B}")
         ]
     );
@@ -99,7 +103,8 @@ async fn a_queued_job_waits_in_its_cgroups_and_its_start_only_narrows_them() {
     assert_eq!(t.engine.jobs[&b].client.cgroups, QueuedCgroups::Ready);
     assert!(t.engine.jobs[&b].started.is_none());
 
-    // a ends: b's hand-off is one cpuset write, made before b is told Started.
+    // a ends: b's hand-off gives it its own limits on its CPUs, then takes it out of the idle
+    // class, before b is told Started.
     let before = fake.calls().len();
     a_ends(&mut t);
     let Some(Response::Started { cpus, backfill, .. }) = b_rx.recv().await else {
@@ -111,7 +116,13 @@ async fn a_queued_job_waits_in_its_cgroups_and_its_start_only_narrows_them() {
         .filter(|c| c.contains(" job-b"))
         .cloned()
         .collect();
-    assert_eq!(after, [format!("set_cpus job-b {cpus}")]);
+    assert_eq!(
+        after,
+        [
+            format!("set_limits job-b {cpus}"),
+            "set_idle job-b false".to_string()
+        ]
+    );
     assert_eq!(cpus.len(), 2);
     let j = &t.engine.jobs[&b];
     assert_eq!((j.phase, j.cpus), (Phase::Primary, cpus));
@@ -121,7 +132,7 @@ async fn a_queued_job_waits_in_its_cgroups_and_its_start_only_narrows_them() {
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn a_backfill_start_makes_the_waiting_job_idle_before_it_narrows_it() {
+async fn a_backfill_start_keeps_the_waiting_job_in_the_idle_class() {
     let fake = FakeCgroups::default();
     let mut t = TestEngine::recording(fake.clone());
     let req = RunRequest {
@@ -140,13 +151,8 @@ async fn a_backfill_start_makes_the_waiting_job_idle_before_it_narrows_it() {
         .filter(|c| c.contains(" job-b"))
         .cloned()
         .collect();
-    assert_eq!(
-        after,
-        [
-            "set_idle job-b true".to_string(),
-            format!("set_cpus job-b {cpus}")
-        ]
-    );
+    // Idle since it waited: its own limits on its CPUs, and it stays idle.
+    assert_eq!(after, [format!("set_limits job-b {cpus}")]);
     assert_eq!(t.engine.jobs[&t.seq_of("b")].phase, Phase::Backfill);
 }
 
@@ -160,13 +166,16 @@ async fn an_exclusive_job_waits_in_its_cgroups_but_not_where_jobs_are_cpuset_par
     };
     a_runs(&mut t).await;
     let mut b_rx = b_waits(&mut t, 0, req.clone()).await;
-    assert_eq!(calls_of(&fake, "b")[0], "create_job job-b 0-3");
+    assert_eq!(
+        calls_of(&fake, "b")[0],
+        format!("create_job job-b 0-3 mem {WAITING_MEM} pids {WAITING_PIDS}")
+    );
     a_ends(&mut t);
     let Some(Response::Started { cpus, .. }) = b_rx.recv().await else {
         panic!("b not started");
     };
     assert_eq!(cpus, CpuSet::parse_list("0-3").unwrap());
-    assert_eq!(calls_of(&fake, "b").last().unwrap(), "set_cpus job-b 0-3");
+    assert_eq!(calls_of(&fake, "b").last().unwrap(), "set_idle job-b false");
 
     // Partitions on: a waiting cgroup on the pool would share an exclusive job's CPUs, which
     // the kernel refuses to a partition: placed at its start, as before.
@@ -350,6 +359,18 @@ async fn after_a_crash_a_waiting_job_stays_queued_and_its_client_takes_its_place
     let b_cg = cgroup_name(&TestEngine::id("b"));
     assert!(t.engine.driver.procs(&b_cg).expect("procs").contains(&B));
     t.in_cgroup(B, &format!("/pjw/{b_cg}"));
+    // It waits under the waiting limits, in the idle class (review F4).
+    let limits = |t: &TestEngine| {
+        ["memory.max", "pids.max", "cpu.idle"].map(|f| t.job_files(&b_cg, f).join(","))
+    };
+    assert_eq!(
+        limits(&t),
+        [
+            WAITING_MEM.to_string(),
+            WAITING_PIDS.to_string(),
+            "1".into()
+        ]
+    );
 
     // The daemon is killed -9 and comes back.
     let mut t = t.restart();
@@ -373,6 +394,9 @@ async fn after_a_crash_a_waiting_job_stays_queued_and_its_client_takes_its_place
     };
     assert_eq!(t.engine.driver.job_cpus(&b_cg).expect("cpus"), cpus);
     assert!(t.engine.driver.procs(&b_cg).expect("procs").contains(&B));
+    // Placed the way a job without waiting cgroups is, it has its own limits (none here)
+    // and has left the idle class, not kept the waiting ones.
+    assert_eq!(limits(&t), ["max", "max", "0"]);
 }
 
 #[tokio::test(flavor = "current_thread")]

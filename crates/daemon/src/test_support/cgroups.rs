@@ -165,17 +165,35 @@ impl FakeCgroups {
     }
 }
 
+/// A job's limits as the recording fake writes them: its CPUs, then its I/O, memory and task
+/// limits where it has them.
+fn summary(limits: &JobLimits) -> String {
+    let mut what = limits.cpus.to_string();
+    if !limits.io.is_empty() {
+        what.push_str(&format!(" io {}", limits.io.summary()));
+    }
+    if let Some(m) = limits.memory_max {
+        what.push_str(&format!(" mem {m}"));
+    }
+    if let Some(p) = limits.pids_max {
+        what.push_str(&format!(" pids {p}"));
+    }
+    what
+}
+
 impl CgroupLifecycle for FakeCgroups {
     fn create_job(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError> {
-        let what = if limits.io.is_empty() {
-            limits.cpus.to_string()
-        } else {
-            format!("{} io {}", limits.cpus, limits.io.summary())
-        };
-        self.write("create_job", name, what)?;
+        self.write("create_job", name, summary(limits))?;
         self.state()
             .jobs
             .insert(name.to_string(), (limits.cpus, Vec::new()));
+        Ok(())
+    }
+    fn set_limits(&self, name: &str, limits: &JobLimits) -> Result<(), CgroupError> {
+        self.write("set_limits", name, summary(limits))?;
+        if let Some(j) = self.state().jobs.get_mut(name) {
+            j.0 = limits.cpus;
+        }
         Ok(())
     }
     fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError> {
