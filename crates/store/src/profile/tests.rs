@@ -375,3 +375,69 @@ fn size_cap_drops_series_of_oldest_ended_jobs() {
     assert!(s.summary(ended[0]).unwrap().is_some());
     assert_eq!(s.samples(live, None).unwrap().len(), 2000);
 }
+
+/// Review F3, as the attack: one user floods the store with short jobs (rows without series)
+/// past `max_db_size`. Retention used to drop every other user's series and never a row; now
+/// that user's oldest ended jobs beyond the per-user share go first, whole, and the other
+/// user's series stay.
+#[test]
+fn a_users_flood_of_jobs_goes_before_other_users_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path()).unwrap();
+    let end = |s: &mut Store, seq: i64, at: i64| {
+        s.finish_job(
+            at,
+            "exited",
+            &JobSummary::new(seq, "n1", EndClass::Completed),
+        )
+        .unwrap();
+    };
+    let mut bobs = Vec::new();
+    for i in 0..3 {
+        let seq = s
+            .insert_job(&job(&format!("b{i}"), "bob", 1000, "sim", i))
+            .unwrap();
+        s.insert_samples(&samples(seq, 2000)).unwrap();
+        end(&mut s, seq, i + 1);
+        bobs.push(seq);
+    }
+    let mut floods = Vec::new();
+    let mut cap = 0;
+    for i in 0..400 {
+        let seq = s
+            .insert_job(&job(&format!("m{i}"), "mallory", 1001, "true", 10 + i))
+            .unwrap();
+        end(&mut s, seq, 10 + i + 1);
+        floods.push(seq);
+        if i == 49 {
+            // The store's cap: what it held with mallory's first 50, and a little room.
+            cap = s.used_bytes().unwrap() + 16 * 1024;
+        }
+    }
+    assert!(s.used_bytes().unwrap() > cap, "the flood is over the cap");
+    let p = s
+        .apply_retention_with(100_000, None, Some(cap), false, 50)
+        .unwrap();
+    assert!(
+        s.used_bytes().unwrap() <= cap,
+        "{} > {cap}",
+        s.used_bytes().unwrap()
+    );
+    // Mallory's oldest went whole, her newest 50 stay; bob's series are all there.
+    assert_eq!(p.jobs, 350);
+    assert!(s.job(floods[0]).unwrap().is_none() && s.summary(floods[0]).unwrap().is_none());
+    assert!(s.job(floods[349]).unwrap().is_none());
+    assert!(s.job(floods[350]).unwrap().is_some());
+    for b in &bobs {
+        assert_eq!(
+            s.samples(*b, None).unwrap().len(),
+            2000,
+            "bob's series stay"
+        );
+    }
+    // The series rule still runs when no user is over the share (the check above did run).
+    let p = s
+        .apply_retention_with(100_000, None, Some(s.used_bytes().unwrap() / 2), false, 50)
+        .unwrap();
+    assert!(p.samples > 0 && p.jobs == 0);
+}

@@ -6,6 +6,13 @@ use rusqlite::params;
 use super::*;
 use crate::{Store, StoreError};
 
+/// Ended jobs a user keeps when the store is over `profile.max_db_size`, before anyone's
+/// series go: beyond it, that user's oldest go whole (one user's flood of short jobs, rows
+/// without series, would otherwise make retention drop every other user's series).
+pub const ROWS_PER_USER: u64 = 10_000;
+/// Jobs removed per transaction when a user is over [`ROWS_PER_USER`].
+const FLOOD_BATCH: u64 = 500;
+
 /// The tables of a job's side rows, removed with its row.
 const SIDE_TABLES: [&str; 5] = [
     "job_gpus",
@@ -180,7 +187,8 @@ impl Store {
     }
 
     /// Retention: remove ended jobs (record, summary, series) that ended before
-    /// `now_ms - max_age_ms`; then, while the database holds more than `max_bytes`, remove the
+    /// `now_ms - max_age_ms`; then, while the database holds more than `max_bytes`, first the
+    /// oldest ended jobs of a user holding more than [`ROWS_PER_USER`] of them (whole), then the
     /// series of the oldest ended jobs (their records and summaries stay). With
     /// `keep_unshipped`, jobs not yet in the central store are never touched. Live jobs are
     /// never touched.
@@ -190,6 +198,18 @@ impl Store {
         max_age_ms: Option<i64>,
         max_bytes: Option<u64>,
         keep_unshipped: bool,
+    ) -> Result<Pruned, StoreError> {
+        self.apply_retention_with(now_ms, max_age_ms, max_bytes, keep_unshipped, ROWS_PER_USER)
+    }
+
+    /// [`Store::apply_retention`] with the rows a user keeps above the cap as `rows_per_user`.
+    pub fn apply_retention_with(
+        &mut self,
+        now_ms: i64,
+        max_age_ms: Option<i64>,
+        max_bytes: Option<u64>,
+        keep_unshipped: bool,
+        rows_per_user: u64,
     ) -> Result<Pruned, StoreError> {
         let path = self.path.clone();
         let err = |source| StoreError::Sqlite {
@@ -245,7 +265,15 @@ impl Store {
             tx.commit().map_err(err)?;
         }
         if let Some(cap) = max_bytes {
-            // Oldest ended jobs' series first, one job per transaction.
+            // One user's flood of jobs goes before anyone's series (review F3): their oldest
+            // ended jobs beyond `rows_per_user`, whole, in batches.
+            while self.used_bytes()? > cap {
+                let Some((uid, over)) = self.user_over(rows_per_user, guard)? else {
+                    break;
+                };
+                pruned.jobs += self.delete_oldest_of(uid, over.min(FLOOD_BATCH), guard)?;
+            }
+            // Then the oldest ended jobs' series, one job per transaction.
             while self.used_bytes()? > cap {
                 let victims: Vec<i64> = {
                     let mut st = self
@@ -281,5 +309,70 @@ impl Store {
             }
         }
         Ok(pruned)
+    }
+
+    /// The user holding the most ended jobs (those retention may touch, `guard`), and how many
+    /// beyond `limit`; None when nobody holds more.
+    fn user_over(&self, limit: u64, guard: &str) -> Result<Option<(u32, u64)>, StoreError> {
+        let top: Option<(u32, u64)> = self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT uid, COUNT(*) AS n FROM jobs WHERE state = 'ended' {guard}
+                     GROUP BY uid ORDER BY n DESC LIMIT 1"
+                ),
+                [],
+                |r| Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)?.max(0) as u64)),
+            )
+            .map(Some)
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })
+            .map_err(self.err())?;
+        Ok(top
+            .filter(|(_, n)| *n > limit)
+            .map(|(uid, n)| (uid, n - limit)))
+    }
+
+    /// Remove the `n` oldest ended jobs of `uid` (those retention may touch, `guard`) whole:
+    /// series, summary, side rows, record. How many went.
+    fn delete_oldest_of(&mut self, uid: u32, n: u64, guard: &str) -> Result<u64, StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let pick = format!(
+            "SELECT seq FROM jobs WHERE state = 'ended' AND uid = ?1 {guard} ORDER BY seq LIMIT ?2"
+        );
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let n = n.min(i64::MAX as u64) as i64;
+        for table in [
+            "samples",
+            "process_samples",
+            "thread_samples",
+            "job_summary",
+        ]
+        .into_iter()
+        .chain(SIDE_TABLES)
+        {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE seq IN ({pick})"),
+                params![uid, n],
+            )
+            .map_err(err)?;
+        }
+        let gone = tx
+            .execute(
+                &format!("DELETE FROM jobs WHERE seq IN ({pick})"),
+                params![uid, n],
+            )
+            .map_err(err)? as u64;
+        tx.commit().map_err(err)?;
+        Ok(gone)
     }
 }
