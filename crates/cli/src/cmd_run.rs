@@ -8,6 +8,16 @@
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
+/// One line on stderr in one `write`: Rust's unbuffered stderr writes each piece of a
+/// formatted line apart, and the lines of parallel `pjw run`s sharing a log interleaved.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let line = format!("{}\n", format_args!($($arg)*));
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }};
+}
+
 use pjw_proto::{Client, ErrorCode, JobTmp, Placement, ProtoError, Request, Response, RunRequest};
 
 use crate::cli::RunArgs;
@@ -17,7 +27,7 @@ use crate::connect::{connect_window, daemon_absent, reconnect_window};
 const EXIT_PJW: i32 = 125;
 
 fn fail(msg: impl std::fmt::Display) -> i32 {
-    eprintln!("pjw: {msg}");
+    say!("pjw: {msg}");
     EXIT_PJW
 }
 
@@ -203,7 +213,7 @@ fn wait_for_start(
             Err(e) if lost_since.is_none() && daemon_absent(&e) => {
                 let since = *waiting_since.get_or_insert_with(|| {
                     if !a.quiet {
-                        eprintln!(
+                        say!(
                             "pjw: no pjw daemon at {} yet; waiting up to {} s",
                             path.display(),
                             connect_window().as_secs()
@@ -235,12 +245,12 @@ fn wait_for_start(
             },
         };
         if lost_since.take().is_some() && !a.quiet {
-            eprintln!("pjw: reconnected to the daemon");
+            say!("pjw: reconnected to the daemon");
         }
         if let Err(e) = client.send(&Request::Run(req.clone())) {
             lost_since = Some(Instant::now());
             if !a.quiet {
-                eprintln!("pjw: lost the daemon ({e}); reconnecting");
+                say!("pjw: lost the daemon ({e}); reconnecting");
             }
             continue;
         }
@@ -252,7 +262,7 @@ fn wait_for_start(
                 if lost_since.is_none() {
                     lost_since = Some(Instant::now());
                     if !a.quiet {
-                        eprintln!(
+                        say!(
                             "pjw: lost the daemon; reconnecting for up to {} s",
                             reconnect_window().as_secs()
                         );
@@ -282,7 +292,7 @@ fn await_start(
                 // Keep our seat's id across a daemon restart.
                 req.job_id = Some(job.clone());
                 if !*said_queued && !quiet {
-                    eprintln!("pjw: job {job} queued (position {position}): {reason}");
+                    say!("pjw: job {job} queued (position {position}): {reason}");
                     *said_queued = true;
                 }
             }
@@ -333,8 +343,14 @@ fn exec_in_job(
         // reads no id and exits.
         watch = None;
         if let Err(e) = crate::affinity::set_own(&cpus) {
-            eprintln!("pjw: step {step} of job {job}: cannot run on cpus {cpus} ({e}); it runs on all of the job's");
+            say!("pjw: step {step} of job {job}: cannot run on cpus {cpus} ({e}); it runs on all of the job's");
         }
+    }
+    // The watcher hears the job's id at once: this process is in the job's cgroups now, and
+    // a job whose memory limit kills it before its exec is still told (review: a sub-page
+    // --mem killed the client before the watcher knew the job, and nothing was said).
+    if let Some(w) = watch {
+        w.started(&job);
     }
     let mut cmd = std::process::Command::new(&a.command[0]);
     // The thread counts the daemon suggests, where the user did not set their own.
@@ -374,7 +390,7 @@ fn exec_in_job(
     if let (Some(size), true) = (shm, root) {
         let ns = matches!(tmp, Some(JobTmp::Private { .. }));
         if let Err(e) = crate::starter::private_ipc(size, !ns) {
-            eprintln!("pjw: job {job}: no private /dev/shm and IPC, the host's are used: {e:#}");
+            say!("pjw: job {job}: no private /dev/shm and IPC, the host's are used: {e:#}");
         }
     }
     if let Some(t) = &target {
@@ -383,16 +399,15 @@ fn exec_in_job(
         }
         cmd.envs(crate::starter::user_env(t));
     }
-    if let Some(w) = watch {
-        w.started(&job);
-    }
     let e = cmd.exec();
     let prog = a.command[0].to_string_lossy();
+    // The user's own text, but it reaches a terminal: escaped as every name is.
+    let prog = pjw_core::text::printable(&prog, pjw_core::text::MAX_CELL);
     if e.kind() == std::io::ErrorKind::NotFound {
-        eprintln!("pjw: {prog}: command not found");
+        say!("pjw: {prog}: command not found");
         127
     } else {
-        eprintln!("pjw: {prog}: {e}");
+        say!("pjw: {prog}: {e}");
         126
     }
 }

@@ -67,7 +67,10 @@ fn register(
                         position,
                         reason,
                     }) if !said => {
-                        eprintln!("pjw: job {job} queued (position {position}): {reason}");
+                        // One write: parallel registrations may share a log.
+                        let line =
+                            format!("pjw: job {job} queued (position {position}): {reason}\n");
+                        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
                         said = true;
                     }
                     Ok(Response::Queued { .. }) => {}

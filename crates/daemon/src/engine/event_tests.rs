@@ -295,3 +295,30 @@ async fn a_client_that_cannot_be_read_when_its_cpus_come_free_keeps_its_place() 
         (StoredState::Ended, Some("client left the queue"))
     );
 }
+
+/// Real software (the acceptance run): `pjw run -m 1 -- true` (also `-m 0.4K`, `-m 4K`) was
+/// accepted, and the kernel killed the client at its first page in the job, before its
+/// watcher knew the job: exit 137 and nothing said. Less than 1 MiB is refused, saying why;
+/// 1 MiB is a job.
+#[tokio::test(flavor = "current_thread")]
+async fn a_memory_limit_no_process_can_run_in_is_refused() {
+    let mut t = TestEngine::new();
+    for (i, m) in [1u64, 410, 4096, (1 << 20) - 1].into_iter().enumerate() {
+        let mut req = run(&format!("m{i}"), 1);
+        req.mem = Some(m);
+        let (r, _rx) = t.submit(i as u64 + 1, 6000 + i as u32, UID, req).await;
+        match r {
+            Response::Error { message, .. } => {
+                assert!(
+                    message.contains("less than the least a job may ask for (1M)"),
+                    "{message}"
+                )
+            }
+            other => panic!("--mem {m}: {other:?}"),
+        }
+    }
+    let mut req = run("ok", 1);
+    req.mem = Some(1 << 20);
+    let (r, _rx) = t.submit(9, std::process::id(), UID, req).await;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+}

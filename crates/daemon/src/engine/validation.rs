@@ -6,6 +6,10 @@ use pjw_proto::{ErrorCode, Placement, RunRequest};
 
 use super::{refuse, Cred, Engine, Refusal, Who};
 
+/// The least `--mem` a job may ask for: a process and the libraries it maps need more than a
+/// few pages charged as they run.
+pub(super) const MIN_MEM: u64 = 1 << 20;
+
 impl Engine {
     pub(super) fn validate(&self, cred: &Cred, who: &Who, req: &RunRequest) -> Result<(), Refusal> {
         self.validate_shape(req)?;
@@ -34,6 +38,17 @@ impl Engine {
         }
         if req.mem == Some(0) {
             return Err(refuse(ErrorCode::Invalid, "--mem must be more than 0"));
+        }
+        // Below a page or so no process runs at all: the kernel kills it at its first page.
+        if let Some(m) = req.mem.filter(|m| *m < MIN_MEM) {
+            return Err(refuse(
+                ErrorCode::Invalid,
+                format!(
+                    "--mem {} is less than the least a job may ask for ({}): no process runs in it",
+                    pjw_core::format_size(m),
+                    pjw_core::format_size(MIN_MEM)
+                ),
+            ));
         }
         if let Some(t) = req.time_limit_s {
             if pjw_core::time_limit::TimeLimit::from_secs(t).is_none() {
