@@ -19,8 +19,13 @@
 //!   available memory low while the partition has room) is reported and left to the node's
 //!   own memory managers.
 //!
-//! **The ladder**, for the jobs that grow into the shared memory (fastest first; when nothing
-//! grows, the job holding the most above its fair share): throttle (`memory.high` at its
+//! **Reservations.** A job's `--mem` is a reservation, admitted against the partition: what
+//! it uses inside it was promised, so it is never the one throttled or frozen; the jobs without
+//! one use what the reservations leave, and are.
+//!
+//! **The ladder**, for the jobs without a reservation that grow into the shared memory
+//! (fastest first; when none grows, the one holding the most above its fair share of what the
+//! reservations leave): throttle (`memory.high` at its
 //! usage, cgroup v2), then — if it keeps growing or stalls against the throttle — freeze; a job
 //! frozen longer than `frozen_max` gets the last step ([`MemAction::LastStep`]: requeue or kill,
 //! the daemon's choice). Never the last running job: one job always makes progress. Throttles
@@ -225,6 +230,17 @@ fn at_own_limit(j: &MemJob) -> bool {
         .is_some_and(|l| j.usage as f64 >= AT_OWN_LIMIT * l as f64)
 }
 
+/// Whether `j` holds a reservation: its `--mem`, admitted against the partition next to the
+/// other jobs' (`mem_promised`). What it uses and grows into inside it was promised at its
+/// start, and its demand stops there: it is never the job frozen or throttled for pressure on
+/// the memory the jobs share — the jobs without one, which use what the reservations leave,
+/// are. (Found running real software: a job growing inside its own `--mem` was frozen once
+/// the sum passed `high`, which also held back admission; and a job holding its promise was
+/// frozen, as the largest, for a grower the sampler had not seen grow yet.)
+fn reserved(j: &MemJob) -> bool {
+    j.own_limit.is_some()
+}
+
 fn stalls(cfg: &GovernorConfig, j: &MemJob) -> bool {
     j.stall.is_some_and(|s| s.high(cfg))
 }
@@ -339,18 +355,28 @@ pub fn govern(cfg: &GovernorConfig, snap: &MemSnapshot) -> Decision {
     let mut left = running.len();
 
     if let Some(why) = assessment.shared {
-        // Whom: the growers, fastest first; when nothing grows, the jobs holding the most above
-        // their fair share of the partition. Never one at or under its share that does not grow.
-        let fair = limit / running.len().max(1) as f64;
+        // Whom: the growers without a reservation, fastest first; when none grows, the jobs
+        // without one holding the most above their fair share of what the reservations leave.
+        // Never a job inside its own `--mem` (its reservation), nor one at or under its share
+        // that does not grow.
+        let reserved_mem: f64 = running
+            .iter()
+            .filter(|j| reserved(j))
+            .filter_map(|j| j.own_limit)
+            .map(|l| l as f64)
+            .sum();
+        let unreserved = running.iter().filter(|j| !reserved(j)).count();
+        let fair = (limit - reserved_mem).max(0.0) / unreserved.max(1) as f64;
         let mut targets: Vec<&MemJob> = assessment
             .growers
             .iter()
             .filter_map(|k| running.iter().find(|j| j.key == *k).copied())
+            .filter(|j| !reserved(j))
             .collect();
         if targets.is_empty() {
             let mut over: Vec<&MemJob> = running
                 .iter()
-                .filter(|j| j.need as f64 > fair)
+                .filter(|j| !reserved(j) && j.need as f64 > fair)
                 .copied()
                 .collect();
             over.sort_by(|a, b| b.need.cmp(&a.need).then(b.key.cmp(&a.key)));

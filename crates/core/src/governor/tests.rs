@@ -199,6 +199,34 @@ fn decisions() {
             vec![],
         ),
         (
+            // The acceptance run's `-m 2800M` stress-ng beside a 150M job on 3G, scaled: it
+            // was frozen for growing into what it had been promised.
+            "a job growing inside its own --mem past high next to a small job: nobody is frozen",
+            cfg(),
+            snap(vec![limited(j(1, 700, 300.0), 950), j(2, 50, 0.0)]),
+            vec![],
+        ),
+        (
+            // Its -m 1800M job holding 1.7G of 3G beside a grower whose growth no sample had
+            // shown yet: the job inside its reservation was frozen as the largest.
+            "nothing seen growing: the largest job without a reservation, not the one inside its own",
+            cfg(),
+            snap(vec![limited(j(1, 560, 0.0), 600), j(2, 450, 0.0)]),
+            vec![Freeze { key: 2 }],
+        ),
+        (
+            "nothing growing and the job without a reservation within what the reservations leave: nobody",
+            cfg(),
+            snap(vec![limited(j(1, 560, 0.0), 600), j(2, 400, 0.0)]),
+            vec![],
+        ),
+        (
+            "a grower with a reservation beside one without: the one without is frozen",
+            cfg(),
+            snap(vec![limited(j(1, 500, 200.0), 700), j(2, 300, 50.0)]),
+            vec![Freeze { key: 2 }],
+        ),
+        (
             "pressure from outside pjw's jobs moves nobody",
             cfg(),
             MemSnapshot {
