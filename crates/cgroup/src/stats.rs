@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | CPU user/system | `cpu.stat` (every cgroup2 directory has it) | `cpuacct.usage_user`, `cpuacct.usage_sys` (ns) |
 //! | memory peak | `memory.peak` | `memory.max_usage_in_bytes` |
-//! | swap peak | `memory.swap.peak` (Linux 6.5+) | `memory.memsw.max_usage_in_bytes` − `memory.max_usage_in_bytes` (a lower bound) |
+//! | swap peak | `memory.swap.peak` (Linux 6.5+) | `memory.memsw.max_usage_in_bytes` − `memory.max_usage_in_bytes` − one charge batch (a lower bound) |
 //! | anon/file/shmem/swap | `memory.stat` `anon`/`file`/`shmem`, `memory.swap.current` | `memory.stat` `total_rss`/`total_cache`/`total_shmem`/`total_swap` |
 //! | I/O bytes | `io.stat` (io controller) | — (see [`Driver::counts_io`]) |
 //! | tasks | `pids.current` | `pids.current` |
@@ -169,8 +169,11 @@ impl Driver {
     }
 
     /// The most swap job `name` had (bytes): `memory.swap.peak` (cgroup v2, Linux 6.5+); on
-    /// v1 the memory+swap high-water mark less the memory one, a lower bound (the two peaks
-    /// need not fall together). `Ok(None)` where the kernel keeps neither.
+    /// v1 the memory+swap high-water mark less the memory one and less one charge batch, a
+    /// lower bound (the two peaks need not fall together; and v1 charges memory+swap first, so a
+    /// batch refused at the memory limit still raised the memory+swap mark: every job that hit
+    /// its limit showed 256 KiB of swap on a node without swap). `Ok(None)` where the kernel
+    /// keeps neither.
     pub fn memory_swap_peak(&self, name: &str) -> Result<Option<u64>, CgroupError> {
         let h = self.memory_hierarchy()?;
         let dir = self.job_dir_checked(h, name)?;
@@ -193,7 +196,9 @@ impl Driver {
             &dir.join("memory.max_usage_in_bytes"),
             "memory.max_usage_in_bytes",
         )?;
-        Ok(Some(both.saturating_sub(mem)))
+        Ok(Some(
+            both.saturating_sub(mem).saturating_sub(charge_batch()),
+        ))
     }
 
     /// Job `name`'s memory by kind (`memory.stat`, plus `memory.swap.current` in v2).
@@ -256,6 +261,13 @@ impl Driver {
         let text = self.read_stat(name, &dir.join(what.file())).ok()?;
         psi::parse(&text).ok()
     }
+}
+
+/// One memory cgroup charge batch (v1 `MEMCG_CHARGE_BATCH`: 64 pages), in bytes.
+fn charge_batch() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    64 * if page > 0 { page as u64 } else { 4096 }
 }
 
 #[cfg(test)]
