@@ -570,6 +570,7 @@ fn usage_is_read_from_the_right_files_in_every_mode() {
         }
         // v1: less one charge batch (64 pages), which the memory+swap mark takes even where
         // nothing was swapped (a batch refused at the memory limit).
+        // SAFETY: sysconf has no preconditions.
         let batch = 64 * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
         let want = if mem == "unified" {
             157286400
