@@ -145,6 +145,13 @@ impl Driver {
             .unwrap_or(0)
     }
 
+    /// Whether job `name`'s own memory limit was ever reached: an OOM kill in a job whose own
+    /// limit never was came from the job partition's. None when it cannot be told.
+    pub fn oom_at_own_limit(&self, name: &str) -> Option<bool> {
+        let h = self.memory_hierarchy().ok()?;
+        memory::own_limit_hit(&self.fs, &h.job(name), h.v2)
+    }
+
     /// Memory pressure (PSI) of job `name`, or of all jobs together when `None`, from the
     /// cgroup2 tree (hybrid and unified modes; `None` in legacy mode).
     pub fn memory_pressure(&self, name: Option<&str>) -> Option<pjw_kernelfs::psi::Psi> {

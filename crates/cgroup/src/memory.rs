@@ -110,6 +110,23 @@ pub(crate) fn parse_usage(path: std::path::PathBuf, text: &str) -> Result<u64, C
     })
 }
 
+/// Whether the cgroup's own memory limit was ever reached (so an OOM kill in it may be its
+/// own limit's rather than an ancestor's, the job partition's): `oom` in `memory.events` (v2:
+/// counted where the limit that failed the charge is) or `memory.failcnt` (v1: likewise, the
+/// counter over its limit). None when it cannot be read.
+pub(crate) fn own_limit_hit(fs: &Fs, dir: &Path, v2: bool) -> Option<bool> {
+    if v2 {
+        let text = fs.read(&dir.join("memory.events")).ok()?;
+        return text.lines().find_map(|l| {
+            l.strip_prefix("oom ")
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|n| n > 0)
+        });
+    }
+    let text = fs.read(&dir.join("memory.failcnt")).ok()?;
+    text.trim().parse::<u64>().ok().map(|n| n > 0)
+}
+
 /// Processes the kernel OOM-killed in the cgroup: `oom_kill` in `memory.oom_control` (v1) or
 /// `memory.events` (v2). 0 when the kernel does not count them.
 pub(crate) fn oom_kills(fs: &Fs, dir: &Path, v2: bool) -> u64 {

@@ -588,6 +588,21 @@ fn usage_is_read_from_the_right_files_in_every_mode() {
             assert_eq!(d.memory_swap_peak("job-1").unwrap(), Some(0), "{mode}");
             put(mem, "memory.memsw.max_usage_in_bytes", "471859200\n");
         }
+        // Whether its own limit was ever reached (an OOM kill in it then may be its own
+        // limit's; else the partition's): v2 `oom` in memory.events, v1 memory.failcnt.
+        let (file, never, once) = if mem == "unified" {
+            (
+                "memory.events",
+                "low 0\nhigh 0\nmax 3\noom 0\noom_kill 1\n",
+                "max 9\noom 2\noom_kill 2\n",
+            )
+        } else {
+            ("memory.failcnt", "0\n", "17\n")
+        };
+        put(mem, file, never);
+        assert_eq!(d.oom_at_own_limit("job-1"), Some(false), "{mode}");
+        put(mem, file, once);
+        assert_eq!(d.oom_at_own_limit("job-1"), Some(true), "{mode}");
         let b = d.memory_breakdown("job-1").unwrap();
         assert_eq!((b.anon, b.file, b.swap), (300, 20, Some(4096)), "{mode}");
         assert_eq!(d.pids_current("job-1").unwrap(), Some(7), "{mode}");

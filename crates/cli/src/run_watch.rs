@@ -219,6 +219,11 @@ pub fn tell(o: &JobOutcome) -> String {
     }
     if o.oom_kills > 0 {
         let limit = match o.mem {
+            Some(m) if o.oom_at_partition => format!(
+                "the node's job partition ({}; the job's own {} limit (--mem) was not reached: the jobs together filled the partition)",
+                format_size(o.partition),
+                format_size(m)
+            ),
             Some(m) => format!("the job's {} limit (--mem)", format_size(m)),
             None => format!(
                 "the node's job partition ({}; the job had no --mem)",
@@ -302,6 +307,19 @@ mod tests {
                     ..base.clone()
                 },
                 "pjw: job 42: the kernel killed 1 process(es) for memory (OOM) at the node's job partition (8G; the job had no --mem); `pjw report 42` shows the job\n",
+            ),
+            (
+                // The acceptance run: a -m 1800M job killed when another job filled the
+                // partition was told it hit its own limit.
+                "OOM at the partition of a job with --mem it never reached",
+                JobOutcome {
+                    oom_kills: 1,
+                    mem: Some(1800 << 20),
+                    mem_peak: Some(1700 << 20),
+                    oom_at_partition: true,
+                    ..base.clone()
+                },
+                "pjw: job 42: the kernel killed 1 process(es) for memory (OOM) at the node's job partition (8G; the job's own 1.8G limit (--mem) was not reached: the jobs together filled the partition); its memory peaked at 1.7G; `pjw report 42` shows the job\n",
             ),
             (
                 "the governor's last step",

@@ -135,6 +135,9 @@ pub trait CgroupTree {
 pub trait CgroupStats {
     /// Processes of the job the kernel killed for memory.
     fn oom_kills(&self, name: &str) -> u64;
+    /// Whether the job's own memory limit was ever reached (None: cannot be told): OOM kills
+    /// in a job whose own limit never was are the job partition's.
+    fn oom_at_own_limit(&self, name: &str) -> Option<bool>;
     /// Memory charged to the job now (bytes).
     fn memory_usage(&self, name: &str) -> Result<u64, CgroupError>;
     /// The job's CPU time.
@@ -270,6 +273,9 @@ impl CgroupTree for Driver {
 impl CgroupStats for Driver {
     fn oom_kills(&self, name: &str) -> u64 {
         Driver::oom_kills(self, name)
+    }
+    fn oom_at_own_limit(&self, name: &str) -> Option<bool> {
+        Driver::oom_at_own_limit(self, name)
     }
     fn memory_usage(&self, name: &str) -> Result<u64, CgroupError> {
         Driver::memory_usage(self, name)

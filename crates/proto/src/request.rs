@@ -173,6 +173,10 @@ pub struct JobOutcome {
     pub partition: u64,
     /// The most memory it had charged (bytes), where known.
     pub mem_peak: Option<u64>,
+    /// Its OOM kills came from the node's job partition: it has a limit of its own (`mem`),
+    /// never reached.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oom_at_partition: bool,
     /// Seconds it stalled on memory inside its own limit (the governor's ticks that saw it).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub own_stall_secs: u64,

@@ -91,22 +91,20 @@ impl Engine {
 
     /// Job `seq` has had `n` processes OOM-killed so far: log the new ones.
     fn note_ooms(&mut self, seq: i64, n: u64) {
-        let partition = self.mem_limit;
-        let Some(j) = self.jobs.get_mut(&seq) else {
+        let Some(j) = self.jobs.get(&seq) else {
             return;
         };
         if n > j.memory.oom_kills {
-            let (limit, which) = match j.mem {
-                Some(m) => (m, "its own limit"),
-                None => (partition, "the node's job partition"),
-            };
+            let at = self.oom_limit_text(j, n);
             warn!(
-                job = %j.id, user = %j.user, oom_kills = n, limit = %format_size(limit),
-                "the kernel killed {} process(es) of the job for memory at {which} ({})",
-                n - j.memory.oom_kills, format_size(limit)
+                job = %j.id, user = %j.user, oom_kills = n,
+                "the kernel killed {} process(es) of the job for memory at {at}",
+                n - j.memory.oom_kills
             );
         }
-        j.memory.oom_kills = n;
+        if let Some(j) = self.jobs.get_mut(&seq) {
+            j.memory.oom_kills = n;
+        }
     }
 
     /// Read every running job's memory and the node's, as one snapshot.

@@ -270,6 +270,45 @@ async fn a_job_frozen_past_frozen_max_is_killed_and_its_outcome_says_why() {
     assert!(!t.engine.jobs[&a].memory.frozen && !t.engine.jobs[&a].memory.throttled);
 }
 
+/// The acceptance run: a `-m 1800M` job holding 1.7G was OOM-killed when another job filled
+/// the partition, and was told (and its record said) that it hit its own limit. A job whose
+/// own limit was never reached is told the partition's, naming its own; one whose was, its own.
+#[tokio::test(flavor = "current_thread")]
+async fn an_oom_kill_at_the_partition_is_not_told_as_the_jobs_own_limit() {
+    let fake = FakeCgroups::default();
+    let mut p = Vec::new();
+    let mut t = TestEngine::governed(fake.clone());
+    started(&mut t, &mut p, ALICE, req("inno", Some(64 * MIB))).await;
+    fake.set_stats(&cg("inno"), 50 * MIB, 0);
+    fake.set_ooms(&cg("inno"), 1);
+    fake.state().partition_ooms.insert(cg("inno"));
+    match outcome(&mut t, ALICE, "inno").await {
+        Response::Outcome(o) => assert!(o.oom_at_partition && o.oom_kills == 1, "{o:?}"),
+        r => panic!("{r:?}"),
+    }
+    let seq = t.seq_of("inno");
+    t.engine.handle(Event::MainExited { seq });
+    match outcome(&mut t, ALICE, "inno").await {
+        Response::Outcome(o) => {
+            assert!(o.oom_at_partition);
+            let ended = o.ended.unwrap_or_default();
+            assert!(
+                ended.contains("OOM-killed at the node's")
+                    && ended.contains("job partition (its own 64M limit was not reached)"),
+                "{ended}"
+            );
+        }
+        r => panic!("{r:?}"),
+    }
+    // The check ran: where its own limit was reached, it is its own.
+    started(&mut t, &mut p, ALICE, req("own", Some(64 * MIB))).await;
+    fake.set_ooms(&cg("own"), 1);
+    match outcome(&mut t, ALICE, "own").await {
+        Response::Outcome(o) => assert!(!o.oom_at_partition && o.oom_kills == 1, "{o:?}"),
+        r => panic!("{r:?}"),
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn oom_kills_are_counted_shown_and_told_after_the_end() {
     let fake = FakeCgroups::default();

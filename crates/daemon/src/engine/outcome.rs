@@ -66,9 +66,34 @@ impl Engine {
             mem: j.mem,
             partition: self.mem_limit,
             mem_peak: peak,
+            oom_at_partition: self.oom_at_partition(j, j.memory.oom_kills),
             own_stall_secs: (j.memory.self_stall_ms / 1000).max(0) as u64,
             governor: j.memory.last_step.clone(),
             ended,
+        }
+    }
+
+    /// Whether `ooms` kills in job `j` came from the job partition though it has a limit of
+    /// its own: its own was never reached (the acceptance run: a `-m 1800M` job killed when
+    /// another filled the partition was told it hit its own limit). Where that cannot be told,
+    /// its own limit, as before.
+    pub(super) fn oom_at_partition(&self, j: &Job, ooms: u64) -> bool {
+        ooms > 0 && j.mem.is_some() && self.driver.oom_at_own_limit(&j.cgroup) == Some(false)
+    }
+
+    /// Where `ooms` kills in job `j` happened, for the log and its end: its own limit, or the
+    /// node's job partition.
+    pub(super) fn oom_limit_text(&self, j: &Job, ooms: u64) -> String {
+        match j.mem {
+            Some(m) if !self.oom_at_partition(j, ooms) => {
+                format!("its own {} limit", format_size(m))
+            }
+            Some(m) => format!(
+                "the node's {} job partition (its own {} limit was not reached)",
+                format_size(self.mem_limit),
+                format_size(m)
+            ),
+            None => format!("the node's {} job partition", format_size(self.mem_limit)),
         }
     }
 
@@ -124,10 +149,7 @@ impl Engine {
     pub(super) fn memory_end_note(&self, job: &Job, ooms: u64, peak: Option<u64>) -> String {
         let mut out = String::new();
         if ooms > 0 {
-            let limit = match job.mem {
-                Some(m) => format!("its own {} limit", format_size(m)),
-                None => format!("the node's {} job partition", format_size(self.mem_limit)),
-            };
+            let limit = self.oom_limit_text(job, ooms);
             let peak = peak
                 .map(|p| format!(" (peak {})", format_size(p)))
                 .unwrap_or_default();

@@ -24,6 +24,8 @@ pub struct FakeCgState {
     pub jobs: BTreeMap<String, (CpuSet, Vec<u32>)>,
     /// Writes that fail (by op name), like a kernel that refuses them.
     pub fail: Vec<&'static str>,
+    /// Jobs whose OOM kills came from the job partition, their own limit never reached.
+    pub partition_ooms: std::collections::BTreeSet<String>,
     /// Every read of a job's files, as `op job` (`memory_usage job-a`), in order.
     pub reads: Vec<String>,
     /// What the stats reads return per job: memory charged (bytes) and CPU time (user µs).
@@ -374,6 +376,10 @@ impl CgroupTree for FakeCgroups {
 }
 
 impl CgroupStats for FakeCgroups {
+    fn oom_at_own_limit(&self, name: &str) -> Option<bool> {
+        self.read("oom_at_own_limit", name);
+        Some(!self.state().partition_ooms.contains(name))
+    }
     fn oom_kills(&self, name: &str) -> u64 {
         self.read("oom_kills", name);
         if let Some(n) = self.state().ooms.get(name).copied() {
