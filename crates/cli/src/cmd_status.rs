@@ -5,6 +5,7 @@ use pjw_core::text::printable;
 use pjw_core::time_limit::TimeLimit;
 use pjw_proto::{Client, JobState, Request, Response, StatusReport};
 
+use crate::cells;
 use crate::cli::StatusArgs;
 
 pub fn run(a: StatusArgs) -> anyhow::Result<()> {
@@ -304,13 +305,13 @@ fn table(rows: &[Vec<String>]) -> String {
         })
         .collect();
     let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .map(|c| rows.iter().map(|r| cells::width(&r[c])).max().unwrap_or(0))
         .collect();
     for r in &rows {
         let line: Vec<String> = r
             .iter()
             .zip(&widths)
-            .map(|(v, w)| format!("{v:<w$}"))
+            .map(|(v, w)| cells::pad(v, *w))
             .collect();
         out.push_str(line.join(" ").trim_end());
         out.push('\n');

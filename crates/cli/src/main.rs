@@ -8,6 +8,7 @@
 //! executed, 127 when it is not found (the conventions of `env`, `nice` and container runners).
 
 mod affinity;
+mod cells;
 mod check;
 mod cli;
 mod cmd_control;

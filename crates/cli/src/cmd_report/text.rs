@@ -96,7 +96,7 @@ fn columns(rows: &[Vec<String>]) -> String {
     let w: Vec<usize> = (0..n)
         .map(|i| {
             rows.iter()
-                .map(|r| r.get(i).map(|c| c.chars().count()).unwrap_or(0))
+                .map(|r| r.get(i).map(|c| crate::cells::width(c)).unwrap_or(0))
                 .max()
                 .unwrap_or(0)
         })
@@ -108,7 +108,7 @@ fn columns(rows: &[Vec<String>]) -> String {
             if i + 1 == r.len() {
                 line.push_str(c);
             } else {
-                let _ = write!(line, "{c:<width$}  ", width = w[i]);
+                let _ = write!(line, "{}  ", crate::cells::pad(c, w[i]));
             }
         }
         out.push_str(line.trim_end());
