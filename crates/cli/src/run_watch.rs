@@ -201,6 +201,10 @@ pub fn tell(o: &JobOutcome) -> String {
     let mut out = String::new();
     if let Some(g) = &o.governor {
         out.push_str(&format!("pjw: job {job} was killed by {g}\n"));
+    } else if let Some(f) = &o.frozen {
+        // Said while it lasted only in `pjw status`: its user hears it once the job is over.
+        let f = pjw_core::text::printable(f, 512);
+        out.push_str(&format!("pjw: job {job} was {f}\n"));
     }
     if let Some(limit) = o
         .ended
@@ -320,6 +324,14 @@ mod tests {
                     ..base.clone()
                 },
                 "pjw: job 42: the kernel killed 1 process(es) for memory (OOM) at the node's job partition (8G; the job's own 1.8G limit (--mem) was not reached: the jobs together filled the partition); its memory peaked at 1.7G; `pjw report 42` shows the job\n",
+            ),
+            (
+                "frozen by the governor, then thawed: told at the end",
+                JobOutcome {
+                    frozen: Some("frozen 23 s by the memory governor (1 time): it grew 50M/s into the memory the jobs share".into()),
+                    ..base.clone()
+                },
+                "pjw: job 42 was frozen 23 s by the memory governor (1 time): it grew 50M/s into the memory the jobs share\n",
             ),
             (
                 "the governor's last step",

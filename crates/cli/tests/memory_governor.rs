@@ -521,7 +521,15 @@ fn only_the_grower_is_throttled_then_frozen_and_it_is_thawed_when_memory_returns
         d.log()
     );
     run_kill(&d, "b");
-    let _ = finish(b, Duration::from_secs(30));
+    let out = finish(b, Duration::from_secs(30));
+    // Its user is told at its end what the freeze was, as status told it while it lasted.
+    assert!(
+        text(&out).contains("pjw: job b was frozen ")
+            && text(&out).contains(" s by the memory governor (")
+            && text(&out).contains("it grew"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// A grower frozen past `frozen_max` gets the last step: killed, and its `pjw run` says why.

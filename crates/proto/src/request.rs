@@ -177,6 +177,10 @@ pub struct JobOutcome {
     /// never reached.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub oom_at_partition: bool,
+    /// What the memory governor's freezes did to it, said for people (absent: never frozen):
+    /// `frozen 23 s by the memory governor (1 time): it grew …`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<String>,
     /// Seconds it stalled on memory inside its own limit (the governor's ticks that saw it).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub own_stall_secs: u64,

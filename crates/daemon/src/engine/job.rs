@@ -73,6 +73,12 @@ pub(super) struct MemTrack {
     pub(super) self_stall_ms: i64,
     /// Processes the kernel OOM-killed in it so far (the last tick's count).
     pub(super) oom_kills: u64,
+    /// The memory governor's freezes of it so far: how many, for how long in all before the
+    /// present one (ms), and why the last one was (told at its end: a frozen job's reason
+    /// was shown only while it lasted).
+    pub(super) freezes: u32,
+    pub(super) frozen_total_ms: i64,
+    pub(super) froze_why: Option<String>,
     /// The governor's last step ended it: why.
     pub(super) last_step: Option<String>,
 }

@@ -320,7 +320,9 @@ impl Engine {
                         self.metrics
                             .governor_action(crate::metrics::GovernorKind::thaw);
                         j.memory.frozen = false;
-                        j.memory.frozen_since_ms = None;
+                        if let Some(since) = j.memory.frozen_since_ms.take() {
+                            j.memory.frozen_total_ms += (self.clock.now_ms() - since).max(0);
+                        }
                         j.memory.thawed_at = Some(now);
                         j.memory.growth = 0.0;
                         if !j.memory.throttled {
@@ -367,6 +369,8 @@ impl Engine {
         j.memory.frozen = true;
         j.memory.frozen_since_ms = Some(now_ms);
         j.memory.footprint = governor::frozen_footprint(j.memory.need, j.memory.footprint);
+        j.memory.freezes += 1;
+        j.memory.froze_why = j.memory.why.clone();
         info!(
             job = %j.id, user = %j.user, usage = j.memory.usage, need = j.memory.need,
             growth = j.memory.growth as i64, why = j.memory.why.as_deref().unwrap_or(""),

@@ -222,6 +222,47 @@ async fn while_a_job_is_frozen_one_that_fits_starts_and_one_of_unknown_size_wait
     assert!(t.engine.jobs[&b].memory.frozen);
 }
 
+/// The acceptance run: a job the governor froze for 23 s, then thawed, ended with nothing
+/// said — its reason was in `pjw status` only while it lasted. Its owner's `pjw run` and its
+/// end reason now say how long, how often and why.
+#[tokio::test(flavor = "current_thread")]
+async fn a_job_frozen_and_thawed_is_told_why_and_how_long_at_its_end() {
+    let fake = FakeCgroups::default();
+    let mut p = Vec::new();
+    let mut t = TestEngine::governed(fake.clone());
+    freeze_the_grower(&mut t, &mut p, &fake).await;
+    t.clock.advance(23_000);
+    // a ends: room again, b is thawed.
+    let a = t.seq_of("a");
+    t.engine.handle(Event::MainExited { seq: a });
+    fake.set_stats(&cg("b"), 700 * MIB, 0);
+    t.engine.handle(Event::Govern);
+    let b = t.seq_of("b");
+    assert!(
+        !t.engine.jobs[&b].memory.frozen,
+        "thawed: {:?}",
+        fake.calls()
+    );
+    t.clock.advance(5_000);
+    t.engine.handle(Event::MainExited { seq: b });
+    match outcome(&mut t, BOB, "b").await {
+        Response::Outcome(o) => {
+            let f = o.frozen.unwrap_or_default();
+            assert!(
+                f.starts_with("frozen 23 s by the memory governor (1 time): it grew")
+                    && f.contains("into the memory the jobs share"),
+                "{f}"
+            );
+            let ended = o.ended.unwrap_or_default();
+            assert!(
+                ended.contains("; frozen 23 s by the memory governor (1 time)"),
+                "{ended}"
+            );
+        }
+        r => panic!("{r:?}"),
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_job_frozen_past_frozen_max_is_killed_and_its_outcome_says_why() {
     let fake = FakeCgroups::default();

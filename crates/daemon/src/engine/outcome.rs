@@ -67,10 +67,35 @@ impl Engine {
             partition: self.mem_limit,
             mem_peak: peak,
             oom_at_partition: self.oom_at_partition(j, j.memory.oom_kills),
+            frozen: self.frozen_note(j),
             own_stall_secs: (j.memory.self_stall_ms / 1000).max(0) as u64,
             governor: j.memory.last_step.clone(),
             ended,
         }
+    }
+
+    /// What the memory governor's freezes did to job `j` (None: it froze it never): how long
+    /// in all, how many times, and why the last time — `frozen 23 s by the memory governor (1
+    /// time): it grew …`.
+    pub(super) fn frozen_note(&self, j: &Job) -> Option<String> {
+        let m = &j.memory;
+        if m.freezes == 0 {
+            return None;
+        }
+        let now = m
+            .frozen_since_ms
+            .map_or(0, |s| (self.clock.now_ms() - s).max(0));
+        let secs = (m.frozen_total_ms + now) / 1000;
+        let why = m
+            .froze_why
+            .as_deref()
+            .map(|w| format!(": {w}"))
+            .unwrap_or_default();
+        Some(format!(
+            "frozen {secs} s by the memory governor ({} time{}){why}",
+            m.freezes,
+            if m.freezes == 1 { "" } else { "s" }
+        ))
     }
 
     /// Whether `ooms` kills in job `j` came from the job partition though it has a limit of
@@ -155,6 +180,9 @@ impl Engine {
                 .unwrap_or_default();
             tracing::warn!(job = %job.id, user = %job.user, oom_kills = ooms, "job had processes killed for memory at {limit}{peak}");
             out.push_str(&format!("; {ooms} process(es) OOM-killed at {limit}{peak}"));
+        }
+        if let Some(f) = self.frozen_note(job) {
+            out.push_str(&format!("; {f}"));
         }
         let stalled = job.memory.self_stall_ms / 1000;
         if stalled > 0 {
