@@ -351,8 +351,20 @@ impl Engine {
                 format_size(asm.demand)
             )
         } else {
+            // Said as it is: the pressure that made the governor act (the acceptance run saw
+            // "while jobs stall on it" where the jobs' demand had passed `high`).
+            let pressure = match asm.shared {
+                Some(governor::Shared::Demand) | None => format!(
+                    "while the jobs' demand ({}) passes the partition's high mark",
+                    format_size(asm.demand)
+                ),
+                Some(governor::Shared::Stalls) => "while jobs stall on it".to_string(),
+                Some(governor::Shared::SwapIn) => {
+                    "while jobs swap their pages back in fast".to_string()
+                }
+            };
             format!(
-                "it holds {} of the {limit} partition, more than its share, while jobs stall on it",
+                "it holds {} of the {limit} partition, more than its share of what the reservations (--mem) leave, {pressure}",
                 format_size(j.memory.need)
             )
         }
