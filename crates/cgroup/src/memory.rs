@@ -112,8 +112,9 @@ pub(crate) fn parse_usage(path: std::path::PathBuf, text: &str) -> Result<u64, C
 
 /// Whether the cgroup's own memory limit was ever reached (so an OOM kill in it may be its
 /// own limit's rather than an ancestor's, the job partition's): `oom` in `memory.events` (v2:
-/// counted where the limit that failed the charge is) or `memory.failcnt` (v1: likewise, the
-/// counter over its limit). None when it cannot be read.
+/// counted where the limit that failed the charge is) or `memory.failcnt` and
+/// `memory.memsw.failcnt` (v1: likewise, the counter over its limit). None when it cannot be
+/// read.
 pub(crate) fn own_limit_hit(fs: &Fs, dir: &Path, v2: bool) -> Option<bool> {
     if v2 {
         let text = fs.read(&dir.join("memory.events")).ok()?;
@@ -123,8 +124,15 @@ pub(crate) fn own_limit_hit(fs: &Fs, dir: &Path, v2: bool) -> Option<bool> {
                 .map(|n| n > 0)
         });
     }
-    let text = fs.read(&dir.join("memory.failcnt")).ok()?;
-    text.trim().parse::<u64>().ok().map(|n| n > 0)
+    // memory+swap is charged first: where its limit is the memory limit (`swap_max = 0`) it is
+    // the counter that fails at the job's own limit.
+    let count = |f: &str| {
+        fs.read(&dir.join(f))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+    };
+    let mem = count("memory.failcnt")?;
+    Some(mem > 0 || count("memory.memsw.failcnt").is_some_and(|n| n > 0))
 }
 
 /// Processes the kernel OOM-killed in the cgroup: `oom_kill` in `memory.oom_control` (v1) or

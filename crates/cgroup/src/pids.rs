@@ -5,13 +5,13 @@ use std::path::Path;
 use crate::fs::Fs;
 use crate::CgroupError;
 
-/// Set the task limit, when there is one.
 /// Set a job's task limit again (`None`: `max`, no limit), from a queued job's waiting one.
 pub(crate) fn reset(fs: &Fs, dir: &Path, max: Option<u64>) -> Result<(), CgroupError> {
     let value = max.map_or_else(|| "max".to_string(), |m| m.to_string());
     fs.write(&dir.join("pids.max"), &value)
 }
 
+/// Set the task limit, when there is one.
 pub(crate) fn apply(fs: &Fs, dir: &Path, max: Option<u64>) -> Result<(), CgroupError> {
     match max {
         Some(max) => fs.write(&dir.join("pids.max"), &max.to_string()),

@@ -263,11 +263,12 @@ impl Driver {
     }
 }
 
-/// One memory cgroup charge batch (v1 `MEMCG_CHARGE_BATCH`: 64 pages), in bytes.
+/// The most one refused charge can raise the memory+swap mark by: a charge batch (v1
+/// `MEMCG_CHARGE_BATCH`, 64 pages) or a transparent huge page (2 MiB), whichever is larger.
 fn charge_batch() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    64 * if page > 0 { page as u64 } else { 4096 }
+    (64 * if page > 0 { page as u64 } else { 4096 }).max(2 << 20)
 }
 
 #[cfg(test)]

@@ -568,10 +568,10 @@ fn usage_is_read_from_the_right_files_in_every_mode() {
         } else {
             put(mem, "memory.memsw.max_usage_in_bytes", "471859200\n");
         }
-        // v1: less one charge batch (64 pages), which the memory+swap mark takes even where
-        // nothing was swapped (a batch refused at the memory limit).
+        // v1: less one refused charge (64 pages, or a 2 MiB huge page), which the memory+swap
+        // mark takes even where nothing was swapped.
         // SAFETY: sysconf has no preconditions.
-        let batch = 64 * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+        let batch = (64 * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64).max(2 << 20);
         let want = if mem == "unified" {
             157286400
         } else {

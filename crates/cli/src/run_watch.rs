@@ -239,7 +239,7 @@ pub fn tell(o: &JobOutcome) -> String {
             .map(|p| format!("; its memory peaked at {}", format_size(p)))
             .unwrap_or_default();
         out.push_str(&format!(
-            "pjw: job {job}: the kernel killed {} process(es) for memory (OOM) at {limit}{peak}; `pjw report {job}` shows the job\n",
+            "pjw: job {job}: the kernel killed {} process(es) for memory (OOM) at {limit}{peak}; `pjw report --job {job}` shows the job\n",
             o.oom_kills
         ));
     }
@@ -302,7 +302,7 @@ mod tests {
                     mem_peak: Some(64 << 20),
                     ..base.clone()
                 },
-                "pjw: job 42: the kernel killed 15 process(es) for memory (OOM) at the job's 64M limit (--mem); its memory peaked at 64M; `pjw report 42` shows the job\n",
+                "pjw: job 42: the kernel killed 15 process(es) for memory (OOM) at the job's 64M limit (--mem); its memory peaked at 64M; `pjw report --job 42` shows the job\n",
             ),
             (
                 "OOM at the partition",
@@ -310,7 +310,7 @@ mod tests {
                     oom_kills: 1,
                     ..base.clone()
                 },
-                "pjw: job 42: the kernel killed 1 process(es) for memory (OOM) at the node's job partition (8G; the job had no --mem); `pjw report 42` shows the job\n",
+                "pjw: job 42: the kernel killed 1 process(es) for memory (OOM) at the node's job partition (8G; the job had no --mem); `pjw report --job 42` shows the job\n",
             ),
             (
                 // The acceptance run: a -m 1800M job killed when another job filled the
@@ -323,7 +323,7 @@ mod tests {
                     oom_at_partition: true,
                     ..base.clone()
                 },
-                "pjw: job 42: the kernel killed 1 process(es) for memory (OOM) at the node's job partition (8G; the job's own 1.8G limit (--mem) was not reached: the jobs together filled the partition); its memory peaked at 1.7G; `pjw report 42` shows the job\n",
+                "pjw: job 42: the kernel killed 1 process(es) for memory (OOM) at the node's job partition (8G; the job's own 1.8G limit (--mem) was not reached: the jobs together filled the partition); its memory peaked at 1.7G; `pjw report --job 42` shows the job\n",
             ),
             (
                 "frozen by the governor, then thawed: told at the end",

@@ -235,7 +235,6 @@ impl Resolver {
     }
 }
 
-/// The lookup, for messages.
 /// The longest user name looked up. Debian's `useradd` stops at 32 characters; directory
 /// services allow longer ones, so the bound is generous, but it bounds what the cache holds.
 pub(crate) const USER_NAME_MAX: usize = 256;
@@ -248,6 +247,7 @@ pub(crate) fn plausible_user_name(name: &str) -> bool {
         && !name.chars().any(|c| c.is_control() || c == ':')
 }
 
+/// The lookup, for messages.
 fn what(key: &Key) -> String {
     match key {
         Key::UserName(uid) => format!("the name of uid {uid}"),

@@ -102,7 +102,7 @@ Job 12 (steps) of alice on n1: ended, completed (exit 0)
   Waited in queue 0:00:01
   Ran (wall)      0:00:10
     as backfill   0:00:00
-    frozen        0:00:02 (1 times)
+    frozen        0:00:02 (1 time)
   CPU time        5.00 s (user 4.00 s, system 1.00 s)
   CPU efficiency  25.0%
   Peak memory     300M (limit none)

@@ -164,7 +164,12 @@ fn job_rows(j: &JobReport, tz: &FixedOffset) -> Vec<(&'static str, String)> {
         ("  as backfill", dur(j.backfill_ms)),
         (
             "  frozen",
-            format!("{} ({} times)", dur(j.frozen_ms), j.freezes),
+            format!(
+                "{} ({} time{})",
+                dur(j.frozen_ms),
+                j.freezes,
+                if j.freezes == 1 { "" } else { "s" }
+            ),
         ),
         (
             "CPU time",

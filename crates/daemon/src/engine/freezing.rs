@@ -94,7 +94,13 @@ impl Engine {
         let Some(j) = self.jobs.get_mut(&seq) else {
             return;
         };
-        // Frozen now for another reason (preempted, suspended): no longer the governor's to thaw.
+        // Frozen now for another reason (preempted, suspended): no longer the governor's to thaw,
+        // and the governor's span ends here.
+        if j.memory.frozen {
+            if let Some(since) = j.memory.frozen_since_ms.take() {
+                j.memory.frozen_total_ms += (self.clock.now_ms() - since).max(0);
+            }
+        }
         j.memory.frozen = false;
         j.phase = phase;
         j.cpus = CpuSet::new();

@@ -150,20 +150,22 @@ impl Engine {
         let j = &self.jobs[&seq];
         let limits = self.job_limits(j, cpus, mems);
         let cgroup = j.cgroup.clone();
-        // Cgroups a queued job may have waited in keep their waiting limits and idle class
-        // through `create_job`: given the job's own here.
+        // Cgroups a queued job may have waited in hold its waiting limits and idle class: made
+        // where missing without memory or task limits (v1 refuses a memory limit above the
+        // waiting memory+swap one), then given the job's own in the order the kernel takes.
         let waited = j.client.cgroups != super::preplace::QueuedCgroups::None;
-        let placed = self
-            .driver
-            .create_job(&cgroup, &limits)
-            .and_then(|_| match waited {
-                true => self.driver.set_limits(&cgroup, &limits),
-                false => Ok(()),
-            })
+        let placed = match waited {
+            false => self.driver.create_job(&cgroup, &limits),
+            true => self
+                .driver
+                .create_job(&cgroup, &super::preplace::without_memory(&limits))
+                .and_then(|_| self.driver.set_limits(&cgroup, &limits)),
+        };
+        let placed = placed
             .and_then(|_| self.fence_job(j))
             .and_then(|_| {
                 if backfill || waited {
-                    self.driver.set_idle(&cgroup, backfill)
+                    super::preplace::idle_where_it_can(&*self.driver, &cgroup, backfill)
                 } else {
                     Ok(())
                 }

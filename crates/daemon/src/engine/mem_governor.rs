@@ -346,9 +346,10 @@ impl Engine {
         let limit = format_size(self.mem_limit);
         if asm.growers.contains(&key) {
             format!(
-                "it grew {}/s into the memory the jobs share (demand {} of the {limit} partition)",
+                "it grew {}/s into the memory the jobs share (their demand {} passed the {} high mark of the {limit} partition)",
                 format_size(j.memory.growth.max(0.0) as u64),
-                format_size(asm.demand)
+                format_size(asm.demand),
+                format_size(self.governor.map_or(self.mem_limit, |g| (g.high * self.mem_limit as f64) as u64))
             )
         } else {
             // Said as it is: the pressure that made the governor act (the acceptance run saw

@@ -87,6 +87,37 @@ impl Engine {
         None
     }
 
+    /// Whether a reservation of `m` bytes (`--mem`) fits next to the others and to what the
+    /// jobs without one hold now (their need at the governor's last look; a frozen one's
+    /// footprint). The governor never acts on a job inside its reservation (decision (cs)), so
+    /// one admitted past what the others hold would make them the ones frozen for it (review:
+    /// `--mem` as large as the partition, admitted beside others' 60 %, got them all frozen).
+    fn reservation_fits(&self, m: u64) -> Result<(), String> {
+        let promised = self.mem_promised();
+        let unreserved: u64 = self
+            .jobs
+            .values()
+            .filter(|x| x.started.is_some() && !x.end.ending && x.mem.is_none())
+            .map(|x| {
+                x.memory.need.max(if x.memory.frozen {
+                    x.memory.footprint
+                } else {
+                    0
+                })
+            })
+            .sum();
+        if promised.saturating_add(unreserved).saturating_add(m) > self.mem_limit {
+            return Err(format!(
+                "waiting for memory ({} requested; {} promised to jobs with --mem and {} held by jobs without, of {})",
+                format_size(m),
+                format_size(promised),
+                format_size(unreserved),
+                format_size(self.mem_limit)
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether memory lets queued job `j` start now: its `--mem` against the promises, then
     /// the governor's admission (jobs frozen for memory, shared pressure). `Err` says why it
     /// waits and until when at most.
@@ -107,7 +138,7 @@ impl Engine {
         };
         let frozen: Vec<&Job> = self.jobs.values().filter(|x| x.memory.frozen).collect();
         match governor::admits(&cfg, &view.assessment, frozen.len(), j.mem) {
-            Admission::Start => Ok(()),
+            Admission::Start => j.mem.map_or(Ok(()), |m| self.reservation_fits(m)),
             Admission::Wait { left } => {
                 let what = match j.mem {
                     Some(m) => format!("{} requested, {} left", format_size(m), format_size(left)),

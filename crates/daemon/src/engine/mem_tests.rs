@@ -263,6 +263,34 @@ async fn a_job_frozen_and_thawed_is_told_why_and_how_long_at_its_end() {
     }
 }
 
+/// Review of decision (cs), as the attack: with other users' jobs (no `--mem`) holding 60 %
+/// of the partition and nothing under pressure, a user asks `--mem` as large as the partition.
+/// Admitted against the promises alone, it would grow inside its reservation — never a target
+/// — and the governor would freeze the others for it. It waits, saying why; one that fits
+/// next to what they hold starts.
+#[tokio::test(flavor = "current_thread")]
+async fn a_reservation_is_not_admitted_past_what_jobs_without_one_hold() {
+    let fake = FakeCgroups::default();
+    let mut p = Vec::new();
+    let mut t = TestEngine::governed(fake.clone());
+    started(&mut t, &mut p, ALICE, req("a", None)).await;
+    fake.set_stats(&cg("a"), 600 * MIB, 0);
+    t.engine.handle(Event::Govern);
+    match submit(&mut t, &mut p, BOB, req("huge", Some(1024 * MIB))).await {
+        Response::Queued { reason, .. } => assert!(
+            reason.contains(
+                "1G requested; 0 promised to jobs with --mem and 600M held by jobs without, of 1G"
+            ),
+            "{reason}"
+        ),
+        r => panic!("{r:?}"),
+    }
+    // The check ran beside a start it let through.
+    started(&mut t, &mut p, BOB, req("fits", Some(300 * MIB))).await;
+    let a = t.seq_of("a");
+    assert!(!t.engine.jobs[&a].memory.frozen);
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_job_frozen_past_frozen_max_is_killed_and_its_outcome_says_why() {
     let fake = FakeCgroups::default();

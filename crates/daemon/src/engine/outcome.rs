@@ -82,10 +82,11 @@ impl Engine {
         if m.freezes == 0 {
             return None;
         }
-        let now = m
-            .frozen_since_ms
-            .map_or(0, |s| (self.clock.now_ms() - s).max(0));
-        let secs = (m.frozen_total_ms + now) / 1000;
+        let now = match (m.frozen, m.frozen_since_ms) {
+            (true, Some(s)) => (self.clock.now_ms() - s).max(0),
+            _ => 0,
+        };
+        let secs = (m.frozen_total_ms + now + 500) / 1000;
         let why = m
             .froze_why
             .as_deref()

@@ -83,6 +83,35 @@ impl Vacating {
     }
 }
 
+/// `limits` without memory, swap or task limits: what makes missing cgroups of a job that may
+/// have waited in its own without touching the waiting limits, which `set_limits` replaces in
+/// the order the kernel takes.
+pub(super) fn without_memory(limits: &JobLimits) -> JobLimits {
+    JobLimits {
+        memory_max: None,
+        swap_max: None,
+        pids_max: None,
+        ..limits.clone()
+    }
+}
+
+/// Put job cgroup `name` in (or take it out of) the idle class where the node has the cpu
+/// controller; a node without one has no idle class to use, and that is no failure of the
+/// job's placement (its start must not fail for it).
+pub(super) fn idle_where_it_can(
+    driver: &dyn crate::cgroup_port::CgroupPort,
+    name: &str,
+    idle: bool,
+) -> Result<(), pjw_cgroup::CgroupError> {
+    match driver.set_idle(name, idle) {
+        Err(pjw_cgroup::CgroupError::MissingController { .. }) => {
+            debug!(cgroup = name, "no cpu controller: no idle class");
+            Ok(())
+        }
+        r => r,
+    }
+}
+
 impl Engine {
     /// Make queued job `seq`'s cgroups and move its waiting client into them. Nothing when
     /// the job is not waiting with a client of its own, or where a waiting cgroup could take
@@ -120,7 +149,7 @@ impl Engine {
         let placed = self
             .driver
             .create_job(&cgroup, &limits)
-            .and_then(|_| self.driver.set_idle(&cgroup, true))
+            .and_then(|_| idle_where_it_can(&*self.driver, &cgroup, true))
             .and_then(|_| self.fence_job(j))
             .and_then(|_| self.driver.add_process(&cgroup, pid));
         let state = match placed {
@@ -208,7 +237,7 @@ impl Engine {
         let narrowed = (|| {
             self.driver.set_limits(&cgroup, &limits)?;
             if !backfill {
-                self.driver.set_idle(&cgroup, false)?;
+                idle_where_it_can(&*self.driver, &cgroup, false)?;
             }
             Ok::<(), pjw_cgroup::CgroupError>(())
         })();

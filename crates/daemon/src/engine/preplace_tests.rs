@@ -457,3 +457,65 @@ async fn the_sampler_does_not_sample_a_waiting_job() {
     assert!(reads.contains(&"cpu_time job-a".to_string()), "{reads:?}");
     assert!(!reads.iter().any(|r| r.ends_with(" job-b")), "{reads:?}");
 }
+
+/// Review of the waiting limits (F1): a start from cgroups that may hold the waiting limits (a
+/// queued job recovered after a restart, a narrowing that failed) made them with the job's
+/// limits first, and v1 refuses a memory limit above the waiting memory+swap one: the job
+/// failed to start. They are made without memory limits, then given the job's own in order,
+/// then taken out of the idle class.
+#[tokio::test(flavor = "current_thread")]
+async fn a_start_from_cgroups_that_may_hold_waiting_limits_gives_the_jobs_own_in_order() {
+    let fake = FakeCgroups::default();
+    let mut t = TestEngine::recording(fake.clone());
+    let mut b_rx = a_runs_b_waits(
+        &mut t,
+        RunRequest {
+            mem: Some(256 << 20),
+            ..run_request("b", 2)
+        },
+    )
+    .await;
+    let b = t.seq_of("b");
+    // As recovery leaves it: they may exist, with whatever limits they hold.
+    t.engine.jobs.get_mut(&b).expect("b").client.cgroups = QueuedCgroups::Unsure;
+    let before = fake.calls().len();
+    a_ends(&mut t);
+    let Some(Response::Started { cpus, .. }) = b_rx.recv().await else {
+        panic!("b not started: {:?}", fake.calls());
+    };
+    let after: Vec<String> = fake.calls()[before..]
+        .iter()
+        .filter(|c| c.contains(" job-b"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        after,
+        [
+            format!("create_job job-b {cpus}"),
+            format!("set_limits job-b {cpus} mem {}", 256 << 20),
+            "set_idle job-b false".to_string(),
+            format!("add_process job-b {B}"),
+        ]
+    );
+}
+
+/// Review of the waiting limits (F2): on a node without the cpu controller (optional; only
+/// cpuset is required) there is no idle class, and a start that asked for it failed — every
+/// queued job recovered after a restart was ended. The job waits and starts without one.
+#[tokio::test(flavor = "current_thread")]
+async fn without_a_cpu_controller_a_waiting_job_starts_without_the_idle_class() {
+    let fake = FakeCgroups::default();
+    fake.state().no_cpu_controller = true;
+    let mut t = TestEngine::recording(fake.clone());
+    let mut b_rx = a_runs_b_waits(&mut t, run_request("b", 2)).await;
+    let b = t.seq_of("b");
+    assert_eq!(t.engine.jobs[&b].client.cgroups, QueuedCgroups::Ready);
+    t.engine.jobs.get_mut(&b).expect("b").client.cgroups = QueuedCgroups::Unsure;
+    a_ends(&mut t);
+    assert!(
+        matches!(b_rx.recv().await, Some(Response::Started { .. })),
+        "{:?}",
+        fake.calls()
+    );
+    assert_eq!(t.engine.jobs[&b].phase, Phase::Primary);
+}

@@ -26,6 +26,8 @@ pub struct FakeCgState {
     pub fail: Vec<&'static str>,
     /// Jobs whose OOM kills came from the job partition, their own limit never reached.
     pub partition_ooms: std::collections::BTreeSet<String>,
+    /// No hierarchy has the cpu controller: no idle class (`set_idle` says so).
+    pub no_cpu_controller: bool,
     /// Every read of a job's files, as `op job` (`memory_usage job-a`), in order.
     pub reads: Vec<String>,
     /// What the stats reads return per job: memory charged (bytes) and CPU time (user µs).
@@ -199,6 +201,12 @@ impl CgroupLifecycle for FakeCgroups {
         Ok(())
     }
     fn set_idle(&self, name: &str, idle: bool) -> Result<(), CgroupError> {
+        if self.state().no_cpu_controller {
+            return Err(CgroupError::MissingController {
+                controller: "cpu".into(),
+                where_: None,
+            });
+        }
         self.write("set_idle", name, idle.to_string())
     }
     fn set_partition(

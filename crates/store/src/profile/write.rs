@@ -223,46 +223,7 @@ impl Store {
         };
         let mut pruned = Pruned::default();
         if let Some(age) = max_age_ms {
-            let cutoff = now_ms.saturating_sub(age);
-            let tx = self
-                .conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(err)?;
-            let old = format!(
-                "SELECT seq FROM jobs WHERE state = 'ended' AND COALESCE(ended_ms, submitted_ms) < ?1 {guard}"
-            );
-            pruned.samples += tx
-                .execute(
-                    &format!("DELETE FROM samples WHERE seq IN ({old})"),
-                    [cutoff],
-                )
-                .map_err(err)? as u64;
-            tx.execute(
-                &format!("DELETE FROM process_samples WHERE seq IN ({old})"),
-                [cutoff],
-            )
-            .map_err(err)?;
-            tx.execute(
-                &format!("DELETE FROM thread_samples WHERE seq IN ({old})"),
-                [cutoff],
-            )
-            .map_err(err)?;
-            tx.execute(
-                &format!("DELETE FROM job_summary WHERE seq IN ({old})"),
-                [cutoff],
-            )
-            .map_err(err)?;
-            for side in SIDE_TABLES {
-                tx.execute(
-                    &format!("DELETE FROM {side} WHERE seq IN ({old})"),
-                    [cutoff],
-                )
-                .map_err(err)?;
-            }
-            pruned.jobs += tx
-                .execute(&format!("DELETE FROM jobs WHERE seq IN ({old})"), [cutoff])
-                .map_err(err)? as u64;
-            tx.commit().map_err(err)?;
+            self.delete_ended_before(now_ms.saturating_sub(age), guard, &mut pruned)?;
         }
         if let Some(cap) = max_bytes {
             // One user's flood of jobs goes before anyone's series (review F3): their oldest
@@ -309,6 +270,61 @@ impl Store {
             }
         }
         Ok(pruned)
+    }
+
+    /// Remove ended jobs (those retention may touch, `guard`) that ended before `cutoff`
+    /// whole: series, summary, side rows, record; counted in `pruned`.
+    fn delete_ended_before(
+        &mut self,
+        cutoff: i64,
+        guard: &str,
+        pruned: &mut Pruned,
+    ) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let old = format!(
+            "SELECT seq FROM jobs WHERE state = 'ended' AND COALESCE(ended_ms, submitted_ms) < ?1 {guard}"
+        );
+        pruned.samples += tx
+            .execute(
+                &format!("DELETE FROM samples WHERE seq IN ({old})"),
+                [cutoff],
+            )
+            .map_err(err)? as u64;
+        tx.execute(
+            &format!("DELETE FROM process_samples WHERE seq IN ({old})"),
+            [cutoff],
+        )
+        .map_err(err)?;
+        tx.execute(
+            &format!("DELETE FROM thread_samples WHERE seq IN ({old})"),
+            [cutoff],
+        )
+        .map_err(err)?;
+        tx.execute(
+            &format!("DELETE FROM job_summary WHERE seq IN ({old})"),
+            [cutoff],
+        )
+        .map_err(err)?;
+        for side in SIDE_TABLES {
+            tx.execute(
+                &format!("DELETE FROM {side} WHERE seq IN ({old})"),
+                [cutoff],
+            )
+            .map_err(err)?;
+        }
+        pruned.jobs += tx
+            .execute(&format!("DELETE FROM jobs WHERE seq IN ({old})"), [cutoff])
+            .map_err(err)? as u64;
+        tx.commit().map_err(err)?;
+        Ok(())
     }
 
     /// The user holding the most ended jobs (those retention may touch, `guard`), and how many
