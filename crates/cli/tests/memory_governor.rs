@@ -534,65 +534,64 @@ fn only_the_grower_is_throttled_then_frozen_and_it_is_thawed_when_memory_returns
 
 /// Decision (cs), found running real software (`pjw run -m 2800M -- stress-ng --vm …` beside a
 /// 150M job on 3G was frozen for 10 s for growing into its own admitted limit): bob's job with
-/// `-m 440M` grows to 420 MiB beside alice's 60 MiB job without `--mem`, so their demand
-/// passes `high` of the 512 MiB partition. The governor sees the pressure (status says so) and
-/// freezes neither: bob's job is inside its reservation, alice's holds less than what the
-/// reservations leave. Both run to their end.
+/// `-m 440M` grows to 300 MiB beside alice's 60 MiB job without `--mem`, past `high` (0.6 here)
+/// of the 512 MiB partition while far from its limit (a slow guest's page cache and kernel
+/// memory, charged on v1, OOM-killed a 420 MiB grower under the default `high`; and there a
+/// slow grower's predicted demand alone never passed it). The governor sees the pressure (its
+/// log says so) and freezes neither: bob's job is inside its reservation, alice's holds less
+/// than what the reservations leave. Both run to their end.
 #[test]
 fn a_job_growing_inside_its_own_mem_is_not_frozen_for_it() {
     require_root!();
     let (alice, bob) = users();
     let d = daemon(
-        "vcpus = 8\n[profile]\ninterval = \"1s\"\n[memory]\nlimit = \"512M\"\ninterval_ms = 200\n",
+        "vcpus = 8\n[profile]\ninterval = \"1s\"\n[memory]\nlimit = \"512M\"\ninterval_ms = 200\nhigh = 0.6\nlow = 0.5\n",
     );
     let wl = wl();
     let wl = wl.to_str().unwrap();
     let a = run_as(&d, alice, &["-j", "a"], &[wl, "grow", "60", "1", "1000000"]);
     wait_running(&d, "a");
+    // Until a's memory stays put: a grower without a reservation is the governor's to freeze.
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || {
+            let m = |st: &serde_json::Value| job(st, "a").and_then(|j| j["mem_bytes"].as_u64());
+            let one = m(&d.status());
+            std::thread::sleep(Duration::from_millis(600));
+            one.is_some_and(|x| x >= 55 * MIB) && one == m(&d.status())
+        }),
+        "job a never settled:\n{}",
+        d.log()
+    );
     let b = run_as(
         &d,
         bob,
         &["-j", "b", "-m", "440M"],
-        &[wl, "grow", "420", "10", "40"],
+        &[wl, "grow", "300", "10", "40"],
     );
-    let mut pressed = String::new();
-    let over = TestDaemon::wait_for(Duration::from_secs(120), || {
-        let st = d.status();
-        for id in ["a", "b"] {
-            let (state, why) = (field(&st, id, "state"), field(&st, id, "reason"));
-            assert!(
-                state != "frozen" && !why.contains("memory governor"),
-                "{id} was acted on: {state}: {why}\n{}",
-                d.log()
-            );
-        }
-        if let Some(s) = st["memory"]["shared"].as_str() {
-            pressed = s.to_string();
-        }
-        job(&st, "b").is_none()
-    });
-    let out = finish(b, Duration::from_secs(60));
+    let out = finish(b, Duration::from_secs(180));
     assert!(
-        over && out.status.success(),
+        out.status.success(),
         "b did not finish: {}\n{}",
         text(&out),
         d.log()
     );
+    let log = d.log();
     // What would have acted did run: the governor saw the jobs press on each other.
     assert!(
-        !pressed.is_empty(),
-        "the governor never saw pressure:\n{}",
-        d.log()
+        log.contains("pjw's jobs press on each other's memory"),
+        "the governor never saw pressure:\n{log}"
     );
     for id in ["a", "b"] {
-        assert!(
-            !d.log()
-                .lines()
-                .any(|l| l.contains("memory pressure: job frozen")
-                    && l.contains(&format!(" job={id} "))),
-            "{id} frozen:\n{}",
-            d.log()
-        );
+        for step in [
+            "memory pressure: job frozen",
+            "memory pressure: job throttled",
+        ] {
+            assert!(
+                !log.lines()
+                    .any(|l| l.contains(step) && l.contains(&format!(" job={id} "))),
+                "{id}: {step}:\n{log}"
+            );
+        }
     }
     run_kill(&d, "a");
     let _ = finish(a, Duration::from_secs(30));
