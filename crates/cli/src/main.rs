@@ -101,10 +101,9 @@ fn one_line(e: &anyhow::Error) -> String {
 
 fn cmd_daemon(d: cli::DaemonArgs) -> i32 {
     // The daemon must not die on a closed pipe: `main` makes SIGPIPE fatal for the command-line
-    // tools (`pjw status | head`), and the daemon inherited it — its sockets are written with
-    // MSG_NOSIGNAL (std, mio), but a plain write to a pipe whose reader left (its stderr
-    // piped to a log collector that exits) would kill the root daemon without a word. A
-    // write to a closed peer is then EPIPE, an error of that write alone.
+    // tools (`pjw status | head`), and the daemon inherited it, so a write to a pipe whose
+    // reader left (its stderr piped to a log collector that exits) would kill the root daemon
+    // without a word. A write to a closed peer is then EPIPE, an error of that write alone.
     // SAFETY: setting a signal disposition before the daemon starts any thread.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let ov = pjw_daemon::Overrides {
