@@ -430,18 +430,23 @@ fn holder_and_grower(extra: &str) -> (TestDaemon, Child, Child) {
     );
     wait_running(&d, "a");
     // Until a's memory stays put (its own growth is over before b starts).
-    assert!(
-        TestDaemon::wait_for(Duration::from_secs(30), || {
-            let m = |st: &serde_json::Value| job(st, "a").and_then(|j| j["mem_bytes"].as_u64());
-            let one = m(&d.status());
-            std::thread::sleep(Duration::from_millis(600));
-            one.is_some_and(|x| x >= 90 * MIB) && one == m(&d.status())
-        }),
-        "job a never settled:\n{}",
-        d.log()
-    );
+    settled(&d, "a", 90 * MIB);
     let b = run_as(&d, bob, &["-j", "b"], &[wl, "grow", "200", "20", "1000000"]);
     (d, a, b)
+}
+
+/// Wait until job `id` holds at least `min` bytes and its memory stays put (its own growth over).
+fn settled(d: &TestDaemon, id: &str, min: u64) {
+    assert!(
+        TestDaemon::wait_for(Duration::from_secs(30), || {
+            let m = |st: &serde_json::Value| job(st, id).and_then(|j| j["mem_bytes"].as_u64());
+            let one = m(&d.status());
+            std::thread::sleep(Duration::from_millis(600));
+            one.is_some_and(|x| x >= min) && one == m(&d.status())
+        }),
+        "job {id} never settled:\n{}",
+        d.log()
+    );
 }
 
 /// Watch status until `b` is frozen; what it went through (states and reasons), and that `a`
@@ -552,16 +557,7 @@ fn a_job_growing_inside_its_own_mem_is_not_frozen_for_it() {
     let a = run_as(&d, alice, &["-j", "a"], &[wl, "grow", "60", "1", "1000000"]);
     wait_running(&d, "a");
     // Until a's memory stays put: a grower without a reservation is the governor's to freeze.
-    assert!(
-        TestDaemon::wait_for(Duration::from_secs(30), || {
-            let m = |st: &serde_json::Value| job(st, "a").and_then(|j| j["mem_bytes"].as_u64());
-            let one = m(&d.status());
-            std::thread::sleep(Duration::from_millis(600));
-            one.is_some_and(|x| x >= 55 * MIB) && one == m(&d.status())
-        }),
-        "job a never settled:\n{}",
-        d.log()
-    );
+    settled(&d, "a", 55 * MIB);
     let b = run_as(
         &d,
         bob,

@@ -418,15 +418,14 @@ async fn a_run_from_a_pid_another_users_job_now_holds_is_never_its_step() {
     assert_eq!(t.engine.status().jobs[0].steps.len(), 1);
 }
 
-/// `pjw run --user bob --job-id a -c 2` from root (a job starter) at pid `pid`: started.
-async fn starters_job_a(t: &mut TestEngine, pid: u32) {
+/// `pjw run --user bob --job-id a -c 2` from root (a job starter) at pid `pid` on connection
+/// `conn`: the daemon's first answer.
+async fn root_runs_a_for_bob(t: &mut TestEngine, conn: u64, pid: u32) -> Response {
     let mut req = run_request("a", 2);
     req.user = Some("bob".into());
-    t.fake_process(pid, 0);
-    t.fake_stat(pid);
     let (reply, mut rx) = tokio::sync::mpsc::unbounded_channel();
     t.engine.handle(Event::Submit {
-        conn: 1,
+        conn,
         cred: Cred { pid, ..client(0) },
         who: Who {
             name: "root".into(),
@@ -436,7 +435,14 @@ async fn starters_job_a(t: &mut TestEngine, pid: u32) {
         req,
         reply,
     });
-    assert_eq!(started(&rx.recv().await.expect("an answer")).0, "a");
+    rx.recv().await.expect("an answer")
+}
+
+/// Root's starter starts bob's job `a` at pid `pid`, which then sits in its cgroup.
+async fn starters_job_a(t: &mut TestEngine, pid: u32) {
+    t.fake_process(pid, 0);
+    t.fake_stat(pid);
+    assert_eq!(started(&root_runs_a_for_bob(t, 1, pid).await).0, "a");
     t.in_cgroup(pid, "/pjw/job-a");
 }
 
@@ -471,25 +477,7 @@ async fn after_a_restart_a_starters_main_process_cannot_leave_its_job_through_pj
     starters_job_a(&mut t, p.pid(0)).await;
     let mut t = t.restart();
     t.engine.recover().expect("recover");
-    let mut req = run_request("a", 2);
-    req.user = Some("bob".into());
-    t.in_cgroup(p.pid(0), "/pjw/job-a");
-    let (reply, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    t.engine.handle(Event::Submit {
-        conn: 2,
-        cred: Cred {
-            pid: p.pid(0),
-            ..client(0)
-        },
-        who: Who {
-            name: "root".into(),
-            admin: false,
-            named: Some((UID, UID)),
-        },
-        req,
-        reply,
-    });
-    let r = rx.recv().await.expect("an answer");
+    let r = root_runs_a_for_bob(&mut t, 2, p.pid(0)).await;
     let (job, cpus, env) = started(&r);
     assert_eq!((job.as_str(), cpus.len(), step_of(&env)), ("a", 2, None));
     assert!(t.engine.jobs[&t.seq_of("a")].steps.main_told);
