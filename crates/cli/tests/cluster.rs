@@ -58,10 +58,11 @@ impl Node {
             .expect("pjw run");
         assert!(
             out.status.success(),
-            "job {id} on {}: {}{}\n--- the end of its daemon's log:\n{}",
+            "job {id} on {}: {}{}\n--- its daemon: {}; the end of its log:\n{}",
             self.name,
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr),
+            self.daemon.how_ended(),
             log_tail(&self.daemon.log(), 30)
         );
     }

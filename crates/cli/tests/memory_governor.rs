@@ -10,6 +10,9 @@
 //!   while the other runs on; it is thawed when memory returns; a job frozen past
 //!   `frozen_max` is killed, and its `pjw run` says why.
 //! - `pjw run -m 64M` of a command whose Python is OOM-killed exits 0 and says so.
+//! - When a job without `--mem` fills the partition faster than any governor looks, the
+//!   kernel's OOM killer takes it, not the larger job inside its reservation (decision (ct)),
+//!   and the job cannot lower its mark to get out of the way (where root has CAP_SYS_RESOURCE).
 //!
 //! The governor is made sensitive where the point is that it must not act (`psi_some = 2`): a
 //! governor that took any stall for shared pressure would act on these. Waits are correctness
@@ -649,6 +652,104 @@ fn an_oom_kill_at_the_jobs_limit_is_told_and_the_commands_exit_status_kept() {
         text(&out),
         d.log()
     );
+}
+
+/// Decision (ct), found running real software: a job without `--mem` growing faster than one
+/// sampling interval filled the partition, and the kernel's OOM killer, choosing by size, killed
+/// the larger job inside its `--mem` (2 of 3 runs). The governor is off here, so only the
+/// kernel's choice is tested: alice's job holds 340 MiB inside its 400M reservation, bob's (no
+/// `--mem`, marked as it joined its job) takes 300 MiB at once in a 512 MiB partition. The
+/// kernel kills bob's job, whose `pjw run` says so; alice's runs on untouched.
+#[test]
+fn the_oom_killer_takes_the_job_without_mem_not_the_larger_one_inside_its_reservation() {
+    require_root!();
+    let (alice, bob) = users();
+    let d = daemon(
+        "vcpus = 8\n[profile]\ninterval = \"1s\"\n[memory]\nlimit = \"512M\"\ngovernor = false\n[job]\nswap_max = \"0\"\n",
+    );
+    let wl = wl();
+    let wl = wl.to_str().unwrap();
+    let a = run_as(
+        &d,
+        alice,
+        &["-j", "a", "-m", "400M"],
+        &[wl, "grow", "340", "1", "1000000"],
+    );
+    wait_running(&d, "a");
+    settled(&d, "a", 330 * MIB);
+    let script =
+        format!("echo \"adj $(cat /proc/self/oom_score_adj)\"; exec {wl} grow 300 1 1000000");
+    let b = run_as(&d, bob, &["-j", "b"], &["sh", "-c", &script]);
+    let out = finish(b, Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("adj 1000"),
+        "bob's job was not marked: {}",
+        text(&out)
+    );
+    assert!(
+        stderr.contains("pjw: job b: the kernel killed 1 process(es) for memory (OOM) at the node's job partition (512M; the job had no --mem)"),
+        "bob's job was not the one killed: {}\n{}",
+        text(&out),
+        d.log()
+    );
+    let st = d.status();
+    assert_eq!(field(&st, "a", "state"), "running", "{st:#}\n{}", d.log());
+    run_kill(&d, "a");
+    let out = finish(a, Duration::from_secs(30));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("OOM"),
+        "alice's job inside its reservation was OOM-killed: {}",
+        text(&out)
+    );
+}
+
+/// The attack on decision (ct): a job without `--mem` lowers its `oom_score_adj` to step out of
+/// the OOM killer's way (and put a job inside its reservation there). Refused: root's mark is
+/// the process's floor — which the kernel makes it only when the daemon holds
+/// `CAP_SYS_RESOURCE` (this host's container root does not; the guests' root does).
+#[test]
+fn a_job_without_mem_cannot_lower_its_oom_mark() {
+    require_root!();
+    if !has_cap_sys_resource() {
+        skip!("this root lacks CAP_SYS_RESOURCE (a container's bounding set): the kernel then lets a process lower a mark root gave it; the daemon warns at start");
+    }
+    let (_, bob) = users();
+    let d = daemon("");
+    let out = finish(
+        run_as(
+            &d,
+            bob,
+            &["-j", "b"],
+            &[
+                "sh",
+                "-c",
+                "echo 0 > /proc/self/oom_score_adj; echo \"adj $(cat /proc/self/oom_score_adj)\"",
+            ],
+        ),
+        Duration::from_secs(60),
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("adj 1000")
+            && String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "bob's job lowered its mark: {}",
+        text(&out)
+    );
+}
+
+/// Whether this process holds CAP_SYS_RESOURCE (bit 24 of CapEff); the daemon it starts does too.
+fn has_cap_sys_resource() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            let hex = t
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))?
+                .trim()
+                .to_string();
+            u64::from_str_radix(&hex, 16).ok()
+        })
+        .is_some_and(|bits| bits & (1 << 24) != 0)
 }
 
 /// Whether job `thrash` is still listed as running.

@@ -80,6 +80,7 @@ mod mem_governor;
 mod mem_status;
 #[cfg(test)]
 mod mem_tests;
+mod oom_order;
 mod outcome;
 mod pidfd;
 mod planning;

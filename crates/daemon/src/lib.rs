@@ -217,7 +217,7 @@ async fn run_async(cfg: Config, source: reload::ReloadSource) -> Result<(), Daem
     let watches = cgroup_watches(&tx);
     let vcpus = check_vcpus(&cfg, &pool)?;
     let mem_limit = partition_memory(&cfg);
-    tune_job_parent(&driver, &pool, mem_limit);
+    tune_job_parent(&driver, &pool, mem_limit, &cfg.proc_root);
     // The metrics endpoint reads job cgroups with its own copy of the driver, off the engine.
     let metrics_driver = std::sync::Arc::new(driver.clone());
     let metrics_listener = match cfg.metrics_listen {
@@ -310,13 +310,17 @@ fn job_pool_or_clean_up(
     }
 }
 
-/// The job partition's CPU weight (by its CPUs) and memory limit.
-fn tune_job_parent(driver: &Driver, pool: &CpuSet, mem_limit: u64) {
+/// The job partition's CPU weight (by its CPUs) and memory limit; a warning where the OOM
+/// order of decision (ct) can be undone by a job.
+fn tune_job_parent(driver: &Driver, pool: &CpuSet, mem_limit: u64, proc_root: &Path) {
     if let Err(e) = driver.set_parent_cpu_weight(pool.len()) {
         warn!(error = %e, cpus = pool.len(), "cannot set the CPU weight of the job partition");
     }
     if let Err(e) = driver.set_partition_limit(mem_limit) {
         warn!(error = %e, limit = mem_limit, "cannot set the memory limit of the job partition");
+    }
+    if os::has_capability(proc_root, os::CAP_SYS_RESOURCE) == Some(false) {
+        warn!("the daemon lacks CAP_SYS_RESOURCE: a job without --mem can lower the OOM mark pjw gives it (the kernel's first pick when the jobs fill the partition)");
     }
 }
 

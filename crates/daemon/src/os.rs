@@ -53,6 +53,27 @@ pub fn process_alive(proc_root: &Path, pid: u32, start: Option<u64>) -> bool {
     }
 }
 
+/// Set `pid`'s `oom_score_adj` (-1000..=1000). Written by root, it is also the least the
+/// process may set itself back to.
+pub fn set_oom_score_adj(proc_root: &Path, pid: u32, value: i16) -> std::io::Result<()> {
+    std::fs::write(
+        proc_root.join(pid.to_string()).join("oom_score_adj"),
+        value.to_string(),
+    )
+}
+
+/// Whether this process holds capability `cap` (its bit in `CapEff` of /proc/self/status);
+/// None when that cannot be read.
+pub fn has_capability(proc_root: &Path, cap: u32) -> Option<bool> {
+    let text = std::fs::read_to_string(proc_root.join("self/status")).ok()?;
+    let hex = text.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    let bits = u64::from_str_radix(hex, 16).ok()?;
+    Some(cap < 64 && bits & (1 << cap) != 0)
+}
+
+/// `CAP_SYS_RESOURCE`: with it, an `oom_score_adj` this process writes is also the floor.
+pub const CAP_SYS_RESOURCE: u32 = 24;
+
 /// The node's host name.
 pub fn hostname(proc_root: &Path) -> String {
     std::fs::read_to_string(proc_root.join("sys/kernel/hostname"))

@@ -28,6 +28,21 @@ pub use skip::{guest_tier, in_vm_guest, Component};
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 static SWEEP: std::sync::Once = std::sync::Once::new();
 
+/// With `PJW_KEEP_FAILED_LOGS=DIR`, a failing test's daemon log is copied whole to
+/// `DIR/<parent's last part>.log` (the test prints only its tail; the temporary directory goes).
+fn keep_failed_log(dir: &Path, parent: &str) {
+    let Some(keep) = std::env::var_os("PJW_KEEP_FAILED_LOGS") else {
+        return;
+    };
+    let name = parent.rsplit('/').next().unwrap_or("daemon");
+    let to = Path::new(&keep).join(format!("{name}.log"));
+    let _ = std::fs::create_dir_all(&keep);
+    match std::fs::copy(dir.join("daemon.log"), &to) {
+        Ok(_) => eprintln!("--- the whole log: {}", to.display()),
+        Err(e) => eprintln!("--- cannot keep the log at {}: {e}", to.display()),
+    }
+}
+
 /// Kill the processes of a test parent and remove its cgroups.
 fn clean_parent(spec: &str) {
     let Ok(spec) = ParentSpec::parse(spec) else {
@@ -319,6 +334,37 @@ impl TestDaemon {
         self.child.as_ref().map(|c| c.id())
     }
 
+    /// How the daemon ended, if it has ("running" if not), looked at without reaping it: a test
+    /// that finds its daemon gone says whether it exited or which signal ended it.
+    pub fn how_ended(&self) -> String {
+        let Some(pid) = self.pid() else {
+            return "stopped by the test".into();
+        };
+        // SAFETY: siginfo_t is plain data, valid all zero.
+        let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid fills `si` for our own child; WNOWAIT leaves it unreaped (kill9 and
+        // Drop still reap it), WNOHANG returns at once.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid,
+                &mut si,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: si_pid and si_status are valid for a SIGCHLD siginfo that waitid filled.
+        let (who, status) = unsafe { (si.si_pid(), si.si_status()) };
+        match (rc, who, si.si_code) {
+            (0, 0, _) => format!("pid {pid} running"),
+            (0, _, libc::CLD_EXITED) => format!("pid {pid} exited with status {status}"),
+            (0, _, _) => format!("pid {pid} ended by signal {status}"),
+            _ => format!(
+                "pid {pid}: waitid failed: {}",
+                std::io::Error::last_os_error()
+            ),
+        }
+    }
+
     /// `kill -9` the daemon (a crash).
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -414,6 +460,7 @@ impl Drop for TestDaemon {
                 self.dir.path().join("daemon.log").display(),
                 lines[from..].join("\n")
             );
+            keep_failed_log(self.dir.path(), &self.parent);
         }
         // Everything left below the test's parent was started by this test: kill it and
         // remove the cgroups.

@@ -186,7 +186,7 @@ impl Engine {
                 // Known before the process can fork: its children are the job's.
                 Some(p) => {
                     self.procs.start_job(seq, p);
-                    self.driver.add_process(&cgroup, p)
+                    super::oom_order::join(&*self.driver, &self.cfg.proc_root, j, &cgroup, p)
                 }
                 // A registered job without a process yet: its processes come by adoption.
                 None => Ok(()),

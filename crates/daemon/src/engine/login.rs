@@ -126,7 +126,7 @@ impl Engine {
             }
             None => {}
         }
-        match self.driver.add_process(&j.cgroup, pid) {
+        match self.join_job(j, pid) {
             Ok(()) => {
                 let threads = crate::caller::threads(&self.cfg.proc_root, pid);
                 self.procs.adopt(key, pid, threads);

@@ -151,7 +151,9 @@ impl Engine {
             .create_job(&cgroup, &limits)
             .and_then(|_| idle_where_it_can(&*self.driver, &cgroup, true))
             .and_then(|_| self.fence_job(j))
-            .and_then(|_| self.driver.add_process(&cgroup, pid));
+            .and_then(|_| {
+                super::oom_order::join(&*self.driver, &self.cfg.proc_root, j, &cgroup, pid)
+            });
         let state = match placed {
             Ok(()) => {
                 debug!(job = %j.id, pid, cpus = %cpus, "queued job waits in its cgroups");

@@ -66,7 +66,7 @@ impl Engine {
             Join::Join { key } => {
                 let Some(j) = self.jobs.get(&key) else { return };
                 let t0 = Instant::now();
-                if let Err(e) = self.driver.add_process(&j.cgroup, cred.pid) {
+                if let Err(e) = self.join_job(j, cred.pid) {
                     warn!(job = %j.id, pid = cred.pid, error = %e, "cannot move a slurm task into its job");
                     let _ = reply.send(err(
                         ErrorCode::Internal,

@@ -365,7 +365,7 @@ impl Engine {
         if j.end.ending {
             return;
         }
-        match self.driver.add_process(&j.cgroup, child) {
+        match self.join_job(j, child) {
             Ok(()) => {
                 info!(job = %j.id, pid = child, via = "fork", "adopted a child forked before its parent's adoption");
                 self.procs.moved(child, crate::procs::monotonic_ns());
@@ -422,7 +422,7 @@ impl Engine {
                 let var = var(rule, self);
                 let Some(j) = self.jobs.get(&key) else { return };
                 let t0 = Instant::now();
-                match self.driver.add_process(&j.cgroup, pid) {
+                match self.join_job(j, pid) {
                     Ok(()) => {
                         // From now on its forks and exits count for the job; forks stamped
                         // before now did not inherit its cgroups (see on_early_fork).
