@@ -199,39 +199,69 @@ pub const SIDECARS: [&str; 3] = ["-wal", "-shm", "-journal"];
 /// left more open (by an older pjw, or a crash of one) is narrowed. SQLite creates every
 /// sidecar later with the mode of the database file (unix VFS `findCreateFileMode`, whatever
 /// the umask), so none of them is readable by others at any moment. No path is followed out of
-/// the directory: the files are opened with `O_NOFOLLOW`.
+/// the directory: the files are opened with `O_NOFOLLOW`, and one that is a link is refused.
+///
+/// The files that exist are looked at through `O_PATH` descriptors only. This runs again for
+/// every connection the daemon opens (the profile writer's, the central shipper's) while its
+/// others hold SQLite's POSIX locks on the same files, and closing any ordinary descriptor of a
+/// file drops every such lock of the process: an outside reader (an admin's `sqlite3`) then
+/// took itself for the first user of the `-shm` file and truncated it under the daemon's
+/// mapping (the daemon died of SIGBUS). Closing an `O_PATH` descriptor drops no lock.
 pub fn make_private(db: &Path) -> Result<(), StoreError> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let private = |path: &Path, create: bool| -> Result<(), StoreError> {
-        let fail = |source| StoreError::Private {
-            path: path.to_path_buf(),
-            source,
-        };
-        let f = match std::fs::OpenOptions::new()
-            .read(true)
-            .write(create)
-            .create(create)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-        {
-            Ok(f) => f,
-            Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(fail(e)),
-        };
-        let mode = f.metadata().map_err(fail)?.permissions().mode() & 0o7777;
-        if mode != 0o600 {
-            f.set_permissions(std::fs::Permissions::from_mode(0o600))
-                .map_err(fail)?;
-        }
-        Ok(())
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| StoreError::Private { path, source }
     };
-    private(db, true)?;
+    // A new database: made with mode 0600, and nobody can hold a lock on it yet.
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(db)
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(fail(db)(e)),
+    }
+    narrow(db, true).map_err(fail(db))?;
     for s in SIDECARS {
         let mut name = db.as_os_str().to_os_string();
         name.push(s);
-        private(Path::new(&name), false)?;
+        let path = Path::new(&name);
+        narrow(path, false).map_err(fail(path))?;
+    }
+    Ok(())
+}
+
+/// Give the regular file at `path` mode 0600 if it has another, through an `O_PATH`
+/// descriptor (see [`make_private`]); a missing file is fine unless `must_exist`.
+fn narrow(path: &Path, must_exist: bool) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if !must_exist && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let meta = f.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a link or another kind is never followed)",
+        ));
+    }
+    if meta.permissions().mode() & 0o7777 != 0o600 {
+        // chmod through the descriptor's /proc link: the file it names, never a path again.
+        std::fs::set_permissions(
+            format!("/proc/self/fd/{}", f.as_raw_fd()),
+            std::fs::Permissions::from_mode(0o600),
+        )?;
     }
     Ok(())
 }
