@@ -311,7 +311,7 @@ fn job_pool_or_clean_up(
 }
 
 /// The job partition's CPU weight (by its CPUs) and memory limit; a warning where the OOM
-/// order of decision (ct) can be undone by a job.
+/// order of decision (ct) cannot be written.
 fn tune_job_parent(driver: &Driver, pool: &CpuSet, mem_limit: u64, proc_root: &Path) {
     if let Err(e) = driver.set_parent_cpu_weight(pool.len()) {
         warn!(error = %e, cpus = pool.len(), "cannot set the CPU weight of the job partition");
@@ -319,8 +319,10 @@ fn tune_job_parent(driver: &Driver, pool: &CpuSet, mem_limit: u64, proc_root: &P
     if let Err(e) = driver.set_partition_limit(mem_limit) {
         warn!(error = %e, limit = mem_limit, "cannot set the memory limit of the job partition");
     }
-    if os::has_capability(proc_root, os::CAP_SYS_RESOURCE) == Some(false) {
-        warn!("the daemon lacks CAP_SYS_RESOURCE: a job without --mem can lower the OOM mark pjw gives it (the kernel's first pick when the jobs fill the partition)");
+    if os::has_capability(proc_root, os::CAP_SYS_RESOURCE) == Some(false)
+        || os::in_initial_user_namespace(proc_root) == Some(false)
+    {
+        warn!("the daemon lacks CAP_SYS_RESOURCE (or runs in a user namespace): jobs with --mem cannot be put behind the others in the OOM killer's line (the kernel picks by size when the jobs fill the partition)");
     }
 }
 

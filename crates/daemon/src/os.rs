@@ -53,13 +53,14 @@ pub fn process_alive(proc_root: &Path, pid: u32, start: Option<u64>) -> bool {
     }
 }
 
-/// Set `pid`'s `oom_score_adj` (-1000..=1000). Written by root, it is also the least the
-/// process may set itself back to.
+/// Set `pid`'s `oom_score_adj` (-1000..=1000). Written by root with `CAP_SYS_RESOURCE`, it is
+/// also the least the process may set itself back to; below 0 it needs that right.
 pub fn set_oom_score_adj(proc_root: &Path, pid: u32, value: i16) -> std::io::Result<()> {
-    std::fs::write(
-        proc_root.join(pid.to_string()).join("oom_score_adj"),
-        value.to_string(),
-    )
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(proc_root.join(pid.to_string()).join("oom_score_adj"))?
+        .write_all(value.to_string().as_bytes())
 }
 
 /// Whether this process holds capability `cap` (its bit in `CapEff` of /proc/self/status);
@@ -69,6 +70,15 @@ pub fn has_capability(proc_root: &Path, cap: u32) -> Option<bool> {
     let hex = text.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
     let bits = u64::from_str_radix(hex, 16).ok()?;
     Some(cap < 64 && bits & (1 << cap) != 0)
+}
+
+/// Whether this process runs in the machine's own user namespace (`/proc/self/uid_map` maps
+/// every uid to itself): a capability held in another one does not count where the kernel asks
+/// for it in the initial one (`capable()`); None when that cannot be read.
+pub fn in_initial_user_namespace(proc_root: &Path) -> Option<bool> {
+    let map = std::fs::read_to_string(proc_root.join("self/uid_map")).ok()?;
+    let words: Vec<&str> = map.split_whitespace().collect();
+    Some(words == ["0", "0", "4294967295"])
 }
 
 /// `CAP_SYS_RESOURCE`: with it, an `oom_score_adj` this process writes is also the floor.

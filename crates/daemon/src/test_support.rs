@@ -651,6 +651,8 @@ impl TestEngine {
             format!("Name:\tpjw\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nThreads:\t1\nCpus_allowed_list:\t0-3\n"),
         )
         .expect("fake /proc/PID/status");
+        // What a process inherits (engine/oom_order.rs writes it for a job with --mem).
+        std::fs::write(dir.join("oom_score_adj"), "0\n").expect("fake /proc/PID/oom_score_adj");
         // Outside every job unless a test put it in one (`in_cgroup`).
         let cg = dir.join("cgroup");
         if !cg.exists() {

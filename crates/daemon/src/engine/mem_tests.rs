@@ -445,23 +445,22 @@ async fn a_throttle_left_from_before_a_restart_is_lifted_when_the_job_is_recover
     );
 }
 
-/// Decision (ct): a job without `--mem` is the kernel OOM killer's first pick — its main
-/// process is marked as it joins the job's cgroups — and a job with a reservation keeps what it
-/// had (nothing is written for it).
+/// Decision (ct): a job with `--mem` is put at the back of the kernel OOM killer's line — its
+/// main process is marked as it joins the job's cgroups, also while it waits queued in them —
+/// and a job without one keeps what it inherited (nothing is written for it).
 #[tokio::test(flavor = "current_thread")]
-async fn a_job_without_mem_is_the_oom_killers_first_pick_and_one_with_mem_is_left_alone() {
+async fn a_job_with_mem_is_the_oom_killers_last_pick_and_one_without_is_left_alone() {
     let mut t = TestEngine::new();
     let mut procs = Vec::new();
     started(&mut t, &mut procs, ALICE, req("free", None)).await;
     started(&mut t, &mut procs, BOB, req("reserved", Some(64 * MIB))).await;
-    let adj = |i: usize| {
-        std::fs::read_to_string(
-            t.proc_root()
-                .join(procs[i].0.id().to_string())
-                .join("oom_score_adj"),
-        )
-        .ok()
+    let adj = |t: &TestEngine, pid: u32| {
+        std::fs::read_to_string(t.proc_root().join(pid.to_string()).join("oom_score_adj")).unwrap()
     };
-    assert_eq!(adj(0).as_deref(), Some("1000"), "the job without --mem");
-    assert_eq!(adj(1), None, "the job with --mem: nothing written");
+    assert_eq!(
+        adj(&t, procs[0].0.id()),
+        "0\n",
+        "the job without --mem: untouched"
+    );
+    assert_eq!(adj(&t, procs[1].0.id()), "-997", "the job with --mem");
 }

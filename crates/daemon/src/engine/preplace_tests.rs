@@ -519,3 +519,24 @@ async fn without_a_cpu_controller_a_waiting_job_starts_without_the_idle_class() 
     );
     assert_eq!(t.engine.jobs[&b].phase, Phase::Primary);
 }
+
+/// Decision (ct): a queued job with `--mem` that waits in its cgroups is put at the back of
+/// the OOM killer's line as its client joins them, as a started one is.
+#[tokio::test(flavor = "current_thread")]
+async fn a_queued_job_with_mem_waiting_in_its_cgroups_is_the_oom_killers_last_pick() {
+    let mut t = TestEngine::new();
+    let _b = a_runs_b_waits(
+        &mut t,
+        RunRequest {
+            mem: Some(64 << 20),
+            ..run_request("b", 1)
+        },
+    )
+    .await;
+    assert_eq!(
+        t.engine.jobs[&t.seq_of("b")].client.cgroups,
+        QueuedCgroups::Ready
+    );
+    let adj = std::fs::read_to_string(t.proc_root().join(B.to_string()).join("oom_score_adj"));
+    assert_eq!(adj.unwrap(), "-997");
+}
