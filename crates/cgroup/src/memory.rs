@@ -110,11 +110,17 @@ pub(crate) fn parse_usage(path: std::path::PathBuf, text: &str) -> Result<u64, C
     })
 }
 
+/// How far below its limit a v1 cgroup's peak may stay and still have reached it: a charge
+/// that fails asks for up to a huge page (2 MiB) at once, so the peak can stop that short.
+const PEAK_SLACK: u64 = 2 << 20;
+
 /// Whether the cgroup's own memory limit was ever reached (so an OOM kill in it may be its
 /// own limit's rather than an ancestor's, the job partition's): `oom` in `memory.events` (v2:
-/// counted where the limit that failed the charge is) or `memory.failcnt` and
-/// `memory.memsw.failcnt` (v1: likewise, the counter over its limit). None when it cannot be
-/// read.
+/// counted where the limit that failed the charge is); on v1 `memory.failcnt` or
+/// `memory.memsw.failcnt` (the counter over its limit), or a peak at the limit — kernels since
+/// 6.x count no failures on v1 (a job OOM-killed at its own 50 MiB showed `failcnt` 0 and
+/// `max_usage_in_bytes` 52428800 on 6.18, and was told it was the partition). None when it
+/// cannot be read.
 pub(crate) fn own_limit_hit(fs: &Fs, dir: &Path, v2: bool) -> Option<bool> {
     if v2 {
         let text = fs.read(&dir.join("memory.events")).ok()?;
@@ -132,7 +138,20 @@ pub(crate) fn own_limit_hit(fs: &Fs, dir: &Path, v2: bool) -> Option<bool> {
             .and_then(|t| t.trim().parse::<u64>().ok())
     };
     let mem = count("memory.failcnt")?;
-    Some(mem > 0 || count("memory.memsw.failcnt").is_some_and(|n| n > 0))
+    let failed = mem > 0 || count("memory.memsw.failcnt").is_some_and(|n| n > 0);
+    // A limit v1 shows as "unlimited" is far above any machine's memory.
+    let at_limit = |peak: &str, limit: &str| match (count(peak), count(limit)) {
+        (Some(p), Some(l)) if l < 1 << 62 => p.saturating_add(PEAK_SLACK) >= l,
+        _ => false,
+    };
+    Some(
+        failed
+            || at_limit("memory.max_usage_in_bytes", "memory.limit_in_bytes")
+            || at_limit(
+                "memory.memsw.max_usage_in_bytes",
+                "memory.memsw.limit_in_bytes",
+            ),
+    )
 }
 
 /// Processes the kernel OOM-killed in the cgroup: `oom_kill` in `memory.oom_control` (v1) or

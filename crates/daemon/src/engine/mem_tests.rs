@@ -464,3 +464,19 @@ async fn a_job_with_mem_is_the_oom_killers_last_pick_and_one_without_is_left_alo
     );
     assert_eq!(adj(&t, procs[1].0.id()), "-997", "the job with --mem");
 }
+
+/// Decision (ct): after a restart, the processes of a job with `--mem` found in its cgroups are
+/// marked (a job an older pjw started, or a mark that could not be written at the join).
+#[tokio::test(flavor = "current_thread")]
+async fn a_recovered_job_with_mem_has_its_processes_marked() {
+    let fake = FakeCgroups::default();
+    let mut p = Vec::new();
+    let mut t = TestEngine::governed(fake.clone());
+    started(&mut t, &mut p, ALICE, req("a", Some(64 * MIB))).await;
+    let pid = p[0].0.id();
+    let adj = t.proc_root().join(pid.to_string()).join("oom_score_adj");
+    std::fs::write(&adj, "0\n").unwrap();
+    let mut t = t.restart();
+    t.engine.recover().expect("recover");
+    assert_eq!(std::fs::read_to_string(&adj).unwrap(), "-997");
+}

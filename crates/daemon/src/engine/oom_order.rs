@@ -50,6 +50,16 @@ pub(super) fn join(
     Ok(())
 }
 
+/// [`RESERVED`] for every process of job `j` listed in `pids` when it holds a reservation (the
+/// processes found again after a restart, or after lost process events).
+pub(super) fn protect_all(proc_root: &Path, j: &Job, pids: &[u32]) {
+    if j.mem.is_some() {
+        for &pid in pids {
+            protect(proc_root, j, pid);
+        }
+    }
+}
+
 /// Write [`RESERVED`] for `pid` of job `j`; a refusal (no `CAP_SYS_RESOURCE`, a user
 /// namespace's root) is warned about once, a process already gone is not.
 fn protect(proc_root: &Path, j: &Job, pid: u32) {
