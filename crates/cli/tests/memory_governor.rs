@@ -32,6 +32,19 @@ use pjw_testkit::{require, require_root, skip, Component, TestDaemon};
 
 const MIB: u64 = 1 << 20;
 
+/// The tests here run at once, each with a partition of its own, and together they fill a 2 GiB
+/// guest: the one whose point is the partition's OOM runs alone (beside the others the guest
+/// itself ran out of memory and the kernel's node-wide OOM killer took their jobs).
+static MEMORY: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn beside_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    MEMORY.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MEMORY.write().unwrap_or_else(|e| e.into_inner())
+}
+
 fn pjw_bin() -> &'static Path {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| pjw_testkit::pjw_bin(env!("CARGO_BIN_EXE_pjw")))
@@ -171,6 +184,7 @@ fn thrash_args(dir: &Scratch, secs: u32) -> Vec<String> {
 /// act on).
 #[test]
 fn a_users_job_thrashing_in_its_own_limit_freezes_no_other_users_job_and_new_jobs_start() {
+    let _memory = beside_others();
     require!(Component::Root, Component::StressNg);
     let (attacker, victim) = users();
     let cpus = allowed_cpus();
@@ -340,6 +354,7 @@ fn free_port() -> u16 {
 /// starts at once, and status and the metrics page show pressure from outside pjw's jobs.
 #[test]
 fn a_process_outside_pjw_thrashing_freezes_no_job_and_status_and_metrics_show_it() {
+    let _memory = beside_others();
     require!(Component::Root, Component::StressNg);
     if !Path::new("/proc/pressure/memory").exists() {
         skip!("the kernel reports no memory pressure (no /proc/pressure/memory: PSI is off)");
@@ -476,6 +491,7 @@ fn until_b_frozen(d: &TestDaemon) -> Vec<String> {
 /// other ends, memory returns and the grower is thawed.
 #[test]
 fn only_the_grower_is_throttled_then_frozen_and_it_is_thawed_when_memory_returns() {
+    let _memory = beside_others();
     require_root!();
     let (d, a, b) = holder_and_grower("");
     let seen = until_b_frozen(&d);
@@ -550,6 +566,7 @@ fn only_the_grower_is_throttled_then_frozen_and_it_is_thawed_when_memory_returns
 /// than what the reservations leave. Both run to their end.
 #[test]
 fn a_job_growing_inside_its_own_mem_is_not_frozen_for_it() {
+    let _memory = beside_others();
     require_root!();
     let (alice, bob) = users();
     let d = daemon(
@@ -599,6 +616,7 @@ fn a_job_growing_inside_its_own_mem_is_not_frozen_for_it() {
 /// A grower frozen past `frozen_max` gets the last step: killed, and its `pjw run` says why.
 #[test]
 fn a_job_frozen_past_frozen_max_is_killed_and_its_pjw_run_says_why() {
+    let _memory = beside_others();
     require_root!();
     let (d, a, b) = holder_and_grower("frozen_max = 2\n");
     until_b_frozen(&d);
@@ -629,6 +647,7 @@ fn a_job_frozen_past_frozen_max_is_killed_and_its_pjw_run_says_why() {
 /// OOM kill happens even while another test has a swap file on.
 #[test]
 fn an_oom_kill_at_the_jobs_limit_is_told_and_the_commands_exit_status_kept() {
+    let _memory = beside_others();
     require!(Component::Root, Component::Python3);
     let (alice, _) = users();
     let d = daemon("[job]\nswap_max = \"0\"\n");
@@ -663,10 +682,10 @@ fn an_oom_kill_at_the_jobs_limit_is_told_and_the_commands_exit_status_kept() {
 /// -997 as it joined its job); bob's (no `--mem`) first tries to give itself the same mark (the
 /// attack: refused, it keeps what it inherited), then takes 150 MiB at once in a 256 MiB
 /// partition, so the partition fills while bob's is the smaller. The kernel kills bob's job,
-/// whose `pjw run` says so; alice's runs on untouched. (Sized like the other tests here: in a
-/// 2 GiB guest they run at once, and a larger one made the guest itself run out of memory.)
+/// whose `pjw run` says so; alice's runs on untouched. (Alone, see [`alone`].)
 #[test]
 fn the_oom_killer_takes_the_job_without_mem_not_the_larger_one_inside_its_reservation() {
+    let _memory = alone();
     require_root!();
     if !has_cap_sys_resource() {
         skip!("this root lacks CAP_SYS_RESOURCE in the machine's user namespace (a container's bounding set or a user namespace): the kernel refuses the mark a reservation gets below 0; the daemon warns at start");
