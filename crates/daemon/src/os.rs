@@ -53,12 +53,23 @@ pub fn process_alive(proc_root: &Path, pid: u32, start: Option<u64>) -> bool {
     }
 }
 
+/// `pid`'s `oom_score_adj`; None when it cannot be read (gone, or unparsable).
+pub fn oom_score_adj(proc_root: &Path, pid: u32) -> Option<i16> {
+    std::fs::read_to_string(proc_root.join(pid.to_string()).join("oom_score_adj"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Set `pid`'s `oom_score_adj` (-1000..=1000). Written by root with `CAP_SYS_RESOURCE`, it is
 /// also the least the process may set itself back to; below 0 it needs that right.
 pub fn set_oom_score_adj(proc_root: &Path, pid: u32, value: i16) -> std::io::Result<()> {
     use std::io::Write;
+    // Never created (O_CREAT): only a process's own file is written.
     std::fs::OpenOptions::new()
         .write(true)
+        .truncate(true)
         .open(proc_root.join(pid.to_string()).join("oom_score_adj"))?
         .write_all(value.to_string().as_bytes())
 }

@@ -652,7 +652,10 @@ impl TestEngine {
         )
         .expect("fake /proc/PID/status");
         // What a process inherits (engine/oom_order.rs writes it for a job with --mem).
-        std::fs::write(dir.join("oom_score_adj"), "0\n").expect("fake /proc/PID/oom_score_adj");
+        let adj = dir.join("oom_score_adj");
+        if !adj.exists() {
+            std::fs::write(adj, "0\n").expect("fake /proc/PID/oom_score_adj");
+        }
         // Outside every job unless a test put it in one (`in_cgroup`).
         let cg = dir.join("cgroup");
         if !cg.exists() {

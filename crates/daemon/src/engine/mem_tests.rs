@@ -445,38 +445,78 @@ async fn a_throttle_left_from_before_a_restart_is_lifted_when_the_job_is_recover
     );
 }
 
-/// Decision (ct): a job with `--mem` is put at the back of the kernel OOM killer's line — its
-/// main process is marked as it joins the job's cgroups, also while it waits queued in them —
-/// and a job without one keeps what it inherited (nothing is written for it).
+/// The proc connector's exec event for `pid`.
+fn exec_of(t: &mut TestEngine, pid: u32) {
+    let ev = proc_connector::ProcEvent::Exec {
+        cpu: 0,
+        seq: 0,
+        pid,
+        tgid: pid,
+        timestamp_ns: 0,
+    };
+    t.engine
+        .handle(Event::Proc(crate::procs::ProcMsg::Events(vec![ev])));
+}
+
+fn adj(t: &TestEngine, pid: u32) -> String {
+    std::fs::read_to_string(t.proc_root().join(pid.to_string()).join("oom_score_adj")).unwrap()
+}
+
+/// Decision (ct): a job with `--mem` is put at the back of the kernel OOM killer's line once
+/// its process has called exec in the job (its address space then its own: review, a client
+/// sharing its memory with a process outside would have marked that one) — by its share of the
+/// partition — and a job without one keeps what it inherited, unless that ranked it with the
+/// reservations (below 0): then 0.
 #[tokio::test(flavor = "current_thread")]
-async fn a_job_with_mem_is_the_oom_killers_last_pick_and_one_without_is_left_alone() {
+async fn a_job_with_mem_is_marked_at_its_exec_and_one_without_never_ranks_with_it() {
     let mut t = TestEngine::new();
     let mut procs = Vec::new();
     started(&mut t, &mut procs, ALICE, req("free", None)).await;
-    started(&mut t, &mut procs, BOB, req("reserved", Some(64 * MIB))).await;
-    let adj = |t: &TestEngine, pid: u32| {
-        std::fs::read_to_string(t.proc_root().join(pid.to_string()).join("oom_score_adj")).unwrap()
-    };
-    assert_eq!(
-        adj(&t, procs[0].0.id()),
-        "0\n",
-        "the job without --mem: untouched"
+    // Its client inherited -500 from a starter: raised to 0 as it joins.
+    let inherited = Proc(
+        std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap(),
     );
-    assert_eq!(adj(&t, procs[1].0.id()), "-997", "the job with --mem");
-}
-
-/// Decision (ct): after a restart, the processes of a job with `--mem` found in its cgroups are
-/// marked (a job an older pjw started, or a mark that could not be written at the join).
-#[tokio::test(flavor = "current_thread")]
-async fn a_recovered_job_with_mem_has_its_processes_marked() {
-    let fake = FakeCgroups::default();
-    let mut p = Vec::new();
-    let mut t = TestEngine::governed(fake.clone());
-    started(&mut t, &mut p, ALICE, req("a", Some(64 * MIB))).await;
-    let pid = p[0].0.id();
-    let adj = t.proc_root().join(pid.to_string()).join("oom_score_adj");
-    std::fs::write(&adj, "0\n").unwrap();
-    let mut t = t.restart();
-    t.engine.recover().expect("recover");
-    assert_eq!(std::fs::read_to_string(&adj).unwrap(), "-997");
+    let pid = inherited.0.id();
+    procs.push(inherited);
+    t.fake_stat(pid);
+    t.fake_process(pid, BOB);
+    std::fs::write(
+        t.proc_root().join(pid.to_string()).join("oom_score_adj"),
+        "-500",
+    )
+    .unwrap();
+    let r = t
+        .submit(pid as u64, pid, BOB, req("inherited", None))
+        .await
+        .0;
+    assert!(matches!(r, Response::Started { .. }), "{r:?}");
+    started(&mut t, &mut procs, BOB, req("reserved", Some(64 * MIB))).await;
+    let (free, inherited, reserved) = (procs[0].0.id(), procs[1].0.id(), procs[2].0.id());
+    assert_eq!(adj(&t, free), "0\n", "without --mem: untouched");
+    assert_eq!(
+        adj(&t, inherited),
+        "0",
+        "inherited below 0, without --mem: raised to 0"
+    );
+    assert_eq!(
+        adj(&t, reserved),
+        "0\n",
+        "with --mem: nothing before its exec"
+    );
+    for p in [free, inherited, reserved] {
+        exec_of(&mut t, p);
+    }
+    assert_eq!(adj(&t, free), "0\n", "without --mem: untouched at exec");
+    assert_eq!(adj(&t, inherited), "0");
+    // 64 MiB of the test engine's partition.
+    let want = super::oom_order::reserved_adj(64 * MIB, t.engine.mem_limit);
+    assert!(want < 0);
+    assert_eq!(
+        adj(&t, reserved).trim(),
+        want.to_string(),
+        "with --mem, after its exec"
+    );
 }

@@ -520,11 +520,19 @@ async fn without_a_cpu_controller_a_waiting_job_starts_without_the_idle_class() 
     assert_eq!(t.engine.jobs[&b].phase, Phase::Primary);
 }
 
-/// Decision (ct): a queued job with `--mem` that waits in its cgroups is put at the back of
-/// the OOM killer's line as its client joins them, as a started one is.
+/// Decision (ct): a queued client waiting in a reserved job's cgroups is not marked — it has
+/// not called exec in the job, and its address space could be shared with a process outside —
+/// and one waiting in a job without `--mem` with an inherited negative value is raised to 0.
 #[tokio::test(flavor = "current_thread")]
-async fn a_queued_job_with_mem_waiting_in_its_cgroups_is_the_oom_killers_last_pick() {
+async fn a_queued_client_waiting_in_its_cgroups_is_not_marked_before_its_exec() {
     let mut t = TestEngine::new();
+    t.fake_stat(B);
+    t.fake_process(B, UID);
+    std::fs::write(
+        t.proc_root().join(B.to_string()).join("oom_score_adj"),
+        "-300",
+    )
+    .unwrap();
     let _b = a_runs_b_waits(
         &mut t,
         RunRequest {
@@ -537,6 +545,10 @@ async fn a_queued_job_with_mem_waiting_in_its_cgroups_is_the_oom_killers_last_pi
         t.engine.jobs[&t.seq_of("b")].client.cgroups,
         QueuedCgroups::Ready
     );
-    let adj = std::fs::read_to_string(t.proc_root().join(B.to_string()).join("oom_score_adj"));
-    assert_eq!(adj.unwrap(), "-997");
+    let adj = || std::fs::read_to_string(t.proc_root().join(B.to_string()).join("oom_score_adj"));
+    assert_eq!(
+        adj().unwrap(),
+        "-300",
+        "reserved: nothing written before its exec"
+    );
 }

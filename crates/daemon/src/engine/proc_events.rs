@@ -22,7 +22,10 @@ impl Engine {
                             child_tgid,
                             ..
                         } => born.push((child_tgid, child_pid, Birth::Fork)),
-                        ProcEvent::Exec { tgid, .. } => born.push((tgid, tgid, Birth::Exec)),
+                        ProcEvent::Exec { tgid, .. } => {
+                            born.push((tgid, tgid, Birth::Exec));
+                            self.mark_after_exec(tgid);
+                        }
                         _ => {}
                     }
                     match self.procs.apply(ev) {
@@ -55,12 +58,7 @@ impl Engine {
     pub(super) fn reseed_procs(&mut self) {
         for j in self.jobs.values().filter(|j| j.started.is_some()) {
             match self.driver.procs(&j.cgroup) {
-                Ok(pids) => {
-                    self.procs.reseed(j.seq, &pids);
-                    // A job started by an older pjw, or a process that joined while the mark
-                    // could not be written: its reservation holds from here (decision (ct)).
-                    super::oom_order::protect_all(&self.cfg.proc_root, j, &pids);
-                }
+                Ok(pids) => self.procs.reseed(j.seq, &pids),
                 Err(e) => debug!(job = %j.id, error = %e, "cannot list job processes"),
             }
         }
