@@ -119,8 +119,10 @@ const PEAK_SLACK: u64 = 2 << 20;
 /// counted where the limit that failed the charge is); on v1 `memory.failcnt` or
 /// `memory.memsw.failcnt` (the counter over its limit), or a peak at the limit — kernels since
 /// 6.x count no failures on v1 (a job OOM-killed at its own 50 MiB showed `failcnt` 0 and
-/// `max_usage_in_bytes` 52428800 on 6.18, and was told it was the partition). None when it
-/// cannot be read.
+/// `max_usage_in_bytes` 52428800 on 6.18, and was told it was the partition). On v1 this is
+/// "ever reached", page cache included, as `failcnt` was on older kernels: a job that filled
+/// its limit with cache and is later killed when the partition fills is told its own limit.
+/// None when it cannot be read.
 pub(crate) fn own_limit_hit(fs: &Fs, dir: &Path, v2: bool) -> Option<bool> {
     if v2 {
         let text = fs.read(&dir.join("memory.events")).ok()?;
