@@ -88,7 +88,19 @@ impl Fixture {
     /// Run `cmd` (argv), whose output is the client's; the answer and the pjw job the client was
     /// in when it printed.
     fn ask(&self, cmd: &mut Command) -> (serde_json::Value, Option<String>) {
-        let o = cmd.stdin(Stdio::null()).output().unwrap();
+        // The fake step daemon is a copy of bash made by this test: a child another test
+        // thread forked while the copy was written holds its write descriptor until that
+        // child's exec, and an exec of the copy meanwhile fails (ETXTBSY; bash says
+        // "slurmstepd: Success"). Run again then, a few times: nothing was asked yet.
+        let stepd = format!("{}: ", self.dir.path().join("slurmstepd").display());
+        let mut o = cmd.stdin(Stdio::null()).output().unwrap();
+        for _ in 0..5 {
+            if !(o.stdout.is_empty() && String::from_utf8_lossy(&o.stderr).contains(&stepd)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            o = cmd.stdin(Stdio::null()).output().unwrap();
+        }
         let text = String::from_utf8_lossy(&o.stdout);
         let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
             panic!(
