@@ -744,17 +744,12 @@ fn the_oom_killer_takes_the_job_without_mem_not_the_larger_one_inside_its_reserv
     );
 }
 
-/// Whether this process holds CAP_SYS_RESOURCE (bit 24 of CapEff) in the machine's own user
-/// namespace; the daemon it starts does too.
+/// Whether this process holds CAP_SYS_RESOURCE in the machine's own user namespace (the
+/// daemon's own check); the daemon it starts does too.
 fn has_cap_sys_resource() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let cap = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .is_some_and(|bits| bits & (1 << 24) != 0);
-    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
-    cap && map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"]
+    let proc = Path::new("/proc");
+    pjw_daemon::os::has_capability(proc, pjw_daemon::os::CAP_SYS_RESOURCE) == Some(true)
+        && pjw_daemon::os::in_initial_user_namespace(proc) == Some(true)
 }
 
 /// Whether job `thrash` is still listed as running.

@@ -663,6 +663,23 @@ impl TestEngine {
         }
     }
 
+    /// Process `pid`'s `oom_score_adj` in the fake `/proc` (made by [`TestEngine::fake_process`]).
+    pub fn oom_score_adj(&self, pid: u32) -> String {
+        std::fs::read_to_string(self.oom_score_adj_path(pid)).expect("fake oom_score_adj")
+    }
+
+    /// Give process `pid` of the fake `/proc` the `oom_score_adj` `value` (one it inherited).
+    pub fn set_oom_score_adj(&self, pid: u32, value: &str) {
+        std::fs::write(self.oom_score_adj_path(pid), value).expect("fake oom_score_adj");
+    }
+
+    fn oom_score_adj_path(&self, pid: u32) -> PathBuf {
+        self._machine
+            .proc_root
+            .join(pid.to_string())
+            .join("oom_score_adj")
+    }
+
     /// Put process `pid` of the fake `/proc` in the cgroup2 `path` (`/pjw/job-a`).
     pub fn in_cgroup(&self, pid: u32, path: &str) {
         let dir = self._machine.proc_root.join(pid.to_string());

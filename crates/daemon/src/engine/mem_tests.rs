@@ -458,10 +458,6 @@ fn exec_of(t: &mut TestEngine, pid: u32) {
         .handle(Event::Proc(crate::procs::ProcMsg::Events(vec![ev])));
 }
 
-fn adj(t: &TestEngine, pid: u32) -> String {
-    std::fs::read_to_string(t.proc_root().join(pid.to_string()).join("oom_score_adj")).unwrap()
-}
-
 /// Decision (ct): a job with `--mem` is put at the back of the kernel OOM killer's line once
 /// its process has called exec in the job (its address space then its own: review, a client
 /// sharing its memory with a process outside would have marked that one) — by its share of the
@@ -483,11 +479,7 @@ async fn a_job_with_mem_is_marked_at_its_exec_and_one_without_never_ranks_with_i
     procs.push(inherited);
     t.fake_stat(pid);
     t.fake_process(pid, BOB);
-    std::fs::write(
-        t.proc_root().join(pid.to_string()).join("oom_score_adj"),
-        "-500",
-    )
-    .unwrap();
+    t.set_oom_score_adj(pid, "-500");
     let r = t
         .submit(pid as u64, pid, BOB, req("inherited", None))
         .await
@@ -495,27 +487,31 @@ async fn a_job_with_mem_is_marked_at_its_exec_and_one_without_never_ranks_with_i
     assert!(matches!(r, Response::Started { .. }), "{r:?}");
     started(&mut t, &mut procs, BOB, req("reserved", Some(64 * MIB))).await;
     let (free, inherited, reserved) = (procs[0].0.id(), procs[1].0.id(), procs[2].0.id());
-    assert_eq!(adj(&t, free), "0\n", "without --mem: untouched");
+    assert_eq!(t.oom_score_adj(free), "0\n", "without --mem: untouched");
     assert_eq!(
-        adj(&t, inherited),
+        t.oom_score_adj(inherited),
         "0",
         "inherited below 0, without --mem: raised to 0"
     );
     assert_eq!(
-        adj(&t, reserved),
+        t.oom_score_adj(reserved),
         "0\n",
         "with --mem: nothing before its exec"
     );
     for p in [free, inherited, reserved] {
         exec_of(&mut t, p);
     }
-    assert_eq!(adj(&t, free), "0\n", "without --mem: untouched at exec");
-    assert_eq!(adj(&t, inherited), "0");
+    assert_eq!(
+        t.oom_score_adj(free),
+        "0\n",
+        "without --mem: untouched at exec"
+    );
+    assert_eq!(t.oom_score_adj(inherited), "0");
     // 64 MiB of the test engine's partition.
     let want = super::oom_order::reserved_adj(64 * MIB, t.engine.mem_limit);
     assert!(want < 0);
     assert_eq!(
-        adj(&t, reserved).trim(),
+        t.oom_score_adj(reserved).trim(),
         want.to_string(),
         "with --mem, after its exec"
     );

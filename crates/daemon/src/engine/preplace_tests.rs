@@ -528,11 +528,7 @@ async fn a_queued_client_waiting_in_its_cgroups_is_not_marked_before_its_exec() 
     let mut t = TestEngine::new();
     t.fake_stat(B);
     t.fake_process(B, UID);
-    std::fs::write(
-        t.proc_root().join(B.to_string()).join("oom_score_adj"),
-        "-300",
-    )
-    .unwrap();
+    t.set_oom_score_adj(B, "-300");
     let _b = a_runs_b_waits(
         &mut t,
         RunRequest {
@@ -545,9 +541,8 @@ async fn a_queued_client_waiting_in_its_cgroups_is_not_marked_before_its_exec() 
         t.engine.jobs[&t.seq_of("b")].client.cgroups,
         QueuedCgroups::Ready
     );
-    let adj = || std::fs::read_to_string(t.proc_root().join(B.to_string()).join("oom_score_adj"));
     assert_eq!(
-        adj().unwrap(),
+        t.oom_score_adj(B),
         "-300",
         "reserved: nothing written before its exec"
     );
