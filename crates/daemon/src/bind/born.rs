@@ -7,7 +7,7 @@ use pjw_core::thread_bind::{self, BindMode};
 use pjw_core::Tid;
 use tracing::debug;
 
-use super::track::Track;
+use super::track::{Inheritance, Track};
 use super::{free, Balancer, BindError, BindJob, BindPort, Logged, PassReport};
 
 /// A thread the kernel just reported born (a fork event), or a process that just called exec,
@@ -91,7 +91,7 @@ impl Balancer {
             // Born on a pin of pjw's: its parent is a launcher, and the child is freed when it
             // execs, not now — a launcher binds its child between fork and exec (Open MPI its
             // ranks, taskset, hwloc-bind), and freeing it now could undo that binding.
-            t.inherited.insert(tid, current);
+            t.inherited.insert(tid, Inheritance::at_fork(current));
             t.make_launcher(port, &b.job, b.tgid, &mut self.logged, r);
             return;
         }
@@ -155,7 +155,7 @@ fn exec_frees_an_inherited_pin(
     r: &mut PassReport,
 ) {
     let tid = Tid(b.tid);
-    let Some(pin) = t.inherited.remove(&tid) else {
+    let Some(Inheritance { pin, .. }) = t.inherited.remove(&tid) else {
         return;
     };
     match port.affinity(b.tid) {

@@ -8,7 +8,7 @@ use pjw_core::thread_bind::{self, BindMode, BindPlan, ThreadSample};
 use pjw_core::{CpuSet, Tid, Topology};
 use tracing::debug;
 
-use super::track::Track;
+use super::track::{Inheritance, Track};
 use super::{free, BindError, BindJob, BindPort, Logged, ProfJob, BUSY_PERCENT};
 
 /// The balancing state of every job that binds, and one pass over them.
@@ -96,9 +96,13 @@ impl Balancer {
         let owners = runtime_processes_keep_their_pins(prev.owners(port, job, &seen), &seen);
         // A launcher's threads are never pjw's to pin: its children would inherit the pin.
         let launchers = std::mem::take(&mut prev.launchers);
+        // Nor is a process waiting for its exec on the pin it was born on: its launcher may
+        // bind it before, and the program it execs is measured from scratch.
+        let waiting = std::mem::take(&mut prev.inherited);
         let mine = |tid: &Tid| {
             owners.get(tid).is_some_and(|o| *o != Owner::Runtime)
                 && !seen.pid.get(tid).is_some_and(|p| launchers.contains(p))
+                && !waiting.contains_key(tid)
         };
         let interval_ns = now.saturating_duration_since(prev.at).as_nanos() as u64;
         let samples = prev.samples(&seen, mine, now, interval_ns);
@@ -115,13 +119,10 @@ impl Balancer {
             r,
         };
         apply.pin(&self.topo, plan.pins, &applied);
-        apply.free_inherited(&prev.run, &owners);
+        let inherited = apply.free_inherited(&prev.run, &owners, waiting);
         apply.unpin(plan.unpin, &applied);
         let Apply { mut ours, pins, .. } = apply;
         ours.retain(|tid, _| seen.run.contains_key(tid));
-        // Judged by this pass (freed above if it still held the pin), or gone.
-        let mut inherited = std::mem::take(&mut prev.inherited);
-        inherited.retain(|tid, _| !seen.run.contains_key(tid));
         let mut launchers = launchers;
         launchers.retain(|p| seen.pid.values().any(|q| q == p));
         let grace = plan
@@ -377,15 +378,65 @@ impl Apply<'_> {
     }
 
     /// A thread seen for the first time (not in `before`) that inherited a pin of pjw's from
-    /// the thread that made it gets the whole job set until it is measured.
-    fn free_inherited(&mut self, before: &HashMap<Tid, u64>, owners: &HashMap<Tid, Owner>) {
-        for tid in self.seen.run.keys().filter(|t| !before.contains_key(t)) {
-            if owners.get(tid) == Some(&Owner::Inherited)
-                && free(self.port, self.job, *tid, self.logged, self.r)
-            {
+    /// the thread that made it gets the whole job set until it is measured. A new **process**
+    /// born on one may be between its fork and its exec, when a launcher binds it (Open MPI
+    /// its ranks): freeing it now could land just after that binding and undo it (the rank's
+    /// libgomp then counted the whole job's CPUs). So the first pass that sees it only notes
+    /// it, its exec frees it ([`super::born`]), and the next pass frees it if it never
+    /// exec'd (a forked worker) and still holds the pin. Returns the processes still waiting
+    /// (`waiting`: those of the last pass; one not seen now is kept until a pass sees it).
+    fn free_inherited(
+        &mut self,
+        before: &HashMap<Tid, u64>,
+        owners: &HashMap<Tid, Owner>,
+        mut waiting: HashMap<Tid, Inheritance>,
+    ) -> HashMap<Tid, Inheritance> {
+        let mut still = HashMap::new();
+        for (tid, cur) in &self.seen.affinity {
+            let was = waiting.remove(tid);
+            if owners.get(tid) != Some(&Owner::Inherited) {
+                continue;
+            }
+            let process = self.seen.pid_of(tid) == tid.0;
+            match was {
+                Some(w) if !w.looked => {
+                    debug!(cgroup = %self.job.cgroup, pid = tid.0, cpus = %cur, "process born on a pin waits for its exec");
+                    still.insert(*tid, Inheritance { looked: true, ..w });
+                    continue;
+                }
+                Some(_) => {}
+                None if before.contains_key(tid) => continue,
+                None if process => {
+                    debug!(cgroup = %self.job.cgroup, pid = tid.0, cpus = %cur, "process born on a pin waits for its exec");
+                    still.insert(
+                        *tid,
+                        Inheritance {
+                            pin: *cur,
+                            looked: true,
+                        },
+                    );
+                    continue;
+                }
+                None => {}
+            }
+            if self.free_if_still(*tid, cur) {
                 self.ours
                     .insert(*tid, (self.seen.pid_of(tid), self.job.cpus));
             }
+        }
+        // Not listed by this pass (not seen yet, or gone since): kept until a pass sees it,
+        // unless one already did (it is gone).
+        waiting.retain(|tid, w| !w.looked && !self.seen.run.contains_key(tid));
+        still.extend(waiting);
+        still
+    }
+
+    /// Free thread `tid` if its affinity is still `seen` (read again just before: a runtime
+    /// may have bound it since this pass read it); whether it was freed.
+    fn free_if_still(&mut self, tid: Tid, seen: &CpuSet) -> bool {
+        match self.port.affinity(tid.0) {
+            Ok(now) if now == *seen => free(self.port, self.job, tid, self.logged, self.r),
+            _ => false,
         }
     }
 

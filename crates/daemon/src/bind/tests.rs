@@ -27,6 +27,9 @@ struct Fake {
     /// Each process's parent, and how often one was asked for.
     parents: HashMap<u32, u32>,
     parent_reads: Mutex<u32>,
+    /// A runtime that binds a thread just after pjw first reads its affinity (the read sees
+    /// the old set, every later one the new).
+    bind_after_read: Mutex<Option<(u32, CpuSet)>>,
 }
 
 impl Fake {
@@ -92,7 +95,15 @@ impl BindPort for Fake {
         Ok(())
     }
     fn affinity(&self, tid: u32) -> Result<CpuSet, BindError> {
-        Ok(self.affinity_of(tid))
+        let now = self.affinity_of(tid);
+        let mut later = self.bind_after_read.lock().unwrap();
+        if let Some((t, cpus)) = *later {
+            if t == tid {
+                self.aff.lock().unwrap().insert(tid, cpus);
+                *later = None;
+            }
+        }
+        Ok(now)
     }
     fn parent(&self, pid: u32) -> Result<u32, BindError> {
         *self.parent_reads.lock().unwrap() += 1;
@@ -760,4 +771,162 @@ fn a_thread_seen_before_and_narrowed_to_a_siblings_pin_later_is_the_runtimes() {
     }
     assert!(fake.take_set().iter().all(|(t, _)| *t != 12));
     assert_eq!(fake.affinity_of(12), pin10);
+}
+
+/// mpirun (10) pinned to cpu 0 by pjw forks rank 20, which inherits the pin; its fork event
+/// makes 10 a launcher (its pin goes). Returns the fork event's maker.
+fn rank_forked_on_the_launchers_pin(
+    fake: &mut Fake,
+    b: &mut Balancer,
+    clock: &mut Clock,
+    j: &BindJob,
+) -> impl Fn(Birth) -> Born {
+    b.pass(&*fake, std::slice::from_ref(j), clock.next());
+    fake.advance(&[10]);
+    b.pass(&*fake, std::slice::from_ref(j), clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    fake.procs.insert("job-a".into(), vec![10, 20]);
+    fake.threads.insert(20, vec![20]);
+    fake.run.lock().unwrap().insert(20, 0);
+    fake.parents.insert(20, 10);
+    fake.runtime_pin(20, "0");
+    let job = j.clone();
+    let event = move |at| Born {
+        job: job.clone(),
+        tgid: 20,
+        tid: 20,
+        at,
+    };
+    b.place_born(
+        &*fake,
+        &event(Birth::Fork),
+        clock.0,
+        &mut PassReport::default(),
+    );
+    assert_eq!(fake.take_set(), vec![(10, set("0-3"))]);
+    event
+}
+
+#[test]
+fn a_pass_between_a_ranks_fork_and_its_exec_leaves_the_rank_to_its_launcher() {
+    // The hpc_tasks failure that stayed after the fork event stopped freeing ranks (systemd
+    // guest, 16 vCPUs emulated): a pass came while the rank was between its fork and its exec,
+    // read it on mpirun's pin, and gave it the job set just after Open MPI had bound it to its
+    // share: the rank's libgomp counted the job's 4 cpus instead of its 2.
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    let event = rank_forked_on_the_launchers_pin(&mut fake, &mut b, &mut clock, &j);
+    fake.advance(&[10, 20]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert!(
+        fake.take_set().is_empty(),
+        "the pass touched the rank before its exec"
+    );
+    // Open MPI binds it and it execs: its binding stays, and later passes leave it too.
+    fake.runtime_pin(20, "2-3");
+    b.place_born(
+        &fake,
+        &event(Birth::Exec),
+        clock.0,
+        &mut PassReport::default(),
+    );
+    for _ in 0..2 {
+        fake.advance(&[10, 20]);
+        b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    }
+    assert!(fake.take_set().is_empty());
+    assert_eq!(fake.affinity_of(20), set("2-3"));
+}
+
+#[test]
+fn a_process_forked_on_a_pin_that_never_execs_gets_the_job_set_at_the_second_pass() {
+    // A worker forked by a busy process pjw had pinned (Python's multiprocessing): no exec
+    // comes, so the pass after the one that first saw it frees it, and it is measured after.
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    let _exec = rank_forked_on_the_launchers_pin(&mut fake, &mut b, &mut clock, &j);
+    fake.advance(&[10, 20]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert!(fake.take_set().is_empty());
+    fake.advance(&[10, 20]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(20, set("0-3"))]);
+    // Busy since: pinned like any thread of pjw's (the launcher 10 never again).
+    fake.advance(&[10, 20]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    let got = fake.take_set();
+    assert!(
+        got.len() == 1 && got[0].0 == 20 && got[0].1.len() == 1,
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_process_a_pass_finds_on_its_parents_pin_without_its_fork_event_waits_a_pass() {
+    // The pass can list a process before its fork event reaches the binder: the same wait.
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    fake.procs.insert("job-a".into(), vec![10, 20, 30]);
+    for (pid, parent) in [(20, 10), (30, 10)] {
+        fake.threads.insert(pid, vec![pid]);
+        fake.run.lock().unwrap().insert(pid, 0);
+        fake.parents.insert(pid, parent);
+        fake.runtime_pin(pid, "0");
+    }
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert!(
+        fake.take_set().iter().all(|(t, _)| *t == 10),
+        "a process on its parent's pin was freed at first sight"
+    );
+    // 20 is bound by its launcher in between; 30 never is.
+    fake.runtime_pin(20, "2-3");
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    let got: Vec<_> = fake
+        .take_set()
+        .into_iter()
+        .filter(|(t, _)| *t != 10)
+        .collect();
+    assert_eq!(got, vec![(30, set("0-3"))]);
+    assert_eq!(fake.affinity_of(20), set("2-3"));
+}
+
+#[test]
+fn a_thread_its_runtime_binds_after_the_pass_read_it_is_not_freed_over_that_binding() {
+    // A new thread on a pin of pjw's is freed at first sight, but the runtime may bind it
+    // between the pass's read and its write: the affinity is read again just before.
+    let topo = synthetic::parse("core:2").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = [job(BindMode::Threads, "0-1")];
+    b.pass(&fake, &j, clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, &j, clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    fake.threads.insert(10, vec![10, 11]);
+    fake.run.lock().unwrap().insert(11, 0);
+    fake.runtime_pin(11, "0");
+    *fake.bind_after_read.lock().unwrap() = Some((11, set("1")));
+    fake.advance(&[10]);
+    b.pass(&fake, &j, clock.next());
+    assert!(
+        fake.take_set().is_empty(),
+        "freed over the runtime's binding"
+    );
+    assert_eq!(fake.affinity_of(11), set("1"));
 }

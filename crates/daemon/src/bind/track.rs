@@ -29,14 +29,29 @@ pub(super) struct Track {
     pub(super) ours: HashMap<Tid, (u32, CpuSet)>,
     /// The CPUs of the runtime pins seen at the last pass (kept out of pjw's placements).
     pub(super) reserved: CpuSet,
-    /// Processes born on a pin pjw set on their parent's thread, with that pin: freed when
-    /// they exec if they still hold it (a launcher binds its child between fork and exec), or
-    /// by the first pass that sees them.
-    pub(super) inherited: HashMap<Tid, CpuSet>,
+    /// Processes born on a pin pjw set on their parent's thread, waiting for their exec (a
+    /// launcher binds its child between fork and exec): freed when they exec if they still
+    /// hold the pin, or by the second pass that sees them (a fork that never execs).
+    pub(super) inherited: HashMap<Tid, Inheritance>,
     /// Processes that forked on a pin of pjw's: launchers (mpirun, a driver script), never
     /// pinned again — what a launcher holds, each child it forks inherits.
     pub(super) launchers: BTreeSet<u32>,
     pub(super) at: Instant,
+}
+
+/// A process born on a pin of pjw's, waiting for its exec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Inheritance {
+    /// The pin it was born on.
+    pub(super) pin: CpuSet,
+    /// A pass has seen it since its fork: the next one frees it if it still holds the pin.
+    pub(super) looked: bool,
+}
+
+impl Inheritance {
+    pub(super) fn at_fork(pin: CpuSet) -> Inheritance {
+        Inheritance { pin, looked: false }
+    }
 }
 
 impl Track {
@@ -56,7 +71,8 @@ impl Track {
 
     /// Whose the affinity `current` of thread `tid` of process `pid` is. A thread may have
     /// inherited a pin pjw set on another thread of its process, and a `new` process's first
-    /// thread one pjw set on its parent's (asked of `port` only then).
+    /// thread one pjw set on its parent's (asked of `port` only then); a process waiting for
+    /// its exec still holds the pin it was born on.
     pub(super) fn owner(
         &self,
         port: &dyn BindPort,
@@ -66,7 +82,7 @@ impl Track {
         current: &CpuSet,
     ) -> Owner {
         let ours = self.ours_of(&tid);
-        if new && ours.is_none() && self.inherited.get(&tid) == Some(current) {
+        if ours.is_none() && self.inherited.get(&tid).map(|i| &i.pin) == Some(current) {
             return Owner::Inherited;
         }
         let o = pin_owner::owner(job, current, ours, &self.pins_in(pid));
