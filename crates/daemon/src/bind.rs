@@ -16,8 +16,9 @@
 //! sizes itself from it) and is measured from birth. A thread first seen by a pass that inherited a pin pjw
 //! set on the thread that made it gets the whole job set, and is measured from the next pass.
 //! A process born on a pin pjw set on its parent's thread gets the job set when it execs, not
-//! at its fork (a launcher binds its child in between: Open MPI its ranks, taskset, hwloc-bind),
-//! and its parent is a launcher: its pins go at once and it is not pinned again, so what it
+//! at its fork (a launcher binds its child in between: Open MPI its ranks, taskset, hwloc-bind)
+//! nor at the first pass that sees it (the second frees it if it never exec'd; a pass reads a
+//! thread's affinity again just before it frees it), and its parent is a launcher: its pins go at once and it is not pinned again, so what it
 //! forks next starts free. Inheritance happens at birth only: a thread pjw saw before (at birth or at a pass) with
 //! another affinity, or the first thread of a process whose other threads carry a runtime's
 //! pins elsewhere, was placed by its runtime even when its pin equals one of pjw's.
@@ -34,6 +35,7 @@
 
 use pjw_core::thread_bind::BindMode;
 use pjw_core::{CpuSet, Tid};
+use tracing::debug;
 
 /// Log a failure: at warn the first time for this job and kind, then at debug (defined before
 /// the modules that use it).
@@ -158,7 +160,10 @@ fn free(
     r: &mut PassReport,
 ) -> bool {
     match port.set_affinity(&job.cgroup, tid.0, &job.cpus) {
-        Ok(()) => true,
+        Ok(()) => {
+            debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %job.cpus, "inherited pin freed");
+            true
+        }
         Err(BindError::Gone) => false,
         Err(BindError::Failed(e)) => {
             failed!(logged, job.seq, "cannot give a new thread the job's cpus", cgroup = %job.cgroup, tid = tid.0, error = %e);

@@ -47,6 +47,14 @@ impl Binder {
                                     BindMsg::Profile(t) => ticks.push(t),
                                 }
                             }
+                            // Births queued before the pass are placed before it: the pass
+                            // lists those processes too, and judged first by the pass (which
+                            // cannot tell a pin inherited at birth from one a runtime set
+                            // after an exec) their fork and exec events came too late to count.
+                            let mut r = PassReport::default();
+                            for t in &born {
+                                b.place_born(&port, t, Instant::now(), &mut r);
+                            }
                             // What the pass reads is kept for the thread profile that follows.
                             let rec = threads::Recorder::new(&port);
                             let at = Instant::now();
@@ -54,10 +62,6 @@ impl Binder {
                             prof.remember(rec.take(), at);
                             for t in ticks {
                                 prof.tick(&port, t, &|j, tid| b.pin_of(j, tid));
-                            }
-                            let mut r = PassReport::default();
-                            for t in &born {
-                                b.place_born(&port, t, Instant::now(), &mut r);
                             }
                         }
                         BindMsg::Born(born) => {
