@@ -15,6 +15,10 @@
 //! pinned slot and measured from birth; a new process keeps the job set (the program it execs
 //! sizes itself from it) and is measured from birth. A thread first seen by a pass that inherited a pin pjw
 //! set on the thread that made it gets the whole job set, and is measured from the next pass.
+//! Whether a process was born on a pin of pjw's is told by its fork event's forking thread
+//! (pjw holds a pin on it, or took one off it since the last pass and the child still holds
+//! it), never guessed from the child's affinity read later; fork and exec events queued
+//! before a pass are handled before it.
 //! A process born on a pin pjw set on its parent's thread gets the job set when it execs, not
 //! at its fork (a launcher binds its child in between: Open MPI its ranks, taskset, hwloc-bind)
 //! nor at the first pass that sees it (the second frees it if it never exec'd; a pass reads a

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use pjw_core::pin_owner::{self, Owner};
 use pjw_core::thread_bind::{self, BindMode};
-use pjw_core::Tid;
+use pjw_core::{CpuSet, Tid};
 use tracing::debug;
 
 use super::track::{Inheritance, Track};
@@ -24,8 +24,10 @@ pub struct Born {
 /// Which event a [`Born`] comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Birth {
-    /// The thread or process was made.
-    Fork,
+    /// The thread or process was made; for a process, `by` is the thread that forked it (the
+    /// proc connector's `parent_pid`: a new process's parent is the forking thread), whose
+    /// affinity at that moment it was born with.
+    Fork { by: u32 },
     /// The process replaced its program.
     Exec,
 }
@@ -54,8 +56,12 @@ impl Balancer {
         if b.job.mode == BindMode::None || t.cpus != b.job.cpus {
             return;
         }
-        if b.at == Birth::Exec {
-            return exec_frees_an_inherited_pin(t, port, b, &mut self.logged, r);
+        let by = match b.at {
+            Birth::Exec => return exec_frees_an_inherited_pin(t, port, b, &mut self.logged, r),
+            Birth::Fork { by } => by,
+        };
+        if b.tgid == b.tid {
+            return born_process(t, port, b, Tid(by), &mut self.logged, r);
         }
         if t.run.contains_key(&tid) {
             return;
@@ -87,15 +93,7 @@ impl Balancer {
             .pins
             .keys()
             .any(|p| t.ours.get(p).is_some_and(|(pid, _)| *pid == b.tgid));
-        if b.tgid == b.tid && owner == Owner::Inherited {
-            // Born on a pin of pjw's: its parent is a launcher, and the child is freed when it
-            // execs, not now — a launcher binds its child between fork and exec (Open MPI its
-            // ranks, taskset, hwloc-bind), and freeing it now could undo that binding.
-            t.inherited.insert(tid, Inheritance::at_fork(current));
-            t.make_launcher(port, &b.job, b.tgid, &mut self.logged, r);
-            return;
-        }
-        if b.tgid == b.tid || !computes {
+        if !computes {
             // The job set (back, if it inherited a pin of pjw's).
             if owner == Owner::Inherited && !free(port, &b.job, tid, &mut self.logged, r) {
                 return;
@@ -104,14 +102,8 @@ impl Balancer {
             // its runtime's (Open MPI binds a rank, libgomp its first thread), even when it
             // equals a pin pjw holds on the parent's threads.
             t.ours.insert(tid, (b.tgid, b.job.cpus));
-            // A thread is measured from birth. A new process only from the first pass that
-            // sees it, so it is not pinned before a full interval has passed: the program it
-            // execs sizes its runtime from its affinity as it starts (libgomp also pins its
-            // first thread then, under OMP_PROC_BIND), and a pin before that is all it sees.
-            if b.tgid != b.tid {
-                t.run.insert(tid, ns);
-                t.born.insert(tid, now);
-            }
+            t.run.insert(tid, ns);
+            t.born.insert(tid, now);
             return;
         }
         let slots = pin_owner::open_slots(
@@ -145,8 +137,56 @@ impl Balancer {
     }
 }
 
+/// New process `b`, forked by thread `by`: born on a pin of pjw's when pjw holds one on `by`
+/// (known from the fork, not guessed from the child's affinity, which a late read finds
+/// already set by the program's runtime — a rank's libgomp master on a CPU equal to a pin pjw
+/// holds on another thread of mpirun). Born on one, it waits for its exec (a launcher binds
+/// its child in between: Open MPI its ranks, taskset, hwloc-bind; freeing it now could undo
+/// that) and its parent is a launcher. Born free of pjw, a pin it has later is not pjw's.
+/// Either way it is measured from the first pass that sees it, so it is not pinned before a
+/// full interval has passed: the program it execs sizes its runtime from its affinity as it
+/// starts.
+fn born_process(
+    t: &mut Track,
+    port: &dyn BindPort,
+    b: &Born,
+    by: Tid,
+    logged: &mut Logged,
+    r: &mut PassReport,
+) {
+    let tid = Tid(b.tid);
+    match born_on(t, port, b, by) {
+        Some(pin) => {
+            let looked = t.inherited.get(&tid).is_some_and(|i| i.looked);
+            t.inherited.insert(tid, Inheritance::at_fork(pin, looked));
+            t.make_launcher(port, &b.job, b.tgid, logged, r);
+        }
+        None => {
+            t.inherited.remove(&tid);
+            t.ours.insert(tid, (b.tgid, b.job.cpus));
+        }
+    }
+}
+
+/// The pin of pjw's new process `b` was born on, if any: the one pjw holds on the forking
+/// thread `by`; or one pjw took off `by` since the last pass began (its fork event came after),
+/// when the child still holds it.
+fn born_on(t: &Track, port: &dyn BindPort, b: &Born, by: Tid) -> Option<CpuSet> {
+    if let Some(was) = t.recent.get(&by) {
+        if port.affinity(b.tid).ok().as_ref() == Some(was) {
+            return Some(*was);
+        }
+    }
+    t.pins
+        .contains_key(&by)
+        .then(|| t.ours_of(&by).copied())
+        .flatten()
+        .filter(|p| *p != b.job.cpus)
+}
+
 /// Process `b` execs: it is given the whole job set if it still holds the pin it was born on
 /// (nobody bound it before its exec), so the program it runs sizes itself from its job's CPUs.
+/// Only a birth its fork event told counts: a pin a pass found is judged by the next pass.
 fn exec_frees_an_inherited_pin(
     t: &mut Track,
     port: &dyn BindPort,
@@ -155,9 +195,15 @@ fn exec_frees_an_inherited_pin(
     r: &mut PassReport,
 ) {
     let tid = Tid(b.tid);
-    let Some(Inheritance { pin, .. }) = t.inherited.remove(&tid) else {
+    let Some(Inheritance {
+        pin,
+        from_fork: true,
+        ..
+    }) = t.inherited.get(&tid).copied()
+    else {
         return;
     };
+    t.inherited.remove(&tid);
     match port.affinity(b.tid) {
         Ok(current) if current == pin => {
             if free(port, &b.job, tid, logged, r) {

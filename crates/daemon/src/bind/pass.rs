@@ -115,13 +115,19 @@ impl Balancer {
             seen: &seen,
             ours: std::mem::take(&mut prev.ours),
             pins: BTreeMap::new(),
+            recent: HashMap::new(),
             logged: &mut self.logged,
             r,
         };
         apply.pin(&self.topo, plan.pins, &applied);
         let inherited = apply.free_inherited(&prev.run, &owners, waiting);
         apply.unpin(plan.unpin, &applied);
-        let Apply { mut ours, pins, .. } = apply;
+        let Apply {
+            mut ours,
+            pins,
+            recent,
+            ..
+        } = apply;
         ours.retain(|tid, _| seen.run.contains_key(tid));
         let mut launchers = launchers;
         launchers.retain(|p| seen.pid.values().any(|q| q == p));
@@ -140,6 +146,7 @@ impl Balancer {
             reserved,
             inherited,
             launchers,
+            recent,
             at: now,
         };
         self.jobs.insert(job.seq, track);
@@ -252,6 +259,7 @@ impl Track {
             reserved,
             inherited: HashMap::new(),
             launchers: BTreeSet::new(),
+            recent: HashMap::new(),
             at: now,
         }
     }
@@ -347,11 +355,21 @@ struct Apply<'a> {
     ours: HashMap<Tid, (u32, CpuSet)>,
     /// The slots pinned and confirmed by the kernel.
     pins: BTreeMap<Tid, u32>,
+    /// The pins this pass took off threads (moved, or the job set given back).
+    recent: HashMap<Tid, CpuSet>,
     logged: &'a mut Logged,
     r: &'a mut PassReport,
 }
 
 impl Apply<'_> {
+    /// Record that pjw set `set` on thread `tid`, and the pin that replaced, if any.
+    fn set_ours(&mut self, tid: Tid, set: CpuSet) {
+        let old = self.ours.insert(tid, (self.seen.pid_of(&tid), set));
+        if let Some((_, was)) = old.filter(|(_, was)| *was != set && *was != self.job.cpus) {
+            self.recent.insert(tid, was);
+        }
+    }
+
     /// Pin the threads of `planned` whose pin is not in place already (`applied`).
     fn pin(&mut self, topo: &Topology, planned: BTreeMap<Tid, u32>, applied: &BTreeMap<Tid, u32>) {
         let job = self.job;
@@ -365,7 +383,7 @@ impl Apply<'_> {
                 Ok(()) => {
                     debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %set, "thread pinned");
                     self.pins.insert(tid, slot);
-                    self.ours.insert(tid, (self.seen.pid_of(&tid), set));
+                    self.set_ours(tid, set);
                     self.r.pinned += 1;
                 }
                 Err(BindError::Gone) => {}
@@ -408,13 +426,7 @@ impl Apply<'_> {
                 None if before.contains_key(tid) => continue,
                 None if process => {
                     debug!(cgroup = %self.job.cgroup, pid = tid.0, cpus = %cur, "process born on a pin waits for its exec");
-                    still.insert(
-                        *tid,
-                        Inheritance {
-                            pin: *cur,
-                            looked: true,
-                        },
-                    );
+                    still.insert(*tid, Inheritance::seen_by_a_pass(*cur));
                     continue;
                 }
                 None => {}
@@ -448,7 +460,7 @@ impl Apply<'_> {
             match self.port.set_affinity(&job.cgroup, tid.0, &job.cpus) {
                 Ok(()) => {
                     debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %job.cpus, "thread unpinned");
-                    self.ours.insert(tid, (self.seen.pid_of(&tid), job.cpus));
+                    self.set_ours(tid, job.cpus);
                     self.r.unpinned += 1;
                 }
                 Err(BindError::Gone) => {}

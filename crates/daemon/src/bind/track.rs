@@ -36,6 +36,9 @@ pub(super) struct Track {
     /// Processes that forked on a pin of pjw's: launchers (mpirun, a driver script), never
     /// pinned again — what a launcher holds, each child it forks inherits.
     pub(super) launchers: BTreeSet<u32>,
+    /// The pins pjw took off threads in the last pass and since (moved, the job set given
+    /// back, a launcher's): a process whose fork event comes after may have been born on one.
+    pub(super) recent: HashMap<Tid, CpuSet>,
     pub(super) at: Instant,
 }
 
@@ -46,11 +49,28 @@ pub(super) struct Inheritance {
     pub(super) pin: CpuSet,
     /// A pass has seen it since its fork: the next one frees it if it still holds the pin.
     pub(super) looked: bool,
+    /// Told by its fork event (the forking thread held the pin), not guessed by a pass from
+    /// its affinity: only then does its exec free it.
+    pub(super) from_fork: bool,
 }
 
 impl Inheritance {
-    pub(super) fn at_fork(pin: CpuSet) -> Inheritance {
-        Inheritance { pin, looked: false }
+    /// Born on `pin`, as its fork event told; `looked` if a pass saw it already.
+    pub(super) fn at_fork(pin: CpuSet, looked: bool) -> Inheritance {
+        Inheritance {
+            pin,
+            looked,
+            from_fork: true,
+        }
+    }
+
+    /// Found by a pass on `pin`, a pin pjw holds on its parent's threads.
+    pub(super) fn seen_by_a_pass(pin: CpuSet) -> Inheritance {
+        Inheritance {
+            pin,
+            looked: true,
+            from_fork: false,
+        }
     }
 }
 
@@ -132,7 +152,9 @@ impl Track {
             }
             if free(port, job, tid, logged, r) {
                 debug!(cgroup = %job.cgroup, tid = tid.0, parent, "launcher's thread unpinned");
-                self.ours.insert(tid, (parent, job.cpus));
+                if let Some((_, was)) = self.ours.insert(tid, (parent, job.cpus)) {
+                    self.recent.insert(tid, was);
+                }
                 self.pins.remove(&tid);
                 self.grace.remove(&tid);
                 r.unpinned += 1;

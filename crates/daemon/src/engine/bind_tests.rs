@@ -213,12 +213,16 @@ async fn threads_born_in_a_binding_job_go_to_the_binder_at_once() {
         cpus: t.engine.jobs[&a].cpus,
         mode: BindMode::Threads,
     };
-    let born = |tgid, tid| Born {
+    let born = |tgid, tid, by| Born {
         job: job.clone(),
         tgid,
         tid,
-        at: Birth::Fork,
+        at: Birth::Fork { by },
     };
-    assert_eq!(got, vec![born(main, 700_001), born(700_002, 700_002)]);
+    // Each with the thread the kernel names as its parent: for a process, the forking thread.
+    assert_eq!(
+        got,
+        vec![born(main, 700_001, 1), born(700_002, 700_002, main)]
+    );
     assert!(rx.try_recv().is_err(), "only one message");
 }

@@ -18,10 +18,11 @@ impl Engine {
                     self.note_exit(ev);
                     match *ev {
                         ProcEvent::Fork {
+                            parent_pid,
                             child_pid,
                             child_tgid,
                             ..
-                        } => born.push((child_tgid, child_pid, Birth::Fork)),
+                        } => born.push((child_tgid, child_pid, Birth::Fork { by: parent_pid })),
                         ProcEvent::Exec { tgid, .. } => {
                             born.push((tgid, tgid, Birth::Exec));
                             self.mark_after_exec(tgid);
