@@ -15,10 +15,10 @@
 //! pinned slot and measured from birth; a new process keeps the job set (the program it execs
 //! sizes itself from it) and is measured from birth. A thread first seen by a pass that inherited a pin pjw
 //! set on the thread that made it gets the whole job set, and is measured from the next pass.
-//! Whether a process was born on a pin of pjw's is told by its fork event's forking thread
-//! (pjw holds a pin on it, or took one off it since the last pass and the child still holds
-//! it), never guessed from the child's affinity read later; fork and exec events queued
-//! before a pass are handled before it.
+//! Whether a process was born on a pin of pjw's is told by its fork event: what the forking
+//! thread held at the fork's time (pjw remembers the affinities it replaced, with when), never
+//! guessed from the child's affinity read later. A busy process pjw pinned gets the job set
+//! when it execs; the threads a waiting worker made go free with it.
 //! A process born on a pin pjw set on its parent's thread gets the job set when it execs, not
 //! at its fork (a launcher binds its child in between: Open MPI its ranks, taskset, hwloc-bind)
 //! nor at the first pass that sees it (the second frees it if it never exec'd; a pass reads a
@@ -131,6 +131,11 @@ pub trait BindPort: Send {
     fn runnable_ns(&self, pid: u32, tid: u32) -> Result<u64, BindError>;
     /// Let thread `tid` run only on `cpus`.
     fn set_affinity(&self, cgroup: &str, tid: u32, cpus: &CpuSet) -> Result<(), BindError>;
+    /// CLOCK_MONOTONIC in ns, the clock of the proc connector's event timestamps: when pjw
+    /// changed a thread's affinity, to tell a fork before the change from one after.
+    fn now_ns(&self) -> u64 {
+        crate::procs::monotonic_ns()
+    }
     /// Thread `tid`'s time on a CPU and time waiting for one, apart (thread profiles); by
     /// default all of [`BindPort::runnable_ns`] as running.
     fn sched(&self, pid: u32, tid: u32) -> Result<SchedRead, BindError> {

@@ -47,14 +47,6 @@ impl Binder {
                                     BindMsg::Profile(t) => ticks.push(t),
                                 }
                             }
-                            // Births queued before the pass are placed before it: the pass
-                            // lists those processes too, and judged first by the pass (which
-                            // cannot tell a pin inherited at birth from one a runtime set
-                            // after an exec) their fork and exec events came too late to count.
-                            let mut r = PassReport::default();
-                            for t in &born {
-                                b.place_born(&port, t, Instant::now(), &mut r);
-                            }
                             // What the pass reads is kept for the thread profile that follows.
                             let rec = threads::Recorder::new(&port);
                             let at = Instant::now();
@@ -62,6 +54,16 @@ impl Binder {
                             prof.remember(rec.take(), at);
                             for t in ticks {
                                 prof.tick(&port, t, &|j, tid| b.pin_of(j, tid));
+                            }
+                            // Births queued behind the pass: a process the pass listed first
+                            // waits for its fork event (the forking thread decides whether it
+                            // was born on a pin of pjw's, at the fork's time: pins the pass
+                            // just changed are remembered with theirs), so the order is safe;
+                            // placed before the pass, a thread would be measured over the
+                            // microseconds between them and taken for busy.
+                            let mut r = PassReport::default();
+                            for t in &born {
+                                b.place_born(&port, t, Instant::now(), &mut r);
                             }
                         }
                         BindMsg::Born(born) => {

@@ -7,7 +7,7 @@ use pjw_core::thread_bind::{self, BindMode};
 use pjw_core::{CpuSet, Tid};
 use tracing::debug;
 
-use super::track::{Inheritance, Track};
+use super::track::{note_change, Inheritance, Track};
 use super::{free, Balancer, BindError, BindJob, BindPort, Logged, PassReport};
 
 /// A thread the kernel just reported born (a fork event), or a process that just called exec,
@@ -24,10 +24,10 @@ pub struct Born {
 /// Which event a [`Born`] comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Birth {
-    /// The thread or process was made; for a process, `by` is the thread that forked it (the
-    /// proc connector's `parent_pid`: a new process's parent is the forking thread), whose
-    /// affinity at that moment it was born with.
-    Fork { by: u32 },
+    /// The thread or process was made, at `at_ns` (the event's CLOCK_MONOTONIC timestamp); for
+    /// a process, `by` is the thread that forked it (the proc connector's `parent_pid`: a new
+    /// process's parent is the forking thread), whose affinity at that moment it was born with.
+    Fork { by: u32, at_ns: u64 },
     /// The process replaced its program.
     Exec,
 }
@@ -56,12 +56,12 @@ impl Balancer {
         if b.job.mode == BindMode::None || t.cpus != b.job.cpus {
             return;
         }
-        let by = match b.at {
+        let (by, at_ns) = match b.at {
             Birth::Exec => return exec_frees_an_inherited_pin(t, port, b, &mut self.logged, r),
-            Birth::Fork { by } => by,
+            Birth::Fork { by, at_ns } => (by, at_ns),
         };
         if b.tgid == b.tid {
-            return born_process(t, port, b, Tid(by), &mut self.logged, r);
+            return born_process(t, port, b, (Tid(by), at_ns), &mut self.logged, r);
         }
         if t.run.contains_key(&tid) {
             return;
@@ -95,8 +95,11 @@ impl Balancer {
             .any(|p| t.ours.get(p).is_some_and(|(pid, _)| *pid == b.tgid));
         if !computes {
             // The job set (back, if it inherited a pin of pjw's).
-            if owner == Owner::Inherited && !free(port, &b.job, tid, &mut self.logged, r) {
-                return;
+            if owner == Owner::Inherited {
+                if !free(port, &b.job, tid, &mut self.logged, r) {
+                    return;
+                }
+                note_change(&mut t.recent, port, tid, current);
             }
             // Seen free at birth (or freed): a pin it gets later is not an inheritance but
             // its runtime's (Open MPI binds a rank, libgomp its first thread), even when it
@@ -120,6 +123,7 @@ impl Balancer {
         match port.set_affinity(&b.job.cgroup, b.tid, &set) {
             Ok(()) => {
                 debug!(cgroup = %b.job.cgroup, tid = b.tid, cpus = %set, "new thread pinned");
+                note_change(&mut t.recent, port, tid, current);
                 t.run.insert(tid, ns);
                 t.born.insert(tid, now);
                 t.pins.insert(tid, slot);
@@ -137,10 +141,10 @@ impl Balancer {
     }
 }
 
-/// New process `b`, forked by thread `by`: born on a pin of pjw's when pjw holds one on `by`
-/// (known from the fork, not guessed from the child's affinity, which a late read finds
-/// already set by the program's runtime — a rank's libgomp master on a CPU equal to a pin pjw
-/// holds on another thread of mpirun). Born on one, it waits for its exec (a launcher binds
+/// New process `b`, forked by thread `by` at `at_ns`: born on a pin of pjw's when `by` held one
+/// then (known from the fork and what pjw set, never guessed from the child's affinity, which a
+/// late read finds already set by the program's runtime — a rank's libgomp master on a CPU
+/// equal to a pin pjw holds on another thread of mpirun). Born on one, it waits for its exec (a launcher binds
 /// its child in between: Open MPI its ranks, taskset, hwloc-bind; freeing it now could undo
 /// that) and its parent is a launcher. Born free of pjw, a pin it has later is not pjw's.
 /// Either way it is measured from the first pass that sees it, so it is not pinned before a
@@ -150,12 +154,12 @@ fn born_process(
     t: &mut Track,
     port: &dyn BindPort,
     b: &Born,
-    by: Tid,
+    (by, at_ns): (Tid, u64),
     logged: &mut Logged,
     r: &mut PassReport,
 ) {
     let tid = Tid(b.tid);
-    match born_on(t, port, b, by) {
+    match born_on(t, b, by, at_ns) {
         Some(pin) => {
             let looked = t.inherited.get(&tid).is_some_and(|i| i.looked);
             t.inherited.insert(tid, Inheritance::at_fork(pin, looked));
@@ -168,20 +172,19 @@ fn born_process(
     }
 }
 
-/// The pin of pjw's new process `b` was born on, if any: the one pjw holds on the forking
-/// thread `by`; or one pjw took off `by` since the last pass began (its fork event came after),
-/// when the child still holds it.
-fn born_on(t: &Track, port: &dyn BindPort, b: &Born, by: Tid) -> Option<CpuSet> {
-    if let Some(was) = t.recent.get(&by) {
-        if port.affinity(b.tid).ok().as_ref() == Some(was) {
-            return Some(*was);
-        }
+/// The pin of pjw's new process `b` was born on, if any: what the forking thread `by` held at
+/// the fork's time `at_ns` — the affinity pjw replaced on it since, if it did; else the pin pjw
+/// holds on it, or the one it waits on for its exec (a process forking before its exec).
+/// Narrower than the job set only: the job set is no pin.
+fn born_on(t: &Track, b: &Born, by: Tid, at_ns: u64) -> Option<CpuSet> {
+    let pin = |s: CpuSet| (s != b.job.cpus && s.is_subset(&b.job.cpus)).then_some(s);
+    if let Some(was) = t.held_at(by, at_ns) {
+        return pin(was);
     }
-    t.pins
-        .contains_key(&by)
-        .then(|| t.ours_of(&by).copied())
-        .flatten()
-        .filter(|p| *p != b.job.cpus)
+    if t.pins.contains_key(&by) {
+        return t.ours_of(&by).copied().and_then(pin);
+    }
+    t.inherited.get(&by).map(|i| i.pin)
 }
 
 /// Process `b` execs: it is given the whole job set if it still holds the pin it was born on
@@ -195,19 +198,28 @@ fn exec_frees_an_inherited_pin(
     r: &mut PassReport,
 ) {
     let tid = Tid(b.tid);
-    let Some(Inheritance {
-        pin,
-        from_fork: true,
-        ..
-    }) = t.inherited.get(&tid).copied()
-    else {
-        return;
+    let pin = match t.inherited.get(&tid).copied() {
+        Some(Inheritance {
+            pin,
+            from_fork: true,
+            ..
+        }) => pin,
+        // A process pjw pinned itself (a busy shell that execs its program): the program
+        // sizes itself from the job set, not from the pin its shell earned.
+        None if t.pins.contains_key(&tid) => match t.ours_of(&tid) {
+            Some(p) => *p,
+            None => return,
+        },
+        _ => return,
     };
     t.inherited.remove(&tid);
     match port.affinity(b.tid) {
         Ok(current) if current == pin => {
             if free(port, &b.job, tid, logged, r) {
+                note_change(&mut t.recent, port, tid, pin);
                 t.ours.insert(tid, (b.tgid, b.job.cpus));
+                t.pins.remove(&tid);
+                t.grace.remove(&tid);
             }
         }
         // Bound by its launcher before the exec: the launcher's pin.

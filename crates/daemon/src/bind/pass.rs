@@ -8,7 +8,7 @@ use pjw_core::thread_bind::{self, BindMode, BindPlan, ThreadSample};
 use pjw_core::{CpuSet, Tid, Topology};
 use tracing::debug;
 
-use super::track::{Inheritance, Track};
+use super::track::{note_change, Changes, Inheritance, Track};
 use super::{free, BindError, BindJob, BindPort, Logged, ProfJob, BUSY_PERCENT};
 
 /// The balancing state of every job that binds, and one pass over them.
@@ -96,13 +96,15 @@ impl Balancer {
         let owners = runtime_processes_keep_their_pins(prev.owners(port, job, &seen), &seen);
         // A launcher's threads are never pjw's to pin: its children would inherit the pin.
         let launchers = std::mem::take(&mut prev.launchers);
-        // Nor is a process waiting for its exec on the pin it was born on: its launcher may
-        // bind it before, and the program it execs is measured from scratch.
+        // Nor is a process waiting for its exec on the pin it was born on, or its threads:
+        // its launcher may bind it before, and the program it execs is measured from scratch.
         let waiting = std::mem::take(&mut prev.inherited);
         let mine = |tid: &Tid| {
             owners.get(tid).is_some_and(|o| *o != Owner::Runtime)
-                && !seen.pid.get(tid).is_some_and(|p| launchers.contains(p))
-                && !waiting.contains_key(tid)
+                && !seen
+                    .pid
+                    .get(tid)
+                    .is_some_and(|p| launchers.contains(p) || waiting.contains_key(&Tid(*p)))
         };
         let interval_ns = now.saturating_duration_since(prev.at).as_nanos() as u64;
         let samples = prev.samples(&seen, mine, now, interval_ns);
@@ -115,7 +117,7 @@ impl Balancer {
             seen: &seen,
             ours: std::mem::take(&mut prev.ours),
             pins: BTreeMap::new(),
-            recent: HashMap::new(),
+            recent: recent_since(std::mem::take(&mut prev.recent), port, interval_ns),
             logged: &mut self.logged,
             r,
         };
@@ -312,6 +314,17 @@ impl Track {
     }
 }
 
+/// The changes of `recent` made in the last pass interval or since (`interval_ns` before
+/// now): older ones no fork event still in flight can need.
+fn recent_since(mut recent: Changes, port: &dyn BindPort, interval_ns: u64) -> Changes {
+    let cutoff = port.now_ns().saturating_sub(interval_ns.saturating_mul(2));
+    recent.retain(|_, v| {
+        v.retain(|c| c.at_ns >= cutoff);
+        !v.is_empty()
+    });
+    recent
+}
+
 /// What one pass read of a job's threads.
 #[derive(Debug, Default)]
 struct Seen {
@@ -355,18 +368,19 @@ struct Apply<'a> {
     ours: HashMap<Tid, (u32, CpuSet)>,
     /// The slots pinned and confirmed by the kernel.
     pins: BTreeMap<Tid, u32>,
-    /// The pins this pass took off threads (moved, or the job set given back).
-    recent: HashMap<Tid, CpuSet>,
+    /// The affinities pjw replaced on threads: the last pass's and those since, and this
+    /// pass's.
+    recent: Changes,
     logged: &'a mut Logged,
     r: &'a mut PassReport,
 }
 
 impl Apply<'_> {
-    /// Record that pjw set `set` on thread `tid`, and the pin that replaced, if any.
+    /// Record that pjw set `set` on thread `tid`, and what that replaced.
     fn set_ours(&mut self, tid: Tid, set: CpuSet) {
-        let old = self.ours.insert(tid, (self.seen.pid_of(&tid), set));
-        if let Some((_, was)) = old.filter(|(_, was)| *was != set && *was != self.job.cpus) {
-            self.recent.insert(tid, was);
+        self.ours.insert(tid, (self.seen.pid_of(&tid), set));
+        if let Some(was) = self.seen.affinity.get(&tid) {
+            note_change(&mut self.recent, self.port, tid, *was);
         }
     }
 
@@ -401,55 +415,63 @@ impl Apply<'_> {
     /// its ranks): freeing it now could land just after that binding and undo it (the rank's
     /// libgomp then counted the whole job's CPUs). So the first pass that sees it only notes
     /// it, its exec frees it ([`super::born`]), and the next pass frees it if it never
-    /// exec'd (a forked worker) and still holds the pin. Returns the processes still waiting
-    /// (`waiting`: those of the last pass; one not seen now is kept until a pass sees it).
+    /// exec'd (a forked worker) and still holds the pin, with the threads it made on that pin.
+    /// Returns the processes still waiting (of `waiting`, the last pass's, those not listed
+    /// now are gone: every process born in the job is in its cgroup).
     fn free_inherited(
         &mut self,
         before: &HashMap<Tid, u64>,
         owners: &HashMap<Tid, Owner>,
         mut waiting: HashMap<Tid, Inheritance>,
     ) -> HashMap<Tid, Inheritance> {
+        let inherited = |tid: &Tid| owners.get(tid) == Some(&Owner::Inherited);
         let mut still = HashMap::new();
-        for (tid, cur) in &self.seen.affinity {
+        let mut freed = BTreeSet::new();
+        let seen = self.seen;
+        let processes = seen.affinity.iter().filter(|(t, _)| seen.pid_of(t) == t.0);
+        for (tid, cur) in processes {
             let was = waiting.remove(tid);
-            if owners.get(tid) != Some(&Owner::Inherited) {
+            if !inherited(tid) {
                 continue;
             }
-            let process = self.seen.pid_of(tid) == tid.0;
             match was {
                 Some(w) if !w.looked => {
                     debug!(cgroup = %self.job.cgroup, pid = tid.0, cpus = %cur, "process born on a pin waits for its exec");
                     still.insert(*tid, Inheritance { looked: true, ..w });
-                    continue;
                 }
-                Some(_) => {}
-                None if before.contains_key(tid) => continue,
-                None if process => {
+                None if !before.contains_key(tid) => {
                     debug!(cgroup = %self.job.cgroup, pid = tid.0, cpus = %cur, "process born on a pin waits for its exec");
                     still.insert(*tid, Inheritance::seen_by_a_pass(*cur));
-                    continue;
                 }
-                None => {}
-            }
-            if self.free_if_still(*tid, cur) {
-                self.ours
-                    .insert(*tid, (self.seen.pid_of(tid), self.job.cpus));
+                Some(_) if self.free_if_still(*tid, cur) => {
+                    freed.insert(tid.0);
+                }
+                _ => {}
             }
         }
-        // Not listed by this pass (not seen yet, or gone since): kept until a pass sees it,
-        // unless one already did (it is gone).
-        waiting.retain(|tid, w| !w.looked && !self.seen.run.contains_key(tid));
-        still.extend(waiting);
+        let threads = seen.affinity.iter().filter(|(t, _)| seen.pid_of(t) != t.0);
+        for (tid, cur) in threads {
+            let pid = seen.pid_of(tid);
+            let due = freed.contains(&pid) || !before.contains_key(tid);
+            if inherited(tid) && due && !still.contains_key(&Tid(pid)) {
+                self.free_if_still(*tid, cur);
+            }
+        }
         still
     }
 
     /// Free thread `tid` if its affinity is still `seen` (read again just before: a runtime
-    /// may have bound it since this pass read it); whether it was freed.
+    /// may have bound it since this pass read it), and note what pjw set; whether it was
+    /// freed.
     fn free_if_still(&mut self, tid: Tid, seen: &CpuSet) -> bool {
-        match self.port.affinity(tid.0) {
+        let freed = match self.port.affinity(tid.0) {
             Ok(now) if now == *seen => free(self.port, self.job, tid, self.logged, self.r),
             _ => false,
+        };
+        if freed {
+            self.set_ours(tid, self.job.cpus);
         }
+        freed
     }
 
     /// Give the threads of `unpin` the whole job set back; one that fails stays pinned at its

@@ -30,6 +30,8 @@ struct Fake {
     /// A runtime that binds a thread just after pjw first reads its affinity (the read sees
     /// the old set, every later one the new).
     bind_after_read: Mutex<Option<(u32, CpuSet)>>,
+    /// The clock of events and changes (ns): every reading advances it.
+    clock_ns: Mutex<u64>,
 }
 
 impl Fake {
@@ -45,6 +47,12 @@ impl Fake {
         for (tid, ns) in self.run.lock().unwrap().iter_mut() {
             *ns += if busy.contains(tid) { SEC } else { SEC / 1000 };
         }
+    }
+    /// The time now on the events' clock (a fork's timestamp); advances the clock.
+    fn stamp(&self) -> u64 {
+        let mut c = self.clock_ns.lock().unwrap();
+        *c += 1_000;
+        *c
     }
     fn take_set(&self) -> Vec<(u32, CpuSet)> {
         let mut v = std::mem::take(&mut *self.set.lock().unwrap());
@@ -104,6 +112,9 @@ impl BindPort for Fake {
             }
         }
         Ok(now)
+    }
+    fn now_ns(&self) -> u64 {
+        self.stamp()
     }
     fn parent(&self, pid: u32) -> Result<u32, BindError> {
         *self.parent_reads.lock().unwrap() += 1;
@@ -317,7 +328,10 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
             job: j.clone(),
             tgid: 10,
             tid,
-            at: Birth::Fork { by: 1 },
+            at: Birth::Fork {
+                by: 1,
+                at_ns: fake.stamp(),
+            },
         };
         b.place_born(&fake, &born, birth, &mut r);
     }
@@ -339,7 +353,10 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
             job: other,
             tgid: 10,
             tid: 13,
-            at: Birth::Fork { by: 1 },
+            at: Birth::Fork {
+                by: 1,
+                at_ns: fake.stamp(),
+            },
         },
         birth,
         &mut r,
@@ -352,7 +369,10 @@ fn a_born_thread_is_pinned_at_once_and_kept_only_if_busy() {
             job: moved,
             tgid: 10,
             tid: 13,
-            at: Birth::Fork { by: 1 },
+            at: Birth::Fork {
+                by: 1,
+                at_ns: fake.stamp(),
+            },
         },
         birth,
         &mut r,
@@ -448,7 +468,10 @@ fn a_thread_born_on_a_runtimes_place_stays_there() {
             job: j.clone(),
             tgid: 10,
             tid,
-            at: Birth::Fork { by: 1 },
+            at: Birth::Fork {
+                by: 1,
+                at_ns: fake.stamp(),
+            },
         };
         b.place_born(&fake, &born, clock.0, &mut r);
     }
@@ -496,10 +519,32 @@ fn a_born_process_keeps_the_job_set_for_the_program_it_execs() {
         tid: pid,
         at,
     };
-    b.place_born(&fake, &event(20, Birth::Fork { by: 10 }), clock.0, &mut r);
+    b.place_born(
+        &fake,
+        &event(
+            20,
+            Birth::Fork {
+                by: 10,
+                at_ns: fake.stamp(),
+            },
+        ),
+        clock.0,
+        &mut r,
+    );
     assert_eq!(fake.take_set(), vec![(10, set("0-3"))]);
     fake.aff.lock().unwrap().insert(30, set("0-3"));
-    b.place_born(&fake, &event(30, Birth::Fork { by: 10 }), clock.0, &mut r);
+    b.place_born(
+        &fake,
+        &event(
+            30,
+            Birth::Fork {
+                by: 10,
+                at_ns: fake.stamp(),
+            },
+        ),
+        clock.0,
+        &mut r,
+    );
     assert!(fake.take_set().is_empty());
     for pid in [20, 30] {
         b.place_born(&fake, &event(pid, Birth::Exec), clock.0, &mut r);
@@ -551,7 +596,15 @@ fn a_rank_its_launcher_binds_between_fork_and_exec_keeps_that_binding() {
         tid: 20,
         at,
     };
-    b.place_born(&fake, &event(Birth::Fork { by: 10 }), clock.0, &mut r);
+    b.place_born(
+        &fake,
+        &event(Birth::Fork {
+            by: 10,
+            at_ns: fake.stamp(),
+        }),
+        clock.0,
+        &mut r,
+    );
     // Only the launcher's own pin went; the rank is not touched at its fork.
     assert_eq!(fake.take_set(), vec![(10, set("0-3"))]);
     // Open MPI binds it, it execs; libgomp places its two threads inside the binding.
@@ -623,7 +676,10 @@ fn a_thread_born_to_a_process_not_seen_computing_is_measured_first() {
         job: j.clone(),
         tgid: 10,
         tid: 11,
-        at: Birth::Fork { by: 1 },
+        at: Birth::Fork {
+            by: 1,
+            at_ns: fake.stamp(),
+        },
     };
     b.place_born(&fake, &born, clock.0, &mut r);
     assert!(fake.take_set().is_empty());
@@ -736,7 +792,10 @@ fn a_process_seen_free_at_birth_keeps_the_pin_its_runtime_gives_it_later() {
         job: j.clone(),
         tgid: 20,
         tid: 20,
-        at: Birth::Fork { by: 12 },
+        at: Birth::Fork {
+            by: 12,
+            at_ns: fake.stamp(),
+        },
     };
     b.place_born(&fake, &born, clock.0, &mut r);
     assert!(fake.take_set().is_empty());
@@ -799,7 +858,10 @@ fn rank_forked_on_the_launchers_pin(
     };
     b.place_born(
         &*fake,
-        &event(Birth::Fork { by: 10 }),
+        &event(Birth::Fork {
+            by: 10,
+            at_ns: fake.stamp(),
+        }),
         clock.0,
         &mut PassReport::default(),
     );
@@ -976,7 +1038,14 @@ fn a_rank_forked_by_a_thread_pjw_never_pinned_keeps_its_pin_though_it_equals_one
     let mut r = PassReport::default();
     b.place_born(
         &fake,
-        &process_event(&j, 20, Birth::Fork { by: 11 }),
+        &process_event(
+            &j,
+            20,
+            Birth::Fork {
+                by: 11,
+                at_ns: fake.stamp(),
+            },
+        ),
         clock.0,
         &mut r,
     );
@@ -1003,6 +1072,7 @@ fn a_process_forked_on_a_pin_pjw_took_off_before_its_fork_event_came_is_still_bo
     let mut clock = Clock(Instant::now());
     let j = job(BindMode::Threads, "0-3");
     mpirun_main_thread_pinned(&mut fake, &mut b, &mut clock, &j);
+    let forked = fake.stamp();
     // Idle: kept through one pass of grace, given the job set back at the next.
     for _ in 0..2 {
         fake.advance(&[]);
@@ -1013,7 +1083,14 @@ fn a_process_forked_on_a_pin_pjw_took_off_before_its_fork_event_came_is_still_bo
     let mut r = PassReport::default();
     b.place_born(
         &fake,
-        &process_event(&j, 20, Birth::Fork { by: 10 }),
+        &process_event(
+            &j,
+            20,
+            Birth::Fork {
+                by: 10,
+                at_ns: forked,
+            },
+        ),
         clock.0,
         &mut r,
     );
@@ -1035,10 +1112,18 @@ fn every_child_a_pinned_thread_forked_before_its_first_fork_event_came_is_born_o
     new_process(&mut fake, 20, 10, "0");
     new_process(&mut fake, 30, 10, "0");
     let mut r = PassReport::default();
+    let forked = fake.stamp();
     for pid in [20, 30] {
         b.place_born(
             &fake,
-            &process_event(&j, pid, Birth::Fork { by: 10 }),
+            &process_event(
+                &j,
+                pid,
+                Birth::Fork {
+                    by: 10,
+                    at_ns: forked,
+                },
+            ),
             clock.0,
             &mut r,
         );
@@ -1048,4 +1133,134 @@ fn every_child_a_pinned_thread_forked_before_its_first_fork_event_came_is_born_o
         b.place_born(&fake, &process_event(&j, pid, Birth::Exec), clock.0, &mut r);
     }
     assert_eq!(fake.take_set(), vec![(20, set("0-3")), (30, set("0-3"))]);
+}
+
+fn fork_at(j: &BindJob, pid: u32, by: u32, at_ns: u64) -> Born {
+    process_event(j, pid, Birth::Fork { by, at_ns })
+}
+
+#[test]
+fn a_process_forked_after_pjw_took_its_threads_pin_off_keeps_the_pin_its_runtime_gives_it() {
+    // mpirun's main thread is given the job set back (idle); only then does it fork rank 20,
+    // which Open MPI binds and libgomp places on cpu 0 — the cpu of the old pin. The fork
+    // event, handled late, is after the change: 20 was born free, and its pin is its own.
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    mpirun_main_thread_pinned(&mut fake, &mut b, &mut clock, &j);
+    for _ in 0..2 {
+        fake.advance(&[]);
+        b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    }
+    assert_eq!(fake.take_set(), vec![(10, set("0-3"))]);
+    let forked = fake.stamp();
+    new_process(&mut fake, 20, 10, "0");
+    let mut r = PassReport::default();
+    b.place_born(&fake, &fork_at(&j, 20, 10, forked), clock.0, &mut r);
+    b.place_born(&fake, &process_event(&j, 20, Birth::Exec), clock.0, &mut r);
+    fake.advance(&[20]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert!(fake.take_set().is_empty());
+    assert_eq!(fake.affinity_of(20), set("0"));
+}
+
+#[test]
+fn a_process_forked_by_a_new_thread_before_its_birth_was_handled_is_born_on_what_the_thread_held() {
+    // Busy 10 (pinned to cpu 0) starts thread 11, which inherits cpu 0 and forks 20 at once;
+    // handling 11's birth then pins 11 elsewhere. 20 was born on cpu 0, not on 11's new pin,
+    // and gets the job set at its exec.
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    fake.threads.insert(10, vec![10, 11]);
+    fake.run.lock().unwrap().insert(11, 0);
+    fake.runtime_pin(11, "0");
+    let (born11, forked) = (fake.stamp(), fake.stamp());
+    new_process(&mut fake, 20, 10, "0");
+    let mut r = PassReport::default();
+    let thread = Born {
+        job: j.clone(),
+        tgid: 10,
+        tid: 11,
+        at: Birth::Fork {
+            by: 1,
+            at_ns: born11,
+        },
+    };
+    b.place_born(&fake, &thread, clock.0, &mut r);
+    let pinned11 = fake.affinity_of(11);
+    assert!(pinned11 != set("0") && pinned11.len() == 1, "{pinned11}");
+    fake.take_set();
+    b.place_born(&fake, &fork_at(&j, 20, 11, forked), clock.0, &mut r);
+    b.place_born(&fake, &process_event(&j, 20, Birth::Exec), clock.0, &mut r);
+    assert_eq!(fake.affinity_of(20), set("0-3"));
+}
+
+#[test]
+fn a_worker_that_never_execs_is_freed_with_the_threads_it_made_on_its_pin() {
+    // A multiprocessing worker forked on pjw's pin starts BLAS threads before the pass that
+    // frees it: they inherited the same pin and go with it.
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    let _exec = rank_forked_on_the_launchers_pin(&mut fake, &mut b, &mut clock, &j);
+    fake.threads.insert(20, vec![20, 21]);
+    fake.run.lock().unwrap().insert(21, 0);
+    fake.runtime_pin(21, "0");
+    fake.advance(&[10, 20, 21]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert!(fake.take_set().is_empty(), "touched before the second pass");
+    fake.advance(&[10, 20, 21]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(20, set("0-3")), (21, set("0-3"))]);
+}
+
+#[test]
+fn a_busy_process_pjw_pinned_gets_the_job_set_when_it_execs_its_program() {
+    // `sh -c 'setup; exec ./omp'`: the shell was busy and pinned; the program it execs sizes
+    // its OpenMP team from its affinity, so it starts on the job set.
+    let topo = synthetic::parse("core:4").unwrap();
+    let fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    let mut r = PassReport::default();
+    b.place_born(&fake, &process_event(&j, 10, Birth::Exec), clock.0, &mut r);
+    assert_eq!(fake.take_set(), vec![(10, set("0-3"))]);
+    // Measured again like any thread: busy, pinned at the next pass.
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    let got = fake.take_set();
+    assert!(got.len() == 1 && got[0].1.len() == 1, "{got:?}");
+}
+
+#[test]
+fn a_child_born_on_a_pin_that_is_gone_before_any_pass_leaves_nothing_behind() {
+    // Fork events of children born on a pin that exit before a pass sees them: their notes
+    // go at the next pass, so a recycled pid is never taken for one of them.
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    let _exec = rank_forked_on_the_launchers_pin(&mut fake, &mut b, &mut clock, &j);
+    assert!(b.jobs[&1].inherited.contains_key(&Tid(20)));
+    fake.procs.insert("job-a".into(), vec![10]);
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert!(b.jobs[&1].inherited.is_empty());
 }

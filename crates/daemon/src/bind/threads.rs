@@ -171,6 +171,9 @@ impl BindPort for Recorder<'_> {
     fn set_affinity(&self, cgroup: &str, tid: u32, cpus: &CpuSet) -> Result<(), BindError> {
         self.inner.set_affinity(cgroup, tid, cpus)
     }
+    fn now_ns(&self) -> u64 {
+        self.inner.now_ns()
+    }
     fn affinity(&self, tid: u32) -> Result<CpuSet, BindError> {
         self.inner.affinity(tid)
     }

@@ -36,10 +36,27 @@ pub(super) struct Track {
     /// Processes that forked on a pin of pjw's: launchers (mpirun, a driver script), never
     /// pinned again — what a launcher holds, each child it forks inherits.
     pub(super) launchers: BTreeSet<u32>,
-    /// The pins pjw took off threads in the last pass and since (moved, the job set given
-    /// back, a launcher's): a process whose fork event comes after may have been born on one.
-    pub(super) recent: HashMap<Tid, CpuSet>,
+    /// The affinities pjw replaced on threads in the last two pass intervals, with when: a
+    /// process whose fork event is handled after such a change was born on what its forking
+    /// thread held at the fork's time.
+    pub(super) recent: Changes,
     pub(super) at: Instant,
+}
+
+/// An affinity pjw replaced on a thread, and when (CLOCK_MONOTONIC ns, [`BindPort::now_ns`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Change {
+    pub(super) was: CpuSet,
+    pub(super) at_ns: u64,
+}
+
+/// The changes per thread, oldest first.
+pub(super) type Changes = HashMap<Tid, Vec<Change>>;
+
+/// Note that pjw replaced `was` on thread `tid` just now.
+pub(super) fn note_change(recent: &mut Changes, port: &dyn BindPort, tid: Tid, was: CpuSet) {
+    let at_ns = port.now_ns();
+    recent.entry(tid).or_default().push(Change { was, at_ns });
 }
 
 /// A process born on a pin of pjw's, waiting for its exec.
@@ -75,6 +92,16 @@ impl Inheritance {
 }
 
 impl Track {
+    /// What thread `tid` held at `ns` if pjw changed it since: the affinity its first change
+    /// after `ns` replaced. None: as pjw knows it now.
+    pub(super) fn held_at(&self, tid: Tid, ns: u64) -> Option<CpuSet> {
+        self.recent
+            .get(&tid)?
+            .iter()
+            .find(|c| c.at_ns > ns)
+            .map(|c| c.was)
+    }
+
     /// What pjw last set on thread `tid`.
     pub(super) fn ours_of(&self, tid: &Tid) -> Option<&CpuSet> {
         self.ours.get(tid).map(|(_, s)| s)
@@ -102,7 +129,10 @@ impl Track {
         current: &CpuSet,
     ) -> Owner {
         let ours = self.ours_of(&tid);
-        if ours.is_none() && self.inherited.get(&tid).map(|i| &i.pin) == Some(current) {
+        // A process waiting for its exec on the pin it was born on, and a thread it made,
+        // which inherited that pin too.
+        let waiting = self.inherited.get(&Tid(pid)).map(|i| &i.pin);
+        if ours.is_none() && waiting == Some(current) {
             return Owner::Inherited;
         }
         let o = pin_owner::owner(job, current, ours, &self.pins_in(pid));
@@ -153,7 +183,7 @@ impl Track {
             if free(port, job, tid, logged, r) {
                 debug!(cgroup = %job.cgroup, tid = tid.0, parent, "launcher's thread unpinned");
                 if let Some((_, was)) = self.ours.insert(tid, (parent, job.cpus)) {
-                    self.recent.insert(tid, was);
+                    note_change(&mut self.recent, port, tid, was);
                 }
                 self.pins.remove(&tid);
                 self.grace.remove(&tid);

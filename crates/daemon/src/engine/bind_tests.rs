@@ -217,7 +217,7 @@ async fn threads_born_in_a_binding_job_go_to_the_binder_at_once() {
         job: job.clone(),
         tgid,
         tid,
-        at: Birth::Fork { by },
+        at: Birth::Fork { by, at_ns: 0 },
     };
     // Each with the thread the kernel names as its parent: for a process, the forking thread.
     assert_eq!(

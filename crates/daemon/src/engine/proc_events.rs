@@ -21,8 +21,16 @@ impl Engine {
                             parent_pid,
                             child_pid,
                             child_tgid,
+                            timestamp_ns,
                             ..
-                        } => born.push((child_tgid, child_pid, Birth::Fork { by: parent_pid })),
+                        } => born.push((
+                            child_tgid,
+                            child_pid,
+                            Birth::Fork {
+                                by: parent_pid,
+                                at_ns: timestamp_ns,
+                            },
+                        )),
                         ProcEvent::Exec { tgid, .. } => {
                             born.push((tgid, tgid, Birth::Exec));
                             self.mark_after_exec(tgid);
