@@ -63,7 +63,10 @@ impl Balancer {
         if b.tgid == b.tid {
             return born_process(t, port, b, (Tid(by), at_ns), &mut self.logged, r);
         }
-        if t.run.contains_key(&tid) {
+        // A thread of a process waiting for its exec goes with it (freed by the pass that
+        // frees it; dead if it execs): judged alone, one a runtime made after an exec not yet
+        // handled could be taken for an inheritance.
+        if t.run.contains_key(&tid) || t.inherited.contains_key(&Tid(b.tgid)) {
             return;
         }
         let current = match port.affinity(b.tid) {
@@ -96,10 +99,11 @@ impl Balancer {
         if !computes {
             // The job set (back, if it inherited a pin of pjw's).
             if owner == Owner::Inherited {
+                let at = port.now_ns();
                 if !free(port, &b.job, tid, &mut self.logged, r) {
                     return;
                 }
-                note_change(&mut t.recent, port, tid, current);
+                note_change(&mut t.recent, tid, current, at);
             }
             // Seen free at birth (or freed): a pin it gets later is not an inheritance but
             // its runtime's (Open MPI binds a rank, libgomp its first thread), even when it
@@ -120,10 +124,11 @@ impl Balancer {
             return;
         };
         let set = thread_bind::pin_set(&self.topo, &b.job.cpus, b.job.mode, slot);
+        let at = port.now_ns();
         match port.set_affinity(&b.job.cgroup, b.tid, &set) {
             Ok(()) => {
                 debug!(cgroup = %b.job.cgroup, tid = b.tid, cpus = %set, "new thread pinned");
-                note_change(&mut t.recent, port, tid, current);
+                note_change(&mut t.recent, tid, current, at);
                 t.run.insert(tid, ns);
                 t.born.insert(tid, now);
                 t.pins.insert(tid, slot);
@@ -215,11 +220,15 @@ fn exec_frees_an_inherited_pin(
     t.inherited.remove(&tid);
     match port.affinity(b.tid) {
         Ok(current) if current == pin => {
+            let at = port.now_ns();
             if free(port, &b.job, tid, logged, r) {
-                note_change(&mut t.recent, port, tid, pin);
+                note_change(&mut t.recent, tid, pin, at);
                 t.ours.insert(tid, (b.tgid, b.job.cpus));
                 t.pins.remove(&tid);
                 t.grace.remove(&tid);
+                // A new program: measured from the next pass, so it has a full interval on
+                // the job set before a pin (what its shell ran before counts for nothing).
+                t.run.remove(&tid);
             }
         }
         // Bound by its launcher before the exec: the launcher's pin.

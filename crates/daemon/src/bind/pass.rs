@@ -376,11 +376,12 @@ struct Apply<'a> {
 }
 
 impl Apply<'_> {
-    /// Record that pjw set `set` on thread `tid`, and what that replaced.
-    fn set_ours(&mut self, tid: Tid, set: CpuSet) {
+    /// Record that pjw set `set` on thread `tid` by a write begun at `at_ns`, and what that
+    /// replaced.
+    fn set_ours(&mut self, tid: Tid, set: CpuSet, at_ns: u64) {
         self.ours.insert(tid, (self.seen.pid_of(&tid), set));
         if let Some(was) = self.seen.affinity.get(&tid) {
-            note_change(&mut self.recent, self.port, tid, *was);
+            note_change(&mut self.recent, tid, *was, at_ns);
         }
     }
 
@@ -393,11 +394,12 @@ impl Apply<'_> {
                 continue;
             }
             let set = thread_bind::pin_set(topo, &job.cpus, job.mode, slot);
+            let at = self.port.now_ns();
             match self.port.set_affinity(&job.cgroup, tid.0, &set) {
                 Ok(()) => {
                     debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %set, "thread pinned");
                     self.pins.insert(tid, slot);
-                    self.set_ours(tid, set);
+                    self.set_ours(tid, set, at);
                     self.r.pinned += 1;
                 }
                 Err(BindError::Gone) => {}
@@ -425,6 +427,7 @@ impl Apply<'_> {
         mut waiting: HashMap<Tid, Inheritance>,
     ) -> HashMap<Tid, Inheritance> {
         let inherited = |tid: &Tid| owners.get(tid) == Some(&Owner::Inherited);
+        let waited: BTreeSet<u32> = waiting.keys().map(|t| t.0).collect();
         let mut still = HashMap::new();
         let mut freed = BTreeSet::new();
         let seen = self.seen;
@@ -449,11 +452,18 @@ impl Apply<'_> {
                 _ => {}
             }
         }
+        // A thread of a process that waited goes with it, and only then (its process bound or
+        // exec'd since: its threads are its runtime's); any other new one that inherited a
+        // pin of pjw's from its process goes at once.
         let threads = seen.affinity.iter().filter(|(t, _)| seen.pid_of(t) != t.0);
         for (tid, cur) in threads {
             let pid = seen.pid_of(tid);
-            let due = freed.contains(&pid) || !before.contains_key(tid);
-            if inherited(tid) && due && !still.contains_key(&Tid(pid)) {
+            let due = if waited.contains(&pid) {
+                freed.contains(&pid)
+            } else {
+                !before.contains_key(tid)
+            };
+            if inherited(tid) && due {
                 self.free_if_still(*tid, cur);
             }
         }
@@ -464,12 +474,13 @@ impl Apply<'_> {
     /// may have bound it since this pass read it), and note what pjw set; whether it was
     /// freed.
     fn free_if_still(&mut self, tid: Tid, seen: &CpuSet) -> bool {
+        let at = self.port.now_ns();
         let freed = match self.port.affinity(tid.0) {
             Ok(now) if now == *seen => free(self.port, self.job, tid, self.logged, self.r),
             _ => false,
         };
         if freed {
-            self.set_ours(tid, self.job.cpus);
+            self.set_ours(tid, self.job.cpus, at);
         }
         freed
     }
@@ -479,10 +490,11 @@ impl Apply<'_> {
     fn unpin(&mut self, unpin: Vec<Tid>, applied: &BTreeMap<Tid, u32>) {
         let job = self.job;
         for tid in unpin {
+            let at = self.port.now_ns();
             match self.port.set_affinity(&job.cgroup, tid.0, &job.cpus) {
                 Ok(()) => {
                     debug!(cgroup = %job.cgroup, tid = tid.0, cpus = %job.cpus, "thread unpinned");
-                    self.set_ours(tid, job.cpus);
+                    self.set_ours(tid, job.cpus, at);
                     self.r.unpinned += 1;
                 }
                 Err(BindError::Gone) => {}

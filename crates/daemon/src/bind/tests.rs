@@ -1241,11 +1241,53 @@ fn a_busy_process_pjw_pinned_gets_the_job_set_when_it_execs_its_program() {
     let mut r = PassReport::default();
     b.place_born(&fake, &process_event(&j, 10, Birth::Exec), clock.0, &mut r);
     assert_eq!(fake.take_set(), vec![(10, set("0-3"))]);
-    // Measured again like any thread: busy, pinned at the next pass.
+    // A new program: a full interval on the job set (the shell's busy second does not count
+    // for it), then measured like any thread: busy, pinned.
+    fake.advance(&[10]);
+    b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    assert!(fake.take_set().is_empty(), "pinned on the shell's time");
     fake.advance(&[10]);
     b.pass(&fake, std::slice::from_ref(&j), clock.next());
     let got = fake.take_set();
     assert!(got.len() == 1 && got[0].1.len() == 1, "{got:?}");
+}
+
+#[test]
+fn a_runtimes_worker_in_a_rank_whose_exec_was_not_handled_yet_keeps_its_place() {
+    // Rank 20 was born on mpirun's pin (cpu 0) and waits for its exec. Open MPI binds it to
+    // cpus 0-1, it execs, libgomp puts its master on cpu 1 and its worker 21 on cpu 0 — the
+    // old pin — and a pass comes before the exec event is handled. The worker is libgomp's.
+    let topo = synthetic::parse("core:4").unwrap();
+    let mut fake = Fake::job("job-a", 10, &[10]);
+    let mut b = Balancer::new(topo);
+    let mut clock = Clock(Instant::now());
+    let j = job(BindMode::Threads, "0-3");
+    let exec = rank_forked_on_the_launchers_pin(&mut fake, &mut b, &mut clock, &j);
+    fake.runtime_pin(20, "1");
+    fake.threads.insert(20, vec![20, 21]);
+    fake.run.lock().unwrap().insert(21, 0);
+    fake.runtime_pin(21, "0");
+    let mut r = PassReport::default();
+    let worker = Born {
+        job: j.clone(),
+        tgid: 20,
+        tid: 21,
+        at: Birth::Fork {
+            by: 10,
+            at_ns: fake.stamp(),
+        },
+    };
+    b.place_born(&fake, &worker, clock.0, &mut r);
+    for _ in 0..2 {
+        fake.advance(&[10, 20, 21]);
+        b.pass(&fake, std::slice::from_ref(&j), clock.next());
+    }
+    b.place_born(&fake, &exec(Birth::Exec), clock.0, &mut r);
+    assert!(fake.take_set().is_empty(), "a runtime's place was touched");
+    assert_eq!(
+        (fake.affinity_of(20), fake.affinity_of(21)),
+        (set("1"), set("0"))
+    );
 }
 
 #[test]

@@ -53,9 +53,10 @@ pub(super) struct Change {
 /// The changes per thread, oldest first.
 pub(super) type Changes = HashMap<Tid, Vec<Change>>;
 
-/// Note that pjw replaced `was` on thread `tid` just now.
-pub(super) fn note_change(recent: &mut Changes, port: &dyn BindPort, tid: Tid, was: CpuSet) {
-    let at_ns = port.now_ns();
+/// Note that pjw replaced `was` on thread `tid` by a write it began at `at_ns` (read before
+/// the write: a fork stamped after that may already have seen the new affinity, and is taken
+/// for one that did).
+pub(super) fn note_change(recent: &mut Changes, tid: Tid, was: CpuSet, at_ns: u64) {
     recent.entry(tid).or_default().push(Change { was, at_ns });
 }
 
@@ -180,10 +181,11 @@ impl Track {
             if port.affinity(tid.0).ok().as_ref() != self.ours_of(&tid) {
                 continue;
             }
+            let at = port.now_ns();
             if free(port, job, tid, logged, r) {
                 debug!(cgroup = %job.cgroup, tid = tid.0, parent, "launcher's thread unpinned");
                 if let Some((_, was)) = self.ours.insert(tid, (parent, job.cpus)) {
-                    note_change(&mut self.recent, port, tid, was);
+                    note_change(&mut self.recent, tid, was, at);
                 }
                 self.pins.remove(&tid);
                 self.grace.remove(&tid);
