@@ -17,8 +17,8 @@
 //! set on the thread that made it gets the whole job set, and is measured from the next pass.
 //! Whether a process was born on a pin of pjw's is told by its fork event: what the forking
 //! thread held at the fork's time (pjw remembers the affinities it replaced, with when), never
-//! guessed from the child's affinity read later. A busy process pjw pinned gets the job set
-//! when it execs; the threads a waiting worker made go free with it.
+//! guessed from the child's affinity read later. The threads a waiting worker made go free
+//! with it.
 //! A process born on a pin pjw set on its parent's thread gets the job set when it execs, not
 //! at its fork (a launcher binds its child in between: Open MPI its ranks, taskset, hwloc-bind)
 //! nor at the first pass that sees it (the second frees it if it never exec'd; a pass reads a

@@ -203,19 +203,16 @@ fn exec_frees_an_inherited_pin(
     r: &mut PassReport,
 ) {
     let tid = Tid(b.tid);
-    let pin = match t.inherited.get(&tid).copied() {
-        Some(Inheritance {
-            pin,
-            from_fork: true,
-            ..
-        }) => pin,
-        // A process pjw pinned itself (a busy shell that execs its program): the program
-        // sizes itself from the job set, not from the pin its shell earned.
-        None if t.pins.contains_key(&tid) => match t.ours_of(&tid) {
-            Some(p) => *p,
-            None => return,
-        },
-        _ => return,
+    // Not a process pjw pinned itself (a busy shell that execs its program): freeing it here
+    // left the threads its program made at once on the old pin, which then looked like a
+    // runtime's (the numa test's 16-CPU job ran on one CPU); the pass manages it as before.
+    let Some(Inheritance {
+        pin,
+        from_fork: true,
+        ..
+    }) = t.inherited.get(&tid).copied()
+    else {
+        return;
     };
     t.inherited.remove(&tid);
     match port.affinity(b.tid) {
@@ -224,11 +221,6 @@ fn exec_frees_an_inherited_pin(
             if free(port, &b.job, tid, logged, r) {
                 note_change(&mut t.recent, tid, pin, at);
                 t.ours.insert(tid, (b.tgid, b.job.cpus));
-                t.pins.remove(&tid);
-                t.grace.remove(&tid);
-                // A new program: measured from the next pass, so it has a full interval on
-                // the job set before a pin (what its shell ran before counts for nothing).
-                t.run.remove(&tid);
             }
         }
         // Bound by its launcher before the exec: the launcher's pin.

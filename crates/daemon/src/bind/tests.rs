@@ -1226,11 +1226,13 @@ fn a_worker_that_never_execs_is_freed_with_the_threads_it_made_on_its_pin() {
 }
 
 #[test]
-fn a_busy_process_pjw_pinned_gets_the_job_set_when_it_execs_its_program() {
-    // `sh -c 'setup; exec ./omp'`: the shell was busy and pinned; the program it execs sizes
-    // its OpenMP team from its affinity, so it starts on the job set.
+fn a_busy_process_pjw_pinned_that_execs_has_the_threads_its_program_makes_placed_apart() {
+    // The numa test's 16-CPU job (busybox guest): its busy main process was pinned, then
+    // exec'd its workload, which started its threads at once, on that pin. Freeing the
+    // process at its exec (tried) left those threads on the old pin, taken for a runtime's:
+    // the job ran on one CPU. The process keeps its pin; its new threads are placed apart.
     let topo = synthetic::parse("core:4").unwrap();
-    let fake = Fake::job("job-a", 10, &[10]);
+    let mut fake = Fake::job("job-a", 10, &[10]);
     let mut b = Balancer::new(topo);
     let mut clock = Clock(Instant::now());
     let j = job(BindMode::Threads, "0-3");
@@ -1238,18 +1240,29 @@ fn a_busy_process_pjw_pinned_gets_the_job_set_when_it_execs_its_program() {
     fake.advance(&[10]);
     b.pass(&fake, std::slice::from_ref(&j), clock.next());
     assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    fake.threads.insert(10, vec![10, 11, 12]);
+    fake.run.lock().unwrap().extend([(11, 0), (12, 0)]);
+    fake.runtime_pin(11, "0");
+    fake.runtime_pin(12, "0");
     let mut r = PassReport::default();
     b.place_born(&fake, &process_event(&j, 10, Birth::Exec), clock.0, &mut r);
-    assert_eq!(fake.take_set(), vec![(10, set("0-3"))]);
-    // A new program: a full interval on the job set (the shell's busy second does not count
-    // for it), then measured like any thread: busy, pinned.
-    fake.advance(&[10]);
-    b.pass(&fake, std::slice::from_ref(&j), clock.next());
-    assert!(fake.take_set().is_empty(), "pinned on the shell's time");
-    fake.advance(&[10]);
-    b.pass(&fake, std::slice::from_ref(&j), clock.next());
-    let got = fake.take_set();
-    assert!(got.len() == 1 && got[0].1.len() == 1, "{got:?}");
+    for tid in [11, 12] {
+        let born = Born {
+            job: j.clone(),
+            tgid: 10,
+            tid,
+            at: Birth::Fork {
+                by: 1,
+                at_ns: fake.stamp(),
+            },
+        };
+        b.place_born(&fake, &born, clock.0, &mut r);
+    }
+    let on: Vec<CpuSet> = [10, 11, 12].iter().map(|t| fake.affinity_of(*t)).collect();
+    assert!(
+        on.iter().all(|c| c.len() == 1) && on[0] != on[1] && on[1] != on[2] && on[0] != on[2],
+        "{on:?}"
+    );
 }
 
 #[test]
