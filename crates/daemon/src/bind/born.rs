@@ -149,9 +149,9 @@ impl Balancer {
 /// New process `b`, forked by thread `by` at `at_ns`: born on a pin of pjw's when `by` held one
 /// then (known from the fork and what pjw set, never guessed from the child's affinity, which a
 /// late read finds already set by the program's runtime — a rank's libgomp master on a CPU
-/// equal to a pin pjw holds on another thread of mpirun). Born on one, it waits for its exec (a launcher binds
-/// its child in between: Open MPI its ranks, taskset, hwloc-bind; freeing it now could undo
-/// that) and its parent is a launcher. Born free of pjw, a pin it has later is not pjw's.
+/// equal to a pin pjw holds on another thread of mpirun). Born on one, it waits for its exec
+/// (a launcher binds its child in between: Open MPI its ranks, taskset, hwloc-bind; freeing it
+/// now could undo that) and its parent is a launcher. Born free of pjw, a pin it has later is not pjw's.
 /// Either way it is measured from the first pass that sees it, so it is not pinned before a
 /// full interval has passed: the program it execs sizes its runtime from its affinity as it
 /// starts.

@@ -832,6 +832,14 @@ fn a_thread_seen_before_and_narrowed_to_a_siblings_pin_later_is_the_runtimes() {
     assert_eq!(fake.affinity_of(12), pin10);
 }
 
+/// The first pass looks; busy thread 10 is pinned to cpu 0 at the second.
+fn main_thread_pinned(fake: &Fake, b: &mut Balancer, clock: &mut Clock, j: &BindJob) {
+    b.pass(fake, std::slice::from_ref(j), clock.next());
+    fake.advance(&[10]);
+    b.pass(fake, std::slice::from_ref(j), clock.next());
+    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+}
+
 /// mpirun (10) pinned to cpu 0 by pjw forks rank 20, which inherits the pin; its fork event
 /// makes 10 a launcher (its pin goes). Returns the fork event's maker.
 fn rank_forked_on_the_launchers_pin(
@@ -840,10 +848,7 @@ fn rank_forked_on_the_launchers_pin(
     clock: &mut Clock,
     j: &BindJob,
 ) -> impl Fn(Birth) -> Born {
-    b.pass(&*fake, std::slice::from_ref(j), clock.next());
-    fake.advance(&[10]);
-    b.pass(&*fake, std::slice::from_ref(j), clock.next());
-    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    main_thread_pinned(fake, b, clock, j);
     fake.procs.insert("job-a".into(), vec![10, 20]);
     fake.threads.insert(20, vec![20]);
     fake.run.lock().unwrap().insert(20, 0);
@@ -937,10 +942,7 @@ fn a_process_a_pass_finds_on_its_parents_pin_without_its_fork_event_waits_a_pass
     let mut b = Balancer::new(topo);
     let mut clock = Clock(Instant::now());
     let j = job(BindMode::Threads, "0-3");
-    b.pass(&fake, std::slice::from_ref(&j), clock.next());
-    fake.advance(&[10]);
-    b.pass(&fake, std::slice::from_ref(&j), clock.next());
-    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    main_thread_pinned(&fake, &mut b, &mut clock, &j);
     fake.procs.insert("job-a".into(), vec![10, 20, 30]);
     for (pid, parent) in [(20, 10), (30, 10)] {
         fake.threads.insert(pid, vec![pid]);
@@ -976,10 +978,7 @@ fn a_thread_its_runtime_binds_after_the_pass_read_it_is_not_freed_over_that_bind
     let mut b = Balancer::new(topo);
     let mut clock = Clock(Instant::now());
     let j = [job(BindMode::Threads, "0-1")];
-    b.pass(&fake, &j, clock.next());
-    fake.advance(&[10]);
-    b.pass(&fake, &j, clock.next());
-    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    main_thread_pinned(&fake, &mut b, &mut clock, &j[0]);
     fake.threads.insert(10, vec![10, 11]);
     fake.run.lock().unwrap().insert(11, 0);
     fake.runtime_pin(11, "0");
@@ -998,10 +997,7 @@ fn a_thread_its_runtime_binds_after_the_pass_read_it_is_not_freed_over_that_bind
 fn mpirun_main_thread_pinned(fake: &mut Fake, b: &mut Balancer, clock: &mut Clock, j: &BindJob) {
     fake.threads.insert(10, vec![10, 11]);
     fake.run.lock().unwrap().insert(11, 0);
-    b.pass(&*fake, std::slice::from_ref(j), clock.next());
-    fake.advance(&[10]);
-    b.pass(&*fake, std::slice::from_ref(j), clock.next());
-    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    main_thread_pinned(fake, b, clock, j);
 }
 
 fn new_process(fake: &mut Fake, pid: u32, parent: u32, cpus: &str) {
@@ -1176,10 +1172,7 @@ fn a_process_forked_by_a_new_thread_before_its_birth_was_handled_is_born_on_what
     let mut b = Balancer::new(topo);
     let mut clock = Clock(Instant::now());
     let j = job(BindMode::Threads, "0-3");
-    b.pass(&fake, std::slice::from_ref(&j), clock.next());
-    fake.advance(&[10]);
-    b.pass(&fake, std::slice::from_ref(&j), clock.next());
-    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    main_thread_pinned(&fake, &mut b, &mut clock, &j);
     fake.threads.insert(10, vec![10, 11]);
     fake.run.lock().unwrap().insert(11, 0);
     fake.runtime_pin(11, "0");
@@ -1236,10 +1229,7 @@ fn a_busy_process_pjw_pinned_that_execs_has_the_threads_its_program_makes_placed
     let mut b = Balancer::new(topo);
     let mut clock = Clock(Instant::now());
     let j = job(BindMode::Threads, "0-3");
-    b.pass(&fake, std::slice::from_ref(&j), clock.next());
-    fake.advance(&[10]);
-    b.pass(&fake, std::slice::from_ref(&j), clock.next());
-    assert_eq!(fake.take_set(), vec![(10, set("0"))]);
+    main_thread_pinned(&fake, &mut b, &mut clock, &j);
     fake.threads.insert(10, vec![10, 11, 12]);
     fake.run.lock().unwrap().extend([(11, 0), (12, 0)]);
     fake.runtime_pin(11, "0");
